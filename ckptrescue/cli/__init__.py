@@ -1,0 +1,1 @@
+"""Typer CLI adapter: one module per command group, wired in ``main.py``."""

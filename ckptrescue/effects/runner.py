@@ -1,0 +1,363 @@
+"""The one guarded runner: every external program the kit runs goes through here.
+
+For each call, in order:
+
+1. the guard (``ckptrescue.guard``) decides from the argv; a refusal is recorded in the audit
+   log (``tool.refused``) and returned as ``ToolResult.refused`` — nothing runs;
+2. the binary is resolved on PATH; its path and ``--version`` line are recorded once per case;
+3. the process runs with ``shell=False``, ``stdin=/dev/null``, a minimal environment
+   (``LC_ALL=C``, credentials dropped), its own process group, a time limit and an output cap;
+   stdout/stderr stream into write-once artifacts while being hashed;
+4. one ``tool.run`` audit record holds the argv (secrets redacted), cwd, exit status, duration,
+   artifact hashes and the truncated/timeout flags.
+
+Non-zero exit is data, not an exception. Only "could not start" raises ``ToolMissingError``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ckptrescue import guard
+from ckptrescue.errors import ToolMissingError
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
+_KEEP_ENV = ("PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "TERM")
+
+# How to ask each tool for its version (default: ``--version``).
+_VERSION_ARGS: dict[str, list[str]] = {
+    "xfs_db": ["-V"], "xfs_info": ["-V"], "xfs_repair": ["-V"], "xfs_logprint": ["-V"],
+    "xfs_io": ["-V"], "xfs_metadump": ["-V"], "dumpe2fs": ["-V"], "debugfs": ["-V"],
+    "e2fsck": ["-V"], "fsck": ["--version"], "nvme": ["version"], "zpool": ["version"],
+    "zfs": ["version"], "tune2fs": ["-V"], "mdadm": ["--version"], "hdparm": ["-V"],
+}
+
+
+class Secret(str):
+    """A string argument that is shown as ``****`` in logs and dry runs."""
+
+    def redacted(self) -> str:
+        return "****"
+
+
+def redact(argv: Sequence[str]) -> list[str]:
+    return [a.redacted() if isinstance(a, Secret) else str(a) for a in argv]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One command: an argv list (never shell text) and its limits."""
+
+    argv: tuple[str, ...]
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT
+    cwd: str | None = None
+    purpose: str = ""
+
+    @classmethod
+    def of(cls, *argv: str, **kw: Any) -> ToolCall:
+        return cls(argv=tuple(argv), **kw)
+
+
+@dataclass
+class ToolResult:
+    """What happened. ``refused`` is a reason when the guard said no (nothing ran)."""
+
+    argv: list[str]
+    returncode: int | None = None
+    refused: str | None = None
+    dry_run: bool = False
+    timed_out: bool = False
+    cancelled: bool = False
+    truncated: bool = False
+    duration_s: float = 0.0
+    stdout_sha256: str | None = None
+    stderr_sha256: str | None = None
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+    executable: str | None = None
+    record_hash: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.refused is None and not self.timed_out and self.returncode == 0
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "argv": self.argv,
+            "returncode": self.returncode,
+            "refused": self.refused,
+            "dry_run": self.dry_run,
+            "timed_out": self.timed_out,
+            "truncated": self.truncated,
+            "duration_s": round(self.duration_s, 3),
+            "stdout_sha256": self.stdout_sha256,
+            "stderr_sha256": self.stderr_sha256,
+        }
+
+
+class Runner(Protocol):
+    def run(self, call: ToolCall, *, cancel: threading.Event | None = None) -> ToolResult: ...
+
+
+def minimal_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    env.update({"LC_ALL": "C", "LANG": "C", "TZ": "UTC"})
+    if extra:
+        env.update(extra)
+    return env
+
+
+class SubprocessRunner:
+    """The real runner. ``case`` may be None only for dry runs and read-only listings."""
+
+    # in-memory copy of each stream kept on the result (the artifact holds up to the cap)
+    MEMORY_CAP = 16 * 1024 * 1024
+
+    def __init__(self, case: Case | None, *, dry_run: bool = False,
+                 extra_evidence: Sequence[str] = ()) -> None:
+        self.case = case
+        self.dry_run = dry_run
+        self.extra_evidence = tuple(extra_evidence)
+        self._versions: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- policy ---------------------------------------------------------------------------------
+    def context(self) -> guard.GuardContext:
+        paths = list(self.extra_evidence)
+        if self.case is not None:
+            paths.extend(self.case.evidence_paths())
+        return guard.GuardContext(evidence_paths=tuple(paths))
+
+    def check(self, call: ToolCall) -> guard.Decision:
+        return guard.check([str(a) for a in call.argv], self.context())
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, call: ToolCall, *, cancel: threading.Event | None = None) -> ToolResult:
+        shown = redact(call.argv)
+        decision = self.check(call)
+        if not decision.allowed:
+            result = ToolResult(argv=shown, refused=decision.reason)
+            if self.case is not None and not self.dry_run:
+                rec = self.case.log("tool.refused", {"argv": shown, "reason": decision.reason,
+                                                     "purpose": call.purpose})
+                result.record_hash = rec["hash"]
+            return result
+        if self.dry_run:
+            return ToolResult(argv=shown, dry_run=True)
+        exe = shutil.which(call.argv[0], path=minimal_env()["PATH"])
+        if exe is None:
+            if self.case is not None:
+                self.case.log("tool.missing", {"argv": shown, "purpose": call.purpose})
+            raise ToolMissingError(
+                f"{call.argv[0]}: not installed (not found on PATH)",
+                hint="run `make setup` (as root) to install the system tools",
+            )
+        self._record_version(call.argv[0], exe)
+        return self._execute(call, exe, shown, cancel)
+
+    def _execute(self, call: ToolCall, exe: str, shown: list[str],
+                 cancel: threading.Event | None) -> ToolResult:
+        argv = [exe, *[str(a) for a in call.argv[1:]]]
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=call.cwd, env=minimal_env(), start_new_session=True, shell=False,
+            )
+        except OSError as exc:
+            if self.case is not None:
+                self.case.log("tool.failed_to_start", {"argv": shown, "error": str(exc)})
+            raise ToolMissingError(f"{call.argv[0]}: could not start ({exc})") from exc
+        sinks = {"stdout": _Sink(self, "stdout", shown, call.max_output_bytes),
+                 "stderr": _Sink(self, "stderr", shown, call.max_output_bytes)}
+        threads = [
+            threading.Thread(target=sinks["stdout"].drain, args=(proc.stdout,), daemon=True),
+            threading.Thread(target=sinks["stderr"].drain, args=(proc.stderr,), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        timed_out = cancelled = False
+        deadline = start + call.timeout_s
+        while True:
+            try:
+                proc.wait(timeout=0.05)
+                break
+            except subprocess.TimeoutExpired:
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                elif time.monotonic() > deadline:
+                    timed_out = True
+                else:
+                    continue
+                _kill_group(proc)
+                proc.wait()
+                break
+        for t in threads:
+            t.join()
+        duration = time.monotonic() - start
+        out, err = sinks["stdout"].finish(), sinks["stderr"].finish()
+        result = ToolResult(
+            argv=shown, returncode=proc.returncode, timed_out=timed_out, cancelled=cancelled,
+            truncated=sinks["stdout"].truncated or sinks["stderr"].truncated,
+            duration_s=duration, stdout_sha256=out, stderr_sha256=err,
+            stdout_bytes=sinks["stdout"].memory, stderr_bytes=sinks["stderr"].memory,
+            executable=exe,
+        )
+        if self.case is not None:
+            rec = self.case.log(
+                "tool.run",
+                {"argv": shown, "executable": exe, "cwd": call.cwd or os.getcwd(),
+                 "purpose": call.purpose, "returncode": proc.returncode,
+                 "duration_s": round(duration, 3), "timed_out": timed_out, "cancelled": cancelled,
+                 "truncated": result.truncated, "stdout_sha256": out, "stderr_sha256": err,
+                 "stdout_size": sinks["stdout"].size, "stderr_size": sinks["stderr"].size,
+                 "timeout_s": call.timeout_s},
+                artifacts=[h for h in (out, err) if h],
+            )
+            result.record_hash = rec["hash"]
+        return result
+
+    def _record_version(self, tool: str, exe: str) -> None:
+        with self._lock:
+            if tool in self._versions:
+                return
+            self._versions[tool] = ""
+        args = _VERSION_ARGS.get(Path(tool).name, ["--version"])
+        try:
+            proc = subprocess.run(
+                [exe, *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=10,
+                env=minimal_env(), check=False,
+            )
+            text = (proc.stdout or proc.stderr).decode("utf-8", "replace").strip()
+            line = text.splitlines()[0] if text else ""
+        except (OSError, subprocess.TimeoutExpired):
+            line = ""
+        self._versions[tool] = line
+        if self.case is not None:
+            self.case.log("tool.version", {"tool": tool, "executable": exe, "version": line})
+
+    def versions(self) -> dict[str, str]:
+        return dict(self._versions)
+
+    def run_internal(self, argv: Sequence[str], *, purpose: str, timeout_s: float,
+                     max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+                     env_extra: dict[str, str] | None = None,
+                     preexec: Any = None) -> ToolResult:
+        """Run the kit's own sandbox child (not reachable from ``exec``); audited the same way."""
+        shown = redact(argv)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=minimal_env(env_extra), start_new_session=True,
+            preexec_fn=preexec, shell=False,
+        )
+        sinks = {"stdout": _Sink(self, "stdout", shown, max_output_bytes),
+                 "stderr": _Sink(self, "stderr", shown, max_output_bytes)}
+        threads = [threading.Thread(target=sinks[k].drain, args=(s,), daemon=True)
+                   for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+        for t in threads:
+            t.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            proc.wait()
+        for t in threads:
+            t.join()
+        duration = time.monotonic() - start
+        out, err = sinks["stdout"].finish(), sinks["stderr"].finish()
+        result = ToolResult(
+            argv=shown, returncode=proc.returncode, timed_out=timed_out,
+            truncated=sinks["stdout"].truncated or sinks["stderr"].truncated, duration_s=duration,
+            stdout_sha256=out, stderr_sha256=err, stdout_bytes=sinks["stdout"].memory,
+            stderr_bytes=sinks["stderr"].memory, executable=str(argv[0]),
+        )
+        if self.case is not None:
+            rec = self.case.log(
+                "sandbox.run",
+                {"argv": shown, "purpose": purpose, "returncode": proc.returncode,
+                 "duration_s": round(duration, 3), "timed_out": timed_out,
+                 "stdout_sha256": out, "stderr_sha256": err, "timeout_s": timeout_s},
+                artifacts=[h for h in (out, err) if h],
+            )
+            result.record_hash = rec["hash"]
+        return result
+
+
+class _Sink:
+    """Drains one pipe into an artifact (up to the cap) and a bounded memory copy."""
+
+    def __init__(self, runner: SubprocessRunner, stream: str, shown: list[str], cap: int) -> None:
+        self.runner = runner
+        self.stream = stream
+        self.cap = cap
+        self.size = 0
+        self.truncated = False
+        self.memory = b""
+        self._chunks: list[bytes] = []
+        self._mem_size = 0
+        self._writer = None
+        if runner.case is not None:
+            name = f"{Path(shown[0]).name}.{stream}"
+            self._writer = runner.case.artifact_writer(name=name, kind=stream, log=False)
+            self._writer.__enter__()
+
+    def drain(self, pipe: Any) -> None:
+        while True:
+            block = pipe.read1(1 << 16) if hasattr(pipe, "read1") else pipe.read(1 << 16)
+            if not block:
+                break
+            room = self.cap - self.size
+            if room <= 0:
+                self.truncated = True
+                continue
+            if len(block) > room:
+                block = block[:room]
+                self.truncated = True
+            self.size += len(block)
+            if self._writer is not None:
+                self._writer.write(block)
+            if self._mem_size < SubprocessRunner.MEMORY_CAP:
+                self._chunks.append(block[: SubprocessRunner.MEMORY_CAP - self._mem_size])
+                self._mem_size += len(self._chunks[-1])
+        pipe.close()
+
+    def finish(self) -> str | None:
+        self.memory = b"".join(self._chunks)
+        if self._writer is None:
+            return None
+        self._writer.__exit__(None, None, None)
+        return self._writer.sha256
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()

@@ -1,0 +1,84 @@
+"""Exception hierarchy and process exit codes.
+
+Damage is a :class:`~ckptrescue.model.Finding`, a refusal is a ``ToolResult.refused`` value; only
+"could not do what was asked" is an exception. ``cli.main.main`` is the only place that turns these
+into exit codes and one-line messages.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes (documented in the README)."""
+
+    OK = 0  # done, nothing wrong
+    FINDINGS = 1  # done, problems found
+    USAGE = 2  # bad usage or bad input
+    REFUSED = 3  # refused by the safety guard
+    FAILURE = 4  # a tool or internal failure
+    INTERRUPT = 130
+
+
+class CkptRescueError(Exception):
+    """Base class: an expected failure with a one-line message."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(CkptRescueError):
+    """Bad arguments or bad input (a missing file, a malformed playbook, ...)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class EvidenceError(UsageError):
+    """Evidence that cannot be opened or identified at all."""
+
+
+class CaseError(UsageError):
+    """A case directory that is missing, malformed or sealed."""
+
+
+class PlaybookError(UsageError):
+    """A playbook that does not load or validate."""
+
+
+class RefusedError(CkptRescueError):
+    """The safety guard refused what was asked."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class ToolMissingError(CkptRescueError):
+    """An external tool is not installed."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class ToolFailedError(CkptRescueError):
+    """An external tool could not do its job."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class SandboxError(CkptRescueError):
+    """The sandboxed loader child could not be run."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class RemoteError(CkptRescueError):
+    """A remote service (S3 endpoint, cluster scheduler) failed or refused access."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class NotThisFormat(Exception):  # noqa: N818 - control-flow fact, not an error
+    """Raised by a format's ``detect``/``scan`` when the bytes are not its format."""

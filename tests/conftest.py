@@ -1,0 +1,52 @@
+"""Shared test configuration.
+
+* ``@pytest.mark.privileged``: needs root and loop devices. Skips with a reason when
+  unprivileged, but fails instead when ``CKPTRESCUE_REQUIRE_PRIVILEGED=1`` (set by ``.ci/run``).
+* ``@pytest.mark.needs_tool("xfs_db", ...)``: skips when a tool is missing, fails in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REQUIRE = os.environ.get("CKPTRESCUE_REQUIRE_PRIVILEGED") == "1"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _privileged_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    if not Path("/dev/loop-control").exists():
+        return "needs loop devices (/dev/loop-control missing)"
+    if shutil.which("losetup") is None:
+        return "needs losetup"
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    if REQUIRE:
+        pytest.fail(f"CKPTRESCUE_REQUIRE_PRIVILEGED=1 but {reason}")
+    pytest.skip(reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("privileged"):
+        problem = _privileged_problem()
+        if problem:
+            _skip_or_fail(problem)
+    for marker in item.iter_markers("needs_tool"):
+        for tool in marker.args:
+            if shutil.which(tool) is None:
+                _skip_or_fail(f"needs the {tool} tool on PATH")
+
+
+@pytest.fixture
+def case(tmp_path: Path):  # noqa: ANN201
+    """A fresh case directory."""
+    from ckptrescue.case import Case
+
+    return Case.create(tmp_path / "case", title="test case", examiner="pytest")
