@@ -276,7 +276,7 @@ def _check_xfs_db(name: str, args: list[str], ctx: GuardContext) -> Decision:
         verb = cmd.strip().split()[0] if cmd.strip() else ""
         if verb in _XFS_DB_WRITE:
             return Decision.refuse(f"xfs_db command {verb!r} modifies the filesystem")
-        if verb == "uuid" and len(cmd.split()) > 1 or verb == "label" and len(cmd.split()) > 1:
+        if (verb == "uuid" and len(cmd.split()) > 1) or (verb == "label" and len(cmd.split()) > 1):
             return Decision.refuse(f"xfs_db command {cmd!r} sets a value")
         if verb not in _XFS_DB_COMMANDS:
             return Decision.refuse(f"xfs_db command {verb!r} is not on the read-only allowlist")
@@ -444,7 +444,9 @@ def _check_ddrescue(name: str, args: list[str], ctx: GuardContext) -> Decision:
              "--cluster-size", "-i", "--input-position", "-o", "--output-position", "-s",
              "--size", "-K", "--skip-size", "-m", "--domain-mapfile", "-F", "--fill-mode",
              "-T", "--timeout", "-a", "--min-read-rate", "-e", "--max-bad-areas", "-x",
-             "--extend-outfile", "-L", "--loose-domain"}
+             "--extend-outfile", "-L", "--loose-domain", "-Z", "--max-read-rate",
+             "-E", "--max-error-rate", "--log-rates", "--log-reads", "--log-events",
+             "--mapfile-interval", "--pause-on-error", "--pause-on-pass", "--delay-slow"}
     pos = _positionals(args, takes)
     if len(pos) < 2:
         return Decision.allow() if _long(args, "--version", "--help") or "V" in flags else \

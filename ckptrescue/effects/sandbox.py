@@ -85,7 +85,7 @@ def run_child(
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         argv = [sys.executable, "-I", "-c",
                 "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
-                "runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)",
+                "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)",
                 pkg_root, f"ckptrescue.sandbox_children.{child}", req_path]
         result = runner.run_internal(
             argv, purpose=f"sandbox:{child}", timeout_s=timeout_s, env_extra=env,

@@ -1,0 +1,1 @@
+"""Playbooks: YAML plans of built-in actions (schema, loader, linter, parameter binding)."""

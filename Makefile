@@ -1,0 +1,63 @@
+# ckptrescue — the two commands: `make demo` and `make test`. Both set up first when needed.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.ckptrescue-setup
+APT_PACKAGES := gddrescue xfsprogs e2fsprogs util-linux rsync smartmontools nvme-cli dmsetup \
+                chromium tmux
+DEMO_DIR ?= demo-out
+
+.PHONY: setup system-packages test demo bench lint clean help docs
+
+help:
+	@echo "make demo   - set up if needed, run the drill incident end to end, print the report path"
+	@echo "make test   - set up if needed, run the whole test suite"
+	@echo "make bench  - benchmarks (ratios against anchors measured in the same run)"
+	@echo "make lint   - ruff"
+	@echo "make setup  - system packages (apt-get, as root), .venv, editable install with all extras"
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@missing=""; \
+	for pkg in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "warning: missing system packages (run make setup as root):$$missing" >&2; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e '.[all]'
+	@touch $(STAMP)
+
+test: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+demo: setup
+	@rm -rf $(DEMO_DIR)
+	$(VENV)/bin/ckptrescue drill $(DEMO_DIR)/drill
+	$(VENV)/bin/ckptrescue playbook run full-incident --case $(DEMO_DIR)/case --yes \
+	    -p drill=$(DEMO_DIR)/drill
+	$(VENV)/bin/ckptrescue report $(DEMO_DIR)/case --format html -o $(DEMO_DIR)/report.html
+	@echo "report: $$(realpath $(DEMO_DIR)/report.html)"
+
+bench: setup
+	$(PY) bench/run_all.py
+
+lint: setup
+	$(VENV)/bin/ruff check ckptrescue tests fixtures bench
+
+docs: setup
+	$(PY) docs/generate.py
+
+clean:
+	rm -rf build dist *.egg-info $(DEMO_DIR) bench-out

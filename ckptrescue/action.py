@@ -1,0 +1,124 @@
+"""The base class of engine actions and the context a running step gets.
+
+An action declares its arguments (``ArgSpec``), the capability it needs, what it would run
+(``plan``, for ``--dry-run``), and ``run``: a generator that yields progress/output events and
+returns an :class:`ActionResult`. Actions call library code; they never build shell text.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from ckptrescue.events import Event, StepOutput, StepProgress
+from ckptrescue.model import Finding
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+    from ckptrescue.effects.runner import SubprocessRunner
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    type: str = "string"  # path, string, integer, boolean, list, mapping, s3_url, any
+    required: bool = False
+    default: Any = None
+    help: str = ""
+
+
+@dataclass
+class ActionResult:
+    """``status``: ok, findings, failed, refused. ``outputs`` must be JSON-serialisable."""
+
+    status: str = "ok"
+    outputs: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    summary: str = ""
+    error: str | None = None
+
+
+@dataclass
+class StepContext:
+    case: Case
+    runner: SubprocessRunner
+    step_id: str
+    cancel: threading.Event
+    confirm: Callable[[str], bool | None]
+    outputs: dict[str, dict[str, Any]]  # earlier steps' outputs by step id
+
+    def output(self, text: str) -> StepOutput:
+        return StepOutput(step_id=self.step_id, text=text)
+
+    def work_dir(self, name: str) -> Path:
+        path = self.case.work_dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def blocking(
+        self, fn: Callable[[Callable[..., None]], T], *, label: str = "", unit: str = "B"
+    ) -> Generator[Event, None, T]:
+        """Run ``fn(progress)`` in a thread, yielding coalescible progress events meanwhile.
+
+        ``progress(done, total=None, rate=None, eta_s=None)`` may be called from any thread.
+        """
+        events: queue.Queue[Event] = queue.Queue()
+        box: dict[str, Any] = {}
+
+        def progress(done: float, total: float | None = None, rate: float | None = None,
+                     eta_s: float | None = None, **_: Any) -> None:
+            events.put(StepProgress(step_id=self.step_id, done=done, total=total, unit=unit,
+                                    rate=rate, eta_s=eta_s, label=label))
+
+        def target() -> None:
+            try:
+                box["value"] = fn(progress)
+            except BaseException as exc:  # re-raised in the engine thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, daemon=True, name=f"step-{self.step_id}")
+        thread.start()
+        while thread.is_alive() or not events.empty():
+            try:
+                yield events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
+
+
+class Action:
+    """Base class. Subclasses set the class variables and implement ``run``."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    capability: ClassVar[str] = "read_file"  # read_file, read_device, exec_tool, network_read,
+    #                                          load_model_sandboxed, write_recovery, human
+    args: ClassVar[Sequence[ArgSpec]] = ()
+
+    @classmethod
+    def arg_names(cls) -> set[str]:
+        return {a.name for a in cls.args}
+
+    @classmethod
+    def with_defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        merged = {a.name: a.default for a in cls.args if a.default is not None}
+        merged.update(given)
+        return merged
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        """Human-readable lines: the commands this step would run (for --dry-run)."""
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
+        return [f"{self.name}({shown})"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        raise NotImplementedError
+        yield  # pragma: no cover

@@ -1,0 +1,120 @@
+"""Actions that need only the foundation: confirm gates, exec, collect.logs, case.verify."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Generator
+from typing import Any
+
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.effects.runner import ToolCall
+from ckptrescue.events import Event, GateReached
+from ckptrescue.model import Finding, Severity
+
+
+class Confirm(Action):
+    name = "confirm"
+    summary = "A human gate: stop until the responder confirms"
+    capability = "human"
+    args = (ArgSpec("prompt", "string", required=True, help="What the responder confirms."),)
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"confirm: {args.get('prompt')}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        prompt = str(args["prompt"])
+        answer = ctx.confirm(prompt)
+        yield GateReached(step_id=ctx.step_id, prompt=prompt, answered=answer)
+        if answer is None:
+            return ActionResult(status="stopped", error=prompt)
+        if not answer:
+            return ActionResult(status="failed", error=f"declined: {prompt}")
+        ctx.case.log("gate.confirmed", {"step": ctx.step_id, "prompt": prompt})
+        return ActionResult(status="ok", outputs={"confirmed": True}, summary="confirmed")
+
+
+class Exec(Action):
+    name = "exec"
+    summary = "Run one allowlisted read-only tool (argv list) through the guarded runner"
+    capability = "exec_tool"
+    args = (
+        ArgSpec("argv", "list", required=True, help="The command as a list of arguments."),
+        ArgSpec("timeout_s", "integer", default=600, help="Time limit in seconds."),
+        ArgSpec("allow_nonzero", "boolean", default=False,
+                help="A non-zero exit is not a failure."),
+    )
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [shlex.join(str(a) for a in args["argv"])]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        argv = tuple(str(a) for a in args["argv"])
+        result = ctx.runner.run(ToolCall(argv=argv, timeout_s=float(args["timeout_s"]),
+                                         purpose=f"step {ctx.step_id}"), cancel=ctx.cancel)
+        if result.refused:
+            return ActionResult(status="refused", error=result.refused, findings=[Finding(
+                "RN001", Severity.WARNING, f"refused: {shlex.join(argv)}",
+                source="actions.exec", details={"reason": result.refused})])
+        text = result.stdout.strip()
+        if text:
+            yield ctx.output(text[-4000:])
+        outputs = {"returncode": result.returncode, "stdout_sha256": result.stdout_sha256,
+                   "stderr_sha256": result.stderr_sha256, "stdout": result.stdout[:65536]}
+        if result.timed_out:
+            return ActionResult(status="failed", outputs=outputs,
+                                error=f"{argv[0]} timed out", findings=[Finding(
+                                    "RN002", Severity.ERROR, f"{argv[0]} timed out",
+                                    source="actions.exec")])
+        ok = result.returncode == 0 or args["allow_nonzero"]
+        return ActionResult(status="ok" if ok else "failed", outputs=outputs,
+                            summary=f"exit {result.returncode}",
+                            error=None if ok else f"{argv[0]} exited {result.returncode}")
+
+
+class CollectLogs(Action):
+    name = "collect.logs"
+    summary = "Capture kernel and system logs read-only (dmesg, journal) as artifacts"
+    capability = "exec_tool"
+    args = (ArgSpec("journal", "boolean", default=True, help="Also export the kernel journal."),)
+
+    COMMANDS = (("dmesg", "-x", "--time-format", "iso"),
+                ("journalctl", "-k", "-o", "json", "--no-pager", "-n", "20000"))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        cmds = self.COMMANDS if args.get("journal", True) else self.COMMANDS[:1]
+        return [shlex.join(c) for c in cmds]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        import shutil
+
+        collected: dict[str, Any] = {}
+        cmds = self.COMMANDS if args.get("journal", True) else self.COMMANDS[:1]
+        for argv in cmds:
+            if shutil.which(argv[0]) is None:
+                yield ctx.output(f"{argv[0]} not available; skipped")
+                continue
+            result = ctx.runner.run(ToolCall(argv=argv, timeout_s=120,
+                                             purpose="collect.logs"), cancel=ctx.cancel)
+            collected[argv[0]] = {"returncode": result.returncode,
+                                  "sha256": result.stdout_sha256,
+                                  "bytes": len(result.stdout_bytes)}
+        return ActionResult(outputs={"logs": collected},
+                            summary=f"{len(collected)} log source(s) captured")
+
+
+class CaseVerify(Action):
+    name = "case.verify"
+    summary = "Verify the case's audit chain and artifacts"
+    args = ()
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return ["verify the audit chain and every artifact"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        report = ctx.case.verify()
+        yield ctx.output(f"chain {'intact' if report.ok else 'BROKEN'}; head {report.chain.head}")
+        return ActionResult(status="ok" if report.ok else "failed", outputs=report.to_json(),
+                            error=None if report.ok else report.all_problems[0])
+
+
+ACTIONS = [Confirm, Exec, CollectLogs, CaseVerify]

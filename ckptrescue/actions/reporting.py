@@ -1,0 +1,39 @@
+"""The ``report`` action: render the incident report from the case into a file."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.events import Event
+
+
+class Report(Action):
+    name = "report"
+    summary = "Render the incident report (HTML, Markdown or JSON) from the case"
+    args = (
+        ArgSpec("format", "string", default="html", help="html, md or json."),
+        ArgSpec("output", "path", help="Output file (default: CASE/report.<format>)."),
+    )
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"render the {args.get('format', 'html')} report to "
+                f"{args.get('output') or 'CASE/report.' + str(args.get('format', 'html'))}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.report.render import render
+
+        fmt = str(args.get("format") or "html")
+        out = Path(args.get("output") or ctx.case.root / f"report.{fmt}")
+        text = render(ctx.case, fmt)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        sha = ctx.case.store_artifact(text.encode(), name=out.name, kind=f"report:{fmt}")
+        yield ctx.output(f"report written: {out.resolve()}")
+        return ActionResult(outputs={"path": str(out.resolve()), "sha256": sha, "format": fmt},
+                            summary=str(out.resolve()))
+
+
+ACTIONS = [Report]

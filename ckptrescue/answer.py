@@ -1,0 +1,104 @@
+"""The one-line answer of an incident, computed from the case alone (pure over audit records).
+
+Used at the end of a run, by ``case show``-like summaries, the report's first line and the TUI.
+Example: ``resume from step-300; step-400 truncated; 2 tensors lost in step-200;
+1 checkpoint unsafe (posix.system)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+
+def step_results(case: Case, action: str) -> list[dict[str, Any]]:
+    """Outputs of every finished step of ``action``, oldest first."""
+    results = []
+    for record in case.records("step.finished"):
+        details = record["details"]
+        if details.get("action") != action or not details.get("outputs_sha256"):
+            continue
+        try:
+            results.append(json.loads(case.read_artifact(details["outputs_sha256"])))
+        except (OSError, ValueError):
+            continue
+    return results
+
+
+def _name(path: str) -> str:
+    return PurePath(path).name or path
+
+
+def latest_checkpoints(case: Case) -> dict[str, dict[str, Any]]:
+    """The newest probe result per checkpoint path."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for out in step_results(case, "probe"):
+        for ckpt in out.get("checkpoints", []):
+            by_path[ckpt["path"]] = ckpt
+    return by_path
+
+
+def answer_line(case: Case) -> str:
+    parts: list[str] = []
+    ranks = step_results(case, "rank")
+    if ranks:
+        resume = ranks[-1].get("resume_from")
+        parts.append(f"resume from {_name(resume)}" if resume
+                     else "no checkpoint is safe to resume from")
+    unsafe: list[str] = []
+    lost = {}
+    for out in step_results(case, "salvage"):
+        n = len(out.get("lost", []))
+        if n:
+            lost[_name(out.get("checkpoint", "?"))] = n
+    for path, ckpt in sorted(latest_checkpoints(case).items()):
+        verdict = ckpt.get("verdict")
+        name = _name(path)
+        if verdict in (None, "intact"):
+            continue
+        if verdict == "unsafe":
+            globs = sorted({g for f in ckpt.get("findings", [])
+                            for g in (f.get("details") or {}).get("globals", [])})
+            unsafe.append(f"{name} ({', '.join(globs[:3]) or 'unsafe pickle'})")
+            continue
+        damaged = len(ckpt.get("damaged_tensors", [])) + len(ckpt.get("missing_tensors", []))
+        if name in lost:
+            parts.append(f"{lost.pop(name)} tensors lost in {name} ({verdict})")
+        elif damaged and verdict in {"damaged", "suspect"}:
+            parts.append(f"{name} {verdict}: {damaged} tensor{'s' if damaged != 1 else ''}")
+        elif verdict == "suspect":
+            parts.append(f"{name} suspect: {len(ckpt.get('suspect_tensors', []))} tensors")
+        else:
+            parts.append(f"{name} {verdict}")
+    for name, n in lost.items():
+        parts.append(f"{n} tensors lost in {name}")
+    if unsafe:
+        parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe "
+                     f"({'; '.join(unsafe)})")
+    for out in step_results(case, "image")[-1:]:
+        bad = out.get("bad_ranges") or []
+        if bad:
+            total = sum(end - start for start, end in bad)
+            parts.append(f"{total} bytes unreadable on the source in {len(bad)} range(s)")
+    for out in step_results(case, "locate")[-1:]:
+        hit = sorted({t for r in out.get("ranges", []) for f in r.get("files", [])
+                      for t in f.get("tensors", [])})
+        if hit:
+            parts.append(f"bad sectors hit {len(hit)} tensor{'s' if len(hit) != 1 else ''}")
+    for out in step_results(case, "s3.history")[-1:]:
+        for key in out.get("keys", []):
+            if key.get("known_good"):
+                parts.append(f"s3 {_name(key['key'])}: last known-good version "
+                             f"{key['known_good']}")
+    if not parts:
+        findings = case.findings()
+        serious = [f for f in findings if f.severity.rank >= 2]
+        if serious:
+            return f"{len(serious)} serious finding(s); see the report"
+        return "no damage found" if findings or list(case.records("step.finished")) else \
+            "nothing examined yet"
+    return "; ".join(parts)

@@ -1,0 +1,55 @@
+"""``ckptrescue drill DIR [--json] [--no-s3] [--stop]``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckptrescue.cli.options import JsonOpt
+from ckptrescue.cli.output import emit_json, info, say
+
+
+def drill(
+    out: Annotated[Path, typer.Argument(help="New directory for the drill incident.")],
+    no_s3: Annotated[bool, typer.Option("--no-s3", help="Do not start the S3 server.")] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="Stop the drill's S3 server and exit.")]
+    = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build a realistic incident sandbox: an XFS image holding a damaged training run.
+
+    Injects a bit flip, a truncated newest checkpoint, a missing shard, a NaN-poisoned tensor, a
+    checkpoint carrying a malicious pickle, unreadable sectors (ddrescue test-mode map) inside
+    one checkpoint, and starts an S3-compatible server on 127.0.0.1 with a good and a corrupted
+    version of a checkpoint. Stop the server with --stop.
+
+    Example:
+
+        ckptrescue drill /tmp/drill --json && ckptrescue drill /tmp/drill --stop
+    """
+    from ckptrescue.drill import build
+
+    if stop:
+        stopped = build.stop(out)
+        say("stopped the drill's S3 server" if stopped else "no drill S3 server was running")
+        return
+    result = build.build(out, s3=not no_s3)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    say(f"drill incident built in {result.root}")
+    say(f"  image           {result.image}")
+    say(f"  bad-sector map  {result.badsectors_map}")
+    say(f"  known-good      {result.known_good}")
+    if result.s3:
+        say(f"  s3              {result.s3['endpoint_url']}  s3://{result.s3['bucket']}/"
+            f"{result.s3['prefix']}")
+        info(f"stop the S3 server afterwards: ckptrescue drill {out} --stop")
+    for f in result.faults:
+        say(f"  fault {f['kind']:<22} {f['path']}  {', '.join(f['tensors'])}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("drill")(drill)

@@ -1,0 +1,82 @@
+"""Codes emitted by the checkpoint probes (torch zip, legacy, pickle, safetensors, HF, DCP,
+numerics, reference comparison, sandboxed load, salvage)."""
+
+from ckptrescue.model import Severity
+
+E, W, I, C = Severity.ERROR, Severity.WARNING, Severity.INFO, Severity.CRITICAL
+
+CODES = {
+    # torch.save zip archives
+    "TZ001": (E, "Zip central directory missing (truncated or damaged tail); local headers walked"),
+    "TZ002": (E, "Storage record CRC-32 mismatch: the bytes changed after they were written"),
+    "TZ003": (W, "CRC-32 not recorded (0): record payloads cannot be verified"),
+    "TZ004": (E, "Record size differs from the size the pickle declares (numel x itemsize)"),
+    "TZ005": (E, "Storage record referenced by the pickle is missing from the archive"),
+    "TZ006": (E, "Record truncated: its data runs past the end of the file"),
+    "TZ007": (E, "Local header damaged or missing (torch.load fails reading this record)"),
+    "TZ008": (W, ".data/serialization_id does not match the records' CRCs"),
+    "TZ009": (E, "data.pkl missing or unreadable: tensor names cannot be recovered"),
+    "TZ010": (I, "Archive records not referenced by the pickle"),
+    "TZ011": (E, "Central directory damaged or inconsistent"),
+    "TZ012": (W, "Metadata record (version/byteorder/...) damaged or missing"),
+    "TZ020": (E, "Not a checkpoint: empty, Git-LFS pointer, HTML or unknown bytes"),
+    # torch legacy (pre-1.6) stream
+    "TL001": (E, "Legacy checkpoint truncated: storages cut short"),
+    "TL002": (E, "Legacy storage element count disagrees with the pickle"),
+    "TL003": (I, "Legacy format stores no checksums: payloads verified numerically only"),
+    "TL004": (E, "Legacy header pickles damaged (magic, protocol or sys_info)"),
+    "TL005": (W, "Bytes after the last legacy storage"),
+    # pickle inspection
+    "PK001": (C, "Pickle references globals outside torch's weights-only allowlist"),
+    "PK002": (E, "Pickle damaged: static parse stopped"),
+    "PK003": (W, "Persistent id is not a torch storage reference"),
+    # safetensors
+    "ST001": (E, "safetensors header length invalid (too small, too large or past EOF)"),
+    "ST002": (E, "safetensors header is not valid UTF-8 JSON of tensor entries"),
+    "ST003": (E, "safetensors entry with an unknown dtype or malformed fields"),
+    "ST004": (E, "safetensors entry whose shape x dtype differs from its byte extent"),
+    "ST005": (E, "safetensors entries overlap"),
+    "ST006": (E, "safetensors buffer has holes between entries"),
+    "ST007": (E, "safetensors file shorter than its header declares (truncated)"),
+    "ST008": (E, "safetensors file has bytes after the last entry (loaders reject it)"),
+    "ST009": (I, "safetensors stores no checksums: payloads verified numerically only"),
+    # Hugging Face sharded checkpoints
+    "HF001": (E, "Shard listed in the index is missing"),
+    "HF002": (E, "Tensor listed in the weight map is missing from its shard"),
+    "HF003": (W, "Tensor present in a shard but absent from the weight map (stale index)"),
+    "HF004": (W, "Tensor present in more than one shard"),
+    "HF005": (E, "Shard index JSON unreadable"),
+    "HF006": (E, "Sharded checkpoint without its index file"),
+    "HF007": (W, "Shard numbering (-of-N) or index total_size inconsistent"),
+    # torch.distributed.checkpoint
+    "DC001": (E, "DCP .metadata missing: the save never finished"),
+    "DC002": (E, "DCP .metadata unreadable"),
+    "DC003": (E, "DCP data file referenced by .metadata is missing"),
+    "DC004": (E, "DCP data file shorter than the items it must hold"),
+    "DC005": (E, "DCP chunks do not tile the tensor exactly"),
+    "DC006": (W, "DCP data file not referenced by .metadata (orphan)"),
+    "DC007": (E, "DCP item damaged (nested zip structure or CRC)"),
+    # numerics
+    "NM001": (W, "NaN/Inf values"),
+    "NM002": (W, "Exponent outlier (high exponent-bit flip signature)"),
+    "NM003": (W, "Zero-filled 4 KiB pages (torn write signature)"),
+    "NM004": (W, "Adam exp_avg_sq has negative values"),
+    "NM005": (W, "BatchNorm running_var has values <= 0"),
+    "NM006": (W, "num_batches_tracked is negative"),
+    "NM007": (I, "Numeric scan skipped for some tensors (dtype not supported)"),
+    # reference comparison
+    "RF001": (W, "Tensor of the reference is missing"),
+    "RF002": (I, "Tensor not in the reference (added)"),
+    "RF003": (W, "Tensor shape or dtype differs from the reference"),
+    "RF004": (E, "Tensor differs from the reference in only a few elements (bit flip?)"),
+    "RF005": (W, "Reference checkpoint could not be compared"),
+    # sandboxed load
+    "LD001": (I, "Sandboxed real load succeeded"),
+    "LD002": (E, "Sandboxed real load raised an exception"),
+    "LD003": (E, "Sandboxed loader crashed, was killed (OOM) or timed out"),
+    "LD004": (I, "Real load skipped: the structural verdict does not allow it"),
+    # salvage
+    "SV001": (I, "Tensors salvaged into a new safetensors file"),
+    "SV002": (W, "Tensors that could not be salvaged"),
+    "SV003": (W, "Tensors filled from a reference checkpoint"),
+}

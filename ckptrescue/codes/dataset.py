@@ -1,0 +1,27 @@
+"""Codes emitted by the dataset tools: MF manifest build/audit, DS dataset verify, RC recover."""
+
+from ckptrescue.model import Severity
+
+CODES = {
+    "MF001": (Severity.ERROR, "A file is corrupted: same size as in the manifest, different SHA-256"),
+    "MF002": (Severity.WARNING, "A file changed: its size (or, in a quick audit, mtime) differs"),
+    "MF003": (Severity.ERROR, "A file listed in the manifest is missing"),
+    "MF004": (Severity.INFO, "A file is not in the manifest (new)"),
+    "MF005": (Severity.ERROR, "A file is unreadable (I/O error at the given offset)"),
+    "MF006": (Severity.INFO, "An entry was skipped: symlink out of the directory, dangling, "
+                             "to a directory, or a FIFO/socket/device"),
+    "MF007": (Severity.INFO, "Quick audit: only sizes and mtimes were compared"),
+    "DS001": (Severity.ERROR, "TFRecord: a record's length or data CRC32C fails, or it is "
+                              "truncated"),
+    "DS002": (Severity.ERROR, "Tar/WebDataset shard: a bad header checksum or a truncated member"),
+    "DS003": (Severity.ERROR, "Parquet: footer/metadata damaged or a column chunk does not decode"),
+    "DS004": (Severity.ERROR, "JSON lines: a line does not parse"),
+    "DS005": (Severity.ERROR, ".npy/.npz: the header does not match the data size, or a member "
+                              "fails its CRC"),
+    "DS006": (Severity.ERROR, "A dataset file is unreadable (I/O error at the given offset)"),
+    "DS007": (Severity.ERROR, "A dataset file is damaged (other format)"),
+    "RC001": (Severity.INFO, "A damaged or missing file was recovered from a backup version and "
+                             "verified"),
+    "RC002": (Severity.ERROR, "A damaged or missing file could not be recovered: no backup "
+                              "version matches the manifest"),
+}

@@ -1,0 +1,357 @@
+"""``recover``: bring back the last good version of every damaged or missing file.
+
+Audits DIR against the manifest, then for each ``corrupted``, ``changed``, ``missing`` or
+``unreadable`` file tries the backup versions newest first and keeps the first whose SHA-256
+equals the manifest's. Sources:
+
+* a snapshots directory, ``SNAPSHOTS/<name>/<same relative paths>``; snapshots are tried newest
+  first by the snapshot directory's mtime (then by name, descending);
+* ``s3://bucket/prefix`` on a bucket with versioning: every version of ``prefix/<path>``, newest
+  first, downloaded through the kit's read-only client with the object's stored checksums checked.
+
+Each recovered file is streamed into ``RECOVERY_DIR/<path>`` through a temporary name, hashed on
+the way, renamed only when the hash matches, then read back and hashed again. DIR is never
+written to; RECOVERY_DIR may not overlap DIR or the snapshots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from ckptrescue.datasets.audit import Expected, audit, load_expected
+from ckptrescue.datasets.hashing import hash_file
+from ckptrescue.datasets.walk import display, join, shown_path, to_json_path
+from ckptrescue.errors import CkptRescueError, UsageError
+from ckptrescue.model import Finding, Severity
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+_CHUNK = 1 << 20
+OK_OUTCOME = "matches the manifest; copied and verified"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One candidate version that was looked at, and what came of it."""
+
+    source: str
+    outcome: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "outcome": self.outcome}
+
+
+@dataclass
+class RecoverRow:
+    rel: bytes
+    damage: str  # the audit status that made it a target
+    recovered: bool = False
+    source: str | None = None
+    sha256: str | None = None
+    reason: str = ""
+    tried: list[Attempt] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": to_json_path(self.rel), "damage": self.damage,
+                "status": "recovered" if self.recovered else "unrecoverable",
+                "source": self.source, "sha256": self.sha256, "reason": self.reason,
+                "tried": [a.to_json() for a in self.tried]}
+
+
+@dataclass
+class RecoverResult:
+    root: str
+    source: str
+    to: str
+    files: list[RecoverRow] = field(default_factory=list)
+
+    @property
+    def recovered(self) -> list[RecoverRow]:
+        return [r for r in self.files if r.recovered]
+
+    @property
+    def unrecovered(self) -> list[RecoverRow]:
+        return [r for r in self.files if not r.recovered]
+
+    @property
+    def ok(self) -> bool:
+        return not self.unrecovered
+
+    def answer(self) -> str:
+        if not self.files:
+            return "nothing to recover: every file matches the manifest"
+        text = (f"recovered {len(self.recovered)} of {len(self.files)} damaged or missing files "
+                f"into {self.to}")
+        if self.unrecovered:
+            text += f"; {len(self.unrecovered)} could not be recovered"
+        return text
+
+    def lines(self) -> list[str]:
+        out = []
+        for r in self.files:
+            if r.recovered:
+                out.append(f"RECOVERED     {display(r.rel)}  ({r.damage}) from {r.source}")
+            else:
+                out.append(f"UNRECOVERABLE {display(r.rel)}  ({r.damage}): {r.reason}")
+        return out
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for r in self.files:
+            if r.recovered:
+                out.append(Finding("RC001", Severity.INFO,
+                                   f"{display(r.rel)}: recovered from {r.source}",
+                                   evidence=shown_path(self.root, r.rel),
+                                   evidence_sha256=r.sha256, source="recover",
+                                   details={"to": shown_path(self.to, r.rel)}))
+            else:
+                out.append(Finding("RC002", Severity.ERROR,
+                                   f"{display(r.rel)}: not recoverable: {r.reason}",
+                                   evidence=shown_path(self.root, r.rel), source="recover",
+                                   details={"tried": [a.to_json() for a in r.tried]}))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "to": self.to,
+                "files": [r.to_json() for r in self.files],
+                "counts": {"recovered": len(self.recovered),
+                           "unrecoverable": len(self.unrecovered)},
+                "answer": self.answer()}
+
+
+# -- candidate versions --------------------------------------------------------------------------
+# writes the candidate's bytes into the given file; returns a note (e.g. the S3 checksum verdict)
+Opener = Callable[[IO[bytes]], "str | None"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str
+    size: int | None
+    write_to: Opener
+
+
+class SnapshotSource:
+    """``SNAPSHOTS/<name>/<path>``: snapshots newest first (directory mtime, then name)."""
+
+    def __init__(self, root: Path) -> None:
+        if not root.is_dir():
+            raise UsageError(f"{root}: snapshots directory not found")
+        self.root = root
+        snaps = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
+        snaps.sort(key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+        self.snapshots = snaps
+
+    def describe(self) -> str:
+        return f"{len(self.snapshots)} snapshot(s) in {self.root}"
+
+    def candidates(self, rel: bytes) -> Iterator[Candidate | Attempt]:
+        for snap in self.snapshots:
+            path = join(os.fsencode(snap), rel)
+            label = f"snapshot {snap.name}"
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                yield Attempt(label, "not in this snapshot")
+                continue
+            except OSError as exc:
+                yield Attempt(label, f"cannot stat: {exc.strerror}")
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(path)
+                snap_real = os.path.realpath(os.fsencode(snap))
+                if not real.startswith(snap_real + b"/"):
+                    yield Attempt(label, "symlink leading out of the snapshot, not followed")
+                    continue
+                st = os.stat(real)  # noqa: PTH116 - bytes path
+                path = real
+            if not stat.S_ISREG(st.st_mode):
+                yield Attempt(label, "not a regular file")
+                continue
+            yield Candidate(label, st.st_size, _file_copier(path))
+
+
+def _file_copier(path: bytes) -> Opener:
+    def write_to(dest: IO[bytes]) -> str | None:
+        with open(path, "rb", buffering=0) as src:
+            while block := src.read(_CHUNK):
+                dest.write(block)
+        return None
+
+    return write_to
+
+
+class S3Source:
+    """Every version of ``s3://bucket/prefix/<path>``, newest first (needs the ``[s3]`` extra)."""
+
+    def __init__(self, url: str, *, endpoint_url: str | None = None) -> None:
+        from ckptrescue.s3.client import make_client
+        from ckptrescue.s3.objects import list_versions
+        from ckptrescue.s3.urls import parse_s3_url
+
+        parsed = parse_s3_url(url)
+        self.bucket = parsed.bucket
+        self.prefix = parsed.key.rstrip("/")
+        self.client = make_client(endpoint_url=endpoint_url)
+        listing_prefix = self.prefix + "/" if self.prefix else ""
+        self.versions = list_versions(self.client, self.bucket, listing_prefix)
+        self.url = url
+
+    def describe(self) -> str:
+        return f"{sum(len(v) for v in self.versions.values())} version(s) under {self.url}"
+
+    def key_for(self, rel: bytes) -> str | None:
+        try:
+            name = rel.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def candidates(self, rel: bytes) -> Iterator[Candidate | Attempt]:
+        key = self.key_for(rel)
+        if key is None:
+            yield Attempt(self.url, "the name is not UTF-8, so no S3 key can hold it")
+            return
+        entries = self.versions.get(key, [])
+        if not entries:
+            yield Attempt(f"s3://{self.bucket}/{key}", "no versions of this key")
+        for entry in entries:
+            label = f"s3://{self.bucket}/{key}?versionId={entry.version_id}"
+            if entry.delete_marker:
+                yield Attempt(label, "delete marker")
+                continue
+            yield Candidate(label, entry.size, self._downloader(key, entry.version_id))
+
+    def _downloader(self, key: str, version_id: str) -> Opener:
+        from ckptrescue.s3.objects import download_verified
+
+        def write_to(dest: IO[bytes]) -> str | None:
+            got = download_verified(self.client, self.bucket, key, dest, version_id=version_id)
+            return f"stored checksum: {got.check.status}"
+
+        return write_to
+
+
+def open_source(source: str, *, endpoint_url: str | None = None) -> SnapshotSource | S3Source:
+    if source.startswith("s3://"):
+        return S3Source(source, endpoint_url=endpoint_url)
+    return SnapshotSource(Path(source))
+
+
+# -- the recovery loop -----------------------------------------------------------------------------
+def _overlap(a: str, b: str) -> bool:
+    ra, rb = os.path.realpath(a), os.path.realpath(b)
+    return ra == rb or ra.startswith(rb.rstrip("/") + "/") or rb.startswith(ra.rstrip("/") + "/")
+
+
+def recover(
+    dir: str | os.PathLike[str],
+    *,
+    manifest: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    to: str | os.PathLike[str],
+    case: Case | None = None,
+    endpoint_url: str | None = None,
+) -> RecoverResult:
+    """Recover every damaged or missing file of ``dir`` from ``source`` into ``to``."""
+    root, dest = Path(dir), Path(to)
+    src = str(source)
+    if _overlap(str(dest), str(root)):
+        raise UsageError(f"{dest}: the recovery directory overlaps {root}",
+                         hint="recovery never writes into the dataset: choose a separate --to")
+    if not src.startswith("s3://") and _overlap(str(dest), src):
+        raise UsageError(f"{dest}: the recovery directory overlaps the snapshots {src}")
+    if case is not None:
+        for ev in case.evidence_paths():
+            if _overlap(str(dest), ev):
+                raise UsageError(f"{dest}: overlaps the evidence {ev}")
+    expected, _ = load_expected(manifest)
+    report = audit(root, manifest)
+    targets = report.damaged()
+    origin = open_source(src, endpoint_url=endpoint_url)
+    result = RecoverResult(root=str(root), source=src, to=str(dest))
+    if targets:
+        dest.mkdir(parents=True, exist_ok=True)
+    for row in targets:
+        result.files.append(_recover_one(row.rel, row.status, expected[row.rel], origin, dest))
+    if case is not None:
+        case.log("dataset.recover", {"root": result.root, "source": src, "to": result.to,
+                                     "source_detail": origin.describe(),
+                                     "recovered": len(result.recovered),
+                                     "unrecoverable": len(result.unrecovered),
+                                     "answer": result.answer()})
+        case.add_findings(result.findings())
+    return result
+
+
+def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource | S3Source,
+                 dest: Path) -> RecoverRow:
+    row = RecoverRow(rel, damage)
+    final = join(os.fsencode(dest), rel)
+    if os.path.lexists(final):
+        have = hash_file(final)
+        if have.sha256 == want.sha256:
+            row.recovered, row.source, row.sha256 = True, "already in the recovery directory", \
+                want.sha256
+            return row
+        row.reason = "the recovery directory already holds a different file at this path"
+        return row
+    os.makedirs(os.path.dirname(final), exist_ok=True)  # noqa: PTH103, PTH120 - bytes
+    for item in origin.candidates(rel):
+        if isinstance(item, Attempt):
+            row.tried.append(item)
+            continue
+        if want.size is not None and item.size is not None and item.size != want.size:
+            row.tried.append(Attempt(item.label, f"size {item.size}, manifest says {want.size}"))
+            continue
+        outcome = _copy_verified(item, want.sha256, final)
+        row.tried.append(Attempt(item.label, outcome))
+        if outcome.startswith(OK_OUTCOME):
+            row.recovered, row.source, row.sha256 = True, item.label, want.sha256
+            return row
+    row.reason = ("no version matches the manifest" if row.tried
+                  else "the source has no versions of this file")
+    return row
+
+
+class _HashingWriter:
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.digest = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.fh.write(data)
+
+
+def _copy_verified(item: Candidate, want: str, final: bytes) -> str:
+    fd, tmp = tempfile.mkstemp(prefix=b".recovering-", dir=os.path.dirname(final))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            writer = _HashingWriter(fh)
+            try:
+                note = item.write_to(writer)  # type: ignore[arg-type]
+            except (OSError, CkptRescueError) as exc:
+                return f"could not read: {getattr(exc, 'message', None) or exc}"
+            fh.flush()
+            os.fsync(fh.fileno())
+        got = writer.digest.hexdigest()
+        if got != want:
+            return f"SHA-256 {got[:16]}... differs from the manifest" + (f" ({note})" if note else "")
+        readback = hash_file(tmp)
+        if readback.sha256 != want:
+            return "the copy did not read back with the manifest's SHA-256"
+        os.rename(tmp, final)
+        tmp = b""
+        return OK_OUTCOME + (f" ({note})" if note else "")
+    finally:
+        if tmp and os.path.lexists(tmp):
+            os.unlink(tmp)

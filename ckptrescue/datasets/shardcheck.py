@@ -1,0 +1,129 @@
+"""Shared types for container checks: a bad record, one file's check, and a reader that turns
+an I/O error into the exact offset of the first unreadable block.
+
+Each format module (``tfrecord``, ``tarshards``, ``parquet``, ``jsonl``, ``npy``) exposes
+``check(fh, size) -> list[BadRecord]`` (plus how many records it checked) over a
+:class:`TrackedFile`; ``verify`` picks the module and catches :class:`UnreadableAt`.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptrescue.datasets.hashing import locate_read_error
+from ckptrescue.datasets.walk import to_json_path
+
+STATUSES = ("ok", "damaged", "unreadable", "unchecked")
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """One damaged record: its index (0-based), byte offset, sample key/column, and why."""
+
+    index: int | None
+    offset: int | None
+    key: str | None
+    problem: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "offset": self.offset, "key": self.key,
+                "problem": self.problem}
+
+
+@dataclass
+class CheckOutcome:
+    """What a format checker saw: records checked and the bad ones."""
+
+    records: int = 0
+    bad: list[BadRecord] = field(default_factory=list)
+    unchecked_reason: str | None = None
+
+
+@dataclass
+class FileCheck:
+    rel: bytes
+    format: str
+    status: str
+    bad_records: list[BadRecord] = field(default_factory=list)
+    records: int = 0
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": to_json_path(self.rel), "format": self.format, "status": self.status,
+                "bad_records": [b.to_json() for b in self.bad_records]}
+
+
+class UnreadableAt(Exception):
+    """A read failed with an I/O error; ``offset`` is the first unreadable block."""
+
+    def __init__(self, offset: int, error: str) -> None:
+        super().__init__(f"{error} at offset {offset}")
+        self.offset = offset
+        self.error = error
+
+
+class _TrackedRaw(io.RawIOBase):
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        try:
+            data = os.pread(self.fd, len(b), self.pos)
+        except OSError as exc:
+            where = (locate_read_error(self.fd, self.pos, len(b))
+                     if exc.errno == errno.EIO else self.pos)
+            raise UnreadableAt(where, exc.strerror or str(exc)) from exc
+        n = len(data)
+        b[:n] = data
+        self.pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 0:
+            self.pos = offset
+        elif whence == 1:
+            self.pos += offset
+        else:
+            self.pos = os.fstat(self.fd).st_size + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+        super().close()
+
+
+def open_tracked(path: str | bytes, *, buffer_size: int = 1 << 20) -> io.BufferedReader:
+    """Open read-only (no atime update where allowed) with EIO -> :class:`UnreadableAt`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0) | os.O_NONBLOCK)
+    except PermissionError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    return io.BufferedReader(_TrackedRaw(fd), buffer_size=buffer_size)
+
+
+def read_exact(fh: io.BufferedIOBase, n: int) -> bytes:
+    """Read up to ``n`` bytes, looping over short reads (returns fewer only at EOF)."""
+    chunks: list[bytes] = []
+    left = n
+    while left > 0:
+        chunk = fh.read(left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,194 @@
+"""``dataset verify``: container checks of every file under a directory, needing no manifest.
+
+Picks the checker by :func:`~ckptrescue.datasets.detect.detect`, runs it over a tracked reader
+(an I/O error becomes status ``unreadable`` with the offset of the first bad block), and merges
+the per-file results. Files of other formats are listed as ``unchecked``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from ckptrescue.datasets import jsonl, npy, parquet, tarshards, tfrecord
+from ckptrescue.datasets.detect import HEAD_BYTES, detect
+from ckptrescue.datasets.manifest import default_jobs
+from ckptrescue.datasets.shardcheck import (
+    BadRecord,
+    CheckOutcome,
+    FileCheck,
+    UnreadableAt,
+    open_tracked,
+    read_exact,
+)
+from ckptrescue.datasets.walk import FileEntry, display, join, shown_path, walk
+from ckptrescue.errors import EvidenceError
+from ckptrescue.model import Finding, Severity
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+Checker = Callable[[IO[bytes], "int | None"], CheckOutcome]
+CHECKERS: dict[str, Checker] = {
+    "tfrecord": tfrecord.check,
+    "tar": tarshards.check,
+    "parquet": parquet.check,
+    "jsonl": jsonl.check,
+    "npy": npy.check_npy,
+    "npz": npy.check_npz,
+}
+_CODES = {"tfrecord": "DS001", "tar": "DS002", "parquet": "DS003", "jsonl": "DS004",
+          "npy": "DS005", "npz": "DS005"}
+
+
+@dataclass
+class DatasetVerifyResult:
+    root: str
+    files: list[FileCheck] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {"ok": 0, "damaged": 0, "unreadable": 0, "unchecked": 0}
+        for f in self.files:
+            counts[f.status] += 1
+        return counts
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.status in ("damaged", "unreadable") for f in self.files)
+
+    def answer(self) -> str:
+        c = self.counts
+        checked = c["ok"] + c["damaged"] + c["unreadable"]
+        bad = c["damaged"] + c["unreadable"]
+        records = sum(len(f.bad_records) for f in self.files)
+        head = (f"all {checked} checked files are intact" if not bad else
+                f"{bad} of {checked} checked files are damaged or unreadable "
+                f"({records} bad records)")
+        return head + f"; {c['unchecked']} file(s) of other formats not checked"
+
+    def lines(self) -> list[str]:
+        out = []
+        for f in self.files:
+            if f.status == "ok":
+                continue
+            tail = f" ({f.note})" if f.note else ""
+            out.append(f"{f.status.upper():<10} {f.format:<14} {display(f.rel)}{tail}")
+            for b in f.bad_records:
+                where = ", ".join(p for p in (
+                    f"record {b.index}" if b.index is not None else "",
+                    f"offset {b.offset}" if b.offset is not None else "",
+                    f"key {b.key}" if b.key else "") if p)
+                out.append(f"    {where}: {b.problem}")
+        return out
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for f in self.files:
+            if f.status not in ("damaged", "unreadable"):
+                continue
+            code = "DS006" if f.status == "unreadable" else _CODES.get(f.format.split("+")[0],
+                                                                        "DS007")
+            sev = Severity.ERROR
+            for b in f.bad_records:
+                out.append(Finding(code, sev, f"{display(f.rel)}: {b.problem}",
+                                   evidence=shown_path(self.root, f.rel), offset=b.offset,
+                                   source="dataset.verify",
+                                   details={"format": f.format, "index": b.index, "key": b.key}))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": [f.to_json() for f in self.files], "counts": self.counts,
+                "answer": self.answer()}
+
+
+def check_file(root: bytes, entry: FileEntry) -> FileCheck:
+    """Check one file (the unit of work for threads and cluster workers)."""
+    path = join(root, entry.rel)
+    try:
+        fh = open_tracked(path)
+    except OSError as exc:
+        return FileCheck(entry.rel, "other", "unreadable",
+                         [BadRecord(None, 0, None, f"cannot open: {exc.strerror}")])
+    with fh:
+        try:
+            head = read_exact(fh, HEAD_BYTES)
+            fh.seek(0)
+        except UnreadableAt as exc:
+            return _unreadable(entry.rel, "other", exc, 0)
+        fmt = detect(entry.rel, head)
+        base = fmt.split("+")[0]
+        checker = CHECKERS.get(base)
+        if checker is None:
+            return FileCheck(entry.rel, fmt, "unchecked", note="format not checked")
+        outcome = CheckOutcome()
+        try:
+            if fmt.endswith("+gzip"):
+                with gzip.GzipFile(fileobj=fh, mode="rb") as stream:
+                    try:
+                        outcome = checker(stream, None)  # type: ignore[arg-type]
+                    except (OSError, EOFError, zlib.error) as exc:
+                        outcome.bad.append(BadRecord(None, None, None,
+                                                     f"gzip stream damaged: {exc}"))
+            else:
+                outcome = checker(fh, entry.size)
+        except UnreadableAt as exc:
+            return _unreadable(entry.rel, fmt, exc, outcome.records)
+    if outcome.bad:
+        return FileCheck(entry.rel, fmt, "damaged", outcome.bad, outcome.records)
+    if outcome.unchecked_reason:
+        return FileCheck(entry.rel, fmt, "unchecked", records=outcome.records,
+                         note=outcome.unchecked_reason)
+    return FileCheck(entry.rel, fmt, "ok", records=outcome.records)
+
+
+def _unreadable(rel: bytes, fmt: str, exc: UnreadableAt, records: int) -> FileCheck:
+    return FileCheck(rel, fmt, "unreadable",
+                     [BadRecord(None, exc.offset, None, f"I/O error: {exc.error}")], records,
+                     note=f"{exc.error} at offset {exc.offset}")
+
+
+def check_files(root: bytes, entries: list[FileEntry]) -> list[FileCheck]:
+    return [check_file(root, e) for e in entries]
+
+
+def verify_dataset(
+    dir: str | os.PathLike[str],
+    *,
+    case: Case | None = None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+) -> DatasetVerifyResult:
+    """Check every file under ``dir`` (read-only)."""
+    root = Path(dir)
+    if not root.is_dir():
+        raise EvidenceError(f"{root}: not a directory")
+    started = time.monotonic()
+    listing = walk(root)
+    root_b = os.fsencode(root)
+    result = DatasetVerifyResult(root=str(root))
+    items: Iterable[FileCheck]
+    if scheduler:
+        from ckptrescue.datasets.cluster import map_batches
+
+        items = (c for batch in map_batches(scheduler, check_files, root_b, listing.files)
+                 for c in batch)
+        result.files = list(items)
+    else:
+        with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+            result.files = list(pool.map(lambda e: check_file(root_b, e), listing.files))
+    result.files.sort(key=lambda f: f.rel)
+    result.elapsed_s = time.monotonic() - started
+    if case is not None:
+        case.log("dataset.verify", {"root": result.root, "counts": result.counts,
+                                    "answer": result.answer()})
+        case.add_findings(result.findings())
+    return result

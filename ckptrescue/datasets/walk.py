@@ -1,0 +1,142 @@
+"""List the regular files under a dataset directory without ever leaving it.
+
+Names are bytes relative to the root (as ``sha256sum`` sees them, so odd names survive). A symlink
+is followed only when it resolves to a regular file inside the root (what ``sha256sum`` would read
+under that name); symlinks that lead out of the root, dangle, or point at directories are skipped
+and said so. FIFOs, sockets and device nodes are skipped: reading them would block or read a
+device, not a dataset file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A regular file to hash or check: relative name (bytes), size and mtime from one stat."""
+
+    rel: bytes
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    rel: bytes
+    reason: str
+
+
+@dataclass
+class WalkResult:
+    files: list[FileEntry] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "not a regular file"
+
+
+def _inside(path: bytes, root: bytes) -> bool:
+    return path == root or path.startswith(root.rstrip(b"/") + b"/")
+
+
+def walk(root: str | os.PathLike[str] | bytes, *,
+         exclude: Iterable[str | bytes | os.PathLike[str]] = ()) -> WalkResult:
+    """Every regular file under ``root`` (sorted by name), and what was skipped and why."""
+    root_b = os.fsencode(root)
+    real_root = os.path.realpath(root_b)
+    excluded = {os.path.realpath(os.fsencode(p)) for p in exclude}
+    result = WalkResult()
+    stack: list[bytes] = [b""]
+    while stack:
+        rel_dir = stack.pop()
+        abs_dir = join(root_b, rel_dir) if rel_dir else root_b
+        try:
+            entries = sorted(os.scandir(abs_dir), key=lambda e: e.name)
+        except OSError as exc:
+            reason = f"cannot list directory: {exc.strerror}"
+            result.skipped.append(Skipped(rel_dir or b".", reason))
+            continue
+        for entry in entries:
+            rel = join(rel_dir, entry.name) if rel_dir else entry.name
+            if os.path.realpath(entry.path) in excluded and not entry.is_symlink():
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                result.skipped.append(Skipped(rel, f"cannot stat: {exc.strerror}"))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(rel)
+            elif stat.S_ISREG(st.st_mode):
+                result.files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
+            elif stat.S_ISLNK(st.st_mode):
+                _symlink(entry.path, rel, real_root, excluded, result)
+            else:
+                result.skipped.append(Skipped(rel, f"{_kind(st.st_mode)}, not hashed"))
+    result.files.sort(key=lambda f: f.rel)
+    result.skipped.sort(key=lambda s: s.rel)
+    return result
+
+
+def _symlink(path: bytes, rel: bytes, real_root: bytes, excluded: set[bytes],
+             result: WalkResult) -> None:
+    target = os.path.realpath(path)
+    if not _inside(target, real_root):
+        result.skipped.append(Skipped(rel, "symlink leading out of the directory, not followed"))
+        return
+    if target in excluded:
+        return
+    try:
+        st = os.stat(target)  # noqa: PTH116 - bytes path
+    except OSError:
+        result.skipped.append(Skipped(rel, "dangling symlink"))
+        return
+    if stat.S_ISDIR(st.st_mode):
+        result.skipped.append(Skipped(rel, "symlink to a directory, not followed"))
+    elif stat.S_ISREG(st.st_mode):
+        result.files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
+    else:
+        result.skipped.append(Skipped(rel, f"symlink to {_kind(st.st_mode)}, not hashed"))
+
+
+def display(rel: bytes) -> str:
+    """A printable form of a relative name (non-UTF-8 bytes as surrogate escapes -> \\xNN)."""
+    text = os.fsdecode(rel)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\n", "\\n")
+
+
+def to_json_path(rel: bytes) -> str:
+    """The JSON form of a name: surrogate-escaped text (``os.fsencode`` gives the bytes back)."""
+    return os.fsdecode(rel)
+
+
+def from_json_path(text: str) -> bytes:
+    return os.fsencode(text)
+
+
+def join(a: bytes, b: bytes) -> bytes:
+    """Join byte paths (pathlib has no bytes paths; names may not be UTF-8)."""
+    return os.path.join(a, b)  # noqa: PTH118
+
+
+def shown_path(root: str, rel: bytes) -> str:
+    """``root/rel`` for messages and findings."""
+    return str(Path(root) / display(rel))

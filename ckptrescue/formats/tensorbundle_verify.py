@@ -1,0 +1,116 @@
+"""Verify one TensorBundle entry's bytes against its masked CRC32C, streaming.
+
+Pure apart from reading the shard through an open file handle: the bytes
+``[offset, offset + size)`` of the shard are read in bounded chunks, CRC32C-extended and fed to an
+an optional ``feed`` callback. ``DT_STRING`` follows
+``WriteStringTensor``'s rule (lengths as u32/u64 LE, the 4-byte length CRC, then the bytes);
+``DT_VARIANT`` follows the per-element rule. Both are read whole, up to :data:`VARLEN_CAP`.
+``feed(offset, chunk)`` (e.g. :meth:`ckptrescue.formats.numeric.StorageScan.feed`) receives every
+chunk of a fixed-size tensor with its absolute shard offset, so each tensor is read once.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+from typing import BinaryIO
+
+import google_crc32c
+
+from ckptrescue.formats.protowire import WireError, read_varint
+from ckptrescue.formats.sstable import unmask
+from ckptrescue.formats.tensorbundle_entries import DT_STRING, DT_VARIANT, BundleEntry
+
+CHUNK = 4 * 1024 * 1024
+VARLEN_CAP = 64 * 1024 * 1024
+
+
+@dataclass
+class PieceResult:
+    """``status``: ok, damaged, truncated, missing or unverified."""
+
+    status: str
+    reason: str = ""
+    calculated: int | None = None  # unmasked CRC32C of the bytes read
+
+
+def _string_crc(raw: bytes, count: int) -> int:
+    crc = 0
+    pos = 0
+    for _ in range(count):
+        ln, pos = read_varint(raw, pos)
+        crc = google_crc32c.extend(crc, struct.pack("<I" if ln <= 0xFFFFFFFF else "<Q", ln))
+    if pos + 4 > len(raw):
+        raise WireError("string tensor ends inside its length checksum")
+    length_crc = raw[pos:pos + 4]
+    if unmask(struct.unpack("<I", length_crc)[0]) != crc:
+        raise WireError("string tensor's length checksum does not match its lengths")
+    crc = google_crc32c.extend(crc, length_crc)
+    return int(google_crc32c.extend(crc, raw[pos + 4:]))
+
+
+def _variant_crc(raw: bytes, count: int) -> int:
+    crc = 0
+    pos = 0
+    for _ in range(count):
+        ln, pos = read_varint(raw, pos)
+        crc = google_crc32c.extend(crc, struct.pack("<Q", ln))
+        crc = google_crc32c.extend(crc, raw[pos:pos + ln])
+        pos += ln
+        crc = google_crc32c.extend(crc, raw[pos:pos + 4])
+        pos += 4
+    return int(crc)
+
+
+def read_piece(fh: BinaryIO, offset: int, size: int) -> bytes:
+    """Read ``size`` bytes at ``offset`` (used by salvage for one verified tensor)."""
+    fh.seek(offset)
+    return fh.read(size)
+
+
+def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry,
+                 feed: Callable[[int, bytes], None] | None = None) -> PieceResult:
+    """Check one stored piece (a whole variable or one slice) of a shard."""
+    if fh is None or shard_size is None:
+        return PieceResult("missing", "its data shard is missing")
+    end = entry.offset + entry.size
+    if entry.offset < 0 or entry.size < 0:
+        return PieceResult("damaged", f"negative offset/size ({entry.offset}, {entry.size})")
+    if end > shard_size:
+        have = max(0, shard_size - entry.offset)
+        return PieceResult("truncated", f"shard ends {end - shard_size} bytes before the tensor "
+                           f"does ({have} of {entry.size} bytes present)")
+    expected = entry.expected_size
+    if expected is not None and expected != entry.size:
+        return PieceResult("damaged", f"entry size {entry.size} but dtype x shape = {expected}")
+    if entry.crc32c is None:
+        return PieceResult("unverified", "the entry records no CRC32C")
+    count = prod(entry.shape) if entry.shape is not None else 1
+    if entry.dtype in (DT_STRING, DT_VARIANT):
+        if entry.size > VARLEN_CAP:
+            return PieceResult("unverified", f"{entry.dtype_name} tensor larger than "
+                               f"{VARLEN_CAP >> 20} MiB is not verified")
+        raw = read_piece(fh, entry.offset, entry.size)
+        try:
+            crc = (_string_crc if entry.dtype == DT_STRING else _variant_crc)(raw, count)
+        except WireError as exc:
+            return PieceResult("damaged", str(exc))
+    else:
+        fh.seek(entry.offset)
+        remaining = entry.size
+        crc = 0
+        while remaining:
+            chunk = fh.read(min(CHUNK, remaining))
+            if not chunk:
+                return PieceResult("truncated", "short read")
+            crc = google_crc32c.extend(crc, chunk)
+            if feed is not None:
+                feed(entry.offset + entry.size - remaining, chunk)
+            remaining -= len(chunk)
+    stored = unmask(entry.crc32c)
+    if crc != stored:
+        return PieceResult("damaged", f"CRC32C mismatch: stored {stored:#010x}, calculated "
+                           f"{crc:#010x}", crc)
+    return PieceResult("ok", "", crc)

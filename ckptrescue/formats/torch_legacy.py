@@ -1,0 +1,166 @@
+"""Legacy torch.save stream (pre-1.6, or ``_use_new_zipfile_serialization=False``).
+
+Layout (reference §1.1, §1.9): five pickles — magic number ``0x1950A86A20F9469CFC6C``, protocol
+version 1001, ``sys_info`` dict, the main object (storages as persistent ids
+``('storage', type, key, location, numel, view_metadata)``), the sorted storage-key list — then
+for each key in that order an ``int64 LE`` element count and ``count x itemsize`` raw bytes. No
+alignment, no checksums: payloads are verified by element counts and numerics only.
+
+Detected from structure: the first pickle must decode (statically) to the magic number.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.formats import dtypes, pickle_scan, tensormap
+from ckptrescue.formats.tensormap import StorageCheck, finding
+from ckptrescue.formats.torch_zip import tensormap_salvageable
+
+MAGIC = 0x1950A86A20F9469CFC6C
+_HEAD = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")
+
+
+class TorchLegacyFormat:
+    """Legacy (non-zip) torch.save stream (``torch-legacy``)."""
+
+    name: ClassVar[str] = "torch-legacy"
+    priority: ClassVar[int] = 30
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        if not path.is_file():
+            return False
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(_HEAD))
+        except OSError:
+            return False
+        return head == _HEAD
+
+    @classmethod
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+        spath = str(path)
+        report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
+                                  files=[spath])
+        verdicts: list[Verdict] = []
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            scans: list[pickle_scan.PickleScan] = []
+            for i in range(5):
+                pos = fh.tell()
+                try:
+                    scans.append(pickle_scan.scan_pickle(fh, start=pos))
+                except pickle_scan.PickleError as exc:
+                    cut = fh.tell() >= size
+                    report.findings.append(finding(
+                        "PK002" if i >= 3 else "TL004",
+                        f"legacy pickle {i + 1} of 5: static parse stopped at byte "
+                        f"{exc.position}: {exc}", evidence=spath, offset=exc.position))
+                    verdicts.append(Verdict.TRUNCATED if cut else Verdict.DAMAGED)
+                    break
+                fh.seek(pos + scans[-1].end)
+            if scans and scans[0].root != MAGIC:
+                report.findings.append(finding("TL004", "first pickle is not the legacy magic "
+                                               "number", evidence=spath, offset=0))
+                verdicts.append(Verdict.DAMAGED)
+            unsafe = sorted({g for s in scans for g in s.unsafe_globals()})
+            report.extra["globals"] = sorted({g for s in scans for g in s.globals})
+            report.extra["unsafe_globals"] = unsafe
+            if unsafe:
+                report.findings.append(finding(
+                    "PK001", "pickle references globals outside the weights-only allowlist: "
+                    + ", ".join(unsafe), evidence=spath, details={"globals": unsafe}))
+                verdicts.append(Verdict.UNSAFE)
+            if len(scans) < 4:
+                tensormap.finalize(report, verdicts)
+                return report
+            named = list(pickle_scan.iter_named(scans[3].root))
+            refs_by_key: dict[str, list[Any]] = {}
+            for _, ref in named:
+                pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
+                if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
+                    refs_by_key.setdefault(pref.key, []).append(ref)
+            for pref in scans[3].persistent_refs:
+                if pref.is_storage:
+                    refs_by_key.setdefault(pref.key, []).append(pref)
+            keys = [str(k) for k in scans[4].root] if len(scans) == 5 and \
+                isinstance(scans[4].root, list) else sorted(refs_by_key)
+            storages: dict[str, StorageCheck] = {}
+            pos = fh.tell()
+            cut = False
+            for key in keys:
+                refs = refs_by_key.get(key, [])
+                prefs = [r for r in refs if isinstance(r, pickle_scan.PersistentRef)]
+                dtype = tensormap.storage_dtype(refs)
+                info = dtypes.lookup(dtype)
+                isz = info.itemsize if info else 1
+                sc = StorageCheck(key=key, file=spath, dtype=dtype,
+                                  declared=tensormap.declared_nbytes(prefs[0], dtype)
+                                  if prefs else None)
+                storages[key] = sc
+                if cut:
+                    sc.mark("truncated", "file ends before this storage")
+                    continue
+                raw = os.pread(fh.fileno(), 8, pos)
+                if len(raw) < 8:
+                    cut = True
+                    sc.mark("truncated", "file ends before this storage's element count")
+                    continue
+                (count,) = struct.unpack("<q", raw)
+                sc.data_offset = pos + 8
+                nbytes = count * isz
+                if sc.declared is not None and nbytes != sc.declared:
+                    sc.mark("damaged", f"element count {count} x {isz} bytes differs from "
+                            f"the pickle's {sc.declared} bytes")
+                    report.findings.append(finding("TL002", f"storage {key}: {sc.reasons[-1]}",
+                                                   evidence=spath, offset=pos, length=8))
+                    if count < 0 or nbytes > size:
+                        cut = True
+                        continue
+                tensormap.stream_check(fh, sc, length=nbytes, do_numeric=options.numeric,
+                                       want_crc=False)
+                if (sc.available or 0) < nbytes:
+                    sc.mark("truncated", f"only {sc.available} of {nbytes} bytes present")
+                    cut = True
+                elif sc.status == "ok":
+                    sc.status = "unverified"
+                pos = sc.data_offset + nbytes
+            if cut:
+                report.findings.append(finding("TL001", "legacy checkpoint truncated: "
+                                               "storages cut short", evidence=spath,
+                                               offset=size))
+                verdicts.append(Verdict.TRUNCATED)
+            elif pos < size:
+                report.findings.append(finding("TL005", f"{size - pos} bytes after the last "
+                                               "storage", evidence=spath, offset=pos,
+                                               length=size - pos))
+            for key, sc in storages.items():
+                if sc.status == "damaged":
+                    verdicts.append(Verdict.DAMAGED)
+            strides: dict[str, list[int]] = {}
+            report.tensors = tensormap.tensor_records(named, storages, strides)
+            report.extra["strides"] = strides
+            for rec in report.tensors:
+                if rec.status == "unverified":
+                    rec.checksum = None
+            report.findings.append(finding("TL003", "legacy format stores no checksums: "
+                                           "payloads verified numerically only", evidence=spath))
+            if options.numeric:
+                report.findings.extend(tensormap.numeric_findings(storages, report.tensors,
+                                                                  spath))
+        tensormap.finalize(report, verdicts)
+        return report
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        yield from tensormap_salvageable(report)
+
+
+FORMATS = [TorchLegacyFormat]

@@ -1,0 +1,175 @@
+"""Build the report model from a case: nothing is re-run, everything comes from the case.
+
+Pure over the case's files (audit records, artifacts). Deterministic: the same case gives the
+same model apart from ``generated``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import PurePath
+from typing import Any
+
+from ckptrescue import __version__
+from ckptrescue.answer import answer_line, latest_checkpoints, step_results
+from ckptrescue.audit import utc_now
+from ckptrescue.case import Case
+from ckptrescue.model import Severity
+
+SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
+_MAP_WIDTH = 900
+
+
+def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
+    action = record["action"]
+    d = record.get("details", {})
+    text = {
+        "case.created": lambda: "case created",
+        "evidence.added": lambda: f"evidence {d['item']['id']} added: {d['item']['kind']} "
+                                  f"{d['item']['source']}",
+        "run.started": lambda: f"playbook {d.get('playbook')} started"
+                               + (" (resumed)" if d.get("resumed") else ""),
+        "run.finished": lambda: f"playbook run {d.get('status')}",
+        "step.started": lambda: f"step {d.get('step')} [{d.get('action')}] started",
+        "step.finished": lambda: f"step {d.get('step')} [{d.get('action')}] {d.get('status')}"
+                                 + (f": {d.get('error')}" if d.get("error") else ""),
+        "step.skipped": lambda: f"step {d.get('step')} skipped ({d.get('reason')})",
+        "tool.refused": lambda: f"REFUSED {' '.join(d.get('argv', []))}: {d.get('reason')}",
+        "gate.confirmed": lambda: f"gate confirmed: {d.get('prompt')}",
+        "case.sealed": lambda: "case sealed",
+        "audit.torn_tail": lambda: "torn audit record chained over",
+    }.get(action)
+    if text is None:
+        return None
+    return {"time": record["time"], "seq": record["seq"], "action": action, "text": text()}
+
+
+def _bad_sector_map(case: Case) -> dict[str, Any] | None:
+    images = step_results(case, "image")
+    if not images:
+        return None
+    img = images[-1]
+    size = int(img.get("size") or 0)
+    if size <= 0:
+        return None
+    locates = step_results(case, "locate")
+    labels: dict[tuple[int, int], list[str]] = {}
+    if locates:
+        for r in locates[-1].get("ranges", []):
+            names = []
+            for f in r.get("files", []):
+                tensors = f.get("tensors") or []
+                names.append(f"{f.get('path')}: {', '.join(tensors) if tensors else 'no tensor'}")
+            labels[(int(r["start"]), int(r["end"]))] = names or ["no file (free space/metadata)"]
+    ranges = []
+    for i, (start, end) in enumerate(img.get("bad_ranges") or []):
+        x = start / size * _MAP_WIDTH
+        w = max((end - start) / size * _MAP_WIDTH, 2.0)
+        ranges.append({"start": start, "end": end, "x": round(x, 2), "w": round(w, 2),
+                       "label_y": 70 + 16 * i,
+                       "labels": labels.get((int(start), int(end)), [])})
+    return {"size": size, "width": _MAP_WIDTH, "ranges": ranges,
+            "height": 80 + 16 * max(len(ranges), 1), "image": img.get("image"),
+            "rescued_bytes": img.get("rescued_bytes"), "image_sha256": img.get("image_sha256")}
+
+
+def _recommendations(model: dict[str, Any]) -> list[str]:
+    recs: list[str] = []
+    resume = model.get("resume_from")
+    if resume:
+        recs.append(f"Resume training from {resume} (the newest checkpoint that verifies).")
+    elif model["checkpoints"]:
+        recs.append("No checkpoint verifies: salvage intact tensors and fill the rest from an "
+                    "older checkpoint or a versioned backup before resuming.")
+    for ckpt in model["checkpoints"]:
+        if ckpt["verdict"] == "unsafe":
+            recs.append(f"Do not load {ckpt['name']}: its pickle references unsafe globals. "
+                        "Quarantine it and find out who wrote it.")
+    if model.get("bad_sector_map"):
+        recs.append("The source has unreadable sectors: keep working on the image only; "
+                    "retry passes (ckptrescue image --retries N) may recover more.")
+    for key in model.get("s3_known_good", []):
+        recs.append(f"Restore s3 key {key['key']} from version {key['known_good']} "
+                    "(ckptrescue s3 restore ... --version).")
+    if model["refusals"]:
+        recs.append("Some commands were refused by the safety guard; they are listed below.")
+    recs.append("Keep the sealed head hash of this case out of band and verify the case "
+                "(ckptrescue case verify --expect-head) before sharing conclusions.")
+    return recs
+
+
+def build(case: Case) -> dict[str, Any]:
+    records = list(case.records())
+    verification = case.verify()
+    findings = case.findings()
+    by_sev = {str(s): [f.to_json() for f in findings if f.severity == s] for s in SEVERITY_ORDER}
+    checkpoints = []
+    for path, ckpt in sorted(latest_checkpoints(case).items()):
+        rows = []
+        reasons: dict[str, list[str]] = {}
+        for f in ckpt.get("findings", []):
+            for t in f.get("tensors", []):
+                reasons.setdefault(t, []).append(f"{f['code']} {f['title']}")
+        for kind in ("damaged", "suspect", "missing"):
+            for name in ckpt.get(f"{kind}_tensors", []):
+                rows.append({"name": name, "status": kind, "reasons": reasons.get(name, [])})
+        checkpoints.append({
+            "path": path, "name": PurePath(path).name, "format": ckpt.get("format"),
+            "verdict": ckpt.get("verdict"), "tensors_total": ckpt.get("tensors_total"),
+            "rows": rows, "findings": ckpt.get("findings", []),
+        })
+    ranks = step_results(case, "rank")
+    resume = ranks[-1].get("resume_from") if ranks else None
+    commands = []
+    refusals = []
+    for r in records:
+        d = r.get("details", {})
+        if r["action"] in {"tool.run", "sandbox.run"}:
+            commands.append({"seq": r["seq"], "time": r["time"], "argv": d.get("argv", []),
+                             "returncode": d.get("returncode"),
+                             "duration_s": d.get("duration_s"),
+                             "stdout_sha256": d.get("stdout_sha256"),
+                             "stderr_sha256": d.get("stderr_sha256"),
+                             "timed_out": d.get("timed_out"), "truncated": d.get("truncated")})
+        elif r["action"] == "tool.refused":
+            refusals.append({"seq": r["seq"], "time": r["time"], "argv": d.get("argv", []),
+                             "reason": d.get("reason")})
+    versions = {}
+    for r in records:
+        if r["action"] == "tool.version":
+            d = r["details"]
+            versions[d["tool"]] = {"executable": d.get("executable"), "version": d.get("version")}
+    salvages = step_results(case, "salvage")
+    s3_known_good = [k for out in step_results(case, "s3.history")[-1:]
+                     for k in out.get("keys", []) if k.get("known_good")]
+    s3_verify = step_results(case, "s3.verify")
+    model: dict[str, Any] = {
+        "generated": utc_now(),
+        "tool_version": __version__,
+        "manifest": case.manifest,
+        "answer": answer_line(case),
+        "resume_from": resume,
+        "rank": ranks[-1] if ranks else None,
+        "timeline": [e for r in records if (e := _timeline_entry(r))],
+        "evidence": [e.to_json() for e in case.evidence()],
+        "findings_by_severity": by_sev,
+        "finding_counts": dict(Counter(str(f.severity) for f in findings)),
+        "checkpoints": checkpoints,
+        "salvage": salvages,
+        "bad_sector_map": _bad_sector_map(case),
+        "locate": (step_results(case, "locate") or [None])[-1],
+        "s3_verify": s3_verify[-1] if s3_verify else None,
+        "s3_known_good": s3_known_good,
+        "commands": commands,
+        "refusals": refusals,
+        "tool_versions": dict(sorted(versions.items())),
+        "verification": verification.to_json(),
+        "records": len(records),
+    }
+    model["recommendations"] = _recommendations(model)
+    return model
+
+
+def to_json(model: dict[str, Any]) -> str:
+    return json.dumps(model, indent=2, sort_keys=True, default=str)

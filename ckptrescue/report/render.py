@@ -1,0 +1,66 @@
+"""Render the report model with Jinja2 templates from ``reports/templates`` (autoescaped)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.case import Case
+from ckptrescue.errors import UsageError
+from ckptrescue.report import model as report_model
+from ckptrescue.resources import data_dir
+
+FORMATS = ("html", "md", "json")
+
+
+def _env(autoescape: bool) -> Any:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    env = Environment(
+        loader=FileSystemLoader(str(data_dir("report_templates"))),
+        autoescape=autoescape,  # noqa: S701 - html: on; markdown: off by design (escaped per cell)
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["human"] = _human
+    env.filters["short"] = lambda s, n=12: (s or "")[:n]
+    env.filters["mdcell"] = _md_text
+    return env
+
+
+def _md_text(value: Any) -> str:
+    """Markdown-safe text: no HTML, no table breaks, no code-span breaks."""
+    text = str(value).replace("\n", " ").replace("|", "\\|").replace("`", "'")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _human(n: Any) -> str:
+    try:
+        value = float(n)
+    except (TypeError, ValueError):
+        return str(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(n)
+
+
+def render(case: Case, fmt: str = "html") -> str:
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
+    model = report_model.build(case)
+    if fmt == "json":
+        return report_model.to_json(model)
+    if fmt == "html":
+        return str(_env(True).get_template("report.html.j2").render(r=model))
+    return str(_env(False).get_template("report.md.j2").render(r=model))
+
+
+def write(case: Case, out: Path, fmt: str = "html") -> Path:
+    text = render(case, fmt)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return out

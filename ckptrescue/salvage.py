@@ -1,0 +1,250 @@
+"""Salvage the intact tensors of a damaged checkpoint into a new safetensors file.
+
+``salvage(checkpoint, out_dir)`` probes the checkpoint (statically, never executing it), asks
+its format which tensors verify (optional format method ``iter_verified_tensors(path, report)``
+yielding ``(TensorRecord, reason_or_None)``; formats without it get the generic rule: tensors
+whose status is ok/unverified/suspect and whose bytes are located), and writes, streaming:
+
+* ``OUT_DIR/<name>.salvaged.safetensors`` — every recovered tensor, C-contiguous, with
+  ``__metadata__`` naming the source and the tensors filled from a reference;
+* ``OUT_DIR/salvage.json`` — ``{"recovered": [...], "lost": [{"name", "reason"}],
+  "filled": [...]}`` plus the source's verdict.
+
+``fill_from`` takes lost tensors (same shape and dtype) from a reference checkpoint. The output
+directory must not be the input's directory or inside it (unless ``allow_next_to_input``) and
+must not be on a read-only mount (evidence is mounted read-only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ckptrescue.checkpoint import CheckpointReport, TensorRecord, Verdict
+from ckptrescue.errors import RefusedError, UsageError
+from ckptrescue.formats import dtypes
+from ckptrescue.formats.tensormap import finding
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class SalvageResult:
+    """What was recovered, lost and filled, and where it was written."""
+
+    source: str
+    source_verdict: str
+    output: str | None
+    recovered: list[str] = field(default_factory=list)
+    lost: list[dict[str, str]] = field(default_factory=list)
+    filled: list[str] = field(default_factory=list)
+    fill_from: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "source_verdict": self.source_verdict,
+                "output": self.output, "recovered": self.recovered, "lost": self.lost,
+                "filled": self.filled, "fill_from": self.fill_from}
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.relative_to(parent)
+    except ValueError:
+        return False
+    return True
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_out_dir(checkpoint: Path, out_dir: Path, *, allow_next_to_input: bool) -> None:
+    """Refuse output locations that could touch evidence."""
+    src = checkpoint.resolve()
+    src_dir = src if src.is_dir() else src.parent
+    out = out_dir.resolve()
+    if not allow_next_to_input and _inside(out, src_dir):
+        raise RefusedError(f"{out_dir}: output would be written next to (or inside) the "
+                           f"input's directory {src_dir}",
+                           hint="choose a recovery location on other media, or pass "
+                           "--allow-next-to-input")
+    anc = _existing_ancestor(out)
+    if os.statvfs(anc).f_flag & os.ST_RDONLY:
+        raise RefusedError(f"{out_dir}: on a read-only mount (evidence?); refusing to write")
+
+
+def _default_verified(report: CheckpointReport) -> Iterator[tuple[TensorRecord, str | None]]:
+    for rec in report.tensors:
+        ok = rec.status in ("ok", "unverified", "suspect") and rec.offset is not None \
+            and rec.shape is not None
+        yield rec, None if ok else ("; ".join(rec.reasons) or rec.status)
+
+
+@dataclass
+class _Planned:
+    name: str
+    rec: TensorRecord
+    code: str
+    nbytes: int
+    strides: list[int] | None
+    filled: bool = False
+
+
+def _plan(rec: TensorRecord, strides: dict[str, list[int]]) -> _Planned | str:
+    info = dtypes.lookup(rec.dtype)
+    if info is None or info.safetensors is None:
+        return f"dtype {rec.dtype} has no safetensors equivalent"
+    if rec.shape is None or rec.offset is None or rec.file is None:
+        return "byte location unknown"
+    numel = 1
+    for s in rec.shape:
+        numel *= s
+    return _Planned(rec.name, rec, info.safetensors, numel * info.itemsize,
+                    strides.get(rec.name))
+
+
+def _copy(out: BinaryIO, p: _Planned) -> None:
+    rec = p.rec
+    assert rec.file is not None and rec.offset is not None
+    with open(rec.file, "rb") as src:
+        if p.strides is None:
+            done = 0
+            while done < p.nbytes:
+                data = os.pread(src.fileno(), min(CHUNK, p.nbytes - done), rec.offset + done)
+                if not data:
+                    raise UsageError(f"{rec.file}: short read at {rec.offset + done}")
+                out.write(data)
+                done += len(data)
+            return
+        import numpy as np
+
+        info = dtypes.lookup(rec.dtype)
+        assert info is not None and rec.length is not None and rec.shape is not None
+        raw = os.pread(src.fileno(), rec.length, rec.offset)
+        base = np.frombuffer(raw, dtype=f"u{info.itemsize}" if info.itemsize in (1, 2, 4, 8)
+                             else "u1")
+        view = np.lib.stride_tricks.as_strided(
+            base, shape=rec.shape, strides=[s * base.itemsize for s in p.strides])
+        out.write(np.ascontiguousarray(view).tobytes())
+
+
+def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
+            case: Case | None = None, allow_next_to_input: bool = False) -> SalvageResult:
+    """Write the verified tensors of ``checkpoint`` into ``out_dir`` (see module docstring)."""
+    from ckptrescue.checkpoint import ProbeOptions
+    from ckptrescue.probes.checkpoints import discover, probe_one
+
+    checkpoint = Path(checkpoint).absolute()
+    out_dir = Path(out_dir).absolute()
+    check_out_dir(checkpoint, out_dir, allow_next_to_input=allow_next_to_input)
+    found = discover([checkpoint])
+    if len(found) != 1:
+        raise UsageError(f"{checkpoint}: salvage takes exactly one checkpoint "
+                         f"(found {len(found)})")
+    fmt, root = found[0]
+    report = probe_one(fmt, root, ProbeOptions(numeric=False))
+    if report.verdict is Verdict.UNREADABLE or fmt is None:
+        raise UsageError(f"{checkpoint}: cannot be identified; nothing to salvage")
+    verified = getattr(fmt, "iter_verified_tensors", None)
+    pairs = list(verified(root, report) if verified else _default_verified(report))
+    strides = report.extra.get("strides", {})
+    result = SalvageResult(source=str(checkpoint), source_verdict=str(report.verdict),
+                           output=None, fill_from=str(fill_from) if fill_from else None)
+    planned: list[_Planned] = []
+    lost: dict[str, tuple[TensorRecord, str]] = {}
+    for rec, reason in pairs:
+        if reason is None:
+            p = _plan(rec, strides)
+            if isinstance(p, str):
+                lost[rec.name] = (rec, p)
+            else:
+                planned.append(p)
+        else:
+            lost[rec.name] = (rec, reason)
+    if fill_from is not None and lost:
+        ref_found = discover([Path(fill_from).absolute()])
+        if len(ref_found) != 1:
+            raise UsageError(f"{fill_from}: --fill-from takes exactly one checkpoint")
+        rfmt, rroot = ref_found[0]
+        ref = probe_one(rfmt, rroot, ProbeOptions(numeric=False))
+        rverified = getattr(rfmt, "iter_verified_tensors", None)
+        rpairs = {r.name: (r, why) for r, why in
+                  (rverified(rroot, ref) if rverified else _default_verified(ref))}
+        rstrides = ref.extra.get("strides", {})
+        for name in list(lost):
+            rec, _ = lost[name]
+            cand = rpairs.get(name)
+            if cand is None or cand[1] is not None:
+                continue
+            rrec = cand[0]
+            if rec.shape is not None and (rrec.shape != rec.shape or rrec.dtype != rec.dtype):
+                lost[name] = (rec, lost[name][1] + "; reference differs in shape/dtype")
+                continue
+            p = _plan(rrec, rstrides)
+            if isinstance(p, str):
+                continue
+            p.filled = True
+            planned.append(p)
+            result.filled.append(name)
+            del lost[name]
+    planned.sort(key=lambda p: p.name)
+    header: dict[str, Any] = {}
+    pos = 0
+    for p in planned:
+        header[p.name] = {"dtype": p.code, "shape": list(p.rec.shape or ()),
+                          "data_offsets": [pos, pos + p.nbytes]}
+        pos += p.nbytes
+    header["__metadata__"] = {"salvaged_from": str(checkpoint),
+                              "source_verdict": str(report.verdict),
+                              "filled_from": str(fill_from) if fill_from else "",
+                              "filled": json.dumps(sorted(result.filled))}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = checkpoint.name
+    for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+    out_path = out_dir / f"{stem}.salvaged.safetensors"
+    if out_path.exists():
+        raise UsageError(f"{out_path}: already exists; choose a new OUT_DIR")
+    tmp = out_path.with_suffix(".partial")
+    with open(tmp, "xb") as out:
+        out.write(len(text).to_bytes(8, "little"))
+        out.write(text)
+        for p in planned:
+            _copy(out, p)
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.rename(out_path)
+    result.output = str(out_path)
+    result.recovered = sorted(p.name for p in planned if not p.filled)
+    result.lost = [{"name": n, "reason": why} for n, (_, why) in sorted(lost.items())]
+    (out_dir / "salvage.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if case is not None:
+        sha = case.store_artifact((out_dir / "salvage.json").read_bytes(),
+                                  name="salvage.json", kind="salvage-report")
+        case.log("checkpoint.salvaged", {"source": str(checkpoint), "output": str(out_path),
+                                         "recovered": len(result.recovered),
+                                         "lost": [x["name"] for x in result.lost][:500],
+                                         "filled": result.filled[:500]}, artifacts=[sha])
+        ev = str(checkpoint)
+        case.add_finding(finding("SV001", f"{len(result.recovered)} tensor(s) salvaged into "
+                                 f"{out_path}", evidence=ev))
+        if result.lost:
+            case.add_finding(finding("SV002", f"{len(result.lost)} tensor(s) could not be "
+                                     "salvaged", evidence=ev,
+                                     tensors=[x["name"] for x in result.lost][:500]))
+        if result.filled:
+            case.add_finding(finding("SV003", f"{len(result.filled)} tensor(s) filled from "
+                                     f"{fill_from}", evidence=ev, tensors=result.filled[:500]))
+    return result

@@ -1,0 +1,79 @@
+"""Sandbox child: the real loaders (torch.load weights_only, safetensors, DCP) on one checkpoint.
+
+Run only through ``effects.sandbox.run_child("torch_load", request)``; request keys: ``path``,
+``loader`` (torch, safetensors, dcp, hf-sharded) and ``files``. Prints one JSON object: ``ok``,
+the number of tensors and non-finite values on success, else the exception class and message.
+``torch.load`` always gets ``weights_only=True, map_location="cpu"``. DCP's
+``CheckpointException`` derives from BaseException, hence the broad catch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def _count(obj: Any, acc: dict[str, int]) -> None:
+    import torch
+
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, torch.Tensor):
+            acc["tensors"] += 1
+            if item.is_floating_point() and item.numel():
+                acc["nonfinite"] += int((~torch.isfinite(item)).sum())
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+
+
+def _load(req: dict[str, Any]) -> Any:
+    loader, path = req["loader"], req["path"]
+    if loader == "torch":
+        import torch
+
+        return torch.load(path, weights_only=True, map_location="cpu")
+    if loader == "safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(path, device="cpu")
+    if loader == "hf-sharded":
+        from safetensors.torch import load_file
+
+        out: dict[str, Any] = {}
+        for f in req.get("files", []):
+            if f.endswith(".safetensors"):
+                out.update(load_file(f, device="cpu"))
+            elif f.endswith((".bin", ".pt", ".pth")):
+                import torch
+
+                out.update(torch.load(f, weights_only=True, map_location="cpu"))
+        return out
+    if loader == "dcp":
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+        return _load_state_dict_from_keys(checkpoint_id=path)
+    raise ValueError(f"unknown loader {loader}")
+
+
+def main() -> None:
+    with open(sys.argv[1]) as fh:
+        req = json.load(fh)
+    try:
+        obj = _load(req)
+        acc = {"tensors": 0, "nonfinite": 0}
+        _count(obj, acc)
+        result: dict[str, Any] = {"ok": True, **acc}
+    except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        result = {"ok": False, "exception": f"{type(exc).__module__}.{type(exc).__name__}",
+                  "message": str(exc)[:2000]}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""``fs inspect``: filesystem and device-health state, read-only, as findings plus artifacts.
+
+XFS: ``xfs_info``, ``xfs_db -r -c "sb 0" -c print``, ``xfs_db -r -c version``, ``xfs_logprint -t``
+(CLEAN/DIRTY; head/tail are not in the superblock), NEEDSREPAIR (``features_incompat & 0x10``)
+and ``features_log_incompat``, ``xfs_repair -n`` (rc 1 on corruption *and* on a dirty log).
+ext2/3/4: ``dumpe2fs -h`` (needs_recovery, state, error count and first/last error).
+ZFS members: ``zpool status -vP``, ``zpool events -v`` when the tools exist.
+Device health for physical disks: ``smartctl -x -j`` (exit bitmask decoded) and, for NVMe,
+``nvme smart-log``/``error-log -o json``. Every tool output is an artifact in the case.
+Image files are attached with a read-only loop device for the duration.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.effects.runner import SubprocessRunner, ToolCall, ToolResult
+from ckptrescue.model import Finding, Severity
+from ckptrescue.parsers import dumpe2fs, nvme, smartctl, xfs_db, xfs_logprint, zpool_status
+from ckptrescue.storage import mounting, samedisk, sysfs
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+XFS_INCOMPAT_NEEDSREPAIR = 0x10
+
+
+@dataclass
+class InspectResult:
+    target: str
+    device: str
+    fstype: str | None
+    facts: dict[str, Any] = field(default_factory=dict)
+    health: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "device": self.device, "fstype": self.fstype,
+                "facts": self.facts, "health": self.health,
+                "findings": [f.to_json() for f in self.findings], "notes": self.notes}
+
+
+def _run(runner: SubprocessRunner, *argv: str, purpose: str, timeout: float = 600) -> ToolResult:
+    return runner.run(ToolCall(argv=tuple(argv), timeout_s=timeout, purpose=purpose))
+
+
+def _f(code: str, sev: Severity, title: str, ev: str, **details: Any) -> Finding:
+    return Finding(code, sev, title, evidence=ev, source="fs inspect", details=details)
+
+
+def inspect_xfs(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str, Any],
+                                                                      list[Finding]]:
+    facts: dict[str, Any] = {}
+    out: list[Finding] = []
+    info = _run(runner, "xfs_info", dev, purpose="xfs geometry")
+    facts["xfs_info"] = info.stdout.strip()
+    sb_res = _run(runner, "xfs_db", "-r", "-c", "sb 0", "-c", "print", dev,
+                  purpose="xfs superblock")
+    sb = xfs_db.parse_print(sb_res.stdout)
+    facts["superblock"] = sb
+    if sb.get("magicnum") != "0x58465342" or "(correct)" not in sb.get("crc", "(correct)"):
+        out.append(_f("XF006", Severity.ERROR, f"XFS superblock 0 magic {sb.get('magicnum')!r} "
+                      f"crc {sb.get('crc')!r}", ev, stderr=sb_res.stderr.strip()[:2000]))
+    ver = _run(runner, "xfs_db", "-r", "-c", "version", dev, purpose="xfs features")
+    facts["version"] = ver.stdout.strip()
+    incompat = xfs_db.as_int(sb.get("features_incompat")) or 0
+    log_incompat = xfs_db.as_int(sb.get("features_log_incompat")) or 0
+    if incompat & XFS_INCOMPAT_NEEDSREPAIR:
+        out.append(_f("XF002", Severity.CRITICAL, "XFS NEEDSREPAIR is set: a repair was started "
+                      "and not finished; the kernel refuses to mount", ev,
+                      features_incompat=hex(incompat)))
+    if log_incompat:
+        out.append(_f("XF003", Severity.WARNING, f"XFS features_log_incompat={log_incompat:#x}: "
+                      "log replay needs a kernel that knows these log items", ev))
+    if xfs_db.as_int(sb.get("inprogress")):
+        out.append(_f("XF005", Severity.CRITICAL, "XFS superblock inprogress=1", ev))
+    lp = _run(runner, "xfs_logprint", "-t", dev, purpose="xfs log state")
+    state = xfs_logprint.parse(lp.stdout)
+    if state is not None:
+        facts["log"] = {"tail": state.tail, "head": state.head, "state": state.state,
+                        "daddr": state.daddr, "length": state.length}
+        if state.dirty:
+            out.append(_f("XF001", Severity.ERROR, f"XFS log is DIRTY (tail {state.tail}, head "
+                          f"{state.head}): mount only with ro,norecovery; replay only on a copy",
+                          ev, **facts["log"]))
+        else:
+            out.append(_f("XF007", Severity.INFO, "XFS log is clean", ev, **facts["log"]))
+    rep = _run(runner, "xfs_repair", "-n", dev, purpose="xfs no-modify check", timeout=3600)
+    facts["xfs_repair_n"] = {"returncode": rep.returncode,
+                             "alerts": [ln for ln in (rep.stdout + rep.stderr).splitlines()
+                                        if "ALERT" in ln or "would" in ln.lower()][:50]}
+    if rep.returncode not in (0, None):
+        dirty_only = state is not None and state.dirty
+        out.append(_f("XF004", Severity.ERROR,
+                      f"xfs_repair -n exited {rep.returncode}"
+                      + (" (the dirty log alone makes it report; findings may be spurious)"
+                         if dirty_only else ""), ev, **facts["xfs_repair_n"]))
+    return facts, out
+
+
+def inspect_ext(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str, Any],
+                                                                      list[Finding]]:
+    res = _run(runner, "dumpe2fs", "-h", dev, purpose="ext superblock")
+    sb = dumpe2fs.parse(res.stdout)
+    facts = {"dumpe2fs": sb.to_json()}
+    out: list[Finding] = []
+    if sb.needs_recovery:
+        out.append(_f("E4001", Severity.ERROR, "ext4 journal needs recovery (needs_recovery): "
+                      "mount only with ro,noload; replay only on a copy", ev,
+                      journal_start=sb.fields.get("Journal start")))
+    elif "has_journal" in sb.features:
+        out.append(_f("E4004", Severity.INFO, "ext4 journal is clean", ev))
+    if sb.state and sb.state != "clean":
+        out.append(_f("E4002", Severity.ERROR, f"ext4 filesystem state: {sb.state}", ev))
+    if sb.error_count or sb.errors:
+        out.append(_f("E4003", Severity.ERROR, f"ext4 recorded {sb.error_count} error(s)", ev,
+                      **sb.errors))
+    return facts, out
+
+
+def inspect_zfs(runner: SubprocessRunner, pool: str | None, ev: str) -> tuple[dict[str, Any],
+                                                                              list[Finding]]:
+    if shutil.which("zpool") is None:
+        return {"zfs": "zpool not installed"}, []
+    args = ["zpool", "status", "-vP"] + ([pool] if pool else [])
+    res = _run(runner, *args, purpose="zfs pool status")
+    facts: dict[str, Any] = {"zpool_status_rc": res.returncode}
+    _run(runner, "zpool", "events", "-v", purpose="zfs events")
+    if pool:
+        _run(runner, "zfs", "get", "-Hp", "-o", "name,property,value,source",
+             "checksum,compression,compressratio,recordsize", "-r", pool, purpose="zfs props")
+    return facts, zfs_findings(zpool_status.parse(res.stdout), ev)
+
+
+def zfs_findings(pools: list[zpool_status.PoolStatus], ev: str) -> list[Finding]:
+    out: list[Finding] = []
+    for p in pools:
+        if p.state and p.state != "ONLINE":
+            out.append(_f("ZF001", Severity.ERROR, f"pool {p.pool} is {p.state}", ev,
+                          status=p.status, action=p.action))
+        bad = [v for v in p.vdevs if v.read or v.write or v.cksum]
+        if bad:
+            out.append(_f("ZF002", Severity.ERROR, f"pool {p.pool}: errors on "
+                          + ", ".join(f"{v.name} (R{v.read} W{v.write} C{v.cksum})" for v in bad),
+                          ev, vdevs=[v.__dict__ for v in bad]))
+        if p.error_files or (p.data_errors or 0) > 0:
+            out.append(_f("ZF003", Severity.CRITICAL, f"pool {p.pool}: permanent errors in "
+                          f"{len(p.error_files) or p.data_errors} file(s)", ev,
+                          files=p.error_files))
+    return out
+
+
+def smart_findings(rep: smartctl.SmartReport, ev: str) -> list[Finding]:
+    out: list[Finding] = []
+    st = rep.exit_status
+    if st & 0b110 and rep.passed is None:
+        out.append(_f("SM005", Severity.INFO, "SMART not readable: " + "; ".join(
+            rep.exit_meaning + rep.messages), ev, exit_status=st))
+    if st & 0x08 or rep.passed is False:
+        out.append(_f("SM001", Severity.CRITICAL, f"SMART overall health FAILED on {rep.model} "
+                      f"{rep.serial}", ev, exit_status=st, exit_meaning=rep.exit_meaning))
+    if st & 0x10:
+        out.append(_f("SM002", Severity.ERROR, "prefail attributes at or below threshold: "
+                      + ", ".join(rep.failing_attributes), ev))
+    if st & 0x20:
+        out.append(_f("SM003", Severity.WARNING, "attributes were at or below threshold in the "
+                      "past", ev))
+    if st & 0xC0 or (rep.error_log_count or 0) > 0 or (rep.self_test_errors or 0) > 0:
+        out.append(_f("SM004", Severity.WARNING, f"error log records: {rep.error_log_count}, "
+                      f"self-test errors: {rep.self_test_errors}", ev))
+    bad_sectors = {k: v for k, v in rep.sector_counts.items() if v > 0}
+    if bad_sectors:
+        out.append(_f("SM006", Severity.ERROR, "sector counters: " + ", ".join(
+            f"{k}={v}" for k, v in bad_sectors.items()), ev, **bad_sectors))
+    if rep.nvme_health is not None:
+        out += nvme_findings(nvme.parse_health(rep.nvme_health), ev)
+    return out
+
+
+def nvme_findings(h: nvme.NvmeHealth, ev: str) -> list[Finding]:
+    out: list[Finding] = []
+    if h.critical_warning:
+        out.append(_f("NV001", Severity.CRITICAL, "NVMe critical warning: "
+                      + ", ".join(h.critical_meaning), ev, critical_warning=h.critical_warning))
+    if h.media_errors > 0:
+        out.append(_f("NV002", Severity.ERROR, f"NVMe media and data integrity errors: "
+                      f"{h.media_errors}", ev, media_errors=h.media_errors))
+    if (h.available_spare is not None and h.spare_threshold is not None
+            and h.available_spare < h.spare_threshold):
+        out.append(_f("NV003", Severity.ERROR, f"NVMe available spare {h.available_spare}% below "
+                      f"threshold {h.spare_threshold}%", ev))
+    if h.percentage_used is not None and h.percentage_used >= 100:
+        out.append(_f("NV004", Severity.WARNING, f"NVMe percentage used {h.percentage_used}%", ev))
+    if h.error_log_entries > 0:
+        out.append(_f("NV005", Severity.WARNING, f"NVMe error log entries: "
+                      f"{h.error_log_entries}", ev, num_err_log_entries=h.error_log_entries))
+    return out
+
+
+def device_health(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str, Any],
+                                                                        list[Finding]]:
+    """SMART/NVMe health of the physical disk under ``dev`` (skipped for loop/ram devices)."""
+    name = sysfs.parent_disk(sysfs.dev_name(dev))
+    if name.startswith(("loop", "ram", "zram")):
+        return {"skipped": f"/dev/{name} is virtual (no SMART)"}, []
+    disk = f"/dev/{name}"
+    health: dict[str, Any] = {"disk": disk}
+    out: list[Finding] = []
+    res = _run(runner, "smartctl", "-x", "-j", disk, purpose="device health (SMART)")
+    rep = None
+    try:
+        rep = smartctl.parse(res.stdout)
+        health["smartctl"] = rep.to_json()
+        out += smart_findings(rep, disk)
+    except (ValueError, KeyError) as exc:
+        health["smartctl"] = {"error": f"unparseable output ({exc})", "rc": res.returncode}
+    if name.startswith("nvme"):
+        ctrl = disk  # a namespace node works for both log pages
+        res = _run(runner, "nvme", "smart-log", ctrl, "-o", "json", purpose="NVMe health")
+        if res.returncode == 0:
+            try:
+                h = nvme.parse_health(json.loads(res.stdout))
+                health["nvme_smart_log"] = h.to_json()
+                if rep is None or rep.nvme_health is None:
+                    out += nvme_findings(h, disk)
+            except ValueError:
+                health["nvme_smart_log"] = {"error": "unparseable"}
+        else:
+            health["nvme_smart_log"] = {"rc": res.returncode, "stderr": res.stderr.strip()[:500]}
+        _run(runner, "nvme", "error-log", ctrl, "-o", "json", purpose="NVMe error log")
+    return health, out
+
+
+def fs_inspect(target: str | Path, *, case: Case, health: bool = True) -> InspectResult:
+    """Inspect ``target`` (image file or block device) without changing it."""
+    runner = SubprocessRunner(case)
+    ev = str(target)
+    with mounting.attached(target, case=case, protect_device=False) as info:
+        dev = info["device"]
+        try:
+            node, fsinfo, start = mounting._pick_filesystem(runner, dev)
+        except Exception as exc:  # no filesystem: still report health
+            node, fsinfo, start = dev, {}, 0
+            note = f"no filesystem identified: {exc}"
+        else:
+            note = ""
+        fstype = fsinfo.get("TYPE")
+        result = InspectResult(target=ev, device=node, fstype=fstype,
+                               facts={"blkid": fsinfo, "partition_start": start})
+        if note:
+            result.notes.append(note)
+        if fstype == "xfs":
+            facts, found = inspect_xfs(runner, node, ev)
+        elif fstype in {"ext2", "ext3", "ext4"}:
+            facts, found = inspect_ext(runner, node, ev)
+        elif fstype == "zfs_member":
+            facts, found = inspect_zfs(runner, fsinfo.get("LABEL"), ev)
+        else:
+            facts, found = {}, []
+            if fstype:
+                result.notes.append(f"{fstype}: no filesystem-specific checks")
+        result.facts.update(facts)
+        result.findings += found
+        if health and info["loop_device"] is None:
+            try:
+                leaves = sorted(samedisk.physical_leaves(dev))
+            except (samedisk.UnknownMediaError, OSError):
+                leaves = []
+            result.facts["physical_leaves"] = leaves
+            result.health, found = device_health(runner, dev, ev)
+            result.findings += found
+        elif health:
+            result.notes.append("image file: device health applies to the disk it came from")
+    case.add_findings(result.findings)
+    case.log("fs.inspected", {k: v for k, v in result.to_json().items() if k != "findings"})
+    return result

@@ -1,0 +1,213 @@
+"""``locate``: unreadable byte ranges of a ddrescue mapfile -> files -> tensors.
+
+1. Ranges: every block of the mapfile that is not ``+`` (bad, unscraped, untried), as device bytes.
+2. The image is mounted read-only without log replay (``mounting.mount``); the partition start
+   (from sysfs) is subtracted, so ranges become filesystem byte offsets.
+3. Every regular file of the mount (one filesystem, no symlinks followed) is mapped with
+   FS_IOC_FIEMAP; each range intersecting an extent gives ``(path, file_offset, length)``.
+   Shared (reflinked) extents are reported for every owner; extents without a physical address
+   (inline, delalloc) are skipped.
+4. Files that were hit are probed with ``ckptrescue.probes.checkpoints.probe_paths``; tensors
+   whose ``[offset, offset+length)`` in that file intersect a hit are named.
+5. When the image does not mount, XFS falls back to ``xfs_db -r`` (``convert``, ``blockget -n``,
+   ``blockuse -n``, ``ncheck``) and ext2/3/4 to ``debugfs`` (``icheck``/``ncheck``); these give
+   the file, not the offset inside it, unless FIEMAP can be run later.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.errors import EvidenceError, ToolFailedError
+from ckptrescue.model import Finding, Severity
+from ckptrescue.parsers import ddrescue_mapfile
+from ckptrescue.storage import fiemap, mounting
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+
+@dataclass
+class FileHit:
+    path: str  # relative to the filesystem root
+    file_offset: int
+    length: int
+    tensors: list[str] = field(default_factory=list)
+    shared: bool = False
+    unwritten: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "file_offset": self.file_offset, "length": self.length,
+                "tensors": self.tensors}
+
+
+@dataclass
+class RangeHits:
+    start: int
+    end: int
+    files: list[FileHit] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "files": [f.to_json() for f in self.files]}
+
+
+@dataclass
+class LocateResult:
+    ranges: list[RangeHits]
+    method: str = "fiemap"
+    partition_start: int = 0
+    fstype: str | None = None
+    tensor_map: str = "unavailable"  # "probe_paths" when tensors were mapped
+    notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON shape (issue 5)."""
+        return {"ranges": [r.to_json() for r in self.ranges]}
+
+    def details(self) -> dict[str, Any]:
+        return {**self.to_json(), "method": self.method, "partition_start": self.partition_start,
+                "fstype": self.fstype, "tensor_map": self.tensor_map, "notes": self.notes}
+
+
+def map_files(root: Path, ranges: list[tuple[int, int]], *,
+              offset: int = 0) -> list[RangeHits]:
+    """FIEMAP every regular file under the mounted ``root``; ``offset`` = partition start."""
+    out = [RangeHits(s, e) for s, e in ranges]
+    fs_ranges = [(max(0, s - offset), max(0, e - offset)) for s, e in ranges]
+    root_dev = root.stat().st_dev
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames
+                       if (Path(dirpath) / d).lstat().st_dev == root_dev]
+        for fname in filenames:
+            full = Path(dirpath) / fname
+            st = full.lstat()
+            if not stat.S_ISREG(st.st_mode) or st.st_dev != root_dev:
+                continue
+            try:
+                exts = fiemap.extents(full)
+            except OSError:
+                continue
+            rel = str(full.relative_to(root))
+            for i, (s, e) in enumerate(fs_ranges):
+                if s >= e:
+                    continue
+                for file_off, length, ext in fiemap.overlaps(exts, s, e):
+                    out[i].files.append(FileHit(rel, file_off, length,
+                                                shared=bool(ext.flags & fiemap.SHARED),
+                                                unwritten=bool(ext.flags & fiemap.UNWRITTEN)))
+    for r in out:
+        r.files = _merge(r.files)
+    return out
+
+
+def _merge(hits: list[FileHit]) -> list[FileHit]:
+    hits = sorted(hits, key=lambda h: (h.path, h.file_offset))
+    merged: list[FileHit] = []
+    for h in hits:
+        last = merged[-1] if merged else None
+        if last and last.path == h.path and last.file_offset + last.length == h.file_offset:
+            last.length += h.length
+            last.shared |= h.shared
+        else:
+            merged.append(h)
+    return merged
+
+
+def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits]) -> str:
+    """Fill ``FileHit.tensors`` from the probe engine's tensor map; returns how it went."""
+    paths = sorted({h.path for r in ranges for h in r.files})
+    if not paths:
+        return "no files hit"
+    try:
+        from ckptrescue.probes.checkpoints import probe_paths
+    except ImportError:
+        return "unavailable (ckptrescue.probes.checkpoints.probe_paths is not installed)"
+    reports = probe_paths([root / p for p in paths], case=case)
+    by_file: dict[str, list[Any]] = {}
+    for rep in reports:
+        for t in rep.tensors:
+            if t.file is None or t.offset is None or t.length is None:
+                continue
+            by_file.setdefault(os.path.realpath(t.file), []).append(t)
+    for r in ranges:
+        for h in r.files:
+            lo, hi = h.file_offset, h.file_offset + h.length
+            names = [t.name for t in by_file.get(os.path.realpath(root / h.path), [])
+                     if t.offset < hi and lo < t.offset + t.length]
+            h.tensors = sorted(set(names))
+    return "probe_paths"
+
+
+def locate(mapfile: str | Path, image: str | Path, *, case: Case,
+           mountpoint: str | Path | None = None, partition_start: int = 0) -> LocateResult:
+    """Map every unreadable range of ``mapfile`` in ``image`` (a file or device) to files and
+    tensors. With ``mountpoint`` an existing read-only mount of the same filesystem is used."""
+    mpath = Path(mapfile)
+    if not mpath.is_file():
+        raise EvidenceError(f"{mpath}: no such mapfile")
+    mp = ddrescue_mapfile.parse(mpath.read_text(), name=str(mpath))
+    ranges = mp.unreadable_ranges()
+    case.log("locate.started", {"mapfile": str(mpath), "image": str(image),
+                                "ranges": [list(r) for r in ranges]})
+    if mountpoint is not None:
+        result = _locate_mounted(case, Path(mountpoint), ranges, partition_start, None)
+    elif not ranges:
+        result = LocateResult(ranges=[], notes=["the mapfile has no unreadable ranges"])
+    else:
+        where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
+        try:
+            mres = mounting.mount(image, where, case=case)
+        except ToolFailedError as exc:
+            where.rmdir()
+            from ckptrescue.storage import locate_offline
+
+            result = locate_offline.locate_unmounted(case, Path(image), ranges)
+            result.notes.append(f"not mountable ({exc.message}); used {result.method}")
+        else:
+            try:
+                result = _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype)
+            finally:
+                mounting.umount(where, case=case)
+                where.rmdir()
+    result.findings = _findings(result, str(image))
+    case.add_findings(result.findings)
+    case.log("locate.finished", result.details())
+    return result
+
+
+def _locate_mounted(case: Case, root: Path, ranges: list[tuple[int, int]], start: int,
+                    fstype: str | None) -> LocateResult:
+    hits = map_files(root, ranges, offset=start)
+    how = tensor_names(case, root, hits)
+    res = LocateResult(ranges=hits, method="fiemap", partition_start=start, fstype=fstype,
+                       tensor_map=how)
+    if how != "probe_paths":
+        res.notes.append(f"tensor map: {how}")
+    return res
+
+
+def _findings(result: LocateResult, image: str) -> list[Finding]:
+    out: list[Finding] = []
+    for r in result.ranges:
+        if not r.files:
+            out.append(Finding("LC002", Severity.WARNING,
+                               f"unreadable bytes [{r.start:#x}, {r.end:#x}) hold no regular-file "
+                               "data (filesystem metadata or free space)", evidence=image,
+                               offset=r.start, length=r.end - r.start, source="locate"))
+        for h in r.files:
+            code = "LC003" if h.shared else "LC001"
+            what = f"tensors {', '.join(h.tensors)}" if h.tensors else "no tensor named"
+            out.append(Finding(
+                code, Severity.ERROR if code == "LC001" else Severity.WARNING,
+                f"{h.path}: bytes [{h.file_offset}, {h.file_offset + h.length}) unreadable "
+                f"({what})", evidence=h.path, offset=h.file_offset, length=h.length,
+                source="locate", tensors=tuple(h.tensors),
+                details={"device_range": [r.start, r.end], "shared": h.shared,
+                         "unwritten": h.unwritten, "image": image}))
+    return out

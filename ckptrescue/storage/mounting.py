@@ -1,0 +1,291 @@
+"""``mount`` / ``umount``: read-only mounts of evidence, with write protection at two layers.
+
+1. Block layer: an image file is attached with ``losetup --read-only`` (``-P`` for partition
+   tables); a block device that is writable gets ``blockdev --setro`` (recorded, and cleared on
+   ``umount`` since BLKROSET outlives the mount). ``/sys/class/block/*/ro`` is read back for the
+   device and every partition before anything mounts.
+2. Filesystem: XFS ``ro,norecovery`` (+ ``nouuid`` when a filesystem with the same UUID is
+   mounted), ext3/ext4 ``ro,noload``; other types ``ro``. A plain ``ro`` mount would replay a
+   dirty journal and change the disk.
+
+What was attached is recorded in ``CASE/work/mounts/<id>.json`` so that ``umount`` detaches exactly
+that (after checking that the loop device still points at the same backing file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
+from ckptrescue.model import Finding, Severity
+from ckptrescue.storage import sysfs
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+BLKROSET = 0x125D
+RO_OPTIONS = {"xfs": "ro,norecovery", "ext4": "ro,noload", "ext3": "ro,noload",
+              "ext2": "ro", "vfat": "ro", "exfat": "ro", "ntfs": "ro", "ntfs3": "ro",
+              "btrfs": "ro,nologreplay", "iso9660": "ro", "squashfs": "ro"}
+
+
+@dataclass
+class MountResult:
+    mountpoint: str
+    device: str  # the node that was mounted (a partition when the image is partitioned)
+    fstype: str
+    options: str
+    target: str
+    loop_device: str | None = None
+    backing_file: str | None = None
+    set_readonly: list[str] = field(default_factory=list)
+    partition_start: int = 0
+    uuid: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["findings"] = [f.to_json() for f in self.findings]
+        return data
+
+
+def _state_dir(case: Case) -> Path:
+    d = case.work_dir / "mounts"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def _state_path(case: Case, mountpoint: str) -> Path:
+    key = hashlib.sha256(os.path.realpath(mountpoint).encode()).hexdigest()[:16]
+    return _state_dir(case) / f"{key}.json"
+
+
+def blkid(runner: SubprocessRunner, dev: str) -> dict[str, str]:
+    """Low-level probe (``blkid -p``: reads superblocks directly, no cache)."""
+    res = runner.run(ToolCall.of("blkid", "-p", "-o", "export", dev, timeout_s=60,
+                                 purpose="identify filesystem"))
+    out: dict[str, str] = {}
+    for line in res.stdout.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            out[k] = v
+    return out
+
+
+def _mounted_uuids(runner: SubprocessRunner, fstype: str) -> set[str]:
+    uuids = set()
+    for entry in sysfs.mounts():
+        if entry.fstype == fstype and entry.source.startswith("/dev/"):
+            info = blkid(runner, entry.source)
+            if info.get("UUID"):
+                uuids.add(info["UUID"])
+    return uuids
+
+
+def _setro(dev: str, value: bool) -> None:
+    fd = os.open(dev, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, BLKROSET, struct.pack("i", 1 if value else 0))
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def attached(target: str | Path, *, case: Case, partscan: bool = True,
+             protect_device: bool = True) -> Iterator[dict[str, Any]]:
+    """Attach ``target`` read-only for the duration (image files only get a loop device)."""
+    info = attach(target, case=case, partscan=partscan, protect_device=protect_device)
+    try:
+        yield info
+    finally:
+        release(info, case=case)
+
+
+def attach(target: str | Path, *, case: Case, partscan: bool = True,
+           protect_device: bool = True) -> dict[str, Any]:
+    """Make ``target`` available as a read-only block device; returns what was done.
+
+    Image files get a read-only loop device. A writable block device gets BLKROSET only when
+    ``protect_device`` (mounting) and only if nothing has it mounted: write-protecting a device
+    under a read-write mount would make the live filesystem fail its writes.
+    """
+    runner = SubprocessRunner(case)
+    path = Path(target)
+    if not path.exists():
+        raise EvidenceError(f"{path}: no such image or device")
+    info: dict[str, Any] = {"target": str(path), "loop_device": None, "backing_file": None,
+                            "set_readonly": []}
+    if sysfs.is_block_device(path):
+        dev = str(path)
+    elif path.is_file():
+        argv = ["losetup", "--read-only", "--find", "--show"]
+        if partscan:
+            argv.append("-P")
+        res = runner.run(ToolCall(argv=(*argv, str(path)), timeout_s=60,
+                                  purpose="attach image read-only"))
+        if res.refused:
+            raise RefusedError(res.refused)
+        if res.returncode != 0:
+            raise ToolFailedError(f"losetup failed: {res.stderr.strip()}")
+        dev = res.stdout.strip()
+        info["loop_device"] = dev
+        info["backing_file"] = sysfs.loop_backing_file(sysfs.dev_name(dev))
+    else:
+        raise EvidenceError(f"{path}: not an image file or block device")
+    info["device"] = dev
+    name = sysfs.dev_name(dev)
+    nodes = [name, *sysfs.partitions(name)]
+    if info["loop_device"] is None and not protect_device:
+        info["ro_verified"] = {f"/dev/{n}": sysfs.is_readonly(n) for n in nodes}
+        case.log("storage.attached", info)
+        return info
+    busy = [f"/dev/{n} on {m.mountpoint}" for n in nodes for m in sysfs.mounts_of_device(n)
+            if info["loop_device"] is None and not sysfs.is_readonly(n)]
+    if busy:
+        raise RefusedError(f"{path} is writable and mounted ({', '.join(busy)}); refusing to "
+                           "write-protect a device under a live mount",
+                           hint="freeze and unmount it first, or image it / copy from it")
+    try:
+        for node in nodes:
+            if not sysfs.is_readonly(node):
+                res = runner.run(ToolCall.of("blockdev", "--setro", f"/dev/{node}", timeout_s=30,
+                                             purpose="write-protect at the block layer"))
+                if res.returncode != 0:
+                    raise ToolFailedError(f"blockdev --setro /dev/{node}: {res.stderr.strip()}")
+                info["set_readonly"].append(f"/dev/{node}")
+        still_rw = [n for n in nodes if not sysfs.is_readonly(n)]
+        if still_rw:
+            raise RefusedError(f"cannot make {', '.join(still_rw)} read-only at the block layer")
+    except BaseException:
+        release(info, case=case)
+        raise
+    info["ro_verified"] = {f"/dev/{n}": sysfs.is_readonly(n) for n in nodes}
+    case.log("storage.attached", info)
+    return info
+
+
+def release(info: dict[str, Any], *, case: Case) -> None:
+    """Undo exactly what :func:`attach` did."""
+    runner = SubprocessRunner(case)
+    for dev in info.get("set_readonly", []):
+        with contextlib.suppress(OSError):
+            _setro(dev, False)
+            case.log("storage.setro_cleared", {"device": dev})
+    loopdev = info.get("loop_device")
+    if loopdev:
+        current = sysfs.loop_backing_file(Path(loopdev).name)
+        if current != info.get("backing_file"):
+            case.log("storage.detach_skipped", {"device": loopdev, "expected":
+                                                info.get("backing_file"), "found": current})
+            return
+        runner.run(ToolCall.of("losetup", "-d", loopdev, timeout_s=60,
+                               purpose="detach the loop device the kit attached"))
+    case.log("storage.released", {"target": info.get("target"), "loop_device": loopdev})
+
+
+def _pick_filesystem(runner: SubprocessRunner, dev: str) -> tuple[str, dict[str, str], int]:
+    """(node, blkid info, partition start bytes) of the filesystem to mount."""
+    info = blkid(runner, dev)
+    if info.get("TYPE"):
+        return dev, info, 0
+    name = sysfs.dev_name(dev)
+    found = []
+    for part in sysfs.partitions(name):
+        pinfo = blkid(runner, f"/dev/{part}")
+        if pinfo.get("TYPE"):
+            found.append((f"/dev/{part}", pinfo, sysfs.partition_start_bytes(part)))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise EvidenceError(f"{dev}: no filesystem found (blkid -p)")
+    raise UsageError(f"{dev}: several filesystems ({', '.join(f[0] for f in found)}); "
+                     "mount the partition node directly")
+
+
+def mount(target: str | Path, mountpoint: str | Path, *, case: Case) -> MountResult:
+    """Mount ``target`` (image file or block device) read-only without log replay."""
+    mp = Path(mountpoint)
+    if sysfs.mounts() and any(m.mountpoint == os.path.realpath(mp) for m in sysfs.mounts()):
+        raise UsageError(f"{mp} is already a mount point")
+    mp.mkdir(parents=True, exist_ok=True)
+    state = _state_path(case, str(mp))
+    if state.exists():
+        raise UsageError(f"{mp}: the case already has a mount recorded there; umount it first")
+    info = attach(target, case=case)
+    runner = SubprocessRunner(case)
+    try:
+        node, fsinfo, start = _pick_filesystem(runner, info["device"])
+        fstype = fsinfo["TYPE"]
+        if fstype == "zfs_member":
+            raise UsageError(f"{node} is a ZFS vdev: import the pool with zpool import "
+                             "-o readonly=on -N (not supported by `mount` yet)")
+        opts = RO_OPTIONS.get(fstype, "ro")
+        findings: list[Finding] = []
+        uuid = fsinfo.get("UUID")
+        if fstype == "xfs" and uuid and uuid in _mounted_uuids(runner, "xfs"):
+            opts += ",nouuid"
+            findings.append(Finding("MT002", Severity.WARNING, f"{target} is a clone of a mounted "
+                                    f"XFS filesystem (UUID {uuid}); mounted with nouuid",
+                                    evidence=str(target), source="mount"))
+        res = runner.run(ToolCall.of("mount", "-t", fstype, "-o", opts, node, str(mp),
+                                     timeout_s=120, purpose="read-only mount without log replay"))
+        if res.refused:
+            raise RefusedError(res.refused)
+        if res.returncode != 0:
+            raise ToolFailedError(f"mount {node} failed (rc {res.returncode}): "
+                                  f"{res.stderr.strip() or res.stdout.strip()}",
+                                  hint="use `ckptrescue fs inspect` and `locate` (offline)")
+    except BaseException:
+        release(info, case=case)
+        raise
+    findings.append(Finding("MT001", Severity.INFO, f"{target} mounted on {mp} with {opts} on a "
+                            "read-only block device", evidence=str(target), source="mount"))
+    result = MountResult(mountpoint=str(mp), device=node, fstype=fstype, options=opts,
+                         target=str(target), loop_device=info["loop_device"],
+                         backing_file=info["backing_file"], set_readonly=info["set_readonly"],
+                         partition_start=start, uuid=uuid, findings=findings)
+    state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    case.add_findings(findings)
+    case.log("storage.mounted", result.to_json())
+    return result
+
+
+def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
+    """Unmount what :func:`mount` mounted and detach exactly what it attached."""
+    state = _state_path(case, str(mountpoint))
+    if not state.exists():
+        raise UsageError(f"{mountpoint}: no mount recorded by this case",
+                         hint="umount only what `ckptrescue mount` mounted with the same --case")
+    data = json.loads(state.read_text())
+    runner = SubprocessRunner(case)
+    if any(m.mountpoint == os.path.realpath(mountpoint) for m in sysfs.mounts()):
+        res = runner.run(ToolCall.of("umount", str(mountpoint), timeout_s=120,
+                                     purpose="unmount what the kit mounted"))
+        if res.returncode != 0:
+            raise ToolFailedError(f"umount {mountpoint}: {res.stderr.strip()}",
+                                  hint="a process may still use it (fuser -vm MOUNTPOINT)")
+    release({"target": data["target"], "loop_device": data["loop_device"],
+             "backing_file": data["backing_file"], "set_readonly": data["set_readonly"]},
+            case=case)
+    state.unlink()
+    case.log("storage.unmounted", {"mountpoint": str(mountpoint), "device": data["device"]})
+    return data
+
+
+@contextlib.contextmanager
+def mounted(target: str | Path, mountpoint: str | Path, *, case: Case) -> Iterator[MountResult]:
+    res = mount(target, mountpoint, case=case)
+    try:
+        yield res
+    finally:
+        umount(mountpoint, case=case)

@@ -1,0 +1,204 @@
+"""Table tests of the safety guard: every dangerous form refused with its reason, read-only
+forms allowed. Pure: no command runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptrescue.guard import GuardContext, check
+
+CTX = GuardContext(
+    evidence_paths=("/evidence/disk.img", "/mnt/evidence"),
+    is_block_device=lambda p: p.startswith("/dev/"),
+)
+
+REFUSED = [
+    # (argv, a word the reason must contain)
+    ("fsck -y /dev/loop0", "-y"),
+    ("fsck /dev/sda1", "-n"),
+    ("e2fsck -p /dev/sda1", "-y/-p/-a"),
+    ("e2fsck -f /dev/sda1", "-n"),
+    ("fsck.ext4 -y /dev/sdb1", "-y"),
+    ("fsck.xfs /dev/sdb1", "-n"),
+    ("xfs_repair /dev/sdb1", "-n"),
+    ("xfs_repair -L /dev/sdb1", "zeroes the log"),
+    ("xfs_repair -n -L /dev/sdb1", "zeroes the log"),
+    ("chkdsk /f", "repairs"),
+    ("mkfs.xfs /dev/sdb1", "creates a filesystem"),
+    ("mkfs -t ext4 /dev/sdb1", "creates a filesystem"),
+    ("mke2fs /dev/sdb1", "creates a filesystem"),
+    ("wipefs -a /dev/sdb", "erases"),
+    ("parted /dev/sdb mklabel gpt", "write"),
+    ("fdisk /dev/sdb", "edits"),
+    ("sfdisk /dev/sdb", "writes"),
+    ("sgdisk -Z /dev/sdb", "writes"),
+    ("blkdiscard /dev/sdb", "discards"),
+    ("dd if=/evidence/disk.img of=/dev/sdb bs=1M", "block device"),
+    ("dd if=/dev/zero of=/evidence/disk.img", "evidence"),
+    ("dc3dd if=/dev/sda of=/dev/sdb", "block device"),
+    ("ddrescue -f /dev/sda /dev/sdb /tmp/map", "--force"),
+    ("ddrescue /dev/sda /dev/sdb /tmp/map", "block device"),
+    ("ddrescue /dev/sda /evidence/disk.img /tmp/map", "evidence"),
+    ("ddrescue /dev/sda /tmp/out.img", "mapfile"),
+    ("mount /dev/loop0 /mnt/x", "ro"),
+    ("mount -o rw -t xfs /dev/loop0 /mnt/x", "read-only"),
+    ("mount -o ro -t xfs /dev/loop0 /mnt/x", "norecovery"),
+    ("mount -o ro -t ext4 /dev/loop0 /mnt/x", "noload"),
+    ("mount -o ro,noload -t xfs /dev/loop0 /mnt/x", "norecovery"),
+    ("mount -o ro /dev/loop0 /mnt/x", "-t"),
+    ("mount -o remount,rw /mnt/x", "remount"),
+    ("mount -o remount,ro /mnt/x", "remount"),
+    ("losetup --find --show /evidence/disk.img", "--read-only"),
+    ("losetup -D", "every loop device"),
+    ("blockdev --setrw /dev/sdb", "changes"),
+    ("blockdev --flushbufs /dev/sdb", "changes"),
+    ("zpool clear tank", "clear"),
+    ("zpool import tank", "readonly=on"),
+    ("zpool import -f -o readonly=on -N tank", "-f"),
+    ("zpool import -F -o readonly=on -N tank", "-F"),
+    ("zpool import -o readonly=on tank", "-N"),
+    ("zpool scrub tank", "scrub"),
+    ("zpool events -c", "clears"),
+    ("zfs set compression=off tank/ds", "changes"),
+    ("zfs rollback tank/ds@snap", "changes"),
+    ("zfs destroy tank/ds", "changes"),
+    ("zfs import -N tank", "zpool import"),
+    ("mdadm --assemble /dev/md0 /dev/sda1 /dev/sdb1", "assemble"),
+    ("mdadm --create /dev/md0 --level=1 /dev/sda1 /dev/sdb1", "create"),
+    ("mdadm --grow /dev/md0 --raid-devices=3", "grow"),
+    ("vgchange -ay vg0", "activate"),
+    ("lvchange -ay vg0/lv", "activate"),
+    ("nvme format /dev/nvme0n1", "erases"),
+    ("nvme sanitize /dev/nvme0", "erases"),
+    ("nvme create-ns /dev/nvme0", "namespaces"),
+    ("nvme delete-ns /dev/nvme0 -n 1", "namespace"),
+    ("nvme fw-download /dev/nvme0 -f fw.bin", "firmware"),
+    ("smartctl -t long /dev/sda", "self-tests"),
+    ("smartctl -s on /dev/sda", "settings"),
+    ("hdparm -W0 /dev/sda", "settings"),
+    ("hdparm --security-erase x /dev/sda", "settings"),
+    ("dmesg -c", "clears"),
+    ("dmesg -C", "clears"),
+    ("journalctl --vacuum-time=1d", "deletes"),
+    ("journalctl --rotate", "changes"),
+    ("sync", "flush"),
+    ("xfs_db -x -c 'sb 0' /dev/sdb1", "-x"),
+    ("xfs_db -c 'sb 0' /dev/sdb1", "-r"),
+    ("xfs_db -r -c write /dev/sdb1", "modifies"),
+    ("xfs_db -r -c logformat /dev/sdb1", "modifies"),
+    ("xfs_io -x -c shutdown /mnt/x", "-x"),
+    ("debugfs -w /dev/sdb1", "read-write"),
+    ("debugfs -R 'rm /x' /dev/sdb1", "allowlist"),
+    ("tune2fs -O ^has_journal /dev/sdb1", "tune2fs -l"),
+    ("rsync -a --delete /mnt/src/ /tmp/dst/", "--delete"),
+    ("rsync -a --remove-source-files /mnt/src/ /tmp/dst/", "deletes"),
+    ("rsync -a --read-only /mnt/src/ /tmp/dst/", "not an rsync client option"),
+    ("rsync -a /tmp/src/ /mnt/evidence/", "evidence"),
+    ("find /mnt/x -delete", "-delete"),
+    ("find /mnt/x -exec rm {} ;", "-exec"),
+    ("rm -rf /mnt/x", "deletes"),
+    ("bash -c 'ls'", "shell"),
+    ("kill -9 1234", "whom to stop"),
+    ("systemctl restart kubelet", "whom to stop"),
+    ("fuser -k /mnt/x", "kills"),
+    ("xfs_admin -U generate /dev/sdb1", "changes"),
+    ("some-unknown-tool --flag", "allowlist"),
+]
+
+ALLOWED = [
+    "xfs_db -r -c 'sb 0' -c print /dev/sdb1",
+    "xfs_db -r -c version disk.img",
+    "xfs_db -r -c 'convert daddr 196608 fsblock' /dev/sdb1",
+    "xfs_db -r -c 'blockget -n' -c 'fsblock 280' -c 'blockuse -n -c 2' -c 'ncheck -i 131' d.img",
+    "xfs_info /dev/sdb1",
+    "xfs_logprint -t /dev/sdb1",
+    "xfs_repair -n /dev/sdb1",
+    "xfs_io -r -c 'fiemap -v' /mnt/x/model.ckpt",
+    "dumpe2fs -h /dev/sdb1",
+    "debugfs -R 'icheck 2565' /dev/sdb1",
+    "debugfs -R 'ncheck 12' /dev/sdb1",
+    "e2fsck -n /dev/sdb1",
+    "e2fsck -fn /dev/sdb1",
+    "fsck -n /dev/sdb1",
+    "tune2fs -l /dev/sdb1",
+    "smartctl -x -j /dev/sda",
+    "smartctl -i /dev/sda",
+    "nvme smart-log /dev/nvme0 -o json",
+    "nvme error-log /dev/nvme0 -o json",
+    "nvme list -o json",
+    "nvme id-ctrl /dev/nvme0",
+    "zpool status -vP",
+    "zpool status -j",
+    "zpool events -v",
+    "zpool list",
+    "zpool import",
+    "zpool import -o readonly=on -N -R /mnt/evidence tank",
+    "zpool import -F -n tank",
+    "zfs get -Hp checksum,compressratio -r tank",
+    "lsblk -J",
+    "lsblk -J -o NAME,PKNAME,MAJ:MIN,TYPE,RO,START,MOUNTPOINTS",
+    "blockdev --getsz /dev/sda",
+    "blockdev --getss /dev/sda",
+    "blockdev --getro /dev/sda",
+    "blockdev --setro /dev/sda",
+    "dmesg -x",
+    "dmesg -x --time-format iso",
+    "journalctl -k -o json --no-pager",
+    "losetup --read-only --find --show /evidence/disk.img",
+    "losetup -r -f --show -P /evidence/disk.img",
+    "losetup -l -J",
+    "losetup -d /dev/loop3",
+    "mount -t xfs -o ro,norecovery /dev/loop3 /mnt/x",
+    "mount -t xfs -o ro,norecovery,nouuid /dev/loop3 /mnt/x",
+    "mount -t ext4 -o ro,noload /dev/loop3 /mnt/x",
+    "mount -t ext4 -o ro,norecovery /dev/loop3 /mnt/x",
+    "umount /mnt/x",
+    "ddrescue -b 512 -n /dev/sda /tmp/case/img /tmp/case/img.map",
+    "ddrescue -d -r3 -b 4096 /dev/sda /tmp/case/img /tmp/case/img.map",
+    "ddrescuelog -t /tmp/case/img.map",
+    "rsync -aHAXS --numeric-ids -x --open-noatime -i /mnt/evidence/ /tmp/copy/",
+    "rsync -aHAXS --numeric-ids -x -c -n -i /mnt/evidence/ /tmp/copy/",
+    "sha256sum /evidence/disk.img",
+    "mdadm --examine /dev/sda1",
+    "mdadm --detail /dev/md0",
+    "hdparm -I /dev/sda",
+    "fdisk -l /dev/sda",
+    "sfdisk --json /dev/sda",
+    "find /mnt/x -type f -name '*.pt'",
+    "dd if=/dev/sda bs=512 count=1",
+    "dd if=/dev/sda of=/tmp/mbr.bin bs=512 count=1",
+    "uname -a",
+]
+
+
+def _argv(text: str) -> list[str]:
+    import shlex
+
+    return shlex.split(text)
+
+
+@pytest.mark.parametrize(("command", "keyword"), REFUSED)
+def test_dangerous_forms_are_refused_with_reason(command: str, keyword: str) -> None:
+    decision = check(_argv(command), CTX)
+    assert not decision.allowed, f"{command!r} must be refused"
+    assert keyword in decision.reason, f"{command!r}: reason {decision.reason!r} lacks {keyword!r}"
+
+
+@pytest.mark.parametrize("command", ALLOWED)
+def test_read_only_forms_are_allowed(command: str) -> None:
+    decision = check(_argv(command), CTX)
+    assert decision.allowed, f"{command!r} refused: {decision.reason}"
+
+
+def test_table_is_big_enough() -> None:
+    assert len(REFUSED) + len(ALLOWED) >= 60
+
+
+def test_tool_given_as_path_is_judged_by_name() -> None:
+    assert not check(["/sbin/fsck", "-y", "/dev/sda1"], CTX).allowed
+    assert check(["/usr/sbin/xfs_info", "/dev/sda1"], CTX).allowed
+
+
+def test_empty_and_non_string_argv_refused() -> None:
+    assert not check([], CTX).allowed
+    assert not check(["ls", 3], CTX).allowed  # type: ignore[list-item]

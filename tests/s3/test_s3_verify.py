@@ -1,0 +1,143 @@
+"""``verify_prefix`` against moto's server over HTTP: every checksum form, statuses, parts named.
+
+Objects are written by a plain boto3 client with real single-part and multipart uploads (5 MiB
+parts + a small last part); local copies are written next to them, then altered per test.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from s3_testlib import MiB, put_multipart, tree_sha256, write_local
+
+from ckptrescue.s3.client import stats
+from ckptrescue.s3.verify import VerifyFailed, verify_prefix
+
+
+def _by_key(result):
+    return {o["key"]: o for o in result.to_json()["objects"]}
+
+
+def test_single_part_sha256_match_and_nothing_downloaded(tmp_path, writer, bucket, options,
+                                                          reader):
+    data = os.urandom(3000)
+    writer.put_object(Bucket=bucket, Key="run/a.bin", Body=data, ChecksumAlgorithm="SHA256")
+    write_local(tmp_path, "a.bin", data)
+    before = tree_sha256(tmp_path)
+    result = verify_prefix(f"s3://{bucket}/run", tmp_path, client_options=options, client=reader)
+    obj = _by_key(result)["a.bin"]
+    assert (obj["status"], obj["algorithm"]) == ("match", "SHA256")
+    assert obj["detail"]["form"] == "full-object"
+    assert result.to_json()["counts"]["match"] == 1
+    assert stats(reader).bytes_downloaded == 0 and stats(reader).operations["GetObject"] == 0
+    assert tree_sha256(tmp_path) == before
+
+
+def test_multipart_composite_unequal_parts_and_one_byte_difference_names_the_part(
+        tmp_path, writer, bucket, options):
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1 * MiB + 123)]
+    put_multipart(writer, bucket, "ckpt/model.pt", parts, algorithm="SHA256")
+    put_multipart(writer, bucket, "ckpt/copy.pt", parts, algorithm="SHA256")
+    write_local(tmp_path, "model.pt", b"".join(parts))
+    damaged = bytearray(b"".join(parts))
+    damaged[5 * MiB + 4242] ^= 0x01  # one bit in part 2
+    write_local(tmp_path, "copy.pt", bytes(damaged))
+    objs = _by_key(verify_prefix(f"s3://{bucket}/ckpt/", tmp_path, client_options=options))
+    good = objs["model.pt"]
+    assert good["status"] == "match" and good["algorithm"] == "SHA256"
+    assert good["detail"]["form"] == "composite"
+    assert good["detail"]["expected"].endswith("-3")
+    assert good["detail"]["layout"]["sizes"] == [5 * MiB, 5 * MiB, 1 * MiB + 123]
+    bad = objs["copy.pt"]
+    assert bad["status"] == "mismatch"
+    assert bad["detail"]["parts"] == [{"part": 2, "offset": 5 * MiB, "length": 5 * MiB}]
+    assert "#2" in bad["detail"]["message"]
+
+
+def test_one_part_multipart_is_verified_as_composite(tmp_path, writer, bucket, options):
+    data = os.urandom(2 * MiB)
+    put_multipart(writer, bucket, "p/one.bin", [data], algorithm="SHA256")
+    write_local(tmp_path, "one.bin", data)
+    obj = _by_key(verify_prefix(f"s3://{bucket}/p", tmp_path, client_options=options))["one.bin"]
+    assert obj["status"] == "match"
+    assert obj["detail"]["form"] == "composite" and obj["detail"]["expected"].endswith("-1")
+
+
+def test_crc64nvme_full_object_multipart(tmp_path, writer, bucket, options):
+    parts = [os.urandom(5 * MiB), os.urandom(4321)]
+    put_multipart(writer, bucket, "f/x.bin", parts, algorithm="CRC64NVME",
+                  checksum_type="FULL_OBJECT")
+    write_local(tmp_path, "x.bin", b"".join(parts))
+    obj = _by_key(verify_prefix(f"s3://{bucket}/f", tmp_path, client_options=options))["x.bin"]
+    assert (obj["status"], obj["algorithm"], obj["detail"]["form"]) == (
+        "match", "CRC64NVME", "full-object")
+
+
+def test_etag_only_multipart(tmp_path, s3server, bucket, options):
+    plain = s3server.writer_client(default_checksums=False)
+    parts = [os.urandom(5 * MiB), os.urandom(777)]
+    put_multipart(plain, bucket, "e/old.bin", parts, algorithm=None)
+    head = plain.head_object(Bucket=bucket, Key="e/old.bin", ChecksumMode="ENABLED")
+    assert not [k for k in head if k.startswith("Checksum")]  # really ETag-only
+    write_local(tmp_path, "old.bin", b"".join(parts))
+    obj = _by_key(verify_prefix(f"s3://{bucket}/e", tmp_path, client_options=options))["old.bin"]
+    assert (obj["status"], obj["algorithm"], obj["detail"]["form"]) == (
+        "match", "MD5", "etag-multipart")
+
+
+def test_stored_checksum_that_does_not_match_the_content(tmp_path, writer, bucket, options):
+    data = os.urandom(1000)
+    wrong = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="  # moto stores it unvalidated
+    writer.put_object(Bucket=bucket, Key="w/lie.bin", Body=data, ChecksumAlgorithm="SHA256",
+                      ChecksumSHA256=wrong)
+    write_local(tmp_path, "lie.bin", data)
+    obj = _by_key(verify_prefix(f"s3://{bucket}/w", tmp_path, client_options=options))["lie.bin"]
+    assert obj["status"] == "mismatch"
+    assert obj["detail"]["expected"] == wrong
+    assert obj["detail"]["provenance"] == "client-asserted"
+
+
+def test_missing_on_either_side_and_size_difference(tmp_path, writer, bucket, options, case):
+    tmp_path = tmp_path / "local"  # the case fixture lives in tmp_path/case
+    writer.put_object(Bucket=bucket, Key="m/only-remote.bin", Body=b"r")
+    writer.put_object(Bucket=bucket, Key="m/short.bin", Body=b"0123456789")
+    write_local(tmp_path, "sub/only-local.bin", b"l")
+    write_local(tmp_path, "short.bin", b"01234")
+    result = verify_prefix(f"s3://{bucket}/m", tmp_path, client_options=options, case=case)
+    assert case.root not in tmp_path.parents
+    objs = _by_key(result)
+    assert objs["only-remote.bin"]["status"] == "missing-local"
+    assert objs["sub/only-local.bin"]["status"] == "missing-remote"
+    assert objs["short.bin"]["status"] == "mismatch"
+    assert "size differs" in objs["short.bin"]["detail"]["message"]
+    counts = result.to_json()["counts"]
+    assert counts == {"match": 0, "mismatch": 1, "missing-local": 1, "missing-remote": 1,
+                      "unverifiable": 0, "total": 3}
+    codes = sorted(f.code for f in case.findings())
+    assert codes == ["S3001", "S3002", "S3003"]
+    assert case.verify().ok
+
+
+def test_kms_object_is_unverifiable_until_downloaded(tmp_path, s3server, bucket, options, reader):
+    plain = s3server.writer_client(default_checksums=False)
+    data = os.urandom(5000)
+    plain.put_object(Bucket=bucket, Key="k/enc.bin", Body=data, ServerSideEncryption="aws:kms")
+    write_local(tmp_path, "enc.bin", data)
+    obj = _by_key(verify_prefix(f"s3://{bucket}/k", tmp_path, client_options=options,
+                                client=reader))["enc.bin"]
+    assert obj["status"] == "unverifiable"
+    assert "not an MD5" in obj["detail"]["message"]
+    assert stats(reader).bytes_downloaded == 0
+    obj = _by_key(verify_prefix(f"s3://{bucket}/k", tmp_path, client_options=options,
+                                client=reader, download=True))["enc.bin"]
+    assert obj["status"] == "match" and obj["detail"]["form"] == "download"
+    assert stats(reader).bytes_downloaded == len(data)
+
+
+def test_missing_bucket_is_a_usage_error(tmp_path, options):
+    with pytest.raises(VerifyFailed) as info:
+        verify_prefix("s3://no-such-bucket-here/x", tmp_path, client_options=options)
+    assert int(info.value.exit_code) == 2
+    assert "bucket does not exist" in info.value.message
+    assert info.value.partial.to_json()["objects"] == []

@@ -1,0 +1,45 @@
+"""`fs inspect` on real images: dirty XFS log and ext4 needs_recovery become findings; the
+images are unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptrescue.storage.fsinspect import fs_inspect
+from fixtures import storage as fx
+
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("mkfs.xfs", "xfs_db", "dumpe2fs")]
+
+
+def test_dirty_xfs_log_is_a_finding(case, shm_dir, no_leftovers):
+    img = fx.make_fs(shm_dir / "x.img", "xfs")
+    fx.make_dirty(img, "xfs")
+    before = fx.sha256(img)
+    res = fs_inspect(img, case=case)
+    codes = {f.code for f in res.findings}
+    assert res.fstype == "xfs"
+    assert "XF001" in codes and "XF007" not in codes
+    assert res.facts["log"]["state"] == "DIRTY"
+    assert "XF002" not in codes
+    assert fx.sha256(img) == before
+    assert "XF001" in {f.code for f in case.findings()}
+
+
+def test_clean_xfs_has_no_log_finding(case, shm_dir, no_leftovers):
+    img = fx.make_fs(shm_dir / "x.img", "xfs")
+    res = fs_inspect(img, case=case)
+    codes = {f.code for f in res.findings}
+    assert codes == {"XF007"}
+    assert res.facts["xfs_repair_n"]["returncode"] == 0
+
+
+def test_ext4_needs_recovery_is_a_finding(case, shm_dir, no_leftovers):
+    img = fx.make_fs(shm_dir / "e.img", "ext4")
+    fx.make_dirty(img, "ext4")
+    before = fx.sha256(img)
+    res = fs_inspect(img, case=case)
+    assert res.fstype == "ext4"
+    assert "E4001" in {f.code for f in res.findings}
+    assert fx.sha256(img) == before
+    clean = fx.make_fs(shm_dir / "c.img", "ext4")
+    assert {f.code for f in fs_inspect(clean, case=case).findings} == {"E4004"}

@@ -1,0 +1,94 @@
+"""`mount`/`umount` on real loop devices: a dirty XFS log and a needs_recovery ext4 stay
+unchanged; the negative control shows that a plain `ro` mount on a writable loop changes them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ckptrescue.errors import UsageError
+from ckptrescue.storage import sysfs
+from ckptrescue.storage.mounting import mount, mounted, umount
+from fixtures import storage as fx
+
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("mkfs.xfs", "xfs_io")]
+
+
+@pytest.fixture
+def dirty_xfs(shm_dir):
+    img = fx.make_fs(shm_dir / "dirty.img", "xfs")
+    fx.put_files(img, "xfs", {"ckpt/model.pt": b"x" * 100_000})
+    fx.make_dirty(img, "xfs")
+    assert "<DIRTY>" in fx.sh("xfs_logprint", "-t", str(img), check=False).stdout
+    return img
+
+
+@pytest.fixture
+def dirty_ext4(shm_dir):
+    img = fx.make_fs(shm_dir / "dirty-ext4.img", "ext4")
+    fx.put_files(img, "ext4", {"ckpt/model.pt": b"y" * 100_000})
+    fx.make_dirty(img, "ext4")
+    assert "needs_recovery" in fx.sh("dumpe2fs", "-h", str(img)).stdout
+    return img
+
+
+@pytest.mark.parametrize("fixture", ["dirty_xfs", "dirty_ext4"])
+def test_mount_umount_leaves_dirty_filesystem_unchanged(request, fixture, case, tmp_path,
+                                                        no_leftovers):
+    img = request.getfixturevalue(fixture)
+    before = fx.sha256(img)
+    mp = tmp_path / "mnt"
+    res = mount(img, mp, case=case)
+    try:
+        assert res.fstype in {"xfs", "ext4"}
+        assert res.options == ("ro,norecovery" if res.fstype == "xfs" else "ro,noload")
+        assert res.loop_device and sysfs.is_readonly(Path(res.loop_device).name)
+        assert (mp / "ckpt" / "model.pt").exists()
+        # block-level protection: writing the device fails
+        with pytest.raises(PermissionError), open(res.loop_device, "r+b") as fh:
+            fh.write(b"\0")
+        entry = next(m for m in sysfs.mounts() if m.mountpoint == str(mp))
+        assert entry.readonly
+        assert {"norecovery"} & set(entry.super_options + entry.options)
+    finally:
+        umount(mp, case=case)
+    assert fx.sha256(img) == before
+    # umount detached exactly the loop device it attached
+    assert not sysfs.loop_backing_file(Path(res.loop_device).name) == str(img)
+    actions = [r["action"] for r in case.audit.records()]
+    assert "storage.mounted" in actions and "storage.unmounted" in actions
+
+
+@pytest.mark.parametrize("fixture", ["dirty_xfs", "dirty_ext4"])
+def test_negative_control_plain_ro_on_writable_loop_changes_the_image(request, fixture,
+                                                                      shm_dir, tmp_path):
+    """What the kit prevents: a plain `-o ro` mount on a writable loop replays the journal."""
+    img = request.getfixturevalue(fixture)
+    copy = shm_dir / "copy.img"
+    shutil.copyfile(img, copy)
+    before = fx.sha256(copy)
+    mp = tmp_path / "plain"
+    mp.mkdir()
+    fstype = "xfs" if fixture == "dirty_xfs" else "ext4"
+    with fx.loop(copy, read_only=False) as dev:
+        subprocess.run(["mount", "-t", fstype, "-o", "ro", dev, str(mp)], check=True)
+        subprocess.run(["umount", str(mp)], check=True)
+    assert fx.sha256(copy) != before
+
+
+def test_umount_refuses_what_the_case_did_not_mount(case, tmp_path):
+    with pytest.raises(UsageError, match="no mount recorded"):
+        umount(tmp_path, case=case)
+
+
+def test_xfs_clone_of_a_mounted_filesystem_gets_nouuid(case, shm_dir, tmp_path, no_leftovers):
+    img = fx.make_fs(shm_dir / "a.img", "xfs")
+    clone = shm_dir / "b.img"
+    shutil.copyfile(img, clone)
+    with mounted(img, tmp_path / "a", case=case), \
+            mounted(clone, tmp_path / "b", case=case) as second:
+        assert "nouuid" in second.options
+        assert "MT002" in [f.code for f in second.findings]

@@ -1,0 +1,189 @@
+"""Pure parsers against real recorded tool outputs (fixtures/transcripts/, see its README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckptrescue.parsers import (
+    ddrescue_mapfile,
+    debugfs,
+    dumpe2fs,
+    nvme,
+    smartctl,
+    xfs_db,
+    xfs_logprint,
+    zpool_status,
+)
+from ckptrescue.storage import fsinspect
+
+T = Path(__file__).resolve().parents[2] / "fixtures" / "transcripts"
+
+
+def read(rel: str) -> str:
+    return (T / rel).read_text()
+
+
+# ---- ddrescue mapfile ---------------------------------------------------------------------------
+
+def test_real_mapfile_totals_match_ddrescuelog():
+    mp = ddrescue_mapfile.parse(read("ddrescue/ddrescue-1.27-H-4-bad-areas.map"))
+    assert mp.current_status == "+" and mp.current_pass == 1
+    assert mp.bad_ranges() == [(0x400, 0x600), (0x118000, 0x11A000), (0x518600, 0x518800),
+                               (0x6000000, 0x6001000)]
+    # ddrescuelog -t (recorded beside it): bad-sector 13312 B in 4 areas, extent 335544 kB
+    log = read("ddrescue/ddrescuelog-t.txt")
+    assert "13312 B,  in      4 area(s)" in log
+    assert mp.bad == 13312
+    assert mp.domain_end == 320 * 1024 * 1024
+    assert mp.rescued + mp.bad == mp.domain_end
+    assert not mp.finished
+
+
+def test_two_field_status_line_octal_and_inline_comments():
+    text = "# old 1.20 map\n0 ?\n0 01000 + # octal size\n0x200 512 /\n1024 0x200 *\n"
+    mp = ddrescue_mapfile.parse(text)
+    assert mp.current_pass is None
+    assert mp.blocks[0] == ddrescue_mapfile.Block(0, 512, "+")
+    assert mp.pending == 1024
+    assert mp.unreadable_ranges() == [(512, 1536)]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", "no status line"),
+    ("0 + 1\n0 512 +\n600 10 +\n", "not contiguous"),
+    ("0 + 1\n0 512 X\n", "unknown block status"),
+    ("0 Q 1\n", "unknown current_status"),
+    ("0 + 1\n0 zz +\n", "not a number"),
+])
+def test_bad_mapfiles_raise_one_line_errors(text, words):
+    with pytest.raises(ddrescue_mapfile.MapfileError, match=words):
+        ddrescue_mapfile.parse(text, name="x.map")
+
+
+@given(st.text(max_size=300))
+def test_parser_never_crashes_on_arbitrary_text(text):
+    try:
+        ddrescue_mapfile.parse(text)
+    except ddrescue_mapfile.MapfileError:
+        pass
+
+
+def test_build_test_map_round_trips():
+    text = ddrescue_mapfile.build_test_map(1 << 20, [(4096, 8192), (0, 512)])
+    mp = ddrescue_mapfile.parse(text)
+    assert mp.bad_ranges() == [(0, 512), (4096, 8192)]
+    assert mp.domain_end == 1 << 20
+
+
+# ---- XFS / ext4 -----------------------------------------------------------------------------------
+
+def test_xfs_superblock_print():
+    sb = xfs_db.parse_print(read("xfs/xfs_db-sb0-print.clean.txt"))
+    assert sb["magicnum"] == "0x58465342"
+    assert xfs_db.as_int(sb["blocksize"]) == 4096
+    assert xfs_db.as_int(sb["features_incompat"]) & fsinspect.XFS_INCOMPAT_NEEDSREPAIR == 0
+    assert "(correct)" in sb["crc"]
+
+
+def test_xfs_logprint_clean_and_dirty():
+    clean = xfs_logprint.parse(read("xfs/xfs_logprint-t.clean.txt"))
+    dirty = xfs_logprint.parse(read("xfs/xfs_logprint-t.dirty.txt"))
+    assert clean is not None and not clean.dirty and clean.head == clean.tail
+    assert dirty is not None and dirty.dirty and dirty.head != dirty.tail
+    assert clean.daddr == dirty.daddr == 327728
+
+
+def test_xfs_db_blockuse_and_bmap():
+    text = read("xfs/xfs_db-blockuse-bmap.txt")
+    assert xfs_db.parse_convert(text) == [25]
+    uses = xfs_db.parse_blockuse(text)
+    assert [(u.fsblock, u.type, u.inode, u.path) for u in uses] == [
+        (25, "data", 132, "d/model.ckpt"), (26, "data", 132, "d/model.ckpt"),
+        (20001, "free2", None, None)]
+    sections = xfs_db.split_echo_sections(text)
+    assert xfs_db.parse_bmap(sections["132"]) == [xfs_db.BmapExtent("data", 0, 24, 2048, 0)]
+
+
+def test_dumpe2fs_needs_recovery_vs_clean():
+    dirty = dumpe2fs.parse(read("e2fs/dumpe2fs-h.needs_recovery.txt"))
+    clean = dumpe2fs.parse(read("e2fs/dumpe2fs-h.clean.txt"))
+    assert dirty.needs_recovery and not clean.needs_recovery
+    assert clean.state == "clean" and clean.error_count == 0
+    assert "has_journal" in dirty.features and dirty.to_json()["needs_recovery"] is True
+
+
+def test_debugfs_outputs():
+    owners = debugfs.parse_icheck(read("e2fs/debugfs-icheck.txt"))
+    assert owners == {0: None, 1: None, 1550: 12, 2000: 12}
+    assert debugfs.parse_ncheck(read("e2fs/debugfs-ncheck.txt")) == {12: ["model.ckpt"]}
+    (ext,) = debugfs.parse_extents(read("e2fs/debugfs-ex.txt"))
+    assert (ext.logical, ext.physical, ext.length) == (0, 1549, 768)
+
+
+# ---- ZFS ----------------------------------------------------------------------------------------
+
+def test_zpool_status_permanent_errors_serverfault():
+    (p,) = zpool_status.parse(read("zpool/serverfault-800628-permanent-errors.txt"))
+    assert p.pool == "seagate3tb" and p.state == "ONLINE"
+    assert [(v.name, v.cksum) for v in p.vdevs] == [("seagate3tb", 28), ("sda", 56)]
+    assert p.error_files == ["/mnt/seagate3tb/Install.iso", "/mnt/seagate3tb/some-other-file1.txt",
+                             "/mnt/seagate3tb/some-other-file2.txt"]
+    codes = sorted(f.code for f in fsinspect.zfs_findings([p], "seagate3tb"))
+    assert codes == ["ZF002", "ZF003"]
+
+
+def test_zpool_status_degraded_with_abbreviated_counts_and_scan_continuation():
+    (p,) = zpool_status.parse(read("zpool/file-vdevs-scrub-degraded-2017.txt"))
+    assert p.state == "DEGRADED"
+    vdev3 = next(v for v in p.vdevs if v.name == "/tmp/tank/vdev3")
+    assert vdev3.cksum == 1370 and vdev3.message == "too many errors"
+    (q,) = zpool_status.parse(read("zpool/nixos-nvme-degraded-2021.txt"))
+    assert "49.18% done" in q.scan
+    assert q.vdevs[1].read == 206 and q.vdevs[1].cksum == 96
+    assert "zroot/nix:<0x0>" in q.error_files and len(q.error_files) == 7
+    codes = sorted(f.code for f in fsinspect.zfs_findings([q], "zroot"))
+    assert codes == ["ZF001", "ZF002", "ZF003"]
+
+
+# ---- SMART / NVMe ---------------------------------------------------------------------------------
+
+def test_smartctl_failing_ata_drive():
+    rep = smartctl.parse(read("smartctl/scrutiny-smart-fail2.trimmed.json"))
+    assert rep.exit_status == 216
+    assert rep.exit_meaning == [smartctl.EXIT_BITS[b] for b in (3, 4, 6, 7)]
+    assert rep.passed is False
+    assert rep.sector_counts["Reallocated_Sector_Ct"] == 1975
+    assert rep.sector_counts["Current_Pending_Sector"] == 8
+    codes = sorted(f.code for f in fsinspect.smart_findings(rep, "/dev/sdc"))
+    assert codes == ["SM001", "SM002", "SM004", "SM006"]
+
+
+def test_smartctl_nvme_with_media_errors_and_a_healthy_one():
+    bad = smartctl.parse(read("smartctl/scrutiny-smart-nvme-failed.json"))
+    codes = sorted(f.code for f in fsinspect.smart_findings(bad, "/dev/nvme0"))
+    assert codes == ["NV002", "NV005"]
+    h = nvme.parse_health(bad.nvme_health or {})
+    assert h.media_errors == 7 and h.error_log_entries == 62 and h.critical_warning == 0
+    good = smartctl.parse(read("smartctl/scrutiny-smart-nvme.json"))
+    assert fsinspect.smart_findings(good, "/dev/nvme0") == []
+
+
+def test_smartctl_on_a_virtual_disk_here_is_not_health_data():
+    """Recorded on this VM: smartctl -x -j /dev/vda (virtio) cannot detect the device type."""
+    rep = smartctl.parse(read("smartctl/here-vda-virtio.json"))
+    assert rep.exit_status == 1 and rep.passed is None
+    assert rep.exit_meaning == [smartctl.EXIT_BITS[0]]
+    assert "Unable to detect device type" in rep.messages[0]
+    assert [f.code for f in fsinspect.smart_findings(rep, "/dev/vda")] == []
+
+
+def test_nvme_cli_key_names_and_critical_bits():
+    h = nvme.parse_health({"critical_warning": 0b1100, "avail_spare": 3, "spare_thresh": 10,
+                           "percent_used": 104, "media_errors": 0, "num_err_log_entries": 0})
+    assert h.critical_meaning == [nvme.CRIT_BITS[2], nvme.CRIT_BITS[3]]
+    codes = sorted(f.code for f in fsinspect.nvme_findings(h, "/dev/nvme0n1"))
+    assert codes == ["NV001", "NV003", "NV004"]
