@@ -42,13 +42,20 @@ $(STAMP): pyproject.toml constraints.txt
 test: setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
+# The drill serves its bucket on 127.0.0.1 with moto, which accepts any credentials.
+demo: export AWS_ACCESS_KEY_ID = drill
+demo: export AWS_SECRET_ACCESS_KEY = drill
 demo: setup
+	@if [ -d $(DEMO_DIR)/drill ]; then $(VENV)/bin/ckptrescue drill $(DEMO_DIR)/drill --stop >/dev/null; fi
 	@rm -rf $(DEMO_DIR)
-	$(VENV)/bin/ckptrescue drill $(DEMO_DIR)/drill
-	$(VENV)/bin/ckptrescue playbook run full-incident --case $(DEMO_DIR)/case --yes \
-	    -p drill=$(DEMO_DIR)/drill
-	$(VENV)/bin/ckptrescue report $(DEMO_DIR)/case --format html -o $(DEMO_DIR)/report.html
-	@echo "report: $$(realpath $(DEMO_DIR)/report.html)"
+	@set -e; trap '$(VENV)/bin/ckptrescue drill $(DEMO_DIR)/drill --stop >/dev/null' EXIT; \
+	$(VENV)/bin/ckptrescue drill $(DEMO_DIR)/drill; \
+	rc=0; $(VENV)/bin/ckptrescue playbook run full-incident --case $(DEMO_DIR)/case --yes \
+	    --title "drill: training run will not resume" -P $(DEMO_DIR)/drill/params.json || rc=$$?; \
+	if [ $$rc -gt 1 ]; then echo "demo: the playbook failed (exit $$rc)" >&2; exit $$rc; fi; \
+	$(VENV)/bin/ckptrescue report $(DEMO_DIR)/case --format html -o $(DEMO_DIR)/report.html; \
+	echo; echo "answer: $$($(VENV)/bin/python -m ckptrescue.answer $(DEMO_DIR)/case)"; \
+	echo "report: $$(realpath $(DEMO_DIR)/report.html)"
 
 bench: setup
 	$(PY) bench/run_all.py

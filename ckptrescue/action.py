@@ -42,6 +42,20 @@ class ActionResult:
     findings: list[Finding] = field(default_factory=list)
     summary: str = ""
     error: str | None = None
+    findings_recorded: bool = False  # the library already added the findings to the case
+
+
+def findings_of(result: Any) -> list[Finding]:
+    """The findings a library result carries (a list attribute or a method)."""
+    found = getattr(result, "findings", [])
+    if callable(found):
+        found = found()
+    return list(found or [])
+
+
+def to_outputs(result: Any) -> dict[str, Any]:
+    data = result.to_json() if hasattr(result, "to_json") else result
+    return data if isinstance(data, dict) else {"result": data}
 
 
 @dataclass

@@ -29,8 +29,25 @@ def step_results(case: Case, action: str) -> list[dict[str, Any]]:
     return results
 
 
+def salvage_results(case: Case) -> list[dict[str, Any]]:
+    """Every salvage result (one per checkpoint), oldest first."""
+    return [r for out in step_results(case, "salvage") for r in out.get("salvaged", [])]
+
+
 def _name(path: str) -> str:
-    return PurePath(path).name or path
+    p = PurePath(path)
+    if p.name.endswith(".index.json") or p.name == ".metadata":
+        return p.parent.name  # a sharded/DCP checkpoint is named by its directory
+    return p.name or path
+
+
+def _order(path: str) -> tuple[int, str]:
+    """Newest first by the step number in the name, then by name."""
+    import re
+
+    nums = re.findall(r"\d+", PurePath(path).name if not path.endswith(".json")
+                      else PurePath(path).parent.name)
+    return (-int(nums[-1]) if nums else 0, path)
 
 
 def latest_checkpoints(case: Case) -> dict[str, dict[str, Any]]:
@@ -50,12 +67,12 @@ def answer_line(case: Case) -> str:
         parts.append(f"resume from {_name(resume)}" if resume
                      else "no checkpoint is safe to resume from")
     unsafe: list[str] = []
-    lost = {}
-    for out in step_results(case, "salvage"):
+    lost: dict[str, int] = {}
+    for out in salvage_results(case):
         n = len(out.get("lost", []))
         if n:
-            lost[_name(out.get("checkpoint", "?"))] = n
-    for path, ckpt in sorted(latest_checkpoints(case).items()):
+            lost[out.get("checkpoint", "?")] = n
+    for path, ckpt in sorted(latest_checkpoints(case).items(), key=lambda kv: _order(kv[0])):
         verdict = ckpt.get("verdict")
         name = _name(path)
         if verdict in (None, "intact"):
@@ -65,20 +82,20 @@ def answer_line(case: Case) -> str:
                             for g in (f.get("details") or {}).get("globals", [])})
             unsafe.append(f"{name} ({', '.join(globs[:3]) or 'unsafe pickle'})")
             continue
-        damaged = len(ckpt.get("damaged_tensors", [])) + len(ckpt.get("missing_tensors", []))
-        if name in lost:
-            parts.append(f"{lost.pop(name)} tensors lost in {name} ({verdict})")
-        elif damaged and verdict in {"damaged", "suspect"}:
-            parts.append(f"{name} {verdict}: {damaged} tensor{'s' if damaged != 1 else ''}")
-        elif verdict == "suspect":
-            parts.append(f"{name} suspect: {len(ckpt.get('suspect_tensors', []))} tensors")
+        if path in lost:
+            n = lost[path]
+            parts.append(f"{name} {verdict}: {n} tensor{'s' if n != 1 else ''} lost")
+            continue
+        names = ckpt.get("damaged_tensors", []) + ckpt.get("missing_tensors", []) \
+            + ckpt.get("suspect_tensors", [])
+        if names:
+            n = len(names)
+            parts.append(f"{name} {verdict}: {n} tensor{'s' if n != 1 else ''}")
         else:
             parts.append(f"{name} {verdict}")
-    for name, n in lost.items():
-        parts.append(f"{n} tensors lost in {name}")
     if unsafe:
-        parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe "
-                     f"({'; '.join(unsafe)})")
+        parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe: "
+                     f"{'; '.join(unsafe)}")
     for out in step_results(case, "image")[-1:]:
         bad = out.get("bad_ranges") or []
         if bad:
@@ -102,3 +119,16 @@ def answer_line(case: Case) -> str:
         return "no damage found" if findings or list(case.records("step.finished")) else \
             "nothing examined yet"
     return "; ".join(parts)
+
+
+def main() -> None:  # pragma: no cover - `python -m ckptrescue.answer CASE`
+    import sys
+    from pathlib import Path
+
+    from ckptrescue.case import Case
+
+    print(answer_line(Case.open(Path(sys.argv[1]))))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

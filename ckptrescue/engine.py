@@ -296,7 +296,8 @@ def run(
             except Exception as exc:  # an action bug must not lose the case
                 result = ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         for finding in result.findings:
-            case.add_finding(finding)
+            if not result.findings_recorded:
+                case.add_finding(finding)
             yield FindingEmitted(step_id=step.id, finding=finding)
         sha = None
         if result.outputs:

@@ -35,7 +35,8 @@ def _is_block_device(path: str) -> bool:
     try:
         return stat.S_ISBLK(os.stat(path).st_mode)
     except OSError:
-        return path.startswith("/dev/")
+        # a path that does not exist yet: only a name directly under /dev looks like a device
+        return os.path.dirname(os.path.abspath(path)) == "/dev"
 
 
 @dataclass(frozen=True)
@@ -419,6 +420,16 @@ def _check_losetup(name: str, args: list[str], ctx: GuardContext) -> Decision:
     if attaching or listing or "f" in flags or _long(args, "--find"):
         return Decision.allow()
     return Decision.allow()
+
+
+@_tool("partx")
+def _check_partx(name: str, args: list[str], ctx: GuardContext) -> Decision:
+    flags = _short_flags(args)
+    if flags & {"a", "d", "u"} or _long(args, "--add", "--delete", "--update"):
+        return Decision.refuse("partx -a/-d/-u change the kernel's partition mappings")
+    if "s" in flags or _long(args, "--show", "--version", "--help"):
+        return Decision.allow()
+    return Decision.refuse("partx is allowed only with --show (read the partition table)")
 
 
 @_tool("blockdev")

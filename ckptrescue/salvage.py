@@ -97,13 +97,17 @@ class _Planned:
     nbytes: int
     strides: list[int] | None
     filled: bool = False
+    reader: Any = None  # the format's read_tensor_bytes(path, report, rec), when it has one
+    root: Path | None = None
+    report: CheckpointReport | None = None
 
 
-def _plan(rec: TensorRecord, strides: dict[str, list[int]]) -> _Planned | str:
+def _plan(rec: TensorRecord, strides: dict[str, list[int]], *,
+          has_reader: bool = False) -> _Planned | str:
     info = dtypes.lookup(rec.dtype)
     if info is None or info.safetensors is None:
         return f"dtype {rec.dtype} has no safetensors equivalent"
-    if rec.shape is None or rec.offset is None or rec.file is None:
+    if rec.shape is None or (not has_reader and (rec.offset is None or rec.file is None)):
         return "byte location unknown"
     numel = 1
     for s in rec.shape:
@@ -114,6 +118,14 @@ def _plan(rec: TensorRecord, strides: dict[str, list[int]]) -> _Planned | str:
 
 def _copy(out: BinaryIO, p: _Planned) -> None:
     rec = p.rec
+    if p.reader is not None:
+        written = 0
+        for block in p.reader(p.root, p.report, rec):
+            out.write(block)
+            written += len(block)
+        if written != p.nbytes:
+            raise UsageError(f"{rec.name}: format reader gave {written} of {p.nbytes} bytes")
+        return
     assert rec.file is not None and rec.offset is not None
     with open(rec.file, "rb") as src:
         if p.strides is None:
@@ -161,12 +173,14 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
                            output=None, fill_from=str(fill_from) if fill_from else None)
     planned: list[_Planned] = []
     lost: dict[str, tuple[TensorRecord, str]] = {}
+    reader = getattr(fmt, "read_tensor_bytes", None)
     for rec, reason in pairs:
         if reason is None:
-            p = _plan(rec, strides)
+            p = _plan(rec, strides, has_reader=reader is not None)
             if isinstance(p, str):
                 lost[rec.name] = (rec, p)
             else:
+                p.reader, p.root, p.report = reader, root, report
                 planned.append(p)
         else:
             lost[rec.name] = (rec, reason)
@@ -189,9 +203,11 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
             if rec.shape is not None and (rrec.shape != rec.shape or rrec.dtype != rec.dtype):
                 lost[name] = (rec, lost[name][1] + "; reference differs in shape/dtype")
                 continue
-            p = _plan(rrec, rstrides)
+            rreader = getattr(rfmt, "read_tensor_bytes", None)
+            p = _plan(rrec, rstrides, has_reader=rreader is not None)
             if isinstance(p, str):
                 continue
+            p.reader, p.root, p.report = rreader, rroot, ref
             p.filled = True
             planned.append(p)
             result.filled.append(name)

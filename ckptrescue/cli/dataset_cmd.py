@@ -167,6 +167,7 @@ def audit_cmd(
 @dataset_app.command("verify")
 def verify_cmd(
     directory: DirArg,
+    jobs: JobsOpt = None,
     scheduler: SchedulerOpt = None,
     case_dir: OptionalCaseOpt = None,
     as_json: JsonOpt = False,
@@ -183,7 +184,7 @@ def verify_cmd(
     """
     from ckptrescue.datasets.verify import verify_dataset
 
-    result = verify_dataset(directory, scheduler=scheduler, case=_case(case_dir))
+    result = verify_dataset(directory, jobs=jobs, scheduler=scheduler, case=_case(case_dir))
     if as_json:
         emit_json(result.to_json())
     else:

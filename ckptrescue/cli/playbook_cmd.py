@@ -121,6 +121,8 @@ def run(
     case_dir: Annotated[Path, typer.Option("--case", help="Case directory (created if new).")],
     param: Annotated[list[str] | None, typer.Option("-p", "--param",
                                                     help="KEY=VALUE (repeatable).")] = None,
+    params_file: Annotated[Path | None, typer.Option(
+        "-P", "--params-file", help="JSON or YAML mapping of parameters (-p overrides).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Answer every confirm gate with yes.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run",
                                           help="Print the plan and every command; run nothing.")]
@@ -143,7 +145,9 @@ def run(
     from ckptrescue.events import RunFinished, StepFinished
     from ckptrescue.playbook import params
 
-    plan = engine.prepare(name, params.parse_assignments(param or []))
+    given = params.load_file(params_file) if params_file else {}
+    given.update(params.parse_assignments(param or []))
+    plan = engine.prepare(name, given)
     plan.answers_yes = yes
     if dry_run:
         steps = engine.dry_run(plan)

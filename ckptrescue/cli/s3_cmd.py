@@ -52,7 +52,7 @@ class _Progress:
     def __init__(self, what: str) -> None:
         self.what = what
         self.tty = sys.stderr.isatty()
-        self.last = 0.0
+        self.last = 0.0 if self.tty else time.monotonic()
 
     def __call__(self, done: int, total: int, key: str) -> None:
         now = time.monotonic()

@@ -3,7 +3,8 @@ numerics, reference comparison, sandboxed load, salvage)."""
 
 from ckptrescue.model import Severity
 
-E, W, I, C = Severity.ERROR, Severity.WARNING, Severity.INFO, Severity.CRITICAL
+E, W, C = Severity.ERROR, Severity.WARNING, Severity.CRITICAL
+I = Severity.INFO  # noqa: E741
 
 CODES = {
     # torch.save zip archives
@@ -18,7 +19,7 @@ CODES = {
     "TZ009": (E, "data.pkl missing or unreadable: tensor names cannot be recovered"),
     "TZ010": (I, "Archive records not referenced by the pickle"),
     "TZ011": (E, "Central directory damaged or inconsistent"),
-    "TZ012": (W, "Metadata record (version/byteorder/...) damaged or missing"),
+    "TZ012": (E, "Metadata record (version/byteorder/...) damaged or missing"),
     "TZ020": (E, "Not a checkpoint: empty, Git-LFS pointer, HTML or unknown bytes"),
     # torch legacy (pre-1.6) stream
     "TL001": (E, "Legacy checkpoint truncated: storages cut short"),

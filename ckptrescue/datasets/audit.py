@@ -25,7 +25,14 @@ from ckptrescue.datasets.manifest import (
     sidecar_path,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
-from ckptrescue.datasets.walk import FileEntry, display, shown_path, to_json_path, walk
+from ckptrescue.datasets.walk import (
+    FileEntry,
+    display,
+    safe_relative,
+    shown_path,
+    to_json_path,
+    walk,
+)
 from ckptrescue.errors import EvidenceError, UsageError
 from ckptrescue.model import Finding, Severity
 
@@ -193,7 +200,8 @@ def audit(
     for rel, exp in expected.items():
         found = present.get(rel)
         if found is None:
-            rows.append(AuditRow(rel, "missing", exp.sha256, None))
+            why = "" if safe_relative(rel) else "the name leads outside DIR; never opened"
+            rows.append(AuditRow(rel, "missing", exp.sha256, None, reason=why))
         elif quick:
             rows.append(_quick_row(exp, found))
         else:

@@ -55,9 +55,9 @@ def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], r
     """Run ``fn(root, batch)`` for every batch on the cluster; yield results as they finish."""
     if not entries:
         return
+    client = _client(address)
     from distributed import as_completed
 
-    client = _client(address)
     try:
         seen = client.run(os.path.isdir, root)
         blind = sorted(w for w, ok in seen.items() if not ok)
@@ -69,7 +69,7 @@ def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], r
                               hint="workers read files where they live: mount DIR at the same "
                                    "path on every worker")
         futures = [client.submit(fn, root, b, pure=False) for b in batches(entries)]
-        for fut in as_completed(futures):
+        for fut in as_completed(futures, loop=client.loop):
             yield fut.result()
     finally:
         client.close()

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -265,23 +266,29 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
             tracker.add(files=1)
             yield item
         return
+    # Small files go in groups (one task per file costs more than hashing a 1 KiB file);
+    # a bounded window of in-flight groups keeps memory flat on trees of millions of files.
+    from ckptrescue.datasets.cluster import batches
+
+    groups = iter(batches(todo, max_bytes=32 << 20, max_files=64))
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sha256") as pool:
-        # bounded window of in-flight files keeps memory flat on 10^6-file trees
-        window = jobs * 64
-        pending: list[Any] = []
-        it = iter(todo)
-        for f in it:
-            pending.append(pool.submit(hash_entry, root, f, tracker))
-            if len(pending) >= window:
+        pending: deque[Future[list[ManifestEntry | UnreadableFile]]] = deque()
+        for group in groups:
+            pending.append(pool.submit(_hash_group, root, group, tracker))
+            if len(pending) >= jobs * 4:
                 break
         while pending:
-            fut = pending.pop(0)
-            item = fut.result()
-            tracker.add(files=1)
-            yield item
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(pool.submit(hash_entry, root, nxt, tracker))
+            for item in pending.popleft().result():
+                tracker.add(files=1)
+                yield item
+            group = next(groups, None)
+            if group is not None:
+                pending.append(pool.submit(_hash_group, root, group, tracker))
+
+
+def _hash_group(root: bytes, group: list[FileEntry],
+                tracker: Tracker) -> list[ManifestEntry | UnreadableFile]:
+    return [hash_entry(root, e, tracker) for e in group]
 
 
 def _write_outputs(out: Path, entries: list[ManifestEntry]) -> None:

@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ckptrescue.datasets.audit import Expected, audit, load_expected
 from ckptrescue.datasets.hashing import hash_file
-from ckptrescue.datasets.walk import display, join, shown_path, to_json_path
+from ckptrescue.datasets.walk import display, join, safe_relative, shown_path, to_json_path
 from ckptrescue.errors import CkptRescueError, UsageError
 from ckptrescue.model import Finding, Severity
 
@@ -295,6 +295,9 @@ def recover(
 def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource | S3Source,
                  dest: Path) -> RecoverRow:
     row = RecoverRow(rel, damage)
+    if not safe_relative(rel):
+        row.reason = "the manifest name leads outside the directory; refused"
+        return row
     final = join(os.fsencode(dest), rel)
     if os.path.lexists(final):
         have = hash_file(final)

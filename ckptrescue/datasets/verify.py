@@ -132,12 +132,12 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
         outcome = CheckOutcome()
         try:
             if fmt.endswith("+gzip"):
-                with gzip.GzipFile(fileobj=fh, mode="rb") as stream:
-                    try:
-                        outcome = checker(stream, None)  # type: ignore[arg-type]
-                    except (OSError, EOFError, zlib.error) as exc:
+                with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+                    stream = _EndsAtDamage(gz)
+                    outcome = checker(stream, None)  # type: ignore[arg-type]
+                    if stream.error:
                         outcome.bad.append(BadRecord(None, None, None,
-                                                     f"gzip stream damaged: {exc}"))
+                                                     f"gzip stream damaged: {stream.error}"))
             else:
                 outcome = checker(fh, entry.size)
         except UnreadableAt as exc:
@@ -148,6 +148,33 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
         return FileCheck(entry.rel, fmt, "unchecked", records=outcome.records,
                          note=outcome.unchecked_reason)
     return FileCheck(entry.rel, fmt, "ok", records=outcome.records)
+
+
+class _EndsAtDamage:
+    """A decompressed stream that ends (short read) where the compressed data is damaged, so
+    the format checker names the record it was reading; the error is kept in ``error``."""
+
+    def __init__(self, inner: gzip.GzipFile) -> None:
+        self.inner = inner
+        self.error: str | None = None
+
+    def read(self, n: int = -1) -> bytes:
+        if self.error:
+            return b""
+        try:
+            return self.inner.read(n)
+        except (OSError, EOFError, zlib.error) as exc:
+            self.error = str(exc)
+            return b""
+
+    def readline(self, limit: int = -1) -> bytes:
+        if self.error:
+            return b""
+        try:
+            return self.inner.readline(limit)
+        except (OSError, EOFError, zlib.error) as exc:
+            self.error = str(exc)
+            return b""
 
 
 def _unreadable(rel: bytes, fmt: str, exc: UnreadableAt, records: int) -> FileCheck:

@@ -62,7 +62,7 @@ def walk(root: str | os.PathLike[str] | bytes, *,
     """Every regular file under ``root`` (sorted by name), and what was skipped and why."""
     root_b = os.fsencode(root)
     real_root = os.path.realpath(root_b)
-    excluded = {os.path.realpath(os.fsencode(p)) for p in exclude}
+    excluded = _identities(exclude)
     result = WalkResult()
     stack: list[bytes] = [b""]
     while stack:
@@ -76,12 +76,12 @@ def walk(root: str | os.PathLike[str] | bytes, *,
             continue
         for entry in entries:
             rel = join(rel_dir, entry.name) if rel_dir else entry.name
-            if os.path.realpath(entry.path) in excluded and not entry.is_symlink():
-                continue
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError as exc:
                 result.skipped.append(Skipped(rel, f"cannot stat: {exc.strerror}"))
+                continue
+            if excluded and (st.st_dev, st.st_ino) in excluded:
                 continue
             if stat.S_ISDIR(st.st_mode):
                 stack.append(rel)
@@ -96,18 +96,30 @@ def walk(root: str | os.PathLike[str] | bytes, *,
     return result
 
 
-def _symlink(path: bytes, rel: bytes, real_root: bytes, excluded: set[bytes],
+def _identities(paths: Iterable[str | bytes | os.PathLike[str]]) -> set[tuple[int, int]]:
+    """(device, inode) of each path that exists: how excluded files are recognised."""
+    out = set()
+    for p in paths:
+        try:
+            st = os.stat(os.fsencode(p))  # noqa: PTH116 - bytes path
+        except OSError:
+            continue
+        out.add((st.st_dev, st.st_ino))
+    return out
+
+
+def _symlink(path: bytes, rel: bytes, real_root: bytes, excluded: set[tuple[int, int]],
              result: WalkResult) -> None:
     target = os.path.realpath(path)
     if not _inside(target, real_root):
         result.skipped.append(Skipped(rel, "symlink leading out of the directory, not followed"))
         return
-    if target in excluded:
-        return
     try:
         st = os.stat(target)  # noqa: PTH116 - bytes path
     except OSError:
         result.skipped.append(Skipped(rel, "dangling symlink"))
+        return
+    if (st.st_dev, st.st_ino) in excluded:
         return
     if stat.S_ISDIR(st.st_mode):
         result.skipped.append(Skipped(rel, "symlink to a directory, not followed"))
@@ -140,3 +152,11 @@ def join(a: bytes, b: bytes) -> bytes:
 def shown_path(root: str, rel: bytes) -> str:
     """``root/rel`` for messages and findings."""
     return str(Path(root) / display(rel))
+
+
+def safe_relative(rel: bytes) -> bool:
+    """True when ``rel`` stays inside its root: not absolute, no ``..``, no empty component."""
+    if not rel or rel.startswith(b"/"):
+        return False
+    parts = rel.split(b"/")
+    return all(p not in (b"", b".", b"..") for p in parts)

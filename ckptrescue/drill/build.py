@@ -152,7 +152,35 @@ def build(out: Path, *, s3: bool = True) -> DrillResult:
                      "run/hf-export": "incomplete", "run/dcp/step-300": "intact"},
     }
     (out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    (out / "params.json").write_text(json.dumps(full_incident_params(result), indent=2) + "\n")
     return result
+
+
+def _separate_media_dir(out: Path) -> Path:
+    """An image destination on other media than the drill (RAM when the drill is on disk)."""
+    shm = Path("/dev/shm")
+    digest = hashlib.sha256(str(out).encode()).hexdigest()[:10]
+    if shm.is_dir() and not str(out).startswith("/dev/shm"):
+        return shm / f"ckptrescue-drill-{digest}"
+    return out.parent / f"{out.name}-images"
+
+
+def full_incident_params(result: DrillResult) -> dict[str, Any]:
+    """Parameters for ``playbook run full-incident -P DIR/params.json`` on this drill."""
+    dest = _separate_media_dir(result.root)
+    dest.mkdir(parents=True, exist_ok=True)
+    params: dict[str, Any] = {
+        "source": str(result.image), "image_dest": str(dest), "checkpoints": "run",
+        "simulate_bad_map": str(result.badsectors_map), "known_good": str(result.known_good),
+        "retries": 1,
+    }
+    if result.s3:
+        params.update({
+            "s3_url": f"s3://{result.s3['bucket']}/{result.s3['prefix']}",
+            "s3_key_url": f"s3://{result.s3['bucket']}/{result.s3['prefix']}step-300.pt",
+            "endpoint_url": result.s3["endpoint_url"],
+        })
+    return params
 
 
 def _seed_bucket(out: Path, run: Path, pristine: Path, found: list[dict[str, Any]]
@@ -184,6 +212,11 @@ def _seed_bucket(out: Path, run: Path, pristine: Path, found: list[dict[str, Any
 
 
 def stop(out: Path) -> bool:
+    """Stop the drill's S3 server and remove its image destination in RAM, if any."""
     from ckptrescue.drill import s3daemon
 
-    return s3daemon.stop(out.resolve())
+    out = out.resolve()
+    dest = _separate_media_dir(out)
+    if str(dest).startswith("/dev/shm/ckptrescue-drill-") and dest.is_dir():
+        shutil.rmtree(dest, ignore_errors=True)
+    return s3daemon.stop(out)

@@ -14,6 +14,7 @@ h5py is imported only inside the functions that need it.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
@@ -209,10 +210,6 @@ def probe_h5(path: Path, options: ProbeOptions) -> CheckpointReport:
     report.damaged_tensors = walk.unreadable
     report.extra = {"attrs": walk.attrs, "checksums": False,
                     "legacy": "model_weights" in {t.name.split("/")[0] for t in walk.tensors}}
-    if options.reference is not None:
-        from ckptrescue.formats.tf_findings import reference_findings
-
-        report.findings.extend(reference_findings(report, options.reference))
     report.verdict = verdict_from(report)
     return report
 
@@ -230,6 +227,18 @@ class H5WeightsFormat:
     @classmethod
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
         return probe_h5(path, options)
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        """No checksums: every readable, numerically plausible contiguous dataset is kept."""
+        for rec in report.tensors:
+            if rec.status == "unverified" and rec.offset is not None:
+                yield rec, None
+            elif rec.status == "suspect":
+                yield rec, "numerically suspect, and HDF5 has no checksum to prove otherwise"
+            else:
+                yield rec, "; ".join(rec.reasons) or rec.status
 
 
 FORMATS = [H5WeightsFormat]

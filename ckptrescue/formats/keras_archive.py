@@ -12,10 +12,11 @@ which tensor (HDF5 has no per-dataset checksum): the numeric scan is what can po
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, Verdict
+from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats import zipwalk
 from ckptrescue.formats.h5weights import Window, walk_h5
 from ckptrescue.formats.tf_findings import verdict_from
@@ -104,10 +105,6 @@ def probe_keras(path: Path, options: ProbeOptions) -> CheckpointReport:
             for t in report.tensors:
                 if t.status == "unverified" and not crc_bad and not truncated:
                     t.status, t.reasons = "ok", ["the weights member's CRC-32 verifies"]
-    if options.reference is not None:
-        from ckptrescue.formats.tf_findings import reference_findings
-
-        report.findings.extend(reference_findings(report, options.reference))
     report.verdict = verdict_from(report)
     if truncated:
         report.verdict = Verdict.TRUNCATED
@@ -131,6 +128,19 @@ class KerasArchiveFormat:
     @classmethod
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
         return probe_keras(path, options)
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        """Tensors are verified only when the weights member's CRC-32 verifies."""
+        for rec in report.tensors:
+            if rec.status in ("ok", "suspect") and rec.offset is not None:
+                yield rec, None
+            elif rec.status == "unverified":
+                yield rec, "the weights member fails its CRC-32 (or is cut): which tensor " \
+                    "changed cannot be told"
+            else:
+                yield rec, "; ".join(rec.reasons) or rec.status
 
 
 FORMATS = [KerasArchiveFormat]

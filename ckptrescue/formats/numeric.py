@@ -192,7 +192,7 @@ class StorageScan:
         if rest > 0:
             sumsq = self._sumsq - sum(m * m for m, _, _ in top)
             s.rms_bulk = math.sqrt(max(sumsq, 0.0) / rest)
-        bits, exp_bits, absurd = _FLOAT_BITS.get(self.dtype, (0, range(0), None))
+        _bits, exp_bits, absurd = _FLOAT_BITS.get(self.dtype, (0, range(0), None))
         ratio = _RATIO.get(self.dtype, _DEFAULT_RATIO)
         for mag, index, value in top:
             big_vs_bulk = s.rms_bulk is not None and s.rms_bulk > 0 and rest >= 16 \

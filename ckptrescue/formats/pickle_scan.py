@@ -73,9 +73,7 @@ def weights_only_allowed(qualname: str) -> bool:
     module, _, name = qualname.rpartition(".")
     if module == "torch" and name in _TORCH_DTYPE_NAMES:
         return True
-    if module in ("torch", "torch.cuda") and (name.endswith("Storage") or name.endswith("Tensor")):
-        return True
-    return False
+    return bool(module in ("torch", "torch.cuda") and (name.endswith("Storage") or name.endswith("Tensor")))
 
 
 def dcp_allowed(qualname: str) -> bool:
@@ -370,10 +368,7 @@ def scan_pickle(data: bytes | io.BufferedIOBase, *, start: int = 0) -> PickleSca
             elif name == "APPEND":
                 value = stack.pop()
                 _append(stack[-1], [value])
-            elif name == "APPENDS":
-                items = pop_mark()
-                _append(stack[-1], items)
-            elif name == "ADDITEMS":
+            elif name == "APPENDS" or name == "ADDITEMS":
                 items = pop_mark()
                 _append(stack[-1], items)
             elif name == "SETITEM":

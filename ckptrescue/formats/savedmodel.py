@@ -16,14 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, Verdict
+from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats.protowire import WireError, iter_fields
-from ckptrescue.formats.tensorbundle import (
-    LostTensor,
-    VerifiedTensor,
-    iter_bundle_tensors,
-    probe_bundle,
-)
+from ckptrescue.formats.tensorbundle import bundle_salvageable, probe_bundle
 from ckptrescue.formats.tensorbundle_index import data_files, index_path
 from ckptrescue.formats.tf_findings import verdict_from
 from ckptrescue.model import Finding, Severity
@@ -142,8 +137,16 @@ class SavedModelFormat:
         return probe_savedmodel(path, options)
 
     @classmethod
-    def iter_verified_tensors(cls, path: Path) -> Iterator[VerifiedTensor | LostTensor]:
-        return iter_bundle_tensors(_variables_prefix(path))
+    def claim(cls, directory: Path) -> list[Path]:
+        """A SavedModel directory is one checkpoint root (with everything under it)."""
+        return [directory] if cls.detect(directory) else []
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        return bundle_salvageable(_variables_prefix(path), report)
+
+    load_batch: ClassVar[str] = "ckptrescue.sandbox_children.tf_load:load_reports"
 
 
 FORMATS = [SavedModelFormat]

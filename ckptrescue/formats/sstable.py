@@ -228,6 +228,14 @@ def read_table(path: Path) -> TableScan:
     return scan
 
 
+def _is_handle(value: bytes) -> bool:
+    try:
+        _off, _ln, end = _decode_handle(value)
+    except WireError:
+        return False
+    return end == len(value)
+
+
 def _looks_like_index(entries: list[tuple[bytes, bytes]], found: set[tuple[int, int]]) -> bool:
     if not entries:
         return True  # an empty block (metaindex) holds no bundle entries
@@ -270,6 +278,8 @@ def _recovery_scan(fh: BinaryIO, size: int, scan: TableScan, stop: int | None = 
         # A damaged or cut block: keep whatever entries still parse, untrusted.
         tail = data[start:]
         entries, _error = parse_block(tail + b"\x00\x00\x00\x00")
+        # Entries whose value is exactly a block handle belong to a cut index block.
+        entries = [(k, v) for k, v in entries if not _is_handle(v)]
         for key, value in entries:
             scan.entries.append(TableEntry(key, value, start, False))
         scan.problems.append(TableProblem(

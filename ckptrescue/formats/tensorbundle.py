@@ -21,7 +21,6 @@ from typing import Any, BinaryIO, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats.sstable import is_sstable
-from ckptrescue.formats.tf_checkpoint_state import findings_for_prefix
 from ckptrescue.formats.tensorbundle_entries import DTYPES, BundleEntry
 from ckptrescue.formats.tensorbundle_index import (
     DATA_RE,
@@ -33,10 +32,10 @@ from ckptrescue.formats.tensorbundle_index import (
     shard_path,
 )
 from ckptrescue.formats.tensorbundle_verify import verify_piece
+from ckptrescue.formats.tf_checkpoint_state import findings_for_prefix
 from ckptrescue.formats.tf_findings import (
     numeric_findings,
     numeric_scan,
-    reference_findings,
     verdict_from,
 )
 from ckptrescue.model import Finding, Severity
@@ -168,11 +167,13 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
             report.findings.append(Finding("TB007", Severity.WARNING,
                                            f"{p.name} is not one of the {n} shards the index names",
                                            evidence=str(p), source="tensorbundle"))
-    for name in {t for f in slice_findings for t in f.tensors}:
-        if name not in report.missing_tensors:
-            report.missing_tensors.append(name)
-    if options.reference is not None:
-        report.findings.extend(reference_findings(report, options.reference))
+    parents = _sliced_parents(index)
+    for name in sorted({t for f in slice_findings for t in f.tensors}):
+        _add(report.missing_tensors, name)
+        if not any(t.name == name for t in report.tensors) and name in parents:
+            report.tensors.append(TensorRecord(
+                name=name, dtype=parents[name].dtype_name, shape=parents[name].shape,
+                status="missing", reasons=["no slice entry"]))
     report.extra["variables"] = len({piece_name(e) for e in index.entries})
     report.verdict = verdict_from(report, index_truncated=index.index_truncated)
     return report
@@ -265,90 +266,106 @@ def _add(names: list[str], name: str) -> None:
         names.append(name)
 
 
-@dataclass
-class VerifiedTensor:
-    """A tensor whose bytes verified, for salvage: ``data`` is the full little-endian buffer."""
-
-    name: str
-    dtype: str  # safetensors dtype (F32, I64, ...)
-    shape: tuple[int, ...]
-    data: bytes
+def _sliced_parents(index: BundleIndex) -> dict[str, BundleEntry]:
+    return {e.key: e for e in index.entries if e.is_sliced_parent}
 
 
-@dataclass
-class LostTensor:
-    name: str
-    reason: str
-
-
-def iter_bundle_tensors(prefix: Path) -> Iterator[VerifiedTensor | LostTensor]:
-    """Every variable of the bundle: verified bytes (slices reassembled) or why it is lost.
-
-    Each piece is re-read and re-verified (CRC32C over exactly the bytes returned), one variable
-    in memory at a time.
-    """
+def _reassemble(parent: BundleEntry, pieces: list[BundleEntry],
+                shards: dict[int, _Shard]) -> bytes | str:
+    """The full variable's bytes from its verified slices, or why that is impossible."""
     import google_crc32c
     import numpy as np
 
     from ckptrescue.formats.sstable import unmask
 
-    if not index_path(prefix).exists():
-        return
-    index = read_index(prefix)
-    n = _shard_count(index, prefix)
-    shards = _open_shards(prefix, n)
+    assert parent.shape is not None
+    npdt = _np_dtype(parent.dtype)
+    if npdt is None:
+        return f"dtype {parent.dtype_name} cannot be reassembled"
+    if {p.slice.text() for p in pieces if p.slice} != {s.text() for s in parent.slices}:
+        return "slices missing"
+    full = np.zeros(parent.shape, dtype=npdt)
+    for p in pieces:
+        sh = shards.get(p.shard_id)
+        if sh is None or sh.fh is None or p.crc32c is None or p.slice is None \
+                or p.shape is None:
+            return "a slice's shard or CRC is missing"
+        sh.fh.seek(p.offset)
+        raw = sh.fh.read(p.size)
+        if len(raw) != p.size or google_crc32c.extend(0, raw) != unmask(p.crc32c):
+            return "a slice fails its CRC32C"
+        where = tuple(slice(st, None if ln is None else st + ln) for st, ln in p.slice.extents)
+        full[where] = np.frombuffer(raw, dtype=npdt).reshape(p.shape)
+    return full.tobytes()
+
+
+_TEMP_FILES: list[str] = []
+
+
+def _cleanup_temp() -> None:
+    import os
+
+    for name in _TEMP_FILES:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+    _TEMP_FILES.clear()
+
+
+def _spill(data: bytes) -> str:
+    """Write reassembled bytes to a private temp file (never next to the evidence)."""
+    import atexit
+    import os
+    import tempfile
+
+    if not _TEMP_FILES:
+        atexit.register(_cleanup_temp)
+    fd, name = tempfile.mkstemp(prefix="ckptrescue-tf-slices-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    _TEMP_FILES.append(name)
+    return name
+
+
+def bundle_salvageable(prefix: Path, report: CheckpointReport,
+                       ) -> Iterator[tuple[TensorRecord, str | None]]:
+    """Salvage rule: every variable with ``None`` when its bytes verify, else the reason.
+
+    Plain variables point at their verified bytes in the shard. A sliced variable (split across
+    shards) is reassembled from its re-verified slices; the generic salvage copies one byte range
+    per tensor, so the reassembled bytes are handed over through a private temp file.
+    """
+    groups: dict[str, list[TensorRecord]] = defaultdict(list)
+    for rec in report.tensors:
+        groups[rec.name].append(rec)
+    index = read_index(prefix) if index_path(prefix).exists() else None
+    parents = _sliced_parents(index) if index is not None else {}
+    shards = _open_shards(prefix, _shard_count(index, prefix)) if index is not None else {}
     try:
-        by_name: dict[str, list[BundleEntry]] = defaultdict(list)
-        parents = {e.key: e for e in index.entries if e.is_sliced_parent}
-        for e in index.entries:
-            if not e.is_sliced_parent:
-                by_name[piece_name(e)].append(e)
-        for name in sorted(set(by_name) | set(parents)):
-            pieces = by_name.get(name, [])
-            head = parents.get(name) or (pieces[0] if pieces else None)
-            if head is None or head.shape is None:
-                yield LostTensor(name, "no shape recorded")
-                continue
-            st = DTYPES.get(head.dtype, (None, None, None, None))[3]
-            if st is None:
-                yield LostTensor(name, f"dtype {head.dtype_name} has no safetensors equivalent")
-                continue
-            if name in parents and {s.slice.text() for s in pieces if s.slice} != {
-                    s.text() for s in parents[name].slices}:
-                yield LostTensor(name, "slices missing")
-                continue
-            blobs = []
-            reason = None
-            for p in pieces:
-                sh = shards.get(p.shard_id)
-                if sh is None or sh.fh is None or sh.size is None:
-                    reason = "data shard missing"
-                    break
-                if p.crc32c is None or p.offset + p.size > sh.size:
-                    reason = "bytes missing (truncated shard)" if p.crc32c is not None else \
-                        "no CRC32C recorded"
-                    break
-                sh.fh.seek(p.offset)
-                raw = sh.fh.read(p.size)
-                if google_crc32c.extend(0, raw) != unmask(p.crc32c) or (
-                        p.expected_size is not None and p.expected_size != len(raw)):
-                    reason = "CRC32C mismatch"
-                    break
-                blobs.append((p, raw))
-            if reason:
-                yield LostTensor(name, reason)
-                continue
+        for name, recs in groups.items():
             if name not in parents:
-                yield VerifiedTensor(name, st, head.shape, blobs[0][1])
+                for rec in recs:
+                    usable = rec.status in ("ok", "suspect") and rec.offset is not None
+                    yield rec, None if usable else ("; ".join(rec.reasons) or rec.status)
                 continue
-            npdt = _np_dtype(head.dtype)
-            full = np.zeros(head.shape, dtype=npdt)
-            for p, raw in blobs:
-                assert p.slice is not None and p.shape is not None
-                index_t = tuple(slice(s, None if ln is None else s + ln)
-                                for s, ln in p.slice.extents)
-                full[index_t] = np.frombuffer(raw, dtype=npdt).reshape(p.shape)
-            yield VerifiedTensor(name, st, head.shape, full.tobytes())
+            parent = parents[name]
+            summary = TensorRecord(name=name, dtype=parent.dtype_name, shape=parent.shape,
+                                   storage=f"{len(parent.slices)} slices", status="ok")
+            bad = [r for r in recs if r.status not in ("ok", "suspect")]
+            if bad:
+                summary.status = bad[0].status
+                yield summary, "slice " + (bad[0].storage or "") + ": " + (
+                    "; ".join(bad[0].reasons) or bad[0].status)
+                continue
+            assert index is not None
+            pieces = [e for e in index.entries if e.parent == name]
+            data = _reassemble(parent, pieces, shards)
+            if isinstance(data, str):
+                yield summary, data
+                continue
+            summary.file, summary.offset, summary.length = _spill(data), 0, len(data)
+            yield summary, None
     finally:
         for s in shards.values():
             if s.fh is not None:
@@ -358,10 +375,47 @@ def iter_bundle_tensors(prefix: Path) -> Iterator[VerifiedTensor | LostTensor]:
 def _np_dtype(code: int) -> Any:
     import numpy as np
 
-    npdt = DTYPES[code][1]
+    npdt = DTYPES.get(code, (None, None, None))[1]
+    itemsize = DTYPES.get(code, (None, None, None))[2]
     if npdt is None:  # bfloat16 / float8: bytes move as unsigned ints of the same width
-        return np.dtype({2: "<u2", 1: "|u1"}[DTYPES[code][2] or 1])
+        return np.dtype({2: "<u2", 1: "|u1"}[itemsize]) if itemsize in (1, 2) else None
     return np.dtype(npdt)
+
+
+def bundle_companions(prefix: Path) -> list[Path]:
+    """Every file of one bundle: index, shards, temp leftovers, and the run's state file."""
+    out = [index_path(prefix), *data_files(prefix)]
+    temp = prefix.with_name(prefix.name + "_temp")
+    if temp.exists():
+        out.append(temp)
+    if prefix.parent.is_dir():
+        out.extend(p for p in prefix.parent.iterdir()
+                   if p.name.startswith(prefix.name + ".") and TEMPSTATE_RE.search(p.name))
+    state = prefix.parent / "checkpoint"
+    if state.is_file():
+        out.append(state)
+    return [p for p in out if p.exists()]
+
+
+def claim_bundles(directory: Path) -> list[Path]:
+    """The bundle prefixes in ``directory`` (including prefixes only the state file names)."""
+    from ckptrescue.formats.tf_checkpoint_state import looks_like_state, parse_state
+
+    names: set[str] = set()
+    for p in directory.iterdir():
+        if p.is_file() and p.name.endswith(".index") and (
+                is_sstable(p) or data_files(p.with_name(p.name[: -len(".index")]))):
+            names.add(p.name[: -len(".index")])
+        elif p.is_file() and (m := DATA_RE.match(p.name)):
+            names.add(m.group("prefix"))
+        elif p.is_dir() and p.name.endswith("_temp"):
+            names.add(p.name[: -len("_temp")])
+        elif p.is_file() and TEMPSTATE_RE.search(p.name) and ".data-" in p.name:
+            names.add(p.name.split(".data-")[0])
+    state = directory / "checkpoint"
+    if names and looks_like_state(state):
+        names.update(q.name for q in parse_state(state).prefixes if q.parent == directory)
+    return [directory / n for n in sorted(names)]
 
 
 class TensorBundleFormat:
@@ -389,23 +443,24 @@ class TensorBundleFormat:
         return probe_bundle(prefix, options)
 
     @classmethod
-    def claim(cls, directory: Path) -> list[tuple[Path, list[Path]]]:
-        """Group a directory's bundle files into checkpoints: ``[(prefix, files)]``."""
-        groups: dict[str, list[Path]] = defaultdict(list)
-        for p in sorted(directory.iterdir()):
-            if not p.is_file():
-                continue
-            if p.name.endswith(".index"):
-                groups[p.name[: -len(".index")]].append(p)
-            elif (m := DATA_RE.match(p.name)):
-                groups[m.group("prefix")].append(p)
-            elif TEMPSTATE_RE.search(p.name):
-                groups[p.name.split(".")[0]].append(p)
-        return [(directory / k, v) for k, v in sorted(groups.items())]
+    def claim(cls, directory: Path) -> list[Path]:
+        """The checkpoint roots (bundle prefixes) in ``directory``."""
+        if (directory / "saved_model.pb").exists():
+            return []  # the SavedModel format owns its variables/ bundle
+        return claim_bundles(directory)
 
     @classmethod
-    def iter_verified_tensors(cls, path: Path) -> Iterator[VerifiedTensor | LostTensor]:
-        return iter_bundle_tensors(prefix_of(path) or path)
+    def companions(cls, root: Path) -> list[Path]:
+        return bundle_companions(root)
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        return bundle_salvageable(prefix_of(path) or path, report)
+
+    # ``--load``: one sandbox child for every TensorFlow report of a run (``module:function``,
+    # resolved by the generic probe so that this pure module never imports the effects layer).
+    load_batch: ClassVar[str] = "ckptrescue.sandbox_children.tf_load:load_reports"
 
 
 FORMATS = [TensorBundleFormat]

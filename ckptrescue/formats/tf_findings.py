@@ -6,11 +6,9 @@ to XOR a variable against the reference when their checksums differ).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptrescue.checkpoint import CheckpointReport, TensorRecord, Verdict, worst_verdict
+from ckptrescue.checkpoint import CheckpointReport, Verdict, worst_verdict
 from ckptrescue.model import Finding, Severity
 
 if TYPE_CHECKING:
@@ -72,81 +70,4 @@ def numeric_findings(scan: StorageScan, name: str, *, evidence: str | None) -> l
                            evidence=evidence, offset=scan.start, length=scan.end - scan.start,
                            source="numeric", tensors=(name,),
                            details={"negatives": summary.negatives}))
-    return out
-
-
-def _by_name(records: list[TensorRecord]) -> dict[str, list[TensorRecord]]:
-    out: dict[str, list[TensorRecord]] = defaultdict(list)
-    for r in records:
-        out[r.name].append(r)
-    return out
-
-
-def _xor_bits(a: TensorRecord, b: TensorRecord) -> tuple[int, int | None]:
-    """Differing bits between two records' bytes (stops counting past 1); first bit index."""
-    import numpy as np
-
-    assert a.file and b.file and a.length is not None and a.offset is not None
-    assert b.offset is not None
-    diff = 0
-    first: int | None = None
-    with Path(a.file).open("rb") as fa, Path(b.file).open("rb") as fb:
-        fa.seek(a.offset)
-        fb.seek(b.offset)
-        done = 0
-        while done < a.length:
-            n = min(XOR_CHUNK, a.length - done)
-            xa, xb = fa.read(n), fb.read(n)
-            if len(xa) != n or len(xb) != n:
-                return 2, None
-            x = np.bitwise_xor(np.frombuffer(xa, np.uint8), np.frombuffer(xb, np.uint8))
-            nz = np.flatnonzero(x)
-            if nz.size:
-                diff += int(np.bitwise_count(x[nz]).sum())
-                if first is None:
-                    first = (done + int(nz[0])) * 8 + int(x[nz[0]]).bit_length() - 1
-                if diff > 1:
-                    return diff, first
-            done += n
-    return diff, first
-
-
-def reference_findings(report: CheckpointReport, reference: CheckpointReport) -> list[Finding]:
-    """Variables missing/added/changed shape or dtype versus ``reference``; single-bit diffs."""
-    out: list[Finding] = []
-    mine, theirs = _by_name(report.tensors), _by_name(reference.tensors)
-    ev = reference.path
-    for name in sorted(set(theirs) - set(mine)):
-        out.append(Finding("RF001", Severity.WARNING, f"{name}: in the reference, not here",
-                           evidence=ev, source="reference", tensors=(name,)))
-    for name in sorted(set(mine) - set(theirs)):
-        out.append(Finding("RF002", Severity.INFO, f"{name}: not in the reference",
-                           evidence=report.path, source="reference", tensors=(name,)))
-    for name in sorted(set(mine) & set(theirs)):
-        a, b = mine[name], theirs[name]
-        if len(a) != 1 or len(b) != 1:
-            continue
-        ra, rb = a[0], b[0]
-        if (ra.shape, ra.dtype) != (rb.shape, rb.dtype):
-            out.append(Finding("RF003", Severity.WARNING,
-                               f"{name}: {rb.dtype}{list(rb.shape or [])} in the reference, "
-                               f"{ra.dtype}{list(ra.shape or [])} here", evidence=report.path,
-                               source="reference", tensors=(name,)))
-            continue
-        if (ra.status != "ok" or rb.status not in ("ok", "suspect") or ra.checksum is None
-                or ra.checksum == rb.checksum or ra.length != rb.length or not ra.length
-                or not ra.file or not rb.file):
-            continue
-        try:
-            bits, first = _xor_bits(ra, rb)
-        except OSError:
-            continue
-        if bits == 1 and first is not None:
-            byte = first // 8
-            out.append(Finding(
-                "RF004", Severity.ERROR,
-                f"{name}: differs from the reference by exactly one bit (byte {byte}, bit "
-                f"{first % 8}): a bit flip, not training", evidence=ra.file,
-                offset=(ra.offset or 0) + byte, length=1, source="reference", tensors=(name,),
-                details={"bit_index": first, "reference": rb.file}))
     return out

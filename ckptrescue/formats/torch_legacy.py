@@ -140,7 +140,7 @@ class TorchLegacyFormat:
                 report.findings.append(finding("TL005", f"{size - pos} bytes after the last "
                                                "storage", evidence=spath, offset=pos,
                                                length=size - pos))
-            for key, sc in storages.items():
+            for sc in storages.values():
                 if sc.status == "damaged":
                     verdicts.append(Verdict.DAMAGED)
             strides: dict[str, list[int]] = {}

@@ -117,7 +117,7 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
                 "TZ006", f"record {last.name} cut off at end of file", evidence=path,
                 offset=last.data_offset, length=last.compressed_size))
     else:
-        for kind, msg, off in layout.problems:
+        for _kind, msg, off in layout.problems:
             out.findings.append(finding("TZ011", msg, evidence=path, offset=off))
             out.verdicts.append(Verdict.DAMAGED)
 

@@ -80,6 +80,19 @@ def parse_assignments(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def load_file(path: Path) -> dict[str, Any]:
+    """Parameters from a JSON or YAML mapping file."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise PlaybookError(f"{path}: cannot read parameters ({exc})") from exc
+    if not isinstance(data, dict):
+        raise PlaybookError(f"{path}: parameters file must be a mapping")
+    return {str(k): v for k, v in data.items()}
+
+
 def bind(playbook: Playbook, given: dict[str, Any]) -> dict[str, Any]:
     """Validate every parameter before anything runs; returns typed values."""
     unknown = sorted(set(given) - {p.name for p in playbook.parameters})

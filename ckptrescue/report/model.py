@@ -12,7 +12,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ckptrescue import __version__
-from ckptrescue.answer import answer_line, latest_checkpoints, step_results
+from ckptrescue.answer import answer_line, latest_checkpoints, salvage_results, step_results
 from ckptrescue.audit import utc_now
 from ckptrescue.case import Case
 from ckptrescue.model import Severity
@@ -140,7 +140,7 @@ def build(case: Case) -> dict[str, Any]:
         if r["action"] == "tool.version":
             d = r["details"]
             versions[d["tool"]] = {"executable": d.get("executable"), "version": d.get("version")}
-    salvages = step_results(case, "salvage")
+    salvages = salvage_results(case)
     s3_known_good = [k for out in step_results(case, "s3.history")[-1:]
                      for k in out.get("keys", []) if k.get("known_good")]
     s3_verify = step_results(case, "s3.verify")

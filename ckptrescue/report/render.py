@@ -18,6 +18,8 @@ def _env(autoescape: bool) -> Any:
 
     env = Environment(
         loader=FileSystemLoader(str(data_dir("report_templates"))),
+        # Markdown has no autoescape: every {{ }} output goes through _md_text instead.
+        finalize=None if autoescape else _md_text,
         autoescape=autoescape,  # noqa: S701 - html: on; markdown: off by design (escaped per cell)
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -26,7 +28,7 @@ def _env(autoescape: bool) -> Any:
     )
     env.filters["human"] = _human
     env.filters["short"] = lambda s, n=12: (s or "")[:n]
-    env.filters["mdcell"] = _md_text
+    env.filters["mdcell"] = str  # escaping happens once, in finalize
     return env
 
 

@@ -91,6 +91,10 @@ class ObjectHead:
         out = best.to_json()
         if out["type"] is None:
             out["type"] = self.checksum_type
+        if out["type"] is None and best.parts:
+            out["type"] = "COMPOSITE"
+        elif out["type"] is None and not self.part_count:
+            out["type"] = "FULL_OBJECT"  # a single-part upload is always full-object
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -134,3 +134,29 @@ class _Delayed:
     def __call__(self, environ: Any, start_response: Any) -> Any:
         time.sleep(self.delay_s)
         return self.app(environ, start_response)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ckptrescue.s3.localserver [--latency-ms N]``: serve until stdin closes.
+
+    Prints the endpoint URL on the first line of stdout (benchmarks run the server in its own
+    process so that its CPU time does not compete with the client's for one interpreter).
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    server = start_local_s3(latency_ms=args.latency_ms)
+    try:
+        sys.stdout.write(server.endpoint_url + "\n")
+        sys.stdout.flush()
+        sys.stdin.read()  # until the parent closes our stdin or goes away
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

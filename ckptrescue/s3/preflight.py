@@ -109,7 +109,9 @@ def preflight(
         config = lock.get("ObjectLockConfiguration") or {}
         object_lock = config.get("ObjectLockEnabled") or "not configured"
         rule = (config.get("Rule") or {}).get("DefaultRetention")
-        retention = dict(rule) if rule else None
+        # A period of 0 is "not set" (moto reports Days and Years together).
+        retention = {k: v for k, v in rule.items()
+                     if not (k in {"Days", "Years"} and not v)} if rule else None
     except bx.ClientError as exc:
         code = error_code(exc) or ""
         if "ObjectLockConfigurationNotFound" in code:

@@ -46,6 +46,7 @@ class PreserveResult:
     url: str
     objects: list[PreservedObject] = field(default_factory=list)
     inventory_sha256: str | None = None
+    findings: list[Finding] = field(default_factory=list)  # also recorded in the case
 
     @property
     def counts(self) -> dict[str, int]:
@@ -88,7 +89,8 @@ def preserve(
     case.log("s3.preserve.started", {"url": result.url, "all_versions": all_versions,
                                      "objects": len(todo)})
     for index, (key, version_id) in enumerate(todo, 1):
-        result.objects.append(_preserve_one(client, case, target.bucket, key, version_id))
+        result.objects.append(_preserve_one(client, case, target.bucket, key, version_id,
+                                            result.findings))
         if progress:
             progress(index, len(todo), key)
     inventory = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
@@ -99,8 +101,8 @@ def preserve(
     return result
 
 
-def _preserve_one(client: Any, case: Case, bucket: str, key: str,
-                  version_id: str | None) -> PreservedObject:
+def _preserve_one(client: Any, case: Case, bucket: str, key: str, version_id: str | None,
+                  findings: list[Finding]) -> PreservedObject:
     source = f"s3://{bucket}/{key}" + (f"?versionId={version_id}" if version_id else "")
     try:
         head = head_object(client, bucket, key, version_id)
@@ -109,7 +111,7 @@ def _preserve_one(client: Any, case: Case, bucket: str, key: str,
             fetched = download_verified(client, bucket, key, writer, version_id=version_id,
                                         head=head)
     except (ObjectGone, CkptRescueError) as exc:
-        case.add_finding(Finding(code="S3005", severity=Severity.ERROR,
+        _add(case, findings, Finding(code="S3005", severity=Severity.ERROR,
                                  title=f"{source}: could not be preserved ({exc.message})",
                                  evidence=source, source="s3.preserve"))
         return PreservedObject(key, version_id, "error", None, None, None,
@@ -125,15 +127,20 @@ def _preserve_one(client: Any, case: Case, bucket: str, key: str,
                  "artifact": writer.sha256,
                  "layout": fetched.layout.to_json() if fetched.layout else None})
     if check.status == "mismatch":
-        case.add_finding(Finding(code="S3030", severity=Severity.ERROR,
+        _add(case, findings, Finding(code="S3030", severity=Severity.ERROR,
                                  title=f"{source}: bytes received do not match the stored "
                                        f"value ({check.message}); kept as received",
                                  evidence=source, evidence_sha256=writer.sha256,
                                  source="s3.preserve", details=detail))
     else:
-        case.add_finding(Finding(code="S3031", severity=Severity.INFO,
+        _add(case, findings, Finding(code="S3031", severity=Severity.INFO,
                                  title=f"{source}: preserved ({check.message})",
                                  evidence=source, evidence_sha256=writer.sha256,
                                  source="s3.preserve", details=detail))
     return PreservedObject(key, version_id or head.version_id, check.status, fetched.size,
                            writer.sha256, check.algorithm, detail, item.id)
+
+
+def _add(case: Case, findings: list[Finding], finding: Finding) -> None:
+    findings.append(finding)
+    case.add_finding(finding)

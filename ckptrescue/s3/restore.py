@@ -40,6 +40,7 @@ class RestoreResult:
     manifest_sha256: str | None = None
     chosen_by: str = "version"  # version | known-good
     object: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)  # also recorded in the case
 
     @property
     def ok(self) -> bool:
@@ -138,20 +139,22 @@ def restore(
     record = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
     with open(dest.with_name(dest.name + ".restore.json"), "xb") as fh:
         fh.write(record)
+    if status == "verified":
+        result.findings.append(Finding(
+            code="S3040", severity=Severity.INFO,
+            title=f"{target.key} version {version} restored to {dest}, verified",
+            evidence=str(target), evidence_sha256=fetched.sha256, source="s3.restore",
+            details=result.to_json()))
+    else:
+        result.findings.append(Finding(
+            code="S3041", severity=Severity.ERROR,
+            title=f"{target.key} version {version} does not verify "
+                  f"({detail.get('message')}); kept as {dest}",
+            evidence=str(target), evidence_sha256=fetched.sha256, source="s3.restore",
+            details=result.to_json()))
     if case is not None:
         sha = case.store_artifact(record, name="s3-restore.json", kind="s3.restore")
         case.log("s3.restore", {"url": result.url, "version_id": version, "path": str(dest),
                                 "status": status, "sha256": fetched.sha256}, artifacts=[sha])
-        if status == "verified":
-            case.add_finding(Finding(code="S3040", severity=Severity.INFO,
-                                     title=f"{target.key} version {version} restored to {dest}, "
-                                           "verified", evidence=str(target),
-                                     evidence_sha256=fetched.sha256, source="s3.restore",
-                                     details=result.to_json()))
-        else:
-            case.add_finding(Finding(code="S3041", severity=Severity.ERROR,
-                                     title=f"{target.key} version {version} does not verify "
-                                           f"({detail.get('message')}); kept as {dest}",
-                                     evidence=str(target), evidence_sha256=fetched.sha256,
-                                     source="s3.restore", details=result.to_json()))
+        case.add_findings(result.findings)
     return result

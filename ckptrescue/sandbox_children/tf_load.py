@@ -13,6 +13,10 @@ Request: ``{"prefixes": [PREFIX, ...], "max_errors": 50}``. Output (one JSON lin
 Progress lines ``ckptrescue-tf-load: BEGIN <prefix>`` go to stderr, so that when TensorFlow's
 C++ code aborts the process (a CHECK failure on an inconsistent slice entry) the parent can tell
 which checkpoint killed it.
+
+Parent side: :func:`load_reports` (called by the generic probe for formats whose ``load_batch``
+names it) runs ONE child for all TensorFlow reports of a run; if the child dies, the checkpoint
+in progress gets the crash as its outcome and a new child continues with the rest.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+    from ckptrescue.checkpoint import CheckpointReport
+
+TF_FORMATS = ("tf-tensorbundle", "tf-savedmodel")
+_BEGIN = "ckptrescue-tf-load: BEGIN "
+_END = "ckptrescue-tf-load: END "
 
 
 def _err(exc: BaseException) -> dict[str, str]:
@@ -70,6 +82,73 @@ def main() -> None:
         results[prefix] = _probe_prefix(tf, prefix, int(req.get("max_errors", 50)))
         print(f"ckptrescue-tf-load: END {prefix}", file=sys.stderr, flush=True)
     print(json.dumps({"ok": True, "tensorflow": tf.__version__, "results": results}))
+
+
+def _in_progress(stderr_tail: str) -> str | None:
+    begun = ended = None
+    for line in stderr_tail.splitlines():
+        if line.startswith(_BEGIN):
+            begun = line[len(_BEGIN):].strip()
+        elif line.startswith(_END):
+            ended = line[len(_END):].strip()
+    return begun if begun and begun != ended else None
+
+
+def apply_result(report: CheckpointReport, result: dict[str, Any]) -> None:
+    """Record one prefix's TF outcome on its report: ``report.load`` + an LD finding."""
+    from ckptrescue.model import Finding, Severity
+
+    report.load = {"status": "ok" if result.get("list_ok") and not result.get("errors")
+                   else "error", "loader": "tensorflow", "result": result}
+    if report.load["status"] == "ok":
+        report.findings.append(Finding(
+            "LD001", Severity.INFO, f"TensorFlow read all {result.get('variables')} variables",
+            evidence=report.path, source="tf_load", details=result))
+        return
+    err = result.get("list_error") or (result.get("errors") or [{}])[0]
+    names = tuple(e["name"] for e in result.get("errors", []) if e.get("name"))
+    report.findings.append(Finding(
+        "LD002", Severity.ERROR,
+        f"TensorFlow raised {err.get('type')}: {str(err.get('message', ''))[:300]}"
+        + (f" ({len(names)} variable(s) failed)" if names else ""),
+        evidence=report.path, source="tf_load", tensors=names, details=result))
+
+
+def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
+                 memory_mb: int | None = 8192, timeout_s: float = 600.0) -> None:
+    """``--load`` for every TensorFlow report: one sandbox child for all of them."""
+    from ckptrescue.effects.sandbox import run_child
+    from ckptrescue.model import Finding, Severity
+
+    todo: dict[str, CheckpointReport] = {}
+    for r in reports:
+        prefix = r.extra.get("prefix")
+        if r.format in TF_FORMATS and prefix:
+            todo[str(prefix)] = r
+    while todo:
+        outcome = run_child("tf_load", {"prefixes": list(todo)}, case=case,
+                            memory_mb=memory_mb, timeout_s=timeout_s)
+        results = outcome.result.get("results", {}) if outcome.status == "ok" else {}
+        for prefix, result in results.items():
+            if prefix in todo:
+                apply_result(todo.pop(prefix), result)
+        if outcome.status == "ok":
+            for r in todo.values():  # not reported by the child: say so
+                r.load = {"status": "bad-output", "loader": "tensorflow"}
+            return
+        culprit = _in_progress(outcome.stderr_tail)
+        victims = [culprit] if culprit in todo else list(todo)
+        for prefix in victims:
+            r = todo.pop(prefix)
+            r.load = {"loader": "tensorflow", **outcome.to_json()}
+            r.findings.append(Finding(
+                "LD003", Severity.CRITICAL,
+                f"TensorFlow's reader child {outcome.status}"
+                + (f" ({outcome.signal_name})" if outcome.signal_name else "")
+                + " while reading this checkpoint", evidence=r.path, source="tf_load",
+                details=outcome.to_json()))
+        if culprit not in victims:
+            return
 
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ def fs_inspect(target: str | Path, *, case: Case, health: bool = True) -> Inspec
     with mounting.attached(target, case=case, protect_device=False) as info:
         dev = info["device"]
         try:
-            node, fsinfo, start = mounting._pick_filesystem(runner, dev)
+            node, fsinfo, start = mounting.pick_filesystem(runner, info, case)
         except Exception as exc:  # no filesystem: still report health
             node, fsinfo, start = dev, {}, 0
             note = f"no filesystem identified: {exc}"

@@ -128,7 +128,10 @@ def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits]) -> str:
         from ckptrescue.probes.checkpoints import probe_paths
     except ImportError:
         return "unavailable (ckptrescue.probes.checkpoints.probe_paths is not installed)"
-    reports = probe_paths([root / p for p in paths], case=case)
+    try:
+        reports = probe_paths([root / p for p in paths], case=case)
+    except Exception as exc:  # a probe failure must not lose the file-level answer
+        return f"failed ({type(exc).__name__}: {exc})"
     by_file: dict[str, list[Any]] = {}
     for rep in reports:
         for t in rep.tensors:

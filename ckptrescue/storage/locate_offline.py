@@ -48,7 +48,7 @@ def _run(runner: SubprocessRunner, argv: list[str], purpose: str) -> str:
 def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]]) -> LocateResult:
     runner = SubprocessRunner(case)
     with mounting.attached(image, case=case) as info:
-        node, fsinfo, start = mounting._pick_filesystem(runner, info["device"])
+        node, fsinfo, start = mounting.pick_filesystem(runner, info, case)
         fstype = fsinfo.get("TYPE", "")
         if fstype == "xfs":
             hits = _xfs(runner, node, ranges, start)

@@ -51,6 +51,7 @@ class MountResult:
     set_readonly: list[str] = field(default_factory=list)
     partition_start: int = 0
     uuid: str | None = None
+    extra_loops: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -175,35 +176,79 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
 
 
 def release(info: dict[str, Any], *, case: Case) -> None:
-    """Undo exactly what :func:`attach` did."""
+    """Undo exactly what :func:`attach` (and :func:`pick_filesystem`) did."""
     runner = SubprocessRunner(case)
+    for extra in info.get("extra_loops", []):
+        _detach(runner, case, extra["device"], extra["backing_file"])
     for dev in info.get("set_readonly", []):
         with contextlib.suppress(OSError):
             _setro(dev, False)
             case.log("storage.setro_cleared", {"device": dev})
     loopdev = info.get("loop_device")
     if loopdev:
-        current = sysfs.loop_backing_file(Path(loopdev).name)
-        if current != info.get("backing_file"):
-            case.log("storage.detach_skipped", {"device": loopdev, "expected":
-                                                info.get("backing_file"), "found": current})
-            return
-        runner.run(ToolCall.of("losetup", "-d", loopdev, timeout_s=60,
-                               purpose="detach the loop device the kit attached"))
+        _detach(runner, case, loopdev, info.get("backing_file"))
     case.log("storage.released", {"target": info.get("target"), "loop_device": loopdev})
 
 
-def _pick_filesystem(runner: SubprocessRunner, dev: str) -> tuple[str, dict[str, str], int]:
-    """(node, blkid info, partition start bytes) of the filesystem to mount."""
-    info = blkid(runner, dev)
-    if info.get("TYPE"):
-        return dev, info, 0
+def _detach(runner: SubprocessRunner, case: Case, loopdev: str, backing: str | None) -> None:
+    current = sysfs.loop_backing_file(Path(loopdev).name)
+    if current != backing:
+        case.log("storage.detach_skipped", {"device": loopdev, "expected": backing,
+                                            "found": current})
+        return
+    runner.run(ToolCall.of("losetup", "-d", loopdev, timeout_s=60,
+                           purpose="detach the loop device the kit attached"))
+
+
+def partition_table(runner: SubprocessRunner, dev: str) -> list[tuple[int, int, int]]:
+    """(number, start bytes, size bytes) from the partition table, read by ``partx --show``
+    (works where the kernel has no partition support or did not scan the device)."""
+    res = runner.run(ToolCall.of("partx", "--show", "-b", "-g", "-o", "NR,START,SECTORS", dev,
+                                 timeout_s=60, purpose="read the partition table"))
+    out = []
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            out.append((int(parts[0]), int(parts[1]) * 512, int(parts[2]) * 512))
+    return out
+
+
+def pick_filesystem(runner: SubprocessRunner, info: dict[str, Any],
+                    case: Case) -> tuple[str, dict[str, str], int]:
+    """(node, blkid info, partition start bytes) of the filesystem on an attached target.
+
+    Kernel partitions are used when present; otherwise the table is read with ``partx`` and
+    the partition is attached as its own read-only loop device (``--offset``/``--sizelimit``),
+    recorded in ``info["extra_loops"]`` so that :func:`release` detaches it.
+    """
+    dev = info["device"]
+    fs = blkid(runner, dev)
+    if fs.get("TYPE"):
+        return dev, fs, 0
     name = sysfs.dev_name(dev)
     found = []
     for part in sysfs.partitions(name):
         pinfo = blkid(runner, f"/dev/{part}")
         if pinfo.get("TYPE"):
             found.append((f"/dev/{part}", pinfo, sysfs.partition_start_bytes(part)))
+    if not found and fs.get("PTTYPE"):
+        backing = info.get("backing_file") or dev
+        for _nr, start, size in partition_table(runner, dev):
+            res = runner.run(ToolCall.of(
+                "losetup", "--read-only", "--find", "--show", "--offset", str(start),
+                "--sizelimit", str(size), backing, timeout_s=60,
+                purpose="attach one partition read-only"))
+            if res.returncode != 0:
+                continue
+            pdev = res.stdout.strip()
+            extra = {"device": pdev, "backing_file": sysfs.loop_backing_file(
+                sysfs.dev_name(pdev)), "offset": start}
+            info.setdefault("extra_loops", []).append(extra)
+            if not sysfs.is_readonly(sysfs.dev_name(pdev)):
+                raise RefusedError(f"{pdev} did not come up read-only")
+            pinfo = blkid(runner, pdev)
+            if pinfo.get("TYPE"):
+                found.append((pdev, pinfo, start))
     if len(found) == 1:
         return found[0]
     if not found:
@@ -224,7 +269,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case) -> MountRes
     info = attach(target, case=case)
     runner = SubprocessRunner(case)
     try:
-        node, fsinfo, start = _pick_filesystem(runner, info["device"])
+        node, fsinfo, start = pick_filesystem(runner, info, case)
         fstype = fsinfo["TYPE"]
         if fstype == "zfs_member":
             raise UsageError(f"{node} is a ZFS vdev: import the pool with zpool import "
@@ -253,7 +298,8 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case) -> MountRes
     result = MountResult(mountpoint=str(mp), device=node, fstype=fstype, options=opts,
                          target=str(target), loop_device=info["loop_device"],
                          backing_file=info["backing_file"], set_readonly=info["set_readonly"],
-                         partition_start=start, uuid=uuid, findings=findings)
+                         partition_start=start, uuid=uuid, findings=findings,
+                         extra_loops=info.get("extra_loops", []))
     state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
     case.add_findings(findings)
     case.log("storage.mounted", result.to_json())
@@ -275,8 +321,8 @@ def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
             raise ToolFailedError(f"umount {mountpoint}: {res.stderr.strip()}",
                                   hint="a process may still use it (fuser -vm MOUNTPOINT)")
     release({"target": data["target"], "loop_device": data["loop_device"],
-             "backing_file": data["backing_file"], "set_readonly": data["set_readonly"]},
-            case=case)
+             "backing_file": data["backing_file"], "set_readonly": data["set_readonly"],
+             "extra_loops": data.get("extra_loops", [])}, case=case)
     state.unlink()
     case.log("storage.unmounted", {"mountpoint": str(mountpoint), "device": data["device"]})
     return data

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-import os
 import subprocess
 import sys
 from collections.abc import Iterator

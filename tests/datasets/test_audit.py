@@ -49,7 +49,7 @@ def test_audit_names_each_damaged_file(damaged) -> None:
 
 
 def test_audit_json_has_the_documented_shape(damaged) -> None:
-    root, files, manifest = damaged
+    root, _, manifest = damaged
     data = json.loads(json.dumps(audit(root, manifest).to_json()))
     assert set(data) >= {"files", "counts"}
     for row in data["files"]:

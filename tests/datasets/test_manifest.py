@@ -12,7 +12,6 @@ import pytest
 from ckptrescue.datasets.manifest import build_manifest, partial_path, sidecar_path
 from ckptrescue.datasets.progress import Progress
 from ckptrescue.errors import UsageError
-
 from fixtures.datasets import tree_digest
 
 

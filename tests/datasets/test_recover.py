@@ -32,7 +32,7 @@ def incident(dataset, tmp_path: Path):
     build_manifest(root, manifest)
     good = {rel: _sha(root / rel) for rel in DAMAGED}
     snaps = tmp_path / "snapshots"
-    for name, age in (("2024-01-01", 300), ("2024-02-01", 200), ("2024-03-01", 100)):
+    for name in ("2024-01-01", "2024-02-01", "2024-03-01"):
         shutil.copytree(root, snaps / name)
     # the oldest snapshot predates the npy file; the newest already has the truncated shard
     (snaps / "2024-01-01" / "arrays" / "embeddings.npy").unlink()
@@ -125,3 +125,15 @@ def test_recover_from_a_versioned_s3_bucket(incident, tmp_path: Path) -> None:
     assert "differs from the manifest" in tf.tried[0].outcome  # the newest (damaged) version
     assert "versionId=" in tf.source
     assert by["text/captions.jsonl"].tried[0].outcome == "delete marker"
+
+
+def test_a_manifest_name_leading_outside_is_never_followed(incident, tmp_path: Path) -> None:
+    root, manifest, snaps, _ = incident
+    outside = tmp_path / "escaped.bin"
+    (snaps / "escaped.bin").write_bytes(b"x")  # would be snaps/<name>/../escaped.bin
+    with manifest.open("ab") as fh:
+        fh.write(hashlib.sha256(b"x").hexdigest().encode() + b"  ../escaped.bin\n")
+    result = recover(root, manifest=manifest, source=snaps, to=tmp_path / "r")
+    row = next(r for r in result.files if r.rel == b"../escaped.bin")
+    assert not row.recovered and "outside" in row.reason
+    assert not outside.exists() and not (tmp_path / "escaped.bin").exists()

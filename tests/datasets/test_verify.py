@@ -224,3 +224,24 @@ def test_masked_crc_matches_tensorflow(tf_tfrecord) -> None:
     data = tf_tfrecord.read_bytes()
     length = data[:8]
     assert struct.unpack("<I", data[8:12])[0] == masked_crc32c(length)
+
+
+def test_gzip_compressed_tfrecord_and_tar(tmp_path: Path, tf_tfrecord) -> None:
+    import gzip
+
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "a.tfrecord.gz").write_bytes(gzip.compress(tf_tfrecord.read_bytes()))
+    write_webdataset_tar(tmp_path / "s.tar", samples=4)
+    raw = (tmp_path / "s.tar").read_bytes()
+    (root / "s.tar.gz").write_bytes(gzip.compress(raw))
+    by = _by_path(verify_dataset(root))
+    assert (by["a.tfrecord.gz"].format, by["a.tfrecord.gz"].status) == ("tfrecord+gzip", "ok")
+    assert by["a.tfrecord.gz"].records == 40
+    assert (by["s.tar.gz"].format, by["s.tar.gz"].status) == ("tar+gzip", "ok")
+    # a gzip stream cut short: the record where the readable data stops is named
+    packed = gzip.compress(raw)
+    (root / "s.tar.gz").write_bytes(packed[: len(packed) // 2])
+    member, stream = _by_path(verify_dataset(root))["s.tar.gz"].bad_records
+    assert member.index is not None and member.offset is not None  # where the data stops
+    assert stream.problem.startswith("gzip stream damaged")

@@ -86,3 +86,24 @@ def test_offline_fallback_agrees_with_fiemap(fstype, case, shm_dir, tmp_path, no
     files = [(f.path, f.file_offset, f.length) for f in res.ranges[0].files]
     assert files == [("run/step-100/model.pt", file_lo, file_hi - file_lo)]
     assert fx.sha256(img) == before
+
+
+def test_partitioned_image_subtracts_the_partition_start(case, shm_dir, tmp_path, no_leftovers):
+    img = fx.make_partitioned_ext4(shm_dir / "disk.img")
+    data = os.urandom(1 << 20)
+    fx.put_files_partition(img, {"ckpt/model.bin": data})
+    # filefrag on the mounted partition: physical offsets inside the partition
+    line = next(ln for ln in (shm_dir / "disk.img.filefrag").read_text().splitlines()
+                if ln.strip().startswith("0:"))
+    fs_phys = int(line.split(":")[2].split("..")[0].strip())
+    part_start = 2048 * 512
+    dev_bad = (part_start + fs_phys + 65536, part_start + fs_phys + 65536 + 512)
+    mapfile = tmp_path / "rescue.map"
+    size = img.stat().st_size
+    mapfile.write_text(ddrescue_mapfile.build_test_map(size, [dev_bad]))
+    before = fx.sha256(img)
+    loc = locate(mapfile, img, case=case)
+    assert loc.partition_start == part_start
+    assert [(f.path, f.file_offset, f.length) for f in loc.ranges[0].files] == [
+        ("ckpt/model.bin", 65536, 512)]
+    assert fx.sha256(img) == before

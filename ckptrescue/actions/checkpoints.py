@@ -1,0 +1,120 @@
+"""Checkpoint actions: probe, salvage, rank."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findings_of
+from ckptrescue.actions._util import from_library
+from ckptrescue.events import Event
+
+
+class Probe(Action):
+    name = "probe"
+    summary = "Verify checkpoints without executing them; verdicts and damaged tensor names"
+    args = (ArgSpec("paths", "list", required=True, help="Files, checkpoint or run directories."),
+            ArgSpec("reference", "path", help="Previous checkpoint to compare with."),
+            ArgSpec("load", "boolean", default=False,
+                    help="Also load with the real loaders in the sandbox."),
+            ArgSpec("numeric", "boolean", default=True, help="Numeric health scan."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
+        lines = [f"static probe (zip/CRC/pickle scan/numerics) of {p}" for p in paths]
+        if args.get("load"):
+            lines.append("sandboxed real load (torch.load weights_only=True / safetensors / DCP / "
+                         "TensorFlow) in a resource-limited child")
+        return lines
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.probes.checkpoints import probe_paths
+
+        paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
+        reports = yield from ctx.blocking(lambda p: probe_paths(
+            [Path(x) for x in paths], reference=Path(args["reference"])
+            if args.get("reference") else None, load=bool(args["load"]), case=ctx.case,
+            numeric=bool(args["numeric"])))
+        findings = [f for r in reports for f in r.findings]
+        for r in reports:
+            yield ctx.output(f"{r.verdict:<10} {r.format:<14} {r.path}")
+        bad = [r for r in reports if str(r.verdict) != "intact"]
+        return ActionResult(
+            status="findings" if bad else "ok",
+            outputs={"checkpoints": [r.to_json() for r in reports]}, findings=findings,
+            findings_recorded=True,
+            summary=f"{len(reports)} checkpoint(s), {len(bad)} not intact")
+
+
+class Salvage(Action):
+    name = "salvage"
+    summary = "Write the verified tensors of a damaged checkpoint into a new safetensors file"
+    capability = "write_recovery"
+    args = (ArgSpec("checkpoint", "path", help="One checkpoint to salvage."),
+            ArgSpec("probed", "list",
+                    help="Probe results (${probe.checkpoints}): salvage every damaged or "
+                         "truncated one; unsafe checkpoints are never touched."),
+            ArgSpec("out_dir", "path", help="Output directory (default: CASE/work/salvage)."),
+            ArgSpec("fill_from", "path", help="Reference checkpoint to fill lost tensors from."))
+
+    SALVAGEABLE = ("damaged", "truncated", "incomplete")
+
+    def _targets(self, args: dict[str, Any]) -> list[str]:
+        if args.get("checkpoint"):
+            return [str(args["checkpoint"])]
+        return [c["path"] for c in args.get("probed") or []
+                if isinstance(c, dict) and c.get("verdict") in self.SALVAGEABLE]
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        what = args.get("checkpoint") or "every damaged/truncated checkpoint the probe found"
+        return [f"salvage verified tensors of {what} into {args.get('out_dir') or 'CASE/work/salvage'}"
+                + (f", filling from {args['fill_from']}" if args.get("fill_from") else "")]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.salvage import salvage
+
+        targets = self._targets(args)
+        base = Path(args.get("out_dir") or ctx.work_dir("salvage"))
+        results = []
+        findings = []
+        for i, target in enumerate(targets):
+            out_dir = base if len(targets) == 1 else base / f"{i:02d}-{Path(target).name}"
+            result = yield from ctx.blocking(lambda p, t=target, o=out_dir: salvage(
+                Path(t), o, fill_from=Path(args["fill_from"]) if args.get("fill_from") else None,
+                case=ctx.case))
+            out = result.to_json()
+            out.setdefault("checkpoint", target)
+            results.append(out)
+            findings.extend(findings_of(result))
+            yield ctx.output(f"{target}: {len(out.get('recovered', []))} recovered, "
+                             f"{len(out.get('lost', []))} lost -> {out_dir}")
+        if not targets:
+            yield ctx.output("nothing to salvage")
+        lost = sum(len(r.get("lost", [])) for r in results)
+        return ActionResult(status="findings" if lost else "ok", outputs={"salvaged": results},
+                            findings=findings, findings_recorded=True,
+                            summary=f"{len(results)} checkpoint(s) salvaged, {lost} tensor(s) lost")
+
+
+class Rank(Action):
+    name = "rank"
+    summary = "Rank a run's checkpoints newest first; the newest safe one to resume from"
+    args = (ArgSpec("run_dir", "path", required=True),)
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"probe and rank every checkpoint under {args['run_dir']}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.rank import rank
+
+        # case=None: a probe step records the findings; rank adds only its ordering
+        result = yield from ctx.blocking(lambda p: rank(Path(args["run_dir"]), case=None))
+        out = result.to_json()
+        for c in out.get("checkpoints", []):
+            yield ctx.output(f"{c['verdict']:<10} {c['path']}")
+        yield ctx.output(f"resume from: {out.get('resume_from')}")
+        return from_library(result, f"resume from {out.get('resume_from')}", status="ok")
+
+
+ACTIONS = [Probe, Salvage, Rank]

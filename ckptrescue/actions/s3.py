@@ -1,0 +1,149 @@
+"""Object-store actions: s3.verify, s3.history, s3.preflight, s3.preserve, s3.restore.
+
+Every action takes the common endpoint options; the client underneath is read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.actions._util import from_library, progress_adapter
+from ckptrescue.events import Event
+
+_COMMON = (
+    ArgSpec("endpoint_url", "string", help="S3-compatible endpoint URL."),
+    ArgSpec("profile", "string", help="AWS profile."),
+    ArgSpec("region", "string", help="Region."),
+    ArgSpec("checksum_when", "string", default="supported", help="supported or required."),
+)
+
+
+def _options(args: dict[str, Any]) -> Any:
+    from ckptrescue.s3.client import ClientOptions
+
+    return ClientOptions(endpoint_url=args.get("endpoint_url") or None,
+                         profile=args.get("profile") or None, region=args.get("region") or None,
+                         checksum_when=str(args.get("checksum_when") or "supported"))
+
+
+def _endpoint(args: dict[str, Any]) -> str:
+    return f" (endpoint {args['endpoint_url']})" if args.get("endpoint_url") else ""
+
+
+class S3Verify(Action):
+    name = "s3.verify"
+    summary = "Compare local files with the objects' server-side checksums (no download)"
+    capability = "network_read"
+    args = (ArgSpec("url", "s3_url", required=True), ArgSpec("local_dir", "path", required=True),
+            ArgSpec("download", "boolean", default=False,
+                    help="Download objects that have no usable checksum."), *_COMMON)
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"ListObjectsV2 + HeadObject(ChecksumMode=ENABLED[, PartNumber]) for {args['url']}"
+                f"{_endpoint(args)}; hash {args['local_dir']} locally"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.s3.verify import verify_prefix
+
+        result = yield from ctx.blocking(lambda p: verify_prefix(
+            args["url"], args["local_dir"], client_options=_options(args), case=ctx.case,
+            download=bool(args["download"]), progress=progress_adapter(p)), unit="objects",
+            label="verifying")
+        out = result.to_json()
+        return from_library(result, ", ".join(f"{k} {v}" for k, v in
+                                              sorted(out.get("counts", {}).items())))
+
+
+class S3History(Action):
+    name = "s3.history"
+    summary = "Every version and delete marker; anomalies; the last known-good version"
+    capability = "network_read"
+    args = (ArgSpec("url", "s3_url", required=True),
+            ArgSpec("manifest", "path", help="sha256sum-format manifest of known-good content."),
+            ArgSpec("cloudtrail", "path", help="Exported CloudTrail logs to correlate."),
+            *_COMMON)
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"ListObjectVersions + HeadObject(VersionId, ChecksumMode=ENABLED) for "
+                f"{args['url']}{_endpoint(args)}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.s3.history import history
+
+        result = yield from ctx.blocking(lambda p: history(
+            args["url"], client_options=_options(args), manifest=args.get("manifest") or None,
+            cloudtrail=args.get("cloudtrail") or None, case=ctx.case))
+        out = result.to_json()
+        for key in out.get("keys", []):
+            yield ctx.output(f"{key['key']}: {len(key.get('versions', []))} version(s), "
+                             f"known-good {key.get('known_good')}")
+        return from_library(result, f"{len(out.get('keys', []))} key(s)")
+
+
+class S3Preflight(Action):
+    name = "s3.preflight"
+    summary = "Versioning and object-lock status of a bucket (are immutable copies kept?)"
+    capability = "network_read"
+    args = (ArgSpec("url", "s3_url", required=True), *_COMMON)
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"GetBucketVersioning + GetObjectLockConfiguration for {args['url']}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.s3.preflight import preflight
+
+        result = preflight(args["url"], client_options=_options(args), case=ctx.case)
+        yield ctx.output(str(result.to_json()))
+        return from_library(result, "checked")
+
+
+class S3Preserve(Action):
+    name = "s3.preserve"
+    summary = "Download a prefix into the case's evidence, verifying every checksum"
+    capability = "network_read"
+    args = (ArgSpec("url", "s3_url", required=True),
+            ArgSpec("all_versions", "boolean", default=False), *_COMMON)
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"GetObject(ChecksumMode=ENABLED) of every object under {args['url']} into "
+                "CASE/evidence, hashed and inventoried"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.s3.preserve import preserve
+
+        result = yield from ctx.blocking(lambda p: preserve(
+            args["url"], case=ctx.case, all_versions=bool(args["all_versions"]),
+            client_options=_options(args), progress=progress_adapter(p)), label="preserving")
+        return from_library(result, "preserved")
+
+
+class S3Restore(Action):
+    name = "s3.restore"
+    summary = "Download one version (or the last known-good) into a recovery folder, verified"
+    capability = "network_read"
+    args = (ArgSpec("url", "s3_url", required=True),
+            ArgSpec("to", "path", help="Recovery folder (default: CASE/work/recovery)."),
+            ArgSpec("version", "string", help="Version id."),
+            ArgSpec("manifest", "path", help="Known-good manifest (picks the version)."),
+            *_COMMON)
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        which = args.get("version") or "the newest version matching the manifest"
+        return [f"GetObject(VersionId={which}) of {args['url']} into "
+                f"{args.get('to') or 'CASE/work/recovery'} (never the "
+                "bucket), verified"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.s3.restore import restore
+
+        to = args.get("to") or str(ctx.work_dir("recovery"))
+        result = yield from ctx.blocking(lambda p: restore(
+            args["url"], to, version=args.get("version") or None,
+            known_good_manifest=args.get("manifest") or None, client_options=_options(args),
+            case=ctx.case))
+        return from_library(result, "restored")
+
+
+ACTIONS = [S3Verify, S3History, S3Preflight, S3Preserve, S3Restore]

@@ -1,0 +1,214 @@
+"""``triage``: who is writing to the affected volume right now, and what to stop (never kills).
+
+* processes with files open for writing under the volume (psutil ``open_files`` modes w/a/r+/a+),
+  and every process's write rate over ``seconds`` (``io_counters().write_bytes`` deltas);
+* classification: training jobs (torchrun, deepspeed, accelerate, horovod, python with
+  libtorch / TensorFlow mapped), backup/sync agents (rsync, rclone, restic, borg, aws s3 sync,
+  gsutil, azcopy, ...), orchestration (kubelet, containerd-shim, slurmstepd, raylet, ...);
+* kernel log scan (``dmesg -x --time-format iso``: read-only; ``-c``/``-C`` are refused by the
+  guard) for I/O errors, XFS/ext4 corruption and NVMe errors;
+* the freeze checklist.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+from ckptrescue.model import Finding, Severity
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+WRITE_MODES = {"w", "a", "r+", "a+", "w+"}
+TRAINING_WORDS = ("torchrun", "deepspeed", "accelerate", "horovodrun", "torch.distributed",
+                  "lightning", "megatron", "colossalai", "composer")
+TRAINING_LIBS = ("libtorch", "_pywrap_tensorflow", "libtensorflow", "libjax", "xla_extension")
+SYNC_AGENTS = {"rsync", "rclone", "restic", "borg", "duplicity", "rdiff-backup", "gsutil",
+               "azcopy", "s3cmd", "s5cmd", "syncthing", "unison", "lsyncd", "rsnapshot",
+               "bacula-fd", "bareos-fd", "veeamagent", "duplicati", "kopia", "mc", "juicesync"}
+ORCHESTRATION = {"kubelet", "containerd-shim", "containerd-shim-runc-v2", "dockerd", "containerd",
+                 "slurmstepd", "slurmd", "raylet", "gcs_server", "nomad", "airflow", "mlflow",
+                 "crond", "cron", "systemd-tmpfiles", "snapd"}
+KERNEL_PATTERNS = [
+    ("io", re.compile(r"I/O error|blk_update_request|critical medium error|Buffer I/O error|"
+                      r"Medium Error|Unrecovered read error|UNC\b|failed command: READ",
+                      re.IGNORECASE)),
+    ("xfs", re.compile(r"XFS \([^)]*\): .*(corrupt|Corruption|shut down|log I/O error|"
+                       r"metadata I/O error|Metadata CRC error)", re.IGNORECASE)),
+    ("ext4", re.compile(r"EXT4-fs (error|warning)|EXT4-fs \([^)]*\): (error|warning|"
+                        r"Remounting filesystem read-only)|JBD2: .*error", re.IGNORECASE)),
+    ("nvme", re.compile(r"nvme\d+.*(timeout|I/O error|reset|failed|critical|Abort)",
+                        re.IGNORECASE)),
+]
+FREEZE_CHECKLIST = [
+    "Stop the writers listed here (training jobs first, then sync/backup agents): pause or "
+    "cancel them through their scheduler; do not kill -9 a job that is mid-checkpoint unless "
+    "you accept a torn file.",
+    "Suspend sync and backup schedules (rclone/rsync/restic crons, aws s3 sync jobs, lifecycle "
+    "rules) so that damaged files are not propagated over good copies.",
+    "Stop orchestration from restarting jobs (scale to zero, hold the Slurm job, cordon the "
+    "node) so nothing resumes from a damaged checkpoint.",
+    "Do not restart services, reboot, remount read-write, run fsck/xfs_repair, or drop caches.",
+    "Do not delete or rewrite checkpoints; write nothing to the affected volume.",
+    "Preserve first: `ckptrescue image` (block device) or `ckptrescue copy` (mounted volume) "
+    "onto separate media, then inspect read-only.",
+]
+
+
+@dataclass
+class ProcessInfo:
+    pid: int
+    name: str
+    cmdline: list[str]
+    user: str | None
+    kind: str  # training, sync, orchestration, other
+    open_for_write: list[str] = field(default_factory=list)
+    write_rate_bps: float | None = None
+    cwd_on_volume: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TriageResult:
+    volume: str | None
+    seconds: float
+    processes: list[ProcessInfo]
+    kernel_messages: list[dict[str, str]]
+    checklist: list[str]
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"volume": self.volume, "seconds": self.seconds,
+                "processes": [p.to_json() for p in self.processes],
+                "kernel_messages": self.kernel_messages, "checklist": self.checklist,
+                "findings": [f.to_json() for f in self.findings], "notes": self.notes}
+
+
+def classify(name: str, cmdline: list[str], maps_text: str = "") -> str:
+    """training, sync, orchestration or other (pure)."""
+    joined = " ".join(cmdline)
+    base = os.path.basename(cmdline[0]) if cmdline else name
+    if any(w in joined for w in TRAINING_WORDS) or any(lib in maps_text for lib in TRAINING_LIBS):
+        return "training"
+    if base in SYNC_AGENTS or name in SYNC_AGENTS:
+        return "sync"
+    if base == "aws" and len(cmdline) > 2 and cmdline[1] == "s3" and cmdline[2] in {"sync", "cp",
+                                                                                     "mv"}:
+        return "sync"
+    if base in {"gcloud"} and "storage" in cmdline:
+        return "sync"
+    if base in ORCHESTRATION or name in ORCHESTRATION or name.startswith("containerd-shim"):
+        return "orchestration"
+    return "other"
+
+
+def _under(path: str, volume: str | None) -> bool:
+    if volume is None:
+        return not path.startswith(("/proc/", "/sys/", "/dev/"))
+    return path == volume or path.startswith(volume.rstrip("/") + "/")
+
+
+def scan_kernel_log(text: str) -> list[dict[str, str]]:
+    out = []
+    for line in text.splitlines():
+        for kind, pat in KERNEL_PATTERNS:
+            if pat.search(line):
+                out.append({"kind": kind, "line": line.strip()})
+                break
+    return out
+
+
+def _maps(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0) -> TriageResult:
+    import psutil
+
+    vol = os.path.realpath(volume) if volume is not None else None
+    first: dict[int, int] = {}
+    procs: dict[int, ProcessInfo] = {}
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "name", "cmdline", "username"]):
+        if p.pid == me:
+            continue
+        try:
+            with p.oneshot():
+                first[p.pid] = p.io_counters().write_bytes
+                writes = [f.path for f in p.open_files() if f.mode in WRITE_MODES
+                          and _under(f.path, vol)]
+                cmd = p.info["cmdline"] or []
+                name = p.info["name"] or ""
+                maps = _maps(p.pid) if "python" in name or (cmd and "python" in cmd[0]) else ""
+                kind = classify(name, cmd, maps)
+                try:
+                    cwd_on = vol is not None and _under(p.cwd(), vol)
+                except (psutil.Error, OSError):
+                    cwd_on = False
+                if writes or kind != "other" or cwd_on:
+                    procs[p.pid] = ProcessInfo(p.pid, name, cmd, p.info["username"], kind,
+                                               writes, cwd_on_volume=cwd_on)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    time.sleep(max(0.0, seconds))
+    for pid, info in procs.items():
+        try:
+            now = psutil.Process(pid).io_counters().write_bytes
+            info.write_rate_bps = round((now - first.get(pid, now)) / max(seconds, 1e-6), 1)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            info.write_rate_bps = None
+    runner = SubprocessRunner(case)
+    res = runner.run(ToolCall.of("dmesg", "-x", "--time-format", "iso", timeout_s=60,
+                                 purpose="kernel log scan (read-only)"))
+    notes = []
+    kmsgs: list[dict[str, str]] = []
+    if res.returncode == 0:
+        kmsgs = scan_kernel_log(res.stdout)
+    else:
+        notes.append(f"dmesg unavailable (rc {res.returncode}): {res.stderr.strip()[:200]}")
+    result = TriageResult(volume=vol, seconds=seconds,
+                          processes=sorted(procs.values(), key=lambda p: p.pid),
+                          kernel_messages=kmsgs, checklist=list(FREEZE_CHECKLIST), notes=notes)
+    result.findings = _findings(result)
+    case.add_findings(result.findings)
+    case.log("triage.finished", {k: v for k, v in result.to_json().items() if k != "findings"})
+    return result
+
+
+def _findings(r: TriageResult) -> list[Finding]:
+    out: list[Finding] = []
+    where = r.volume or "any volume"
+    for p in r.processes:
+        who = f"pid {p.pid} {p.name} ({' '.join(p.cmdline)[:200]})"
+        if p.open_for_write:
+            out.append(Finding("TR001", Severity.CRITICAL, f"{who} has {len(p.open_for_write)} "
+                               f"file(s) open for writing under {where}: stop it",
+                               evidence=where, source="triage", details=p.to_json()))
+        if p.kind == "training" and (p.open_for_write or p.cwd_on_volume or r.volume is None):
+            out.append(Finding("TR002", Severity.WARNING, f"training job {who}", evidence=where,
+                               source="triage", details=p.to_json()))
+        if p.kind == "sync":
+            out.append(Finding("TR003", Severity.WARNING, f"sync/backup agent {who} may "
+                               "propagate damaged files", evidence=where, source="triage",
+                               details=p.to_json()))
+        if p.open_for_write and p.write_rate_bps:
+            out.append(Finding("TR005", Severity.INFO, f"{who} writes {p.write_rate_bps:.0f} B/s",
+                               evidence=where, source="triage"))
+    if r.kernel_messages:
+        kinds = sorted({m["kind"] for m in r.kernel_messages})
+        out.append(Finding("TR004", Severity.ERROR, f"{len(r.kernel_messages)} kernel message(s) "
+                           f"about {', '.join(kinds)} errors", source="triage",
+                           details={"messages": r.kernel_messages[-50:]}))
+    return out

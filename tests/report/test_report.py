@@ -1,0 +1,110 @@
+"""The incident report: rendered from the case alone, self-contained, hostile names escaped,
+deterministic apart from its generation time; checked in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckptrescue.case import Case
+from ckptrescue.model import Finding, Severity
+from ckptrescue.report.render import render
+
+EVIL = "<script>alert(1)</script>"
+EXE = str(Path(sys.executable).with_name("ckptrescue"))
+
+
+def _step(case: Case, action: str, outputs: dict, step: str) -> None:
+    sha = case.store_artifact(json.dumps(outputs).encode(), name=f"{step}.json",
+                              kind=f"result:{action}")
+    case.log("step.finished", {"run_key": "r1", "step": step, "action": action, "status": "ok",
+                               "outputs_sha256": sha}, artifacts=[sha])
+
+
+@pytest.fixture
+def hostile_case(tmp_path: Path) -> Case:
+    case = Case.create(tmp_path / "case", title=f"run 7 {EVIL}", examiner="alice")
+    case.add_evidence(kind="image", source=f"/evidence/{EVIL}.img", acquired_how="ddrescue",
+                      size=4096, sha256="ab" * 32)
+    _step(case, "probe", {"checkpoints": [
+        {"path": "/mnt/run/step-200.pt", "format": "torch-zip", "verdict": "damaged",
+         "tensors_total": 3, "damaged_tensors": [EVIL, "model.fc.weight"],
+         "suspect_tensors": [], "missing_tensors": [],
+         "findings": [{"code": "TZ010", "severity": "error", "title": "CRC-32 mismatch",
+                       "offset": 4096, "length": 64, "tensors": [EVIL], "details": {}}]},
+        {"path": "/mnt/run/step-300.pt", "format": "torch-zip", "verdict": "intact",
+         "tensors_total": 3, "damaged_tensors": [], "suspect_tensors": [],
+         "missing_tensors": [], "findings": []},
+    ]}, "probe")
+    _step(case, "rank", {"checkpoints": [], "resume_from": "/mnt/run/step-300.pt"}, "rank")
+    _step(case, "image", {"image": "/case/work/disk.img", "mapfile": "/case/work/disk.map",
+                          "image_sha256": "cd" * 32, "size": 1 << 20,
+                          "rescued_bytes": (1 << 20) - 1024, "bad_ranges": [[8192, 9216]]},
+          "image")
+    _step(case, "locate", {"ranges": [{"start": 8192, "end": 9216, "files": [
+        {"path": "run/step-200.pt", "file_offset": 100, "length": 1024,
+         "tensors": [EVIL]}]}]}, "locate")
+    case.add_finding(Finding("TZ010", Severity.ERROR, f"CRC mismatch in {EVIL}",
+                             evidence="/mnt/run/step-200.pt", offset=4096, length=64,
+                             tensors=(EVIL,)))
+    case.log("tool.refused", {"argv": ["fsck", "-y", "/dev/sda"], "reason": "repairs"})
+    return case
+
+
+def test_html_escapes_hostile_names_and_is_self_contained(hostile_case: Case) -> None:
+    html = render(hostile_case, "html")
+    assert EVIL not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert not re.search(r"<(script|link|img|iframe)\b", html, re.I)
+    assert "http://" not in html.replace('http://www.w3.org/2000/svg', "")
+    assert "resume from step-300.pt" in html
+    assert "<svg" in html and "data-testid=\"bad-sector-map\"" in html
+
+
+def test_same_case_same_report_apart_from_generation_time(hostile_case: Case) -> None:
+    strip = lambda s: re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", "T", s)  # noqa: E731
+    a, b = render(hostile_case, "html"), render(hostile_case, "html")
+    assert a != b or True  # generation time may coincide
+    assert strip(a) == strip(b)
+    assert json.loads(render(hostile_case, "json"))["answer"].startswith("resume from")
+
+
+def test_markdown_rendering_has_no_live_html(hostile_case: Case) -> None:
+    md = render(hostile_case, "md")
+    assert "<script>" not in md
+    assert "resume from step-300.pt" in md
+    assert "| [8192, 9216) |" in md
+
+
+def test_report_needs_no_rerun_and_does_not_change_the_case(hostile_case: Case) -> None:
+    before = hostile_case.audit.path.read_bytes()
+    render(hostile_case, "html")
+    assert hostile_case.audit.path.read_bytes() == before
+
+
+@pytest.mark.needs_tool("chromium")
+def test_html_in_headless_chromium(hostile_case: Case, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    res = subprocess.run([EXE, "report", str(hostile_case.root), "-o", str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chrome'}"]
+    chromium = shutil.which("chromium")
+    assert chromium
+    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True,
+                         text=True, timeout=120).stdout
+    assert 'data-testid="answer"' in dom and "resume from step-300.pt" in dom
+    assert dom.count("<tr>") > 8  # the tables were built
+    assert "alert(1)" in dom and "<script>alert" not in dom  # shown as text, never run
+    png = tmp_path / "report.png"
+    subprocess.run([chromium, *flags, f"--screenshot={png}", "--window-size=1200,1800",
+                    out.as_uri()], capture_output=True, timeout=120, check=False)
+    assert png.exists() and png.stat().st_size > 10_000
