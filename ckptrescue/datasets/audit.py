@@ -213,7 +213,7 @@ def audit(
         to_hash += new
         tracker = Tracker(len(to_hash), sum(f.size for f in to_hash), progress)
         for item in hash_many(os.fsencode(root), to_hash, jobs=jobs or default_jobs(),
-                              scheduler=scheduler, tracker=tracker):
+                              scheduler=scheduler, tracker=tracker, formats=False):
             rows.append(_full_row(expected.get(item.rel), item))
         tracker.finish()
     result.files = sorted(rows, key=lambda r: r.rel)

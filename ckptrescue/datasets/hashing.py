@@ -66,23 +66,22 @@ def hash_file(path: str | bytes, *, chunk: int = CHUNK,
     except OSError as exc:
         return HashOutcome(None, 0, _msg(exc), 0)
     try:
-        with os.fdopen(fd, "rb", buffering=0) as fh:
-            while True:
-                try:
-                    n = fh.readinto(buf)
-                except OSError as exc:
-                    where = locate_read_error(fd, size, chunk) if exc.errno == errno.EIO else size
-                    return HashOutcome(None, size, _msg(exc), where, head)
-                if not n:
-                    break
-                if size < HEAD_BYTES:
-                    head = (head + bytes(view[: min(n, HEAD_BYTES)]))[:HEAD_BYTES]
-                digest.update(view[:n])
-                size += n
-                if on_bytes is not None:
-                    on_bytes(n)
-    except OSError as exc:  # close failed
-        return HashOutcome(None, size, _msg(exc), size)
+        while True:
+            try:
+                n = os.readv(fd, [buf])
+            except OSError as exc:
+                where = locate_read_error(fd, size, chunk) if exc.errno == errno.EIO else size
+                return HashOutcome(None, size, _msg(exc), where, head)
+            if not n:
+                break
+            if size < HEAD_BYTES:
+                head = (head + bytes(view[: min(n, HEAD_BYTES)]))[:HEAD_BYTES]
+            digest.update(view[:n])
+            size += n
+            if on_bytes is not None:
+                on_bytes(n)
+    finally:
+        os.close(fd)
     return HashOutcome(digest.hexdigest(), size, head=head)
 
 

@@ -8,6 +8,7 @@ picks them up again (same size and mtime) instead of rehashing. DIR is never wri
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -143,20 +144,21 @@ class ManifestResult:
 
 
 # -- hashing one file: shared by the thread pool and the Dask workers ---------------------------
-def hash_entry(root: bytes, entry: FileEntry,
-               tracker: Tracker | None = None) -> ManifestEntry | UnreadableFile:
+def hash_entry(root: bytes, entry: FileEntry, tracker: Tracker | None = None, *,
+               formats: bool = True) -> ManifestEntry | UnreadableFile:
     path = join(root, entry.rel)
     on_bytes = (lambda n: tracker.add(nbytes=n)) if tracker is not None else None
     outcome = hash_file(path, on_bytes=on_bytes)
     if outcome.sha256 is None:
         return UnreadableFile(entry.rel, outcome.error or "read failed", outcome.error_offset)
-    return ManifestEntry(entry.rel, outcome.size, entry.mtime_ns, outcome.sha256,
-                         detect(entry.rel, outcome.head))
+    fmt = detect(entry.rel, outcome.head) if formats else "other"
+    return ManifestEntry(entry.rel, outcome.size, entry.mtime_ns, outcome.sha256, fmt)
 
 
-def hash_entries(root: bytes, entries: list[FileEntry]) -> list[ManifestEntry | UnreadableFile]:
+def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True
+                 ) -> list[ManifestEntry | UnreadableFile]:
     """Hash a batch sequentially (the unit of work sent to a cluster worker)."""
-    return [hash_entry(root, e) for e in entries]
+    return [hash_entry(root, e, formats=formats) for e in entries]
 
 
 def default_jobs() -> int:
@@ -251,18 +253,20 @@ def build_manifest(
 
 
 def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str | None,
+              formats: bool = True,
               tracker: Tracker) -> Iterable[ManifestEntry | UnreadableFile]:
     if scheduler:
         from ckptrescue.datasets.cluster import map_batches
 
-        for batch_result in map_batches(scheduler, hash_entries, root, todo):
+        fn = functools.partial(hash_entries, formats=formats)
+        for batch_result in map_batches(scheduler, fn, root, todo):
             for item in batch_result:
                 tracker.add(files=1, nbytes=item.size if isinstance(item, ManifestEntry) else 0)
                 yield item
         return
     if jobs == 1:
         for f in todo:
-            item = hash_entry(root, f, tracker)
+            item = hash_entry(root, f, tracker, formats=formats)
             tracker.add(files=1)
             yield item
         return
@@ -274,7 +278,7 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sha256") as pool:
         pending: deque[Future[list[ManifestEntry | UnreadableFile]]] = deque()
         for group in groups:
-            pending.append(pool.submit(_hash_group, root, group, tracker))
+            pending.append(pool.submit(_hash_group, root, group, tracker, formats))
             if len(pending) >= jobs * 4:
                 break
         while pending:
@@ -283,12 +287,12 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
                 yield item
             group = next(groups, None)
             if group is not None:
-                pending.append(pool.submit(_hash_group, root, group, tracker))
+                pending.append(pool.submit(_hash_group, root, group, tracker, formats))
 
 
-def _hash_group(root: bytes, group: list[FileEntry],
-                tracker: Tracker) -> list[ManifestEntry | UnreadableFile]:
-    return [hash_entry(root, e, tracker) for e in group]
+def _hash_group(root: bytes, group: list[FileEntry], tracker: Tracker,
+                formats: bool) -> list[ManifestEntry | UnreadableFile]:
+    return [hash_entry(root, e, tracker, formats=formats) for e in group]
 
 
 def _write_outputs(out: Path, entries: list[ManifestEntry]) -> None:

@@ -28,6 +28,8 @@ def parse_header(head: bytes) -> tuple[int, dict[str, Any]]:
     if head[:6] != MAGIC:
         raise HeaderError("no \\x93NUMPY magic")
     major = head[6] if len(head) > 6 else 0
+    if len(head) < (10 if major == 1 else 12):
+        raise HeaderError("header truncated")
     if major == 1:
         prefix, (hlen,) = 10, struct.unpack_from("<H", head, 8)
     elif major in (2, 3):
@@ -39,7 +41,7 @@ def parse_header(head: bytes) -> tuple[int, dict[str, Any]]:
         raise HeaderError("header truncated")
     try:
         header = ast.literal_eval(text.decode("latin-1"))
-    except (ValueError, SyntaxError) as exc:
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         raise HeaderError(f"header is not a dict literal: {exc}") from exc
     if not isinstance(header, dict) or not {"descr", "shape", "fortran_order"} <= header.keys():
         raise HeaderError("header lacks descr/shape/fortran_order")

@@ -47,13 +47,17 @@ class Tracker:
         self._lock = threading.Lock()
 
     def add(self, *, files: int = 0, nbytes: int = 0) -> None:
+        """Count work done; called from worker threads too (the callback runs under the lock,
+        so a progress printer is never entered twice at once)."""
         with self._lock:
             self.files_done += files
             self.bytes_done += nbytes
-        now = time.monotonic()
-        if self.callback is not None and now - self._last >= self.interval_s:
-            self._last = now
-            self.callback(self.snapshot())
+            if self.callback is None:
+                return
+            now = time.monotonic()
+            if now - self._last >= self.interval_s:
+                self._last = now
+                self.callback(self.snapshot())
 
     def snapshot(self) -> Progress:
         return Progress(self.files_done, self.files_total, self.bytes_done, self.bytes_total,
@@ -61,4 +65,5 @@ class Tracker:
 
     def finish(self) -> None:
         if self.callback is not None:
-            self.callback(self.snapshot())
+            with self._lock:
+                self.callback(self.snapshot())

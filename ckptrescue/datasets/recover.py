@@ -192,21 +192,37 @@ def _file_copier(path: bytes) -> Opener:
 class S3Source:
     """Every version of ``s3://bucket/prefix/<path>``, newest first (needs the ``[s3]`` extra)."""
 
-    def __init__(self, url: str, *, endpoint_url: str | None = None) -> None:
+    # Up to this many damaged files, versions are listed key by key (one LIST each); above it
+    # the whole prefix is listed once (cheaper than thousands of LISTs, unless the prefix is huge).
+    PER_KEY_LIMIT = 1000
+
+    def __init__(self, url: str, *, endpoint_url: str | None = None, targets: int = 0) -> None:
         from ckptrescue.s3.client import make_client
-        from ckptrescue.s3.objects import list_versions
         from ckptrescue.s3.urls import parse_s3_url
 
         parsed = parse_s3_url(url)
         self.bucket = parsed.bucket
         self.prefix = parsed.key.rstrip("/")
         self.client = make_client(endpoint_url=endpoint_url)
-        listing_prefix = self.prefix + "/" if self.prefix else ""
-        self.versions = list_versions(self.client, self.bucket, listing_prefix)
         self.url = url
+        self.versions: dict[str, list[Any]] = {}
+        self.listed_all = targets > self.PER_KEY_LIMIT
+        if self.listed_all:
+            from ckptrescue.s3.objects import list_versions
+
+            listing_prefix = self.prefix + "/" if self.prefix else ""
+            self.versions = list_versions(self.client, self.bucket, listing_prefix)
 
     def describe(self) -> str:
         return f"{sum(len(v) for v in self.versions.values())} version(s) under {self.url}"
+
+    def _versions_of(self, key: str) -> list[Any]:
+        if not self.listed_all and key not in self.versions:
+            from ckptrescue.s3.objects import list_versions
+
+            self.versions[key] = list_versions(self.client, self.bucket, key,
+                                               exact=True).get(key, [])
+        return self.versions.get(key, [])
 
     def key_for(self, rel: bytes) -> str | None:
         try:
@@ -220,7 +236,7 @@ class S3Source:
         if key is None:
             yield Attempt(self.url, "the name is not UTF-8, so no S3 key can hold it")
             return
-        entries = self.versions.get(key, [])
+        entries = self._versions_of(key)
         if not entries:
             yield Attempt(f"s3://{self.bucket}/{key}", "no versions of this key")
         for entry in entries:
@@ -240,9 +256,10 @@ class S3Source:
         return write_to
 
 
-def open_source(source: str, *, endpoint_url: str | None = None) -> SnapshotSource | S3Source:
+def open_source(source: str, *, endpoint_url: str | None = None,
+                targets: int = 0) -> SnapshotSource | S3Source:
     if source.startswith("s3://"):
-        return S3Source(source, endpoint_url=endpoint_url)
+        return S3Source(source, endpoint_url=endpoint_url, targets=targets)
     return SnapshotSource(Path(source))
 
 
@@ -276,7 +293,7 @@ def recover(
     expected, _ = load_expected(manifest)
     report = audit(root, manifest)
     targets = report.damaged()
-    origin = open_source(src, endpoint_url=endpoint_url)
+    origin = open_source(src, endpoint_url=endpoint_url, targets=len(targets))
     result = RecoverResult(root=str(root), source=src, to=str(dest))
     if targets:
         dest.mkdir(parents=True, exist_ok=True)

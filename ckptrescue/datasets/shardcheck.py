@@ -70,6 +70,7 @@ class _TrackedRaw(io.RawIOBase):
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.pos = 0
+        self.failure: UnreadableAt | None = None  # kept even if a library swallows the raise
 
     def readable(self) -> bool:
         return True
@@ -83,7 +84,8 @@ class _TrackedRaw(io.RawIOBase):
         except OSError as exc:
             where = (locate_read_error(self.fd, self.pos, len(b))
                      if exc.errno == errno.EIO else self.pos)
-            raise UnreadableAt(where, exc.strerror or str(exc)) from exc
+            self.failure = UnreadableAt(where, exc.strerror or str(exc))
+            raise self.failure from exc
         n = len(data)
         b[:n] = data
         self.pos += n
@@ -105,6 +107,12 @@ class _TrackedRaw(io.RawIOBase):
         if not self.closed:
             os.close(self.fd)
         super().close()
+
+
+def failure_of(fh: io.BufferedReader) -> UnreadableAt | None:
+    """The I/O error a tracked file hit, if any (pyarrow and zipfile may re-wrap exceptions)."""
+    raw = fh.raw
+    return raw.failure if isinstance(raw, _TrackedRaw) else None
 
 
 def open_tracked(path: str | bytes, *, buffer_size: int = 1 << 20) -> io.BufferedReader:

@@ -15,6 +15,7 @@ the decompressed stream (offsets are then offsets in that stream).
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import IO
 
@@ -78,20 +79,42 @@ def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
     return out
 
 
+_ZERO8 = bytes(8)
+_NONZERO = re.compile(rb"[^\x00]")
+
+
 def _resync(fh: IO[bytes], start: int, size: int) -> int | None:
-    """The next offset >= start holding a valid record header that fits in the file."""
+    """The next offset >= start holding a valid record header that fits in the file.
+
+    Fast paths: a real length is far below 2**40, so its top three bytes are zero (found with
+    ``bytes.find``); a run of zeros (a zero-filled torn write) is skipped at once, since twelve
+    zero bytes are never a valid header (the masked CRC of a zero length is not zero).
+    """
     window = 1 << 20
+    zero_crc = struct.pack("<I", masked_crc32c(_ZERO8))
     pos = start
     while pos + 12 <= size:
         fh.seek(pos)
         block = read_exact(fh, window + 11)
         limit = len(block) - 11
-        for i in range(max(limit, 0)):
-            length, crc = _HDR.unpack_from(block, i)
-            if (pos + i + 16 + length <= size
-                    and masked_crc32c(block[i : i + 8]) == crc):
-                return pos + i
         if limit <= 0:
             return None
+        i = 0
+        while i < limit:
+            j = block.find(b"\0\0\0", i + 5) - 5
+            if j < 0 or j >= limit:
+                break
+            if block[j : j + 8] == _ZERO8:
+                if block[j + 8 : j + 12] == zero_crc and pos + j + 16 <= size:
+                    return pos + j
+                m = _NONZERO.search(block, j)
+                if m is None:
+                    break
+                i = max(j + 1, m.start() - 11)
+                continue
+            length, crc = _HDR.unpack_from(block, j)
+            if pos + j + 16 + length <= size and masked_crc32c(block[j : j + 8]) == crc:
+                return pos + j
+            i = j + 1
         pos += limit
     return None

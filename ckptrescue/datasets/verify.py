@@ -25,6 +25,7 @@ from ckptrescue.datasets.shardcheck import (
     CheckOutcome,
     FileCheck,
     UnreadableAt,
+    failure_of,
     open_tracked,
     read_exact,
 )
@@ -142,6 +143,9 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
                 outcome = checker(fh, entry.size)
         except UnreadableAt as exc:
             return _unreadable(entry.rel, fmt, exc, outcome.records)
+        failure = failure_of(fh)
+        if failure is not None:  # a library caught our I/O error and reported something else
+            return _unreadable(entry.rel, fmt, failure, outcome.records)
     if outcome.bad:
         return FileCheck(entry.rel, fmt, "damaged", outcome.bad, outcome.records)
     if outcome.unchecked_reason:

@@ -33,6 +33,7 @@ _TOPK = 8
 _FLOAT_BITS = {"float32": (32, range(30, 22, -1), 1e30), "float64": (64, range(62, 51, -1), 1e100),
                "float16": (16, range(14, 9, -1), None), "bfloat16": (16, range(14, 6, -1), 1e30)}
 _RATIO = {"float16": 1e3}
+INVARIANT_NAMES = {"exp_avg_sq", "running_var", "num_batches_tracked"}
 _DEFAULT_RATIO = 1e4
 
 
@@ -49,6 +50,8 @@ class NumericSummary:
     nonpositive: int = 0
     rms_bulk: float | None = None
     zero_pages: list[int] = field(default_factory=list)  # absolute offsets of all-zero pages
+    zeros_near_pages: int = 0  # exact zeros in the chunks holding zero pages (outside them)
+    elements_near_pages: int = 0
     outliers: list[dict[str, Any]] = field(default_factory=list)
     nonfinite_examples: list[dict[str, Any]] = field(default_factory=list)
     skipped: str | None = None
@@ -77,8 +80,12 @@ def _from_bits(bits: int, dtype: str) -> float:
 class StorageScan:
     """Accumulates statistics over consecutive chunks of one byte range."""
 
-    def __init__(self, dtype: str, *, start: int, length: int, big_endian: bool = False) -> None:
+    def __init__(self, dtype: str, *, start: int, length: int, big_endian: bool = False,
+                 names: list[str] | None = None) -> None:
         self.dtype = dtype
+        # sign counts are only needed for tensors whose names carry an invariant
+        self.invariants = names is None or any(
+            n.rsplit(".", 1)[-1] in INVARIANT_NAMES for n in names)
         self.start = start
         self.end = start + length
         self.big_endian = big_endian
@@ -87,6 +94,7 @@ class StorageScan:
         self.itemsize = info.itemsize if info else 1
         self.kind = info.kind if info else "other"
         self._carry = b""
+        self._page_ctx = [0, 0]  # exact zeros / elements around zero pages (same chunks)
         self._index = 0
         self._sumsq = 0.0
         self._top: list[tuple[float, int, float]] = []  # (abs, index, value) min-heap
@@ -101,30 +109,54 @@ class StorageScan:
                 info is not None and info.numpy is None and dtype != "bfloat16"):
             self.summary.skipped = f"no numeric checks for {dtype}"
 
-    def feed(self, offset: int, data: bytes) -> None:
+    def feed(self, offset: int, data: bytes | memoryview) -> None:
         """Add the bytes at absolute ``offset`` (chunks must arrive in order)."""
         if self.summary.skipped:
             return
-        if self.kind == "float":
-            self._pages(offset, data)
-        buf = self._carry + data if self._carry else data
+        buf = bytes(self._carry) + bytes(data) if self._carry else data
         usable = len(buf) - len(buf) % self.itemsize
         self._carry = bytes(buf[usable:])
         if usable:
             self._values(memoryview(buf)[:usable])
+        if self.kind == "float":
+            self._pages(offset, data)
 
-    def _pages(self, offset: int, data: bytes) -> None:
-        first = -(-offset // PAGE) * PAGE
-        last = offset + len(data)
-        page = first
-        while page + PAGE <= last:
-            if page >= self.start and page + PAGE <= self.end:
-                rel = page - offset
-                if data[rel:rel + PAGE] == _ZERO_PAGE:
-                    self.summary.zero_pages.append(page)
-            page += PAGE
+    def _pages(self, offset: int, data: bytes | memoryview) -> None:
+        """Find all-zero 4 KiB pages (file-aligned) fully inside the range.
 
-    def _values(self, buf: memoryview) -> None:
+        Cheap: only pages whose first 8 bytes are zero are compared in full. For a chunk with a
+        zero page, the exact zeros elsewhere in the chunk are counted (a torn write leaves a
+        zero page among non-zero values; a sparse tensor has zeros all around).
+        """
+        np = self._np
+        lo = max(-(-offset // PAGE) * PAGE, -(-self.start // PAGE) * PAGE)
+        hi = min(offset + len(data), self.end)
+        if hi - lo < PAGE:
+            return
+        view = memoryview(data)
+        npages = (hi - lo) // PAGE
+        rel0 = lo - offset
+        heads = np.frombuffer(view[rel0:rel0 + npages * PAGE], dtype=np.uint64)[::PAGE // 8]
+        found = 0
+        for i in np.flatnonzero(heads == 0):
+            rel = rel0 + int(i) * PAGE
+            if view[rel:rel + PAGE] == _ZERO_PAGE:
+                self.summary.zero_pages.append(offset + rel)
+                found += 1
+        if found:
+            usable = len(view) - len(view) % self.itemsize
+            if self.dtype == "bfloat16" or self.itemsize not in (2, 4, 8):
+                arr = np.frombuffer(view[:usable], dtype=np.uint8)
+                per = 1
+            else:
+                arr = np.frombuffer(view[:usable], dtype=f"u{self.itemsize}")
+                per = self.itemsize
+            zeros = int(arr.size - np.count_nonzero(arr)) - found * PAGE // per
+            self._page_ctx[0] += max(zeros, 0)
+            self._page_ctx[1] += arr.size - found * PAGE // per
+
+    def _values(self, buf: memoryview) -> int:  # noqa: C901
+        """Update the statistics; returns the number of exact zeros in this chunk."""
         np = self._np
         s = self.summary
         order = ">" if self.big_endian else "<"
@@ -141,51 +173,69 @@ class StorageScan:
         self._index += n
         s.count += n
         if self.kind != "float":
-            if self.kind == "int":
+            if self.kind == "int" and self.invariants:
                 s.negatives += int(np.count_nonzero(arr < 0)) if arr.dtype.kind == "i" else 0
                 s.nonpositive += int(np.count_nonzero(arr <= 0))
-            return
-        finite = np.isfinite(arr)
-        nbad = n - int(np.count_nonzero(finite))
-        if nbad:
-            nans = int(np.count_nonzero(np.isnan(arr)))
-            s.nan += nans
-            s.inf += nbad - nans
-            if len(s.nonfinite_examples) < 8:
-                ubits = arr.view(f"u{arr.dtype.itemsize}")
-                shift = 16 if self.dtype == "bfloat16" else 0
-                for i in np.flatnonzero(~finite)[: 8 - len(s.nonfinite_examples)]:
-                    s.nonfinite_examples.append({"index": base + int(i),
-                                                 "value": str(float(arr[i])),
-                                                 "_raw": int(ubits[i]) >> shift})
-            vals = arr[finite]
-            idx_map = np.flatnonzero(finite)
+            return 0
+        work = arr.astype(np.float32) if arr.dtype == np.float16 else arr
+        with np.errstate(all="ignore"):
+            sumsq = float(np.dot(work, work))
+        idx_map = None
+        vals = work
+        if not math.isfinite(sumsq):  # NaN/Inf present, or huge finite values: slow path
+            finite = np.isfinite(work)
+            nbad = n - int(np.count_nonzero(finite))
+            if nbad:
+                nans = int(np.count_nonzero(np.isnan(work)))
+                s.nan += nans
+                s.inf += nbad - nans
+                if len(s.nonfinite_examples) < 8:
+                    ubits = arr.view(f"u{arr.dtype.itemsize}")
+                    shift = 16 if self.dtype == "bfloat16" else 0
+                    for i in np.flatnonzero(~finite)[: 8 - len(s.nonfinite_examples)]:
+                        s.nonfinite_examples.append({"index": base + int(i),
+                                                     "value": str(float(work[i])),
+                                                     "_raw": int(ubits[i]) >> shift})
+                idx_map = np.flatnonzero(finite)
+                vals = work[finite]
+            wide = vals.astype(np.float64)
+            sumsq = float(np.dot(wide, wide))
+        self._sumsq += sumsq
+        if self.invariants:
+            s.negatives += int(np.count_nonzero(vals < 0))
+            s.nonpositive += int(np.count_nonzero(vals <= 0))
+        zeros = 0
+        if not vals.size:
+            return zeros
+        peak = max(abs(float(vals.max())), abs(float(vals.min())))
+        floor = self._top[0][0] if len(self._top) >= _TOPK else -1.0
+        if peak <= floor:
+            return zeros
+        mags = np.abs(vals)
+        if floor >= 0:
+            cand = np.flatnonzero(mags > floor)
+            if cand.size > _TOPK:
+                cand = cand[np.argpartition(mags[cand], cand.size - _TOPK)[cand.size - _TOPK:]]
+        elif mags.size > _TOPK:
+            cand = np.argpartition(mags, mags.size - _TOPK)[mags.size - _TOPK:]
         else:
-            vals = arr
-            idx_map = None
-        s.negatives += int(np.count_nonzero(vals < 0))
-        s.nonpositive += int(np.count_nonzero(vals <= 0))
-        mags = np.abs(vals.astype(np.float64)) if vals.dtype != np.float64 else np.abs(vals)
-        s.zeros += int(mags.size - np.count_nonzero(mags))
-        self._sumsq += float(np.dot(mags, mags))
-        k = min(_TOPK, mags.size)
-        if k:
-            top = np.argpartition(mags, mags.size - k)[mags.size - k:] if mags.size > k \
-                else np.arange(mags.size)
-            for j in top:
-                m = float(mags[j])
-                index = base + int(idx_map[j] if idx_map is not None else j)
-                item = (m, index, float(vals[j]))
-                if len(self._top) < _TOPK:
-                    heapq.heappush(self._top, item)
-                elif m > self._top[0][0]:
-                    heapq.heapreplace(self._top, item)
+            cand = np.arange(mags.size)
+        for j in cand:
+            m = float(mags[j])
+            index = base + int(idx_map[j] if idx_map is not None else j)
+            item = (m, index, float(vals[j]))
+            if len(self._top) < _TOPK:
+                heapq.heappush(self._top, item)
+            elif m > self._top[0][0]:
+                heapq.heapreplace(self._top, item)
+        return zeros
 
     def finish(self) -> NumericSummary:
         """Close the scan: bulk RMS without the largest values, outliers with flip-backs."""
         s = self.summary
         if s.skipped or self.kind != "float":
             return s
+        s.zeros_near_pages, s.elements_near_pages = self._page_ctx
         finite = s.count - s.nan - s.inf
         top = sorted(self._top, reverse=True)
         rest = finite - len(top)
@@ -264,15 +314,12 @@ def judge(summary: NumericSummary, names: list[str]) -> list[Suspicion]:
             msg += f" (probable flip of bit {o['flip_bit']}; flipped back: {o['repaired']:.6g})"
         out.append(Suspicion("NM002", msg, o["byte_offset"], dtypes.BY_NAME[s.dtype].itemsize,
                              {**o, "rms_bulk": s.rms_bulk}))
-    if s.zero_pages:
-        page_elems = len(s.zero_pages) * PAGE // max(1, dtypes.BY_NAME[s.dtype].itemsize)
-        others = s.count - page_elems
-        zeros_outside = s.zeros - page_elems
-        if others > 0 and zeros_outside <= others * 0.01 and s.zeros < s.count:
-            out.append(Suspicion(
-                "NM003", f"{len(s.zero_pages)} zero-filled 4 KiB page(s) in {label} "
-                "(torn write?)", s.zero_pages[0], len(s.zero_pages) * PAGE,
-                {"pages": s.zero_pages[:64]}))
+    if s.zero_pages and s.elements_near_pages > 0 and \
+            s.zeros_near_pages <= s.elements_near_pages * 0.01:
+        out.append(Suspicion(
+            "NM003", f"{len(s.zero_pages)} zero-filled 4 KiB page(s) in {label} "
+            "(torn write?)", s.zero_pages[0], len(s.zero_pages) * PAGE,
+            {"pages": s.zero_pages[:64]}))
     lower = [n.rsplit(".", 1)[-1] for n in names]
     if any(n == "exp_avg_sq" for n in lower) and s.negatives:
         out.append(Suspicion("NM004", f"{s.negatives} negative values in Adam exp_avg_sq "

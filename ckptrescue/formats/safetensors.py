@@ -169,7 +169,7 @@ class SafetensorsFormat:
                     sc = tensormap.StorageCheck(key=name, file=spath, data_offset=base + begin,
                                                 dtype=rec.dtype, status="unverified")
                     scan = numeric.StorageScan(rec.dtype, start=base + begin,
-                                               length=end - begin)
+                                               length=end - begin, names=[name])
                     zipwalk.crc_range(fh, base + begin, end - begin, on_chunk=scan.feed)
                     sc.summary = scan.finish()
                     storages[name] = sc

@@ -15,23 +15,30 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, ClassVar
+from typing import ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats.sstable import is_sstable
-from ckptrescue.formats.tensorbundle_entries import DTYPES, BundleEntry
+from ckptrescue.formats.tensorbundle_entries import BundleEntry
 from ckptrescue.formats.tensorbundle_index import (
     DATA_RE,
     BundleIndex,
     data_files,
     index_path,
+    piece_name,
     prefix_of,
     read_index,
+    shard_count,
     shard_path,
+    sliced_parents,
 )
-from ckptrescue.formats.tensorbundle_verify import verify_piece
+from ckptrescue.formats.tensorbundle_verify import (
+    Shard,
+    close_shards,
+    open_shards,
+    verify_piece,
+)
 from ckptrescue.formats.tf_checkpoint_state import findings_for_prefix
 from ckptrescue.formats.tf_findings import (
     numeric_findings,
@@ -42,10 +49,6 @@ from ckptrescue.model import Finding, Severity
 
 FORMAT = "tf-tensorbundle"
 TEMPSTATE_RE = re.compile(r"\.tempstate\d*$")
-
-
-def piece_name(entry: BundleEntry) -> str:
-    return entry.parent or entry.key
 
 
 def piece_storage(entry: BundleEntry, n_shards: int) -> str:
@@ -68,35 +71,6 @@ def leftover_findings(prefix: Path) -> list[Finding]:
                                    f"temporary file {p.name} left by an interrupted save",
                                    evidence=str(p), source="tensorbundle"))
     return out
-
-
-@dataclass
-class _Shard:
-    path: Path
-    size: int | None
-    fh: BinaryIO | None
-
-
-def _open_shards(prefix: Path, n: int) -> dict[int, _Shard]:
-    shards = {}
-    for i in range(n):
-        p = shard_path(prefix, i, n)
-        try:
-            fh: BinaryIO | None = p.open("rb")
-            size: int | None = p.stat().st_size
-        except OSError:
-            fh, size = None, None
-        shards[i] = _Shard(p, size, fh)
-    return shards
-
-
-def _shard_count(index: BundleIndex, prefix: Path) -> int:
-    if index.header is not None and index.header.num_shards > 0:
-        return index.header.num_shards
-    counts = [int(m.group("n")) for p in data_files(prefix) if (m := DATA_RE.match(p.name))]
-    if counts:
-        return max(counts)
-    return 1 + max((e.shard_id for e in index.entries), default=0)
 
 
 def _pieces(index: BundleIndex) -> tuple[list[BundleEntry], list[Finding]]:
@@ -145,7 +119,7 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
         return report
     index = read_index(prefix)
     report.findings.extend(index.findings)
-    n = _shard_count(index, prefix)
+    n = shard_count(index, prefix)
     report.extra.update({"num_shards": n, "index_entries": len(index.entries)})
     if index.header is not None:
         report.extra["header"] = {"num_shards": index.header.num_shards,
@@ -153,13 +127,11 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
                                   "version": index.header.version_producer}
     pieces, slice_findings = _pieces(index)
     report.findings.extend(slice_findings)
-    shards = _open_shards(prefix, n)
+    shards = open_shards(prefix, n)
     try:
         _verify_all(report, index, pieces, shards, options, n)
     finally:
-        for s in shards.values():
-            if s.fh is not None:
-                s.fh.close()
+        close_shards(shards)
     expected = {shard_path(prefix, i, n) for i in range(n)}
     report.files = [str(idx)] + [str(s.path) for s in shards.values() if s.size is not None]
     for p in datas:
@@ -167,7 +139,7 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
             report.findings.append(Finding("TB007", Severity.WARNING,
                                            f"{p.name} is not one of the {n} shards the index names",
                                            evidence=str(p), source="tensorbundle"))
-    parents = _sliced_parents(index)
+    parents = sliced_parents(index)
     for name in sorted({t for f in slice_findings for t in f.tensors}):
         _add(report.missing_tensors, name)
         if not any(t.name == name for t in report.tensors) and name in parents:
@@ -180,7 +152,7 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
 
 
 def _verify_all(report: CheckpointReport, index: BundleIndex, pieces: list[BundleEntry],
-                shards: dict[int, _Shard], options: ProbeOptions, n: int) -> None:
+                shards: dict[int, Shard], options: ProbeOptions, n: int) -> None:
     ends: dict[int, int] = defaultdict(int)
     for e in pieces:
         ends[e.shard_id] = max(ends[e.shard_id], e.offset + e.size)
@@ -266,122 +238,6 @@ def _add(names: list[str], name: str) -> None:
         names.append(name)
 
 
-def _sliced_parents(index: BundleIndex) -> dict[str, BundleEntry]:
-    return {e.key: e for e in index.entries if e.is_sliced_parent}
-
-
-def _reassemble(parent: BundleEntry, pieces: list[BundleEntry],
-                shards: dict[int, _Shard]) -> bytes | str:
-    """The full variable's bytes from its verified slices, or why that is impossible."""
-    import google_crc32c
-    import numpy as np
-
-    from ckptrescue.formats.sstable import unmask
-
-    assert parent.shape is not None
-    npdt = _np_dtype(parent.dtype)
-    if npdt is None:
-        return f"dtype {parent.dtype_name} cannot be reassembled"
-    if {p.slice.text() for p in pieces if p.slice} != {s.text() for s in parent.slices}:
-        return "slices missing"
-    full = np.zeros(parent.shape, dtype=npdt)
-    for p in pieces:
-        sh = shards.get(p.shard_id)
-        if sh is None or sh.fh is None or p.crc32c is None or p.slice is None \
-                or p.shape is None:
-            return "a slice's shard or CRC is missing"
-        sh.fh.seek(p.offset)
-        raw = sh.fh.read(p.size)
-        if len(raw) != p.size or google_crc32c.extend(0, raw) != unmask(p.crc32c):
-            return "a slice fails its CRC32C"
-        where = tuple(slice(st, None if ln is None else st + ln) for st, ln in p.slice.extents)
-        full[where] = np.frombuffer(raw, dtype=npdt).reshape(p.shape)
-    return full.tobytes()
-
-
-_TEMP_FILES: list[str] = []
-
-
-def _cleanup_temp() -> None:
-    import os
-
-    for name in _TEMP_FILES:
-        try:
-            os.unlink(name)
-        except OSError:
-            pass
-    _TEMP_FILES.clear()
-
-
-def _spill(data: bytes) -> str:
-    """Write reassembled bytes to a private temp file (never next to the evidence)."""
-    import atexit
-    import os
-    import tempfile
-
-    if not _TEMP_FILES:
-        atexit.register(_cleanup_temp)
-    fd, name = tempfile.mkstemp(prefix="ckptrescue-tf-slices-")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    _TEMP_FILES.append(name)
-    return name
-
-
-def bundle_salvageable(prefix: Path, report: CheckpointReport,
-                       ) -> Iterator[tuple[TensorRecord, str | None]]:
-    """Salvage rule: every variable with ``None`` when its bytes verify, else the reason.
-
-    Plain variables point at their verified bytes in the shard. A sliced variable (split across
-    shards) is reassembled from its re-verified slices; the generic salvage copies one byte range
-    per tensor, so the reassembled bytes are handed over through a private temp file.
-    """
-    groups: dict[str, list[TensorRecord]] = defaultdict(list)
-    for rec in report.tensors:
-        groups[rec.name].append(rec)
-    index = read_index(prefix) if index_path(prefix).exists() else None
-    parents = _sliced_parents(index) if index is not None else {}
-    shards = _open_shards(prefix, _shard_count(index, prefix)) if index is not None else {}
-    try:
-        for name, recs in groups.items():
-            if name not in parents:
-                for rec in recs:
-                    usable = rec.status in ("ok", "suspect") and rec.offset is not None
-                    yield rec, None if usable else ("; ".join(rec.reasons) or rec.status)
-                continue
-            parent = parents[name]
-            summary = TensorRecord(name=name, dtype=parent.dtype_name, shape=parent.shape,
-                                   storage=f"{len(parent.slices)} slices", status="ok")
-            bad = [r for r in recs if r.status not in ("ok", "suspect")]
-            if bad:
-                summary.status = bad[0].status
-                yield summary, "slice " + (bad[0].storage or "") + ": " + (
-                    "; ".join(bad[0].reasons) or bad[0].status)
-                continue
-            assert index is not None
-            pieces = [e for e in index.entries if e.parent == name]
-            data = _reassemble(parent, pieces, shards)
-            if isinstance(data, str):
-                yield summary, data
-                continue
-            summary.file, summary.offset, summary.length = _spill(data), 0, len(data)
-            yield summary, None
-    finally:
-        for s in shards.values():
-            if s.fh is not None:
-                s.fh.close()
-
-
-def _np_dtype(code: int) -> Any:
-    import numpy as np
-
-    npdt = DTYPES.get(code, (None, None, None))[1]
-    itemsize = DTYPES.get(code, (None, None, None))[2]
-    if npdt is None:  # bfloat16 / float8: bytes move as unsigned ints of the same width
-        return np.dtype({2: "<u2", 1: "|u1"}[itemsize]) if itemsize in (1, 2) else None
-    return np.dtype(npdt)
-
-
 def bundle_companions(prefix: Path) -> list[Path]:
     """Every file of one bundle: index, shards, temp leftovers, and the run's state file."""
     out = [index_path(prefix), *data_files(prefix)]
@@ -410,8 +266,10 @@ def claim_bundles(directory: Path) -> list[Path]:
             names.add(m.group("prefix"))
         elif p.is_dir() and p.name.endswith("_temp"):
             names.add(p.name[: -len("_temp")])
-        elif p.is_file() and TEMPSTATE_RE.search(p.name) and ".data-" in p.name:
-            names.add(p.name.split(".data-")[0])
+        elif p.is_file() and TEMPSTATE_RE.search(p.name):
+            base = p.with_name(TEMPSTATE_RE.sub("", p.name))  # X.index / X.data-… being written
+            if base.name.endswith(".index") or DATA_RE.match(base.name):
+                names.add((prefix_of(base) or base).name)
     state = directory / "checkpoint"
     if names and looks_like_state(state):
         names.update(q.name for q in parse_state(state).prefixes if q.parent == directory)
@@ -456,6 +314,8 @@ class TensorBundleFormat:
     @classmethod
     def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
                               ) -> Iterator[tuple[TensorRecord, str | None]]:
+        from ckptrescue.formats.tensorbundle_salvage import bundle_salvageable
+
         return bundle_salvageable(prefix_of(path) or path, report)
 
     # ``--load``: one sandbox child for every TensorFlow report of a run (``module:function``,

@@ -138,3 +138,20 @@ def read_index(prefix: Path) -> BundleIndex:
                                     "big-endian bundle: numeric checks read bytes as stored",
                                     evidence=ev, source="tensorbundle"))
     return out
+
+
+def piece_name(entry: BundleEntry) -> str:
+    return entry.parent or entry.key
+
+
+def shard_count(index: BundleIndex, prefix: Path) -> int:
+    if index.header is not None and index.header.num_shards > 0:
+        return index.header.num_shards
+    counts = [int(m.group("n")) for p in data_files(prefix) if (m := DATA_RE.match(p.name))]
+    if counts:
+        return max(counts)
+    return 1 + max((e.shard_id for e in index.entries), default=0)
+
+
+def sliced_parents(index: BundleIndex) -> dict[str, BundleEntry]:
+    return {e.key: e for e in index.entries if e.is_sliced_parent}

@@ -9,7 +9,8 @@ a bad storage implicates every tensor viewing it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -79,13 +80,14 @@ def declared_nbytes(pref: PersistentRef, dtype: str | None) -> int | None:
 
 
 def stream_check(fh: BinaryIO, sc: StorageCheck, *, length: int, do_numeric: bool,
-                 big_endian: bool = False, want_crc: bool = True) -> None:
+                 big_endian: bool = False, want_crc: bool = True,
+                 names: list[str] | None = None) -> None:
     """Read ``length`` bytes at ``sc.data_offset`` once: CRC-32 and numeric scan together."""
     assert sc.data_offset is not None
     scan = None
     if do_numeric and sc.dtype:
         scan = numeric.StorageScan(sc.dtype, start=sc.data_offset, length=length,
-                                   big_endian=big_endian)
+                                   big_endian=big_endian, names=names)
     crc, got = zipwalk.crc_range(fh, sc.data_offset, length,
                                  on_chunk=scan.feed if scan is not None else None)
     sc.available = got
@@ -101,6 +103,29 @@ def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(s, 1)
     return tuple(reversed(strides))
+
+
+def workers() -> int:
+    """Threads for verifying independent records (``CKPTRESCUE_THREADS``, default <= 4)."""
+    try:
+        wanted = int(os.environ.get("CKPTRESCUE_THREADS", "0"))
+    except ValueError:
+        wanted = 0
+    return max(1, wanted) if wanted else max(1, min(4, os.cpu_count() or 1))
+
+
+def run_parallel(jobs: list[Callable[[], None]], *, total_bytes: int = 0) -> None:
+    """Run independent verification jobs, threaded when there is enough data to matter."""
+    n = workers()
+    if n == 1 or len(jobs) < 2 or total_bytes < 8 * 1024 * 1024:
+        for job in jobs:
+            job()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        for fut in [pool.submit(job) for job in jobs]:
+            fut.result()
 
 
 def tensor_records(named: list[tuple[str, Any]], storages: dict[str, StorageCheck],

@@ -91,6 +91,11 @@ class TorchLegacyFormat:
                     refs_by_key.setdefault(pref.key, []).append(pref)
             keys = [str(k) for k in scans[4].root] if len(scans) == 5 and \
                 isinstance(scans[4].root, list) else sorted(refs_by_key)
+            names_by_key: dict[str, list[str]] = {}
+            for nm, ref in named:
+                pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
+                if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
+                    names_by_key.setdefault(pref.key, []).append(nm)
             storages: dict[str, StorageCheck] = {}
             pos = fh.tell()
             cut = False
@@ -124,7 +129,7 @@ class TorchLegacyFormat:
                         cut = True
                         continue
                 tensormap.stream_check(fh, sc, length=nbytes, do_numeric=options.numeric,
-                                       want_crc=False)
+                                       want_crc=False, names=names_by_key.get(key, []))
                 if (sc.available or 0) < nbytes:
                     sc.mark("truncated", f"only {sc.available} of {nbytes} bytes present")
                     cut = True

@@ -167,6 +167,12 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
     # -- storage records ---------------------------------------------------------------------
     all_crc_zero = True
     any_payload = False
+    jobs: list[tuple[zipwalk.ZipRecord, StorageCheck, list[str]]] = []
+    names_by_key: dict[str, list[str]] = {}
+    for full, ref in named:
+        pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
+        if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
+            names_by_key.setdefault(pref.key, []).append(full)
     for key, refs in refs_by_key.items():
         rname = f"{prefix}data/{key}"
         first = next(r for r in refs if isinstance(r, pickle_scan.PersistentRef)) \
@@ -179,11 +185,17 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
         if rec is None:
             sc.mark("missing", f"record {rname} not in the archive")
             continue
-        _check_record(fh, rec, sc, path, alignment, start, end, do_numeric, out)
+        jobs.append((rec, sc, names_by_key.get(key, [])))
         if rec.compressed_size:
             any_payload = True
             if rec.crc:
                 all_crc_zero = False
+    # Records are independent: verify them on a few threads (zlib, numpy and preadv release
+    # the GIL); each thread streams one record with its own 1 MiB buffer.
+    tensormap.run_parallel([
+        (lambda rec=rec, sc=sc, names=names: _check_record(
+            fh, rec, sc, path, alignment, start, end, do_numeric, out, names))
+        for rec, sc, names in jobs], total_bytes=sum(sc.declared or 0 for _, sc, _ in jobs))
     if any_payload and all_crc_zero:
         for sc in out.storages.values():
             if sc.status == "ok":
@@ -348,7 +360,8 @@ def _read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int
 
 
 def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: str,
-                  alignment: int, start: int, end: int, do_numeric: bool, out: ZipProbe) -> None:
+                  alignment: int, start: int, end: int, do_numeric: bool, out: ZipProbe,
+                  names: list[str]) -> None:
     sc.crc_stored = rec.crc
     sc.record_size = rec.compressed_size
     if rec.data_offset is None:
@@ -368,7 +381,7 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
                 f"{sc.declared} (size mismatch)")
     want = min(size, max(0, end - rec.data_offset))
     tensormap.stream_check(fh, sc, length=want, do_numeric=do_numeric,
-                           want_crc=bool(rec.crc))
+                           want_crc=bool(rec.crc), names=names)
     got = sc.available or 0
     if got < size or rec.truncated:
         sc.mark("truncated", f"only {got} of {size} bytes present (file ends)")

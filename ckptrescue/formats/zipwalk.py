@@ -84,29 +84,34 @@ def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
 
 def crc_range(
     fh: BinaryIO, offset: int, length: int, *, chunk: int = CHUNK,
-    on_chunk: Callable[[int, bytes], None] | None = None,
+    on_chunk: Callable[[int, memoryview], None] | None = None,
 ) -> tuple[int, int]:
     """CRC-32 of ``[offset, offset+length)`` streamed in chunks; returns (crc, bytes_read).
 
-    Chunks after the first are aligned to ``chunk`` in absolute file offsets (so 4 KiB pages
-    line up for the numeric scan). ``on_chunk(absolute_offset, data)`` sees every chunk.
+    One reused buffer (no allocation per chunk). Chunks after the first are aligned to
+    ``chunk`` in absolute file offsets (so 4 KiB pages line up for the numeric scan).
+    ``on_chunk(absolute_offset, view)`` sees every chunk; the view is only valid during the
+    call.
     """
     crc = 0
     done = 0
     pos = offset
     end = offset + length
     fd = fh.fileno()
+    buf = bytearray(min(chunk, max(length, 1)))
+    mv = memoryview(buf)
     while pos < end:
-        step = min(chunk - (pos % chunk), end - pos)
-        data = os.pread(fd, step, pos)
-        if not data:
+        step = min(chunk - (pos % chunk), end - pos, len(buf))
+        got = os.preadv(fd, [mv[:step]], pos)
+        if got <= 0:
             break
-        crc = zlib.crc32(data, crc)
+        view = mv[:got]
+        crc = zlib.crc32(view, crc)
         if on_chunk is not None:
-            on_chunk(pos, data)
-        done += len(data)
-        pos += len(data)
-        if len(data) < step:
+            on_chunk(pos, view)
+        done += got
+        pos += got
+        if got < step:
             break
     return crc & 0xFFFFFFFF, done
 

@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, Verdict, formats
+from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, Verdict
+from ckptrescue.checkpoint import formats as registry_formats
 from ckptrescue.errors import EvidenceError, UsageError
 from ckptrescue.formats.tensormap import finding
 
@@ -37,6 +38,38 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", "
                        ".distcp", ".model", ".weights", ".h5", ".keras", ".index", ".msgpack")
 MAX_DEPTH = 6
 LOADABLE = {Verdict.INTACT, Verdict.SUSPECT, Verdict.DAMAGED}
+
+
+SKIPPED_FORMAT_MODULES: dict[str, str] = {}
+
+
+def formats() -> list[type]:
+    """The registry's formats; if one format module fails to import, skip only that module.
+
+    ``checkpoint.formats()`` imports every module and fails as a whole; a broken or
+    half-installed format (missing optional dependency) must not stop the others.
+    """
+    try:
+        return list(registry_formats())
+    except Exception as exc:  # noqa: BLE001 - fall back to per-module discovery below
+        SKIPPED_FORMAT_MODULES["<registry>"] = f"{type(exc).__name__}: {exc}"
+    import importlib
+    import pkgutil
+
+    from ckptrescue import formats as pkg
+
+    found: list[type] = []
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        try:
+            module = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        except Exception as exc:  # noqa: BLE001
+            SKIPPED_FORMAT_MODULES[info.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        found.extend(getattr(module, "FORMATS", []))
+    found.sort(key=lambda f: getattr(f, "priority", 100))
+    return found
 
 
 def _identify_unknown(path: Path) -> str:

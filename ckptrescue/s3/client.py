@@ -15,6 +15,7 @@ such as a missing bucket or missing credentials, exit 4 for endpoint/permission 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -115,8 +116,10 @@ def make_client(
         ) from exc
 
     when = "when_supported" if options.checksum_when == "supported" else "when_required"
+    custom = options.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
+        "AWS_ENDPOINT_URL")
     config = Config(
-        s3={"addressing_style": "path" if options.endpoint_url else "auto"},
+        s3={"addressing_style": "path" if custom else "auto"},
         request_checksum_calculation=when,
         response_checksum_validation=when,
         max_pool_connections=max(options.max_pool_connections, 1),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,24 @@ from ckptrescue.s3.checksums import (
 
 MiB = 1 << 20
 COMMON_PART_SIZES_MIB = (5, 8, 16, 32, 64, 100, 128, 256, 512)
+_FRAME_HEAD = re.compile(rb"^[0-9a-fA-F]+(;chunk-signature=[0-9a-f]{64})?\r\n")
+_FRAME_TAIL = re.compile(
+    rb"\r\n0(;chunk-signature=[0-9a-f]{64})?\r\n"
+    rb"(?P<trailers>(x-amz-checksum-[a-z0-9]+:[A-Za-z0-9+/=]+\r\n)+)"
+    rb"(x-amz-trailer-signature:[0-9a-f]+\r\n)?\r\n$")
+
+
+def aws_chunked_framing(head: bytes, tail: bytes) -> str | None:
+    """Describe aws-chunked framing stored *inside* an object body (a bug of some S3-compatible
+    stores: chunk headers and the ``x-amz-checksum-*`` trailer saved as content), else None."""
+    if not _FRAME_HEAD.match(head):
+        return None
+    match = _FRAME_TAIL.search(tail)
+    if not match:
+        return None
+    trailers = match["trailers"].decode("ascii", "replace").strip().replace("\r\n", ", ")
+    return ("the bytes look aws-chunked framed (chunk headers and the trailer "
+            f"{trailers} stored inside the object): de-frame before use")
 
 
 @dataclass
@@ -150,10 +169,11 @@ class Check:
     provenance: str | None = None
     size: int = 0
     sha256: str | None = None
+    framing: str | None = None
 
     def detail(self) -> dict[str, Any]:
         out: dict[str, Any] = {"message": self.message}
-        for name in ("form", "expected", "actual", "provenance"):
+        for name in ("form", "expected", "actual", "provenance", "framing"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -195,10 +215,15 @@ class Plan:
     provenance: str = "client-asserted"
     layout: PartLayout | None = None
     guessed: bool = False
+    _head: bytes = b""
+    _tail: bytes = b""
 
     def update(self, data: bytes) -> None:
         for digests in self.candidates:
             digests.update(data)
+        if len(self._head) < 128:
+            self._head += bytes(data[: 128 - len(self._head)])
+        self._tail = (self._tail + bytes(data[-1024:]))[-1024:]
 
     def finish(self) -> Check:
         for digests in self.candidates:
@@ -208,6 +233,7 @@ class Plan:
         check = self._compare(main)
         check.size = main.size
         check.sha256 = sha256
+        check.framing = aws_chunked_framing(self._head, self._tail)
         return check
 
     # -- comparison ------------------------------------------------------------------------------

@@ -1,0 +1,11 @@
+"""Block storage: preserve, inspect and map damage, read-only.
+
+Modules (import the one you need; nothing heavy is imported here):
+
+* ``imaging.image`` — ddrescue imaging, the mapfile as the truth;
+* ``mounting.mount`` / ``umount`` — read-only loop + ro,norecovery / ro,noload;
+* ``locate.locate`` — mapfile ranges -> files (FIEMAP; xfs_db/debugfs offline) -> tensors;
+* ``fsinspect.fs_inspect`` — XFS/ext4/ZFS state and SMART/NVMe health;
+* ``devices.devices``, ``triage.triage``, ``copy.copy_tree``, ``extract.extract``;
+* ``samedisk``, ``sysfs``, ``fiemap`` — read-only helpers.
+"""

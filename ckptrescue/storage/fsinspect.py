@@ -13,7 +13,9 @@ Image files are attached with a read-only loop device for the duration.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,8 +55,22 @@ def _f(code: str, sev: Severity, title: str, ev: str, **details: Any) -> Finding
     return Finding(code, sev, title, evidence=ev, source="fs inspect", details=details)
 
 
-def inspect_xfs(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str, Any],
-                                                                      list[Finding]]:
+def preserve_xfs_log(runner: SubprocessRunner, case: Case, dev: str) -> dict[str, Any]:
+    """Copy the internal log (``xfs_logprint -C``) into the case before anything else reads
+    the filesystem: it is exactly what a replay would consume."""
+    tmp = case.work_dir / f"xfs-log-{os.getpid()}-{time.monotonic_ns()}.bin"
+    res = _run(runner, "xfs_logprint", "-C", str(tmp), dev, purpose="preserve the XFS log")
+    out: dict[str, Any] = {"returncode": res.returncode}
+    if res.returncode == 0 and tmp.exists():
+        out["sha256"] = case.store_artifact_file(tmp, name="xfs-log.bin", kind="xfs-log")
+        out["size"] = tmp.stat().st_size
+    if tmp.exists():
+        tmp.unlink()
+    return out
+
+
+def inspect_xfs(runner: SubprocessRunner, dev: str, ev: str,
+                case: Case | None = None) -> tuple[dict[str, Any], list[Finding]]:
     facts: dict[str, Any] = {}
     out: list[Finding] = []
     info = _run(runner, "xfs_info", dev, purpose="xfs geometry")
@@ -84,6 +100,8 @@ def inspect_xfs(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str, 
     if state is not None:
         facts["log"] = {"tail": state.tail, "head": state.head, "state": state.state,
                         "daddr": state.daddr, "length": state.length}
+        if state.dirty and case is not None:
+            facts["log_copy"] = preserve_xfs_log(runner, case, dev)
         if state.dirty:
             out.append(_f("XF001", Severity.ERROR, f"XFS log is DIRTY (tail {state.tail}, head "
                           f"{state.head}): mount only with ro,norecovery; replay only on a copy",
@@ -255,7 +273,7 @@ def fs_inspect(target: str | Path, *, case: Case, health: bool = True) -> Inspec
         if note:
             result.notes.append(note)
         if fstype == "xfs":
-            facts, found = inspect_xfs(runner, node, ev)
+            facts, found = inspect_xfs(runner, node, ev, case)
         elif fstype in {"ext2", "ext3", "ext4"}:
             facts, found = inspect_ext(runner, node, ev)
         elif fstype == "zfs_member":

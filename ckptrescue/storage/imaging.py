@@ -124,7 +124,7 @@ def _sidecar_check(path: Path, facts: dict[str, Any], image: Path, mapfile: Path
     """True when resuming. Refuses a mapfile/sidecar that belongs to another source."""
     if path.exists():
         old = json.loads(path.read_text())
-        for key in ("size", "sector_size", "serial", "wwid", "realpath"):
+        for key in ("size", "sector_size", "serial", "wwid", "realpath", "loop_backing_file"):
             if old.get(key) != facts.get(key):
                 raise RefusedError(
                     f"{mapfile} belongs to another rescue ({key}: {old.get(key)!r} != "
@@ -187,7 +187,7 @@ def image(source: str | Path, *, case: Case, dest: str | Path | None = None, ret
         raise RefusedError(f"cannot prove that {dest_dir} is on other media than {src}: "
                            f"{cmp.reason}", hint="choose a destination on a local disk")
     _refuse_if_mounted_rw(src, facts)
-    base = name or _SAFE.sub("_", src.name) or "source"
+    base = name or _SAFE.sub("_", src.name if facts["block_device"] else src.stem) or "source"
     img, mapf = dest_dir / f"{base}.img", dest_dir / f"{base}.map"
     sidecar = dest_dir / f"{base}.sidecar.json"
     findings: list[Finding] = []

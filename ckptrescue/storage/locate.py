@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 import tempfile
@@ -80,6 +81,8 @@ def map_files(root: Path, ranges: list[tuple[int, int]], *,
     """FIEMAP every regular file under the mounted ``root``; ``offset`` = partition start."""
     out = [RangeHits(s, e) for s, e in ranges]
     fs_ranges = [(max(0, s - offset), max(0, e - offset)) for s, e in ranges]
+    order = sorted(range(len(fs_ranges)), key=lambda i: fs_ranges[i])
+    ends = [fs_ranges[i][1] for i in order]  # ranges do not overlap: ends sorted too
     root_dev = root.stat().st_dev
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames
@@ -94,13 +97,21 @@ def map_files(root: Path, ranges: list[tuple[int, int]], *,
             except OSError:
                 continue
             rel = str(full.relative_to(root))
-            for i, (s, e) in enumerate(fs_ranges):
-                if s >= e:
+            for ext in exts:
+                if not ext.has_physical:
                     continue
-                for file_off, length, ext in fiemap.overlaps(exts, s, e):
-                    out[i].files.append(FileHit(rel, file_off, length,
-                                                shared=bool(ext.flags & fiemap.SHARED),
-                                                unwritten=bool(ext.flags & fiemap.UNWRITTEN)))
+                # first range ending after the extent's start; walk while ranges start before
+                k = bisect.bisect_right(ends, ext.physical)
+                while k < len(order) and fs_ranges[order[k]][0] < ext.physical + ext.length:
+                    i = order[k]
+                    s, e = fs_ranges[i]
+                    k += 1
+                    if s >= e:
+                        continue
+                    for file_off, length, hit in fiemap.overlaps([ext], s, e):
+                        out[i].files.append(FileHit(rel, file_off, length,
+                                                    shared=bool(hit.flags & fiemap.SHARED),
+                                                    unwritten=bool(hit.flags & fiemap.UNWRITTEN)))
     for r in out:
         r.files = _merge(r.files)
     return out
@@ -166,7 +177,7 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
         where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
         try:
             mres = mounting.mount(image, where, case=case)
-        except ToolFailedError as exc:
+        except (ToolFailedError, EvidenceError) as exc:
             where.rmdir()
             from ckptrescue.storage import locate_offline
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
-from ckptrescue.errors import ToolFailedError
+from ckptrescue.errors import EvidenceError, ToolFailedError
 from ckptrescue.parsers import debugfs as dbg
 from ckptrescue.parsers import xfs_db
 from ckptrescue.storage import mounting
@@ -45,17 +45,40 @@ def _run(runner: SubprocessRunner, argv: list[str], purpose: str) -> str:
     return res.stdout
 
 
+# (block size, first backup superblock) for ext2/3/4 with sparse_super
+EXT_BACKUPS = ((4096, 32768), (2048, 16384), (1024, 8193))
+
+
+def _ext_backup(runner: SubprocessRunner, dev: str) -> tuple[int, int] | None:
+    """(block size, superblock) of the first readable ext backup superblock, if any."""
+    for bs, sb in EXT_BACKUPS:
+        res = runner.run(ToolCall.of("dumpe2fs", "-o", f"superblock={sb}", "-o",
+                                     f"blocksize={bs}", "-h", dev, timeout_s=120,
+                                     purpose="look for an ext backup superblock"))
+        if res.returncode == 0 and "Block size:" in res.stdout:
+            return bs, sb
+    return None
+
+
 def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]]) -> LocateResult:
     runner = SubprocessRunner(case)
     with mounting.attached(image, case=case) as info:
-        node, fsinfo, start = mounting.pick_filesystem(runner, info, case)
+        try:
+            node, fsinfo, start = mounting.pick_filesystem(runner, info, case)
+        except EvidenceError:
+            node, fsinfo, start = info["device"], {}, 0
         fstype = fsinfo.get("TYPE", "")
+        backup = None
         if fstype == "xfs":
             hits = _xfs(runner, node, ranges, start)
             method = "xfs_db"
         elif fstype in {"ext2", "ext3", "ext4"}:
             hits = _ext(runner, node, ranges, start)
             method = "debugfs"
+        elif not fstype and (backup := _ext_backup(runner, node)) is not None:
+            hits = _ext(runner, node, ranges, start, backup=backup)
+            method = f"debugfs (backup superblock {backup[1]}, block size {backup[0]})"
+            fstype = "ext (primary superblock unreadable)"
         else:
             raise ToolFailedError(f"{image}: cannot map blocks of a {fstype or 'unknown'} "
                                   "filesystem without mounting it")
@@ -104,24 +127,29 @@ def _xfs(runner: SubprocessRunner, dev: str, ranges: list[tuple[int, int]],
     return out
 
 
-def _ext(runner: SubprocessRunner, dev: str, ranges: list[tuple[int, int]],
-         start: int) -> list[RangeHits]:
-    head = _run(runner, ["dumpe2fs", "-h", dev], "ext superblock")
-    bs = 4096
-    for line in head.splitlines():
-        if line.startswith("Block size:"):
-            bs = int(line.split(":")[1])
+def _ext(runner: SubprocessRunner, dev: str, ranges: list[tuple[int, int]], start: int, *,
+         backup: tuple[int, int] | None = None) -> list[RangeHits]:
+    # -c (catastrophic mode): do not read the bitmaps, which may sit on the bad sectors
+    opts = ["-c"] + (["-s", str(backup[1]), "-b", str(backup[0])] if backup else [])
+    if backup:
+        bs = backup[0]
+    else:
+        head = _run(runner, ["dumpe2fs", "-h", dev], "ext superblock")
+        bs = 4096
+        for line in head.splitlines():
+            if line.startswith("Block size:"):
+                bs = int(line.split(":")[1])
     pieces = _blocks(ranges, start, bs)
     out = [RangeHits(s, e) for s, e in ranges]
     if not pieces:
         return out
     blocks = sorted({lo // bs for _i, lo, _hi in pieces})
-    owner = dbg.parse_icheck(_run(runner, ["debugfs", "-R", "icheck " + " ".join(
+    owner = dbg.parse_icheck(_run(runner, ["debugfs", *opts, "-R", "icheck " + " ".join(
         map(str, blocks)), dev], "block -> inode"))
     inodes = sorted({i for i in owner.values() if i is not None})
-    names = dbg.parse_ncheck(_run(runner, ["debugfs", "-R", "ncheck " + " ".join(
+    names = dbg.parse_ncheck(_run(runner, ["debugfs", *opts, "-R", "ncheck " + " ".join(
         map(str, inodes)), dev], "inode -> path")) if inodes else {}
-    exts = {ino: dbg.parse_extents(_run(runner, ["debugfs", "-R", f"ex <{ino}>", dev],
+    exts = {ino: dbg.parse_extents(_run(runner, ["debugfs", *opts, "-R", f"ex <{ino}>", dev],
                                         "extents")) for ino in inodes}
     for i, lo, hi in pieces:
         blk = lo // bs

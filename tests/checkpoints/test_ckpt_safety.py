@@ -104,3 +104,26 @@ def test_scan_of_bit_flipped_torch_pickle_never_raises_other_errors(pos, bit):
         pickle_scan.scan_pickle(bytes(raw))
     except pickle_scan.PickleError:
         pass
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=400), st.sampled_from([b"", b"PK\x03\x04", b"\x80\x02\x8a\x0a"]))
+def test_probe_arbitrary_files_never_crashes(tmp_path_factory, data, head):
+    path = tmp_path_factory.mktemp("fuzz") / "x.pt"
+    path.write_bytes(head + data)
+    r = probe1(path)
+    assert r.verdict in set(Verdict)
+
+
+def test_dcp_metadata_with_payload_is_unsafe(base, tmp_path):
+    import pickle
+
+    marker = tmp_path / "PWNED"
+    d = fx.copy(base["dcp"], tmp_path / "dcp")
+    with open(d / ".metadata", "wb") as fh:
+        pickle.dump(fx._Payload(f"touch {marker}"), fh)
+    r = probe1(d, load=True)
+    assert r.verdict is Verdict.UNSAFE and r.load["status"] == "skipped"
+    assert "posix.system" in r.extra["unsafe_globals"]
+    assert not marker.exists()

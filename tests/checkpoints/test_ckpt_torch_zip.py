@@ -160,3 +160,17 @@ def test_zeroed_page_is_damage_and_torn_write(base, tmp_path):
     assert r.damaged_tensors == ["model.0.weight"]
     torn = [f for f in r.findings if f.code == "NM003"]
     assert torn and torn[0].offset == page and torn[0].tensors == ("model.0.weight",)
+
+
+def test_record_size_differs_from_pickle(base, tmp_path):
+    bad = tmp_path / "size.pt"
+    with zipfile.ZipFile(base["zip"]) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("data/1"):
+                data = data[:-4]  # model.0.bias: one float short, CRC recomputed
+            zout.writestr(info, data)
+    r = probe1(bad, numeric=False)
+    assert r.verdict is Verdict.DAMAGED
+    assert r.damaged_tensors == ["model.0.bias"]
+    assert "TZ004" in codes(r)

@@ -49,30 +49,31 @@ def file_offset_in_image(image: Path, marker: bytes) -> int:
 def btrfs_with_bad_block(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     """Yields (source_dir, image, make_mount) helper: fill source_dir, then call ``mount()``.
 
-    Usage: ``src, image, mount = fixture``; ``mnt = mount(victim_rel, bad_offset)`` builds the
-    image from ``src`` with ``mkfs.btrfs --rootdir`` (no read-write mount ever), flips one byte of
-    the data block of ``victim_rel`` that holds ``bad_offset``, attaches the image read-only and
-    mounts it ``ro``. Unmounted and detached in ``finally``.
+    Usage: ``src, image, mount = fixture``; ``mnt = mount((victim_rel, bad_offset), ...)`` builds
+    the image from ``src`` with ``mkfs.btrfs --rootdir`` (no read-write mount ever), flips one byte
+    in the data block of each victim that holds its ``bad_offset`` (found by searching the image
+    for that block's bytes), attaches the image read-only and mounts it ``ro``. Unmounted and
+    detached in ``finally``; the image is checked unchanged.
     """
     src = tmp_path / "btrfs-src"
     src.mkdir()
     image = tmp_path / "dataset.btrfs.img"
     state: dict[str, str] = {}
 
-    def mount(victim_rel: str, bad_offset: int) -> Path:
-        victim = src / victim_rel
-        data = victim.read_bytes()
-        block = bad_offset - bad_offset % 4096
-        marker = data[block : block + 64]
+    def mount(*victims: tuple[str, int]) -> Path:
         with image.open("wb") as fh:
             fh.truncate(160 << 20)
         _run("mkfs.btrfs", "-q", "--rootdir", str(src), str(image))
-        where = file_offset_in_image(image, marker)  # data extents are 4 KiB aligned
-        with image.open("r+b") as fh:
-            fh.seek(where + 100)
-            b = fh.read(1)
-            fh.seek(where + 100)
-            fh.write(bytes([b[0] ^ 0xFF]))
+        for victim_rel, bad_offset in victims:
+            data = (src / victim_rel).read_bytes()
+            block = bad_offset - bad_offset % 4096
+            marker = data[block : block + 4096]  # the whole block: unique in the image
+            where = file_offset_in_image(image, marker)  # data extents are 4 KiB aligned
+            with image.open("r+b") as fh:
+                fh.seek(where + 100)
+                b = fh.read(1)
+                fh.seek(where + 100)
+                fh.write(bytes([b[0] ^ 0xFF]))
         state["image_sha"] = hashlib.sha256(image.read_bytes()).hexdigest()
         loop = _run("losetup", "--read-only", "--find", "--show", str(image)).strip()
         state["loop"] = loop

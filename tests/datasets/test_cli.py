@@ -73,3 +73,44 @@ def test_manifest_inside_dir_is_refused_with_a_hint(dataset) -> None:
     proc = run("manifest", "build", str(root), "-o", str(root / "m.sha256"))
     assert proc.returncode == 2 and "hint:" in proc.stderr
     assert not (root / "m.sha256").exists()
+
+
+def test_ctrl_c_then_the_same_command_resumes(tmp_path: Path) -> None:
+    """A real SIGINT while a large (sparse) file is being hashed; the rerun takes over the files
+    finished before the interruption and hashes only the rest."""
+    import os
+    import signal
+    import time
+
+    root = tmp_path / "ds"
+    root.mkdir()
+    for i in range(5):
+        (root / f"a{i}.bin").write_bytes(os.urandom(4096))
+    with (root / "zz-big.bin").open("wb") as fh:
+        fh.truncate(3 << 30)  # sparse: reads are zeros, hashing takes seconds
+    out = tmp_path / "m.sha256"
+    partial = Path(str(out) + ".partial.jsonl")
+    proc = subprocess.Popen([*CLI, "manifest", "build", str(root), "-o", str(out), "--jobs", "1",
+                             "--no-progress"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if partial.exists() and partial.read_text().count("\n") >= 5:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not out.exists() and partial.read_text().count("\n") == 5
+    with (root / "zz-big.bin").open("r+b") as fh:
+        fh.truncate(1 << 20)
+    resumed = run("manifest", "build", str(root), "-o", str(out), "--json", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(resumed.stdout)
+    assert (data["resumed"], data["files"], data["bytes_hashed"]) == (5, 6, 1 << 20)
+    check = subprocess.run(["sha256sum", "--quiet", "-c", str(out)], cwd=root, timeout=60)
+    assert check.returncode == 0

@@ -70,11 +70,14 @@ def test_recover_from_snapshots_brings_back_exactly_the_damaged_files(incident,
     assert {f.code for f in result.findings()} == {"RC001"}
 
 
-def test_what_cannot_be_recovered_is_reported(incident, tmp_path: Path) -> None:
+def test_what_cannot_be_recovered_is_reported(incident, tmp_path: Path, case) -> None:
     root, manifest, snaps, _ = incident
     for name in ("2024-02-01", "2024-03-01"):
         (snaps / name / "arrays" / "embeddings.npy").unlink()
-    result = recover(root, manifest=manifest, source=snaps, to=tmp_path / "r")
+    result = recover(root, manifest=manifest, source=snaps, to=tmp_path / "r", case=case)
+    [logged] = list(case.records("dataset.recover"))
+    assert logged["details"]["unrecoverable"] == 1 and logged["details"]["recovered"] == 3
+    assert sorted(f.code for f in case.findings()) == ["RC001"] * 3 + ["RC002"]
     assert not result.ok
     [lost] = result.unrecovered
     assert lost.rel == b"arrays/embeddings.npy"
@@ -93,9 +96,13 @@ def test_recovery_dir_may_not_overlap_the_dataset(incident) -> None:
     assert tree_digest(root) == before
 
 
-def test_recover_from_a_versioned_s3_bucket(incident, tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_key_limit", [1000, 0], ids=["list-per-key", "list-whole-prefix"])
+def test_recover_from_a_versioned_s3_bucket(incident, tmp_path: Path, per_key_limit: int,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptrescue.datasets.recover import S3Source
     from ckptrescue.s3.localserver import start_local_s3
 
+    monkeypatch.setattr(S3Source, "PER_KEY_LIMIT", per_key_limit)
     root, manifest, snaps, good = incident
     with start_local_s3() as server:
         w = server.writer_client()

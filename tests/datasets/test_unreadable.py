@@ -17,6 +17,15 @@ from fixtures.datasets import flip_byte, tfrecord_offsets, truncate
 
 VICTIM = "arrays/embeddings.npy"
 BAD_OFFSET = 8192  # the third 4 KiB block of the .npy file
+PARQUET = "tables/part-0.parquet"
+
+
+def _parquet_chunk_start(path: Path) -> int:
+    """Where row group 1's ``label`` column chunk starts (a block pyarrow must read)."""
+    import pyarrow.parquet as pq
+
+    col = pq.ParquetFile(path).metadata.row_group(1).column(1)
+    return col.dictionary_page_offset or col.data_page_offset
 
 
 @pytest.mark.privileged
@@ -36,7 +45,8 @@ def test_every_kind_of_damage_on_a_read_only_mount(dataset, btrfs_with_bad_block
     (root / "text" / "new.jsonl").write_text('{"a": 1}\n')
     shutil.rmtree(src)
     shutil.copytree(root, src)
-    mnt = mount(VICTIM, BAD_OFFSET)
+    pq_col = _parquet_chunk_start(files["parquet"])
+    mnt = mount((VICTIM, BAD_OFFSET), (PARQUET, pq_col))
     before = tree_digest_safe(mnt)
 
     result = audit(mnt, manifest, case=case)
@@ -47,24 +57,30 @@ def test_every_kind_of_damage_on_a_read_only_mount(dataset, btrfs_with_bad_block
         "text/captions.jsonl": "missing",
         "text/new.jsonl": "new",
         VICTIM: "unreadable",
+        PARQUET: "unreadable",
     }
     bad = statuses[VICTIM]
     assert bad.offset == BAD_OFFSET
     assert bad.to_json()["offset"] == BAD_OFFSET and bad.actual is None
     assert "Input/output error" in bad.reason
-    assert result.counts["unreadable"] == 1
+    assert result.counts["unreadable"] == 2
+    assert statuses[PARQUET].offset == pq_col - pq_col % 4096
 
     checked = {f.rel.decode(): f for f in verify_dataset(mnt).files}
     npy = checked[VICTIM]
     assert npy.status == "unreadable" and npy.bad_records[0].offset == BAD_OFFSET
     assert checked["tfrecords/train-00000-of-00002.tfrecord"].bad_records[0].index == 9
     assert checked["shards/shard-000001.tar"].status == "damaged"
+    pq = checked[PARQUET]
+    assert pq.status == "unreadable", pq
+    bad_block = pq_col - pq_col % 4096
+    assert bad_block <= pq.bad_records[0].offset < bad_block + 4096
 
     rec = recover(mnt, manifest=manifest, source=snaps, to=tmp_path / "recovered")
     assert rec.ok
     assert {r.rel.decode() for r in rec.recovered} == {
         "tfrecords/train-00000-of-00002.tfrecord", "shards/shard-000001.tar",
-        "text/captions.jsonl", VICTIM}
+        "text/captions.jsonl", VICTIM, PARQUET}
     assert tree_digest_safe(mnt) == before
     assert case.verify().ok
 

@@ -42,11 +42,14 @@ def test_a_clean_dataset_verifies(dataset) -> None:
     assert by["text/captions.jsonl"].records == 200
 
 
-def test_tfrecord_data_crc_names_record_and_offset(dataset) -> None:
+def test_tfrecord_data_crc_names_record_and_offset(dataset, case) -> None:
     root, files = dataset
     offsets = tfrecord_offsets(files["tfrecord"])
     flip_byte(files["tfrecord"], offsets[5] + 12 + 7)
-    f = _by_path(verify_dataset(root))["tfrecords/train-00000-of-00002.tfrecord"]
+    f = _by_path(verify_dataset(root, case=case))["tfrecords/train-00000-of-00002.tfrecord"]
+    [finding] = case.findings()
+    assert (finding.code, finding.offset) == ("DS001", offsets[5])
+    assert finding.details["index"] == 5
     assert f.status == "damaged"
     assert [(b.index, b.offset, b.problem) for b in f.bad_records] == [
         (5, offsets[5], "data CRC mismatch")]
@@ -63,6 +66,21 @@ def test_tfrecord_length_crc_resynchronises(dataset) -> None:
     assert "length CRC" in first.problem
     assert resync.offset == offsets[8]
     assert f.records == 39
+
+
+def test_tfrecord_zero_filled_torn_write(dataset) -> None:
+    root, files = dataset
+    offsets = tfrecord_offsets(files["tfrecord"])
+    data = bytearray(files["tfrecord"].read_bytes())
+    start, end = offsets[10] + 40, offsets[15] + 5  # zeros from inside record 10 into 15's header
+    data[start:end] = bytes(end - start)
+    files["tfrecord"].write_bytes(bytes(data))
+    f = _by_path(verify_dataset(root))["tfrecords/train-00000-of-00002.tfrecord"]
+    problems = [(b.index, b.offset, b.problem.split(" (")[0]) for b in f.bad_records]
+    assert problems[0] == (10, offsets[10], "data CRC mismatch")
+    assert problems[1] == (11, offsets[11], "length CRC mismatch")
+    assert problems[2][1] == offsets[16]  # resynchronised at the first intact header
+    assert len(problems) == 3
 
 
 def test_truncated_tfrecord(dataset) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 MiB = 1 << 20
@@ -52,3 +55,17 @@ def tree_sha256(root: Path) -> dict[str, str]:
     """Hash every file under ``root`` (evidence before/after checks)."""
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+CLI = str(Path(sys.executable).parent / "ckptrescue")
+
+
+def run(args, *, env_extra=None, creds=True, timeout=120):
+    """Run the installed console script with a clean AWS environment (no host credentials)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1"})
+    if creds:
+        env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
+    env.update(env_extra or {})
+    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=timeout)

@@ -9,9 +9,7 @@ import os
 
 import boto3
 import pytest
-
-from s3_testlib import write_local
-from test_s3_cli import run
+from s3_testlib import run, write_local
 
 
 @pytest.fixture

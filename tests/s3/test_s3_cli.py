@@ -5,25 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-from s3_testlib import MiB, put_multipart, tree_sha256, write_local
-
-CLI = str(Path(sys.executable).parent / "ckptrescue")
-
-
-def run(args, *, env_extra=None, creds=True, timeout=120):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update({"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-                "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1"})
-    if creds:
-        env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
-    env.update(env_extra or {})
-    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=timeout)
+from s3_testlib import MiB, put_multipart, run, tree_sha256, write_local
 
 
 def test_verify_json_shape_and_exit_code(s3server, writer, bucket, tmp_path):

@@ -83,3 +83,22 @@ def test_unverifiable_reasons():
     bad = ObjectHead(bucket="b", key="k", size=3, checksums={
         "SHA256": c.ChecksumValue("SHA256", "bm90LWEtaGFzaA==")})
     assert "not a valid SHA256" in run(make_plan(bad), b"abc").message
+
+
+def test_aws_chunked_framing_stored_in_the_body_is_reported():
+    from ckptrescue.s3.integrity import aws_chunked_framing
+
+    payload = b"hello world!"
+    sig = "a" * 64
+    framed = (f"c;chunk-signature={sig}\r\n".encode() + payload + b"\r\n"
+              + f"0;chunk-signature={sig}\r\n".encode()
+              + b"x-amz-checksum-crc32:cVmzJg==\r\n" + b"x-amz-trailer-signature:" + b"b" * 64
+              + b"\r\n\r\n")
+    assert "x-amz-checksum-crc32:cVmzJg==" in aws_chunked_framing(framed[:128], framed[-1024:])
+    unsigned = b"c\r\n" + payload + b"\r\n0\r\nx-amz-checksum-crc32:cVmzJg==\r\n\r\n"
+    assert aws_chunked_framing(unsigned[:128], unsigned[-1024:])
+    assert aws_chunked_framing(payload, payload) is None
+    head = ObjectHead(bucket="b", key="k", size=len(framed),
+                      etag=f'"{c.etag_single(framed)}"')
+    check = run(make_plan(head), framed)
+    assert check.status == "match" and "de-frame" in check.detail()["framing"]

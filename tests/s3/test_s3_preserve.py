@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 
+from s3_testlib import MiB, put_multipart
+
 from ckptrescue.s3.preflight import preflight
 from ckptrescue.s3.preserve import preserve
-
-from s3_testlib import MiB, put_multipart
 
 
 def test_preflight_verdicts(writer, bucket, options, case):

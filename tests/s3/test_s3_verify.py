@@ -72,6 +72,14 @@ def test_crc64nvme_full_object_multipart(tmp_path, writer, bucket, options):
     obj = _by_key(verify_prefix(f"s3://{bucket}/f", tmp_path, client_options=options))["x.bin"]
     assert (obj["status"], obj["algorithm"], obj["detail"]["form"]) == (
         "match", "CRC64NVME", "full-object")
+    # A full-object CRC cannot locate damage by itself; the per-part MD5 ETags (accepted because
+    # they reproduce the multipart ETag) still name the part.
+    damaged = bytearray(b"".join(parts))
+    damaged[100] ^= 0x80
+    write_local(tmp_path, "x.bin", bytes(damaged))
+    obj = _by_key(verify_prefix(f"s3://{bucket}/f", tmp_path, client_options=options))["x.bin"]
+    assert (obj["status"], obj["detail"]["form"]) == ("mismatch", "full-object")
+    assert obj["detail"]["parts"] == [{"part": 1, "offset": 0, "length": 5 * MiB}]
 
 
 def test_etag_only_multipart(tmp_path, s3server, bucket, options):

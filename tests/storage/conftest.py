@@ -27,11 +27,18 @@ def shm_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _ours(text: str) -> set[str]:
+    """Lines naming this suite's files (other sessions may use loop devices concurrently)."""
+    return {ln for ln in text.splitlines() if "ckr-" in ln or "pytest-of-" in ln}
+
+
 @pytest.fixture
 def no_leftovers():
-    """Fail if a test leaves loop devices over its files or mounts under /dev/shm or the case."""
-    before = fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout
+    """Fail if a test leaves loop devices over its files, or mounts of its directories."""
+    before = _ours(fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout)
+    mounts_before = _ours(Path("/proc/mounts").read_text())
     yield
-    after = fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout
-    leaked = set(after.splitlines()) - set(before.splitlines())
+    leaked = _ours(fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout) - before
     assert not leaked, f"loop devices left attached: {leaked}"
+    left = _ours(Path("/proc/mounts").read_text()) - mounts_before
+    assert not left, f"mounts left behind: {left}"

@@ -20,6 +20,9 @@ def test_dirty_xfs_log_is_a_finding(case, shm_dir, no_leftovers):
     assert res.fstype == "xfs"
     assert "XF001" in codes and "XF007" not in codes
     assert res.facts["log"]["state"] == "DIRTY"
+    copy = res.facts["log_copy"]  # the log was preserved as an artifact first
+    assert copy["returncode"] == 0 and copy["size"] > 0
+    assert case.artifact_path(copy["sha256"]).stat().st_size == copy["size"]
     assert "XF002" not in codes
     assert fx.sha256(img) == before
     assert "XF001" in {f.code for f in case.findings()}

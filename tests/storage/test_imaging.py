@@ -103,3 +103,23 @@ def test_interrupted_image_resumes_to_the_same_hash(case, xfs_src, tmp_path, no_
     assert res.resumed
     assert res.finished
     assert res.image_sha256 == fx.sha256(xfs_src)
+
+
+def test_a_mapfile_from_another_rescue_is_refused(case, shm_dir, tmp_path, no_leftovers):
+    a, b = shm_dir / "a.img", shm_dir / "b.img"
+    for p in (a, b):
+        with open(p, "wb") as fh:
+            fh.truncate(4 << 20)
+    with fx.loop(a) as dev:
+        image(dev, case=case, dest=tmp_path / "out", name="disk")
+    with fx.loop(b) as dev, pytest.raises(RefusedError, match="belongs to another rescue"):
+        image(dev, case=case, dest=tmp_path / "out", name="disk")
+
+
+def test_rerun_after_completion_writes_nothing(case, xfs_src, tmp_path, no_leftovers):
+    with fx.loop(xfs_src) as dev:
+        first = image(dev, case=case, dest=tmp_path / "out")
+        mtime = Path(first.image).stat().st_mtime_ns
+        again = image(dev, case=case, dest=tmp_path / "out")
+    assert again.image_sha256 == first.image_sha256
+    assert Path(first.image).stat().st_mtime_ns == mtime

@@ -42,7 +42,7 @@ def _build(shm_dir, tmp_path, fstype):
     file_lo = data_off + (size // 2 // 512) * 512 - (data_off % 512)
     file_hi = file_lo + 1024
     exts = fx.fiemap_physical(img, fstype, "run/step-100/model.pt")
-    log, phys, length = next(e for e in exts if e[0] <= file_lo and file_hi <= e[0] + e[2])
+    log, phys, _length = next(e for e in exts if e[0] <= file_lo and file_hi <= e[0] + e[2])
     dev_lo = phys + (file_lo - log)
     assert dev_lo % 512 == 0
     return img, (file_lo, file_hi), (dev_lo, dev_lo + 1024)
@@ -106,4 +106,28 @@ def test_partitioned_image_subtracts_the_partition_start(case, shm_dir, tmp_path
     assert loc.partition_start == part_start
     assert [(f.path, f.file_offset, f.length) for f in loc.ranges[0].files] == [
         ("ckpt/model.bin", 65536, 512)]
+    assert fx.sha256(img) == before
+
+
+def test_unmountable_ext4_falls_back_to_debugfs_on_a_backup_superblock(case, shm_dir, tmp_path,
+                                                                       no_leftovers):
+    """The primary superblock sector is unreadable, so the rescued image neither identifies nor
+    mounts; locate still names the file through debugfs on the first backup superblock."""
+    img = fx.make_fs(shm_dir / "big.img", "ext4", size=256 << 20)  # has a backup sb at 32768
+    data = os.urandom(1 << 20)
+    fx.put_files(img, "ext4", {"ckpt/model.bin": data})
+    log, phys, _n = fx.fiemap_physical(img, "ext4", "ckpt/model.bin")[0]
+    in_file = (phys + 12288, phys + 12288 + 512)
+    superblock = (1024, 2048)
+    test_map = tmp_path / "t.map"
+    test_map.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size,
+                                                        [superblock, in_file]))
+    before = fx.sha256(img)
+    with fx.loop(img) as dev:
+        res = image(dev, case=case, dest=tmp_path / "out", retries=0, simulate_bad_map=test_map)
+    loc = locate(res.mapfile, res.image, case=case)
+    assert loc.method.startswith("debugfs (backup superblock 32768")
+    assert loc.ranges[0].files == []  # the superblock itself is no file's data
+    assert [(f.path, f.file_offset, f.length) for f in loc.ranges[1].files] == [
+        ("ckpt/model.bin", log + 12288, 512)]
     assert fx.sha256(img) == before

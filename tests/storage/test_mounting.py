@@ -57,7 +57,7 @@ def test_mount_umount_leaves_dirty_filesystem_unchanged(request, fixture, case, 
         umount(mp, case=case)
     assert fx.sha256(img) == before
     # umount detached exactly the loop device it attached
-    assert not sysfs.loop_backing_file(Path(res.loop_device).name) == str(img)
+    assert sysfs.loop_backing_file(Path(res.loop_device).name) != str(img)
     actions = [r["action"] for r in case.audit.records()]
     assert "storage.mounted" in actions and "storage.unmounted" in actions
 
@@ -92,3 +92,31 @@ def test_xfs_clone_of_a_mounted_filesystem_gets_nouuid(case, shm_dir, tmp_path, 
             mounted(clone, tmp_path / "b", case=case) as second:
         assert "nouuid" in second.options
         assert "MT002" in [f.code for f in second.findings]
+
+
+def test_umount_detaches_only_what_mount_attached(dirty_xfs, case, tmp_path, no_leftovers):
+    """Another loop device over the same image (not the kit's) survives the kit's umount."""
+    with fx.loop(dirty_xfs) as other:
+        res = mount(dirty_xfs, tmp_path / "m", case=case)
+        assert res.loop_device != other
+        umount(tmp_path / "m", case=case)
+        assert sysfs.loop_backing_file(Path(other).name) == str(dirty_xfs)
+        assert sysfs.loop_backing_file(Path(res.loop_device).name) != str(dirty_xfs)
+
+
+def test_writable_block_device_is_write_protected_then_restored(dirty_xfs, case, tmp_path,
+                                                                no_leftovers):
+    """A writable device gets BLKROSET for the mount (recorded) and is given back writable."""
+    before = fx.sha256(dirty_xfs)
+    with fx.loop(dirty_xfs, read_only=False) as dev:
+        name = Path(dev).name
+        assert not sysfs.is_readonly(name)
+        res = mount(dev, tmp_path / "m", case=case)
+        try:
+            assert res.set_readonly == [dev] and res.loop_device is None
+            assert sysfs.is_readonly(name)
+            assert res.options == "ro,norecovery"
+        finally:
+            umount(tmp_path / "m", case=case)
+        assert not sysfs.is_readonly(name)
+    assert fx.sha256(dirty_xfs) == before

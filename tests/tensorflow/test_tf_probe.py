@@ -152,9 +152,12 @@ def test_interrupted_save_leftovers(copy_of) -> None:
     (d / "ckpt-3_temp").mkdir()
     (d / "ckpt-3_temp" / "part-00000-of-00001.index").write_bytes(b"")
     (d / "ckpt-2.data-00000-of-00001.tempstate1234567").write_bytes(b"x")
+    (d / "ckpt-4.data-00000-of-00001.tempstate7654321").write_bytes(b"y")
     reports = {Path(r.path).name: r for r in probe_paths([d])}
-    assert "TB008" in codes(reports["ckpt-3"]) and reports["ckpt-3"].verdict is Verdict.INCOMPLETE
+    for name in ("ckpt-3", "ckpt-4"):
+        assert "TB008" in codes(reports[name]) and reports[name].verdict is Verdict.INCOMPLETE
     assert "TB008" in codes(reports["ckpt-2"])
+    assert reports["ckpt-2"].verdict is Verdict.INTACT  # the finished save itself verifies
 
 
 def test_reference_comparison_by_variable_name(tf_originals: Path, copy_of) -> None:

@@ -89,3 +89,15 @@ def test_load_one_child_for_all_and_tf_error_text(tf_originals: Path, copy_of) -
     assert flipped.load["result"]["read_ok"] == len(flipped.tensors) - 1
     assert "bad magic number" in next(f for f in cut.findings if f.code == "LD002").title
     assert any(f.code == "LD001" for f in sm.findings)
+
+
+def test_salvage_fill_from_previous_checkpoint(tf_originals: Path, copy_of,
+                                               tmp_path: Path) -> None:
+    d = copy_of("run")
+    rec = next(t for t in TensorBundleFormat.probe(d / "ckpt-2.index", ProbeOptions()).tensors
+               if t.name == BN_VAR)
+    tfx.flip(d / "ckpt-2.data-00000-of-00001", rec.offset)
+    result = salvage(d / "ckpt-2.index", tmp_path / "out", fill_from=d / "ckpt-1.index")
+    assert result.filled == [BN_VAR]
+    got = load_file(result.output)
+    assert got[BN_VAR].tobytes() == np.asarray(tfx.reads(tf_originals, "ckpt-1")[BN_VAR]).tobytes()

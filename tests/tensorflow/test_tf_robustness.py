@@ -1,0 +1,38 @@
+"""Damaged `.index` files never crash the probe, and every flip in a checksummed block is seen."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from ckptrescue.checkpoint import ProbeOptions, Verdict
+from ckptrescue.formats.tensorbundle import TensorBundleFormat
+from fixtures import tensorflow as tfx
+
+
+def test_random_index_damage_is_detected_without_crashing(copy_of) -> None:
+    d = copy_of("run")
+    index = d / "ckpt-1.index"
+    pristine = index.read_bytes()
+    rng = random.Random(4)
+    blocks_end = len(pristine) - 48  # the footer's zero padding is not checksummed
+    for _ in range(60):
+        index.write_bytes(pristine)
+        off = rng.randrange(len(pristine))
+        tfx.flip(index, off, 1 << rng.randrange(8))
+        report = TensorBundleFormat.probe(index, ProbeOptions(numeric=False))
+        if off < blocks_end:
+            assert report.verdict is not Verdict.INTACT, off
+    for cut in (0, 10, 47, 48, 200, len(pristine) - 1):
+        index.write_bytes(pristine[:cut])
+        report = TensorBundleFormat.probe(index, ProbeOptions(numeric=False))
+        assert report.verdict is Verdict.TRUNCATED, cut
+
+
+def test_garbage_named_like_a_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "x.index").write_bytes(os.urandom(4096))
+    (tmp_path / "x.data-00000-of-00001").write_bytes(os.urandom(4096))
+    report = TensorBundleFormat.probe(tmp_path / "x.index", ProbeOptions())
+    assert report.verdict is not Verdict.INTACT
+    assert TensorBundleFormat.detect(tmp_path / "x.index")  # by name + shard: a damaged bundle
