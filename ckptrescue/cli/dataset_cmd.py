@@ -71,6 +71,7 @@ class _ProgressBar:
     def close(self) -> None:
         if self.shown and self.tty:
             sys.stderr.write("\n")
+        self.shown = False
 
 
 def _hms(seconds: float) -> str:
@@ -105,6 +106,14 @@ def build(
     try:
         result = build_manifest(directory, out, jobs=jobs, scheduler=scheduler, progress=bar,
                                 case=_case(case_dir))
+    except KeyboardInterrupt:
+        from ckptrescue.datasets.manifest import partial_path
+
+        if bar is not None:
+            bar.close()  # end the progress line before the message
+        sys.stderr.write(f"ckptrescue: interrupted; finished files are kept in "
+                         f"{partial_path(out)}: run the same command again to resume\n")
+        raise typer.Exit(int(ExitCode.INTERRUPT)) from None
     finally:
         if bar is not None:
             bar.close()

@@ -116,9 +116,11 @@ def image_command(
     from ckptrescue.case import Case
     from ckptrescue.storage.imaging import image
 
-    def progress(s: dict[str, Any]) -> None:
-        info(f"[image] rescued {s['rescued']} B, bad {s['bad']} B in {s['bad_areas']} area(s), "
-             f"untried {s['untried']} B, pass {s['current_pass']} ({s['current_status']})")
+    def progress(*, done: int, total: int, summary: dict[str, Any]) -> None:
+        s = summary
+        info(f"[image] {100 * done / max(total, 1):5.1f}% tried; rescued {s['rescued']} B, bad "
+             f"{s['bad']} B in {s['bad_areas']} area(s), pass {s['current_pass']} "
+             f"({s['current_status']})")
 
     case = Case.open(case_dir)
     res = image(source, case=case, dest=dest, retries=retries,

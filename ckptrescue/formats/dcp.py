@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoint import (
+    CheckpointReport,
+    ProbeOptions,
+    TensorRecord,
+    Verdict,
+    worst_verdict,
+)
 from ckptrescue.formats import pickle_scan, tensormap
 from ckptrescue.formats.tensormap import finding
 from ckptrescue.formats.torch_zip import probe_zip, tensormap_salvageable
@@ -136,7 +142,7 @@ class DcpFormat:
         if not isinstance(state, dict) or not isinstance(state.get("state_dict_metadata"), dict):
             report.findings.append(finding("DC002", f"{meta_path.name} is not DCP Metadata",
                                            evidence=str(meta_path)))
-            report.verdict = Verdict.INCOMPLETE
+            report.verdict = worst_verdict([Verdict.INCOMPLETE, *verdicts])
             return report
         sdm: dict[Any, Any] = state["state_dict_metadata"]
         storage_data = state.get("storage_data") or {}

@@ -254,6 +254,8 @@ class StorageScan:
             flip = self._flip_back(value, exp_bits)
             if flip is not None:
                 entry["flip_bit"], entry["repaired"] = flip
+            elif not (absurd is not None and mag > absurd):
+                continue  # large but plausible: no single exponent bit explains it
             s.outliers.append(entry)
         for ex in s.nonfinite_examples:
             ex["byte_offset"] = self.start + ex["index"] * self.itemsize
@@ -265,11 +267,12 @@ class StorageScan:
         return s
 
     def _bulk_ok(self, y: float) -> bool:
+        """True when ``y`` looks like the tensor's ordinary values (not just tiny)."""
         s = self.summary
         if not math.isfinite(y):
             return False
         scale = s.rms_bulk if s.rms_bulk else 1.0
-        return abs(y) <= 8 * scale
+        return y == 0.0 or scale * 1e-4 <= abs(y) <= 8 * scale
 
     def _flip_back(self, value: float, exp_bits: range) -> tuple[int, float] | None:
         return self._flip_back_bits(_to_bits(value, self.dtype), exp_bits)

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats.protowire import WireError, iter_fields
-from ckptrescue.formats.tensorbundle import bundle_salvageable, probe_bundle
+from ckptrescue.formats.tensorbundle import probe_bundle
 from ckptrescue.formats.tensorbundle_index import data_files, index_path
 from ckptrescue.formats.tf_findings import verdict_from
 from ckptrescue.model import Finding, Severity
@@ -144,7 +144,16 @@ class SavedModelFormat:
     @classmethod
     def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
                               ) -> Iterator[tuple[TensorRecord, str | None]]:
+        from ckptrescue.formats.tensorbundle_salvage import bundle_salvageable
+
         return bundle_salvageable(_variables_prefix(path), report)
+
+    @classmethod
+    def read_tensor_bytes(cls, path: Path, report: CheckpointReport,
+                          rec: TensorRecord) -> Iterator[bytes]:
+        from ckptrescue.formats.tensorbundle_salvage import read_bundle_tensor
+
+        return read_bundle_tensor(_variables_prefix(path), rec)
 
     load_batch: ClassVar[str] = "ckptrescue.sandbox_children.tf_load:load_reports"
 

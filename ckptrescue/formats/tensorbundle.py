@@ -318,6 +318,13 @@ class TensorBundleFormat:
 
         return bundle_salvageable(prefix_of(path) or path, report)
 
+    @classmethod
+    def read_tensor_bytes(cls, path: Path, report: CheckpointReport,
+                          rec: TensorRecord) -> Iterator[bytes]:
+        from ckptrescue.formats.tensorbundle_salvage import read_bundle_tensor
+
+        return read_bundle_tensor(prefix_of(path) or path, rec)
+
     # ``--load``: one sandbox child for every TensorFlow report of a run (``module:function``,
     # resolved by the generic probe so that this pure module never imports the effects layer).
     load_batch: ClassVar[str] = "ckptrescue.sandbox_children.tf_load:load_reports"

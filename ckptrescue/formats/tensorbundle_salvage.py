@@ -1,10 +1,10 @@
 """Salvage rule for TensorBundle checkpoints (used by SavedModel too).
 
-Who calls it: the generic ``ckptrescue.salvage`` through ``iter_verified_tensors`` of the TF
-format classes. Plain variables point at their verified bytes in the shard; a sliced variable
-(split across shards by ``MaxShardSizePolicy``) is reassembled from its re-verified slices with
-numpy. The generic salvage copies one byte range per tensor, so reassembled bytes are handed over
-through a private temp file (never next to the evidence), removed at exit.
+Who calls it: the generic ``ckptrescue.salvage`` through the TF format classes'
+``iter_verified_tensors`` (which variables verify) and ``read_tensor_bytes`` (their bytes).
+Plain variables stream from their verified range of the shard. A sliced variable (split across
+shards by ``MaxShardSizePolicy``) is reassembled with numpy from its slices, each re-read and
+re-verified against its CRC32C — one variable in memory at a time.
 """
 
 from __future__ import annotations
@@ -24,6 +24,19 @@ from ckptrescue.formats.tensorbundle_index import (
 )
 from ckptrescue.formats.tensorbundle_verify import Shard, close_shards, open_shards
 
+CHUNK = 1024 * 1024
+SLICED = "sliced"
+
+
+def _np_dtype(code: int) -> Any:
+    import numpy as np
+
+    npdt = DTYPES.get(code, (None, None, None))[1]
+    itemsize = DTYPES.get(code, (None, None, None))[2]
+    if npdt is None:  # bfloat16 / float8: bytes move as unsigned ints of the same width
+        return np.dtype({2: "<u2", 1: "|u1"}[itemsize]) if itemsize in (1, 2) else None
+    return np.dtype(npdt)
+
 
 def _reassemble(parent: BundleEntry, pieces: list[BundleEntry],
                 shards: dict[int, Shard]) -> bytes | str:
@@ -33,9 +46,8 @@ def _reassemble(parent: BundleEntry, pieces: list[BundleEntry],
 
     from ckptrescue.formats.sstable import unmask
 
-    assert parent.shape is not None
     npdt = _np_dtype(parent.dtype)
-    if npdt is None:
+    if npdt is None or parent.shape is None:
         return f"dtype {parent.dtype_name} cannot be reassembled"
     if {p.slice.text() for p in pieces if p.slice} != {s.text() for s in parent.slices}:
         return "slices missing"
@@ -54,82 +66,61 @@ def _reassemble(parent: BundleEntry, pieces: list[BundleEntry],
     return full.tobytes()
 
 
-_TEMP_FILES: list[str] = []
-
-
-def _cleanup_temp() -> None:
-    import os
-
-    for name in _TEMP_FILES:
-        try:
-            os.unlink(name)
-        except OSError:
-            pass
-    _TEMP_FILES.clear()
-
-
-def _spill(data: bytes) -> str:
-    """Write reassembled bytes to a private temp file (never next to the evidence)."""
-    import atexit
-    import os
-    import tempfile
-
-    if not _TEMP_FILES:
-        atexit.register(_cleanup_temp)
-    fd, name = tempfile.mkstemp(prefix="ckptrescue-tf-slices-")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    _TEMP_FILES.append(name)
-    return name
-
-
-def bundle_salvageable(prefix: Path, report: CheckpointReport,
-                       ) -> Iterator[tuple[TensorRecord, str | None]]:
-    """Salvage rule: every variable with ``None`` when its bytes verify, else the reason.
-
-    Plain variables point at their verified bytes in the shard. A sliced variable (split across
-    shards) is reassembled from its re-verified slices; the generic salvage copies one byte range
-    per tensor, so the reassembled bytes are handed over through a private temp file.
-    """
-    groups: dict[str, list[TensorRecord]] = defaultdict(list)
-    for rec in report.tensors:
-        groups[rec.name].append(rec)
-    index = read_index(prefix) if index_path(prefix).exists() else None
-    parents = sliced_parents(index) if index is not None else {}
-    shards = open_shards(prefix, shard_count(index, prefix)) if index is not None else {}
+def _reassembled(prefix: Path, name: str) -> bytes | str:
+    index = read_index(prefix)
+    parent = sliced_parents(index).get(name)
+    if parent is None:
+        return "not a sliced variable"
+    shards = open_shards(prefix, shard_count(index, prefix))
     try:
-        for name, recs in groups.items():
-            if name not in parents:
-                for rec in recs:
-                    usable = rec.status in ("ok", "suspect") and rec.offset is not None
-                    yield rec, None if usable else ("; ".join(rec.reasons) or rec.status)
-                continue
-            parent = parents[name]
-            summary = TensorRecord(name=name, dtype=parent.dtype_name, shape=parent.shape,
-                                   storage=f"{len(parent.slices)} slices", status="ok")
-            bad = [r for r in recs if r.status not in ("ok", "suspect")]
-            if bad:
-                summary.status = bad[0].status
-                yield summary, "slice " + (bad[0].storage or "") + ": " + (
-                    "; ".join(bad[0].reasons) or bad[0].status)
-                continue
-            assert index is not None
-            pieces = [e for e in index.entries if e.parent == name]
-            data = _reassemble(parent, pieces, shards)
-            if isinstance(data, str):
-                yield summary, data
-                continue
-            summary.file, summary.offset, summary.length = _spill(data), 0, len(data)
-            yield summary, None
+        return _reassemble(parent, [e for e in index.entries if e.parent == name], shards)
     finally:
         close_shards(shards)
 
 
-def _np_dtype(code: int) -> Any:
-    import numpy as np
+def bundle_salvageable(prefix: Path, report: CheckpointReport,
+                       ) -> Iterator[tuple[TensorRecord, str | None]]:
+    """Every variable with ``None`` when its bytes verify, else the reason it is lost."""
+    groups: dict[str, list[TensorRecord]] = defaultdict(list)
+    for rec in report.tensors:
+        groups[rec.name].append(rec)
+    parents = sliced_parents(read_index(prefix)) if index_path(prefix).exists() else {}
+    for name, recs in groups.items():
+        if name not in parents:
+            for rec in recs:
+                usable = rec.status in ("ok", "suspect") and rec.offset is not None
+                yield rec, None if usable else ("; ".join(rec.reasons) or rec.status)
+            continue
+        parent = parents[name]
+        summary = TensorRecord(name=name, dtype=parent.dtype_name, shape=parent.shape,
+                               storage=SLICED, status="ok",
+                               reasons=[f"reassembled from {len(parent.slices)} slices"])
+        bad = [r for r in recs if r.status not in ("ok", "suspect")]
+        if bad or len(recs) != len(parent.slices):
+            why = (f"slice {bad[0].storage}: {'; '.join(bad[0].reasons) or bad[0].status}"
+                   if bad else "slices missing")
+            summary.status = bad[0].status if bad else "missing"
+            yield summary, why
+            continue
+        yield summary, None
 
-    npdt = DTYPES.get(code, (None, None, None))[1]
-    itemsize = DTYPES.get(code, (None, None, None))[2]
-    if npdt is None:  # bfloat16 / float8: bytes move as unsigned ints of the same width
-        return np.dtype({2: "<u2", 1: "|u1"}[itemsize]) if itemsize in (1, 2) else None
-    return np.dtype(npdt)
+
+def read_bundle_tensor(prefix: Path, rec: TensorRecord) -> Iterator[bytes]:
+    """The C-contiguous bytes of one salvageable variable, in chunks."""
+    if rec.storage == SLICED:
+        data = _reassembled(prefix, rec.name)
+        if isinstance(data, str):
+            raise ValueError(f"{rec.name}: {data}")
+        for i in range(0, len(data), CHUNK):
+            yield data[i:i + CHUNK]
+        return
+    assert rec.file is not None and rec.offset is not None and rec.length is not None
+    with Path(rec.file).open("rb") as fh:
+        fh.seek(rec.offset)
+        left = rec.length
+        while left:
+            block = fh.read(min(CHUNK, left))
+            if not block:
+                return
+            yield block
+            left -= len(block)

@@ -30,7 +30,8 @@ from ckptrescue.storage import samedisk, sysfs
 if TYPE_CHECKING:
     from ckptrescue.case import Case
 
-ProgressFn = Callable[[dict[str, Any]], None]
+# called as on_progress(done=BYTES_TRIED, total=DOMAIN_BYTES, summary=MAPFILE_SUMMARY_DICT)
+ProgressFn = Callable[..., None]
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 ROOM_MARGIN = 1 << 20
 
@@ -156,9 +157,11 @@ def _run_with_progress(runner: SubprocessRunner, call: ToolCall, mapfile: Path,
         thread.join(timeout=1.0)
         if on_progress is not None and mapfile.exists():
             try:
-                on_progress(ddrescue_mapfile.parse(mapfile.read_text()).summary())
+                mp = ddrescue_mapfile.parse(mapfile.read_text())
             except (OSError, ddrescue_mapfile.MapfileError):
-                pass  # mapfile being rewritten
+                continue  # mapfile being rewritten
+            total = mp.domain_end - mp.domain_start
+            on_progress(done=total - mp.untried, total=total, summary=mp.summary())
     if "error" in box:
         raise box["error"]
     return box["result"]

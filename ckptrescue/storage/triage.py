@@ -89,6 +89,7 @@ class TriageResult:
     def to_json(self) -> dict[str, Any]:
         return {"volume": self.volume, "seconds": self.seconds,
                 "processes": [p.to_json() for p in self.processes],
+                "writers": [p.pid for p in self.processes if p.open_for_write],
                 "kernel_messages": self.kernel_messages, "checklist": self.checklist,
                 "findings": [f.to_json() for f in self.findings], "notes": self.notes}
 

@@ -170,3 +170,45 @@ def test_dcp(base, tmp_path):
     orphan = fx.copy(base["dcp"], tmp_path / "orphan")
     (orphan / "__1_0.distcp").write_bytes(b"PK")
     assert "DC006" in codes(probe1(orphan))
+
+
+def test_run_directory_walk_groups_companions(base, tmp_path):
+    from ckptrescue.probes.checkpoints import probe_paths
+
+    run = tmp_path / "run"
+    run.mkdir()
+    fx.copy(base["zip"], run / "last.pt")
+    fx.copy(base["dcp"], run / "step_2")
+    fx.copy(base["hf"], run / "hf-export")
+    (run / "hf-export" / "config.json").write_text("{}")
+    (run / "train.log").write_text("loss 0.1\n")
+    (run / "broken.ckpt").write_bytes(b"\0" * 100)
+    reports = probe_paths([run])
+    got = {(str(__import__("pathlib").Path(r.path).relative_to(run)), r.format, str(r.verdict))
+           for r in reports}
+    assert got == {("last.pt", "torch-zip", "intact"), ("step_2", "dcp", "intact"),
+                   ("hf-export/model.safetensors.index.json", "hf-sharded", "intact"),
+                   ("broken.ckpt", "unknown", "unreadable")}
+    hf = next(r for r in reports if r.format == "hf-sharded")
+    assert len(hf.files) == 4  # the index and its three shards, probed once as one checkpoint
+
+
+def test_salvage_dcp_and_hf(base, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from ckptrescue.salvage import salvage
+
+    res = salvage(base["dcp"], tmp_path / "out-dcp")
+    got = load_file(str(tmp_path / "out-dcp" / "dcp.salvaged.safetensors"))
+    assert res.lost == [] and set(got) == set(res.recovered)
+    for name, t in got.items():
+        assert torch.equal(t, base["flat"][name])
+    gone = fx.copy(base["hf"], tmp_path / "hf")
+    os.remove(gone / "model-00003-of-00003.safetensors")
+    res = salvage(gone / "model.safetensors.index.json", tmp_path / "out-hf")
+    index = json.loads((gone / "model.safetensors.index.json").read_text())
+    assert {x["name"] for x in res.lost} == {
+        k for k, v in index["weight_map"].items() if v == "model-00003-of-00003.safetensors"}
+    assert set(res.recovered) == set(index["weight_map"]) - {x["name"] for x in res.lost}
+    assert "shard model-00003-of-00003.safetensors missing" in res.lost[0]["reason"]

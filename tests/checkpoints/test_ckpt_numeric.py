@@ -98,3 +98,28 @@ def test_reference_missing_added_changed(base, tmp_path):
     got = {f.code: f.tensors for f in r.findings if f.code.startswith("RF")}
     assert got["RF001"] == ("3.bias",) and got["RF002"] == ("extra",)
     assert got["RF003"] == ("0.weight",)
+
+
+def test_no_false_alarms_on_plausible_tensors(tmp_path):
+    import torch
+
+    torch.manual_seed(3)
+    emb_sq = torch.full((4096,), 1e-20)
+    emb_sq[:5] = 1e-3  # sparse Adam state: a few rows updated, legitimately large
+    state = {"emb.weight": torch.randn(2048, 8), "ln.weight": torch.ones(2048),
+             "ln.bias": torch.zeros(4096), "opt.exp_avg_sq": emb_sq,
+             "heavy": torch.distributions.StudentT(2.0).sample((4096,))}
+    path = fx.save_safetensors(tmp_path / "plausible.safetensors", state)
+    r = probe1(path)
+    assert [f.code for f in r.findings if f.code.startswith("NM")] == []
+    assert r.verdict is Verdict.INTACT
+
+
+def test_bit_flip_in_pickle(base, tmp_path):
+    bad = fx.copy(base["zip"], tmp_path / "pkl.pt")
+    off, size = fx.zip_data_offset(bad, fx.zip_member(bad, "data.pkl"))
+    fx.flip_bit(bad, off + size // 2, 4)
+    r = probe1(bad)
+    assert r.verdict is Verdict.DAMAGED
+    f = next(f for f in r.findings if f.code == "TZ002")
+    assert f.offset == off and f.length == size

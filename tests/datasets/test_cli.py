@@ -104,7 +104,7 @@ def test_ctrl_c_then_the_same_command_resumes(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    assert "interrupted" in err
+    assert "run the same command again to resume" in err
     assert not out.exists() and partial.read_text().count("\n") == 5
     with (root / "zz-big.bin").open("r+b") as fh:
         fh.truncate(1 << 20)

@@ -123,3 +123,13 @@ def test_rerun_after_completion_writes_nothing(case, xfs_src, tmp_path, no_lefto
         again = image(dev, case=case, dest=tmp_path / "out")
     assert again.image_sha256 == first.image_sha256
     assert Path(first.image).stat().st_mtime_ns == mtime
+
+
+def test_progress_is_reported_from_the_mapfile(case, xfs_src, tmp_path, no_leftovers):
+    seen = []
+    with fx.loop(xfs_src) as dev:
+        image(dev, case=case, dest=tmp_path / "out", max_read_rate=128 << 20,
+              on_progress=lambda **kw: seen.append(kw))
+    assert seen, "no progress callback during a multi-second imaging run"
+    assert all(0 <= s["done"] <= s["total"] == xfs_src.stat().st_size for s in seen)
+    assert {"rescued", "bad", "untried"} <= set(seen[-1]["summary"])

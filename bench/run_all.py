@@ -1,0 +1,39 @@
+"""`make bench`: run every benchmark script in this folder, in the same run, one after another.
+
+Each script prints its figures as ratios against an anchor it measures itself (torch.load,
+sha256sum, zlib.crc32, a sequential head-object loop, TensorFlow's reader, ...). Sizes default to
+small values; set CKPTRESCUE_BENCH_SIZE=large for the sizes the issues name (~1-2 GiB).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ORDER = ["startup", "checkpoints", "tensorflow", "storage", "s3", "datasets", "tui"]
+
+
+def main() -> int:
+    scripts = [HERE / f"{name}.py" for name in ORDER if (HERE / f"{name}.py").exists()]
+    scripts += sorted(p for p in HERE.glob("*.py")
+                      if p.stem not in ORDER and p.name != "run_all.py")
+    failed = []
+    for script in scripts:
+        print(f"\n=== {script.stem} ===", flush=True)
+        start = time.perf_counter()
+        res = subprocess.run([sys.executable, str(script), *sys.argv[1:]], check=False)
+        print(f"--- {script.stem}: {time.perf_counter() - start:.1f} s (exit {res.returncode})",
+              flush=True)
+        if res.returncode != 0:
+            failed.append(script.stem)
+    if failed:
+        print(f"\nbenchmarks that failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

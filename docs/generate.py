@@ -1,0 +1,100 @@
+"""Regenerate the generated docs: CLI reference, finding-code table, playbook JSON Schema.
+
+    python docs/generate.py          # write
+    python docs/generate.py --check  # exit 1 when a generated file is stale (used by the tests)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ["TYPER_USE_RICH"] = "0"  # plain click help text, stable across terminals
+
+DOCS = Path(__file__).resolve().parent
+
+
+def cli_reference() -> str:
+    import typer.main
+
+    from ckptrescue.cli.main import app
+
+    root = typer.main.get_command(app)
+    out = ["# CLI reference", "",
+           "Generated from `--help` by `docs/generate.py`; do not edit by hand.", ""]
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        ctx = type(cmd).context_class(cmd, info_name=" ".join(path), terminal_width=100)
+        if path != ["ckptrescue"]:
+            out.append(f"## `{' '.join(path)}`")
+            out.append("")
+        text = cmd.get_help(ctx)
+        out.append("```")
+        out.extend(line.rstrip() for line in _plain(text).splitlines())
+        out.append("```")
+        out.append("")
+        if hasattr(cmd, "list_commands"):
+            for name in cmd.list_commands(ctx):
+                child = cmd.get_command(ctx, name)
+                if child is not None:
+                    walk(child, [*path, name])
+
+    walk(root, ["ckptrescue"])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _plain(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def finding_codes() -> str:
+    from ckptrescue.codes import all_codes
+
+    lines = ["# Finding codes", "",
+             "Generated from `ckptrescue/codes/` by `docs/generate.py`; do not edit by hand.",
+             "Codes are stable: two letters for the emitter, three digits.", "",
+             "| code | default severity | meaning |", "|---|---|---|"]
+    for code, (sev, meaning) in all_codes().items():
+        lines.append(f"| `{code}` | {sev} | {meaning.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def schema() -> str:
+    from ckptrescue.playbook.schema import json_schema
+
+    return json.dumps(json_schema(), indent=2) + "\n"
+
+
+FILES = {"cli.md": cli_reference, "finding-codes.md": finding_codes,
+         "playbook.schema.json": schema}
+
+
+def main() -> int:
+    import os
+
+    os.environ["COLUMNS"] = "100"
+    os.environ["TERM"] = "dumb"
+    os.environ["NO_COLOR"] = "1"
+    check = "--check" in sys.argv
+    stale = []
+    for name, fn in FILES.items():
+        text = fn()
+        path = DOCS / name
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale generated docs: {', '.join(stale)} (run: make docs)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The dependency rule, checked in fresh interpreters: the pure core and the engine import no
+effects, no UI and no heavy runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+FORBIDDEN_FOR_CORE = ("ckptrescue.effects", "subprocess", "textual", "typer", "jinja2", "torch",
+                      "tensorflow", "boto3")
+FORBIDDEN_FOR_ENGINE = ("ckptrescue.cli", "ckptrescue.tui", "textual", "typer", "torch",
+                        "tensorflow", "boto3")
+
+
+def imported_after(module: str) -> set[str]:
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        f"import {module}\n"
+        "print('\\n'.join(sorted(set(sys.modules) - before)))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return set(res.stdout.split())
+
+
+@pytest.mark.parametrize("module", ["ckptrescue.model", "ckptrescue.guard",
+                                    "ckptrescue.checkpoint", "ckptrescue.parsers",
+                                    "ckptrescue.formats.torch_zip",
+                                    "ckptrescue.formats.pickle_scan",
+                                    "ckptrescue.formats.tensorbundle"])
+def test_core_is_pure(module: str) -> None:
+    loaded = imported_after(module)
+    bad = sorted(m for m in loaded for f in FORBIDDEN_FOR_CORE if m == f or m.startswith(f + "."))
+    assert not bad, f"{module} pulls in {bad}"
+
+
+def test_all_formats_are_pure() -> None:
+    loaded = imported_after("ckptrescue.checkpoint; from ckptrescue.checkpoint import formats; "
+                            "formats()")
+    bad = sorted(m for m in loaded for f in FORBIDDEN_FOR_CORE if m == f or m.startswith(f + "."))
+    assert not bad, f"format discovery pulls in {bad}"
+
+
+def test_engine_has_no_ui() -> None:
+    loaded = imported_after("ckptrescue.engine; from ckptrescue.actions import registry; "
+                            "registry()")
+    bad = sorted(m for m in loaded for f in FORBIDDEN_FOR_ENGINE
+                 if m == f or m.startswith(f + "."))
+    assert not bad, f"the engine pulls in {bad}"
