@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ckptrescue.errors import ToolMissingError, ToolFailedError
+from ckptrescue.errors import ToolFailedError, ToolMissingError
 
 IMAGE_SIZE = 320 * 1024 * 1024  # mkfs.xfs 6.x refuses filesystems under 300 MB
 

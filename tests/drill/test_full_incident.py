@@ -74,7 +74,7 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
         assert needle in answer, (needle, answer)
     # the report: verdicts per checkpoint and the tensors the faults touched
     verdicts = {c["path"].split("/mnt-mount/")[1]: c["verdict"] for c in model["checkpoints"]}
-    expected = {k: v for k, v in info["expected"]["verdicts"].items()}
+    expected = dict(info["expected"]["verdicts"])
     for rel, verdict in expected.items():
         match = [v for p, v in verdicts.items() if p == rel or p.startswith(rel + "/")]
         assert match == [verdict], (rel, verdicts)

@@ -105,7 +105,8 @@ def test_dry_run_prints_every_command(tmp_path: Path) -> None:
      4, "$nope is not a declared parameter"),
     ("schema: 1\nname: x\nsteps:\n  - id: a\n    action: exec\n    with: {argv: [ls, '${b.stdout}']}\n"
      "  - id: b\n    action: exec\n    with: {argv: [ls]}\n", 4, "refers to a later step 'b'"),
-    ("schema: 1\nname: x\nsteps:\n  - id: a\n    action: exec\n    with:\n      argv: [fsck, -y, /dev/sda1]\n",
+    ("schema: 1\nname: x\nsteps:\n  - id: a\n    action: exec\n    with:\n"
+     "      argv: [fsck, -y, /dev/sda1]\n",
      7, "the safety guard refuses fsck -y /dev/sda1"),
     ("schema: 1\nname: x\nsteps:\n  - id: a\n    action: exec\n    with: {argv: [ls], colour: red}\n",
      6, "has no argument 'colour'"),

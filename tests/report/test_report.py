@@ -70,7 +70,6 @@ def test_html_escapes_hostile_names_and_is_self_contained(hostile_case: Case) ->
 def test_same_case_same_report_apart_from_generation_time(hostile_case: Case) -> None:
     strip = lambda s: re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", "T", s)  # noqa: E731
     a, b = render(hostile_case, "html"), render(hostile_case, "html")
-    assert a != b or True  # generation time may coincide
     assert strip(a) == strip(b)
     assert json.loads(render(hostile_case, "json"))["answer"].startswith("resume from")
 
