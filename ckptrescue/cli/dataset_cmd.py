@@ -212,15 +212,21 @@ def recover_cmd(
     to: Annotated[Path, typer.Option("--to", help="Recovery directory (outside DIR).")],
     endpoint_url: Annotated[str | None, typer.Option("--endpoint-url",
                                                      help="S3 endpoint (for S3 sources).")] = None,
+    from_audit: Annotated[Path | None, typer.Option(
+        "--from-audit", help="JSON of an earlier `manifest audit --json` run with this "
+        "manifest: recover the files it found damaged instead of auditing DIR again.")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Files recovered at "
+                                             "once (default 8 from S3, CPUs from snapshots).")
+                    ] = None,
     case_dir: OptionalCaseOpt = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Bring back the last good version of every damaged or missing file, verified.
 
-    Audits DIR against the manifest, then, for each corrupted, changed, missing or unreadable
-    file, takes the newest backup version whose SHA-256 matches the manifest and copies it into
-    RECOVERY_DIR/<same path>. Never writes into DIR. Exit 1 when something could not be
-    recovered.
+    Audits DIR against the manifest (or takes the damaged files from --from-audit), then, for
+    each corrupted, changed, missing or unreadable file, takes the newest backup version whose
+    SHA-256 matches the manifest and copies it into RECOVERY_DIR/<same path>, verified. Never
+    writes into DIR. Exit 1 when something could not be recovered.
 
     Example:
 
@@ -229,7 +235,8 @@ def recover_cmd(
     from ckptrescue.datasets.recover import recover
 
     result = recover(directory, manifest=manifest, source=source, to=to,
-                     endpoint_url=endpoint_url, case=_case(case_dir))
+                     endpoint_url=endpoint_url, audit_report=from_audit, jobs=jobs,
+                     case=_case(case_dir))
     if as_json:
         emit_json(result.to_json())
     else:

@@ -14,6 +14,8 @@ from ckptrescue.cli.output import emit_json, info, say
 def drill(
     out: Annotated[Path, typer.Argument(help="New directory for the drill incident.")],
     no_s3: Annotated[bool, typer.Option("--no-s3", help="Do not start the S3 server.")] = False,
+    no_tf: Annotated[bool, typer.Option("--no-tf", help="Leave out the TensorFlow checkpoint.")]
+    = False,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the drill's S3 server and exit.")]
     = False,
     as_json: JsonOpt = False,
@@ -35,7 +37,7 @@ def drill(
         stopped = build.stop(out)
         say("stopped the drill's S3 server" if stopped else "no drill S3 server was running")
         return
-    result = build.build(out, s3=not no_s3)
+    result = build.build(out, s3=not no_s3, tensorflow=not no_tf)
     if as_json:
         emit_json(result.to_json())
         return

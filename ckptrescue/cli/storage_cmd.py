@@ -113,6 +113,8 @@ def image_command(
 
         ckptrescue image /dev/nvme1n1 --case C --dest /mnt/evidence --retries 3 --json
     """
+    import signal
+
     from ckptrescue.case import Case
     from ckptrescue.storage.imaging import image
 
@@ -122,6 +124,10 @@ def image_command(
              f"{s['bad']} B in {s['bad_areas']} area(s), pass {s['current_pass']} "
              f"({s['current_status']})")
 
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # stops ddrescue through the runner, keeps the mapfile
+
+    signal.signal(signal.SIGTERM, terminate)
     case = Case.open(case_dir)
     res = image(source, case=case, dest=dest, retries=retries,
                 simulate_bad_map=simulate_bad_map, on_progress=progress)

@@ -53,7 +53,7 @@ CODES = {
     # locate
     "LC001": (Severity.ERROR, "Unreadable range lies in a file (tensors named when known)"),
     "LC002": (Severity.WARNING, "Unreadable range holds no regular-file data (metadata or free)"),
-    "LC003": (Severity.WARNING, "Unreadable range lies in a shared (reflinked) extent"),
+    "LC003": (Severity.ERROR, "Unreadable range in a shared (reflinked) extent: every owner hit"),
     # copy
     "CP001": (Severity.WARNING, "Copy source is mounted read-write"),
     "CP002": (Severity.ERROR, "Verify pass found differences between source and copy"),

@@ -27,6 +27,8 @@ CODES = {
     "TB012": (Severity.WARNING, "The bundle is big-endian or of an unknown version"),
     "TB013": (Severity.ERROR, "A sliced variable's slices are missing or do not cover it"),
     "TB014": (Severity.ERROR, "The header's shard count disagrees with the shard files"),
+    "TB015": (Severity.ERROR, "A slice entry contradicts its variable (dtype, shape, extent); "
+              "TensorFlow's reader aborts the process on it"),
     "TC001": (Severity.ERROR, "The checkpoint state file names a prefix that does not exist"),
     "TC002": (Severity.WARNING, "The checkpoint state file cannot be parsed"),
     "TC003": (Severity.WARNING, "The checkpoint state file's timestamps are not increasing"),

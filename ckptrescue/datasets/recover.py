@@ -17,17 +17,27 @@ written to; RECOVERY_DIR may not overlap DIR or the snapshots.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ckptrescue.datasets.audit import Expected, audit, load_expected
+from ckptrescue.datasets.audit import DAMAGED, AuditResult, Expected, audit, load_expected
 from ckptrescue.datasets.hashing import hash_file
-from ckptrescue.datasets.walk import display, join, safe_relative, shown_path, to_json_path
+from ckptrescue.datasets.manifest import default_jobs
+from ckptrescue.datasets.walk import (
+    display,
+    from_json_path,
+    join,
+    safe_relative,
+    shown_path,
+    to_json_path,
+)
 from ckptrescue.errors import CkptRescueError, UsageError
 from ckptrescue.model import Finding, Severity
 
@@ -277,8 +287,16 @@ def recover(
     to: str | os.PathLike[str],
     case: Case | None = None,
     endpoint_url: str | None = None,
+    audit_report: str | os.PathLike[str] | AuditResult | None = None,
+    jobs: int | None = None,
 ) -> RecoverResult:
-    """Recover every damaged or missing file of ``dir`` from ``source`` into ``to``."""
+    """Recover every damaged or missing file of ``dir`` from ``source`` into ``to``.
+
+    ``audit_report`` (an :class:`AuditResult`, or the JSON of ``manifest audit --json``) names
+    the damaged files from an audit already run, so a large dataset is not hashed twice; without
+    it, ``dir`` is audited first. ``jobs`` files are recovered at once (default: 8 from S3, where
+    latency dominates; the CPU count from snapshots).
+    """
     root, dest = Path(dir), Path(to)
     src = str(source)
     if _overlap(str(dest), str(root)):
@@ -291,14 +309,15 @@ def recover(
             if _overlap(str(dest), ev):
                 raise UsageError(f"{dest}: overlaps the evidence {ev}")
     expected, _ = load_expected(manifest)
-    report = audit(root, manifest)
-    targets = report.damaged()
+    targets = _targets(root, manifest, expected, audit_report)
     origin = open_source(src, endpoint_url=endpoint_url, targets=len(targets))
     result = RecoverResult(root=str(root), source=src, to=str(dest))
     if targets:
         dest.mkdir(parents=True, exist_ok=True)
-    for row in targets:
-        result.files.append(_recover_one(row.rel, row.status, expected[row.rel], origin, dest))
+    workers = jobs or (8 if src.startswith("s3://") else default_jobs())
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="recover") as pool:
+        result.files = list(pool.map(
+            lambda t: _recover_one(t[0], t[1], expected[t[0]], origin, dest), targets))
     if case is not None:
         case.log("dataset.recover", {"root": result.root, "source": src, "to": result.to,
                                      "source_detail": origin.describe(),
@@ -307,6 +326,26 @@ def recover(
                                      "answer": result.answer()})
         case.add_findings(result.findings())
     return result
+
+
+def _targets(root: Path, manifest: str | os.PathLike[str], expected: dict[bytes, Expected],
+             report: str | os.PathLike[str] | AuditResult | None) -> list[tuple[bytes, str]]:
+    """(name, damage) of every file to recover, in name order."""
+    if report is None:
+        report = audit(root, manifest)
+    if isinstance(report, AuditResult):
+        return [(row.rel, row.status) for row in report.damaged()]
+    try:
+        data = json.loads(Path(report).read_text())
+        rows = [(from_json_path(str(r["path"])), str(r["status"])) for r in data["files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{report}: not the JSON of `manifest audit --json` ({exc})") from exc
+    targets = sorted((rel, status) for rel, status in rows if status in DAMAGED)
+    unknown = [rel for rel, _ in targets if rel not in expected]
+    if unknown:
+        raise UsageError(f"{report}: {display(unknown[0])} is not in the manifest {manifest}",
+                         hint="use the audit report made with this manifest")
+    return targets
 
 
 def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource | S3Source,

@@ -67,7 +67,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def build(out: Path, *, s3: bool = True) -> DrillResult:
+def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult:
     from ckptrescue.drill.trainrun import write_run
 
     out = out.resolve()
@@ -124,9 +124,30 @@ def build(out: Path, *, s3: bool = True) -> DrillResult:
     found.append({"kind": "malicious-pickle", "path": "run/step-350.pt", "tensors": [],
                   "globals": ["posix.system"]})
 
+    # 6. a TensorFlow checkpoint with one flipped byte inside one variable
+    expected_tf: dict[str, str] = {}
+    if tensorflow:
+        from ckptrescue.drill import tfrun
+
+        if tfrun.available():
+            tfdir = run / "tf"
+            tfrun.write(tfdir)
+            rep = _probe(tfdir / "ckpt-2.index")
+            candidates = [t for t in rep.tensors if t.length and t.file
+                          and "VARIABLE_VALUE" in t.name]
+            victim = max(candidates, key=lambda t: (t.length or 0, t.name))
+            with open(victim.file, "r+b") as fh:  # type: ignore[arg-type]
+                fh.seek(int(victim.offset or 0) + 2)
+                byte = fh.read(1)[0]
+                fh.seek(int(victim.offset or 0) + 2)
+                fh.write(bytes([byte ^ 0x04]))
+            found.append({"kind": "bit-flip", "path": "run/tf/ckpt-2",
+                          "tensors": [victim.name]})
+            expected_tf = {"run/tf/ckpt-2": "damaged", "run/tf/ckpt-1": "intact"}
+
     image = out / "disk.img"
     xfsimage.build(staging, image)
-    # 6. unreadable sectors inside one tensor of step-100 (ddrescue test mode)
+    # 7. unreadable sectors inside one tensor of step-100 (ddrescue test mode)
     rep = _probe(run / "step-100.pt")
     off, length = _tensor(rep, "model.0.weight")
     ranges = xfsimage.disk_range(image, "run/step-100.pt", off, length)
@@ -149,7 +170,8 @@ def build(out: Path, *, s3: bool = True) -> DrillResult:
         "verdicts": {"run/step-100.pt": "damaged", "run/step-200.pt": "damaged",
                      "run/step-300.pt": "intact", "run/step-350.pt": "unsafe",
                      "run/step-400.pt": "truncated", "run/export/model.safetensors": "suspect",
-                     "run/hf-export": "incomplete", "run/dcp/step-300": "intact"},
+                     "run/hf-export": "incomplete", "run/dcp/step-300": "intact",
+                     **expected_tf},
     }
     (out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     (out / "params.json").write_text(json.dumps(full_incident_params(result), indent=2) + "\n")

@@ -25,7 +25,7 @@ from ckptrescue.model import Finding, Severity
 
 FORMAT = "keras-h5"
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-READ_CHUNK = 4 * 1024 * 1024
+READ_CHUNK = 1024 * 1024
 WHOLE_READ_CAP = 256 * 1024 * 1024
 
 
@@ -84,10 +84,8 @@ def has_hdf5_magic(path: Path) -> bool:
 
 def _scan_contiguous(raw: BinaryIO, start: int, length: int, dtype: str, big: bool,
                      name: str, evidence: str) -> list[Finding]:
-    from ckptrescue.formats.numeric import StorageScan
-
-    scan = StorageScan(dtype, start=start, length=length, big_endian=big)
-    if scan.summary.skipped:
+    scan = numeric_scan(dtype, start, length, big_endian=big)
+    if scan is None:
         return []
     pos, end = start, start + length
     while pos < end:

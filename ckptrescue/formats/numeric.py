@@ -19,7 +19,6 @@ Needs numpy (a torch dependency); without it the scan is skipped and says so.
 from __future__ import annotations
 
 import heapq
-import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +28,7 @@ from ckptrescue.formats import dtypes
 PAGE = 4096
 _ZERO_PAGE = bytes(PAGE)
 _TOPK = 8
-# (bits, exponent-bit range high..low, absolute "impossible" magnitude)
-_FLOAT_BITS = {"float32": (32, range(30, 22, -1), 1e30), "float64": (64, range(62, 51, -1), 1e100),
-               "float16": (16, range(14, 9, -1), None), "bfloat16": (16, range(14, 6, -1), 1e30)}
-_RATIO = {"float16": 1e3}
 INVARIANT_NAMES = {"exp_avg_sq", "running_var", "num_batches_tracked"}
-_DEFAULT_RATIO = 1e4
 
 
 @dataclass
@@ -57,16 +51,6 @@ class NumericSummary:
     skipped: str | None = None
 
 
-def _to_bits(value: float, dtype: str) -> int:
-    if dtype == "float32":
-        return int(struct.unpack("<I", struct.pack("<f", value))[0])
-    if dtype == "float64":
-        return int(struct.unpack("<Q", struct.pack("<d", value))[0])
-    if dtype == "float16":
-        return int(struct.unpack("<H", struct.pack("<e", value))[0])
-    return int(struct.unpack("<I", struct.pack("<f", value))[0]) >> 16  # bfloat16
-
-
 def _from_bits(bits: int, dtype: str) -> float:
     if dtype == "float32":
         return float(struct.unpack("<f", struct.pack("<I", bits))[0])
@@ -77,8 +61,36 @@ def _from_bits(bits: int, dtype: str) -> float:
     return float(struct.unpack("<f", struct.pack("<I", bits << 16))[0])
 
 
+@dataclass(frozen=True)
+class _FloatLayout:
+    ucode: str  # unsigned view of one element
+    shift: int  # exponent field position
+    emask: int  # exponent field mask (all ones = Inf/NaN)
+    sign: int  # sign bit position
+    mant: int  # mantissa mask
+    gap: int  # exponent steps above the reference that make an outlier
+
+
+_LAYOUT = {
+    "float32": _FloatLayout("u4", 23, 0xFF, 31, 0x7FFFFF, 8),
+    "bfloat16": _FloatLayout("u2", 7, 0xFF, 15, 0x7F, 8),
+    "float16": _FloatLayout("u2", 10, 0x1F, 15, 0x3FF, 4),
+    "float64": _FloatLayout("u8", 52, 0x7FF, 63, (1 << 52) - 1, 8),
+}
+_REF_RANK = 3  # outliers are judged against the 3rd-largest magnitude (1-2 flips stand out)
+_MIN_ELEMENTS = 16
+
+
 class StorageScan:
-    """Accumulates statistics over consecutive chunks of one byte range."""
+    """Accumulates statistics over consecutive chunks of one byte range.
+
+    Floats are read as unsigned integers: a histogram of the exponent field (one bincount per
+    chunk) gives NaN/Inf counts (all-ones exponent) and the magnitude distribution at
+    power-of-two resolution; the few largest finite values are kept with their index. An
+    outlier is a value whose exponent is at least ``gap`` steps (x256 for fp32/bf16/fp64, x16
+    for fp16) above the third-largest value's, and that one exponent-bit flip would bring back
+    among the ordinary values (reference §6 heuristics 2-3).
+    """
 
     def __init__(self, dtype: str, *, start: int, length: int, big_endian: bool = False,
                  names: list[str] | None = None) -> None:
@@ -93,11 +105,12 @@ class StorageScan:
         info = dtypes.lookup(dtype)
         self.itemsize = info.itemsize if info else 1
         self.kind = info.kind if info else "other"
+        self.layout = _LAYOUT.get(dtype)
         self._carry = b""
         self._page_ctx = [0, 0]  # exact zeros / elements around zero pages (same chunks)
         self._index = 0
-        self._sumsq = 0.0
-        self._top: list[tuple[float, int, float]] = []  # (abs, index, value) min-heap
+        self._hist: Any = None
+        self._top: list[tuple[int, int, int]] = []  # (magnitude bits, index, raw bits) min-heap
         self._np: Any = None
         try:
             import numpy as np
@@ -105,9 +118,10 @@ class StorageScan:
             self.summary.skipped = "numpy not installed"
             return
         self._np = np
-        if self.kind not in ("float", "int", "bool") or (
-                info is not None and info.numpy is None and dtype != "bfloat16"):
+        if (self.kind == "float" and self.layout is None) or self.kind not in ("float", "int", "bool"):
             self.summary.skipped = f"no numeric checks for {dtype}"
+        if self.layout is not None:
+            self._hist = np.zeros(self.layout.emask + 1, dtype=np.int64)
 
     def feed(self, offset: int, data: bytes | memoryview) -> None:
         """Add the bytes at absolute ``offset`` (chunks must arrive in order)."""
@@ -145,145 +159,138 @@ class StorageScan:
                 found += 1
         if found:
             usable = len(view) - len(view) % self.itemsize
-            if self.dtype == "bfloat16" or self.itemsize not in (2, 4, 8):
-                arr = np.frombuffer(view[:usable], dtype=np.uint8)
-                per = 1
-            else:
-                arr = np.frombuffer(view[:usable], dtype=f"u{self.itemsize}")
-                per = self.itemsize
+            per = self.itemsize if self.itemsize in (2, 4, 8) else 1
+            arr = np.frombuffer(view[:usable], dtype=f"u{per}")
             zeros = int(arr.size - np.count_nonzero(arr)) - found * PAGE // per
             self._page_ctx[0] += max(zeros, 0)
             self._page_ctx[1] += arr.size - found * PAGE // per
 
-    def _values(self, buf: memoryview) -> int:  # noqa: C901
-        """Update the statistics; returns the number of exact zeros in this chunk."""
+    def _values(self, buf: memoryview) -> None:
         np = self._np
         s = self.summary
         order = ">" if self.big_endian else "<"
-        if self.dtype == "bfloat16":
-            raw = np.frombuffer(buf, dtype=order + "u2").astype(np.uint32) << 16
-            arr = raw.view(np.float32)
-        else:
+        lay = self.layout
+        base = self._index
+        if lay is None:  # integers and bools: invariant sign counts only
             info = dtypes.lookup(self.dtype)
             assert info is not None and info.numpy is not None
             code = info.numpy if info.numpy in ("?", "i1", "u1") else order + info.numpy
             arr = np.frombuffer(buf, dtype=code)
-        n = arr.size
-        base = self._index
-        self._index += n
-        s.count += n
-        if self.kind != "float":
+            self._index += arr.size
+            s.count += arr.size
             if self.kind == "int" and self.invariants:
                 s.negatives += int(np.count_nonzero(arr < 0)) if arr.dtype.kind == "i" else 0
                 s.nonpositive += int(np.count_nonzero(arr <= 0))
-            return 0
-        work = arr.astype(np.float32) if arr.dtype == np.float16 else arr
-        with np.errstate(all="ignore"):
-            sumsq = float(np.dot(work, work))
-        idx_map = None
-        vals = work
-        if not math.isfinite(sumsq):  # NaN/Inf present, or huge finite values: slow path
-            finite = np.isfinite(work)
-            nbad = n - int(np.count_nonzero(finite))
-            if nbad:
-                nans = int(np.count_nonzero(np.isnan(work)))
-                s.nan += nans
-                s.inf += nbad - nans
-                if len(s.nonfinite_examples) < 8:
-                    ubits = arr.view(f"u{arr.dtype.itemsize}")
-                    shift = 16 if self.dtype == "bfloat16" else 0
-                    for i in np.flatnonzero(~finite)[: 8 - len(s.nonfinite_examples)]:
-                        s.nonfinite_examples.append({"index": base + int(i),
-                                                     "value": str(float(work[i])),
-                                                     "_raw": int(ubits[i]) >> shift})
-                idx_map = np.flatnonzero(finite)
-                vals = work[finite]
-            wide = vals.astype(np.float64)
-            sumsq = float(np.dot(wide, wide))
-        self._sumsq += sumsq
+            return
+        u = np.frombuffer(buf, dtype=order + lay.ucode)
+        n = u.size
+        self._index += n
+        s.count += n
+        e = (u >> lay.shift) & lay.emask
+        chunk = np.bincount(e if lay.ucode != "u8" else e.astype(np.intp),
+                            minlength=lay.emask + 1)
+        self._hist += chunk
+        if chunk[lay.emask]:  # NaN / Inf
+            idx = np.flatnonzero(e == lay.emask)
+            mant = u[idx] & lay.mant
+            nans = int(np.count_nonzero(mant))
+            s.nan += nans
+            s.inf += idx.size - nans
+            for i in idx[: max(0, 8 - len(s.nonfinite_examples))]:
+                raw = int(u[i])
+                s.nonfinite_examples.append({"index": base + int(i),
+                                             "value": str(_from_bits(raw, self.dtype)),
+                                             "_raw": raw})
         if self.invariants:
-            s.negatives += int(np.count_nonzero(vals < 0))
-            s.nonpositive += int(np.count_nonzero(vals <= 0))
-        zeros = 0
-        if not vals.size:
-            return zeros
-        peak = max(abs(float(vals.max())), abs(float(vals.min())))
-        floor = self._top[0][0] if len(self._top) >= _TOPK else -1.0
-        if peak <= floor:
-            return zeros
-        mags = np.abs(vals)
-        if floor >= 0:
-            cand = np.flatnonzero(mags > floor)
-            if cand.size > _TOPK:
-                cand = cand[np.argpartition(mags[cand], cand.size - _TOPK)[cand.size - _TOPK:]]
-        elif mags.size > _TOPK:
-            cand = np.argpartition(mags, mags.size - _TOPK)[mags.size - _TOPK:]
-        else:
-            cand = np.arange(mags.size)
-        for j in cand:
-            m = float(mags[j])
-            index = base + int(idx_map[j] if idx_map is not None else j)
-            item = (m, index, float(vals[j]))
+            signs = u >> lay.sign
+            nonzero = (u & ((1 << lay.sign) - 1)) != 0
+            s.negatives += int(np.count_nonzero(signs.astype(bool) & nonzero))
+            s.nonpositive += int(np.count_nonzero(signs.astype(bool) | ~nonzero))
+        # candidates for the largest finite magnitudes
+        finite_bins = np.flatnonzero(chunk[: lay.emask])
+        if not finite_bins.size:
+            return
+        floor_e = (int(self._top[0][0]) >> lay.shift) if len(self._top) >= _TOPK else -1
+        if int(finite_bins[-1]) < floor_e:
+            return
+        cand = np.flatnonzero((e >= max(floor_e, 0)) & (e < lay.emask))
+        mags = u[cand] & ((1 << lay.sign) - 1)
+        if cand.size > _TOPK:
+            keep = np.argpartition(mags, cand.size - _TOPK)[cand.size - _TOPK:]
+            cand, mags = cand[keep], mags[keep]
+        for j, m in zip(cand, mags, strict=False):
+            item = (int(m), base + int(j), int(u[j]))
             if len(self._top) < _TOPK:
                 heapq.heappush(self._top, item)
-            elif m > self._top[0][0]:
+            elif item[0] > self._top[0][0]:
                 heapq.heapreplace(self._top, item)
-        return zeros
 
     def finish(self) -> NumericSummary:
-        """Close the scan: bulk RMS without the largest values, outliers with flip-backs."""
+        """Close the scan: reference magnitude, outliers with flip-backs, non-finite flips."""
         s = self.summary
-        if s.skipped or self.kind != "float":
-            return s
         s.zeros_near_pages, s.elements_near_pages = self._page_ctx
-        finite = s.count - s.nan - s.inf
-        top = sorted(self._top, reverse=True)
-        rest = finite - len(top)
-        if rest > 0:
-            sumsq = self._sumsq - sum(m * m for m, _, _ in top)
-            s.rms_bulk = math.sqrt(max(sumsq, 0.0) / rest)
-        _bits, exp_bits, absurd = _FLOAT_BITS.get(self.dtype, (0, range(0), None))
-        ratio = _RATIO.get(self.dtype, _DEFAULT_RATIO)
-        for mag, index, value in top:
-            big_vs_bulk = s.rms_bulk is not None and s.rms_bulk > 0 and rest >= 16 \
-                and mag > ratio * s.rms_bulk
-            if not (big_vs_bulk or (absurd is not None and mag > absurd)):
+        lay = self.layout
+        if s.skipped or lay is None or self._hist is None:
+            return s
+        hist = self._hist
+        s.zeros = int(hist[0])  # zeros and subnormals
+        normal = hist[1: lay.emask]
+        n_normal = int(normal.sum())
+        if n_normal < _MIN_ELEMENTS:
+            self._nonfinite_flips(None, None)
+            return s
+        # exponent of the _REF_RANK-th largest normal value, and of the 1st percentile
+        np = self._np
+        from_top = normal[::-1].cumsum()
+        ref_e = lay.emask - 1 - int(np.searchsorted(from_top, _REF_RANK))
+        cum = normal.cumsum()
+        low_e = 1 + int(np.searchsorted(cum, max(1, n_normal // 100)))
+        s.rms_bulk = _from_bits(ref_e << lay.shift, self.dtype)  # reference magnitude
+        exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
+        for mag, index, raw in sorted(self._top, reverse=True):
+            e = mag >> lay.shift
+            if e < ref_e + lay.gap or e >= lay.emask:
                 continue
-            entry: dict[str, Any] = {"index": index, "value": value,
-                                     "byte_offset": self.start + index * self.itemsize}
-            flip = self._flip_back(value, exp_bits)
+            entry: dict[str, Any] = {"index": index, "value": _from_bits(raw, self.dtype),
+                                     "byte_offset": self.start + index * self.itemsize,
+                                     "exponent_above_reference": e - ref_e}
+            flip = self._flip(raw, exp_bits, low_e, ref_e)
             if flip is not None:
                 entry["flip_bit"], entry["repaired"] = flip
-            elif not (absurd is not None and mag > absurd):
-                continue  # large but plausible: no single exponent bit explains it
+            elif e < ref_e + 2 * lay.gap:
+                continue  # large but no single exponent bit explains it: plausible
             s.outliers.append(entry)
-        for ex in s.nonfinite_examples:
-            ex["byte_offset"] = self.start + ex["index"] * self.itemsize
-            raw = ex.pop("_raw", None)
-            if raw is not None:
-                flip = self._flip_back_bits(raw, exp_bits)
-                if flip is not None:
-                    ex["flip_bit"], ex["repaired"] = flip
+        self._nonfinite_flips(low_e, ref_e)
         return s
 
-    def _bulk_ok(self, y: float) -> bool:
-        """True when ``y`` looks like the tensor's ordinary values (not just tiny)."""
-        s = self.summary
-        if not math.isfinite(y):
-            return False
-        scale = s.rms_bulk if s.rms_bulk else 1.0
-        return y == 0.0 or scale * 1e-4 <= abs(y) <= 8 * scale
+    def _nonfinite_flips(self, low_e: int | None, ref_e: int | None) -> None:
+        lay = self.layout
+        assert lay is not None
+        exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
+        for ex in self.summary.nonfinite_examples:
+            ex["byte_offset"] = self.start + ex["index"] * self.itemsize
+            raw = ex.pop("_raw", None)
+            if raw is not None and low_e is not None and ref_e is not None:
+                flip = self._flip(raw, exp_bits, low_e, ref_e)
+                if flip is not None:
+                    ex["flip_bit"], ex["repaired"] = flip
 
-    def _flip_back(self, value: float, exp_bits: range) -> tuple[int, float] | None:
-        return self._flip_back_bits(_to_bits(value, self.dtype), exp_bits)
-
-    def _flip_back_bits(self, raw: int, exp_bits: range) -> tuple[int, float] | None:
+    def _flip(self, raw: int, exp_bits: range, low_e: int, ref_e: int,
+              ) -> tuple[int, float] | None:
+        """The one exponent bit whose flip puts the value among the ordinary ones, if unique."""
+        lay = self.layout
+        assert lay is not None
         hits = []
         for b in exp_bits:
-            y = _from_bits(raw ^ (1 << b), self.dtype)
-            if self._bulk_ok(y):
-                hits.append((b, y))
+            y = raw ^ (1 << b)
+            e = (y >> lay.shift) & lay.emask
+            if low_e <= e <= ref_e or (y & ((1 << lay.sign) - 1)) == 0:
+                hits.append((b, _from_bits(y, self.dtype)))
         return hits[0] if len(hits) == 1 else None
+
+
+def _exp_width(lay: _FloatLayout) -> int:
+    return lay.emask.bit_length()
 
 
 @dataclass

@@ -33,7 +33,9 @@ from ckptrescue.formats.tensorbundle_index import (
     shard_path,
     sliced_parents,
 )
+from ckptrescue.formats.tensorbundle_slices import check_slices
 from ckptrescue.formats.tensorbundle_verify import (
+    PieceResult,
     Shard,
     close_shards,
     open_shards,
@@ -74,23 +76,9 @@ def leftover_findings(prefix: Path) -> list[Finding]:
 
 
 def _pieces(index: BundleIndex) -> tuple[list[BundleEntry], list[Finding]]:
-    """Entries that hold bytes (plain variables and slices), plus slice-coverage findings."""
-    findings: list[Finding] = []
-    slices: dict[str, list[BundleEntry]] = defaultdict(list)
-    for e in index.entries:
-        if e.is_slice:
-            slices[piece_name(e)].append(e)
-    pieces = [e for e in index.entries if not e.is_sliced_parent]
-    for parent in (e for e in index.entries if e.is_sliced_parent):
-        have = {s.slice.text() for s in slices.get(parent.key, []) if s.slice is not None}
-        missing = [s.text() for s in parent.slices if s.text() not in have]
-        if missing:
-            findings.append(Finding(
-                "TB013", Severity.ERROR,
-                f"{parent.key}: {len(missing)} of {len(parent.slices)} slices have no entry",
-                evidence=str(index_path(index.prefix)), source="tensorbundle",
-                tensors=(parent.key,), details={"missing_slices": missing}))
-    return pieces, findings
+    """Entries that hold bytes (plain variables and slices), plus slice-consistency findings."""
+    findings = check_slices(index)
+    return [e for e in index.entries if not e.is_sliced_parent], findings
 
 
 def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
@@ -185,14 +173,21 @@ def _verify_all(report: CheckpointReport, index: BundleIndex, pieces: list[Bundl
             f"{n} the header declares", evidence=str(index_path(index.prefix)),
             source="tensorbundle", tensors=tuple(sorted({piece_name(e) for e in bad_shard_id}))))
     untrusted_ok: list[str] = []
+    parents = sliced_parents(index)
     for e in sorted(pieces, key=lambda e: (e.shard_id, e.offset)):
         name = piece_name(e)
         shard = shards.get(e.shard_id)
         scan = numeric_scan(e.dtype_name, e.offset, e.size) if options.numeric else None
-        result = verify_piece(shard.fh if shard else None, shard.size if shard else None,
-                              e, scan.feed if scan is not None else None)
+        if e.problem:
+            result = PieceResult("damaged", e.problem)
+        else:
+            result = verify_piece(shard.fh if shard else None, shard.size if shard else None,
+                                  e, scan.feed if scan is not None else None)
+        # A slice's record carries its variable's shape; ``storage`` says which slice it is.
+        parent = parents.get(name) if e.is_slice else None
         rec = TensorRecord(
-            name=name, dtype=e.dtype_name, shape=e.shape,
+            name=name, dtype=e.dtype_name,
+            shape=parent.shape if parent is not None else e.shape,
             file=str(shard.path) if shard else None, offset=e.offset, length=e.size,
             storage=piece_storage(e, n), status=result.status,
             checksum=f"crc32c:{result.calculated:08x}" if result.status == "ok" else None,
@@ -204,11 +199,11 @@ def _verify_all(report: CheckpointReport, index: BundleIndex, pieces: list[Bundl
         if result.status == "damaged":
             if not e.trusted:
                 rec.reasons.append("the entry itself may be what is damaged")
-            report.findings.append(Finding(
-                "TB002" if "CRC32C" in result.reason else "TB011", Severity.ERROR,
-                f"{name}: {result.reason}", evidence=ev, offset=e.offset, length=e.size,
-                source="tensorbundle", tensors=(name,),
-                details={"storage": rec.storage, "entry_trusted": e.trusted}))
+            if not e.problem:  # slice inconsistencies are already reported (TB015)
+                report.findings.append(Finding(
+                    result.code, Severity.ERROR, f"{name}: {result.reason}", evidence=ev,
+                    offset=e.offset, length=e.size, source="tensorbundle", tensors=(name,),
+                    details={"storage": rec.storage, "entry_trusted": e.trusted}))
             _add(report.damaged_tensors, name)
         elif result.status in ("missing", "truncated"):
             _add(report.missing_tensors, name)

@@ -73,6 +73,7 @@ class BundleEntry:
     parent: str | None = None  # for a slice entry: the variable it belongs to
     slice: SliceSpec | None = None
     trusted: bool = True  # False when the entry came from a damaged index block
+    problem: str | None = None  # set when the entry contradicts its variable (slices)
 
     @property
     def is_slice(self) -> bool:

@@ -37,6 +37,7 @@ class PieceResult:
     status: str
     reason: str = ""
     calculated: int | None = None  # unmasked CRC32C of the bytes read
+    code: str = "TB002"  # finding code when damaged: TB002 bytes vs CRC, TB011 entry sizes
 
 
 def _string_crc(raw: bytes, count: int) -> int:
@@ -80,14 +81,16 @@ def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry
         return PieceResult("missing", "its data shard is missing")
     end = entry.offset + entry.size
     if entry.offset < 0 or entry.size < 0:
-        return PieceResult("damaged", f"negative offset/size ({entry.offset}, {entry.size})")
+        return PieceResult("damaged", f"negative offset/size ({entry.offset}, {entry.size})",
+                           code="TB011")
     if end > shard_size:
         have = max(0, shard_size - entry.offset)
         return PieceResult("truncated", f"shard ends {end - shard_size} bytes before the tensor "
                            f"does ({have} of {entry.size} bytes present)")
     expected = entry.expected_size
     if expected is not None and expected != entry.size:
-        return PieceResult("damaged", f"entry size {entry.size} but dtype x shape = {expected}")
+        return PieceResult("damaged", f"entry size {entry.size} but dtype x shape = {expected}",
+                           code="TB011")
     if entry.crc32c is None:
         return PieceResult("unverified", "the entry records no CRC32C")
     count = prod(entry.shape) if entry.shape is not None else 1

@@ -19,7 +19,7 @@ XOR_CHUNK = 4 * 1024 * 1024
 VERDICT_OF_CODE: dict[str, Verdict] = {
     "SS002": Verdict.DAMAGED, "SS003": Verdict.DAMAGED, "SS005": Verdict.DAMAGED,
     "SS006": Verdict.DAMAGED, "TB002": Verdict.DAMAGED, "TB005": Verdict.DAMAGED,
-    "TB006": Verdict.DAMAGED, "TB011": Verdict.DAMAGED,
+    "TB006": Verdict.DAMAGED, "TB011": Verdict.DAMAGED, "TB015": Verdict.DAMAGED,
     "TB001": Verdict.INCOMPLETE, "TB003": Verdict.INCOMPLETE, "TB013": Verdict.INCOMPLETE,
     "TB014": Verdict.INCOMPLETE, "TC001": Verdict.INCOMPLETE, "SD004": Verdict.INCOMPLETE,
     "SD001": Verdict.INCOMPLETE, "KR003": Verdict.INCOMPLETE,
@@ -40,22 +40,48 @@ def verdict_from(report: CheckpointReport, *, index_truncated: bool = False) -> 
     return worst_verdict(verdicts)
 
 
-def numeric_scan(dtype: str, offset: int, size: int) -> StorageScan | None:
+class GuardedScan:
+    """A numeric scan that can never break verification: a failure disables it and is kept."""
+
+    def __init__(self, scan: StorageScan) -> None:
+        self.scan: StorageScan | None = scan
+        self.error: str | None = None
+
+    def feed(self, offset: int, chunk: bytes) -> None:
+        if self.scan is None:
+            return
+        try:
+            self.scan.feed(offset, chunk)
+        except Exception as exc:  # noqa: BLE001 - the CRC pass must go on whatever happens
+            self.scan, self.error = None, f"{type(exc).__name__}: {exc}"
+
+
+def numeric_scan(dtype: str, offset: int, size: int, *,
+                 big_endian: bool = False) -> GuardedScan | None:
     """A streaming numeric scan for one tensor (None for dtypes without numeric checks)."""
     from ckptrescue.formats.numeric import StorageScan
 
-    scan = StorageScan(dtype, start=offset, length=size)
-    return None if scan.summary.skipped else scan
+    scan = StorageScan(dtype, start=offset, length=size, big_endian=big_endian)
+    return None if scan.summary.skipped else GuardedScan(scan)
 
 
-def numeric_findings(scan: StorageScan, name: str, *, evidence: str | None) -> list[Finding]:
+def numeric_findings(guarded: GuardedScan, name: str, *,
+                     evidence: str | None) -> list[Finding]:
     """NM findings for one finished scan (shared judge), plus TF/Keras name invariants."""
     from ckptrescue.formats.numeric import judge
 
-    summary = scan.finish()
+    scan = guarded.scan
+    try:
+        if scan is None:
+            raise RuntimeError(guarded.error or "numeric scan unavailable")
+        summary = scan.finish()
+        judged = judge(summary, [name])
+    except Exception as exc:  # noqa: BLE001
+        return [Finding("NM007", Severity.INFO, f"{name}: numeric scan failed: {exc}",
+                        evidence=evidence, source="numeric", tensors=(name,))]
     out = [Finding(s.code, Severity.WARNING, s.title, evidence=evidence, offset=s.offset,
                    length=s.length, source="numeric", tensors=(name,), details=s.details)
-           for s in judge(summary, [name])]
+           for s in judged]
     lname = name.lower()
     if ("moving_variance" in lname or "running_var" in lname) and summary.nonpositive \
             and not any(f.code == "NM005" for f in out):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,21 +120,26 @@ class VerifyFailed(CkptRescueError):
         self.partial = partial
 
 
-def list_objects(client: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
-    """Every object key under ``prefix`` -> its listing entry (ListObjectsV2, paginated)."""
-    out: dict[str, dict[str, Any]] = {}
+def iter_object_pages(client: Any, bucket: str, prefix: str
+                      ) -> Iterator[list[dict[str, Any]]]:
+    """ListObjectsV2 pages under ``prefix`` (kit errors on failure)."""
     kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
     while True:
         try:
             response = client.list_objects_v2(**kwargs)
         except Exception as exc:
             raise translate_error(exc, f"s3://{bucket}/{prefix}") from exc
-        for item in response.get("Contents") or []:
-            out[item["Key"]] = item
+        yield list(response.get("Contents") or [])
         token = response.get("NextContinuationToken")
         if not response.get("IsTruncated") or not token:
-            return out
+            return
         kwargs["ContinuationToken"] = token
+
+
+def list_objects(client: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
+    """Every object key under ``prefix`` -> its listing entry (ListObjectsV2, paginated)."""
+    return {item["Key"]: item for page in iter_object_pages(client, bucket, prefix)
+            for item in page}
 
 
 def list_local(root: Path) -> dict[str, Path]:
@@ -177,28 +182,18 @@ def verify_prefix(
     if client is None:
         client = make_client(options=options)
     result = VerifyResult(url=f"s3://{target.bucket}/{prefix}", local_dir=str(root))
-    try:
-        remote = list_objects(client, target.bucket, prefix)
-    except CkptRescueError as exc:
-        _record(case, result, options, download)
-        raise VerifyFailed(exc, result) from exc
-    remote = {k: v for k, v in remote.items() if not k.endswith("/")}
     local = list_local(root)
-    rel_remote = {k[len(prefix):]: k for k in remote}
     provenance = provenance_for(client)
-    for rel in sorted(set(local) - set(rel_remote)):
-        result.objects.append(ObjectResult(rel, "missing-remote", None,
-                                           {"message": "no object with this key"}))
-    todo = sorted(rel_remote)
-    lock = threading.Lock()
+    listing_error: CkptRescueError | None = None
     done = [0]
+    lock = threading.Lock()
+    futures: dict[str, Any] = {}
 
-    def one(rel: str) -> ObjectResult:
-        key = rel_remote[rel]
+    def one(rel: str, key: str) -> ObjectResult:
         if rel not in local:
             return ObjectResult(rel, "missing-local", None, {"message": "no local file"})
         try:
-            return _verify_one(client, target.bucket, key, rel, local[rel], remote[key],
+            return _verify_one(client, target.bucket, key, rel, local[rel],
                                provenance=provenance, download=download)
         except ObjectGone as exc:
             return ObjectResult(rel, "missing-remote", None, {"message": exc.message})
@@ -206,21 +201,38 @@ def verify_prefix(
             return ObjectResult(rel, "unverifiable", None,
                                 {"message": exc.message, "error": True})
 
-    def tick(rel: str) -> None:
+    def tick(future: Any) -> None:
         with lock:
             done[0] += 1
             if progress:
-                progress(done[0], len(todo), rel)
+                progress(done[0], len(futures), future.result().key)
 
+    # HEADs start while later listing pages are still being fetched.
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {rel: pool.submit(one, rel) for rel in todo}
-        for rel in todo:
+        try:
+            for page in iter_object_pages(client, target.bucket, prefix):
+                for item in page:
+                    key = item["Key"]
+                    if key.endswith("/"):
+                        continue  # folder placeholder
+                    rel = key[len(prefix):]
+                    with lock:
+                        futures[rel] = pool.submit(one, rel, key)
+                    futures[rel].add_done_callback(tick)
+        except CkptRescueError as exc:
+            listing_error = exc
+        for rel in sorted(futures):
             obj = futures[rel].result()
             result.objects.append(obj)
             if obj.detail.get("error"):
                 result.errors.append(f"{result.url}{rel}: {obj.detail['message']}")
-            tick(rel)
+    if listing_error is None:
+        for rel in sorted(set(local) - set(futures)):
+            result.objects.append(ObjectResult(rel, "missing-remote", None,
+                                               {"message": "no object with this key"}))
     _record(case, result, options, download)
+    if listing_error is not None:
+        raise VerifyFailed(listing_error, result)
     if result.errors:
         first = result.errors[0]
         more = f" (and {len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
@@ -231,8 +243,8 @@ def verify_prefix(
     return result
 
 
-def _verify_one(client: Any, bucket: str, key: str, rel: str, path: Path,
-                listing: dict[str, Any], *, provenance: str, download: bool) -> ObjectResult:
+def _verify_one(client: Any, bucket: str, key: str, rel: str, path: Path, *,
+                provenance: str, download: bool) -> ObjectResult:
     local_size = path.stat().st_size
     head = head_object(client, bucket, key)
     if head.size is not None and head.size != local_size:

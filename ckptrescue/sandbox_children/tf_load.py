@@ -10,9 +10,10 @@ Request: ``{"prefixes": [PREFIX, ...], "max_errors": 50}``. Output (one JSON lin
                           "variables": N, "read_ok": N,
                           "errors": [{"name", "type", "message"}], "seconds": S}}}
 
-Progress lines ``ckptrescue-tf-load: BEGIN <prefix>`` go to stderr, so that when TensorFlow's
-C++ code aborts the process (a CHECK failure on an inconsistent slice entry) the parent can tell
-which checkpoint killed it.
+Progress lines ``BEGIN <prefix>`` / ``END <prefix>`` are appended to the request's ``progress``
+file (and echoed on stderr), so that when TensorFlow's C++ code aborts the process (a CHECK
+failure on an inconsistent slice entry: SIGABRT, with a long stack trace on stderr) the parent
+can tell which checkpoint killed it.
 
 Parent side: :func:`load_reports` (called by the generic probe for formats whose ``load_batch``
 names it) runs ONE child for all TensorFlow reports of a run; if the child dies, the checkpoint
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
     from ckptrescue.checkpoint import CheckpointReport
 
 TF_FORMATS = ("tf-tensorbundle", "tf-savedmodel")
-_BEGIN = "ckptrescue-tf-load: BEGIN "
-_END = "ckptrescue-tf-load: END "
 
 
 def _err(exc: BaseException) -> dict[str, str]:
@@ -77,20 +77,30 @@ def main() -> None:
     import tensorflow as tf
 
     results = {}
+    progress = req.get("progress")
+
+    def mark(what: str, prefix: str) -> None:
+        print(f"ckptrescue-tf-load: {what} {prefix}", file=sys.stderr, flush=True)
+        if progress:
+            with open(progress, "a") as fh:
+                fh.write(f"{what} {prefix}\n")
+
     for prefix in req.get("prefixes", []):
-        print(f"ckptrescue-tf-load: BEGIN {prefix}", file=sys.stderr, flush=True)
+        mark("BEGIN", prefix)
         results[prefix] = _probe_prefix(tf, prefix, int(req.get("max_errors", 50)))
-        print(f"ckptrescue-tf-load: END {prefix}", file=sys.stderr, flush=True)
+        mark("END", prefix)
     print(json.dumps({"ok": True, "tensorflow": tf.__version__, "results": results}))
 
 
-def _in_progress(stderr_tail: str) -> str | None:
+def _in_progress(progress: str) -> str | None:
+    """The prefix the child had begun but not finished (from its progress file)."""
     begun = ended = None
-    for line in stderr_tail.splitlines():
-        if line.startswith(_BEGIN):
-            begun = line[len(_BEGIN):].strip()
-        elif line.startswith(_END):
-            ended = line[len(_END):].strip()
+    for line in progress.splitlines():
+        what, _, prefix = line.partition(" ")
+        if what == "BEGIN":
+            begun = prefix
+        elif what == "END":
+            ended = prefix
     return begun if begun and begun != ended else None
 
 
@@ -126,8 +136,15 @@ def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
         if r.format in TF_FORMATS and prefix:
             todo[str(prefix)] = r
     while todo:
-        outcome = run_child("tf_load", {"prefixes": list(todo)}, case=case,
-                            memory_mb=memory_mb, timeout_s=timeout_s)
+        fd, progress = tempfile.mkstemp(prefix="ckptrescue-tf-load-", suffix=".progress")
+        os.close(fd)
+        try:
+            outcome = run_child("tf_load", {"prefixes": list(todo), "progress": progress},
+                                case=case, memory_mb=memory_mb, timeout_s=timeout_s)
+            with open(progress) as fh:
+                done_text = fh.read()
+        finally:
+            os.unlink(progress)
         results = outcome.result.get("results", {}) if outcome.status == "ok" else {}
         for prefix, result in results.items():
             if prefix in todo:
@@ -136,7 +153,7 @@ def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
             for r in todo.values():  # not reported by the child: say so
                 r.load = {"status": "bad-output", "loader": "tensorflow"}
             return
-        culprit = _in_progress(outcome.stderr_tail)
+        culprit = _in_progress(done_text)
         victims = [culprit] if culprit in todo else list(todo)
         for prefix in victims:
             r = todo.pop(prefix)

@@ -47,6 +47,7 @@ class ImageResult:
     mapfile_sha256: str = ""
     source: str = ""
     source_sha256: str | None = None
+    rescued_sha256: str = ""  # SHA-256 over the '+' ranges only, in order
     sector_size: int = 512
     finished: bool = False
     unreadable_ranges: list[tuple[int, int]] = field(default_factory=list)
@@ -63,7 +64,8 @@ class ImageResult:
     def details(self) -> dict[str, Any]:
         """Everything else known about the run (for reports)."""
         return {**self.to_json(), "mapfile_sha256": self.mapfile_sha256, "source": self.source,
-                "source_sha256": self.source_sha256, "sector_size": self.sector_size,
+                "source_sha256": self.source_sha256, "rescued_sha256": self.rescued_sha256,
+                "sector_size": self.sector_size,
                 "finished": self.finished, "evidence_id": self.evidence_id,
                 "unreadable_ranges": [[s, e] for s, e in self.unreadable_ranges],
                 "resumed": self.resumed, "findings": [f.to_json() for f in self.findings]}
@@ -144,17 +146,27 @@ def _run_with_progress(runner: SubprocessRunner, call: ToolCall, mapfile: Path,
                        on_progress: ProgressFn | None,
                        cancel: threading.Event | None) -> Any:
     box: dict[str, Any] = {}
+    stop = threading.Event()  # ours: set on Ctrl-C or when the caller's ``cancel`` is set
 
     def work() -> None:
         try:
-            box["result"] = runner.run(call, cancel=cancel)
+            box["result"] = runner.run(call, cancel=stop)
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     while thread.is_alive():
-        thread.join(timeout=1.0)
+        try:
+            thread.join(timeout=1.0)
+        except KeyboardInterrupt:
+            # ddrescue runs in its own session, so the terminal's SIGINT does not reach it:
+            # stop it through the runner before giving up, never leave it running
+            stop.set()
+            thread.join()
+            raise
+        if cancel is not None and cancel.is_set():
+            stop.set()
         if on_progress is not None and mapfile.exists():
             try:
                 mp = ddrescue_mapfile.parse(mapfile.read_text())
@@ -245,18 +257,41 @@ def image(source: str | Path, *, case: Case, dest: str | Path | None = None, ret
             if result.returncode != 0:
                 last = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
                 raise ToolFailedError(f"ddrescue exited {result.returncode}: {last}")
-    return _finish(case, src, facts, img, mapf, findings, resumed)
+    return _finish(case, src, facts, img, mapf, findings, resumed, record=not already_done)
+
+
+def _hash_image(img: Path, good: list[tuple[int, int]]) -> tuple[str, str]:
+    """One streaming pass: SHA-256 of the whole image and of the rescued (``+``) bytes only, in
+    order (comparable with the same hash over another read of the source)."""
+    import hashlib
+
+    whole, rescued = hashlib.sha256(), hashlib.sha256()
+    pos, k = 0, 0
+    with open(img, "rb", buffering=0) as fh:
+        while block := fh.read(1 << 20):
+            whole.update(block)
+            end = pos + len(block)
+            while k < len(good) and good[k][0] < end:
+                lo, hi = max(good[k][0], pos), min(good[k][1], end)
+                if lo < hi:
+                    rescued.update(block[lo - pos:hi - pos])
+                if good[k][1] <= end:
+                    k += 1
+                else:
+                    break
+            pos = end
+    return whole.hexdigest(), rescued.hexdigest()
 
 
 def _finish(case: Case, src: Path, facts: dict[str, Any], img: Path, mapf: Path,
-            findings: list[Finding], resumed: bool) -> ImageResult:
+            findings: list[Finding], resumed: bool, *, record: bool = True) -> ImageResult:
     size = facts["size"]
     mp = ddrescue_mapfile.parse(mapf.read_text(), name=str(mapf))
     if mp.domain_start != 0 or mp.domain_end != size:
         raise ToolFailedError(f"{mapf}: domain [{mp.domain_start}, {mp.domain_end}) does not "
                               f"match the source size {size}")
     map_sha = case.store_artifact_file(mapf, name=mapf.name, kind="ddrescue-mapfile")
-    img_sha = sha256_file(img)
+    img_sha, rescued_sha = _hash_image(img, mp.ranges("+"))
     bad = mp.bad_ranges()
     unreadable = mp.unreadable_ranges()
     src_sha = sha256_file(src) if mp.finished else None
@@ -286,18 +321,20 @@ def _finish(case: Case, src: Path, facts: dict[str, Any], img: Path, mapf: Path,
             kind="image", source=str(img), acquired_how="ddrescue (read-only source, mapfile)",
             size=img.stat().st_size, sha256=img_sha,
             details={"from": str(src), "mapfile": str(mapf), "mapfile_sha256": map_sha,
-                     "source_sha256": src_sha, "rescued_bytes": mp.rescued,
+                     "source_sha256": src_sha, "rescued_sha256": rescued_sha,
+                     "rescued_bytes": mp.rescued,
                      "bad_ranges": [list(r) for r in bad], "sector_size": facts["sector_size"]})
         evidence_id = item.id
     else:
         evidence_id = next((e.id for e in case.evidence()
                             if os.path.realpath(e.source) == os.path.realpath(img)), None)
-    case.add_findings(findings)
+    if record:
+        case.add_findings(findings)
     result = ImageResult(image=str(img), mapfile=str(mapf), image_sha256=img_sha, size=size,
                          rescued_bytes=mp.rescued, bad_ranges=bad, mapfile_sha256=map_sha,
                          source=str(src), source_sha256=src_sha,
                          sector_size=facts["sector_size"], finished=mp.finished,
                          unreadable_ranges=unreadable, evidence_id=evidence_id,
-                         findings=findings, resumed=resumed)
+                         findings=findings, resumed=resumed, rescued_sha256=rescued_sha)
     case.log("image.finished", result.details())
     return result

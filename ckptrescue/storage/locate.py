@@ -217,8 +217,10 @@ def _findings(result: LocateResult, image: str) -> list[Finding]:
         for h in r.files:
             code = "LC003" if h.shared else "LC001"
             what = f"tensors {', '.join(h.tensors)}" if h.tensors else "no tensor named"
+            if h.shared:
+                what += "; shared extent, other owners are listed too"
             out.append(Finding(
-                code, Severity.ERROR if code == "LC001" else Severity.WARNING,
+                code, Severity.ERROR,
                 f"{h.path}: bytes [{h.file_offset}, {h.file_offset + h.length}) unreadable "
                 f"({what})", evidence=h.path, offset=h.file_offset, length=h.length,
                 source="locate", tensors=tuple(h.tensors),

@@ -88,6 +88,28 @@ def test_what_cannot_be_recovered_is_reported(incident, tmp_path: Path, case) ->
     assert "RC002" in {f.code for f in result.findings()}
 
 
+def test_recover_from_an_earlier_audit_report(incident, tmp_path: Path) -> None:
+    import json
+
+    from ckptrescue.datasets.audit import audit
+
+    root, manifest, snaps, good = incident
+    report = tmp_path / "audit.json"
+    report.write_text(json.dumps(audit(root, manifest).to_json()))
+    files_before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
+    result = recover(root, manifest=manifest, source=snaps, to=tmp_path / "r",
+                     audit_report=report, jobs=3)
+    assert result.ok and {r.rel.decode() for r in result.recovered} == DAMAGED
+    assert [r.rel for r in result.files] == sorted(r.rel for r in result.files)
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == files_before
+    report.write_text('{"files": [{"path": "not/in/manifest", "status": "missing"}]}')
+    with pytest.raises(UsageError, match="not in the manifest"):
+        recover(root, manifest=manifest, source=snaps, to=tmp_path / "r2", audit_report=report)
+    report.write_text("garbage")
+    with pytest.raises(UsageError, match="manifest audit --json"):
+        recover(root, manifest=manifest, source=snaps, to=tmp_path / "r3", audit_report=report)
+
+
 def test_recovery_dir_may_not_overlap_the_dataset(incident) -> None:
     root, manifest, snaps, _ = incident
     before = tree_digest(root)

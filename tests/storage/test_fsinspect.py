@@ -46,3 +46,14 @@ def test_ext4_needs_recovery_is_a_finding(case, shm_dir, no_leftovers):
     assert fx.sha256(img) == before
     clean = fx.make_fs(shm_dir / "c.img", "ext4")
     assert {f.code for f in fs_inspect(clean, case=case).findings} == {"E4004"}
+
+
+def test_ext4_recorded_errors_are_findings(case, shm_dir, no_leftovers):
+    img = fx.make_fs(shm_dir / "err.img", "ext4")
+    fx.record_ext4_errors(img)
+    res = fs_inspect(img, case=case)
+    codes = {f.code for f in res.findings}
+    assert {"E4002", "E4003"} <= codes
+    e4003 = next(f for f in res.findings if f.code == "E4003")
+    assert e4003.details["First error function"] == "ext4_lookup"
+    assert res.facts["dumpe2fs"]["error_count"] == 3

@@ -50,6 +50,17 @@ def test_image_reports_exactly_the_simulated_bad_ranges(case, xfs_src, tmp_path,
         b.seek(0x200000)
         assert a.read(1 << 20) == b.read(1 << 20)
     assert fx.sha256(res.image) == res.image_sha256
+    # hash over the rescued ranges only == the same hash over the source's readable bytes
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(xfs_src, "rb") as a:
+        pos = 0
+        for s, e in [*bad, (size, size)]:
+            a.seek(pos)
+            h.update(a.read(s - pos))
+            pos = e
+    assert res.rescued_sha256 == h.hexdigest()
     assert set(res.to_json()) == {"image", "mapfile", "image_sha256", "size", "rescued_bytes",
                                   "bad_ranges"}
     codes = [f.code for f in case.findings()]

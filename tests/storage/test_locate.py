@@ -131,3 +131,21 @@ def test_unmountable_ext4_falls_back_to_debugfs_on_a_backup_superblock(case, shm
     assert [(f.path, f.file_offset, f.length) for f in loc.ranges[1].files] == [
         ("ckpt/model.bin", log + 12288, 512)]
     assert fx.sha256(img) == before
+
+
+def test_reflinked_clone_is_reported_for_both_owners(case, shm_dir, tmp_path, no_leftovers):
+    img = fx.make_fs(shm_dir / "r.img", "xfs")
+    with fx.rw_mounted(img, "xfs") as mnt:
+        (mnt / "a.bin").write_bytes(os.urandom(1 << 20))
+        import subprocess
+
+        subprocess.run(["cp", "--reflink=always", str(mnt / "a.bin"), str(mnt / "b.bin")],
+                       check=True)
+    log, phys, _n = fx.fiemap_physical(img, "xfs", "a.bin")[0]
+    bad = (phys + 4096, phys + 8192)
+    mapfile = tmp_path / "m.map"
+    mapfile.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size, [bad]))
+    loc = locate(mapfile, img, case=case)
+    files = [(f.path, f.file_offset, f.shared) for f in loc.ranges[0].files]
+    assert files == [("a.bin", log + 4096, True), ("b.bin", log + 4096, True)]
+    assert sorted(f.code for f in loc.findings) == ["LC003", "LC003"]

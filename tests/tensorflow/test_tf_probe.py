@@ -168,3 +168,13 @@ def test_reference_comparison_by_variable_name(tf_originals: Path, copy_of) -> N
     (other,) = probe_paths([tf_originals / "many" / "ckpt.index"], reference=ref)
     rf001 = [f for f in other.findings if f.code == "RF001"]
     assert rf001 and BN_VAR in rf001[0].tensors
+
+
+def test_reference_names_the_single_bit_flip(tf_originals: Path) -> None:
+    (r,) = probe_paths([tf_originals / "poisoned"], reference=tf_originals / "clean")
+    rf = [f for f in r.findings if f.code == "RF004"]
+    kernel = "model/optimizer/_trainable_variables/0/.ATTRIBUTES/VARIABLE_VALUE"
+    assert len(rf) == 1 and rf[0].tensors == (kernel,)
+    assert rf[0].details["examples"][0]["bit"] == 30
+    assert rf[0].details["examples"][0]["index"] == 3 * 16 + 5
+    assert r.extra["reference"]["missing"] == 0 and r.verdict is Verdict.SUSPECT

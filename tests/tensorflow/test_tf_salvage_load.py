@@ -101,3 +101,17 @@ def test_salvage_fill_from_previous_checkpoint(tf_originals: Path, copy_of,
     assert result.filled == [BN_VAR]
     got = load_file(result.output)
     assert got[BN_VAR].tobytes() == np.asarray(tfx.reads(tf_originals, "ckpt-1")[BN_VAR]).tobytes()
+
+
+def test_inconsistent_slice_is_damaged_and_tf_abort_is_a_finding(tf_originals: Path,
+                                                                  copy_of) -> None:
+    d = copy_of("sharded")
+    name = tfx.set_first_slice_dtype(d / "ckpt.index", 3)  # float32 slice claims int32
+    (bad,) = probe_paths([d])
+    assert bad.verdict is Verdict.DAMAGED and bad.damaged_tensors == [name]
+    assert [f.code for f in bad.findings] == ["TB015"]
+    (good,) = probe_paths([tf_originals / "poisoned"])
+    load_reports([good, bad])  # one batch: the abort must not cost the other checkpoint
+    ld3 = next(f for f in bad.findings if f.code == "LD003")
+    assert bad.load["signal"] == "SIGABRT" and "SIGABRT" in ld3.title
+    assert any(f.code == "LD001" for f in good.findings)

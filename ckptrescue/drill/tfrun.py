@@ -1,0 +1,53 @@
+"""The drill's TensorFlow checkpoints, written by tensorflow-cpu in a child process (the import
+is slow and heavy; the drill's own process never imports TensorFlow).
+
+``python -m ckptrescue.drill.tfrun OUT_DIR`` trains a tiny Keras model for two steps and saves a
+``tf.train.Checkpoint`` (model + Adam slots) after each, through a CheckpointManager.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ckptrescue.errors import ToolFailedError
+
+
+def available() -> bool:
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def write(out_dir: Path, *, timeout_s: float = 300.0) -> None:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    res = subprocess.run([sys.executable, "-m", "ckptrescue.drill.tfrun", str(out_dir)],
+                         capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    if res.returncode != 0:
+        tail = res.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise ToolFailedError(f"writing the drill's TensorFlow checkpoint failed: {tail[0]}")
+
+
+def main() -> None:
+    import tensorflow as tf
+
+    out = Path(sys.argv[1])
+    tf.random.set_seed(3)
+    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
+                                 tf.keras.layers.Dense(4)])
+    opt = tf.keras.optimizers.Adam(1e-3)
+    ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
+    manager = tf.train.CheckpointManager(ckpt, str(out), max_to_keep=5)
+    for _ in range(2):
+        x = tf.random.normal((32, 8))
+        y = tf.random.normal((32, 4))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        manager.save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Recent cases for the start screen: a small list kept in the user's state directory.
+
+``$XDG_STATE_HOME/ckptrescue/recent-cases.json`` (default ``~/.local/state``) holds the case
+directories opened or created in the TUI, newest first; case directories directly under
+``cases_root`` are listed too. Only ``case.json`` is read (title, examiner).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_RECENT = 20
+
+
+@dataclass(frozen=True)
+class RecentCase:
+    path: Path
+    title: str
+    examiner: str
+
+    def label(self, cases_root: Path | None = None) -> str:
+        shown = str(self.path)
+        if cases_root is not None:
+            try:
+                shown = str(self.path.relative_to(cases_root))
+            except ValueError:
+                pass
+        who = f" ({self.examiner})" if self.examiner else ""
+        return f"{shown}  {self.title or '(untitled)'}{who}"
+
+
+def state_file() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ckptrescue" / "recent-cases.json"
+
+
+def _read_case(path: Path) -> RecentCase | None:
+    try:
+        manifest = json.loads((path / "case.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    return RecentCase(path=path, title=str(manifest.get("title") or ""),
+                      examiner=str(manifest.get("examiner") or ""))
+
+
+def _remembered() -> list[str]:
+    try:
+        data = json.loads(state_file().read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(p) for p in data if isinstance(p, str)] if isinstance(data, list) else []
+
+
+def recent_cases(cases_root: Path | None = None) -> list[RecentCase]:
+    """Remembered cases (newest first) that still exist, then cases under ``cases_root``."""
+    seen: set[Path] = set()
+    out: list[RecentCase] = []
+    candidates = [Path(p) for p in _remembered()]
+    if cases_root is not None and cases_root.is_dir():
+        candidates += sorted(p for p in cases_root.iterdir() if p.is_dir())
+    for path in candidates:
+        resolved = path.resolve()
+        if resolved in seen:
+            continue
+        entry = _read_case(resolved)
+        if entry is not None:
+            seen.add(resolved)
+            out.append(entry)
+    return out
+
+
+def remember(path: Path) -> None:
+    """Put ``path`` first in the recent list (best effort: a read-only home is not an error)."""
+    target = state_file()
+    entries = [str(path.resolve())] + [p for p in _remembered() if p != str(path.resolve())]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entries[:MAX_RECENT], indent=1))
+        os.replace(tmp, target)
+    except OSError:
+        pass

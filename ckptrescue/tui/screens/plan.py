@@ -1,0 +1,101 @@
+"""The whole plan before anything runs: every step, its condition, every command it runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Header, Static
+
+if TYPE_CHECKING:
+    from ckptrescue.engine import Plan
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """The dry run as text (the same content as ``playbook run --dry-run``)."""
+    from ckptrescue import engine
+
+    lines = [f"playbook {plan.playbook.name}   run key {plan.run_key}", "parameters:"]
+    for name, value in plan.params.items():
+        lines.append(f"  {name} = {value!r}")
+    lines.append("steps:")
+    for i, d in enumerate(engine.dry_run(plan), 1):
+        cond = f"   [when {d.when}]" if d.when is not None else ""
+        lines.append(f"{i:>2}. {d.step.id} [{d.step.action}]{cond}")
+        for line in d.lines:
+            lines.append(f"      $ {line}")
+    return lines
+
+
+class ConfirmRun(ModalScreen[bool]):
+    """The explicit go: y runs, n/escape goes back."""
+
+    DEFAULT_CSS = """
+    ConfirmRun { align: center middle; }
+    ConfirmRun > Vertical { width: 64; height: auto; border: thick $warning;
+                            background: $surface; padding: 1 2; }
+    ConfirmRun Horizontal { height: 3; margin-top: 1; }
+    ConfirmRun Button { margin-right: 2; }
+    """
+    BINDINGS = [Binding("y", "dismiss(True)", "Run"), Binding("n,escape", "dismiss(False)", "Back")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.text, markup=False)
+            with Horizontal():
+                yield Button("Run (y)", id="yes", variant="warning")
+                yield Button("Back (n)", id="no")
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class PlanScreen(Screen[None]):
+    """Plan preview; g asks for the go and starts the run."""
+
+    DEFAULT_CSS = """
+    PlanScreen #plan { height: 1fr; border: round $primary; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("g", "go", "Go: run this plan"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("The plan: every step and every command it will run. Nothing has run yet.",
+                     classes="title")
+        with VerticalScroll(id="plan"):
+            yield Static("\n".join(plan_lines(self.plan)), id="plan-text", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#plan").focus()
+
+    def action_go(self) -> None:
+        case = getattr(self.app, "case", None)
+        steps = len(self.plan.playbook.steps)
+        text = (f"Run {self.plan.playbook.name} ({steps} steps) in case "
+                f"{case.root.name if case else '?'}?\n\nConfirm gates inside the playbook will "
+                "still ask before imaging or copying. Evidence is only read.")
+
+        def answered(go: bool | None) -> None:
+            if go:
+                from ckptrescue.tui.screens.run import RunScreen
+
+                self.app.switch_screen(RunScreen(self.plan))
+
+        self.app.push_screen(ConfirmRun(text), answered)

@@ -1,0 +1,142 @@
+"""Start: open an existing case directory or create a new one; recent cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from ckptrescue.errors import CkptRescueError
+from ckptrescue.tui.recent import RecentCase, recent_cases
+
+
+class StartScreen(Screen[None]):
+    """Open or create a case."""
+
+    DEFAULT_CSS = """
+    StartScreen #start { padding: 0 1; }
+    StartScreen #names { height: 3; }
+    StartScreen #names Input { width: 1fr; }
+    StartScreen #buttons { height: 3; }
+    StartScreen #buttons Button { margin-right: 2; }
+    StartScreen #recent { height: 1fr; border: round $primary; }
+    """
+    BINDINGS = [
+        Binding("ctrl+o", "open_case", "Open case"),
+        Binding("ctrl+n", "create_case", "Create case"),
+        Binding("escape", "back", "Back", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._recent: list[RecentCase] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="start"):
+            yield Static("Open a case directory, or create a new one for this incident.",
+                         classes="title")
+            yield Input(placeholder="case directory, e.g. /cases/INC-042", id="case-dir")
+            with Horizontal(id="names"):
+                yield Input(placeholder="incident title (new case)", id="title")
+                yield Input(placeholder="examiner (new case)", id="examiner")
+            with Horizontal(id="buttons"):
+                yield Button("Open (ctrl+o)", id="open", variant="primary")
+                yield Button("Create (ctrl+n)", id="create", variant="success")
+            yield Static("", id="start-error", classes="error")
+            yield Label("Recent cases (enter opens):", classes="hint")
+            yield OptionList(id="recent")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for field in self.query(Input):
+            field.cursor_blink = not self.app.is_headless
+        self._recent = recent_cases(getattr(self.app, "cases_root", None))
+        options = self.query_one("#recent", OptionList)
+        root = getattr(self.app, "cases_root", None)
+        for i, entry in enumerate(self._recent):
+            options.add_option(Option(entry.label(root), id=f"recent-{i}"))
+        if not self._recent:
+            options.add_option(Option("(no recent cases)", disabled=True))
+        self.query_one("#case-dir", Input).focus()
+
+    def _path(self) -> Path | None:
+        raw = self.query_one("#case-dir", Input).value.strip()
+        if not raw:
+            self._error("Type a case directory first.")
+            return None
+        path = Path(raw).expanduser()
+        root = getattr(self.app, "cases_root", None)
+        if not path.is_absolute() and root is not None:
+            path = root / path
+        return path
+
+    def _error(self, text: str) -> None:
+        self.query_one("#start-error", Static).update(text)
+
+    def action_open_case(self) -> None:
+        from ckptrescue.case import Case
+
+        path = self._path()
+        if path is None:
+            return
+        try:
+            case = Case.open(path)
+            case.manifest  # noqa: B018 - a readable manifest or a one-line error
+        except CkptRescueError as exc:
+            self._error(exc.message + (f" ({exc.hint})" if exc.hint else ""))
+            return
+        self.app.set_case(case)  # type: ignore[attr-defined]
+
+    def action_create_case(self) -> None:
+        from ckptrescue.case import Case
+
+        path = self._path()
+        if path is None:
+            return
+        title = self.query_one("#title", Input).value.strip()
+        examiner = self.query_one("#examiner", Input).value.strip()
+        try:
+            case = Case.create(path, title=title, examiner=examiner)
+        except CkptRescueError as exc:
+            self._error(exc.message)
+            return
+        except OSError as exc:
+            self._error(f"{path}: cannot create the case ({exc.strerror})")
+            return
+        self.app.set_case(case)  # type: ignore[attr-defined]
+
+    def action_back(self) -> None:
+        if getattr(self.app, "case", None) is not None and len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+
+    @on(Button.Pressed, "#open")
+    def _open_pressed(self) -> None:
+        self.action_open_case()
+
+    @on(Button.Pressed, "#create")
+    def _create_pressed(self) -> None:
+        self.action_create_case()
+
+    @on(Input.Submitted, "#case-dir")
+    def _dir_submitted(self) -> None:
+        path = self._path()
+        if path is not None and (path / "case.json").is_file():
+            self.action_open_case()
+        else:
+            self.query_one("#title", Input).focus()
+
+    @on(OptionList.OptionSelected, "#recent")
+    def _recent_selected(self, event: OptionList.OptionSelected) -> None:
+        option_id = event.option.id or ""
+        if not option_id.startswith("recent-"):
+            return
+        entry = self._recent[int(option_id.split("-", 1)[1])]
+        self.query_one("#case-dir", Input).value = str(entry.path)
+        self.action_open_case()

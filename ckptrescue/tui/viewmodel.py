@@ -1,0 +1,183 @@
+"""Pure view helpers for the TUI: text formats, the findings tree layout, the bad-sector map.
+
+Everything here takes data the engine or the case already produced (events, the report model of
+:func:`ckptrescue.report.model.build`) and arranges it for display. Nothing is computed about the
+evidence itself. No Textual import, so it is tested directly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+VERDICT_ICON = {
+    "intact": "✓", "suspect": "?", "damaged": "✗", "incomplete": "✗", "truncated": "✗",
+    "unreadable": "✗", "unsafe": "☠",
+}
+STATUS_ICON = {
+    "pending": "·", "running": "▶", "ok": "✓", "findings": "!", "failed": "✗",
+    "refused": "⊘", "stopped": "■", "skipped": "-", "cancelled": "■", "resumed": "↺",
+}
+
+
+def human_bytes(n: float | None, unit: str = "B") -> str:
+    if n is None:
+        return "?"
+    if unit != "B":
+        return f"{n:,.0f} {unit}"
+    value = float(n)
+    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or suffix == "TiB":
+            return f"{value:.0f} B" if suffix == "B" else f"{value:.1f} {suffix}"
+        value /= 1024
+    return f"{n} B"
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    s = max(0, int(round(seconds)))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def progress_text(done: float, total: float | None, unit: str, rate: float | None,
+                  eta_s: float | None, label: str = "") -> str:
+    """``imaging 12.0 MiB / 64.0 MiB  4.0 MiB/s  ETA 00:13`` from a StepProgress's fields."""
+    parts = [label] if label else []
+    parts.append(human_bytes(done, unit) + (f" / {human_bytes(total, unit)}" if total else ""))
+    if rate:
+        parts.append(f"{human_bytes(rate, unit)}/s")
+    if eta_s is not None:
+        parts.append(f"ETA {human_duration(eta_s)}")
+    return "  ".join(parts)
+
+
+# ---- the findings tree ------------------------------------------------------------------------
+
+@dataclass
+class EvidenceGroup:
+    """One top-level node: an evidence item (or a probed path) and the checkpoints under it."""
+
+    label: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _under(path: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root + "/") or root == "/"
+
+
+def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
+                      probed_roots: list[str]) -> list[EvidenceGroup]:
+    """Group the report model's checkpoints by the evidence they were found in.
+
+    ``mounts`` are the mount steps' outputs (a read-only mount of an image maps the image's
+    evidence item onto the mount point); ``probed_roots`` are the paths probe steps were given.
+    The longest matching root wins; anything else lands in "other".
+    """
+    evidence = {os.path.realpath(e["source"]): e for e in model.get("evidence", [])
+                if not str(e.get("source", "")).startswith("s3://")}
+    groups: dict[str, EvidenceGroup] = {}
+    roots: list[tuple[str, str]] = []  # (prefix, group key)
+
+    def group(key: str, label: str, detail: dict[str, Any]) -> None:
+        if key not in groups:
+            groups[key] = EvidenceGroup(label=label, detail=detail)
+
+    for mount in mounts:
+        target = str(mount.get("target") or mount.get("backing_file") or "")
+        where = str(mount.get("mountpoint") or "")
+        if not where:
+            continue
+        item = evidence.get(os.path.realpath(target)) if target else None
+        if item is not None:
+            key = item["id"]
+            group(key, f"{item['id']} {item['kind']} {item['source']}", item)
+        else:
+            key = f"mount:{where}"
+            group(key, f"{target or where} (mounted read-only)", mount)
+        roots.append((where, key))
+    for real, item in evidence.items():
+        group(item["id"], f"{item['id']} {item['kind']} {item['source']}", item)
+        roots.append((real, item["id"]))
+        if item["source"] != real:
+            roots.append((item["source"], item["id"]))
+    for root in probed_roots:
+        key = f"probe:{root}"
+        roots.append((root, key))
+        groups.setdefault(key, EvidenceGroup(label=f"probed {root}", detail={"path": root}))
+    roots.sort(key=lambda r: -len(r[0]))
+    for ckpt in model.get("checkpoints", []):
+        path = str(ckpt.get("path", ""))
+        key = next((k for prefix, k in roots if _under(path, prefix)), "other")
+        if key == "other":
+            group("other", "other checkpoints", {})
+        groups[key].checkpoints.append(ckpt)
+    return [g for g in groups.values() if g.checkpoints]
+
+
+def checkpoint_label(ckpt: dict[str, Any], root: str | None = None) -> str:
+    verdict = str(ckpt.get("verdict"))
+    path = str(ckpt.get("path", ""))
+    name = path
+    if root and _under(path, root) and path != root:
+        name = path[len(root.rstrip("/")) + 1:]
+    elif root is None:
+        name = PurePath(path).name
+    return f"{VERDICT_ICON.get(verdict, '?')} {name}  [{verdict}]"
+
+
+def tensor_rows(ckpt: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tensors with a verdict other than intact (damaged, suspect, missing) and their reasons."""
+    return list(ckpt.get("rows", []))
+
+
+def finding_lines(finding: dict[str, Any]) -> list[str]:
+    """A finding (JSON shape) as detail lines: title, where, tensors, details, artifacts."""
+    lines = [f"{finding.get('code')} [{finding.get('severity')}] {finding.get('title')}"]
+    if finding.get("evidence"):
+        lines.append(f"  evidence: {finding['evidence']}")
+    if finding.get("offset") is not None:
+        length = finding.get("length")
+        lines.append(f"  at offset {finding['offset']}" + (f", {length} bytes" if length else ""))
+    if finding.get("tensors"):
+        lines.append(f"  tensors: {', '.join(finding['tensors'])}")
+    for key, value in sorted((finding.get("details") or {}).items()):
+        text = value if isinstance(value, str) else repr(value)
+        if len(text) > 200:
+            text = text[:197] + "..."
+        label = "artifact" if key.endswith("sha256") else key
+        lines.append(f"  {label}: {text}" if label == key else f"  {label} ({key}): {text}")
+    return lines
+
+
+# ---- the bad-sector map -----------------------------------------------------------------------
+
+def sector_map_lines(bsm: dict[str, Any] | None, width: int = 60) -> list[str]:
+    """A text rendering of the report model's ``bad_sector_map``: a bar, then each bad range
+    with the files and tensors it hit (from the locate step)."""
+    if not bsm:
+        return ["no imaging step in this case: no bad-sector map"]
+    size = int(bsm.get("size") or 0)
+    ranges = bsm.get("ranges") or []
+    cells = ["▒"] * width
+    for r in ranges:
+        first = min(width - 1, int(r["start"] * width // max(size, 1)))
+        last = min(width - 1, int(max(r["end"] - 1, r["start"]) * width // max(size, 1)))
+        for i in range(first, last + 1):
+            cells[i] = "█"
+    lines = [f"image {bsm.get('image') or '?'}",
+             f"{human_bytes(size)}, rescued {human_bytes(bsm.get('rescued_bytes'))}, "
+             f"{len(ranges)} unreadable range(s)",
+             "[" + "".join(cells) + "]",
+             "0" + human_bytes(size).rjust(width + 1)]
+    for i, r in enumerate(ranges, 1):
+        lines.append(f"#{i} [{r['start']}, {r['end']}) {human_bytes(r['end'] - r['start'])}")
+        for label in r.get("labels") or ["(not located: run the locate step)"]:
+            lines.append(f"   -> {label}")
+    return lines
