@@ -12,7 +12,7 @@ real endpoint. ``S3_BENCH_LATENCY_MS=0`` shows the pure-CPU figure (then the cli
 share the machine's cores and the ratio is bounded by them).
 
 Usage: python bench/s3.py [N]
-  env: S3_BENCH_N (5000), S3_BENCH_LATENCY_MS (20), S3_BENCH_WORKERS (32)
+  env: S3_BENCH_N (5000), S3_BENCH_LATENCY_MS (20), S3_BENCH_WORKERS (16)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("S3_BENCH_N", "5000"))
     latency = float(os.environ.get("S3_BENCH_LATENCY_MS", "20"))
-    workers = int(os.environ.get("S3_BENCH_WORKERS", "32"))
+    workers = int(os.environ.get("S3_BENCH_WORKERS", "16"))
     from ckptrescue.s3.client import ClientOptions, make_client, stats
     from ckptrescue.s3.localserver import LocalS3, check_moto_checksum_support
     from ckptrescue.s3.verify import verify_prefix

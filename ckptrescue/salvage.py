@@ -226,7 +226,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = checkpoint.name
+    stem = checkpoint.parent.name if checkpoint.name.endswith(".index.json") else checkpoint.name
     for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]

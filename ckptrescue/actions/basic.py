@@ -45,7 +45,12 @@ class Exec(Action):
     )
 
     def plan(self, args: dict[str, Any]) -> list[str]:
-        return [shlex.join(str(a) for a in args["argv"])]
+        from ckptrescue import guard
+
+        argv = [str(a) for a in args["argv"]]
+        decision = guard.check(argv)
+        shown = shlex.join(argv)
+        return [shown if decision.allowed else f"{shown}    # REFUSED: {decision.reason}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         argv = tuple(str(a) for a in args["argv"])

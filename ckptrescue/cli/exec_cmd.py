@@ -1,4 +1,5 @@
-"""``ckptrescue exec --case DIR -- CMD ARGS...``: an ad-hoc read-only command through the runner."""
+"""``ckptrescue exec --case DIR -- CMD ARGS...``: an ad-hoc read-only command, as a one-step plan
+of the ``exec`` action on the engine (so it is recorded like any playbook step)."""
 
 from __future__ import annotations
 
@@ -28,32 +29,43 @@ def exec_command(
 
         ckptrescue exec --case C -- xfs_db -r -c "sb 0" -c print disk.img
     """
+    from ckptrescue import engine
     from ckptrescue.case import Case
-    from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+    from ckptrescue.events import StepFinished
 
-    case = Case.open(case_dir)
-    runner = SubprocessRunner(case, dry_run=dry_run)
-    result = runner.run(ToolCall(argv=tuple(argv), timeout_s=timeout, purpose="exec"))
-    if as_json:
-        emit_json(result.to_json())
-    if result.refused:
-        sys.stderr.write(f"ckptrescue: refused: {result.refused}\n")
-        return int(ExitCode.REFUSED)
-    if result.dry_run:
-        if not as_json:
-            sys.stdout.write("would run: " + " ".join(result.argv) + "\n")
+    plan = engine.single_step("exec", {"argv": list(argv), "timeout_s": timeout,
+                                       "allow_nonzero": True})
+    if dry_run:
+        for line in engine.dry_run(plan)[0].lines:
+            sys.stdout.write(f"would run: {line}\n")
         return 0
-    if not as_json:
-        sys.stdout.buffer.write(result.stdout_bytes)
-        sys.stderr.buffer.write(result.stderr_bytes)
-        sys.stdout.flush()
-        sys.stderr.write(
-            f"[ckptrescue] exit {result.returncode}; stdout artifact {result.stdout_sha256}\n"
-        )
-    if result.timed_out:
-        sys.stderr.write(f"ckptrescue: {argv[0]} timed out after {timeout}s and was killed\n")
+    case = Case.open(case_dir)
+    finished = [e for e in engine.run(plan, case=case) if isinstance(e, StepFinished)][0]
+    if finished.status == "refused":
+        if as_json:
+            emit_json({"argv": list(argv), "refused": finished.error})
+        sys.stderr.write(f"ckptrescue: refused: {finished.error}\n")
+        return int(ExitCode.REFUSED)
+    out = finished.outputs
+    if finished.status == "failed" and not out:
+        sys.stderr.write(f"ckptrescue: error: {finished.error}\n")
         return int(ExitCode.FAILURE)
-    return 0 if result.returncode == 0 else int(ExitCode.FINDINGS)
+    if as_json:
+        emit_json({"argv": list(argv), "returncode": out.get("returncode"),
+                   "stdout_sha256": out.get("stdout_sha256"),
+                   "stderr_sha256": out.get("stderr_sha256")})
+    else:
+        for key, stream in (("stdout_sha256", sys.stdout.buffer), ("stderr_sha256",
+                                                                     sys.stderr.buffer)):
+            if out.get(key):
+                stream.write(case.read_artifact(out[key]))
+                stream.flush()
+        sys.stderr.write(f"[ckptrescue] exit {out.get('returncode')}; stdout artifact "
+                         f"{out.get('stdout_sha256')}\n")
+    if finished.status == "failed":
+        sys.stderr.write(f"ckptrescue: {finished.error}\n")
+        return int(ExitCode.FAILURE)
+    return 0 if out.get("returncode") == 0 else int(ExitCode.FINDINGS)
 
 
 def register(app: typer.Typer) -> None:

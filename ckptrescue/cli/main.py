@@ -91,6 +91,9 @@ def main() -> None:
         code = int(ExitCode.INTERRUPT)
     except typer.Exit as exc:
         code = int(exc.exit_code or 0)
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # typer turns Ctrl-C into Exit(130)
+            sys.stderr.write("ckptrescue: interrupted; partial results are kept in the case\n")
+            code = int(ExitCode.INTERRUPT)
     except typer.Abort:
         sys.stderr.write("ckptrescue: aborted\n")
         code = int(ExitCode.INTERRUPT)

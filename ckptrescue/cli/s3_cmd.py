@@ -169,8 +169,8 @@ def history_cmd(
                         f"{event['source_ip']} ({event['user_agent']}) at {event['event_time']}")
             for anomaly in item["anomalies"]:
                 say(f"  ANOMALY {anomaly['kind']}: {anomaly['message']}")
-    problems = any(k["anomalies"] for k in data["keys"]) or (
-        manifest is not None and any(k["known_good"] is None for k in data["keys"]))
+    problems = any(k["anomalies"] for k in data["keys"]) or any(
+        k.get("manifest_sha256") and k["known_good"] is None for k in data["keys"])
     return int(ExitCode.FINDINGS if problems else ExitCode.OK)
 
 

@@ -32,6 +32,8 @@ CODES = {
     "TC001": (Severity.ERROR, "The checkpoint state file names a prefix that does not exist"),
     "TC002": (Severity.WARNING, "The checkpoint state file cannot be parsed"),
     "TC003": (Severity.WARNING, "The checkpoint state file's timestamps are not increasing"),
+    "TC004": (Severity.ERROR, "The state file names absolute paths elsewhere (a moved run): "
+              "TensorFlow will not find the latest checkpoint"),
     "SD001": (Severity.ERROR, "SavedModel: saved_model.pb is missing"),
     "SD002": (Severity.ERROR, "SavedModel: fingerprint checkpoint_hash does not match variables.index"),
     "SD003": (Severity.WARNING, "SavedModel: fingerprint.pb missing or undecodable"),

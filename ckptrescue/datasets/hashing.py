@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +66,9 @@ def hash_file(path: str | bytes, *, chunk: int = CHUNK,
             return HashOutcome(None, 0, _msg(exc), 0)
     except OSError as exc:
         return HashOutcome(None, 0, _msg(exc), 0)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO/device since it was listed
+        os.close(fd)
+        return HashOutcome(None, 0, "no longer a regular file", 0)
     try:
         while True:
             try:

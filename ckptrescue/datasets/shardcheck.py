@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +122,9 @@ def open_tracked(path: str | bytes, *, buffer_size: int = 1 << 20) -> io.Buffere
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0) | os.O_NONBLOCK)
     except PermissionError:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO/device since it was listed
+        os.close(fd)
+        raise OSError(errno.EINVAL, "no longer a regular file")
     return io.BufferedReader(_TrackedRaw(fd), buffer_size=buffer_size)
 
 

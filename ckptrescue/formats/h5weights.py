@@ -98,20 +98,73 @@ def _scan_contiguous(raw: BinaryIO, start: int, length: int, dtype: str, big: bo
     return numeric_findings(scan, name, evidence=evidence)
 
 
+# What h5py raises on a damaged file (it never raises anything narrower we could rely on).
+H5_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, IndexError)
+
+
+def _mark(out: H5Walk, rec: TensorRecord, status: str, finding: Finding) -> None:
+    rec.status = status
+    out.unreadable.append(rec.name)
+    out.findings.append(finding)
+
+
+def _dataset(out: H5Walk, name: str, ds: Any, *, evidence: str, raw: BinaryIO, base: int,
+             limit: int, numeric: bool) -> None:
+    """Record one dataset: its location, its extent check and its numeric scan."""
+    import numpy as np
+
+    rec = TensorRecord(name=name, dtype=ds.dtype.name, shape=tuple(ds.shape), file=evidence,
+                       status="unverified", reasons=["HDF5 stores no checksum"])
+    out.tensors.append(rec)
+    offset = ds.id.get_offset()
+    stored = int(ds.id.get_storage_size())
+    big = ds.dtype.byteorder == ">"
+    found: list[Finding] = []
+    if offset is not None and ds.compression is None and ds.chunks is None:
+        rec.offset, rec.length = base + offset, stored
+        if offset + stored > limit:
+            _mark(out, rec, "truncated", Finding(
+                "H5005", Severity.ERROR, f"{name}: its bytes end {offset + stored - limit} bytes "
+                "past the end of the file", evidence=evidence, offset=base + offset,
+                length=stored, source="hdf5", tensors=(name,)))
+            return
+        if numeric and ds.dtype.kind == "f":
+            found = _scan_contiguous(raw, base + offset, stored, ds.dtype.name, big, name,
+                                     evidence)
+    elif offset is None and ds.chunks is None and stored == 0 and ds.size:
+        rec.reasons.append("no storage allocated (fill value)")
+    else:
+        out.findings.append(Finding(
+            "H5004", Severity.WARNING, f"{name}: chunked/compressed "
+            f"({ds.compression or 'no filter'}): no contiguous offset", evidence=evidence,
+            source="hdf5", tensors=(name,)))
+        data = ds[()] if ds.nbytes <= WHOLE_READ_CAP else None
+        if data is not None and numeric and ds.dtype.kind == "f":
+            scan = numeric_scan(ds.dtype.name, 0, int(ds.nbytes))
+            if scan is not None:
+                little = np.ascontiguousarray(data).astype(ds.dtype.newbyteorder("<"))
+                scan.feed(0, little.tobytes())
+                found = numeric_findings(scan, name, evidence=evidence)
+    if found:
+        rec.status = "suspect"
+        out.suspect.append(name)
+        out.findings.extend(found)
+
+
 def walk_h5(source: str | io.RawIOBase, *, evidence: str, raw: BinaryIO, base: int,
             limit: int, numeric: bool = True) -> H5Walk:
     """Walk every dataset of the HDF5 file ``source`` (a path or a :class:`Window`).
 
     ``raw`` is the evidence file, ``base`` the HDF5 file's first byte in it and ``limit`` its
-    length: dataset offsets in the records are absolute offsets into ``evidence``.
+    length: dataset offsets in the records are absolute offsets into ``evidence``. Whatever
+    h5py raises on a damaged structure becomes a finding for that dataset (or the file).
     """
     import h5py
-    import numpy as np
 
     out = H5Walk()
     try:
         h5 = h5py.File(source, "r")
-    except (OSError, ValueError) as exc:
+    except H5_ERRORS as exc:
         text = str(exc)
         code = "H5005" if "truncated" in text.lower() else "H5002"
         out.findings.append(Finding(code, Severity.ERROR, f"h5py cannot open it: {text}",
@@ -120,75 +173,33 @@ def walk_h5(source: str | io.RawIOBase, *, evidence: str, raw: BinaryIO, base: i
     out.opened = True
     with h5:
         for key in ("backend", "keras_version"):
-            if key in h5.attrs:
-                value = h5.attrs[key]
-                out.attrs[key] = value.decode() if isinstance(value, bytes) else str(value)
+            try:
+                if key in h5.attrs:
+                    value = h5.attrs[key]
+                    out.attrs[key] = value.decode() if isinstance(value, bytes) else str(value)
+            except H5_ERRORS as exc:
+                out.findings.append(Finding("H5002", Severity.ERROR, f"attribute {key}: {exc}",
+                                            evidence=evidence, source="hdf5"))
         datasets: list[tuple[str, Any]] = []
         try:
             h5.visititems(lambda n, o: datasets.append((n, o))
                           if isinstance(o, h5py.Dataset) else None)
-        except (OSError, RuntimeError, KeyError) as exc:
-            out.findings.append(Finding("H5002", Severity.ERROR, f"walking the groups failed: "
-                                        f"{exc}", evidence=evidence, source="hdf5"))
-        for name, ds in datasets:
-            rec = TensorRecord(name=name, dtype=ds.dtype.name, shape=tuple(ds.shape),
-                               file=evidence, status="unverified",
-                               reasons=["HDF5 stores no checksum"])
-            out.tensors.append(rec)
+        except H5_ERRORS as exc:
+            out.findings.append(Finding("H5002", Severity.ERROR, f"walking the groups failed "
+                                        f"after {len(datasets)} datasets: {exc}",
+                                        evidence=evidence, source="hdf5"))
+        for raw_name, ds in datasets:
+            name = raw_name if isinstance(raw_name, str) else \
+                bytes(raw_name).decode("utf-8", "replace")  # damaged link names come as bytes
             try:
-                offset = ds.id.get_offset()
-                stored = int(ds.id.get_storage_size())
-            except (OSError, RuntimeError) as exc:
-                rec.status = "damaged"
-                out.unreadable.append(name)
-                out.findings.append(Finding("H5003", Severity.ERROR, f"{name}: {exc}",
-                                            evidence=evidence, source="hdf5", tensors=(name,)))
-                continue
-            big = ds.dtype.byteorder == ">"
-            if offset is not None and ds.compression is None and ds.chunks is None:
-                rec.offset, rec.length = base + offset, stored
-                if offset + stored > limit:
-                    rec.status = "truncated"
-                    out.unreadable.append(name)
-                    out.findings.append(Finding(
-                        "H5005", Severity.ERROR, f"{name}: its bytes end {offset + stored - limit}"
-                        " bytes past the end of the file", evidence=evidence, offset=base + offset,
-                        length=stored, source="hdf5", tensors=(name,)))
-                    continue
-                if numeric and ds.dtype.kind == "f":
-                    found = _scan_contiguous(raw, base + offset, stored, ds.dtype.name, big,
-                                             name, evidence)
-                    if found:
-                        rec.status = "suspect"
-                        out.suspect.append(name)
-                        out.findings.extend(found)
-                continue
-            if offset is None and ds.chunks is None and stored == 0 and ds.size:
-                rec.reasons.append("no storage allocated (fill value)")
-                continue
-            if ds.chunks is not None or ds.compression is not None:
-                out.findings.append(Finding(
-                    "H5004", Severity.WARNING, f"{name}: chunked/compressed "
-                    f"({ds.compression or 'no filter'}): no contiguous offset", evidence=evidence,
+                _dataset(out, name, ds, evidence=evidence, raw=raw, base=base, limit=limit,
+                         numeric=numeric)
+            except H5_ERRORS as exc:
+                if not out.tensors or out.tensors[-1].name != name:
+                    out.tensors.append(TensorRecord(name=name, file=evidence))
+                _mark(out, out.tensors[-1], "damaged", Finding(
+                    "H5003", Severity.ERROR, f"{name}: {exc}", evidence=evidence,
                     source="hdf5", tensors=(name,)))
-            try:
-                data = ds[()] if ds.nbytes <= WHOLE_READ_CAP else None
-            except (OSError, RuntimeError) as exc:
-                rec.status = "damaged"
-                out.unreadable.append(name)
-                out.findings.append(Finding("H5003", Severity.ERROR, f"{name}: {exc}",
-                                            evidence=evidence, source="hdf5", tensors=(name,)))
-                continue
-            if data is not None and numeric and ds.dtype.kind == "f":
-                scan = numeric_scan(ds.dtype.name, 0, int(ds.nbytes))
-                if scan is not None:
-                    scan.feed(0, np.ascontiguousarray(data).astype(ds.dtype.newbyteorder("<"))
-                              .tobytes())
-                    found = numeric_findings(scan, name, evidence=evidence)
-                    if found:
-                        rec.status = "suspect"
-                        out.suspect.append(name)
-                        out.findings.extend(found)
     out.findings.insert(0, Finding(
         "H5001", Severity.INFO, "HDF5 stores no checksums: a changed byte is invisible to "
         "every reader; only structure and numerics were checked", evidence=evidence,

@@ -242,6 +242,9 @@ def bundle_companions(prefix: Path) -> list[Path]:
     if prefix.parent.is_dir():
         out.extend(p for p in prefix.parent.iterdir()
                    if p.name.startswith(prefix.name + ".") and TEMPSTATE_RE.search(p.name))
+    meta = prefix.with_name(prefix.name + ".meta")  # TF1 Saver's MetaGraphDef
+    if meta.is_file():
+        out.append(meta)
     state = prefix.parent / "checkpoint"
     if state.is_file():
         out.append(state)

@@ -60,6 +60,13 @@ class StorageCheck:
         self.reasons.append(reason)
 
 
+def storage_map(storages: dict[str, StorageCheck]) -> dict[str, dict[str, Any]]:
+    """JSON-safe storage table for ``report.extra["storages"]`` (used by ``storage locate``:
+    a bad byte inside a storage implicates every tensor that views it)."""
+    return {k: {"file": sc.file, "offset": sc.data_offset, "length": sc.declared,
+                "status": sc.status} for k, sc in storages.items()}
+
+
 def storage_dtype(refs: list[Any]) -> str | None:
     for ref in refs:
         if isinstance(ref, TensorRef) and ref.dtype:
@@ -89,7 +96,8 @@ def stream_check(fh: BinaryIO, sc: StorageCheck, *, length: int, do_numeric: boo
         scan = numeric.StorageScan(sc.dtype, start=sc.data_offset, length=length,
                                    big_endian=big_endian, names=names)
     crc, got = zipwalk.crc_range(fh, sc.data_offset, length,
-                                 on_chunk=scan.feed if scan is not None else None)
+                                 on_chunk=scan.feed if scan is not None else None,
+                                 crc=want_crc)
     sc.available = got
     if want_crc:
         sc.crc_actual = crc

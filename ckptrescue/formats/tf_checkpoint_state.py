@@ -109,6 +109,15 @@ def state_findings(state: CheckpointState) -> list[Finding]:
             continue
         is_latest = prefix == latest
         has_data = bool(data_files(prefix))
+        local = state.path.parent / prefix.name
+        if prefix.parent != state.path.parent and prefix_exists(local):
+            out.append(Finding(
+                "TC004", Severity.ERROR if is_latest else Severity.WARNING,
+                f"the state file names {prefix} (absolute, does not exist) while {local.name} "
+                "exists next to it: the run was moved, and tf.train.latest_checkpoint returns "
+                "None", evidence=ev, source="tf-checkpoint-state",
+                details={"prefix": str(local), "named": str(prefix), "latest": is_latest}))
+            continue
         out.append(Finding(
             "TC001", Severity.ERROR if is_latest else Severity.WARNING,
             f"the state file names {prefix.name} ({'latest' if is_latest else 'older'}) but "

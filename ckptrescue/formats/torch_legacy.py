@@ -151,6 +151,7 @@ class TorchLegacyFormat:
             strides: dict[str, list[int]] = {}
             report.tensors = tensormap.tensor_records(named, storages, strides)
             report.extra["strides"] = strides
+            report.extra["storages"] = tensormap.storage_map(storages)
             for rec in report.tensors:
                 if rec.status == "unverified":
                     rec.checksum = None

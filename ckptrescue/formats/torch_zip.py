@@ -68,6 +68,7 @@ class ZipProbe:
     root: Any = None
     prefix: str = ""
     strides: dict[str, list[int]] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None,
@@ -124,6 +125,9 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
     records = layout.by_name()
     prefix = _prefix_of(list(records)) or ""
     out.prefix = prefix
+    out.records = [{"name": r.name, "header_offset": r.header_offset,
+                    "data_offset": r.data_offset, "length": r.compressed_size,
+                    "crc32": r.crc, "source": r.source} for r in layout.records]
     alignment = _alignment(fh, records.get(prefix + ".storage_alignment"))
 
     # -- data.pkl ------------------------------------------------------------------------------
@@ -388,6 +392,8 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
         return
     if rec.crc is None:
         sc.mark("unverified", "no CRC-32 available (descriptor lost)")
+    elif rec.crc == 0 and size > 0:
+        sc.mark("unverified", "CRC-32 not recorded (0)")
     elif rec.crc and sc.crc_actual != rec.crc:
         sc.mark("damaged", f"CRC-32 mismatch: stored {rec.crc:08x}, computed "
                 f"{sc.crc_actual:08x}")
@@ -447,6 +453,8 @@ class TorchZipFormat:
         report.extra["globals"] = part.globals
         report.extra["unsafe_globals"] = part.unsafe_globals
         report.extra["strides"] = part.strides
+        report.extra["records"] = part.records
+        report.extra["storages"] = tensormap.storage_map(part.storages)
         tensormap.finalize(report, part.verdicts)
         return report
 

@@ -84,15 +84,16 @@ def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
 
 def crc_range(
     fh: BinaryIO, offset: int, length: int, *, chunk: int = CHUNK,
-    on_chunk: Callable[[int, memoryview], None] | None = None,
+    on_chunk: Callable[[int, memoryview], None] | None = None, crc: bool = True,
 ) -> tuple[int, int]:
     """CRC-32 of ``[offset, offset+length)`` streamed in chunks; returns (crc, bytes_read).
 
     One reused buffer (no allocation per chunk). Chunks after the first are aligned to
     ``chunk`` in absolute file offsets (so 4 KiB pages line up for the numeric scan).
     ``on_chunk(absolute_offset, view)`` sees every chunk; the view is only valid during the
-    call.
+    call. ``crc=False`` only streams (the returned CRC is then 0).
     """
+    want_crc = crc
     crc = 0
     done = 0
     pos = offset
@@ -106,7 +107,8 @@ def crc_range(
         if got <= 0:
             break
         view = mv[:got]
-        crc = zlib.crc32(view, crc)
+        if want_crc:
+            crc = zlib.crc32(view, crc)
         if on_chunk is not None:
             on_chunk(pos, view)
         done += got
@@ -321,8 +323,10 @@ def walk_local(
                 desc = pread(fh, rec.data_offset + hint, 24)
                 if desc[:4] == DESC_SIG:
                     rec.crc = struct.unpack_from("<I", desc, 4)[0]
-                    desc_len = 24 if rec.data_offset + hint >= 0xFFFFFFFF or hint >= 0xFFFFFFFF \
-                        else 16
+                    # torch (_load._get_offset): u64 sizes when the header offset or the size
+                    # needs 64 bits
+                    big = rec.header_offset - start >= 0xFFFFFFFF or hint >= 0xFFFFFFFF
+                    desc_len = 24 if big else 16
                     if desc_len == 16 and len(desc) >= 16 and \
                             struct.unpack_from("<I", desc, 8)[0] != hint:
                         rec.problems.append("data descriptor size disagrees with the pickle")

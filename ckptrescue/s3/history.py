@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -272,10 +273,11 @@ def history(
     events = ct.load_events(cloudtrail, bucket=target.bucket) if cloudtrail else None
     prefix = target.key if target.key.endswith("/") else target.key.rsplit("/", 1)[0] + "/"
     result = HistoryResult(url=str(target))
+    every = [e for key in sorted(entries_by_key) for e in entries_by_key[key]]
+    with ThreadPoolExecutor(max_workers=16) as pool:  # one HEAD per version, concurrently
+        list(pool.map(lambda e: fill_checksums(client, target.bucket, e), every))
     for key in sorted(entries_by_key):
         entries = entries_by_key[key]
-        for entry in entries:
-            fill_checksums(client, target.bucket, entry)
         item = KeyHistory(bucket=target.bucket, key=key, versions=entries,
                           anomalies=find_anomalies(entries))
         if wanted is not None:

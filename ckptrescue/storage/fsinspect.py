@@ -108,6 +108,11 @@ def inspect_xfs(runner: SubprocessRunner, dev: str, ev: str,
                           ev, **facts["log"]))
         else:
             out.append(_f("XF007", Severity.INFO, "XFS log is clean", ev, **facts["log"]))
+    mounted = sysfs.mounts_of_device(sysfs.dev_name(dev))
+    if mounted and not all(m.readonly for m in mounted):
+        facts["xfs_repair_n"] = {"skipped": "mounted read-write on "
+                                 + ", ".join(m.mountpoint for m in mounted)}
+        return facts, out
     rep = _run(runner, "xfs_repair", "-n", dev, purpose="xfs no-modify check", timeout=3600)
     facts["xfs_repair_n"] = {"returncode": rep.returncode,
                              "alerts": [ln for ln in (rep.stdout + rep.stderr).splitlines()

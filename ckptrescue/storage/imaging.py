@@ -148,32 +148,39 @@ def _run_with_progress(runner: SubprocessRunner, call: ToolCall, mapfile: Path,
     box: dict[str, Any] = {}
     stop = threading.Event()  # ours: set on Ctrl-C or when the caller's ``cancel`` is set
 
+    done = threading.Event()  # not Thread.join: an interrupted join can return early later
+
     def work() -> None:
         try:
             box["result"] = runner.run(call, cancel=stop)
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
+        finally:
+            done.set()
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
-    while thread.is_alive():
-        try:
-            thread.join(timeout=1.0)
-        except KeyboardInterrupt:
-            # ddrescue runs in its own session, so the terminal's SIGINT does not reach it:
-            # stop it through the runner before giving up, never leave it running
-            stop.set()
-            thread.join()
-            raise
-        if cancel is not None and cancel.is_set():
-            stop.set()
-        if on_progress is not None and mapfile.exists():
+    try:
+        while not done.wait(timeout=1.0):
+            if cancel is not None and cancel.is_set():
+                stop.set()
+            if on_progress is not None and mapfile.exists():
+                try:
+                    mp = ddrescue_mapfile.parse(mapfile.read_text())
+                except (OSError, ddrescue_mapfile.MapfileError):
+                    continue  # mapfile being rewritten
+                total = mp.domain_end - mp.domain_start
+                on_progress(done=total - mp.untried, total=total, summary=mp.summary())
+    except BaseException:
+        # ddrescue runs in its own session, so the terminal's SIGINT does not reach it: stop it
+        # through the runner before giving up (Ctrl-C, SIGTERM, a failing progress callback)
+        stop.set()
+        while not done.is_set():
             try:
-                mp = ddrescue_mapfile.parse(mapfile.read_text())
-            except (OSError, ddrescue_mapfile.MapfileError):
-                continue  # mapfile being rewritten
-            total = mp.domain_end - mp.domain_start
-            on_progress(done=total - mp.untried, total=total, summary=mp.summary())
+                done.wait(timeout=0.2)
+            except KeyboardInterrupt:
+                continue  # ddrescue is being stopped; a second Ctrl-C must not orphan it
+        raise
     if "error" in box:
         raise box["error"]
     return box["result"]

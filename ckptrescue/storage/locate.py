@@ -170,7 +170,12 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     case.log("locate.started", {"mapfile": str(mpath), "image": str(image),
                                 "ranges": [list(r) for r in ranges]})
     if mountpoint is not None:
-        result = _locate_mounted(case, Path(mountpoint), ranges, partition_start, None)
+        fstype = None
+        state = mounting.mount_state(case, mountpoint)
+        if state is not None:  # a kit mount: it knows the partition start and type
+            partition_start = partition_start or int(state.get("partition_start", 0))
+            fstype = state.get("fstype")
+        result = _locate_mounted(case, Path(mountpoint), ranges, partition_start, fstype)
     elif not ranges:
         result = LocateResult(ranges=[], notes=["the mapfile has no unreadable ranges"])
     else:

@@ -71,6 +71,12 @@ def _state_path(case: Case, mountpoint: str) -> Path:
     return _state_dir(case) / f"{key}.json"
 
 
+def mount_state(case: Case, mountpoint: str | Path) -> dict[str, Any] | None:
+    """What :func:`mount` recorded for ``mountpoint`` in this case (None if not a kit mount)."""
+    path = _state_path(case, str(mountpoint))
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def blkid(runner: SubprocessRunner, dev: str) -> dict[str, str]:
     """Low-level probe (``blkid -p``: reads superblocks directly, no cache)."""
     res = runner.run(ToolCall.of("blkid", "-p", "-o", "export", dev, timeout_s=60,

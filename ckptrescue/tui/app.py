@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 if TYPE_CHECKING:
     from textual.screen import Screen
@@ -38,7 +38,7 @@ class CkptRescueApp(App[None]):
 
     TITLE = "ckptrescue"
     CSS = CSS
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f1", "guided", "New run"),
         Binding("f7", "findings", "Findings"),

@@ -38,7 +38,7 @@ def human_bytes(n: float | None, unit: str = "B") -> str:
 def human_duration(seconds: float | None) -> str:
     if seconds is None:
         return "--:--"
-    s = max(0, int(round(seconds)))
+    s = max(0, round(seconds))
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
@@ -107,14 +107,17 @@ def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
         roots.append((real, item["id"]))
         if item["source"] != real:
             roots.append((item["source"], item["id"]))
+    probes: list[tuple[str, str]] = []
     for root in probed_roots:
         key = f"probe:{root}"
-        roots.append((root, key))
+        probes.append((root, key))
         groups.setdefault(key, EvidenceGroup(label=f"probed {root}", detail={"path": root}))
+    # evidence (and mounts of it) first; a probed path only when no evidence holds the file
     roots.sort(key=lambda r: -len(r[0]))
+    probes.sort(key=lambda r: -len(r[0]))
     for ckpt in model.get("checkpoints", []):
         path = str(ckpt.get("path", ""))
-        key = next((k for prefix, k in roots if _under(path, prefix)), "other")
+        key = next((k for prefix, k in [*roots, *probes] if _under(path, prefix)), "other")
         if key == "other":
             group("other", "other checkpoints", {})
         groups[key].checkpoints.append(ckpt)

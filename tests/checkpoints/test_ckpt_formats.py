@@ -212,3 +212,25 @@ def test_salvage_dcp_and_hf(base, tmp_path):
         k for k, v in index["weight_map"].items() if v == "model-00003-of-00003.safetensors"}
     assert set(res.recovered) == set(index["weight_map"]) - {x["name"] for x in res.lost}
     assert "shard model-00003-of-00003.safetensors missing" in res.lost[0]["reason"]
+
+
+def test_dcp_chunks_must_tile(base, tmp_path):
+    import dataclasses
+    import pickle
+
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+
+    d = fx.copy(base["dcp"], tmp_path / "tile")
+    md = FileSystemReader(str(d)).read_metadata()
+    meta = md.state_dict_metadata["model.0.weight"]
+    half = dataclasses.replace(meta.chunks[0], sizes=torch.Size([meta.size[0] // 2,
+                                                                 meta.size[1]]))
+    meta.chunks[0] = half
+    with open(d / ".metadata", "wb") as fh:
+        pickle.dump(md, fh)
+    r = probe1(d)
+    dc5 = [f for f in r.findings if f.code == "DC005"]
+    assert dc5 and dc5[0].tensors == ("model.0.weight",) and "cover" in dc5[0].title
+    assert r.verdict is not Verdict.INTACT
+    assert "model.0.weight" in r.damaged_tensors

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 
 import pytest
 
@@ -123,3 +124,45 @@ def test_bit_flip_in_pickle(base, tmp_path):
     assert r.verdict is Verdict.DAMAGED
     f = next(f for f in r.findings if f.code == "TZ002")
     assert f.offset == off and f.length == size
+
+
+@pytest.mark.parametrize(("dtype", "bit"), [("bfloat16", 14), ("float16", 14), ("float64", 62)])
+def test_exponent_flip_other_float_types(tmp_path, dtype, bit):
+    import torch
+
+    torch.manual_seed(1)
+    t = (torch.randn(512) * 0.02).to(getattr(torch, dtype))
+    path = fx.save_safetensors(tmp_path / "x.safetensors", {"w": t, "b": t.clone()})
+    off = st_offset(path, "w") + t.element_size() * 100
+    fx.flip_bit(path, off + t.element_size() - 1, bit % 8)
+    r = probe1(path)
+    nm = [f for f in r.findings if f.code == "NM002"]
+    assert r.suspect_tensors == ["w"] and len(nm) == 1
+    assert nm[0].details["index"] == 100 and nm[0].details["flip_bit"] == bit
+    assert nm[0].details["repaired"] == pytest.approx(float(t[100]), rel=1e-3)
+
+
+def test_peak_memory_does_not_grow_with_size(tmp_path):
+    """Probe an 8 MiB and a 96 MiB checkpoint in child processes; compare peak RSS (VmHWM)."""
+    import torch
+
+    from ckptrescue.effects.runner import SubprocessRunner
+
+    code = ("import sys;from pathlib import Path;"
+            "from ckptrescue.probes.checkpoints import probe_paths, formats;formats();"
+            "import numpy\n"
+            "def hwm():\n"
+            "    return int(next(l for l in open('/proc/self/status') "
+            "if l.startswith('VmHWM')).split()[1])\n"
+            "b=hwm();r=probe_paths([Path(sys.argv[1])])[0];print(hwm()-b, r.verdict)")
+    peaks = []
+    for mib in (8, 96):
+        path = tmp_path / f"{mib}.pt"
+        torch.save({f"w{i}": torch.randn(1024 * 1024) for i in range(mib // 4)}, path)
+        res = SubprocessRunner(None).run_internal([sys.executable, "-c", code, str(path)],
+                                                  purpose="test", timeout_s=120)
+        grow, verdict = res.stdout.split()
+        assert verdict == "intact"
+        peaks.append(int(grow))
+        path.unlink()
+    assert peaks[1] - peaks[0] < 16 * 1024, peaks  # KiB: no growth with the file size

@@ -170,7 +170,8 @@ steps:
 """
 
 
-def test_sigkill_mid_run_resumes_without_repeating(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_interrupted_run_resumes_without_repeating(tmp_path: Path, sig: int) -> None:
     pb = book(tmp_path, SLOW)
     c = tmp_path / "case"
     proc = subprocess.Popen([EXE, "playbook", "run", str(pb), "--case", str(c)],
@@ -180,8 +181,13 @@ def test_sigkill_mid_run_resumes_without_repeating(tmp_path: Path) -> None:
         if (c / "audit.jsonl").exists() and b'"step":"two"' in (c / "audit.jsonl").read_bytes():
             break
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    if sig == signal.SIGINT:
+        os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: the CLI exits 130, partial results kept
+        assert proc.wait(timeout=60) == 130
+        assert b"interrupted" in proc.stderr.read()  # type: ignore[union-attr]
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     case = Case.open(c)
     assert case.verify().ok
     # second run: step one is not repeated; two and three run (two with a shorter sleep? no:

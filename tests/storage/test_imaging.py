@@ -144,3 +144,22 @@ def test_progress_is_reported_from_the_mapfile(case, xfs_src, tmp_path, no_lefto
     assert seen, "no progress callback during a multi-second imaging run"
     assert all(0 <= s["done"] <= s["total"] == xfs_src.stat().st_size for s in seen)
     assert {"rescued", "bad", "untried"} <= set(seen[-1]["summary"])
+
+
+def test_ctrl_c_stops_ddrescue_and_the_rerun_resumes(case, xfs_src, tmp_path, no_leftovers):
+    """ddrescue runs in its own session: an interrupt in the kit (here raised from the progress
+    callback, as Ctrl-C would be) must stop it, not orphan it."""
+    import psutil
+
+    def interrupt(**kw):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with fx.loop(xfs_src) as dev:
+        with pytest.raises(KeyboardInterrupt):
+            image(dev, case=case, dest=out, max_read_rate=16 << 20, on_progress=interrupt)
+        running = [p.info["cmdline"] for p in psutil.process_iter(["name", "cmdline"])
+                   if p.info["name"] == "ddrescue" and str(out) in " ".join(p.info["cmdline"])]
+        assert running == []
+        res = image(dev, case=case, dest=out)
+    assert res.resumed and res.image_sha256 == fx.sha256(xfs_src)

@@ -149,3 +149,21 @@ def test_reflinked_clone_is_reported_for_both_owners(case, shm_dir, tmp_path, no
     files = [(f.path, f.file_offset, f.shared) for f in loc.ranges[0].files]
     assert files == [("a.bin", log + 4096, True), ("b.bin", log + 4096, True)]
     assert sorted(f.code for f in loc.findings) == ["LC003", "LC003"]
+
+
+def test_locate_on_a_kit_mount_takes_the_partition_start_from_the_mount(case, shm_dir, tmp_path,
+                                                                        no_leftovers):
+    from ckptrescue.storage.mounting import mounted
+
+    img = fx.make_partitioned_ext4(shm_dir / "disk.img")
+    fx.put_files_partition(img, {"f.bin": os.urandom(1 << 20)})
+    line = next(ln for ln in (shm_dir / "disk.img.filefrag").read_text().splitlines()
+                if ln.strip().startswith("0:"))
+    fs_phys = int(line.split(":")[2].split("..")[0].strip())
+    bad = (2048 * 512 + fs_phys, 2048 * 512 + fs_phys + 512)
+    mapfile = tmp_path / "m.map"
+    mapfile.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size, [bad]))
+    with mounted(img, tmp_path / "mnt", case=case) as m:
+        assert m.partition_start == 2048 * 512
+        loc = locate(mapfile, img, case=case, mountpoint=m.mountpoint)
+    assert [(f.path, f.file_offset) for f in loc.ranges[0].files] == [("f.bin", 0)]

@@ -178,3 +178,15 @@ def test_reference_names_the_single_bit_flip(tf_originals: Path) -> None:
     assert rf[0].details["examples"][0]["bit"] == 30
     assert rf[0].details["examples"][0]["index"] == 3 * 16 + 5
     assert r.extra["reference"]["missing"] == 0 and r.verdict is Verdict.SUSPECT
+
+
+def test_moved_run_with_absolute_state_paths(copy_of) -> None:
+    d = copy_of("run")
+    state = d / "checkpoint"
+    state.write_text(state.read_text().replace('"ckpt-', '"/old/host/train/ckpt-'))
+    reports = {Path(r.path).name: r for r in probe_paths([d])}
+    assert set(reports) == {"ckpt-1", "ckpt-2"}
+    tc4 = [f for f in reports["ckpt-2"].findings if f.code == "TC004"]
+    assert len(tc4) == 1 and tc4[0].details["latest"] is True
+    assert "/old/host/train/ckpt-2" in tc4[0].title
+    assert reports["ckpt-2"].verdict is Verdict.INTACT  # the bytes are fine; TF won't find them

@@ -36,3 +36,18 @@ def test_garbage_named_like_a_checkpoint(tmp_path: Path) -> None:
     report = TensorBundleFormat.probe(tmp_path / "x.index", ProbeOptions())
     assert report.verdict is not Verdict.INTACT
     assert TensorBundleFormat.detect(tmp_path / "x.index")  # by name + shard: a damaged bundle
+
+
+def test_random_hdf5_and_keras_damage_never_raises(tf_originals: Path, tmp_path: Path) -> None:
+    from ckptrescue.probes.checkpoints import probe_paths
+
+    rng = random.Random(1)  # seed 1 once produced a dataset with an unrepresentable float type
+    for i in range(60):
+        src = tf_originals / rng.choice(["model.weights.h5", "legacy.h5", "model.keras"])
+        data = bytearray(src.read_bytes())
+        for _ in range(rng.randrange(1, 10)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        p = tmp_path / f"{i}{src.suffix}"
+        p.write_bytes(bytes(data))
+        (report,) = probe_paths([p])
+        assert report.findings  # at least H5001, or the damage found

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Static
@@ -47,7 +47,7 @@ class ParamsScreen(Screen[None]):
     ParamsScreen .check { height: auto; }
     ParamsScreen #actions { height: 3; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f2", "pick", "Pick evidence"),
         Binding("f5", "preview", "Plan preview"),
         Binding("escape", "app.pop_screen", "Back"),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, DirectoryTree, Footer, Static
@@ -39,7 +40,7 @@ class DevicePicker(ModalScreen[str | None]):
                               background: $surface; }
     DevicePicker DataTable { height: 1fr; }
     """
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
 
     def __init__(self, param_type: str) -> None:
         super().__init__()
@@ -95,7 +96,7 @@ class PathPicker(ModalScreen[str | None]):
                             background: $surface; }
     PathPicker DirectoryTree { height: 1fr; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("u", "use", "Use highlighted"),
         Binding("escape", "dismiss(None)", "Cancel"),
     ]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Header, Static
@@ -41,7 +41,10 @@ class ConfirmRun(ModalScreen[bool]):
     ConfirmRun Horizontal { height: 3; margin-top: 1; }
     ConfirmRun Button { margin-right: 2; }
     """
-    BINDINGS = [Binding("y", "dismiss(True)", "Run"), Binding("n,escape", "dismiss(False)", "Back")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "dismiss(True)", "Run"),
+        Binding("n,escape", "dismiss(False)", "Back"),
+    ]
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -65,7 +68,7 @@ class PlanScreen(Screen[None]):
     DEFAULT_CSS = """
     PlanScreen #plan { height: 1fr; border: round $primary; padding: 0 1; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("g", "go", "Go: run this plan"),
         Binding("escape", "app.pop_screen", "Back"),
     ]

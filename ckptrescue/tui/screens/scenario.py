@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, OptionList, Static
@@ -21,7 +23,7 @@ class ScenarioScreen(Screen[None]):
     ScenarioScreen #choices { width: 36; border: round $primary; }
     ScenarioScreen #about { width: 1fr; border: round $secondary; padding: 0 1; }
     """
-    BINDINGS = [Binding("enter", "choose", "Choose", show=True)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "choose", "Choose", show=True)]
 
     def compose(self) -> ComposeResult:
         from ckptrescue.playbook import load

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Static
@@ -27,7 +28,7 @@ class StartScreen(Screen[None]):
     StartScreen #buttons Button { margin-right: 2; }
     StartScreen #recent { height: 1fr; border: round $primary; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+o", "open_case", "Open case"),
         Binding("ctrl+n", "create_case", "Create case"),
         Binding("escape", "back", "Back", show=False),

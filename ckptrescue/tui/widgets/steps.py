@@ -22,7 +22,7 @@ class StepTable(DataTable[str]):
         self.add_column("", key="status", width=2)
         self.add_column("step", key="step", width=12)
         self.add_column("status", key="state", width=9)
-        self.add_column("summary", key="summary")
+        self.add_column("summary", key="summary", width=48)
 
     def set_steps(self, steps: list[tuple[str, str]]) -> None:
         """``steps``: (step id, action) in plan order, all pending."""

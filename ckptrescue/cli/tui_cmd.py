@@ -1,0 +1,39 @@
+"""``ckptrescue tui [--case DIR] [--cases-root DIR]``: the guided incident cockpit (Textual)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def tui(
+    case_dir: Annotated[Path | None, typer.Option(
+        "--case", help="Open this case directory (created when it does not exist yet).")] = None,
+    cases_root: Annotated[Path | None, typer.Option(
+        "--cases-root", help="Directory whose case folders the start screen lists.")] = None,
+    title: Annotated[str, typer.Option("--title", help="Title for a new case.")] = "",
+) -> int:
+    """Guided TUI: what happened -> playbook -> evidence -> plan -> run -> findings -> report.
+
+    A view over the same engine and playbooks as `playbook run`; it runs nothing on its own.
+    Keys are shown at the bottom; ctrl+p opens the command palette; ctrl+q quits.
+
+    Example:
+
+        ckptrescue tui --case /cases/INC-042
+    """
+    from ckptrescue.case import Case
+
+    case = None
+    if case_dir is not None:
+        case = Case.open_or_create(case_dir, title=title)
+    from ckptrescue.tui.app import make_app
+
+    make_app(case, cases_root=cases_root).run()
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tui")(tui)

@@ -1,0 +1,187 @@
+"""Findings: a tree evidence -> checkpoint -> tensor with verdicts, every finding's details, the
+bad-sector map and the "resume from" answer. Everything comes from the case (the report model),
+built off the UI thread."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static, Tree
+from textual.widgets.tree import TreeNode
+
+from ckptrescue.tui.messages import CaseDataLoaded
+from ckptrescue.tui.viewmodel import (
+    VERDICT_ICON,
+    checkpoint_label,
+    finding_lines,
+    group_checkpoints,
+    sector_map_lines,
+)
+
+SEVERITIES = ("critical", "error", "warning", "info")
+
+
+def load_case_data(case: Any) -> CaseDataLoaded:
+    """Read the report model and what groups it (runs in a worker thread)."""
+    from ckptrescue.answer import step_results
+    from ckptrescue.report import model as report_model
+
+    model = report_model.build(case)
+    roots: list[str] = []
+    for record in case.records("step.started"):
+        details = record["details"]
+        if details.get("action") == "probe":
+            paths = (details.get("args") or {}).get("paths") or []
+            roots += [str(p) for p in (paths if isinstance(paths, list) else [paths])]
+    return CaseDataLoaded(model, step_results(case, "mount"), roots)
+
+
+class FindingsScreen(Screen[None]):
+    """Tree on the left, details of the highlighted node on the right."""
+
+    DEFAULT_CSS = """
+    FindingsScreen #answer { height: auto; max-height: 3; }
+    FindingsScreen #tree { width: 1fr; border: round $primary; }
+    FindingsScreen #detail-box { width: 1fr; border: round $secondary; padding: 0 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("m", "sector_map", "Bad-sector map"),
+        Binding("g", "reload", "Reload"),
+        Binding("f8", "app.report", "Report"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("reading the case...", id="answer", classes="answer", markup=False)
+        with Horizontal():
+            tree: Tree[dict[str, Any]] = Tree("case", id="tree")
+            tree.show_root = False
+            yield tree
+            with VerticalScroll(id="detail-box"):
+                yield Static("", id="detail", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#tree").focus()
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, description="Reading the case")
+    def load(self) -> None:
+        try:
+            self.post_message(load_case_data(self.app.case))  # type: ignore[attr-defined]
+        except Exception as exc:  # a damaged case: say so
+            self.post_message(CaseDataLoaded({"answer": f"cannot read the case: {exc}"}, [], []))
+
+    @on(CaseDataLoaded)
+    def _loaded(self, message: CaseDataLoaded) -> None:
+        model = self.model = message.model
+        resume = model.get("resume_from")
+        head = f"resume from: {resume}\n" if resume else ""
+        self.query_one("#answer", Static).update(f"{head}answer: {model.get('answer')}")
+        tree = self.query_one("#tree", Tree)
+        tree.clear()
+        groups = group_checkpoints(model, message.mounts, message.probed_roots)
+        evidence = tree.root.add("Evidence -> checkpoints -> tensors", expand=True,
+                                 data={"kind": "help"})
+        for g in groups:
+            node = evidence.add(g.label, expand=True, data={"kind": "evidence", **g.detail})
+            root = g.detail.get("mountpoint") or g.detail.get("path")
+            for m in message.mounts:
+                if g.detail.get("id") and m.get("target") and \
+                        str(g.detail.get("source")) == str(m.get("target")):
+                    root = m.get("mountpoint")
+            for ckpt in g.checkpoints:
+                self._add_checkpoint(node, ckpt, root)
+        if not groups:
+            evidence.add_leaf("(no checkpoint probed yet)")
+        tree.root.add_leaf("Bad-sector map", data={"kind": "map"})
+        by_sev = model.get("findings_by_severity") or {}
+        total = sum(len(v) for v in by_sev.values())
+        findings = tree.root.add(f"All findings ({total})", data={"kind": "help"})
+        for sev in SEVERITIES:
+            items = by_sev.get(sev) or []
+            if not items:
+                continue
+            sev_node = findings.add(f"{sev} ({len(items)})", expand=sev in {"critical", "error"})
+            for f in items:
+                sev_node.add_leaf(f"{f.get('code')} {f.get('title')}",
+                                  data={"kind": "finding", "finding": f})
+        for s in model.get("salvage") or []:
+            tree.root.add_leaf(f"salvaged {s.get('checkpoint')}: {len(s.get('recovered', []))} "
+                               f"recovered, {len(s.get('lost', []))} lost",
+                               data={"kind": "salvage", "salvage": s})
+        tree.cursor_line = 0
+        self._show(tree.root.children[0].data if tree.root.children else None)
+
+    def _add_checkpoint(self, parent: TreeNode[dict[str, Any]], ckpt: dict[str, Any],
+                        root: str | None) -> None:
+        node = parent.add(checkpoint_label(ckpt, root), data={"kind": "checkpoint", **ckpt},
+                          expand=ckpt.get("verdict") not in ("intact", None))
+        for row in ckpt.get("rows", []):
+            icon = VERDICT_ICON.get("damaged" if row["status"] != "suspect" else "suspect")
+            node.add_leaf(f"{icon} {row['name']}  [{row['status']}]",
+                          data={"kind": "tensor", "checkpoint": ckpt.get("path"), **row})
+        total = ckpt.get("tensors_total") or 0
+        intact = max(0, total - len(ckpt.get("rows", [])))
+        node.add_leaf(f"✓ {intact} of {total} tensors verify", data={"kind": "checkpoint",
+                                                                     **ckpt})
+
+    @on(Tree.NodeHighlighted)
+    def _highlighted(self, event: Tree.NodeHighlighted[dict[str, Any]]) -> None:
+        self._show(event.node.data)
+
+    def _show(self, data: dict[str, Any] | None) -> None:
+        self.query_one("#detail", Static).update("\n".join(self._detail_lines(data)))
+
+    def _detail_lines(self, data: dict[str, Any] | None) -> list[str]:
+        model = self.model or {}
+        if not data or data.get("kind") == "help":
+            return ["Highlight a node for its details.", "",
+                    "Evidence: what was examined (image, device, copy, probed path).",
+                    "Checkpoints carry a verdict; under each, the tensors that do not verify.",
+                    "m: the bad-sector map.   F8: the report.",
+                    "", f"answer: {model.get('answer')}"]
+        kind = data["kind"]
+        if kind == "map":
+            return sector_map_lines(model.get("bad_sector_map"), width=34)
+        if kind == "finding":
+            return finding_lines(data["finding"])
+        if kind == "tensor":
+            lines = [f"tensor {data['name']}", f"status: {data['status']}",
+                     f"checkpoint: {data.get('checkpoint')}"]
+            lines += [f"  {r}" for r in data.get("reasons") or []] or ["  (no finding names it)"]
+            return lines
+        if kind == "checkpoint":
+            lines = [f"{data.get('path')}", f"format: {data.get('format')}",
+                     f"verdict: {data.get('verdict')}",
+                     f"tensors: {data.get('tensors_total')}, not verifying: "
+                     f"{len(data.get('rows', []))}", ""]
+            for f in data.get("findings", []):
+                lines += finding_lines(f)
+            return lines
+        if kind == "salvage":
+            s = data["salvage"]
+            return [f"salvage of {s.get('checkpoint')}", f"output: {s.get('output')}",
+                    f"recovered: {len(s.get('recovered', []))}",
+                    "lost: " + (", ".join(s.get("lost", [])) or "none")]
+        # evidence
+        lines = [f"{k}: {v}" for k, v in data.items() if k not in {"kind", "details"}]
+        for k, v in sorted((data.get("details") or {}).items()):
+            lines.append(f"  {k}: {v}")
+        return lines
+
+    def action_sector_map(self) -> None:
+        self._show({"kind": "map"})
