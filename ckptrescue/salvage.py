@@ -46,11 +46,13 @@ class SalvageResult:
     lost: list[dict[str, str]] = field(default_factory=list)
     filled: list[str] = field(default_factory=list)
     fill_from: str | None = None
+    structure_from: str | None = None  # tensor map rebuilt from this sibling checkpoint
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "source_verdict": self.source_verdict,
                 "output": self.output, "recovered": self.recovered, "lost": self.lost,
-                "filled": self.filled, "fill_from": self.fill_from}
+                "filled": self.filled, "fill_from": self.fill_from,
+                "structure_from": self.structure_from}
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -80,6 +82,44 @@ def check_out_dir(checkpoint: Path, out_dir: Path, *, allow_next_to_input: bool)
     anc = _existing_ancestor(out)
     if os.statvfs(anc).f_flag & os.ST_RDONLY:
         raise RefusedError(f"{out_dir}: on a read-only mount (evidence?); refusing to write")
+
+
+def _rebuild_map(report: CheckpointReport, ref_path: Path) -> list[TensorRecord] | str:
+    """Names/dtypes/shapes from a sibling checkpoint whose storages have the same keys and
+    sizes; bytes (and their CRC status) from the damaged one."""
+    from ckptrescue.checkpoint import ProbeOptions
+    from ckptrescue.probes.checkpoints import discover, probe_one
+
+    found = discover([ref_path])
+    if len(found) != 1:
+        return "the reference must be exactly one checkpoint"
+    ref = probe_one(*found[0], ProbeOptions(numeric=False))
+    mine, theirs = report.extra["storages"], ref.extra.get("storages") or {}
+    if not theirs or not mine or not set(mine) <= set(theirs):
+        return "the reference's storage records differ (not a sibling of the same run)"
+    for key, st in theirs.items():
+        if st["length"] is not None and mine[key]["length"] is not None and \
+                st["length"] != mine[key]["length"]:
+            return f"storage {key} is {mine[key]['length']} bytes, {st['length']} in the reference"
+    out: list[TensorRecord] = []
+    for t in ref.tensors:
+        if t.storage not in theirs or t.offset is None or theirs[t.storage]["offset"] is None:
+            continue
+        if t.storage not in mine:
+            out.append(TensorRecord(name=t.name, dtype=t.dtype, shape=t.shape,
+                                    storage=t.storage, status="missing",
+                                    reasons=[f"storage record {t.storage} lost"]))
+            continue
+        st = mine[t.storage]
+        rel = t.offset - theirs[t.storage]["offset"]
+        rec = TensorRecord(name=t.name, dtype=t.dtype, shape=t.shape, file=st["file"],
+                           offset=st["offset"] + rel if st["offset"] is not None else None,
+                           length=t.length, storage=t.storage, status=st["status"],
+                           reasons=[f"storage {t.storage} {st['status']}",
+                                    "name/shape from the reference"])
+        out.append(rec)
+    report.extra["strides"] = ref.extra.get("strides", {})
+    return out
 
 
 def _default_verified(report: CheckpointReport) -> Iterator[tuple[TensorRecord, str | None]]:
@@ -167,10 +207,21 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     if report.verdict is Verdict.UNREADABLE or fmt is None:
         raise UsageError(f"{checkpoint}: cannot be identified; nothing to salvage")
     verified = getattr(fmt, "iter_verified_tensors", None)
-    pairs = list(verified(root, report) if verified else _default_verified(report))
-    strides = report.extra.get("strides", {})
     result = SalvageResult(source=str(checkpoint), source_verdict=str(report.verdict),
                            output=None, fill_from=str(fill_from) if fill_from else None)
+    if not report.tensors and report.extra.get("storages"):
+        # the tensor map is lost (pickle unreadable) but storage records verify on their own
+        if fill_from is None:
+            raise UsageError(f"{checkpoint}: tensor names are lost (pickle unreadable); "
+                             "nothing can be named", hint="pass --fill-from a sibling "
+                             "checkpoint of the same run to rebuild the tensor map")
+        rebuilt = _rebuild_map(report, Path(fill_from).absolute())
+        if isinstance(rebuilt, str):
+            raise UsageError(f"{checkpoint}: cannot rebuild the tensor map: {rebuilt}")
+        report.tensors = rebuilt
+        result.structure_from = str(fill_from)
+    pairs = list(verified(root, report) if verified else _default_verified(report))
+    strides = report.extra.get("strides", {})
     planned: list[_Planned] = []
     lost: dict[str, tuple[TensorRecord, str]] = {}
     reader = getattr(fmt, "read_tensor_bytes", None)
@@ -220,6 +271,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
                           "data_offsets": [pos, pos + p.nbytes]}
         pos += p.nbytes
     header["__metadata__"] = {"salvaged_from": str(checkpoint),
+                              "structure_from": result.structure_from or "",
                               "source_verdict": str(report.verdict),
                               "filled_from": str(fill_from) if fill_from else "",
                               "filled": json.dumps(sorted(result.filled))}

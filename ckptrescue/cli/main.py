@@ -77,6 +77,8 @@ def main() -> None:
     try:
         result = app(standalone_mode=False)
         code = int(result) if isinstance(result, int) else 0
+        if code == ExitCode.INTERRUPT:  # typer turns Ctrl-C into exit code 130
+            sys.stderr.write("ckptrescue: interrupted; partial results are kept in the case\n")
     except CkptRescueError as exc:
         if debug:
             traceback.print_exc()
@@ -91,9 +93,6 @@ def main() -> None:
         code = int(ExitCode.INTERRUPT)
     except typer.Exit as exc:
         code = int(exc.exit_code or 0)
-        if isinstance(exc.__cause__, KeyboardInterrupt):  # typer turns Ctrl-C into Exit(130)
-            sys.stderr.write("ckptrescue: interrupted; partial results are kept in the case\n")
-            code = int(ExitCode.INTERRUPT)
     except typer.Abort:
         sys.stderr.write("ckptrescue: aborted\n")
         code = int(ExitCode.INTERRUPT)

@@ -117,6 +117,13 @@ class ManifestResult:
         ]
         return out
 
+    def formats(self) -> dict[str, int]:
+        """How many files of each container format (from names and first bytes)."""
+        counts: dict[str, int] = {}
+        for e in self.entries:
+            counts[e.format] = counts.get(e.format, 0) + 1
+        return dict(sorted(counts.items()))
+
     def answer(self) -> str:
         size = sum(e.size for e in self.entries)
         text = (f"{len(self.entries)} files ({size} bytes) in {self.manifest_path}; "
@@ -137,6 +144,7 @@ class ManifestResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "jobs": self.jobs,
             "scheduler": self.scheduler,
+            "formats": self.formats(),
             "unreadable": [u.to_json() for u in self.unreadable],
             "skipped": [{"path": to_json_path(s.rel), "reason": s.reason} for s in self.skipped],
             "answer": self.answer(),
@@ -230,9 +238,12 @@ def build_manifest(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     root_b = os.fsencode(root)
     with partial.open("ab") as log:
-        # rewrite what we keep so a second interruption still has it
+        # a partial file with nothing usable is emptied; a usable one is appended to, so that a
+        # second interruption still keeps everything finished so far
         if not done:
             log.truncate(0)
+        elif _ends_torn(partial):
+            log.write(b"\n")
         for outcome in hash_many(root_b, todo, jobs=jobs, scheduler=scheduler, tracker=tracker):
             if isinstance(outcome, ManifestEntry):
                 done[outcome.rel] = outcome
@@ -293,6 +304,16 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
 def _hash_group(root: bytes, group: list[FileEntry], tracker: Tracker,
                 formats: bool) -> list[ManifestEntry | UnreadableFile]:
     return [hash_entry(root, e, tracker, formats=formats) for e in group]
+
+
+def _ends_torn(path: Path) -> bool:
+    """True when the file's last line lacks its newline (a write cut by the interruption)."""
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 def _write_outputs(out: Path, entries: list[ManifestEntry]) -> None:

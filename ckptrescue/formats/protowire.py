@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import BinaryIO
 
 MAX_VARINT_BYTES = 10
 
@@ -95,3 +96,35 @@ def packed_varints(buf: bytes) -> list[int]:
 def signed64(value: int) -> int:
     """Reinterpret a decoded varint as a two's-complement int64."""
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def scan_fields(fh: BinaryIO, size: int) -> Iterator[tuple[int, int, int, int]]:
+    """Walk a message's top-level fields in a file without reading their payloads.
+
+    Yields ``(field_number, wire_type, payload_offset, payload_length)``; for varints the
+    length is the varint's byte count. Memory stays constant whatever the message size.
+    """
+    pos = 0
+    while pos < size:
+        fh.seek(pos)
+        head = fh.read(20)
+        key, p = read_varint(head, 0)
+        field, wire = key >> 3, key & 7
+        if field == 0:
+            raise WireError(f"field number 0 at offset {pos}")
+        if wire == 0:
+            _, q = read_varint(head, p)
+            yield field, wire, pos + p, q - p
+            pos += q
+        elif wire in (1, 5):
+            n = 8 if wire == 1 else 4
+            yield field, wire, pos + p, n
+            pos += p + n
+        elif wire == 2:
+            length, q = read_varint(head, p)
+            yield field, wire, pos + q, length
+            pos += q + length
+        else:
+            raise WireError(f"unsupported wire type {wire} at offset {pos}")
+        if pos > size:
+            raise WireError(f"field {field} runs past the end ({pos} > {size})")

@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.formats.protowire import WireError, iter_fields
+from ckptrescue.formats.protowire import WireError, iter_fields, scan_fields
 from ckptrescue.formats.tensorbundle import probe_bundle
 from ckptrescue.formats.tensorbundle_index import data_files, index_path
 from ckptrescue.formats.tf_findings import verdict_from
 from ckptrescue.model import Finding, Severity
 
 FORMAT = "tf-savedmodel"
-PB_PARSE_CAP = 512 * 1024 * 1024
 HASH_CAP = 1024 * 1024 * 1024
 
 
@@ -50,12 +49,9 @@ def _saved_model_findings(root: Path) -> list[Finding]:
         return [Finding("SD001", Severity.ERROR, "saved_model.pb is missing", evidence=str(pb),
                         source="savedmodel")]
     size = pb.stat().st_size
-    if size > PB_PARSE_CAP:
-        return []
-    with pb.open("rb") as fh:
-        data = fh.read()
     try:
-        fields = {num for num, _w, _v in iter_fields(data)}
+        with pb.open("rb") as fh:
+            fields = {num for num, _w, _off, _len in scan_fields(fh, size)}
     except WireError as exc:
         return [Finding("SD005", Severity.ERROR, f"saved_model.pb does not decode as a protobuf: "
                         f"{exc}", evidence=str(pb), source="savedmodel")]

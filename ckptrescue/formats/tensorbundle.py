@@ -108,6 +108,11 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
     index = read_index(prefix)
     report.findings.extend(index.findings)
     n = shard_count(index, prefix)
+    if index.header is not None and index.header.num_shards != n:
+        report.findings.append(Finding(
+            "TB014", Severity.ERROR, f"the header declares {index.header.num_shards} shards; "
+            f"{n} assumed from the shard files and entries", evidence=str(idx),
+            source="tensorbundle"))
     report.extra.update({"num_shards": n, "index_entries": len(index.entries)})
     if index.header is not None:
         report.extra["header"] = {"num_shards": index.header.num_shards,
@@ -128,7 +133,7 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
                                            f"{p.name} is not one of the {n} shards the index names",
                                            evidence=str(p), source="tensorbundle"))
     parents = sliced_parents(index)
-    for name in sorted({t for f in slice_findings for t in f.tensors}):
+    for name in sorted({t for f in slice_findings if f.code == "TB013" for t in f.tensors}):
         _add(report.missing_tensors, name)
         if not any(t.name == name for t in report.tensors) and name in parents:
             report.tensors.append(TensorRecord(

@@ -144,13 +144,18 @@ def piece_name(entry: BundleEntry) -> str:
     return entry.parent or entry.key
 
 
+MAX_SHARDS = 99999  # "%05d-of-%05d": more is a damaged header, not a real bundle
+
+
 def shard_count(index: BundleIndex, prefix: Path) -> int:
-    if index.header is not None and index.header.num_shards > 0:
+    """Shards of the bundle: the header's count when plausible, else from files and entries."""
+    if index.header is not None and 0 < index.header.num_shards <= MAX_SHARDS:
         return index.header.num_shards
     counts = [int(m.group("n")) for p in data_files(prefix) if (m := DATA_RE.match(p.name))]
     if counts:
-        return max(counts)
-    return 1 + max((e.shard_id for e in index.entries), default=0)
+        return min(max(counts), MAX_SHARDS)
+    ids = [e.shard_id for e in index.entries if e.shard_id < MAX_SHARDS]
+    return 1 + max(ids, default=0)
 
 
 def sliced_parents(index: BundleIndex) -> dict[str, BundleEntry]:

@@ -200,6 +200,18 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
         (lambda rec=rec, sc=sc, names=names: _check_record(
             fh, rec, sc, path, alignment, start, end, do_numeric, out, names))
         for rec, sc, names in jobs], total_bytes=sum(sc.declared or 0 for _, sc, _ in jobs))
+    if scan is None:  # tensor names lost: still verify every storage record on its own
+        for rname, rec in records.items():
+            m = _DATA_RE.match(rname)
+            if not m or m.group("prefix") != prefix:
+                continue
+            sc = StorageCheck(key=m.group("key"), file=path, declared=rec.compressed_size)
+            out.storages[sc.key] = sc
+            jobs.append((rec, sc, []))
+        tensormap.run_parallel([
+            (lambda rec=rec, sc=sc: _check_record(
+                fh, rec, sc, path, alignment, start, end, False, out, []))
+            for rec, sc, _ in jobs])
     if any_payload and all_crc_zero:
         for sc in out.storages.values():
             if sc.status == "ok":

@@ -259,6 +259,31 @@ def device_health(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str
     return health, out
 
 
+EXT4_SYSFS = ("errors_count", "first_error_time", "first_error_func", "first_error_block",
+              "first_error_ino", "first_error_errcode", "last_error_time", "last_error_func",
+              "last_error_block", "last_error_ino", "last_error_errcode", "lifetime_write_kbytes")
+XFS_SYSFS = ("log/log_head_lsn", "log/log_tail_lsn", "log/reserve_grant_head_bytes",
+             "log/write_grant_head_bytes")
+
+
+def mounted_state(dev: str) -> dict[str, Any]:
+    """Read-only sysfs state of a *mounted* filesystem on ``dev`` (``/sys/fs/{ext4,xfs}/NAME``):
+    the live error counters and log head/tail. Only reads; the ``trigger_*`` and error
+    injection attributes are never touched."""
+    name = sysfs.dev_name(dev)
+    out: dict[str, Any] = {}
+    for fs, attrs in (("ext4", EXT4_SYSFS), ("xfs", XFS_SYSFS)):
+        base = Path("/sys/fs") / fs / name
+        if base.is_dir():
+            out[fs] = {a: sysfs.read_attr(base / a) for a in attrs
+                       if (base / a).exists()}
+    mounts = sysfs.mounts_of_device(name)
+    if mounts:
+        out["mounts"] = [{"mountpoint": m.mountpoint, "options": ",".join(m.options),
+                          "super_options": ",".join(m.super_options)} for m in mounts]
+    return out
+
+
 def fs_inspect(target: str | Path, *, case: Case, health: bool = True) -> InspectResult:
     """Inspect ``target`` (image file or block device) without changing it."""
     runner = SubprocessRunner(case)
@@ -289,6 +314,13 @@ def fs_inspect(target: str | Path, *, case: Case, health: bool = True) -> Inspec
                 result.notes.append(f"{fstype}: no filesystem-specific checks")
         result.facts.update(facts)
         result.findings += found
+        live = mounted_state(node)
+        if live:
+            result.facts["mounted"] = live
+            errors = int((live.get("ext4") or {}).get("errors_count") or 0)
+            if errors and not any(f.code == "E4003" for f in result.findings):
+                result.findings.append(_f("E4003", Severity.ERROR, f"ext4 (mounted) has "
+                                          f"recorded {errors} error(s)", ev, **live["ext4"]))
         if health and info["loop_device"] is None:
             try:
                 leaves = sorted(samedisk.physical_leaves(dev))

@@ -139,10 +139,13 @@ def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits]) -> str:
         from ckptrescue.probes.checkpoints import probe_paths
     except ImportError:
         return "unavailable (ckptrescue.probes.checkpoints.probe_paths is not installed)"
-    try:
-        reports = probe_paths([root / p for p in paths], case=case)
-    except Exception as exc:  # a probe failure must not lose the file-level answer
-        return f"failed ({type(exc).__name__}: {exc})"
+    reports = []
+    failed = []
+    for p in paths:  # one at a time: a probe failure must not lose the other files' answers
+        try:
+            reports.extend(probe_paths([root / p], case=case))
+        except Exception as exc:
+            failed.append(f"{p}: {type(exc).__name__}: {exc}")
     by_file: dict[str, list[Any]] = {}
     for rep in reports:
         for t in rep.tensors:
@@ -155,7 +158,7 @@ def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits]) -> str:
             names = [t.name for t in by_file.get(os.path.realpath(root / h.path), [])
                      if t.offset < hi and lo < t.offset + t.length]
             h.tensors = sorted(set(names))
-    return "probe_paths"
+    return "probe_paths" + (f" (failed for {'; '.join(failed)})" if failed else "")
 
 
 def locate(mapfile: str | Path, image: str | Path, *, case: Case,

@@ -179,6 +179,12 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
         kmsgs = scan_kernel_log(res.stdout)
     else:
         notes.append(f"dmesg unavailable (rc {res.returncode}): {res.stderr.strip()[:200]}")
+        jres = runner.run(ToolCall.of("journalctl", "-k", "-o", "short-iso", "--no-pager",
+                                      timeout_s=120, purpose="kernel log scan (journal)"))
+        if jres.returncode == 0:
+            kmsgs = scan_kernel_log(jres.stdout)
+        else:
+            notes.append(f"journalctl -k unavailable (rc {jres.returncode})")
     result = TriageResult(volume=vol, seconds=seconds,
                           processes=sorted(procs.values(), key=lambda p: p.pid),
                           kernel_messages=kmsgs, checklist=list(FREEZE_CHECKLIST), notes=notes)

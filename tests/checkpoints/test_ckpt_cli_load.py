@@ -97,6 +97,8 @@ def test_load_dcp_and_safetensors_in_sandbox(base):
     assert r.load["status"] == "ok", r.load
     r = probe1(base["safetensors"], load=True)
     assert r.load["status"] == "ok" and r.load["result"]["tensors"] == r.tensors_total
+    r = probe1(base["hf_bin"], load=True)
+    assert r.load["status"] == "ok" and r.load["result"]["tensors"] == r.tensors_total
 
 
 def test_load_crash_is_a_finding(base, tmp_path, monkeypatch):

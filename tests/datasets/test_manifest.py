@@ -39,6 +39,8 @@ def test_build_hashes_every_file_and_writes_the_sidecar(dataset, tmp_path: Path)
         "tfrecords/train-00001-of-00002.tfrecord": "tfrecord",
     }
     assert not partial_path(out).exists()
+    assert result.to_json()["formats"] == {"jsonl": 1, "npy": 1, "npz": 1, "other": 1,
+                                           "parquet": 1, "tar": 2, "tfrecord": 2}
 
 
 def test_one_job_and_two_jobs_write_the_same_manifest(dataset, tmp_path: Path) -> None:
@@ -99,6 +101,26 @@ def test_an_interrupted_build_resumes(dataset, tmp_path: Path) -> None:
     assert resumed.bytes_hashed < fresh.bytes_hashed
     assert out.read_bytes() == (tmp_path / "fresh").read_bytes()
     assert not partial_path(out).exists()
+
+
+def test_resume_after_a_torn_last_line_keeps_every_finished_file(dataset, tmp_path: Path) -> None:
+    root, _ = dataset
+    out = tmp_path / "m.sha256"
+    build_manifest(root, tmp_path / "full", jobs=1)
+    lines = sidecar_path(tmp_path / "full").read_text().splitlines()
+    partial_path(out).write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])  # torn 4th line
+    calls: list[int] = []
+
+    def interrupt_once_two_more_are_done(p: Progress) -> None:
+        calls.append(p.files_done)
+        if p.files_done >= 2 and len(calls) < 100:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_manifest(root, out, jobs=1, progress=interrupt_once_two_more_are_done)
+    again = build_manifest(root, out, jobs=1)
+    assert again.resumed >= 5  # 3 kept + at least 2 finished before the second interruption
+    assert out.read_bytes() == (tmp_path / "full").read_bytes()
 
 
 def test_resume_rehashes_a_file_that_changed_meanwhile(dataset, tmp_path: Path) -> None:

@@ -57,3 +57,16 @@ def test_ext4_recorded_errors_are_findings(case, shm_dir, no_leftovers):
     e4003 = next(f for f in res.findings if f.code == "E4003")
     assert e4003.details["First error function"] == "ext4_lookup"
     assert res.facts["dumpe2fs"]["error_count"] == 3
+
+
+def test_a_mounted_filesystem_reports_its_live_sysfs_state(case, shm_dir, tmp_path,
+                                                           no_leftovers):
+    from ckptrescue.storage.mounting import mounted
+
+    img = fx.make_fs(shm_dir / "m.img", "ext4")
+    with mounted(img, tmp_path / "mnt", case=case) as m:
+        res = fs_inspect(m.loop_device, case=case, health=False)
+    live = res.facts["mounted"]
+    assert live["ext4"]["errors_count"] == "0"
+    assert live["mounts"][0]["mountpoint"] == str(tmp_path / "mnt")
+    assert "E4003" not in {f.code for f in res.findings}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -97,7 +98,7 @@ class FindingsScreen(Screen[None]):
         evidence = tree.root.add("Evidence -> checkpoints -> tensors", expand=True,
                                  data={"kind": "help"})
         for g in groups:
-            node = evidence.add(g.label, expand=True, data={"kind": "evidence", **g.detail})
+            node = evidence.add(Text(g.label), expand=True, data={"kind": "evidence", **g.detail})
             root = g.detail.get("mountpoint") or g.detail.get("path")
             for m in message.mounts:
                 if g.detail.get("id") and m.get("target") and \
@@ -106,7 +107,7 @@ class FindingsScreen(Screen[None]):
             for ckpt in g.checkpoints:
                 self._add_checkpoint(node, ckpt, root)
         if not groups:
-            evidence.add_leaf("(no checkpoint probed yet)")
+            evidence.add_leaf(Text("(no checkpoint probed yet)"))
         tree.root.add_leaf("Bad-sector map", data={"kind": "map"})
         by_sev = model.get("findings_by_severity") or {}
         total = sum(len(v) for v in by_sev.values())
@@ -117,26 +118,26 @@ class FindingsScreen(Screen[None]):
                 continue
             sev_node = findings.add(f"{sev} ({len(items)})", expand=sev in {"critical", "error"})
             for f in items:
-                sev_node.add_leaf(f"{f.get('code')} {f.get('title')}",
+                sev_node.add_leaf(Text(f"{f.get('code')} {f.get('title')}"),
                                   data={"kind": "finding", "finding": f})
         for s in model.get("salvage") or []:
-            tree.root.add_leaf(f"salvaged {s.get('checkpoint')}: {len(s.get('recovered', []))} "
-                               f"recovered, {len(s.get('lost', []))} lost",
+            tree.root.add_leaf(Text(f"salvaged {s.get('checkpoint')}: {len(s.get('recovered', []))} "
+                                    f"recovered, {len(s.get('lost', []))} lost"),
                                data={"kind": "salvage", "salvage": s})
         tree.cursor_line = 0
         self._show(tree.root.children[0].data if tree.root.children else None)
 
     def _add_checkpoint(self, parent: TreeNode[dict[str, Any]], ckpt: dict[str, Any],
                         root: str | None) -> None:
-        node = parent.add(checkpoint_label(ckpt, root), data={"kind": "checkpoint", **ckpt},
+        node = parent.add(Text(checkpoint_label(ckpt, root)), data={"kind": "checkpoint", **ckpt},
                           expand=ckpt.get("verdict") not in ("intact", None))
         for row in ckpt.get("rows", []):
             icon = VERDICT_ICON.get("damaged" if row["status"] != "suspect" else "suspect")
-            node.add_leaf(f"{icon} {row['name']}  [{row['status']}]",
+            node.add_leaf(Text(f"{icon} {row['name']}  [{row['status']}]"),
                           data={"kind": "tensor", "checkpoint": ckpt.get("path"), **row})
         total = ckpt.get("tensors_total") or 0
         intact = max(0, total - len(ckpt.get("rows", [])))
-        node.add_leaf(f"✓ {intact} of {total} tensors verify", data={"kind": "checkpoint",
+        node.add_leaf(Text(f"✓ {intact} of {total} tensors verify"), data={"kind": "checkpoint",
                                                                      **ckpt})
 
     @on(Tree.NodeHighlighted)

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -77,7 +78,7 @@ class DevicePicker(ModalScreen[str | None]):
     def _listed(self, message: DevicesListed) -> None:
         table = self.query_one(DataTable)
         for dev in message.devices:
-            table.add_row(*device_row(dev), key=str(dev.get("path")))
+            table.add_row(*(Text(c) for c in device_row(dev)), key=str(dev.get("path")))
         status = message.error or f"{len(message.devices)} device(s); rw = writable by the " \
                                   "kernel: image it, never mount it read-write"
         self.query_one("#device-status", Static).update(status)

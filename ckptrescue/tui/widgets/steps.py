@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import DataTable
 
 from ckptrescue.tui.viewmodel import STATUS_ICON
 
 
-class StepTable(DataTable[str]):
+class StepTable(DataTable[object]):
     """Rows keyed by step id; columns: status, step, action, summary."""
 
     DEFAULT_CSS = """
@@ -30,7 +31,7 @@ class StepTable(DataTable[str]):
         self.statuses = {}
         for step_id, _action in steps:
             self.statuses[step_id] = "pending"
-            self.add_row(STATUS_ICON["pending"], step_id, "pending", "", key=step_id)
+            self.add_row(STATUS_ICON["pending"], Text(step_id), "pending", "", key=step_id)
 
     def set_status(self, step_id: str, status: str, summary: str = "") -> None:
         if step_id not in self.statuses:
@@ -39,6 +40,6 @@ class StepTable(DataTable[str]):
         self.update_cell(step_id, "status", STATUS_ICON.get(status, "?"))
         self.update_cell(step_id, "state", status)
         if summary or status in {"running", "pending"}:
-            self.update_cell(step_id, "summary", summary.replace("\n", " ")[:200])
+            self.update_cell(step_id, "summary", Text(summary.replace("\n", " ")[:200]))
         if status == "running":
             self.move_cursor(row=self.get_row_index(step_id))
