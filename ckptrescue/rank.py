@@ -81,7 +81,7 @@ def rank(run_dir: Path, *, case: Case | None = None) -> RankResult:
                                        step_of(top.name), mtime, reps))
     ranked.sort(key=lambda c: (c.step is not None, c.step if c.step is not None else 0,
                                c.mtime), reverse=True)
-    resume = next((c.path for c in ranked if c.verdict is Verdict.INTACT), None)
+    resume = next((c.path for c in ranked if c.verdict.resumable), None)
     result = RankResult(ranked, resume)
     if case is not None:
         case.log("checkpoint.ranked", result.to_json())

@@ -121,7 +121,8 @@ class SafetensorsFormat:
                                                    evidence=spath, tensors=[name]))
                     continue
                 bits = info.itemsize * 8 if info else dtypes.SAFETENSORS_SUBBYTE_BITS[code]
-                if numel * bits % 8 or numel * bits // 8 != end - begin or begin > end:
+                if numel * bits % 8 or numel * bits // 8 != end - begin or begin > end \
+                        or begin < 0 or any(x < 0 for x in shape):
                     rec.status = "damaged"
                     rec.reasons.append("shape x dtype differs from the byte extent")
                     report.findings.append(finding(

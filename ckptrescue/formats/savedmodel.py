@@ -24,7 +24,7 @@ from ckptrescue.formats.tf_findings import verdict_from
 from ckptrescue.model import Finding, Severity
 
 FORMAT = "tf-savedmodel"
-HASH_CAP = 1024 * 1024 * 1024
+HASH_CAP = 256 * 1024 * 1024  # FarmHash needs the whole buffer; indexes are small
 
 
 def _variables_prefix(root: Path) -> Path:

@@ -53,11 +53,15 @@ class StorageCheck:
     summary: numeric.NumericSummary | None = None
     dtype: str | None = None
 
-    def mark(self, status: str, reason: str) -> None:
+    codes: list[tuple[str, str]] = field(default_factory=list)  # (finding code, reason)
+
+    def mark(self, status: str, reason: str, code: str | None = None) -> None:
         order = ["ok", "suspect", "unverified", "damaged", "truncated", "missing"]
         if order.index(status) > order.index(self.status):
             self.status = status
         self.reasons.append(reason)
+        if code is not None:
+            self.codes.append((code, reason))
 
 
 def storage_map(storages: dict[str, StorageCheck]) -> dict[str, dict[str, Any]]:

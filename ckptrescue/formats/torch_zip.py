@@ -257,13 +257,13 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
     for key, sc in out.storages.items():
         if sc.status == "damaged":
             names = [t.name for t in out.tensors if t.storage == key]
-            code = "TZ004" if any("size" in r for r in sc.reasons) else "TZ002"
-            if any("header" in r for r in sc.reasons) and code == "TZ002" and \
-                    not any("CRC" in r for r in sc.reasons):
-                code = "TZ007"
-            out.findings.append(finding(code, f"{prefix}data/{key}: " + "; ".join(sc.reasons),
-                                        evidence=path, offset=sc.data_offset,
-                                        length=sc.record_size, tensors=names))
+            by_code: dict[str, list[str]] = {}
+            for code, reason in sc.codes:
+                by_code.setdefault(code, []).append(reason)
+            for code, reasons in by_code.items():
+                out.findings.append(finding(code, f"{prefix}data/{key}: " + "; ".join(reasons),
+                                            evidence=path, offset=sc.data_offset,
+                                            length=sc.record_size, tensors=names))
         elif sc.status == "truncated":
             names = [t.name for t in out.tensors if t.storage == key and t.status != "ok"]
             out.findings.append(finding("TZ006", f"{prefix}data/{key}: "
@@ -382,7 +382,8 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
     sc.record_size = rec.compressed_size
     if rec.data_offset is None:
         rec.data_offset = zipwalk.guess_data_offset(rec, alignment, start)
-        sc.mark("damaged", "local header damaged (torch.load cannot read this record)")
+        sc.mark("damaged", "local header damaged (torch.load cannot read this record)",
+                "TZ007")
         out.verdicts.append(Verdict.DAMAGED)
     sc.data_offset = rec.data_offset
     if rec.method != 0:
@@ -394,7 +395,7 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
     if sc.declared is not None and rec.compressed_size is not None \
             and rec.compressed_size != sc.declared and rec.source == "central":
         sc.mark("damaged", f"record holds {rec.compressed_size} bytes, pickle declares "
-                f"{sc.declared} (size mismatch)")
+                f"{sc.declared} (size mismatch)", "TZ004")
     want = min(size, max(0, end - rec.data_offset))
     tensormap.stream_check(fh, sc, length=want, do_numeric=do_numeric,
                            want_crc=bool(rec.crc), names=names)
@@ -408,7 +409,7 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
         sc.mark("unverified", "CRC-32 not recorded (0)")
     elif rec.crc and sc.crc_actual != rec.crc:
         sc.mark("damaged", f"CRC-32 mismatch: stored {rec.crc:08x}, computed "
-                f"{sc.crc_actual:08x}")
+                f"{sc.crc_actual:08x}", "TZ002")
 
 
 def _hash_combine(seed: int, value: int) -> int:

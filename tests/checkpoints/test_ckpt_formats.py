@@ -234,3 +234,25 @@ def test_dcp_chunks_must_tile(base, tmp_path):
     assert dc5 and dc5[0].tensors == ("model.0.weight",) and "cover" in dc5[0].title
     assert r.verdict is not Verdict.INTACT
     assert "model.0.weight" in r.damaged_tensors
+
+
+def test_safetensors_fuzzed_headers_never_crash(tmp_path_factory):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    entry = st.fixed_dictionaries({
+        "dtype": st.sampled_from(["F32", "F16", "BF16", "I64", "U8", "F4", "XX", 3]),
+        "shape": st.lists(st.integers(-2, 9), max_size=3),
+        "data_offsets": st.lists(st.integers(-8, 200), min_size=2, max_size=2)})
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.dictionaries(st.text(max_size=5), entry, max_size=4), st.integers(0, 300))
+    def run(header, tail):
+        text = json.dumps(header).encode()
+        path = tmp_path_factory.mktemp("st") / "f.safetensors"
+        path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(range(256))[:tail % 256])
+        r = probe1(path)
+        assert r.format == "safetensors"
+        assert r.verdict in set(Verdict)
+
+    run()

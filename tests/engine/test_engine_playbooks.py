@@ -163,7 +163,7 @@ steps:
     with: {argv: [echo, one]}
   - id: two
     action: exec
-    with: {argv: [sleep, "30"]}
+    with: {argv: [sleep, "6"]}
   - id: three
     action: exec
     with: {argv: [echo, three]}

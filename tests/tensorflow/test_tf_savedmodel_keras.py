@@ -95,3 +95,17 @@ def test_h5_dataset_offsets_point_at_the_values(tf_originals: Path) -> None:
         for t in r.tensors:
             fh.seek(t.offset)
             assert fh.read(t.length) == np.ascontiguousarray(h5[t.name][()]).tobytes()
+
+
+def test_savedmodel_pb_damaged_or_missing(copy_of) -> None:
+    d = copy_of("savedmodel")
+    pb = d / "saved_model.pb"
+    data = bytearray(pb.read_bytes())
+    data[0] = 0x07  # field 0, wire type 7: not a protobuf any more
+    pb.write_bytes(bytes(data))
+    (r,) = probe_paths([d])
+    assert r.verdict is Verdict.DAMAGED and "SD005" in codes(r)
+    pb.unlink()
+    (r,) = probe_paths([d])  # still recognised from variables/ + fingerprint.pb
+    assert r.format == "tf-savedmodel" and "SD001" in codes(r)
+    assert r.verdict is Verdict.INCOMPLETE
