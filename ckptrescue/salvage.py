@@ -137,6 +137,7 @@ class _Planned:
     nbytes: int
     strides: list[int] | None
     filled: bool = False
+    big_endian: bool = False
     reader: Any = None  # the format's read_tensor_bytes(path, report, rec), when it has one
     root: Path | None = None
     report: CheckpointReport | None = None
@@ -157,7 +158,11 @@ def _plan(rec: TensorRecord, strides: dict[str, list[int]], *,
 
 
 def _copy(out: BinaryIO, p: _Planned) -> None:
+    """Write the tensor's C-contiguous little-endian bytes."""
     rec = p.rec
+    if p.big_endian:
+        _copy_swapped(out, p)
+        return
     if p.reader is not None:
         written = 0
         for block in p.reader(p.root, p.report, rec):
@@ -187,6 +192,38 @@ def _copy(out: BinaryIO, p: _Planned) -> None:
         view = np.lib.stride_tricks.as_strided(
             base, shape=rec.shape, strides=[s * base.itemsize for s in p.strides])
         out.write(np.ascontiguousarray(view).tobytes())
+
+
+def _copy_swapped(out: BinaryIO, p: _Planned) -> None:
+    """Big-endian source (torch ``byteorder`` = big): byte-swap each element while copying."""
+    import numpy as np
+
+    rec = p.rec
+    info = dtypes.lookup(rec.dtype)
+    assert info is not None and rec.file is not None and rec.offset is not None
+    size = info.itemsize
+    if info.kind == "complex":  # two floats per element, each swapped on its own
+        size //= 2
+    code = {1: "u1", 2: "u2", 4: "u4", 8: "u8"}[size]
+    with open(rec.file, "rb") as src:
+        if p.strides is None:
+            done = 0
+            step = CHUNK - CHUNK % info.itemsize
+            while done < p.nbytes:
+                data = os.pread(src.fileno(), min(step, p.nbytes - done), rec.offset + done)
+                if not data:
+                    raise UsageError(f"{rec.file}: short read at {rec.offset + done}")
+                out.write(np.frombuffer(data, dtype=">" + code).astype("<" + code).tobytes())
+                done += len(data)
+            return
+        assert rec.length is not None and rec.shape is not None
+        raw = os.pread(src.fileno(), rec.length, rec.offset)
+        base = np.frombuffer(raw, dtype=">" + code)
+        per = info.itemsize // size
+        view = np.lib.stride_tricks.as_strided(
+            base, shape=(*rec.shape, per), strides=[s * info.itemsize for s in p.strides]
+            + [size])
+        out.write(np.ascontiguousarray(view).astype("<" + code).tobytes())
 
 
 def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
@@ -232,6 +269,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
                 lost[rec.name] = (rec, p)
             else:
                 p.reader, p.root, p.report = reader, root, report
+                p.big_endian = report.extra.get("byteorder") == "big"
                 planned.append(p)
         else:
             lost[rec.name] = (rec, reason)
@@ -259,6 +297,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
             if isinstance(p, str):
                 continue
             p.reader, p.root, p.report = rreader, rroot, ref
+            p.big_endian = ref.extra.get("byteorder") == "big"
             p.filled = True
             planned.append(p)
             result.filled.append(name)

@@ -30,7 +30,7 @@ from ckptrescue.datasets.shardcheck import (
     read_exact,
 )
 from ckptrescue.datasets.walk import FileEntry, display, join, shown_path, walk
-from ckptrescue.errors import EvidenceError
+from ckptrescue.errors import EvidenceError, ToolMissingError
 from ckptrescue.model import Finding, Severity
 
 if TYPE_CHECKING:
@@ -79,8 +79,8 @@ class DatasetVerifyResult:
     def lines(self) -> list[str]:
         out = []
         for f in self.files:
-            if f.status == "ok":
-                continue
+            if f.status == "ok" or (f.status == "unchecked" and f.format == "other"):
+                continue  # other formats are counted in the answer line, not listed
             tail = f" ({f.note})" if f.note else ""
             out.append(f"{f.status.upper():<10} {f.format:<14} {display(f.rel)}{tail}")
             for b in f.bad_records:
@@ -143,6 +143,12 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
                 outcome = checker(fh, entry.size)
         except UnreadableAt as exc:
             return _unreadable(entry.rel, fmt, exc, outcome.records)
+        except ToolMissingError as exc:  # e.g. pyarrow absent: this format cannot be checked
+            return FileCheck(entry.rel, fmt, "unchecked", note=f"{exc.message} ({exc.hint})")
+        except Exception as exc:  # a checker bug must not lose the other files' results
+            return FileCheck(entry.rel, fmt, "unchecked",
+                             note=f"internal error in the {base} checker: "
+                                  f"{type(exc).__name__}: {exc}")
         failure = failure_of(fh)
         if failure is not None:  # a library caught our I/O error and reported something else
             return _unreadable(entry.rel, fmt, failure, outcome.records)

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from ckptrescue.checkpoint import CheckpointReport
 
 SOURCE = "ckptrescue.formats"
+# A record whose container structure is damaged but whose bytes match their CRC: salvageable.
+BYTES_VERIFY = "bytes verify (CRC-32 matches)"
 
 
 def finding(code: str, title: str, *, evidence: str | None, offset: int | None = None,
@@ -171,6 +173,9 @@ def tensor_records(named: list[tuple[str, Any]], storages: dict[str, StorageChec
                            length=length, storage=sc.key, status=sc.status,
                            checksum=(f"crc32:{sc.crc_stored:08x}" if sc.crc_stored else None),
                            reasons=list(sc.reasons))
+        if sc.status == "damaged" and sc.codes and all(c == "TZ007" for c, _ in sc.codes) \
+                and sc.crc_stored and sc.crc_actual == sc.crc_stored:
+            rec.reasons.append(BYTES_VERIFY)
         if sc.declared is not None and length is not None and rel + length > sc.declared:
             rec.status = "damaged"
             rec.reasons.append("view extends past its storage")

@@ -1,7 +1,9 @@
-"""Findings shared by the TensorFlow / Keras formats: numerics, reference diff, verdicts.
+"""Shared by the TensorFlow / Keras formats: the numeric scan adapter and finding -> verdict.
 
-Pure apart from re-reading one tensor's bytes (only when a probable bit flip must be located, or
-to XOR a variable against the reference when their checksums differ).
+Pure. The numeric scan itself is the one the PyTorch formats use (``formats/numeric.py``, codes
+NM001-NM007), wrapped so that a failure in it can never stop the CRC pass; TF/Keras names add
+two invariants (BatchNorm ``moving_variance`` > 0, Adam ``velocity`` >= 0). The ``--reference``
+comparison is the generic one (``probes/reference.py``), by variable name.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from ckptrescue.model import Finding, Severity
 
 if TYPE_CHECKING:
     from ckptrescue.formats.numeric import StorageScan
-
-XOR_CHUNK = 4 * 1024 * 1024
 
 VERDICT_OF_CODE: dict[str, Verdict] = {
     "SS002": Verdict.DAMAGED, "SS003": Verdict.DAMAGED, "SS005": Verdict.DAMAGED,

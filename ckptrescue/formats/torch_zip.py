@@ -69,6 +69,7 @@ class ZipProbe:
     prefix: str = ""
     strides: dict[str, list[int]] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
+    byteorder: str = "little"
 
 
 def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None,
@@ -129,6 +130,7 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
                     "data_offset": r.data_offset, "length": r.compressed_size,
                     "crc32": r.crc, "source": r.source} for r in layout.records]
     alignment = _alignment(fh, records.get(prefix + ".storage_alignment"))
+    out.byteorder = _byteorder(fh, records.get(prefix + "byteorder"))
 
     # -- data.pkl ------------------------------------------------------------------------------
     pkl = records.get(prefix + "data.pkl")
@@ -318,6 +320,14 @@ class _Bounded(io.RawIOBase):
         return self._fh.readline(limit)
 
 
+def _byteorder(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> str:
+    """The ``byteorder`` record ("little" when absent, as torch < 2.1 wrote none)."""
+    if rec is None or rec.data_offset is None or not rec.compressed_size:
+        return "little"
+    raw = zipwalk.pread(fh, rec.data_offset, min(rec.compressed_size, 8))
+    return "big" if raw.strip() == b"big" else "little"
+
+
 def _alignment(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> int:
     if rec is None or rec.data_offset is None or not rec.compressed_size:
         return 64
@@ -398,7 +408,8 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
                 f"{sc.declared} (size mismatch)", "TZ004")
     want = min(size, max(0, end - rec.data_offset))
     tensormap.stream_check(fh, sc, length=want, do_numeric=do_numeric,
-                           want_crc=bool(rec.crc), names=names)
+                           want_crc=bool(rec.crc), names=names,
+                           big_endian=out.byteorder == "big")
     got = sc.available or 0
     if got < size or rec.truncated:
         sc.mark("truncated", f"only {got} of {size} bytes present (file ends)")
@@ -467,6 +478,7 @@ class TorchZipFormat:
         report.extra["unsafe_globals"] = part.unsafe_globals
         report.extra["strides"] = part.strides
         report.extra["records"] = part.records
+        report.extra["byteorder"] = part.byteorder
         report.extra["storages"] = tensormap.storage_map(part.storages)
         tensormap.finalize(report, part.verdicts)
         return report
@@ -482,8 +494,10 @@ def tensormap_salvageable(report: CheckpointReport,
                           ) -> Iterator[tuple[TensorRecord, str | None]]:
     """Shared salvage rule for storage-based formats: ok/unverified/suspect bytes are usable."""
     for rec in report.tensors:
-        if rec.status in ("ok", "unverified", "suspect") and rec.offset is not None \
-                and rec.length is not None and rec.shape is not None:
+        usable = rec.status in ("ok", "unverified", "suspect") or (
+            rec.status == "damaged" and tensormap.BYTES_VERIFY in rec.reasons)
+        if usable and rec.offset is not None and rec.length is not None \
+                and rec.shape is not None:
             yield rec, None
         else:
             yield rec, "; ".join(rec.reasons) or rec.status

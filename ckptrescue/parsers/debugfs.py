@@ -63,3 +63,12 @@ def parse_extents(text: str) -> list[Ext4Extent]:
             lo, _hi, plo, _phi, length = (int(m.group(i)) for i in range(1, 6))
             out.append(Ext4Extent(lo, plo, length, m.group(6)))
     return out
+
+
+_SIZE = re.compile(r"\bSize:\s*(\d+)")
+
+
+def parse_stat_size(text: str) -> int | None:
+    """The file size from ``stat <ino>`` (``User: 0   Group: 0   ...   Size: 3145728``)."""
+    m = _SIZE.search(text)
+    return int(m.group(1)) if m else None

@@ -22,10 +22,33 @@ LOADERS = {"torch-zip": "torch", "torch-legacy": "torch", "safetensors": "safete
            "dcp": "dcp", "hf-sharded": "hf-sharded"}
 
 
+def _budget(report: CheckpointReport) -> tuple[int, float]:
+    """Memory (MiB) and time limits scaled to the checkpoint: torch.load needs ~1x its size
+    resident plus torch itself; the address-space limit also covers torch's mappings."""
+    import os
+
+    size = 0
+    for f in report.files or [report.path]:
+        try:
+            size += os.path.getsize(f)
+        except OSError:
+            continue
+    mib = size // (1024 * 1024)
+    return 4096 + 2 * mib, 300.0 + mib / 50.0
+
+
 def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
-                    memory_mb: int = 4096, timeout_s: float = 300.0) -> None:
-    """Run the real loader on ``report.path`` in a child and record the outcome."""
+                    memory_mb: int | None = None, timeout_s: float | None = None) -> None:
+    """Run the real loader on ``report.path`` in a child and record the outcome.
+
+    Limits default to :func:`_budget` (so a big checkpoint is not reported as an OOM of the
+    loader because of our own limit).
+    """
     from ckptrescue.effects.sandbox import run_child
+
+    auto_mem, auto_time = _budget(report)
+    memory_mb = memory_mb if memory_mb is not None else auto_mem
+    timeout_s = timeout_s if timeout_s is not None else auto_time
 
     blocked = sorted({f.code for f in report.findings} & _BLOCKING)
     loader = LOADERS.get(report.format)
@@ -40,7 +63,7 @@ def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
     outcome = run_child("torch_load", {"path": report.path, "loader": loader,
                                        "files": report.files},
                         case=case, memory_mb=memory_mb, timeout_s=timeout_s)
-    report.load = outcome.to_json()
+    report.load = {**outcome.to_json(), "memory_mb": memory_mb, "timeout_s": timeout_s}
     res = outcome.result
     if outcome.status == "ok":
         report.findings.append(finding("LD001", f"{loader} load succeeded "

@@ -20,6 +20,7 @@ import bisect
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ class FileHit:
     tensors: list[str] = field(default_factory=list)
     shared: bool = False
     unwritten: bool = False
+    inode: int | None = None  # known on the offline (xfs_db/debugfs) path
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "file_offset": self.file_offset, "length": self.length,
@@ -122,7 +124,8 @@ def _merge(hits: list[FileHit]) -> list[FileHit]:
     merged: list[FileHit] = []
     for h in hits:
         last = merged[-1] if merged else None
-        if last and last.path == h.path and last.file_offset + last.length == h.file_offset:
+        if (last and last.path == h.path and h.file_offset >= 0
+                and last.file_offset + last.length == h.file_offset):
             last.length += h.length
             last.shared |= h.shared
         else:
@@ -130,10 +133,16 @@ def _merge(hits: list[FileHit]) -> list[FileHit]:
     return merged
 
 
-def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits]) -> str:
-    """Fill ``FileHit.tensors`` from the probe engine's tensor map; returns how it went."""
-    paths = sorted({h.path for r in ranges for h in r.files})
-    if not paths:
+def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits], *,
+                 resolve: Callable[[str], Path | None] | None = None) -> str:
+    """Fill ``FileHit.tensors`` from the probe engine's tensor map; returns how it went.
+
+    ``resolve`` maps a hit's path to a readable file (default ``root / path``; the offline
+    path hands reconstructed copies); None skips that file."""
+    where = resolve or (lambda rel: root / rel)
+    files = {p: where(p) for p in sorted({h.path for r in ranges for h in r.files})}
+    files = {p: f for p, f in files.items() if f is not None}
+    if not files:
         return "no files hit"
     try:
         from ckptrescue.probes.checkpoints import probe_paths
@@ -141,9 +150,9 @@ def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits]) -> str:
         return "unavailable (ckptrescue.probes.checkpoints.probe_paths is not installed)"
     reports = []
     failed = []
-    for p in paths:  # one at a time: a probe failure must not lose the other files' answers
+    for p, f in files.items():  # one at a time: a failure must not lose the other answers
         try:
-            reports.extend(probe_paths([root / p], case=case))
+            reports.extend(probe_paths([f], case=case))
         except Exception as exc:
             failed.append(f"{p}: {type(exc).__name__}: {exc}")
     by_file: dict[str, list[Any]] = {}
@@ -155,7 +164,10 @@ def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits]) -> str:
     for r in ranges:
         for h in r.files:
             lo, hi = h.file_offset, h.file_offset + h.length
-            names = [t.name for t in by_file.get(os.path.realpath(root / h.path), [])
+            f = files.get(h.path)
+            if f is None or h.file_offset < 0:
+                continue
+            names = [t.name for t in by_file.get(os.path.realpath(f), [])
                      if t.offset < hi and lo < t.offset + t.length]
             h.tensors = sorted(set(names))
     return "probe_paths" + (f" (failed for {'; '.join(failed)})" if failed else "")

@@ -82,10 +82,62 @@ def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]]) -> 
         else:
             raise ToolFailedError(f"{image}: cannot map blocks of a {fstype or 'unknown'} "
                                   "filesystem without mounting it")
-    for r in hits:
-        r.files = _merge(r.files)
+        for r in hits:
+            r.files = _merge(r.files)
+        how = "unavailable (not mounted; XFS files are not reconstructed offline)"
+        if method.startswith("debugfs"):
+            how = _ext_tensors(case, runner, node, hits, backup)
     return LocateResult(ranges=hits, method=method, partition_start=start, fstype=fstype,
-                        tensor_map="unavailable (not mounted: tensor map needs the file)")
+                        tensor_map=how, notes=[] if how.startswith("probe_paths") else
+                        [f"tensor map: {how}"])
+
+
+def _ext_tensors(case: Case, runner: SubprocessRunner, dev: str, hits: list[RangeHits],
+                 backup: tuple[int, int] | None) -> str:
+    """Rebuild each hit file from its extents (read-only reads of the device, written into the
+    case's work dir; unreadable bytes are zeros as in the image) and run the tensor map on it."""
+    from ckptrescue.storage.locate import tensor_names
+
+    opts = ["-c"] + (["-s", str(backup[1]), "-b", str(backup[0])] if backup else [])
+    bs = backup[0] if backup else _ext_block_size(runner, dev)
+    inodes = {h.path: h.inode for r in hits for h in r.files if h.inode is not None}
+    if not inodes:
+        return "no files hit"
+    work = case.work_dir / "offline-files"
+    work.mkdir(exist_ok=True)
+    copies: dict[str, Path] = {}
+    for path, ino in sorted(inodes.items()):
+        stat_text = _run(runner, ["debugfs", *opts, "-R", f"stat <{ino}>", dev], "inode size")
+        size = dbg.parse_stat_size(stat_text)
+        exts = dbg.parse_extents(_run(runner, ["debugfs", *opts, "-R", f"ex <{ino}>", dev],
+                                      "extents"))
+        if size is None or not exts:
+            continue
+        out = work / f"{ino}-{Path(path).name}"
+        with open(dev, "rb", buffering=0) as src, open(out, "wb") as dst:
+            dst.truncate(size)
+            for e in exts:
+                if "Uninit" in e.flags:
+                    continue  # unwritten extent: reads as zeros
+                src.seek(e.physical * bs)
+                dst.seek(e.logical * bs)
+                left = min(e.length * bs, max(0, size - e.logical * bs))
+                while left > 0:
+                    block = src.read(min(left, 1 << 20))
+                    if not block:
+                        break
+                    dst.write(block)
+                    left -= len(block)
+        copies[path] = out
+    case.log("locate.offline_copies", {p: str(c) for p, c in copies.items()})
+    return tensor_names(case, work, hits, resolve=copies.get)
+
+
+def _ext_block_size(runner: SubprocessRunner, dev: str) -> int:
+    for line in _run(runner, ["dumpe2fs", "-h", dev], "ext superblock").splitlines():
+        if line.startswith("Block size:"):
+            return int(line.split(":")[1])
+    return 4096
 
 
 def _xfs(runner: SubprocessRunner, dev: str, ranges: list[tuple[int, int]],
@@ -161,5 +213,5 @@ def _ext(runner: SubprocessRunner, dev: str, ranges: list[tuple[int, int]], star
             if e.physical <= blk < e.physical + e.length:
                 file_off = (e.logical + blk - e.physical) * bs + lo % bs
         for path in names.get(ino, [f"<inode {ino}>"]):
-            out[i].files.append(FileHit(path, file_off, hi - lo))
+            out[i].files.append(FileHit(path, file_off, hi - lo, inode=ino))
     return out

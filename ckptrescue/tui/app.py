@@ -40,9 +40,9 @@ class CkptRescueApp(App[None]):
     CSS = CSS
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
-        Binding("f1", "guided", "New run"),
-        Binding("f7", "findings", "Findings"),
-        Binding("f8", "report", "Report"),
+        Binding("f1", "guided", "New run", show=False),
+        Binding("f7", "findings", "Findings", show=False),
+        Binding("f8", "report", "Report", show=False),
         Binding("ctrl+t", "toggle_theme", "Light/dark", show=False),
     ]
 

@@ -263,3 +263,20 @@ def test_gzip_compressed_tfrecord_and_tar(tmp_path: Path, tf_tfrecord) -> None:
     member, stream = _by_path(verify_dataset(root))["s.tar.gz"].bad_records
     assert member.index is not None and member.offset is not None  # where the data stops
     assert stream.problem.startswith("gzip stream damaged")
+
+
+def test_without_pyarrow_parquet_is_unchecked_and_says_why(dataset) -> None:
+    import subprocess
+    import sys
+
+    root, _ = dataset
+    code = ("import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None\n"
+            "from ckptrescue.datasets.verify import verify_dataset\n"
+            "r = verify_dataset(sys.argv[1])\n"
+            "f = [x for x in r.files if x.format == 'parquet'][0]\n"
+            "print(f.status, '|', f.note, '|', r.counts['ok'])\n")
+    out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    status, note, ok = (x.strip() for x in out.split("|"))
+    assert status == "unchecked" and "pyarrow" in note and "ckptrescue[data]" in note
+    assert ok == "7"

@@ -114,6 +114,12 @@ def test_state_file_pointing_at_missing_prefix(copy_of) -> None:
     assert missing.verdict is Verdict.INCOMPLETE
     assert "TC001" in codes(missing)
     assert reports["ckpt-2"].verdict is Verdict.INTACT
+    from ckptrescue.rank import rank
+
+    ranked = rank(d)
+    assert [(Path(c.path).name, str(c.verdict)) for c in ranked.checkpoints] == [
+        ("ckpt-3", "incomplete"), ("ckpt-2", "intact"), ("ckpt-1", "intact")]
+    assert Path(ranked.resume_from).name == "ckpt-2"
 
 
 def test_flipped_index_byte_recovers_entries_and_verifies_data(copy_of) -> None:

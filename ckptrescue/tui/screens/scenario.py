@@ -23,7 +23,12 @@ class ScenarioScreen(Screen[None]):
     ScenarioScreen #choices { width: 36; border: round $primary; }
     ScenarioScreen #about { width: 1fr; border: round $secondary; padding: 0 1; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "choose", "Choose", show=True)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "choose", "Choose"),
+        Binding("f7", "app.findings", "Findings"),
+        Binding("f8", "app.report", "Report"),
+        Binding("ctrl+o", "app.open_case", "Other case"),
+    ]
 
     def compose(self) -> ComposeResult:
         from ckptrescue.playbook import load
