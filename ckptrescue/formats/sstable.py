@@ -217,15 +217,29 @@ def read_table(path: Path) -> TableScan:
             if error:
                 scan.problems.append(TableProblem("block-parse", index_off, index_len,
                                                   f"index block: {error}"))
-        if index is None or not index_ok or not handles:
-            # The index block cannot be trusted: find the data blocks from their own trailers.
+        usable = bool(handles) and all(off >= 0 and off + ln + TRAILER <= size
+                                       for off, ln in handles)
+        if index is None or not usable or (not index_ok and not _tiles(handles, index_off)):
+            # No believable block handles: find the data blocks from their own trailers.
             _recovery_scan(fh, size, scan, stop=index_off if index is not None else size)
             return scan
+        # Handles from a damaged index block are still usable when they tile the data region:
+        # every data block carries its own CRC, which decides whether its entries are trusted.
         for off, ln in handles:
             content, ok = _read_block(fh, size, off, ln, scan)
             if content is not None:
                 _add_block_entries(scan, content, off, ok)
     return scan
+
+
+def _tiles(handles: list[tuple[int, int]], end: int) -> bool:
+    """True when the blocks follow each other from offset 0 (each with its trailer)."""
+    pos = 0
+    for off, ln in handles:
+        if off != pos:
+            return False
+        pos = off + ln + TRAILER
+    return pos <= end
 
 
 def _is_handle(value: bytes) -> bool:

@@ -88,3 +88,38 @@ def test_tiny_file_is_not_an_sstable(tmp_path: Path) -> None:
     assert not sstable.is_sstable(p)
     scan = sstable.read_table(p)
     assert scan.problems[0].kind == "truncated" and scan.entries == []
+
+
+def _blocks(index: Path) -> list[int]:
+    return sorted({e.block_offset for e in sstable.read_table(index).entries})
+
+
+def test_two_block_index_damage_stays_in_its_block(copy_of) -> None:
+    d = copy_of("wide")
+    first, second = _blocks(d / "ckpt.index")
+    assert first == 0 and second > 200_000  # TF's 256 KiB block size
+    tfx.flip(d / "ckpt.index", second + 5000, 0x20)
+    scan = sstable.read_table(d / "ckpt.index")
+    assert [(p.kind, p.offset) for p in scan.problems] == [("block-checksum", second)]
+    trusted = {e.block_offset for e in scan.entries if e.trusted}
+    untrusted = {e.block_offset for e in scan.entries if not e.trusted}
+    assert trusted == {first} and untrusted == {second}
+
+
+def test_damaged_index_block_handles_still_lead_to_verified_blocks(copy_of) -> None:
+    d = copy_of("wide")
+    index = d / "ckpt.index"
+    size = index.stat().st_size
+    tfx.flip(index, size - 48 - 5 - 2, 0x01)  # inside the index block (before its trailer)
+    scan = sstable.read_table(index)
+    assert [p.kind for p in scan.problems] == ["block-checksum"]
+    assert len(scan.entries) == 6002 and all(e.trusted for e in scan.entries)
+
+
+def test_index_cut_inside_its_index_block_recovers_both_data_blocks(copy_of) -> None:
+    d = copy_of("wide")
+    index = d / "ckpt.index"
+    os.truncate(index, index.stat().st_size - 70)
+    scan = sstable.read_table(index)
+    assert scan.recovered_by_scan
+    assert sum(e.trusted for e in scan.entries) == 6002
