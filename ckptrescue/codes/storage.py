@@ -4,8 +4,6 @@ locate, copy, extract)."""
 from ckptrescue.model import Severity
 
 CODES = {
-    # devices
-    "DV001": (Severity.INFO, "Block device inventory recorded"),
     # triage
     "TR001": (Severity.CRITICAL, "A process has files open for writing on the affected volume"),
     "TR002": (Severity.WARNING, "A training job appears to be running against the volume"),

@@ -43,6 +43,8 @@ CODES = {
     "KR002": (Severity.ERROR, "The .keras zip structure is damaged"),
     "KR003": (Severity.ERROR, "The .keras archive has no weights member"),
     "KR004": (Severity.WARNING, "A .keras weights member is compressed: no per-tensor offsets"),
+    "KR005": (Severity.CRITICAL, "A shard named by a Keras sharded-weights JSON is missing"),
+    "KR006": (Severity.ERROR, "A Keras weights shard lacks variable groups its JSON maps to it"),
     "H5001": (Severity.INFO, "HDF5 stores no checksums: only structure and numerics are checked"),
     "H5002": (Severity.ERROR, "The HDF5 file cannot be opened or walked"),
     "H5003": (Severity.ERROR, "An HDF5 dataset cannot be read"),

@@ -186,14 +186,15 @@ class StorageScan:
         n = u.size
         self._index += n
         s.count += n
-        e = (u >> lay.shift) & lay.emask
-        chunk = np.bincount(e if lay.ucode != "u8" else e.astype(np.intp),
-                            minlength=lay.emask + 1)
-        self._hist += chunk
-        if chunk[lay.emask]:  # NaN / Inf
-            idx = np.flatnonzero(e == lay.emask)
-            mant = u[idx] & lay.mant
-            nans = int(np.count_nonzero(mant))
+        magmask = (1 << lay.sign) - 1
+        inf_bits = lay.emask << lay.shift
+        mag = u & magmask
+        peak = int(mag.max()) if n else 0
+        nonfinite = None
+        if peak >= inf_bits:  # NaN / Inf present (rare): the slow path
+            nonfinite = mag >= inf_bits
+            idx = np.flatnonzero(nonfinite)
+            nans = int(np.count_nonzero(mag[idx] > inf_bits))
             s.nan += nans
             s.inf += idx.size - nans
             for i in idx[: max(0, 8 - len(s.nonfinite_examples))]:
@@ -201,25 +202,31 @@ class StorageScan:
                 s.nonfinite_examples.append({"index": base + int(i),
                                              "value": str(_from_bits(raw, self.dtype)),
                                              "_raw": raw})
+        # A sparse exponent histogram (every 61st element) for the lower bulk bound.
+        sample = (u[::61] >> lay.shift) & lay.emask
+        self._hist += np.bincount(sample if lay.ucode != "u8" else sample.astype(np.intp),
+                                  minlength=lay.emask + 1)
         if self.invariants:
-            signs = u >> lay.sign
-            nonzero = (u & ((1 << lay.sign) - 1)) != 0
-            s.negatives += int(np.count_nonzero(signs.astype(bool) & nonzero))
-            s.nonpositive += int(np.count_nonzero(signs.astype(bool) | ~nonzero))
-        # candidates for the largest finite magnitudes
-        finite_bins = np.flatnonzero(chunk[: lay.emask])
-        if not finite_bins.size:
+            signs = (u >> lay.sign).astype(bool)
+            nonzero = mag != 0
+            s.negatives += int(np.count_nonzero(signs & nonzero))
+            s.nonpositive += int(np.count_nonzero(signs | ~nonzero))
+        # the largest finite magnitudes (compared as integers: same order as the floats)
+        floor = self._top[0][0] if len(self._top) >= _TOPK else -1
+        if nonfinite is None and peak <= floor:
             return
-        floor_e = (int(self._top[0][0]) >> lay.shift) if len(self._top) >= _TOPK else -1
-        if int(finite_bins[-1]) < floor_e:
-            return
-        cand = np.flatnonzero((e >= max(floor_e, 0)) & (e < lay.emask))
-        mags = u[cand] & ((1 << lay.sign) - 1)
+        if floor < 0 and n > 64 * _TOPK:
+            # heap not full yet: a strided sample's largest values bound the chunk's top few
+            smp = mag[::16]
+            floor = int(np.partition(smp, smp.size - _TOPK)[smp.size - _TOPK]) - 1
+        pick = mag > floor
+        if nonfinite is not None:
+            pick &= ~nonfinite
+        cand = np.flatnonzero(pick)
         if cand.size > _TOPK:
-            keep = np.argpartition(mags, cand.size - _TOPK)[cand.size - _TOPK:]
-            cand, mags = cand[keep], mags[keep]
-        for j, m in zip(cand, mags, strict=False):
-            item = (int(m), base + int(j), int(u[j]))
+            cand = cand[np.argpartition(mag[cand], cand.size - _TOPK)[cand.size - _TOPK:]]
+        for j in cand:
+            item = (int(mag[j]), base + int(j), int(u[j]))
             if len(self._top) < _TOPK:
                 heapq.heappush(self._top, item)
             elif item[0] > self._top[0][0]:
@@ -233,18 +240,23 @@ class StorageScan:
         if s.skipped or lay is None or self._hist is None:
             return s
         hist = self._hist
-        s.zeros = int(hist[0])  # zeros and subnormals
-        normal = hist[1: lay.emask]
-        n_normal = int(normal.sum())
-        if n_normal < _MIN_ELEMENTS:
+        s.zeros = int(hist[0])  # sampled: zeros and subnormals seen in the sample
+        top = sorted(self._top, reverse=True)
+        finite = s.count - s.nan - s.inf
+        if finite < _MIN_ELEMENTS or len(top) < _REF_RANK:
             self._nonfinite_flips(None, None)
             return s
-        # exponent of the _REF_RANK-th largest normal value, and of the 1st percentile
         np = self._np
-        from_top = normal[::-1].cumsum()
-        ref_e = lay.emask - 1 - int(np.searchsorted(from_top, _REF_RANK))
-        cum = normal.cumsum()
-        low_e = 1 + int(np.searchsorted(cum, max(1, n_normal // 100)))
+        # reference: the _REF_RANK-th largest magnitude; lower bulk bound: the sample's 1st
+        # percentile of normal values (or 40 binades below the reference)
+        ref_e = top[_REF_RANK - 1][0] >> lay.shift
+        normal = hist[1: lay.emask]
+        n_normal = int(normal.sum())
+        if n_normal:
+            low_e = 1 + int(np.searchsorted(normal.cumsum(), max(1, n_normal // 100)))
+        else:
+            low_e = max(1, ref_e - 40)
+        low_e = min(low_e, ref_e)
         s.rms_bulk = _from_bits(ref_e << lay.shift, self.dtype)  # reference magnitude
         exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
         for mag, index, raw in sorted(self._top, reverse=True):

@@ -28,7 +28,8 @@ from typing import Any
 from ckptrescue.formats import dtypes
 
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
-_MAX_WALK_NODES = 5_000_000
+_MAX_WALK_NODES = 2_000_000
+_MAX_DEPTH = 64
 
 # Python 2 names used by protocol 0-2 pickles (subset of ``_compat_pickle``).
 _NAME_MAPPING = {("__builtin__", "set"): ("builtins", "set"),
@@ -475,7 +476,8 @@ def _key_str(key: Any) -> str:
 def iter_named(root: Any) -> Iterator[tuple[str, Any]]:
     """Yield ``(dotted_name, value)`` for every TensorRef and bare PersistentRef in the graph.
 
-    Iterative (no recursion limit), visits shared objects once per path but guards cycles.
+    Iterative (no recursion limit), visits shared objects once per path but guards cycles;
+    bounded (depth 64, 2M nodes) against hostile pickles.
     Dict keys become name parts, list/tuple items their index; an unknown object's BUILD state
     is walked like a dict, its constructor args by index.
     """
@@ -486,6 +488,8 @@ def iter_named(root: Any) -> Iterator[tuple[str, Any]]:
         visited += 1
         if visited > _MAX_WALK_NODES:
             return
+        if len(seen) > _MAX_DEPTH:  # no checkpoint nests this deep; a hostile pickle might
+            continue
         if isinstance(obj, (TensorRef, PersistentRef)):
             yield path, obj
             continue

@@ -7,9 +7,11 @@ compression type (0 = none) and the masked CRC32C of ``block || type``. A block 
 prefix-compressed entries ``varint shared, varint non_shared, varint value_len, key delta,
 value``, then ``u32`` restart offsets and ``u32 num_restarts``.
 
-:func:`read_table` never stops at the first problem: a bad footer or index block switches to a
-scan that finds data blocks by their own CRC trailers; a block whose CRC fails is still parsed
-and its entries are returned marked ``trusted=False``. Blocks are read one at a time by seeking.
+:func:`read_table` never stops at the first problem: a block whose CRC fails is still parsed
+and its entries are returned marked ``trusted=False``; a damaged index block's handles are still
+followed when they tile the data region (each data block's own CRC decides); without a footer or
+believable handles, a scan finds data blocks from offset 0 by their own CRC trailers. Blocks are
+read one at a time by seeking (the scan reads at most :data:`RECOVERY_SCAN_CAP` bytes).
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def checkpoint_label(ckpt: dict[str, Any], root: str | None = None) -> str:
         name = path[len(root.rstrip("/")) + 1:]
     elif root is None:
         name = PurePath(path).name
-    return f"{VERDICT_ICON.get(verdict, '?')} {name}  [{verdict}]"
+    return f"{VERDICT_ICON.get(verdict, '?')} [{verdict}] {name}"
 
 
 def tensor_rows(ckpt: dict[str, Any]) -> list[dict[str, Any]]:

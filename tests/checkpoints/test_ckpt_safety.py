@@ -127,3 +127,19 @@ def test_dcp_metadata_with_payload_is_unsafe(base, tmp_path):
     assert r.verdict is Verdict.UNSAFE and r.load["status"] == "skipped"
     assert "posix.system" in r.extra["unsafe_globals"]
     assert not marker.exists()
+
+
+def test_hostile_pickle_shapes_are_bounded():
+    import pickle
+    import time
+
+    n = 100_000  # nested lists built with opcodes (pickle.dumps itself would recurse)
+    deep_bytes = b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."
+    laughs: list = ["x"]
+    for _ in range(40):  # 2**40 paths through shared lists
+        laughs = [laughs, laughs]
+    for data in (deep_bytes, pickle.dumps(laughs, protocol=2)):
+        t = time.perf_counter()
+        scan = pickle_scan.scan_pickle(data)
+        list(pickle_scan.iter_named(scan.root))
+        assert time.perf_counter() - t < 30

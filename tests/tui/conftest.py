@@ -32,6 +32,13 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fixed_dir_removed_at_end():  # noqa: ANN202
+    """The fixed-path cases and run directory are removed when the session ends."""
+    yield
+    shutil.rmtree(FIXED, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def run_dir() -> Path:
     """step-100.pt intact, step-200.pt one flipped bit, step-300.pt truncated (fixed path)."""

@@ -47,8 +47,8 @@ class FindingsScreen(Screen[None]):
 
     DEFAULT_CSS = """
     FindingsScreen #answer { height: auto; max-height: 3; }
-    FindingsScreen #tree { width: 1fr; border: round $primary; }
-    FindingsScreen #detail-box { width: 1fr; border: round $secondary; padding: 0 1; }
+    FindingsScreen #tree { width: 3fr; border: round $primary; }
+    FindingsScreen #detail-box { width: 2fr; border: round $secondary; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("m", "sector_map", "Bad-sector map"),
@@ -133,7 +133,7 @@ class FindingsScreen(Screen[None]):
                           expand=ckpt.get("verdict") not in ("intact", None))
         for row in ckpt.get("rows", []):
             icon = VERDICT_ICON.get("damaged" if row["status"] != "suspect" else "suspect")
-            node.add_leaf(Text(f"{icon} {row['name']}  [{row['status']}]"),
+            node.add_leaf(Text(f"{icon} [{row['status']}] {row['name']}"),
                           data={"kind": "tensor", "checkpoint": ckpt.get("path"), **row})
         total = ckpt.get("tensors_total") or 0
         intact = max(0, total - len(ckpt.get("rows", [])))
@@ -157,7 +157,8 @@ class FindingsScreen(Screen[None]):
                     "", f"answer: {model.get('answer')}"]
         kind = data["kind"]
         if kind == "map":
-            return sector_map_lines(model.get("bad_sector_map"), width=34)
+            width = max(20, self.query_one("#detail-box").size.width - 6)
+            return sector_map_lines(model.get("bad_sector_map"), width=width)
         if kind == "finding":
             return finding_lines(data["finding"])
         if kind == "tensor":

@@ -38,8 +38,9 @@ class RunScreen(Screen[None]):
     """Runs ``plan`` in the app's case as soon as it is shown."""
 
     DEFAULT_CSS = """
-    RunScreen #tabs { height: 1fr; }
-    RunScreen #status { height: auto; }
+    RunScreen #tabs { height: 1fr; min-height: 6; }
+    RunScreen #status { height: auto; max-height: 2; }
+    RunScreen #answer { height: auto; max-height: 3; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "cancel", "Cancel run"),

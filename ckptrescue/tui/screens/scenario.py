@@ -73,7 +73,8 @@ class ScenarioScreen(Screen[None]):
         lines.append(f"Proposed playbook: {book.name}")
         lines.append(book.title)
         lines.append("")
-        lines.append(book.description.strip())
+        paragraphs = [" ".join(chunk.split()) for chunk in book.description.split("\n\n")]
+        lines.append("\n\n".join(p for p in paragraphs if p))
         lines.append("")
         lines.append("It asks for: " + (", ".join(f"{p.name} ({p.type})" for p in book.parameters
                                                    if p.required and p.default is None)

@@ -12,7 +12,7 @@ class StepTable(DataTable[object]):
     """Rows keyed by step id; columns: status, step, action, summary."""
 
     DEFAULT_CSS = """
-    StepTable { height: auto; max-height: 12; }
+    StepTable { height: auto; max-height: 9; }
     """
 
     def __init__(self, **kwargs: object) -> None:
