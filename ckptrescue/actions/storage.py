@@ -46,11 +46,13 @@ class Image(Action):
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         src = args["source"]
-        dest = args.get("dest") or "CASE/work/images"
+        dest = args.get("dest") or "CASE/images"
         test = f" -H {args['simulate_bad_map']}" if args.get("simulate_bad_map") else ""
-        return [f"ddrescue -b SECTOR -n{test} {src} {dest}/IMAGE {dest}/IMAGE.map",
-                f"ddrescue -b SECTOR -d -r{args.get('retries', 3)}{test} {src} {dest}/IMAGE "
-                f"{dest}/IMAGE.map", "sha256 of the image, the mapfile and the source"]
+        return ["refuse a destination on the same physical disk or without room",
+                f"ddrescue -b SECTOR -n -x SIZE{test} {src} {dest}/IMAGE {dest}/IMAGE.map",
+                f"ddrescue -b SECTOR [-d for block devices] -r{args.get('retries', 3)} -x SIZE"
+                f"{test} {src} {dest}/IMAGE {dest}/IMAGE.map",
+                "sha256 of the image, the mapfile (and the source when fully readable)"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.imaging import image

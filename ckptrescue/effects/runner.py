@@ -202,20 +202,33 @@ class SubprocessRunner:
             t.start()
         timed_out = cancelled = False
         deadline = start + call.timeout_s
-        while True:
-            try:
-                proc.wait(timeout=0.05)
-                break
-            except subprocess.TimeoutExpired:
-                if cancel is not None and cancel.is_set():
-                    cancelled = True
-                elif time.monotonic() > deadline:
-                    timed_out = True
-                else:
-                    continue
-                _kill_group(proc)
-                proc.wait()
-                break
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.05)
+                    break
+                except subprocess.TimeoutExpired:
+                    if cancel is not None and cancel.is_set():
+                        cancelled = True
+                    elif time.monotonic() > deadline:
+                        timed_out = True
+                    else:
+                        continue
+                    _kill_group(proc)
+                    proc.wait()
+                    break
+        except BaseException:
+            # Ctrl-C or SIGTERM reaches only us (the tool has its own session): never leave
+            # the tool running behind us.
+            _kill_group(proc)
+            proc.wait()
+            for t in threads:
+                t.join(timeout=5)
+            if self.case is not None:
+                self.case.log("tool.interrupted", {"argv": shown, "executable": exe,
+                                                   "duration_s": round(time.monotonic() - start,
+                                                                       3)})
+            raise
         for t in threads:
             t.join()
         duration = time.monotonic() - start
