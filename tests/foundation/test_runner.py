@@ -115,3 +115,32 @@ def test_audit_record_has_required_fields(case: Case) -> None:
                 "stderr_sha256", "truncated", "timed_out"):
         assert key in rec["details"], key
     assert json.dumps(rec)
+
+
+_INTERRUPTED = """
+import sys
+from ckptrescue.case import Case
+from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+case = Case.open(sys.argv[1])
+print("ready", flush=True)
+SubprocessRunner(case).run(ToolCall.of("sleep", "987.5"))
+"""
+
+
+def test_ctrl_c_never_leaves_the_tool_running(case: Case) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED, str(case.root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    time.sleep(0.2)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 987.5" not in ps
+    assert any(r["action"] == "tool.interrupted" for r in case.records())
+    assert case.verify().ok
