@@ -318,7 +318,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     text += b" " * (-len(text) % 8)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = checkpoint.parent.name if checkpoint.name.endswith(".index.json") else checkpoint.name
-    for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt"):
+    for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".index", ".keras", ".h5"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
     out_path = out_dir / f"{stem}.salvaged.safetensors"

@@ -32,12 +32,16 @@ def probe_command(
                                              help="Skip the numerical health scan.")] = False,
     tensors: Annotated[bool, typer.Option("--tensors", help="Include the per-tensor map "
                                           "(file, offset, length, status) in --json.")] = False,
+    scheduler: Annotated[str | None, typer.Option(
+        "--scheduler", help="Dask scheduler address: probe each checkpoint on a worker "
+        "(needs the [cluster] extra; workers must see the same paths).")] = None,
     case_dir: OptionalCaseOpt = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Verify checkpoints without executing them; exit 0 when every one is intact, else 1.
 
-    Formats: torch.save zip and legacy, safetensors, Hugging Face sharded, torch DCP.
+    Formats: torch.save zip and legacy, safetensors, Hugging Face sharded, torch DCP,
+    TensorFlow TensorBundle / SavedModel / checkpoint state, Keras .keras / .h5.
     Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.
 
     Example:
@@ -48,7 +52,7 @@ def probe_command(
 
     case = _open_case(case_dir)
     reports = probe_paths(paths, reference=reference, load=load, case=case,
-                          numeric=not no_numeric)
+                          numeric=not no_numeric, scheduler=scheduler)
     if as_json:
         emit_json(probe_json(reports, with_tensors=tensors))
     else:

@@ -50,6 +50,11 @@ def _client(address: str) -> Any:
         raise RemoteError(f"cannot reach the Dask scheduler at {address}: {exc}") from exc
 
 
+def connect(address: str) -> Any:
+    """A Dask client for ``address`` (one-line errors when Dask is missing or unreachable)."""
+    return _client(address)
+
+
 def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], root: bytes,
                 entries: list[FileEntry]) -> Iterator[list[T]]:
     """Run ``fn(root, batch)`` for every batch on the cluster; yield results as they finish."""

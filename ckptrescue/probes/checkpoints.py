@@ -204,14 +204,17 @@ def probe_one(fmt: type | None, path: Path, options: ProbeOptions) -> Checkpoint
 
 def probe_paths(
     paths: list[Path], *, reference: Path | None = None, load: bool = False,
-    case: Case | None = None, numeric: bool = True,
+    case: Case | None = None, numeric: bool = True, scheduler: str | None = None,
 ) -> list[CheckpointReport]:
     """Probe every checkpoint under ``paths``; one report per checkpoint.
 
     ``reference``: a previous checkpoint to compare with (missing/added tensors, shape/dtype
     changes, tensors changed in only a few elements, single-bit XORs). ``load``: also run the
-    real loader in the sandbox when the structural verdict allows. ``case``: findings and the
-    run are recorded in the case's audit log.
+    real loader in the sandbox when the structural verdict allows (formats with a ``load_batch``
+    hook, e.g. TensorFlow, get one sandbox child for all their checkpoints). ``case``: findings
+    and the run are recorded in the case's audit log. ``scheduler``: a Dask scheduler address;
+    each checkpoint is probed on a worker (which must see the same paths), results merge into
+    the same reports as a local run.
     """
     if not paths:
         raise UsageError("probe: give at least one PATH")
@@ -228,20 +231,37 @@ def probe_paths(
     if case is not None:
         case.log("checkpoint.probe.started", {
             "paths": [str(p) for p in paths], "reference": str(reference) if reference else None,
-            "load": load, "checkpoints": [str(p) for _, p in found]})
+            "load": load, "scheduler": scheduler,
+            "checkpoints": [str(p) for _, p in found]})
+    if scheduler:
+        from ckptrescue.probes.cluster import probe_on_cluster
+
+        probed = probe_on_cluster(scheduler, found, options)
+    else:
+        probed = [probe_one(fmt, path, options) for fmt, path in found]
     reports: list[CheckpointReport] = []
-    for fmt, path in found:
-        report = probe_one(fmt, path, options)
+    batched: dict[str, list[CheckpointReport]] = {}
+    for (fmt, _path), report in zip(found, probed, strict=True):
         if ref_report is not None and report.verdict is not Verdict.UNREADABLE:
             from ckptrescue.probes.reference import compare
 
             compare(report, ref_report)
         if load:
-            from ckptrescue.probes.checkpoint_load import load_in_sandbox
+            hook = getattr(fmt, "load_batch", None)
+            if isinstance(hook, str):
+                batched.setdefault(hook, []).append(report)
+            else:
+                from ckptrescue.probes.checkpoint_load import load_in_sandbox
 
-            load_in_sandbox(report, case=case)
+                load_in_sandbox(report, case=case)
         reports.append(report)
-        if case is not None:
+    for hook, group in batched.items():
+        import importlib
+
+        module, _, name = hook.partition(":")
+        getattr(importlib.import_module(module), name)(group, case=case)
+    if case is not None:
+        for report in reports:
             case.add_findings(report.findings)
             case.log("checkpoint.probed", {"path": report.path, "format": report.format,
                                            "verdict": str(report.verdict),

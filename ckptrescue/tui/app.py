@@ -122,6 +122,17 @@ class CkptRescueApp(App[None]):
             return
         self.push_screen(StartScreen())
 
+    async def action_quit(self) -> None:
+        """Quit; a running plan is cancelled first (the step in progress stops safely)."""
+        if self.engine_running:
+            from ckptrescue.tui.screens.run import RunScreen
+
+            for screen in self.screen_stack:
+                if isinstance(screen, RunScreen):
+                    screen.cancel_event.set()
+            self.notify("Cancelling the run: quitting after the current step stops.")
+        self.exit()
+
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
 

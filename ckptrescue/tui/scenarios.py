@@ -55,9 +55,3 @@ EVIDENCE_TYPES = {
     "directory": "paths",
 }
 
-
-def by_key(key: str) -> Scenario:
-    for scenario in SCENARIOS:
-        if scenario.key == key:
-            return scenario
-    raise KeyError(key)

@@ -65,7 +65,10 @@ def test_drill_full_incident_in_the_tui(tmp_path: Path, monkeypatch: pytest.Monk
             await pilot.pause()
             await pilot.press("f5")
             await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 10, "plan")
-            assert f"ddrescue -b SECTOR -n -H {params['simulate_bad_map']}" in screen_text(app)
+            ddrescue = [line for line in screen_text(app).splitlines()
+                        if line.strip().startswith("$ ddrescue")]
+            assert ddrescue and all(f"-H {params['simulate_bad_map']} {params['source']}" in line
+                                    for line in ddrescue), ddrescue
             await pilot.press("g")
             await pilot.pause()
             await pilot.press("y")

@@ -92,3 +92,30 @@ def test_gate_cancel_and_resume(tmp_path: Path) -> None:
     assert len(list(case.records("gate.confirmed"))) == 1
     assert [r["details"]["status"] for r in case.records("run.finished")] == finals
     assert case.verify().ok
+
+
+def test_quit_during_a_gate_ends_the_run_cleanly(tmp_path: Path) -> None:
+    """ctrl+q while a gate waits: the worker gets "no answer", the run is recorded as stopped
+    (resumable) and the app exits without hanging."""
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.gate import GateModal
+    from ckptrescue.tui.screens.run import RunScreen
+
+    book = tmp_path / "gated.yaml"
+    book.write_text(textwrap.dedent(GATED))
+    target = tmp_path / "target"
+    target.mkdir()
+    plan = engine.prepare(load.load_file(book), {"target": str(target)})
+    case = Case.create(tmp_path / "case", title="quit")
+    app = make_app(case)
+
+    async def script(pilot) -> None:
+        await pilot.pause()
+        await app.push_screen(RunScreen(plan))
+        await wait_for(pilot, lambda: isinstance(app.screen, GateModal), 60, "the gate")
+        await pilot.press("ctrl+q")
+
+    drive(app, script)
+    finished = [r["details"] for r in case.records("run.finished")]
+    assert [(d["status"], d["failed_step"]) for d in finished] == [("stopped", "gate")]
+    assert case.verify().ok
