@@ -317,6 +317,9 @@ def run(
         if result.status == "stopped":
             run_status, failed_step = "stopped", step.id
             break
+        if result.status == "cancelled" or cancel.is_set():
+            run_status, failed_step = "cancelled", step.id
+            break
         if result.status in {"failed", "refused"}:
             if step.on_failure == "stop":
                 run_status, failed_step = "failed", step.id

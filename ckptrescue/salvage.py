@@ -233,6 +233,8 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     from ckptrescue.probes.checkpoints import discover, probe_one
 
     checkpoint = Path(checkpoint).absolute()
+    if not checkpoint.exists() and Path(f"{checkpoint}.index").exists():
+        checkpoint = Path(f"{checkpoint}.index")  # a TensorFlow checkpoint named by its prefix
     out_dir = Path(out_dir).absolute()
     check_out_dir(checkpoint, out_dir, allow_next_to_input=allow_next_to_input)
     found = discover([checkpoint])

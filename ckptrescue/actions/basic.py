@@ -65,6 +65,9 @@ class Exec(Action):
             yield ctx.output(text[-4000:])
         outputs = {"returncode": result.returncode, "stdout_sha256": result.stdout_sha256,
                    "stderr_sha256": result.stderr_sha256, "stdout": result.stdout[:65536]}
+        if result.cancelled:
+            return ActionResult(status="cancelled", outputs=outputs,
+                                error=f"{argv[0]} cancelled (the run can be resumed)")
         if result.timed_out:
             return ActionResult(status="failed", outputs=outputs,
                                 error=f"{argv[0]} timed out", findings=[Finding(

@@ -8,6 +8,7 @@ from typing import Any
 
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findings_of
 from ckptrescue.actions._util import from_library
+from ckptrescue.errors import CkptRescueError
 from ckptrescue.events import Event
 
 
@@ -77,12 +78,19 @@ class Salvage(Action):
         targets = self._targets(args)
         base = Path(args.get("out_dir") or ctx.work_dir("salvage"))
         results = []
+        failed: list[dict[str, str]] = []
         findings = []
         for i, target in enumerate(targets):
             out_dir = base if len(targets) == 1 else base / f"{i:02d}-{Path(target).name}"
-            result = yield from ctx.blocking(lambda p, t=target, o=out_dir: salvage(
-                Path(t), o, fill_from=Path(args["fill_from"]) if args.get("fill_from") else None,
-                case=ctx.case))
+            try:
+                result = yield from ctx.blocking(lambda p, t=target, o=out_dir: salvage(
+                    Path(t), o,
+                    fill_from=Path(args["fill_from"]) if args.get("fill_from") else None,
+                    case=ctx.case))
+            except CkptRescueError as exc:  # one checkpoint failing must not lose the others
+                failed.append({"checkpoint": target, "error": exc.message})
+                yield ctx.output(f"{target}: salvage failed: {exc.message}")
+                continue
             out = result.to_json()
             out.setdefault("checkpoint", target)
             results.append(out)
@@ -92,7 +100,11 @@ class Salvage(Action):
         if not targets:
             yield ctx.output("nothing to salvage")
         lost = sum(len(r.get("lost", [])) for r in results)
-        return ActionResult(status="findings" if lost else "ok", outputs={"salvaged": results},
+        if failed and not results:
+            return ActionResult(status="failed", outputs={"salvaged": [], "failed": failed},
+                                error=failed[0]["error"])
+        return ActionResult(status="findings" if lost or failed else "ok",
+                            outputs={"salvaged": results, "failed": failed},
                             findings=findings, findings_recorded=True,
                             summary=f"{len(results)} checkpoint(s) salvaged, {lost} tensor(s) lost")
 

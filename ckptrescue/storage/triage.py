@@ -199,10 +199,15 @@ def _findings(r: TriageResult) -> list[Finding]:
     where = r.volume or "any volume"
     for p in r.processes:
         who = f"pid {p.pid} {p.name} ({' '.join(p.cmdline)[:200]})"
-        if p.open_for_write:
+        if p.open_for_write and r.volume:
             out.append(Finding("TR001", Severity.CRITICAL, f"{who} has {len(p.open_for_write)} "
                                f"file(s) open for writing under {where}: stop it",
                                evidence=where, source="triage", details=p.to_json()))
+        elif p.open_for_write:  # no volume named: a lead, not a verdict
+            out.append(Finding("TR001", Severity.WARNING, f"{who} has {len(p.open_for_write)} "
+                               "file(s) open for writing (no volume given): stop it if they are "
+                               "on the affected volume", evidence=where, source="triage",
+                               details=p.to_json()))
         if p.kind == "training" and (p.open_for_write or p.cwd_on_volume or r.volume is None):
             out.append(Finding("TR002", Severity.WARNING, f"training job {who}", evidence=where,
                                source="triage", details=p.to_json()))

@@ -65,16 +65,15 @@ class CkptRescueApp(App[None]):
 
     def set_case(self, case: Case) -> None:
         """Open ``case`` and go to the guided flow (called by the start screen)."""
-        from ckptrescue.tui import recent
-
         self.case = case
-        recent.remember(case.root)
         self._after_case()
 
     def _after_case(self) -> None:
+        from ckptrescue.tui import recent
         from ckptrescue.tui.screens.scenario import ScenarioScreen
 
         assert self.case is not None
+        recent.remember(self.case.root)
         manifest = self.case.manifest
         self.sub_title = manifest.get("title") or self.case.root.name
         while len(self.screen_stack) > 2:

@@ -8,6 +8,7 @@ evidence itself. No Textual import, so it is tested directly.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
@@ -16,6 +17,7 @@ VERDICT_ICON = {
     "intact": "✓", "suspect": "?", "damaged": "✗", "incomplete": "✗", "truncated": "✗",
     "unreadable": "✗", "unsafe": "☠",
 }
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 STATUS_ICON = {
     "pending": "·", "running": "▶", "ok": "✓", "findings": "!", "failed": "✗",
     "refused": "⊘", "stopped": "■", "skipped": "-", "cancelled": "■", "resumed": "↺",
@@ -56,6 +58,37 @@ def progress_text(done: float, total: float | None, unit: str, rate: float | Non
     return "  ".join(parts)
 
 
+class RateMeter:
+    """Rate and ETA of one step's progress, for display.
+
+    Uses the rate/ETA the event carries when the action reports them; otherwise derives them
+    from successive ``done`` values over time (exponentially smoothed), so a progress bar shows a
+    rate and an ETA for every step that reports done/total.
+    """
+
+    def __init__(self, smoothing: float = 0.3) -> None:
+        self.smoothing = smoothing
+        self._last: tuple[float, float] | None = None  # (time, done)
+        self.rate: float | None = None
+
+    def update(self, now: float, done: float, total: float | None,
+               rate: float | None = None, eta_s: float | None = None
+               ) -> tuple[float | None, float | None]:
+        if rate is None and self._last is not None:
+            t0, d0 = self._last
+            if now > t0 and done >= d0:
+                seen = (done - d0) / (now - t0)
+                self.rate = seen if self.rate is None else \
+                    self.smoothing * seen + (1 - self.smoothing) * self.rate
+        elif rate is not None:
+            self.rate = rate
+        if self._last is None or now > self._last[0]:
+            self._last = (now, done)
+        if eta_s is None and total and self.rate:
+            eta_s = max(0.0, (total - done) / self.rate)
+        return self.rate, eta_s
+
+
 # ---- the findings tree ------------------------------------------------------------------------
 
 @dataclass
@@ -75,6 +108,8 @@ def _under(path: str, root: str) -> bool:
 def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
                       probed_roots: list[str]) -> list[EvidenceGroup]:
     """Group the report model's checkpoints by the evidence they were found in.
+
+    Every evidence item of the case is a group (possibly without checkpoints).
 
     ``mounts`` are the mount steps' outputs (a read-only mount of an image maps the image's
     evidence item onto the mount point); ``probed_roots`` are the paths probe steps were given.
@@ -102,8 +137,9 @@ def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
             key = f"mount:{where}"
             group(key, f"{target or where} (mounted read-only)", mount)
         roots.append((where, key))
-    for real, item in evidence.items():
+    for item in model.get("evidence", []):
         group(item["id"], f"{item['id']} {item['kind']} {item['source']}", item)
+    for real, item in evidence.items():
         roots.append((real, item["id"]))
         if item["source"] != real:
             roots.append((item["source"], item["id"]))
@@ -121,7 +157,9 @@ def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
         if key == "other":
             group("other", "other checkpoints", {})
         groups[key].checkpoints.append(ckpt)
-    return [g for g in groups.values() if g.checkpoints]
+    # every evidence item is shown (an image with nothing probed yet says so); probed paths
+    # only when they hold checkpoints
+    return [g for g in groups.values() if g.checkpoints or "id" in g.detail]
 
 
 def checkpoint_label(ckpt: dict[str, Any], root: str | None = None) -> str:
@@ -151,11 +189,13 @@ def finding_lines(finding: dict[str, Any]) -> list[str]:
     if finding.get("tensors"):
         lines.append(f"  tensors: {', '.join(finding['tensors'])}")
     for key, value in sorted((finding.get("details") or {}).items()):
+        if key.endswith("sha256") and isinstance(value, str) and _SHA256.fullmatch(value):
+            lines.append(f"  artifact ({key}): CASE/artifacts/{value}")
+            continue
         text = value if isinstance(value, str) else repr(value)
         if len(text) > 200:
             text = text[:197] + "..."
-        label = "artifact" if key.endswith("sha256") else key
-        lines.append(f"  {label}: {text}" if label == key else f"  {label} ({key}): {text}")
+        lines.append(f"  {key}: {text}")
     return lines
 
 

@@ -83,6 +83,9 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
     assert rows["step-200.pt"] == set(faults["run/step-200.pt"]["tensors"])
     assert rows["step-100.pt"] == set(faults["run/step-100.pt"]["tensors"])
     assert set(faults["run/step-400.pt"]["tensors"]) <= rows["step-400.pt"]
+    if "run/tf/ckpt-2" in faults:  # the TensorFlow checkpoint, when tensorflow is installed
+        assert rows["ckpt-2"] == set(faults["run/tf/ckpt-2"]["tensors"])
+        assert "ckpt-2 damaged" in answer
     located = {t for r in model["locate"]["ranges"] for f in r["files"] for t in f["tensors"]}
     assert located == {"model.0.weight"}
     assert [list(r) for r in (model["bad_sector_map"]["ranges"] and

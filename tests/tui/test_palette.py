@@ -59,3 +59,34 @@ def test_open_missing_case_is_one_line(tmp_path: Path) -> None:
     assert isinstance(seen["screen"], StartScreen)
     assert f"{tmp_path / 'nope'}: not a case directory" in seen["text"]
     assert not (tmp_path / "nope").exists()
+
+
+def test_recent_cases_are_remembered_and_reopen(tmp_path: Path) -> None:
+    from textual.widgets import OptionList
+
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.scenario import ScenarioScreen
+
+    case = Case.create(tmp_path / "INC-7", title="node died mid-checkpoint", examiner="carol")
+
+    async def first(pilot) -> None:
+        await pilot.pause()
+        await pilot.press("ctrl+q")
+
+    drive(make_app(case), first)  # opening a case remembers it
+    app = make_app(None)
+    seen: dict[str, object] = {}
+
+    async def second(pilot) -> None:
+        await pilot.pause()
+        options = app.screen.query_one("#recent", OptionList)
+        seen["options"] = [str(options.get_option_at_index(i).prompt)
+                           for i in range(options.option_count)]
+        options.focus()
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "reopen")
+        seen["case"] = app.case.root
+
+    drive(app, second)
+    assert seen["options"] == [f"{case.root.resolve()}  node died mid-checkpoint (carol)"]
+    assert seen["case"] == case.root.resolve()

@@ -10,13 +10,28 @@ from conftest import drive, wait_for
 
 from ckptrescue.events import StepOutput, StepProgress
 from ckptrescue.playbook.schema import Parameter
-from ckptrescue.tui.viewmodel import group_checkpoints, progress_text, sector_map_lines
+from ckptrescue.tui.viewmodel import (
+    RateMeter,
+    finding_lines,
+    group_checkpoints,
+    progress_text,
+    sector_map_lines,
+)
 
 
 def test_progress_text_has_rate_and_eta() -> None:
     text = progress_text(12 * 2**20, 64 * 2**20, "B", 4 * 2**20, 13.2, "imaging")
     assert text == "imaging  12.0 MiB / 64.0 MiB  4.0 MiB/s  ETA 00:13"
     assert progress_text(3, None, "objects", None, None) == "3 objects"
+
+
+def test_rate_and_eta_derived_when_the_action_gives_none() -> None:
+    meter = RateMeter(smoothing=1.0)
+    assert meter.update(10.0, 0, 1000) == (None, None)
+    assert meter.update(12.0, 200, 1000) == (100.0, 8.0)  # 200 B in 2 s; 800 B to go
+    assert meter.update(13.0, 400, 1000) == (200.0, 3.0)
+    # an action's own figures win
+    assert meter.update(14.0, 500, 1000, rate=50.0, eta_s=9.0) == (50.0, 9.0)
 
 
 def test_progress_messages_coalesce_per_step() -> None:
@@ -46,8 +61,8 @@ def test_progress_panel_shows_bar_and_label() -> None:
 
     async def script(pilot) -> None:
         panel = app.query_one(StepProgressPanel)
-        panel.show(StepProgress(step_id="image", done=50, total=200, rate=10.0, eta_s=15,
-                                label="imaging"))
+        panel.show(StepProgress(step_id="image", done=10, total=200, label="imaging"), now=1.0)
+        panel.show(StepProgress(step_id="image", done=50, total=200, label="imaging"), now=5.0)
         await pilot.pause()
         seen["label"] = str(panel.query_one("#progress-label", Label).render())
         seen["bar"] = (panel.query_one(ProgressBar).progress, panel.query_one(ProgressBar).total)
@@ -73,7 +88,8 @@ def test_sector_map_marks_the_bad_range_and_names_tensors() -> None:
 
 def test_checkpoints_grouped_under_the_mounted_image_evidence() -> None:
     model = {
-        "evidence": [{"id": "E001", "kind": "image", "source": "/dev/shm/x/disk.img"}],
+        "evidence": [{"id": "E001", "kind": "image", "source": "/dev/shm/x/disk.img"},
+                     {"id": "E002", "kind": "s3-prefix", "source": "s3://bucket/run/"}],
         "checkpoints": [{"path": "/c/work/mnt-mount/run/step-1.pt", "verdict": "intact"},
                         {"path": "/elsewhere/step-2.pt", "verdict": "damaged"}],
     }
@@ -81,6 +97,7 @@ def test_checkpoints_grouped_under_the_mounted_image_evidence() -> None:
     groups = group_checkpoints(model, mounts, ["/c/work/mnt-mount/run", "/elsewhere"])
     assert [(g.label, [c["path"] for c in g.checkpoints]) for g in groups] == [
         ("E001 image /dev/shm/x/disk.img", ["/c/work/mnt-mount/run/step-1.pt"]),
+        ("E002 s3-prefix s3://bucket/run/", []),
         ("probed /elsewhere", ["/elsewhere/step-2.pt"]),
     ]
 
@@ -125,3 +142,66 @@ def test_device_picker_lists_the_kernels_devices() -> None:
     # loop devices come and go while other tests run on this machine: either listing is right
     assert seen["rows"] in (before, after), (seen["rows"], before, after)
     assert all(row.startswith("/dev/") for row in seen["rows"])
+
+
+def test_finding_lines_name_offset_tensors_and_artifacts() -> None:
+    sha = "ab" * 32
+    lines = finding_lines({"code": "IM001", "severity": "error", "title": "1024 unreadable bytes",
+                           "evidence": "/dev/sdb", "offset": 4096, "length": 1024,
+                           "tensors": ["model.0.weight"],
+                           "details": {"mapfile_sha256": sha, "bad_ranges": [[4096, 5120]]}})
+    assert lines == ["IM001 [error] 1024 unreadable bytes", "  evidence: /dev/sdb",
+                     "  at offset 4096, 1024 bytes", "  tensors: model.0.weight",
+                     "  bad_ranges: [[4096, 5120]]",
+                     f"  artifact (mapfile_sha256): CASE/artifacts/{sha}"]
+
+
+def test_evidence_pickers_fill_the_field(tmp_path: Path) -> None:
+    """F2 on a path parameter browses files; on an image parameter it lists devices and 'b'
+    switches to browsing for an image file."""
+    from textual.widgets import DirectoryTree, Input
+
+    from ckptrescue.case import Case
+    from ckptrescue.playbook import load
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.params import ParamsScreen
+    from ckptrescue.tui.screens.pickers import DevicePicker, PathPicker
+
+    (tmp_path / "ckpts").mkdir()
+    (tmp_path / "ckpts" / "a.pt").write_bytes(b"x")
+    app = make_app(Case.create(tmp_path / "case"))
+    seen: dict[str, object] = {}
+
+    async def pick_first_file(pilot) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PathPicker), 10, "path picker")
+        tree = app.screen.query_one(DirectoryTree)
+        await wait_for(pilot, lambda: len(tree.root.children) > 0, 10, "directory listing")
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ParamsScreen), 10, "back")
+
+    async def script(pilot) -> None:
+        await pilot.pause()
+        await app.push_screen(ParamsScreen(load.load_file(load.resolve("probe-checkpoints"))))
+        field = app.screen.query_one("#p-run_dir", Input)
+        field.value = str(tmp_path / "ckpts")
+        field.focus()
+        await pilot.press("f2")
+        await pick_first_file(pilot)
+        seen["run_dir"] = field.value
+        app.pop_screen()
+        await app.push_screen(ParamsScreen(load.load_file(load.resolve("full-incident"))))
+        field = app.screen.query_one("#p-source", Input)
+        field.value = str(tmp_path / "ckpts")
+        field.focus()
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, DevicePicker), 10, "devices")
+        await pilot.press("b")
+        await pick_first_file(pilot)
+        seen["source"] = field.value
+        await pilot.pause()
+        seen["check"] = str(app.screen.query_one("#c-source").render())
+
+    drive(app, script)
+    assert seen["run_dir"] == str(tmp_path / "ckpts" / "a.pt")
+    assert seen["source"] == str(tmp_path / "ckpts" / "a.pt")
+    assert seen["check"] == "✓ ok"

@@ -106,6 +106,8 @@ class FindingsScreen(Screen[None]):
                     root = m.get("mountpoint")
             for ckpt in g.checkpoints:
                 self._add_checkpoint(node, ckpt, root)
+            if not g.checkpoints:
+                node.add_leaf(Text("(no checkpoint probed in it)"), data=node.data)
         if not groups:
             evidence.add_leaf(Text("(no checkpoint probed yet)"))
         tree.root.add_leaf("Bad-sector map", data={"kind": "map"})

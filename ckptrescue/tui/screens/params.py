@@ -126,7 +126,7 @@ class ParamsScreen(Screen[None]):
 
     # -- evidence picker ----------------------------------------------------------------------
     def action_pick(self, name: str | None = None) -> None:
-        from ckptrescue.tui.screens.pickers import DevicePicker, PathPicker
+        from ckptrescue.tui.screens.pickers import BROWSE, DevicePicker, PathPicker
 
         param = self.playbook.parameter(name) if name else self._param(
             self.focused.id if self.focused else None)
@@ -138,7 +138,9 @@ class ParamsScreen(Screen[None]):
         field = self.query_one(f"#p-{param.name}", Input)
 
         def chosen(value: str | None) -> None:
-            if value:
+            if value == BROWSE:
+                self.app.push_screen(PathPicker(param.type, field.value), chosen)
+            elif value:
                 field.value = value
                 field.focus()
 

@@ -17,6 +17,8 @@ from textual.widgets import DataTable, DirectoryTree, Footer, Static
 from ckptrescue.tui.messages import DevicesListed
 from ckptrescue.tui.viewmodel import human_bytes
 
+BROWSE = "\x00browse"  # DevicePicker's answer when the responder wants a file instead
+
 
 def device_row(dev: dict[str, object]) -> tuple[str, str, str, str, str]:
     """(path, size, model, read-only, mounts) of a ``Device.to_json()``."""
@@ -41,7 +43,10 @@ class DevicePicker(ModalScreen[str | None]):
                               background: $surface; }
     DevicePicker DataTable { height: 1fr; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("b", "browse", "Browse files instead"),
+        Binding("escape", "dismiss(None)", "Cancel"),
+    ]
 
     def __init__(self, param_type: str) -> None:
         super().__init__()
@@ -86,6 +91,10 @@ class DevicePicker(ModalScreen[str | None]):
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:
         self.dismiss(str(event.row_key.value))
+
+    def action_browse(self) -> None:
+        """An image file rather than a device: hand over to the path picker."""
+        self.dismiss(BROWSE)
 
 
 class PathPicker(ModalScreen[str | None]):

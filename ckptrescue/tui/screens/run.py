@@ -58,7 +58,6 @@ class RunScreen(Screen[None]):
         self.final: RunFinished | None = None
         self.findings = 0
         self.current_step = ""
-        self.events_seen: list[object] = []  # every engine event, in order (tests read this)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -123,7 +122,6 @@ class RunScreen(Screen[None]):
     @on(EngineEvent)
     def _event(self, message: EngineEvent) -> None:
         event = message.event
-        self.events_seen.append(event)
         steps = self.query_one(StepTable)
         log = self.query_one("#log", Log)
         if isinstance(event, RunStarted):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
 from ckptrescue.events import StepProgress
-from ckptrescue.tui.viewmodel import progress_text
+from ckptrescue.tui.viewmodel import RateMeter, progress_text
 
 
 class StepProgressPanel(Horizontal):
@@ -24,16 +26,24 @@ class StepProgressPanel(Horizontal):
         yield ProgressBar(total=None, show_eta=False, show_percentage=True, id="bar")
         yield Label("", id="progress-label", markup=False)
 
-    def show(self, event: StepProgress) -> None:
+    meter: RateMeter | None = None
+    step_id: str = ""
+
+    def show(self, event: StepProgress, now: float | None = None) -> None:
         self.add_class("active")
+        if self.meter is None or event.step_id != self.step_id:
+            self.meter, self.step_id = RateMeter(), event.step_id
+        rate, eta = self.meter.update(time.monotonic() if now is None else now, event.done,
+                                      event.total, event.rate, event.eta_s)
         bar = self.query_one(ProgressBar)
         if event.total:
             bar.update(total=event.total, progress=event.done)
         label = f"{event.step_id}: " + progress_text(event.done, event.total, event.unit,
-                                                     event.rate, event.eta_s, event.label)
+                                                     rate, eta, event.label)
         self.query_one("#progress-label", Label).update(label)
 
     def clear(self) -> None:
+        self.meter = None
         self.remove_class("active")
         self.query_one(ProgressBar).update(total=None, progress=0)
         self.query_one("#progress-label", Label).update("")
