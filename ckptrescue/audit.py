@@ -74,45 +74,51 @@ class ChainReport:
         return self.records[-1]["hash"] if self.records else GENESIS
 
 
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "hash" in record and "seq" in record else None
+
+
 def verify_lines(data: bytes) -> ChainReport:
-    """Check every record hash and the chain over the raw bytes of an audit log."""
+    """Check every record hash and the chain over the raw bytes of an audit log.
+
+    Bytes left by a crash between two records (a torn line, or several) are acceptable only
+    when the next record is an ``audit.torn_tail`` acknowledging exactly those bytes (their
+    length and SHA-256); a torn tail at the very end is reported, not an error.
+    """
     report = ChainReport()
     lines = data.split(b"\n")
     complete = lines[:-1]
     tail = lines[-1]
     prev = GENESIS
     expect_seq = 0
-    pending_torn: tuple[int, str] | None = None  # (length, sha256) of a torn line awaiting an ack
+    garbage: list[bytes] = []  # non-record lines since the last record
+    garbage_line = 0
     for lineno, raw in enumerate(complete, start=1):
-        if not raw.strip():
-            report.problems.append(f"line {lineno}: empty line in the audit log")
-            report.first_broken_seq = report.first_broken_seq or expect_seq
-            return report
-        try:
-            record = json.loads(raw)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            if pending_torn is None:
-                pending_torn = (len(raw), hashlib.sha256(raw).hexdigest())
-                continue
-            report.problems.append(f"line {lineno}: not a valid JSON record")
-            report.first_broken_seq = expect_seq
-            return report
+        record = _parse(raw)
+        if record is None:
+            if not garbage:
+                garbage_line = lineno
+            garbage.append(raw)
+            continue
         seq = record.get("seq")
-        if pending_torn is not None:
+        if garbage:
+            blob = b"\n".join(garbage)
             ack = record.get("details", {}) if record.get("action") == "audit.torn_tail" else {}
-            if (ack.get("length"), ack.get("sha256")) != pending_torn:
+            if (ack.get("length"), ack.get("sha256")) != (len(blob),
+                                                           hashlib.sha256(blob).hexdigest()):
                 report.problems.append(
-                    f"line {lineno - 1}: record before seq {seq} is not valid JSON "
-                    "and no audit.torn_tail record acknowledges it"
+                    f"line {garbage_line}: {len(garbage)} line(s) before seq {seq} are not valid "
+                    "records and no audit.torn_tail record acknowledges them (edited?)"
                 )
                 report.first_broken_seq = expect_seq
                 return report
-            report.notes.append(
-                f"torn record of {pending_torn[0]} bytes before seq {seq} was chained over"
-            )
-            pending_torn = None
+            report.notes.append(f"torn record of {len(blob)} bytes before seq {seq} was "
+                                "chained over")
+            garbage = []
         if seq != expect_seq:
             report.problems.append(
                 f"record seq {seq} (line {lineno}): expected seq {expect_seq} "
@@ -136,12 +142,10 @@ def verify_lines(data: bytes) -> ChainReport:
         report.records.append(record)
         prev = record["hash"]
         expect_seq += 1
-    if pending_torn is not None:
-        report.problems.append("a record in the middle of the log is not valid JSON")
-        report.first_broken_seq = expect_seq
-    if tail:
+    if garbage or tail:
+        torn = b"\n".join([*garbage, tail]) if garbage else tail
         report.torn_tail = True
-        report.notes.append(f"torn tail: {len(tail)} bytes after the last complete record")
+        report.notes.append(f"torn tail: {len(torn)} bytes after the last complete record")
     return report
 
 
@@ -166,19 +170,20 @@ class AuditLog:
             last, torn = _read_tail(fd)
             prev = last["hash"] if last else GENESIS
             seq = last["seq"] + 1 if last else 0
-            if torn is not None:
-                os.write(fd, b"\n")
-                ack = self._make(
-                    seq,
-                    prev,
-                    "audit.torn_tail",
-                    {"length": len(torn), "sha256": hashlib.sha256(torn).hexdigest()},
-                    None,
-                )
-                os.write(fd, canonical(ack) + b"\n")
+            out = b""
+            if torn:
+                # Bytes after the last record (a crash mid-append): terminate them and chain an
+                # acknowledgement over them, in the same single write as the new record.
+                blob = torn[:-1] if torn.endswith(b"\n") else torn
+                if not torn.endswith(b"\n"):
+                    out += b"\n"
+                ack = self._make(seq, prev, "audit.torn_tail",
+                                 {"length": len(blob), "sha256": hashlib.sha256(blob).hexdigest()},
+                                 None)
+                out += canonical(ack) + b"\n"
                 prev, seq = ack["hash"], seq + 1
             record = self._make(seq, prev, action, details or {}, artifacts)
-            os.write(fd, canonical(record) + b"\n")
+            os.write(fd, out + canonical(record) + b"\n")
             os.fsync(fd)
             return record
         finally:
@@ -228,35 +233,26 @@ class AuditLog:
             os.close(fd)
 
 
-def _read_tail(fd: int) -> tuple[dict[str, Any] | None, bytes | None]:
-    """The last complete record and the torn bytes after it (if any)."""
+def _read_tail(fd: int) -> tuple[dict[str, Any] | None, bytes]:
+    """The last complete record and every byte after its line (torn leftovers, if any)."""
     size = os.fstat(fd).st_size
     if size == 0:
-        return None, None
+        return None, b""
     window = min(size, _TAIL_WINDOW)
-    data = os.pread(fd, window, size - window)
     while True:
-        torn: bytes | None = None
-        if not data.endswith(b"\n"):
-            cut = data.rfind(b"\n")
-            if cut < 0 and window < size:
-                window = min(size, window * 4)
-                data = os.pread(fd, window, size - window)
-                continue
-            torn = data[cut + 1 :]
-            body = data[: cut + 1]
-        else:
-            body = data
-        for raw in reversed(body.split(b"\n")):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue  # an earlier torn line already acknowledged
-            if isinstance(record, dict) and "hash" in record:
-                return record, torn
-        if window >= size:
-            return None, torn
-        window = min(size, window * 4)
         data = os.pread(fd, window, size - window)
+        end = len(data)
+        # walk complete lines backwards; the part after the last newline is a torn fragment
+        cut = data.rfind(b"\n")
+        pos = cut
+        while pos >= 0:
+            start = data.rfind(b"\n", 0, pos) + 1
+            if start == 0 and window < size:
+                break  # this line may be cut by the window: read more
+            record = _parse(data[start:pos])
+            if record is not None:
+                return record, data[pos + 1 : end]
+            pos = start - 1
+        if window >= size:
+            return None, data
+        window = min(size, window * 4)

@@ -45,6 +45,7 @@ class GuardContext:
 
     evidence_paths: tuple[str, ...] = ()
     is_block_device: Callable[[str], bool] = field(default=_is_block_device)
+    protected_paths: tuple[str, ...] = ()  # the case's own records: audit log, artifacts, ...
 
     def is_evidence(self, path: str) -> bool:
         if not path:
@@ -62,7 +63,18 @@ class GuardContext:
             return f"writing to block device {path} would change evidence"
         if self.is_evidence(path):
             return f"{path} is an evidence path; output must go elsewhere"
+        if _inside(path, self.protected_paths):
+            return f"{path} is one of the case's own records (audit log, artifacts); never written by tools"
         return None
+
+
+def _inside(path: str, roots: tuple[str, ...]) -> bool:
+    target = os.path.realpath(path)
+    for root in roots:
+        real = os.path.realpath(root)
+        if target == real or target.startswith(real.rstrip("/") + "/"):
+            return True
+    return False
 
 
 Checker = Callable[[str, list[str], GuardContext], Decision]
@@ -196,13 +208,55 @@ def _allow_any(name: str, args: list[str], ctx: GuardContext) -> Decision:
 
 for _name in (
     "xfs_info", "xfs_bmap", "dumpe2fs", "lsblk", "blkid", "findmnt", "sha256sum", "sha1sum",
-    "md5sum", "b2sum", "cmp", "stat", "file", "hexdump", "xxd", "od", "strings", "ls", "du", "df",
-    "uname", "hostname", "date", "id", "cat", "head", "tail", "wc", "ps", "lsof", "filefrag",
-    "lspci", "lsusb", "ddrescuelog", "zdb", "pvs", "vgs", "lvs", "pvdisplay", "vgdisplay",
+    "md5sum", "b2sum", "cmp", "stat", "file", "hexdump", "od", "strings", "ls", "du", "df",
+    "uname", "id", "cat", "head", "tail", "wc", "ps", "lsof", "filefrag",
+    "lspci", "lsusb", "zdb", "pvs", "vgs", "lvs", "pvdisplay", "vgdisplay",
     "lvdisplay", "true", "echo", "sleep", "uptime", "free", "mountpoint", "getfattr", "lsattr",
     "sum", "cksum", "diff", "grep",
 ):
     _CHECKERS[_name] = _allow_any
+
+
+@_tool("xxd")
+def _check_xxd(name: str, args: list[str], ctx: GuardContext) -> Decision:
+    if "r" in _short_flags(args) or _long(args, "-revert"):
+        return Decision.refuse("xxd -r writes binary output (it can write to a device)")
+    if len(_positionals(args, {"-c", "-g", "-l", "-s", "-o", "-n"})) > 1:
+        return Decision.refuse("xxd with an output file writes a file; read to stdout only")
+    return Decision.allow()
+
+
+@_tool("date")
+def _check_date(name: str, args: list[str], ctx: GuardContext) -> Decision:
+    if "s" in _short_flags(args) or _long(args, "--set"):
+        return Decision.refuse("date -s sets the system clock")
+    if any(not a.startswith(("-", "+")) for a in args):
+        return Decision.refuse("date with a time argument sets the system clock")
+    return Decision.allow()
+
+
+@_tool("hostname")
+def _check_hostname(name: str, args: list[str], ctx: GuardContext) -> Decision:
+    if _positionals(args) or "F" in _short_flags(args) or _long(args, "--file"):
+        return Decision.refuse("hostname with an argument sets the host name")
+    return Decision.allow()
+
+
+@_tool("blkid")
+def _check_blkid(name: str, args: list[str], ctx: GuardContext) -> Decision:
+    caches = _values(args, "-c", "--cache-file")
+    if any(c != "/dev/null" for c in caches):
+        return Decision.refuse("blkid -c writes a cache file; use -p or -c /dev/null")
+    return Decision.allow()
+
+
+@_tool("ddrescuelog")
+def _check_ddrescuelog(name: str, args: list[str], ctx: GuardContext) -> Decision:
+    writers = {"-C", "--create-mapfile", "-d", "--delete-if-done", "-m", "--domain-mapfile"}
+    for arg in args:
+        if arg.split("=", 1)[0] in writers or (arg.startswith("-C") and len(arg) > 2):
+            return Decision.refuse(f"ddrescuelog {arg} creates or deletes mapfiles")
+    return Decision.allow()
 
 
 _refuse_tool("sync flushes dirty pages to the devices; never force-flush caches during an incident",
@@ -319,6 +373,8 @@ def _check_xfs_io(name: str, args: list[str], ctx: GuardContext) -> Decision:
             return Decision.refuse(f"xfs_io command {verb!r} is not on the read-only allowlist")
         if verb == "lsattr" and "-s" in cmd:
             return Decision.refuse("xfs_io chattr/lsattr -s sets attributes")
+        if verb == "extsize" and len(cmd.split()) > 1:
+            return Decision.refuse("xfs_io extsize with a value sets an inode hint")
     return Decision.allow()
 
 
@@ -353,6 +409,11 @@ def _check_tune2fs(name: str, args: list[str], ctx: GuardContext) -> Decision:
 
 # ---- mounting --------------------------------------------------------------------------------
 
+# filesystem types with a known read-only, no-replay mount form (checked below)
+_RO_MOUNT_TYPES = {"xfs", "ext2", "ext3", "ext4", "btrfs", "vfat", "exfat", "iso9660", "squashfs",
+                   "udf", "zfs"}
+
+
 @_tool("mount")
 def _check_mount(name: str, args: list[str], ctx: GuardContext) -> Decision:
     opts_raw = _values(args, "-o", "--options")
@@ -377,6 +438,15 @@ def _check_mount(name: str, args: list[str], ctx: GuardContext) -> Decision:
             "mount without -t: give the filesystem type so the guard can require "
             "norecovery (XFS) or noload (ext3/ext4)"
         )
+    if len(fstypes) > 1 or "," in fstype or fstype == "auto" or fstype.startswith("no"):
+        return Decision.refuse("mount -t must name exactly one filesystem type (not auto or a "
+                               "list): the read-only options depend on it")
+    if fstype not in _RO_MOUNT_TYPES:
+        return Decision.refuse(f"mount -t {fstype}: no known read-only, no-replay form for this "
+                               "filesystem type")
+    if fstype == "btrfs" and not opts & {"nologreplay", "rescue=nologreplay"}:
+        return Decision.refuse("btrfs mount without nologreplay: a plain ro mount replays the "
+                               "log tree and changes the disk")
     if fstype == "xfs" and "norecovery" not in opts:
         return Decision.refuse(
             "XFS mount without norecovery: a plain ro mount replays a dirty log and changes the disk"
@@ -535,7 +605,7 @@ def _check_journalctl(name: str, args: list[str], ctx: GuardContext) -> Decision
         base = arg.split("=", 1)[0]
         if base in {"--vacuum-size", "--vacuum-time", "--vacuum-files", "--rotate", "--flush",
                     "--sync", "--relinquish-var", "--smart-relinquish-var", "--setup-keys",
-                    "--update-catalog"}:
+                    "--update-catalog", "--cursor-file"}:
             return Decision.refuse(f"journalctl {base} changes or deletes the journal")
     return Decision.allow()
 
@@ -555,7 +625,7 @@ def _check_smartctl(name: str, args: list[str], ctx: GuardContext) -> Decision:
 _NVME_READ = {"list", "list-subsys", "smart-log", "error-log", "id-ctrl", "id-ns", "fw-log",
               "show-regs", "list-ns", "list-ctrl", "get-log", "effects-log", "endurance-log",
               "self-test-log", "version", "help", "id-ns-granularity", "id-uuid", "id-nvmset",
-              "primary-ctrl-caps", "show-topology", "telemetry-log", "supported-log-pages",
+              "primary-ctrl-caps", "show-topology", "supported-log-pages",
               "get-feature"}
 _NVME_DANGER = {"format": "nvme format erases the namespace",
                 "sanitize": "nvme sanitize erases the drive",
@@ -574,7 +644,9 @@ _NVME_DANGER = {"format": "nvme format erases the namespace",
                 "reset": "nvme reset resets the controller",
                 "subsystem-reset": "nvme subsystem-reset resets the subsystem",
                 "device-self-test": "nvme device-self-test loads a failing drive",
-                "flush": "nvme flush forces writes to media"}
+                "flush": "nvme flush forces writes to media",
+                "telemetry-log": "nvme telemetry-log asks the controller to create new "
+                                 "host-initiated telemetry data"}
 
 
 @_tool("nvme")
@@ -610,10 +682,16 @@ def _check_fdisk(name: str, args: list[str], ctx: GuardContext) -> Decision:
 
 @_tool("sfdisk")
 def _check_sfdisk(name: str, args: list[str], ctx: GuardContext) -> Decision:
-    if _short_flags(args) & {"l", "d", "J", "V"} or _long(args, "--list", "--dump", "--json",
-                                                            "--verify", "--version"):
-        return Decision.allow()
-    return Decision.refuse("sfdisk without --list/--dump/--json writes the partition table")
+    read = {"-l", "--list", "-d", "--dump", "-J", "--json", "-V", "--verify", "--version",
+            "-s", "--show-size", "-F", "--list-free", "-q", "--quiet", "-o", "--output",
+            "--bytes", "-r", "--raw"}
+    if not any(a in {"-l", "--list", "-d", "--dump", "-J", "--json", "-V", "--verify",
+                     "--version", "-s", "--show-size", "-F", "--list-free"} for a in args):
+        return Decision.refuse("sfdisk without --list/--dump/--json writes the partition table")
+    for arg in args:
+        if arg.startswith("-") and arg.split("=", 1)[0] not in read:
+            return Decision.refuse(f"sfdisk {arg} changes the partition table")
+    return Decision.allow()
 
 
 @_tool("sgdisk")
@@ -689,7 +767,8 @@ def _check_zpool(name: str, args: list[str], ctx: GuardContext) -> Decision:
             return Decision.refuse("zpool events -c clears the event log (evidence)")
         return Decision.allow()
     if sub == "export":
-        return Decision.allow()
+        return Decision.refuse("zpool export writes pool state when the pool was imported "
+                               "read-write; ckptrescue only imports read-only and never exports")
     if sub == "import":
         flags = _short_flags(rest)
         if "f" in flags:
@@ -702,7 +781,7 @@ def _check_zpool(name: str, args: list[str], ctx: GuardContext) -> Decision:
             return Decision.allow()
         pools = _positionals(rest, {"-o", "-R", "-d", "-c", "-O", "-t", "--rewind-to-checkpoint"})
         props = {v.replace(" ", "") for v in _values(rest, "-o")}
-        if not pools:
+        if not pools and "a" not in flags:
             return Decision.allow()  # listing importable pools imports nothing
         if "readonly=on" not in props:
             return Decision.refuse("zpool import without -o readonly=on writes to the pool")
@@ -742,6 +821,8 @@ def _check_fuser(name: str, args: list[str], ctx: GuardContext) -> Decision:
 @_tool("udevadm")
 def _check_udevadm(name: str, args: list[str], ctx: GuardContext) -> Decision:
     sub = next((a for a in args if not a.startswith("-")), "")
+    if _long(args, "--cleanup-db", "--attribute-walk-cleanup"):
+        return Decision.refuse("udevadm info --cleanup-db deletes the udev database")
     if sub in {"info", "--version"} or _long(args, "--version"):
         return Decision.allow()
     return Decision.refuse(f"udevadm {sub} changes device state; only udevadm info is allowed")

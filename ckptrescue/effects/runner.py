@@ -148,12 +148,27 @@ class SubprocessRunner:
     # -- policy ---------------------------------------------------------------------------------
     def context(self) -> guard.GuardContext:
         paths = list(self.extra_evidence)
+        protected: list[str] = []
         if self.case is not None:
             paths.extend(self.case.evidence_paths())
-        return guard.GuardContext(evidence_paths=tuple(paths))
+            root = self.case.root
+            protected = [str(root / n) for n in ("audit.jsonl", "case.json", "evidence.json",
+                                                 "seal.json", "artifacts")]
+        return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected))
 
     def check(self, call: ToolCall) -> guard.Decision:
-        return guard.check([str(a) for a in call.argv], self.context())
+        argv = [str(a) for a in call.argv]
+        decision = guard.check(argv, self.context())
+        if decision.allowed and argv and "/" in argv[0]:
+            # The guard judges the tool by name: a path must be that very tool, not a renamed
+            # or symlinked other program.
+            name = Path(argv[0]).name
+            on_path = shutil.which(name, path=minimal_env()["PATH"])
+            if on_path is None or os.path.realpath(argv[0]) != os.path.realpath(on_path):
+                return guard.Decision.refuse(
+                    f"{argv[0]} is not the {name} installed on the system PATH; give the tool "
+                    "by name")
+        return decision
 
     # -- running -------------------------------------------------------------------------------
     def run(self, call: ToolCall, *, cancel: threading.Event | None = None) -> ToolResult:
@@ -301,6 +316,10 @@ class SubprocessRunner:
             timed_out = True
             _kill_group(proc)
             proc.wait()
+        except BaseException:  # Ctrl-C reaches only us: never leave the child running
+            _kill_group(proc)
+            proc.wait()
+            raise
         for t in threads:
             t.join()
         duration = time.monotonic() - start

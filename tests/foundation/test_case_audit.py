@@ -213,3 +213,29 @@ def test_evidence_inventory_is_logged(tmp_path: Path) -> None:
     assert json.loads((case.root / "evidence.json").read_text())[0]["source"] == "/tmp/disk.img"
     assert case.evidence_paths() == ["/tmp/disk.img"]
     assert case.verify().ok
+
+
+@pytest.mark.parametrize("leftover", [
+    b'{"seq": 8, "ti',                       # torn mid-record
+    b'{"seq": 8, "ti\n',                     # torn, then the repair's newline, then a crash
+    b'{"seq": 8, "ti\n{"seq":8,"action":"audit.to',  # crash again during the repair
+    b"\n",                                   # a lone newline
+])
+def test_crashes_during_append_or_repair_never_break_the_chain(tmp_path: Path,
+                                                               leftover: bytes) -> None:
+    case = _populated(tmp_path)
+    good = len(list(case.records()))
+    with open(case.audit.path, "ab") as fh:
+        fh.write(leftover)
+    assert case.verify().ok
+    case.log("after.crash", {})
+    report = case.verify()
+    assert report.ok, report.all_problems
+    assert len(report.chain.records) == good + 2  # the acknowledgement + the new record
+    acks = [r for r in case.records() if r["action"] == "audit.torn_tail"]
+    assert acks and acks[-1]["details"]["length"] == len(leftover.rstrip(b"\n"))
+    # and a second crash + append on top still verifies
+    with open(case.audit.path, "ab") as fh:
+        fh.write(b'{"broken')
+    case.log("again", {})
+    assert case.verify().ok

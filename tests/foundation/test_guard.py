@@ -103,6 +103,25 @@ REFUSED = [
     ("fuser -k /mnt/x", "kills"),
     ("xfs_admin -U generate /dev/sdb1", "changes"),
     ("some-unknown-tool --flag", "allowlist"),
+    ("mount -t auto -o ro /dev/loop0 /mnt/x", "exactly one filesystem type"),
+    ("mount -t xfs,ext4 -o ro,norecovery /dev/loop0 /mnt/x", "exactly one filesystem type"),
+    ("mount -t btrfs -o ro /dev/loop0 /mnt/x", "nologreplay"),
+    ("mount -t f2fs -o ro /dev/loop0 /mnt/x", "no known read-only"),
+    ("zpool import -a", "readonly=on"),
+    ("zpool export tank", "never exports"),
+    ("xxd -r dump.hex /dev/sda", "-r"),
+    ("xxd /evidence/disk.img out.hex", "output file"),
+    ("date -s 2020-01-01", "clock"),
+    ("date 010100002020", "clock"),
+    ("hostname evil", "sets the host name"),
+    ("blkid -c /tmp/cache /dev/sda", "cache"),
+    ("ddrescuelog --create-mapfile=x.map list.txt", "creates or deletes"),
+    ("ddrescuelog -d map.map", "creates or deletes"),
+    ("sfdisk -l --delete /dev/sda 1", "--delete"),
+    ("xfs_io -r -c 'extsize 1m' /mnt/x/file", "inode hint"),
+    ("udevadm info --cleanup-db", "deletes"),
+    ("journalctl --cursor-file=/evidence/x", "--cursor-file"),
+    ("nvme telemetry-log /dev/nvme0", "telemetry"),
 ]
 
 ALLOWED = [
@@ -168,6 +187,15 @@ ALLOWED = [
     "dd if=/dev/sda bs=512 count=1",
     "dd if=/dev/sda of=/tmp/mbr.bin bs=512 count=1",
     "uname -a",
+    "mount -t btrfs -o ro,nologreplay /dev/loop3 /mnt/x",
+    "mount -t vfat -o ro /dev/loop3 /mnt/x",
+    "zpool import -a -o readonly=on -N",
+    "xxd -l 512 /dev/sda",
+    "date -u +%s",
+    "hostname",
+    "blkid -p /dev/sda1",
+    "ddrescuelog -t map.map",
+    "sfdisk --dump /dev/sda",
 ]
 
 

@@ -144,3 +144,26 @@ def test_ctrl_c_never_leaves_the_tool_running(case: Case) -> None:
     assert "sleep 987.5" not in ps
     assert any(r["action"] == "tool.interrupted" for r in case.records())
     assert case.verify().ok
+
+
+def test_a_renamed_program_given_as_a_path_is_refused(case: Case, tmp_path: Path) -> None:
+    import shutil
+
+    fake = tmp_path / "bin" / "cat"
+    fake.parent.mkdir()
+    fake.symlink_to(shutil.which("touch"))  # "cat" that is really touch
+    marker = tmp_path / "created"
+    result = SubprocessRunner(case).run(ToolCall.of(str(fake), str(marker)))
+    assert result.refused and "not the cat installed" in result.refused
+    assert not marker.exists()
+    real = SubprocessRunner(case).run(ToolCall.of(shutil.which("cat"), "/proc/version"))
+    assert real.returncode == 0 and "Linux" in real.stdout
+
+
+def test_tools_never_write_the_case_records(case: Case) -> None:
+    before = case.audit.path.read_bytes()
+    result = SubprocessRunner(case).run(ToolCall.of(
+        "dd", "if=/dev/zero", f"of={case.audit.path}", "count=1", "conv=notrunc"))
+    assert result.refused and "case's own records" in result.refused
+    assert case.audit.path.read_bytes().startswith(before)
+    assert case.verify().ok
