@@ -43,6 +43,7 @@ class ActionResult:
     summary: str = ""
     error: str | None = None
     findings_recorded: bool = False  # the library already added the findings to the case
+    native: Any = None  # the library's own result object (in-process callers such as the CLI)
 
 
 def findings_of(result: Any) -> list[Finding]:
@@ -98,11 +99,18 @@ class StepContext:
 
         thread = threading.Thread(target=target, daemon=True, name=f"step-{self.step_id}")
         thread.start()
-        while thread.is_alive() or not events.empty():
-            try:
-                yield events.get(timeout=0.1)
-            except queue.Empty:
-                continue
+        try:
+            while thread.is_alive() or not events.empty():
+                try:
+                    yield events.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+        except BaseException:
+            # Ctrl-C arrives in this thread: ask the work to stop (libraries that take `cancel`
+            # stop their tools) and give it time to clean up before the interrupt goes on.
+            self.cancel.set()
+            thread.join(timeout=60)
+            raise
         thread.join()
         if "error" in box:
             raise box["error"]

@@ -209,11 +209,14 @@ def run(
     cancel: threading.Event | None = None,
     confirm: Callable[[str], bool | None] | None = None,
     resume: bool = True,
+    native: dict[str, Any] | None = None,
 ) -> Iterator[Event]:
     """Run every step of ``plan``, yielding events; findings are also recorded in ``case``.
 
     ``confirm(prompt)`` answers confirm gates: True (go on), False (stop), None (no answer:
-    non-interactive). ``plan.answers_yes`` answers every gate with yes.
+    non-interactive). ``plan.answers_yes`` answers every gate with yes. ``native``, when given,
+    receives each step's in-process library result (``native[step_id]``) and the exception of
+    a step that could not do its job (``native[step_id + "!error"]``): the CLI renders from it.
     """
     from ckptrescue.effects.runner import SubprocessRunner
 
@@ -290,11 +293,15 @@ def run(
             except CkptRescueError as exc:
                 result = ActionResult(status="refused" if exc.exit_code == 3 else "failed",
                                       error=exc.message)
+                if native is not None:
+                    native[f"{step.id}!error"] = exc
             except KeyboardInterrupt:
                 case.log("step.interrupted", {"run_key": plan.run_key, "step": step.id})
                 raise
             except Exception as exc:  # an action bug must not lose the case
                 result = ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        if native is not None and result.native is not None:
+            native[step.id] = result.native
         for finding in result.findings:
             if not result.findings_recorded:
                 case.add_finding(finding)

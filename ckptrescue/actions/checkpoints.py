@@ -19,7 +19,8 @@ class Probe(Action):
             ArgSpec("reference", "path", help="Previous checkpoint to compare with."),
             ArgSpec("load", "boolean", default=False,
                     help="Also load with the real loaders in the sandbox."),
-            ArgSpec("numeric", "boolean", default=True, help="Numeric health scan."))
+            ArgSpec("numeric", "boolean", default=True, help="Numeric health scan."),
+            ArgSpec("scheduler", "string", help="Dask scheduler address (probe on workers)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
@@ -36,7 +37,7 @@ class Probe(Action):
         reports = yield from ctx.blocking(lambda p: probe_paths(
             [Path(x) for x in paths], reference=Path(args["reference"])
             if args.get("reference") else None, load=bool(args["load"]), case=ctx.case,
-            numeric=bool(args["numeric"])))
+            numeric=bool(args["numeric"]), scheduler=args.get("scheduler") or None))
         findings = [f for r in reports for f in r.findings]
         for r in reports:
             yield ctx.output(f"{r.verdict:<10} {r.format:<14} {r.path}")
@@ -44,7 +45,7 @@ class Probe(Action):
         return ActionResult(
             status="findings" if bad else "ok",
             outputs={"checkpoints": [r.to_json() for r in reports]}, findings=findings,
-            findings_recorded=True,
+            findings_recorded=True, native=reports,
             summary=f"{len(reports)} checkpoint(s), {len(bad)} not intact")
 
 
@@ -57,7 +58,9 @@ class Salvage(Action):
                     help="Probe results (${probe.checkpoints}): salvage every damaged or "
                          "truncated one; unsafe checkpoints are never touched."),
             ArgSpec("out_dir", "path", help="Output directory (default: CASE/work/salvage)."),
-            ArgSpec("fill_from", "path", help="Reference checkpoint to fill lost tensors from."))
+            ArgSpec("fill_from", "path", help="Reference checkpoint to fill lost tensors from."),
+            ArgSpec("allow_next_to_input", "boolean", default=False,
+                    help="Allow OUT_DIR inside the input's directory."))
 
     SALVAGEABLE = ("damaged", "truncated", "incomplete")
 
@@ -79,6 +82,7 @@ class Salvage(Action):
         base = Path(args.get("out_dir") or ctx.work_dir("salvage"))
         results = []
         failed: list[dict[str, str]] = []
+        natives: list[Any] = []
         findings = []
         for i, target in enumerate(targets):
             out_dir = base if len(targets) == 1 else base / f"{i:02d}-{Path(target).name}"
@@ -86,14 +90,17 @@ class Salvage(Action):
                 result = yield from ctx.blocking(lambda p, t=target, o=out_dir: salvage(
                     Path(t), o,
                     fill_from=Path(args["fill_from"]) if args.get("fill_from") else None,
-                    case=ctx.case))
+                    case=ctx.case, allow_next_to_input=bool(args["allow_next_to_input"])))
             except CkptRescueError as exc:  # one checkpoint failing must not lose the others
+                if args.get("checkpoint"):
+                    raise  # a single, named checkpoint: its own error (and exit code) stands
                 failed.append({"checkpoint": target, "error": exc.message})
                 yield ctx.output(f"{target}: salvage failed: {exc.message}")
                 continue
             out = result.to_json()
             out.setdefault("checkpoint", target)
             results.append(out)
+            natives.append(result)
             findings.extend(findings_of(result))
             yield ctx.output(f"{target}: {len(out.get('recovered', []))} recovered, "
                              f"{len(out.get('lost', []))} lost -> {out_dir}")
@@ -104,6 +111,7 @@ class Salvage(Action):
             return ActionResult(status="failed", outputs={"salvaged": [], "failed": failed},
                                 error=failed[0]["error"])
         return ActionResult(status="findings" if lost or failed else "ok",
+                            native=natives[0] if len(natives) == 1 else natives,
                             outputs={"salvaged": results, "failed": failed},
                             findings=findings, findings_recorded=True,
                             summary=f"{len(results)} checkpoint(s) salvaged, {lost} tensor(s) lost")
@@ -112,7 +120,9 @@ class Salvage(Action):
 class Rank(Action):
     name = "rank"
     summary = "Rank a run's checkpoints newest first; the newest safe one to resume from"
-    args = (ArgSpec("run_dir", "path", required=True),)
+    args = (ArgSpec("run_dir", "path", required=True),
+            ArgSpec("record_findings", "boolean", default=False,
+                    help="Record the probe findings in the case (when no probe step does)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"probe and rank every checkpoint under {args['run_dir']}"]
@@ -120,8 +130,9 @@ class Rank(Action):
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.rank import rank
 
-        # case=None: a probe step records the findings; rank adds only its ordering
-        result = yield from ctx.blocking(lambda p: rank(Path(args["run_dir"]), case=None))
+        # by default a probe step records the findings; rank adds only its ordering
+        case = ctx.case if args["record_findings"] else None
+        result = yield from ctx.blocking(lambda p: rank(Path(args["run_dir"]), case=case))
         out = result.to_json()
         for c in out.get("checkpoints", []):
             yield ctx.output(f"{c['verdict']:<10} {c['path']}")

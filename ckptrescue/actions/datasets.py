@@ -34,6 +34,7 @@ class ManifestAudit(Action):
     summary = "Audit a directory against a manifest: ok/corrupted/changed/missing/new/unreadable"
     args = (ArgSpec("dir", "path", required=True), ArgSpec("manifest", "path", required=True),
             ArgSpec("quick", "boolean", default=False, help="Size and mtime only."),
+            ArgSpec("jobs", "integer", help="Parallel hashing jobs."),
             ArgSpec("scheduler", "string", help="Dask scheduler address."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -45,7 +46,8 @@ class ManifestAudit(Action):
 
         result = yield from ctx.blocking(lambda p: audit(
             args["dir"], args["manifest"], quick=bool(args["quick"]), case=ctx.case,
-            scheduler=args.get("scheduler"), progress=progress_adapter(p)), label="auditing")
+            jobs=args.get("jobs"), scheduler=args.get("scheduler"),
+            progress=progress_adapter(p)), label="auditing")
         out = result.to_json()
         return from_library(result, ", ".join(f"{k} {v}" for k, v in
                                               sorted(out.get("counts", {}).items())))
@@ -55,6 +57,7 @@ class DatasetVerify(Action):
     name = "dataset.verify"
     summary = "Container checks that need no manifest (TFRecord, tar, Parquet, JSONL, npy)"
     args = (ArgSpec("dir", "path", required=True),
+            ArgSpec("jobs", "integer", help="Parallel jobs."),
             ArgSpec("scheduler", "string", help="Dask scheduler address."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -64,7 +67,7 @@ class DatasetVerify(Action):
         from ckptrescue.datasets.verify import verify_dataset
 
         result = yield from ctx.blocking(lambda p: verify_dataset(
-            args["dir"], case=ctx.case, scheduler=args.get("scheduler")))
+            args["dir"], case=ctx.case, jobs=args.get("jobs"), scheduler=args.get("scheduler")))
         return from_library(result, "verified")
 
 
@@ -76,7 +79,9 @@ class Recover(Action):
             ArgSpec("source", "string", required=True,
                     help="Snapshots directory or s3://bucket/prefix with versioning."),
             ArgSpec("to", "path", required=True),
-            ArgSpec("endpoint_url", "string", help="S3 endpoint for an s3:// source."))
+            ArgSpec("endpoint_url", "string", help="S3 endpoint for an s3:// source."),
+            ArgSpec("audit_report", "path", help="An earlier audit JSON to take bad files from."),
+            ArgSpec("jobs", "integer", help="Parallel jobs."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"audit {args['dir']} against {args['manifest']}; for each bad file the newest "
@@ -87,7 +92,8 @@ class Recover(Action):
 
         result = yield from ctx.blocking(lambda p: recover(
             args["dir"], manifest=args["manifest"], source=args["source"], to=args["to"],
-            case=ctx.case, endpoint_url=args.get("endpoint_url") or None))
+            case=ctx.case, endpoint_url=args.get("endpoint_url") or None,
+            audit_report=args.get("audit_report") or None, jobs=args.get("jobs")))
         return from_library(result, "recovered")
 
 

@@ -25,7 +25,8 @@ def _options(args: dict[str, Any]) -> Any:
 
     return ClientOptions(endpoint_url=args.get("endpoint_url") or None,
                          profile=args.get("profile") or None, region=args.get("region") or None,
-                         checksum_when=str(args.get("checksum_when") or "supported"))
+                         checksum_when=str(args.get("checksum_when") or "supported"),
+                         max_pool_connections=int(args.get("workers") or 16))
 
 
 def _endpoint(args: dict[str, Any]) -> str:
@@ -38,7 +39,8 @@ class S3Verify(Action):
     capability = "network_read"
     args = (ArgSpec("url", "s3_url", required=True), ArgSpec("local_dir", "path", required=True),
             ArgSpec("download", "boolean", default=False,
-                    help="Download objects that have no usable checksum."), *_COMMON)
+                    help="Download objects that have no usable checksum."),
+            ArgSpec("workers", "integer", default=16, help="Concurrent requests."), *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"ListObjectsV2 + HeadObject(ChecksumMode=ENABLED[, PartNumber]) for {args['url']}"
@@ -49,7 +51,8 @@ class S3Verify(Action):
 
         result = yield from ctx.blocking(lambda p: verify_prefix(
             args["url"], args["local_dir"], client_options=_options(args), case=ctx.case,
-            download=bool(args["download"]), progress=progress_adapter(p)), unit="objects",
+            download=bool(args["download"]), workers=int(args["workers"]),
+            progress=progress_adapter(p)), unit="objects",
             label="verifying")
         out = result.to_json()
         return from_library(result, ", ".join(f"{k} {v}" for k, v in
@@ -63,6 +66,8 @@ class S3History(Action):
     args = (ArgSpec("url", "s3_url", required=True),
             ArgSpec("manifest", "path", help="sha256sum-format manifest of known-good content."),
             ArgSpec("cloudtrail", "path", help="Exported CloudTrail logs to correlate."),
+            ArgSpec("by_content", "boolean", default=False,
+                    help="Judge versions by downloading their content."),
             *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -74,7 +79,8 @@ class S3History(Action):
 
         result = yield from ctx.blocking(lambda p: history(
             args["url"], client_options=_options(args), manifest=args.get("manifest") or None,
-            cloudtrail=args.get("cloudtrail") or None, case=ctx.case))
+            cloudtrail=args.get("cloudtrail") or None, case=ctx.case,
+            by_content=bool(args["by_content"])))
         out = result.to_json()
         for key in out.get("keys", []):
             yield ctx.output(f"{key['key']}: {len(key.get('versions', []))} version(s), "

@@ -147,7 +147,8 @@ class Umount(Action):
 
         result = umount(args["mountpoint"], case=ctx.case)
         yield ctx.output(f"unmounted {args['mountpoint']}")
-        return ActionResult(outputs=result if isinstance(result, dict) else {}, summary="released")
+        return ActionResult(outputs=result if isinstance(result, dict) else {}, summary="released",
+                            native=result)
 
 
 class Locate(Action):
@@ -175,4 +176,25 @@ class Locate(Action):
         return from_library(result, f"{len(out.get('ranges', []))} range(s) located")
 
 
-ACTIONS = [Triage, Image, Copy, FsInspect, Mount, Umount, Locate]
+class Extract(Action):
+    name = "extract"
+    summary = "Copy out only the intact checkpoints of a read-only mount (with companions)"
+    capability = "write_recovery"
+    args = (ArgSpec("mountpoint", "path", required=True),
+            ArgSpec("to", "path", required=True, help="Destination directory."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"probe every checkpoint under {args['mountpoint']}; copy the intact ones and "
+                f"their companion files to {args['to']}, re-hashed"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.storage.extract import extract
+
+        result = yield from ctx.blocking(lambda p: extract(args["mountpoint"], args["to"],
+                                                           case=ctx.case))
+        out = result.to_json()
+        return from_library(result, f"{len(out.get('extracted', []))} extracted, "
+                                    f"{len(out.get('left_behind', []))} left behind")
+
+
+ACTIONS = [Triage, Image, Copy, FsInspect, Mount, Umount, Locate, Extract]

@@ -104,8 +104,16 @@ def build(
 
     bar = None if no_progress else _ProgressBar("hashing")
     try:
-        result = build_manifest(directory, out, jobs=jobs, scheduler=scheduler, progress=bar,
-                                case=_case(case_dir))
+        case = _case(case_dir)
+        if case is not None:  # recorded in the case: a one-step plan on the engine
+            from ckptrescue.cli.bridge import run_action
+
+            result = run_action("manifest.build", {"dir": str(directory), "output": str(out),
+                                                   "jobs": jobs, "scheduler": scheduler},
+                                case=case, quiet=no_progress)
+        else:
+            result = build_manifest(directory, out, jobs=jobs, scheduler=scheduler,
+                                    progress=bar, case=None)
     except KeyboardInterrupt:
         from ckptrescue.datasets.manifest import partial_path
 
@@ -154,8 +162,17 @@ def audit_cmd(
 
     bar = None if (no_progress or quick) else _ProgressBar("auditing")
     try:
-        result = audit(directory, manifest, quick=quick, jobs=jobs, scheduler=scheduler,
-                       progress=bar, case=_case(case_dir))
+        case = _case(case_dir)
+        if case is not None:
+            from ckptrescue.cli.bridge import run_action
+
+            result = run_action("manifest.audit", {"dir": str(directory),
+                                                   "manifest": str(manifest), "quick": quick,
+                                                   "jobs": jobs, "scheduler": scheduler},
+                                case=case, quiet=no_progress)
+        else:
+            result = audit(directory, manifest, quick=quick, jobs=jobs, scheduler=scheduler,
+                           progress=bar, case=None)
     finally:
         if bar is not None:
             bar.close()
@@ -193,7 +210,14 @@ def verify_cmd(
     """
     from ckptrescue.datasets.verify import verify_dataset
 
-    result = verify_dataset(directory, jobs=jobs, scheduler=scheduler, case=_case(case_dir))
+    case = _case(case_dir)
+    if case is not None:
+        from ckptrescue.cli.bridge import run_action
+
+        result = run_action("dataset.verify", {"dir": str(directory), "jobs": jobs,
+                                               "scheduler": scheduler}, case=case)
+    else:
+        result = verify_dataset(directory, jobs=jobs, scheduler=scheduler, case=None)
     if as_json:
         emit_json(result.to_json())
     else:
@@ -234,9 +258,19 @@ def recover_cmd(
     """
     from ckptrescue.datasets.recover import recover
 
-    result = recover(directory, manifest=manifest, source=source, to=to,
-                     endpoint_url=endpoint_url, audit_report=from_audit, jobs=jobs,
-                     case=_case(case_dir))
+    case = _case(case_dir)
+    if case is not None:
+        from ckptrescue.cli.bridge import run_action
+
+        result = run_action("recover", {"dir": str(directory), "manifest": str(manifest),
+                                        "source": str(source), "to": str(to),
+                                        "endpoint_url": endpoint_url,
+                                        "audit_report": str(from_audit) if from_audit else None,
+                                        "jobs": jobs}, case=case)
+    else:
+        result = recover(directory, manifest=manifest, source=source, to=to,
+                         endpoint_url=endpoint_url, audit_report=from_audit, jobs=jobs,
+                         case=None)
     if as_json:
         emit_json(result.to_json())
     else:

@@ -51,8 +51,16 @@ def probe_command(
     from ckptrescue.probes.checkpoints import probe_json, probe_paths
 
     case = _open_case(case_dir)
-    reports = probe_paths(paths, reference=reference, load=load, case=case,
-                          numeric=not no_numeric, scheduler=scheduler)
+    if case is not None:  # recorded in the case: a one-step plan on the engine
+        from ckptrescue.cli.bridge import run_action
+
+        reports = run_action("probe", {"paths": [str(p) for p in paths],
+                                       "reference": str(reference) if reference else None,
+                                       "load": load, "numeric": not no_numeric,
+                                       "scheduler": scheduler}, case=case)
+    else:
+        reports = probe_paths(paths, reference=reference, load=load, case=None,
+                              numeric=not no_numeric, scheduler=scheduler)
     if as_json:
         emit_json(probe_json(reports, with_tensors=tensors))
     else:
@@ -95,8 +103,16 @@ def salvage_command(
     """
     from ckptrescue.salvage import salvage
 
-    result = salvage(checkpoint, out_dir, fill_from=fill_from, case=_open_case(case_dir),
-                     allow_next_to_input=allow_next_to_input)
+    case = _open_case(case_dir)
+    if case is not None:
+        from ckptrescue.cli.bridge import run_action
+
+        result = run_action("salvage", {"checkpoint": str(checkpoint), "out_dir": str(out_dir),
+                                        "fill_from": str(fill_from) if fill_from else None,
+                                        "allow_next_to_input": allow_next_to_input}, case=case)
+    else:
+        result = salvage(checkpoint, out_dir, fill_from=fill_from, case=None,
+                         allow_next_to_input=allow_next_to_input)
     if as_json:
         emit_json(result.to_json())
     else:
@@ -123,7 +139,14 @@ def rank_command(
     """
     from ckptrescue.rank import rank
 
-    result = rank(run_dir, case=_open_case(case_dir))
+    case = _open_case(case_dir)
+    if case is not None:
+        from ckptrescue.cli.bridge import run_action
+
+        result = run_action("rank", {"run_dir": str(run_dir), "record_findings": True},
+                            case=case)
+    else:
+        result = rank(run_dir, case=None)
     if as_json:
         emit_json(result.to_json())
     else:

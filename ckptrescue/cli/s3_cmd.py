@@ -38,6 +38,13 @@ def _options(endpoint_url: str | None, profile: str | None, region: str | None,
                          checksum_when=checksum_when, max_pool_connections=workers)
 
 
+def _common(endpoint_url: str | None, profile: str | None, region: str | None,
+            checksum_when: str) -> dict[str, Any]:
+    """The endpoint options as engine-action arguments."""
+    return {"endpoint_url": endpoint_url, "profile": profile, "region": region,
+            "checksum_when": checksum_when}
+
+
 def _open_case(case_dir: Path | None) -> Any:
     if case_dir is None:
         return None
@@ -105,11 +112,20 @@ def verify_cmd(
     from ckptrescue.s3.verify import VerifyFailed, verify_prefix
 
     try:
-        result = verify_prefix(url, local_dir,
-                               client_options=_options(endpoint_url, profile, region,
-                                                       checksum_when, workers),
-                               case=_open_case(case_dir), download=download, workers=workers,
-                               progress=_Progress("verify"))
+        case = _open_case(case_dir)
+        if case is not None:  # recorded in the case: a one-step plan on the engine
+            from ckptrescue.cli.bridge import run_action
+
+            result = run_action("s3.verify", {
+                "url": url, "local_dir": str(local_dir), "download": download,
+                "workers": workers, **_common(endpoint_url, profile, region, checksum_when)},
+                case=case)
+        else:
+            result = verify_prefix(url, local_dir,
+                                   client_options=_options(endpoint_url, profile, region,
+                                                           checksum_when, workers),
+                                   case=None, download=download, workers=workers,
+                                   progress=_Progress("verify"))
     except VerifyFailed as exc:
         if as_json:
             emit_json(exc.partial.to_json())
@@ -150,9 +166,18 @@ def history_cmd(
     """
     from ckptrescue.s3.history import history
 
-    result = history(url, client_options=_options(endpoint_url, profile, region, checksum_when),
-                     manifest=manifest, cloudtrail=cloudtrail, case=_open_case(case_dir),
-                     by_content=by_content)
+    case = _open_case(case_dir)
+    if case is not None:
+        from ckptrescue.cli.bridge import run_action
+
+        result = run_action("s3.history", {
+            "url": url, "manifest": str(manifest) if manifest else None,
+            "cloudtrail": str(cloudtrail) if cloudtrail else None, "by_content": by_content,
+            **_common(endpoint_url, profile, region, checksum_when)}, case=case)
+    else:
+        result = history(url, client_options=_options(endpoint_url, profile, region, checksum_when),
+                         manifest=manifest, cloudtrail=cloudtrail, case=None,
+                         by_content=by_content)
     data = result.to_json()
     if as_json:
         emit_json(data)
@@ -194,8 +219,15 @@ def preflight_cmd(
     """
     from ckptrescue.s3.preflight import preflight
 
-    result = preflight(url, client_options=_options(endpoint_url, profile, region, checksum_when),
-                       case=_open_case(case_dir))
+    case = _open_case(case_dir)
+    if case is not None:
+        from ckptrescue.cli.bridge import run_action
+
+        result = run_action("s3.preflight", {"url": url, **_common(endpoint_url, profile, region,
+                                                                    checksum_when)}, case=case)
+    else:
+        result = preflight(url, client_options=_options(endpoint_url, profile, region,
+                                                         checksum_when), case=None)
     if as_json:
         emit_json(result.to_json())
     else:
@@ -231,12 +263,13 @@ def preserve_cmd(
         ckptrescue s3 preserve s3://ml-ckpt/run7/ --case /cases/INC-042 --all-versions
     """
     from ckptrescue.case import Case
-    from ckptrescue.s3.preserve import preserve
 
     case = Case.open_or_create(case_dir, title=f"s3 preserve {url}")
-    result = preserve(url, case=case, all_versions=all_versions,
-                      client_options=_options(endpoint_url, profile, region, checksum_when),
-                      progress=_Progress("preserve"))
+    from ckptrescue.cli.bridge import run_action
+
+    result = run_action("s3.preserve", {"url": url, "all_versions": all_versions,
+                                        **_common(endpoint_url, profile, region, checksum_when)},
+                        case=case)
     data = result.to_json()
     if as_json:
         emit_json(data)
@@ -279,9 +312,18 @@ def restore_cmd(
         raise UsageError("--known-good and --manifest go together")
     if (version is None) == (not known_good):
         raise UsageError("give exactly one of --version ID or --known-good --manifest FILE")
-    result = restore(url, to, version=version, known_good_manifest=manifest,
-                     client_options=_options(endpoint_url, profile, region, checksum_when),
-                     case=_open_case(case_dir))
+    case = _open_case(case_dir)
+    if case is not None:
+        from ckptrescue.cli.bridge import run_action
+
+        result = run_action("s3.restore", {
+            "url": url, "to": str(to), "version": version,
+            "manifest": str(manifest) if manifest else None,
+            **_common(endpoint_url, profile, region, checksum_when)}, case=case)
+    else:
+        result = restore(url, to, version=version, known_good_manifest=manifest,
+                         client_options=_options(endpoint_url, profile, region, checksum_when),
+                         case=None)
     if as_json:
         emit_json(result.to_json())
     else:

@@ -73,9 +73,10 @@ def triage_command(
         ckptrescue triage --case C --volume /mnt/checkpoints
     """
     from ckptrescue.case import Case
-    from ckptrescue.storage.triage import triage
+    from ckptrescue.cli.bridge import run_action
 
-    res = triage(case=Case.open(case_dir), volume=volume, seconds=seconds)
+    res = run_action("triage", {"volume": str(volume) if volume else None,
+                                "seconds": seconds}, case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:
@@ -116,21 +117,17 @@ def image_command(
     import signal
 
     from ckptrescue.case import Case
-    from ckptrescue.storage.imaging import image
-
-    def progress(*, done: int, total: int, summary: dict[str, Any]) -> None:
-        s = summary
-        info(f"[image] {100 * done / max(total, 1):5.1f}% tried; rescued {s['rescued']} B, bad "
-             f"{s['bad']} B in {s['bad_areas']} area(s), pass {s['current_pass']} "
-             f"({s['current_status']})")
+    from ckptrescue.cli.bridge import run_action
 
     def terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # stops ddrescue through the runner, keeps the mapfile
 
     signal.signal(signal.SIGTERM, terminate)
     case = Case.open(case_dir)
-    res = image(source, case=case, dest=dest, retries=retries,
-                simulate_bad_map=simulate_bad_map, on_progress=progress)
+    res = run_action("image", {"source": str(source), "dest": str(dest) if dest else None,
+                               "retries": retries,
+                               "simulate_bad_map": str(simulate_bad_map) if simulate_bad_map
+                               else None}, case=case)
     if as_json:
         emit_json(res.to_json())
     else:
@@ -159,9 +156,10 @@ def copy_command(
         ckptrescue copy /mnt/evidence-ro --case C --dest /mnt/backup/inc42
     """
     from ckptrescue.case import Case
-    from ckptrescue.storage.copy import copy_tree
+    from ckptrescue.cli.bridge import run_action
 
-    res = copy_tree(mountpoint, case=Case.open(case_dir), dest=dest)
+    res = run_action("copy", {"mountpoint": str(mountpoint), "dest": str(dest) if dest else None},
+                     case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:
@@ -187,9 +185,9 @@ def fs_inspect_command(
         ckptrescue fs inspect /dev/sdb1 --case C --json
     """
     from ckptrescue.case import Case
-    from ckptrescue.storage.fsinspect import fs_inspect
+    from ckptrescue.cli.bridge import run_action
 
-    res = fs_inspect(target, case=Case.open(case_dir))
+    res = run_action("fs.inspect", {"target": str(target)}, case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:
@@ -216,9 +214,10 @@ def mount_command(
         ckptrescue mount disk.img /mnt/evidence --case C
     """
     from ckptrescue.case import Case
-    from ckptrescue.storage.mounting import mount
+    from ckptrescue.cli.bridge import run_action
 
-    res = mount(target, mountpoint, case=Case.open(case_dir))
+    res = run_action("mount", {"target": str(target), "mountpoint": str(mountpoint)},
+                     case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:
@@ -238,9 +237,9 @@ def umount_command(
         ckptrescue umount /mnt/evidence --case C
     """
     from ckptrescue.case import Case
-    from ckptrescue.storage.mounting import umount
+    from ckptrescue.cli.bridge import run_action
 
-    data = umount(mountpoint, case=Case.open(case_dir))
+    data = run_action("umount", {"mountpoint": str(mountpoint)}, case=Case.open(case_dir))
     say(f"unmounted {mountpoint}" + (f"; detached {data['loop_device']}"
                                      if data.get("loop_device") else ""))
     return 0
@@ -262,9 +261,10 @@ def locate_command(
         ckptrescue locate --case C C/images/sdb.map C/images/sdb.img --json
     """
     from ckptrescue.case import Case
-    from ckptrescue.storage.locate import locate
+    from ckptrescue.cli.bridge import run_action
 
-    res = locate(mapfile, image, case=Case.open(case_dir))
+    res = run_action("locate", {"mapfile": str(mapfile), "image": str(image)},
+                     case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:
@@ -297,9 +297,10 @@ def extract_command(
         ckptrescue extract /mnt/evidence --to /recovery/inc42 --case C
     """
     from ckptrescue.case import Case
-    from ckptrescue.storage.extract import extract
+    from ckptrescue.cli.bridge import run_action
 
-    res = extract(mountpoint, to, case=Case.open(case_dir))
+    res = run_action("extract", {"mountpoint": str(mountpoint), "to": str(to)},
+                     case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:
