@@ -235,8 +235,16 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     checkpoint = Path(checkpoint).absolute()
     if not checkpoint.exists() and Path(f"{checkpoint}.index").exists():
         checkpoint = Path(f"{checkpoint}.index")  # a TensorFlow checkpoint named by its prefix
+    if not checkpoint.exists():
+        raise UsageError(f"{checkpoint}: no such checkpoint")
     out_dir = Path(out_dir).absolute()
     check_out_dir(checkpoint, out_dir, allow_next_to_input=allow_next_to_input)
+    if (out_dir / "salvage.json").exists():
+        raise UsageError(f"{out_dir}: already holds a salvage.json; salvage into a new directory "
+                         "so no earlier salvage report is overwritten")
+    if case is not None and any(_inside(out_dir, Path(p).resolve())
+                                for p in case.evidence_paths()):
+        raise RefusedError(f"{out_dir}: inside an evidence path of the case; refusing to write")
     found = discover([checkpoint])
     if len(found) != 1:
         raise UsageError(f"{checkpoint}: salvage takes exactly one checkpoint "

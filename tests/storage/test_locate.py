@@ -22,14 +22,6 @@ pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "mkfs.x
 TARGET = "0.weight"  # Linear(256, 512).weight: the only 524288-byte storage
 
 
-def _has_tensor_map() -> bool:
-    try:
-        from ckptrescue.probes.checkpoints import probe_paths  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _build(shm_dir, tmp_path, fstype, fs_size=None):
     pytest.importorskip("torch")
     ckpt = fx.torch_checkpoint(tmp_path / "model.pt")
@@ -71,9 +63,6 @@ def test_bad_sectors_in_one_tensor_are_located(fstype, case, shm_dir, tmp_path, 
     codes = sorted(f.code for f in loc.findings)
     assert codes == ["LC001", "LC002"]
     assert fx.sha256(img) == before
-    if not _has_tensor_map():
-        pytest.skip("ckptrescue.probes.checkpoints.probe_paths not available yet: file-level "
-                    "mapping verified, tensor mapping not")
     assert hit[0]["tensors"] == [TARGET]
 
 
@@ -128,8 +117,6 @@ def test_unmountable_ext4_falls_back_to_debugfs_on_a_backup_superblock(case, shm
     assert [(f.path, f.file_offset, f.length) for f in hits] == [
         ("run/step-100/model.pt", file_lo, file_hi - file_lo)]
     assert fx.sha256(img) == before
-    if not _has_tensor_map():
-        pytest.skip("probe_paths not available: tensor mapping not checked")
     assert hits[0].tensors == [TARGET]
 
 
