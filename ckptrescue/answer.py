@@ -112,13 +112,36 @@ def answer_line(case: Case) -> str:
                 parts.append(f"s3 {_name(key['key'])}: last known-good version "
                              f"{key['known_good']}")
     if not parts:
-        findings = case.findings()
-        serious = [f for f in findings if f.severity.rank >= 2]
-        if serious:
-            return f"{len(serious)} serious finding(s); see the report"
-        return "no damage found" if findings or list(case.records("step.finished")) else \
-            "nothing examined yet"
+        return _no_answer(case)
     return "; ".join(parts)
+
+
+EXAMINING = {"probe", "rank", "image", "locate", "fs.inspect", "s3.verify", "s3.history",
+             "manifest.audit", "dataset.verify", "triage", "copy", "s3.preserve", "recover",
+             "salvage", "exec"}
+
+
+def _no_answer(case: Case) -> str:
+    """No damage to name: say whether anything was examined at all, or what failed."""
+    examined = False
+    failed: list[str] = []
+    for record in case.records("step.finished"):
+        d = record["details"]
+        if d.get("status") in {"ok", "findings"} and d.get("action") in EXAMINING:
+            examined = True
+        elif d.get("status") in {"failed", "refused"}:
+            failed.append(f"{d.get('step')} {d.get('status')}: {d.get('error') or ''}".strip())
+    serious = {(f.code, f.title, f.evidence, f.offset) for f in case.findings()
+               if f.severity.rank >= 2}
+    if serious:
+        return f"{len(serious)} serious finding(s); see the report"
+    if failed and not examined:
+        return "nothing could be examined: " + "; ".join(failed[-3:])
+    if not examined:
+        return "nothing examined yet"
+    if failed:
+        return "no damage found in what was examined; " + "; ".join(failed[-3:])
+    return "no damage found"
 
 
 def main() -> None:  # pragma: no cover - `python -m ckptrescue.answer CASE`

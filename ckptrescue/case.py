@@ -39,6 +39,7 @@ EVIDENCE = "evidence.json"
 ARTIFACTS = "artifacts"
 SEAL = "seal.json"
 _CHUNK = 1 << 20
+_LOCAL_KINDS = {"file", "directory", "block-device", "image", "mount"}
 
 
 def sha256_file(path: Path | str, *, chunk: int = _CHUNK) -> str:
@@ -252,6 +253,8 @@ class Case:
         sha256: str | None = None,
         details: dict[str, Any] | None = None,
     ) -> EvidenceItem:
+        if kind in _LOCAL_KINDS and "://" not in source:
+            source = os.path.abspath(source)  # a relative path means nothing later
         item = EvidenceItem(
             id=f"E{len(self.evidence()) + 1:03d}",
             kind=kind,
@@ -267,12 +270,34 @@ class Case:
         return item
 
     def evidence_paths(self) -> list[str]:
-        """Local paths of evidence that must never be written to."""
-        paths = []
+        """Local paths of evidence that must never be written to (absolute and resolved)."""
+        paths: list[str] = []
         for item in self.evidence():
-            if item.kind in {"file", "directory", "block-device", "image", "mount"}:
+            if item.kind in _LOCAL_KINDS and "://" not in item.source:
                 paths.append(item.source)
+                real = item.details.get("realpath")
+                if isinstance(real, str):
+                    paths.append(real)
         return paths
+
+    def ensure_evidence(self, path: str | Path, *, how: str) -> EvidenceItem:
+        """Inventory a local device or file the kit examines in place (once), so that no tool
+        may ever write to it afterwards."""
+        import stat as _stat
+
+        source = os.path.abspath(str(path))
+        for item in self.evidence():
+            if item.source == source or item.details.get("realpath") == os.path.realpath(source):
+                return item
+        try:
+            st = os.stat(source)
+            kind = "block-device" if _stat.S_ISBLK(st.st_mode) else (
+                "directory" if _stat.S_ISDIR(st.st_mode) else "image")
+            size = st.st_size if not _stat.S_ISBLK(st.st_mode) else None
+        except OSError:
+            kind, size = "file", None
+        return self.add_evidence(kind=kind, source=source, acquired_how=how, size=size,
+                                 details={"realpath": os.path.realpath(source)})
 
     # -- sealing and verification -------------------------------------------------------------
     def seal(self) -> str:

@@ -185,11 +185,21 @@ def dry_run(plan: Plan) -> list[DryRunStep]:
 # ---- running ----------------------------------------------------------------------------------
 
 def finished_steps(case: Case, run_key: str) -> dict[str, dict[str, Any]]:
-    """Steps of ``run_key`` already finished in this case: step id -> step.finished details."""
+    """Steps of an unfinished earlier attempt of ``run_key``: step id -> step.finished details.
+
+    Only an attempt that did not complete (interrupted, killed, stopped at a gate, failed) is
+    resumed. Once a run of the same command has completed, running it again starts afresh:
+    its finished steps (a released mount, a written report) must not be taken as still valid.
+    """
     done: dict[str, dict[str, Any]] = {}
-    for record in case.records("step.finished"):
-        details = record["details"]
-        if details.get("run_key") == run_key and details.get("status") in {"ok", "findings"}:
+    for record in case.records():
+        details = record.get("details", {})
+        if details.get("run_key") != run_key:
+            continue
+        action = record["action"]
+        if action == "run.finished" and details.get("status") in {"ok", "findings"}:
+            done = {}  # that attempt completed: nothing to resume from it
+        elif action == "step.finished" and details.get("status") in {"ok", "findings"}:
             done[details["step"]] = details
     return done
 
@@ -247,6 +257,8 @@ def run(
         if step.id in done:
             outputs[step.id] = load_outputs(case, done[step.id])
             statuses[step.id] = done[step.id]["status"]
+            if statuses[step.id] == "findings" and run_status == "ok":
+                run_status = "findings"  # what the earlier attempt found still stands
             yield StepSkipped(step_id=step.id, reason="already finished (resumed run)")
             continue
         try:

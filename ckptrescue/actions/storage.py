@@ -103,6 +103,7 @@ class FsInspect(Action):
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.fsinspect import fs_inspect
 
+        ctx.case.ensure_evidence(args["target"], how="examined in place, read-only (fs.inspect)")
         result = yield from ctx.blocking(lambda p: fs_inspect(
             args["target"], case=ctx.case, health=bool(args["health"])))
         return from_library(result, "inspected")
@@ -123,6 +124,7 @@ class Mount(Action):
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.mounting import mount
 
+        ctx.case.ensure_evidence(args["target"], how="attached read-only and mounted (mount)")
         where = Path(args.get("mountpoint") or ctx.work_dir(f"mnt-{ctx.step_id}"))
         where.mkdir(parents=True, exist_ok=True)
         result = mount(args["target"], where, case=ctx.case)
@@ -165,6 +167,7 @@ class Locate(Action):
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.locate import locate
 
+        ctx.case.ensure_evidence(args["image"], how="examined in place, read-only (locate)")
         result = yield from ctx.blocking(lambda p: locate(
             args["mapfile"], args["image"], case=ctx.case,
             mountpoint=args.get("mountpoint") or None))

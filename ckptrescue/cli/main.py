@@ -34,6 +34,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: option text such as "[cluster]" is shown as written
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -86,7 +87,8 @@ def main() -> None:
         if exc.hint:
             sys.stderr.write(f"  hint: {exc.hint}\n")
         elif not debug:
-            sys.stderr.write("  (set CKPTRESCUE_DEBUG=1 or pass --debug for a traceback)\n")
+            sys.stderr.write("  (set CKPTRESCUE_DEBUG=1, or put --debug before the command, for "
+                             "a traceback)\n")
         code = int(exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("ckptrescue: interrupted; partial results are kept in the case\n")
@@ -103,12 +105,25 @@ def main() -> None:
         if debug:
             traceback.print_exc()
         sys.stderr.write(f"ckptrescue: internal error: {type(exc).__name__}: {exc}\n")
-        sys.stderr.write("  (set CKPTRESCUE_DEBUG=1 or pass --debug for a traceback)\n")
+        sys.stderr.write("  (set CKPTRESCUE_DEBUG=1, or put --debug before the command, for "
+                         "a traceback)\n")
         code = int(ExitCode.FAILURE)
     sys.exit(code)
 
 
-def _click_exceptions() -> type[Exception]:
-    import click
+def _click_exceptions() -> tuple[type[Exception], ...]:
+    """Usage errors from click, and from the copy of click that newer typer versions vendor."""
+    found: list[type[Exception]] = []
+    try:
+        import click
 
-    return click.ClickException
+        found.append(click.ClickException)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from typer import _click  # type: ignore[attr-defined]
+
+        found.append(_click.ClickException)
+    except ImportError:
+        pass
+    return tuple(found)

@@ -99,10 +99,22 @@ def _recommendations(model: dict[str, Any]) -> list[str]:
     return recs
 
 
+def _unique(findings: list[Any]) -> list[Any]:
+    """The same finding recorded by several runs or steps is shown once."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for f in findings:
+        key = (f.code, f.title, f.evidence, f.offset, f.length, f.tensors)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
 def build(case: Case) -> dict[str, Any]:
     records = list(case.records())
     verification = case.verify()
-    findings = case.findings()
+    findings = _unique(case.findings())
     by_sev = {str(s): [f.to_json() for f in findings if f.severity == s] for s in SEVERITY_ORDER}
     checkpoints = []
     for path, ckpt in sorted(latest_checkpoints(case).items()):
@@ -168,6 +180,10 @@ def build(case: Case) -> dict[str, Any]:
         "records": len(records),
     }
     model["recommendations"] = _recommendations(model)
+    model["clean"] = not (model["finding_counts"].get("error") or
+                          model["finding_counts"].get("critical") or
+                          any(c["verdict"] != "intact" for c in checkpoints) or
+                          model["bad_sector_map"])
     return model
 
 

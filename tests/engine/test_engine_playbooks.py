@@ -228,3 +228,22 @@ def test_gate_event_without_answer_is_stopped(tmp_path: Path) -> None:
     events = list(engine.run(plan, case=case, confirm=lambda prompt: None))
     assert any(isinstance(e, GateReached) and e.answered is None for e in events)
     assert events[-1].status == "stopped"  # type: ignore[attr-defined]
+
+
+def test_completed_run_reruns_afresh(tmp_path: Path) -> None:
+    pb = book(tmp_path, GOOD)
+    c = tmp_path / "case"
+    argv = [EXE, "playbook", "run", str(pb), "--case", str(c), "-p", f"target={tmp_path}",
+            "--yes"]
+    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0 and "skipped: already finished" not in second.stderr
+    runs = [r for r in Case.open(c).records("tool.run") if r["details"]["argv"][0] == "ls"]
+    assert len(runs) == 2, "a completed run is not resumed: running it again runs it again"
+
+
+def test_answer_says_when_nothing_could_be_examined(tmp_path: Path) -> None:
+    plan = engine.single_step("exec", {"argv": ["wipefs", "-a", "/dev/sdz"]})
+    case = Case.create(tmp_path / "case")
+    events = list(engine.run(plan, case=case))
+    assert events[-1].answer.startswith("nothing could be examined")  # type: ignore[attr-defined]

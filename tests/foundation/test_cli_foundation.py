@@ -115,3 +115,12 @@ def test_every_command_has_help_with_an_example() -> None:
 
 def test_console_script_exists() -> None:
     assert shutil.which(EXE) or Path(EXE).exists()
+
+
+@pytest.mark.parametrize("argv", [["probe"], ["nosuchcmd"], ["fs", "inspect", "x.img"],
+                                  ["image", "x", "--case", "c", "--retries", "abc"],
+                                  ["probe", "--bogus"], ["exec", "--case", "c", "--"]])
+def test_usage_errors_exit_2_without_internal_error(argv: list[str]) -> None:
+    res = run(*argv)
+    assert res.returncode == 2, res.stderr
+    assert "internal error" not in res.stderr and "Traceback" not in res.stderr
