@@ -341,6 +341,23 @@ class Case:
                     )
                 elif path.name not in seen:
                     report.notes.append(f"artifact {path.name} is not referenced by the log")
+        created = next((r for r in chain.records if r.get("action") == "case.created"), None)
+        try:
+            manifest = json.loads((self.root / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = None
+        if created is not None and manifest != created["details"].get("manifest"):
+            report.problems.append(f"{MANIFEST} differs from the manifest recorded in record seq "
+                                   f"{created['seq']} (case.created): it was edited")
+        logged = [r["details"]["item"] for r in chain.records
+                  if r.get("action") == "evidence.added"]
+        try:
+            inventory = json.loads((self.root / EVIDENCE).read_text())
+        except (OSError, ValueError):
+            inventory = None
+        if inventory is not None and inventory != logged:
+            report.problems.append(f"{EVIDENCE} differs from the evidence.added records of the "
+                                   "log: it was edited")
         seal_file = self.root / SEAL
         if seal_file.exists():
             try:

@@ -48,6 +48,8 @@ def drill(
     if result.s3:
         say(f"  s3              {result.s3['endpoint_url']}  s3://{result.s3['bucket']}/"
             f"{result.s3['prefix']}")
+        info("the S3 server is moto on 127.0.0.1: any credentials work, but boto3 needs some: "
+             "export AWS_ACCESS_KEY_ID=drill AWS_SECRET_ACCESS_KEY=drill")
         info(f"stop the S3 server afterwards: ckptrescue drill {out} --stop")
     for f in result.faults:
         say(f"  fault {f['kind']:<22} {f['path']}  {', '.join(f['tensors'])}")

@@ -8,11 +8,12 @@ Results come back as plain dataclasses and merge into the same outputs as a loca
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ckptrescue.datasets.walk import FileEntry
-from ckptrescue.errors import RemoteError, ToolMissingError
+from ckptrescue.errors import RemoteError, ToolMissingError, UsageError
 
 T = TypeVar("T")
 BATCH_BYTES = 256 << 20
@@ -36,7 +37,14 @@ def batches(entries: list[FileEntry], *, max_bytes: int = BATCH_BYTES,
     return out
 
 
+_ADDRESS = re.compile(r"^((tcp|tls|ucx|ws|wss|inproc)://)?[^\s:/]+(:\d+)?$|"
+                      r"^(tcp|tls|ucx|ws|wss)://\[[0-9a-fA-F:]+\](:\d+)?$")
+
+
 def _client(address: str) -> Any:
+    if not _ADDRESS.match(address) or ":" not in address.split("://")[-1]:
+        raise UsageError(f"--scheduler {address!r}: not a Dask scheduler address "
+                         "(expected tcp://HOST:PORT)")
     try:
         from distributed import Client
     except ImportError as exc:

@@ -239,6 +239,8 @@ class SubprocessRunner:
             proc.wait()
             for t in threads:
                 t.join(timeout=5)
+            for sink in sinks.values():
+                sink.abandon()
             if self.case is not None:
                 self.case.log("tool.interrupted", {"argv": shown, "executable": exe,
                                                    "duration_s": round(time.monotonic() - start,
@@ -379,6 +381,12 @@ class _Sink:
                 self._chunks.append(block[: SubprocessRunner.MEMORY_CAP - self._mem_size])
                 self._mem_size += len(self._chunks[-1])
         pipe.close()
+
+    def abandon(self) -> None:
+        """Drop a partial artifact (the run was interrupted; nothing is stored)."""
+        if self._writer is not None:
+            self._writer.__exit__(KeyboardInterrupt, None, None)
+            self._writer = None
 
     def finish(self) -> str | None:
         self.memory = b"".join(self._chunks)

@@ -12,6 +12,8 @@ from typing import Any
 
 from ckptrescue import guard
 from ckptrescue.actions import registry
+from ckptrescue.errors import PlaybookError
+from ckptrescue.playbook.params import convert
 from ckptrescue.playbook.schema import ID_RE, WHEN_OPS, Playbook, references
 
 
@@ -35,6 +37,12 @@ def lint(playbook: Playbook) -> list[LintProblem]:
     def add(line: int, message: str) -> None:
         problems.append(LintProblem(playbook.source, line, message))
 
+    for param in playbook.parameters:
+        if param.default is not None and param.type in _SCALAR_TYPES:
+            try:
+                convert(param.type, param.name, param.default)
+            except PlaybookError as exc:
+                add(param.line, f"default of parameter {param.name!r}: {exc.message}")
     for step in playbook.steps:
         if not ID_RE.match(step.id):
             add(step.line, f"step id {step.id!r} must start with a letter and use [A-Za-z0-9_-]")
@@ -52,6 +60,11 @@ def lint(playbook: Playbook) -> list[LintProblem]:
                         f"step {step.id!r}: action {step.action} has no argument {key!r} "
                         f"(it takes: {', '.join(sorted(known)) or 'none'})")
             for spec in action.args:
+                if spec.name in step.args:
+                    problem = _literal_type_problem(spec.type, step.args[spec.name])
+                    if problem:
+                        add(step.arg_lines.get(spec.name, step.line),
+                            f"step {step.id!r}: argument {spec.name!r} {problem}")
                 if spec.required and spec.name not in step.args:
                     add(step.line, f"step {step.id!r}: action {step.action} needs argument "
                                    f"{spec.name!r}")
@@ -89,6 +102,26 @@ def lint(playbook: Playbook) -> list[LintProblem]:
                         f"{decision.reason}")
         seen.append(step.id)
     return problems
+
+
+_SCALAR_TYPES = {"integer", "boolean", "string", "s3_url"}
+
+
+def _literal_type_problem(kind: str, value: Any) -> str | None:
+    """A type problem with a literal argument value (references are checked at run time)."""
+    if isinstance(value, str) and references(value):
+        return None
+    if kind == "list" and not isinstance(value, list):
+        return f"must be a list (got {value!r})"
+    if kind == "boolean" and not isinstance(value, bool):
+        return f"must be true or false (got {value!r})"
+    if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"must be a whole number (got {value!r})"
+    if kind in {"path", "string", "s3_url"} and not isinstance(value, str):
+        return f"must be text (got {value!r})"
+    if kind == "s3_url" and isinstance(value, str) and value and not value.startswith("s3://"):
+        return f"must be an s3:// URL (got {value!r})"
+    return None
 
 
 def _placeholder(arg: str) -> str:

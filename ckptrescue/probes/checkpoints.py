@@ -151,9 +151,18 @@ def discover(paths: Iterable[Path]) -> list[tuple[type | None, Path]]:
             raise EvidenceError(f"{path}: no such file or directory")
         if path.is_dir():
             out.extend(_walk(path, 0, explicit=True))
+        elif not path.is_file():  # a FIFO, socket or device: opening it could block forever
+            raise EvidenceError(f"{path}: not a regular file or directory (a device, FIFO or "
+                                "socket); image a device first (ckptrescue image)")
         else:
             out.append((_detect(path), path))
-    return out
+    unique: list[tuple[type | None, Path]] = []
+    seen: set[Path] = set()
+    for fmt, root in out:
+        if root.resolve() not in seen:  # the same checkpoint named twice is probed once
+            seen.add(root.resolve())
+            unique.append((fmt, root))
+    return unique
 
 
 def _walk(directory: Path, depth: int, *, explicit: bool) -> list[tuple[type | None, Path]]:
@@ -226,6 +235,9 @@ def probe_paths(
             raise UsageError(f"{reference}: the reference must be exactly one checkpoint "
                              f"(found {len(ref_found)})")
         ref_report = probe_one(*ref_found[0], ProbeOptions(numeric=False))
+        if ref_report.verdict is Verdict.UNREADABLE:
+            raise UsageError(f"{reference}: the reference is not a checkpoint ckptrescue can read "
+                             "(verdict unreadable)")
         options.reference, options.reference_path = ref_report, str(reference)
     found = discover(paths)
     if case is not None:

@@ -23,6 +23,8 @@ def _count(obj: Any, acc: dict[str, int]) -> None:
         if isinstance(item, torch.Tensor):
             acc["tensors"] += 1
             if item.is_floating_point() and item.numel():
+                if item.element_size() == 1:  # float8 kinds: isfinite is not implemented
+                    item = item.to(torch.float32)
                 acc["nonfinite"] += int((~torch.isfinite(item)).sum())
         elif isinstance(item, dict):
             todo.extend(item.values())

@@ -247,3 +247,24 @@ def test_answer_says_when_nothing_could_be_examined(tmp_path: Path) -> None:
     case = Case.create(tmp_path / "case")
     events = list(engine.run(plan, case=case))
     assert events[-1].answer.startswith("nothing could be examined")  # type: ignore[attr-defined]
+
+
+def test_lint_checks_default_and_literal_argument_types(tmp_path: Path) -> None:
+    path = book(tmp_path, """\
+schema: 1
+name: types
+parameters:
+  - {name: n, type: integer, default: "ten"}
+steps:
+  - id: p
+    action: probe
+    with: {paths: notalist, load: "yes"}
+  - id: r
+    action: rank
+    with: {run_dir: 42}
+""")
+    problems = [str(p) for p in lint(load.load_file(path))]
+    assert any(":4:" in p and "'ten' is not an integer" in p for p in problems), problems
+    assert any("'paths' must be a list" in p for p in problems)
+    assert any("'load' must be true or false" in p for p in problems)
+    assert any("'run_dir' must be text" in p for p in problems)

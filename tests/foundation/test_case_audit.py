@@ -239,3 +239,21 @@ def test_crashes_during_append_or_repair_never_break_the_chain(tmp_path: Path,
         fh.write(b'{"broken')
     case.log("again", {})
     assert case.verify().ok
+
+
+def test_edited_manifest_or_inventory_is_detected(tmp_path: Path) -> None:
+    case = _populated(tmp_path)
+    case.add_evidence(kind="image", source="/tmp/x.img", acquired_how="test")
+    manifest = json.loads((case.root / "case.json").read_text())
+    manifest["examiner"] = "mallory"
+    (case.root / "case.json").write_text(json.dumps(manifest))
+    report = case.verify()
+    assert not report.ok and "case.json" in report.all_problems[0]
+    manifest["examiner"] = "e"
+    (case.root / "case.json").write_text(json.dumps(manifest))
+    assert case.verify().ok
+    inv = json.loads((case.root / "evidence.json").read_text())
+    inv[0]["sha256"] = "00" * 32
+    (case.root / "evidence.json").write_text(json.dumps(inv))
+    report = case.verify()
+    assert not report.ok and "evidence.json" in report.all_problems[0]
