@@ -62,7 +62,7 @@ def exec_command(
                 stream.flush()
         sys.stderr.write(f"[ckptrescue] exit {out.get('returncode')}; stdout artifact "
                          f"{out.get('stdout_sha256')}\n")
-        run = [r for r in case.records("tool.run")][-1:]
+        run = list(case.records("tool.run"))[-1:]
         if run and run[0]["details"].get("truncated"):
             sys.stderr.write("[ckptrescue] output exceeded the cap and was truncated "
                              "(the audit log records it)\n")
