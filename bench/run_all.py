@@ -14,17 +14,29 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ["startup", "checkpoints", "tensorflow", "storage", "s3", "datasets", "tui"]
+# CKPTRESCUE_BENCH_SIZE=large: the sizes the issues name, passed on in each script's own knob
+LARGE = {"CKPT_BENCH_MIB": "1024", "CKPTRESCUE_BENCH_TF_MIB": "1024",
+         "CKPTRESCUE_BENCH_DATASET_MIB": "2048", "CKPTRESCUE_BENCH_AUDIT_FILES": "100000",
+         "S3_BENCH_N": "5000"}
 
 
 def main() -> int:
     scripts = [HERE / f"{name}.py" for name in ORDER if (HERE / f"{name}.py").exists()]
     scripts += sorted(p for p in HERE.glob("*.py")
                       if p.stem not in ORDER and p.name != "run_all.py")
+    import os
+
+    env = dict(os.environ)
+    if env.get("CKPTRESCUE_BENCH_SIZE") == "large":
+        for key, value in LARGE.items():
+            env.setdefault(key, value)
+    else:
+        env.setdefault("S3_BENCH_N", "1000")  # the default run stays short; large uses 5000
     failed = []
     for script in scripts:
         print(f"\n=== {script.stem} ===", flush=True)
         start = time.perf_counter()
-        res = subprocess.run([sys.executable, str(script), *sys.argv[1:]], check=False)
+        res = subprocess.run([sys.executable, str(script), *sys.argv[1:]], check=False, env=env)
         print(f"--- {script.stem}: {time.perf_counter() - start:.1f} s (exit {res.returncode})",
               flush=True)
         if res.returncode != 0:

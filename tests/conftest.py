@@ -50,3 +50,15 @@ def case(tmp_path: Path):  # noqa: ANN201
     from ckptrescue.case import Case
 
     return Case.create(tmp_path / "case", title="test case", examiner="pytest")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # noqa: ANN201
+    """In CI (CKPTRESCUE_REQUIRE_PRIVILEGED=1) nothing may skip silently: a skip, whatever its
+    cause (a missing tool, a missing optional package, importorskip), is a failure there."""
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI (CKPTRESCUE_REQUIRE_PRIVILEGED=1): {reason}"

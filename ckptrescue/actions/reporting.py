@@ -23,10 +23,11 @@ class Report(Action):
                 f"{args.get('output') or 'CASE/report.' + str(args.get('format', 'html'))}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.report.render import render
+        from ckptrescue.report.render import check_output, render
 
         fmt = str(args.get("format") or "html")
         out = Path(args.get("output") or ctx.case.root / f"report.{fmt}")
+        check_output(ctx.case, out)
         text = render(ctx.case, fmt)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)

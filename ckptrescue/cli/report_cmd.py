@@ -26,9 +26,11 @@ def report(
         ckptrescue report /cases/INC-042 --format html -o /cases/INC-042/report.html
     """
     from ckptrescue.case import Case
-    from ckptrescue.report.render import render
+    from ckptrescue.report.render import check_output, render
 
     case = Case.open(case_dir)
+    if out is not None and str(out) != "-":
+        check_output(case, out)
     text = render(case, fmt)
     if out is None or str(out) == "-":
         sys.stdout.write(text)

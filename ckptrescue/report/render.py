@@ -61,7 +61,24 @@ def render(case: Case, fmt: str = "html") -> str:
     return str(_env(False).get_template("report.md.j2").render(r=model))
 
 
+def check_output(case: Case, out: Path) -> None:
+    """Refuse a report path that is evidence, a device, or one of the case's own records."""
+    from ckptrescue import guard
+    from ckptrescue.errors import RefusedError
+
+    root = case.root
+    ctx = guard.GuardContext(
+        evidence_paths=tuple(case.evidence_paths()),
+        protected_paths=tuple(str(root / n) for n in ("audit.jsonl", "case.json",
+                                                      "evidence.json", "seal.json",
+                                                      "artifacts")))
+    reason = ctx.writes_forbidden(str(out))
+    if reason:
+        raise RefusedError(f"report: {reason}")
+
+
 def write(case: Case, out: Path, fmt: str = "html") -> Path:
+    check_output(case, out)
     text = render(case, fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

@@ -53,3 +53,23 @@ def test_the_same_checkpoint_named_twice_is_probed_once(tmp_path: Path) -> None:
     torch.save({"w": torch.ones(3)}, tmp_path / "a.pt")
     res = probe(str(tmp_path / "a.pt"), str(tmp_path / "a.pt"), "--json")
     assert len(json.loads(res.stdout)["checkpoints"]) == 1
+
+
+def test_the_payload_is_live_yet_the_kit_never_runs_it(tmp_path: Path) -> None:
+    """Positive control: the same os.system payload DOES run when unpickled for real, so the
+    kit's "marker never appears" is meaningful."""
+    from ckptrescue.drill.trainrun import EvilHook
+
+    control, kit = tmp_path / "control-marker", tmp_path / "kit-marker"
+    torch.save({"w": torch.ones(3), "hook": EvilHook(f"touch {control}")}, tmp_path / "c.pt")
+    torch.save({"w": torch.ones(3), "hook": EvilHook(f"touch {kit}")}, tmp_path / "k.pt")
+    subprocess.run([sys.executable, "-c", "import sys, torch; "
+                    "torch.load(sys.argv[1], weights_only=False)", str(tmp_path / "c.pt")],
+                   capture_output=True, timeout=120)
+    assert control.exists(), "the payload must be live for the test to mean anything"
+    res = probe(str(tmp_path / "k.pt"), "--load", "--json")
+    assert json.loads(res.stdout)["checkpoints"][0]["verdict"] == "unsafe"
+    subprocess.run([EXE, "rank", str(tmp_path)], capture_output=True, timeout=120)
+    subprocess.run([EXE, "salvage", str(tmp_path / "k.pt"), str(tmp_path / "out")],
+                   capture_output=True, timeout=120)
+    assert not kit.exists()

@@ -107,3 +107,16 @@ def test_html_in_headless_chromium(hostile_case: Case, tmp_path: Path) -> None:
     subprocess.run([chromium, *flags, f"--screenshot={png}", "--window-size=1200,1800",
                     out.as_uri()], capture_output=True, timeout=120, check=False)
     assert png.exists() and png.stat().st_size > 10_000
+
+
+def test_report_refuses_to_overwrite_evidence_or_case_records(hostile_case: Case,
+                                                              tmp_path: Path) -> None:
+    evidence = tmp_path / "disk.img"
+    evidence.write_bytes(b"evidence")
+    hostile_case.add_evidence(kind="image", source=str(evidence), acquired_how="test")
+    for target in (evidence, hostile_case.root / "audit.jsonl"):
+        res = subprocess.run([EXE, "report", str(hostile_case.root), "-o", str(target)],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 3 and "report:" in res.stderr
+    assert evidence.read_bytes() == b"evidence"
+    assert hostile_case.verify().ok

@@ -98,8 +98,10 @@ def test_umount_detaches_only_what_mount_attached(dirty_xfs, case, tmp_path, no_
     """Another loop device over the same image (not the kit's) survives the kit's umount."""
     with fx.loop(dirty_xfs) as other:
         res = mount(dirty_xfs, tmp_path / "m", case=case)
-        assert res.loop_device != other
-        umount(tmp_path / "m", case=case)
+        try:
+            assert res.loop_device != other
+        finally:
+            umount(tmp_path / "m", case=case)
         assert sysfs.loop_backing_file(Path(other).name) == str(dirty_xfs)
         assert sysfs.loop_backing_file(Path(res.loop_device).name) != str(dirty_xfs)
 
