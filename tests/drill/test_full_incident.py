@@ -130,3 +130,22 @@ def test_demo_report_html_in_chromium(tmp_path: Path) -> None:
     subprocess.run([chromium, *flags, f"--screenshot={png}", "--window-size=1200,3000",
                     html.as_uri()], capture_output=True, timeout=120, check=False)
     assert png.stat().st_size > 20_000
+
+
+@pytest.mark.privileged
+@pytest.mark.needs_tool("make", "ddrescue", "mkfs.xfs")
+def test_make_demo(tmp_path: Path) -> None:
+    """`make demo` itself: exit 0, the one-line answer, the report's path; nothing left running."""
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "demo"
+    res = subprocess.run(["make", "-s", "-C", str(repo), "demo", f"DEMO_DIR={out}"],
+                         capture_output=True, text=True, timeout=1500)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.strip().splitlines()
+    assert lines[-1].startswith("report: ") and Path(lines[-1][8:]).is_file()
+    answer = next(line for line in lines if line.startswith("answer: "))
+    assert answer.startswith("answer: resume from step-300.pt")
+    assert "unsafe: step-350.pt (posix.system)" in answer
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"ckptrescue.drill.s3daemon {out}" not in ps
+    assert not loops_backed_by(str(out)) and str(out) not in Path("/proc/mounts").read_text()
