@@ -87,8 +87,9 @@ def _recommendations(model: dict[str, Any]) -> list[str]:
             recs.append(f"Do not load {ckpt['name']}: its pickle references unsafe globals. "
                         "Quarantine it and find out who wrote it.")
     if model.get("bad_sector_map"):
-        recs.append("The source has unreadable sectors: keep working on the image only; "
-                    "retry passes (ckptrescue image --retries N) may recover more.")
+        recs.append("The source has unreadable sectors: keep working on the image only; more "
+                    "retry passes into a new destination (ckptrescue image SOURCE --dest NEW "
+                    "--retries N) may recover more.")
     for key in model.get("s3_known_good", []):
         recs.append(f"Restore s3 key {key['key']} from version {key['known_good']} "
                     "(ckptrescue s3 restore ... --version).")
