@@ -13,9 +13,12 @@ from ckptrescue.events import Event
 class ManifestBuild(Action):
     name = "manifest.build"
     summary = "SHA-256 manifest of every file (sha256sum -c compatible + JSON lines)"
-    args = (ArgSpec("dir", "path", required=True), ArgSpec("output", "path", required=True),
+    args = (ArgSpec("dir", "path", required=True,
+                    help="Dataset directory or s3://bucket/prefix."),
+            ArgSpec("output", "path", required=True),
             ArgSpec("jobs", "integer", help="Parallel hashing jobs."),
-            ArgSpec("scheduler", "string", help="Dask scheduler address."))
+            ArgSpec("scheduler", "string", help="Dask scheduler address."),
+            ArgSpec("endpoint_url", "string", help="S3 endpoint for an s3:// dataset."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"sha256 of every file under {args['dir']} -> {args['output']}"]
@@ -25,7 +28,8 @@ class ManifestBuild(Action):
 
         result = yield from ctx.blocking(lambda p: build_manifest(
             args["dir"], args["output"], jobs=args.get("jobs"), scheduler=args.get("scheduler"),
-            progress=progress_adapter(p), case=ctx.case), label="hashing")
+            progress=progress_adapter(p), case=ctx.case,
+            endpoint_url=args.get("endpoint_url") or None), label="hashing")
         return from_library(result, f"manifest {args['output']}")
 
 
@@ -35,7 +39,8 @@ class ManifestAudit(Action):
     args = (ArgSpec("dir", "path", required=True), ArgSpec("manifest", "path", required=True),
             ArgSpec("quick", "boolean", default=False, help="Size and mtime only."),
             ArgSpec("jobs", "integer", help="Parallel hashing jobs."),
-            ArgSpec("scheduler", "string", help="Dask scheduler address."))
+            ArgSpec("scheduler", "string", help="Dask scheduler address."),
+            ArgSpec("endpoint_url", "string", help="S3 endpoint for an s3:// dataset."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"audit {args['dir']} against {args['manifest']}"
@@ -47,7 +52,8 @@ class ManifestAudit(Action):
         result = yield from ctx.blocking(lambda p: audit(
             args["dir"], args["manifest"], quick=bool(args["quick"]), case=ctx.case,
             jobs=args.get("jobs"), scheduler=args.get("scheduler"),
-            progress=progress_adapter(p)), label="auditing")
+            progress=progress_adapter(p), endpoint_url=args.get("endpoint_url") or None),
+            label="auditing")
         out = result.to_json()
         return from_library(result, ", ".join(f"{k} {v}" for k, v in
                                               sorted(out.get("counts", {}).items())))

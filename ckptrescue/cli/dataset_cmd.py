@@ -25,6 +25,10 @@ dataset_app = typer.Typer(help="Container-level checks of dataset files that nee
                           no_args_is_help=True)
 
 DirArg = Annotated[Path, typer.Argument(help="Dataset directory (read only, never written).")]
+SourceArg = Annotated[str, typer.Argument(
+    help="Dataset directory or s3://bucket/prefix (read only, never written).")]
+EndpointOpt = Annotated[str | None, typer.Option(
+    "--endpoint-url", help="S3-compatible endpoint (for an s3:// dataset).")]
 JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1,
                                              help="Files hashed in parallel (default: CPUs).")]
 SchedulerOpt = Annotated[str | None, typer.Option(
@@ -81,12 +85,13 @@ def _hms(seconds: float) -> str:
 
 @manifest_app.command("build")
 def build(
-    directory: DirArg,
+    directory: SourceArg,
     out: Annotated[Path, typer.Option("--output", "-o", help="Manifest to write (outside DIR); "
                                       "OUT.jsonl is written beside it.")],
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = None,
     no_progress: NoProgressOpt = False,
+    endpoint_url: EndpointOpt = None,
     case_dir: OptionalCaseOpt = None,
     as_json: JsonOpt = False,
 ) -> int:
@@ -94,6 +99,9 @@ def build(
 
     Streaming and parallel; an interrupted build resumes from OUT.partial.jsonl. Symlinks are
     followed only to regular files inside DIR; FIFOs, sockets and devices are skipped and listed.
+
+    DIR may also be s3://bucket/prefix: every object is hashed where it lives (streamed, never
+    stored), with keys relative to the prefix as names.
 
     Example:
 
@@ -109,11 +117,12 @@ def build(
             from ckptrescue.cli.bridge import run_action
 
             result = run_action("manifest.build", {"dir": str(directory), "output": str(out),
-                                                   "jobs": jobs, "scheduler": scheduler},
+                                                   "jobs": jobs, "scheduler": scheduler,
+                                                   "endpoint_url": endpoint_url},
                                 case=case, quiet=no_progress)
         else:
             result = build_manifest(directory, out, jobs=jobs, scheduler=scheduler,
-                                    progress=bar, case=None)
+                                    progress=bar, case=None, endpoint_url=endpoint_url)
     except KeyboardInterrupt:
         from ckptrescue.datasets.manifest import partial_path
 
@@ -138,7 +147,7 @@ def build(
 
 @manifest_app.command("audit")
 def audit_cmd(
-    directory: DirArg,
+    directory: SourceArg,
     manifest: Annotated[Path, typer.Argument(help="Manifest (sha256sum format; its .jsonl "
                                              "sidecar is used for sizes when present).")],
     quick: Annotated[bool, typer.Option("--quick", help="Compare size and mtime only "
@@ -146,6 +155,7 @@ def audit_cmd(
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = None,
     no_progress: NoProgressOpt = False,
+    endpoint_url: EndpointOpt = None,
     case_dir: OptionalCaseOpt = None,
     as_json: JsonOpt = False,
 ) -> int:
@@ -168,11 +178,12 @@ def audit_cmd(
 
             result = run_action("manifest.audit", {"dir": str(directory),
                                                    "manifest": str(manifest), "quick": quick,
-                                                   "jobs": jobs, "scheduler": scheduler},
+                                                   "jobs": jobs, "scheduler": scheduler,
+                                                   "endpoint_url": endpoint_url},
                                 case=case, quiet=no_progress)
         else:
             result = audit(directory, manifest, quick=quick, jobs=jobs, scheduler=scheduler,
-                           progress=bar, case=None)
+                           progress=bar, case=None, endpoint_url=endpoint_url)
     finally:
         if bar is not None:
             bar.close()

@@ -177,8 +177,14 @@ def audit(
     jobs: int | None = None,
     scheduler: str | None = None,
     progress: ProgressFn | None = None,
+    endpoint_url: str | None = None,
 ) -> AuditResult:
     """Audit ``dir`` against ``manifest`` (read-only)."""
+    from ckptrescue.datasets.s3dataset import audit_s3, is_s3
+
+    if is_s3(dir):
+        return audit_s3(str(dir), manifest, quick=quick, jobs=jobs, scheduler=scheduler,
+                        progress=progress, case=case, endpoint_url=endpoint_url)
     root = Path(dir)
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")

@@ -215,8 +215,17 @@ def build_manifest(
     scheduler: str | None = None,
     progress: ProgressFn | None = None,
     case: Case | None = None,
+    endpoint_url: str | None = None,
 ) -> ManifestResult:
-    """Hash every file under ``dir`` into ``out`` (sha256sum format) and ``out.jsonl``."""
+    """Hash every file under ``dir`` into ``out`` (sha256sum format) and ``out.jsonl``.
+
+    ``dir`` may be an ``s3://bucket/prefix``: the objects are hashed where they live.
+    """
+    from ckptrescue.datasets.s3dataset import build_manifest_s3, is_s3
+
+    if is_s3(dir):
+        return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,
+                                 progress=progress, case=case, endpoint_url=endpoint_url)
     root, out_path = Path(dir), Path(out)
     _check_paths(root, out_path)
     started = time.monotonic()
