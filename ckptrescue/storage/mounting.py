@@ -268,6 +268,9 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case) -> MountRes
     mp = Path(mountpoint)
     if sysfs.mounts() and any(m.mountpoint == os.path.realpath(mp) for m in sysfs.mounts()):
         raise UsageError(f"{mp} is already a mount point")
+    if mp.is_dir() and any(mp.iterdir()):
+        raise UsageError(f"{mp} is not empty: mounting over it would hide its files; "
+                         "choose an empty directory")
     mp.mkdir(parents=True, exist_ok=True)
     state = _state_path(case, str(mp))
     if state.exists():
