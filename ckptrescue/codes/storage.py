@@ -52,6 +52,7 @@ CODES = {
     "LC001": (Severity.ERROR, "Unreadable range lies in a file (tensors named when known)"),
     "LC002": (Severity.WARNING, "Unreadable range holds no regular-file data (metadata or free)"),
     "LC003": (Severity.ERROR, "Unreadable range in a shared (reflinked) extent: every owner hit"),
+    "LC004": (Severity.WARNING, "The mapfile covers more bytes than the image: another device's?"),
     # copy
     "CP001": (Severity.WARNING, "Copy source is mounted read-write"),
     "CP002": (Severity.ERROR, "Verify pass found differences between source and copy"),

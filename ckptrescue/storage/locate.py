@@ -210,9 +210,33 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
                 mounting.umount(where, case=case)
                 where.rmdir()
     result.findings = _findings(result, str(image))
+    size = _size_of(image)
+    if size is not None and mp.domain_end > size:
+        beyond = [r for r in ranges if r[1] > size]
+        note = (f"the mapfile covers {mp.domain_end} bytes but {image} has {size}: a mapfile of "
+                f"another (larger) device or image? {len(beyond)} unreadable range(s) lie past "
+                "its end and map to nothing here")
+        result.notes.append(note)
+        result.findings.append(Finding("LC004", Severity.WARNING, note, evidence=str(image),
+                                       source="locate",
+                                       details={"mapfile_end": mp.domain_end, "size": size}))
     case.add_findings(result.findings)
     case.log("locate.finished", result.details())
     return result
+
+
+def _size_of(target: str | Path) -> int | None:
+    """Byte size of an image file or a block device (opened read-only), or None."""
+    try:
+        fd = os.open(str(target), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _locate_mounted(case: Case, root: Path, ranges: list[tuple[int, int]], start: int,

@@ -154,3 +154,17 @@ def test_locate_on_a_kit_mount_takes_the_partition_start_from_the_mount(case, sh
         assert m.partition_start == 2048 * 512
         loc = locate(mapfile, img, case=case, mountpoint=m.mountpoint)
     assert [(f.path, f.file_offset) for f in loc.ranges[0].files] == [("f.bin", 0)]
+
+
+def test_a_mapfile_larger_than_the_image_is_flagged(case, shm_dir, tmp_path, no_leftovers):
+    """A mapfile of another (larger) device must not read as an all-clear."""
+    img = fx.make_fs(shm_dir / "small.img", "ext4", size=16 << 20)
+    before = fx.sha256(img)
+    size = img.stat().st_size
+    past_end = (size + (1 << 20), size + (1 << 20) + 4096)
+    big_map = tmp_path / "big.map"
+    big_map.write_text(ddrescue_mapfile.build_test_map(size + (8 << 20), [past_end]))
+    loc = locate(big_map, img, case=case)
+    assert "LC004" in {f.code for f in loc.findings}
+    assert any("past its end" in n for n in loc.notes)
+    assert fx.sha256(img) == before
