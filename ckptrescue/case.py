@@ -255,8 +255,9 @@ class Case:
     ) -> EvidenceItem:
         if kind in _LOCAL_KINDS and "://" not in source:
             source = os.path.abspath(source)  # a relative path means nothing later
+        items = self.evidence()
         item = EvidenceItem(
-            id=f"E{len(self.evidence()) + 1:03d}",
+            id=f"E{len(items) + 1:03d}",
             kind=kind,
             source=source,
             size=size,
@@ -266,8 +267,12 @@ class Case:
             details=details or {},
         )
         self.log("evidence.added", {"item": item.to_json()})
-        _write_json_atomic(self.root / EVIDENCE, [e.to_json() for e in self.evidence()])
+        _write_json_atomic(self.root / EVIDENCE, [e.to_json() for e in [*items, item]])
         return item
+
+    def protected_paths(self) -> list[str]:
+        """The case's own records, which no tool and no report may ever write."""
+        return [str(self.root / name) for name in (AUDIT, MANIFEST, EVIDENCE, SEAL, ARTIFACTS)]
 
     def evidence_paths(self) -> list[str]:
         """Local paths of evidence that must never be written to (absolute and resolved)."""

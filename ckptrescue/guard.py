@@ -48,14 +48,7 @@ class GuardContext:
     protected_paths: tuple[str, ...] = ()  # the case's own records: audit log, artifacts, ...
 
     def is_evidence(self, path: str) -> bool:
-        if not path:
-            return False
-        target = os.path.realpath(path)
-        for ev in self.evidence_paths:
-            ev_real = os.path.realpath(ev)
-            if target == ev_real or target.startswith(ev_real.rstrip("/") + "/"):
-                return True
-        return False
+        return bool(path) and _inside(path, self.evidence_paths)
 
     def writes_forbidden(self, path: str) -> str | None:
         """A reason why writing ``path`` is forbidden, or None."""

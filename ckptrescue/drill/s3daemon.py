@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,13 +23,10 @@ STATE = "s3server.json"
 def spawn(state_dir: Path, *, timeout_s: float = 60.0) -> dict[str, object]:
     state = state_dir / STATE
     state.unlink(missing_ok=True)
-    log = open(state_dir / "s3server.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ckptrescue.drill.s3daemon", str(state_dir)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    log.close()
+    from ckptrescue.effects.runner import spawn_detached
+
+    proc = spawn_detached([sys.executable, "-m", "ckptrescue.drill.s3daemon", str(state_dir)],
+                          log=state_dir / "s3server.log", env_extra={"PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if state.exists():

@@ -8,8 +8,6 @@ is slow and heavy; the drill's own process never imports TensorFlow).
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,9 +19,12 @@ def available() -> bool:
 
 
 def write(out_dir: Path, *, timeout_s: float = 300.0) -> None:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "-m", "ckptrescue.drill.tfrun", str(out_dir)],
-                         capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    from ckptrescue.effects.runner import SubprocessRunner
+
+    res = SubprocessRunner(None).run_internal(
+        [sys.executable, "-m", "ckptrescue.drill.tfrun", str(out_dir)],
+        purpose="drill: write TensorFlow checkpoints", timeout_s=timeout_s,
+        env_extra={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""})
     if res.returncode != 0:
         tail = res.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ToolFailedError(f"writing the drill's TensorFlow checkpoint failed: {tail[0]}")

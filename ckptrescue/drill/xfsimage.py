@@ -2,16 +2,17 @@
 find where a file's bytes landed with ``xfs_db -r``.
 
 This is a builder of synthetic disks, not an evidence handler: it runs ``mkfs.xfs`` (which the
-guard rightly refuses for the kit's incident work) directly, on a file it creates itself.
+guard rightly refuses for the kit's incident work) through the runner's ``run_internal``, on a
+file it creates itself.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
+from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.errors import ToolFailedError, ToolMissingError
 
 IMAGE_SIZE = 320 * 1024 * 1024  # mkfs.xfs 6.x refuses filesystems under 300 MB
@@ -50,8 +51,9 @@ def build(root: Path, image: Path) -> None:
     proto.write_text(_protofile(root))
     with open(image, "wb") as fh:
         fh.truncate(IMAGE_SIZE)
-    res = subprocess.run([_tool("mkfs.xfs"), "-q", "-f", "-p", str(proto), str(image)],
-                         capture_output=True, text=True, check=False)
+    res = SubprocessRunner(None).run_internal(
+        [_tool("mkfs.xfs"), "-q", "-f", "-p", str(proto), str(image)],
+        purpose="drill: build the synthetic XFS image", timeout_s=300)
     proto.unlink()
     if res.returncode != 0:
         raise ToolFailedError(f"mkfs.xfs failed: {res.stderr.strip().splitlines()[-1:]}")
@@ -61,7 +63,8 @@ def _xfs_db(image: Path, *commands: str) -> str:
     argv = [_tool("xfs_db"), "-r"]
     for c in commands:
         argv += ["-c", c]
-    res = subprocess.run([*argv, str(image)], capture_output=True, text=True, check=False)
+    res = SubprocessRunner(None).run_internal([*argv, str(image)], purpose="drill: xfs_db -r",
+                                              timeout_s=120)
     if res.returncode != 0:
         raise ToolFailedError(f"xfs_db failed: {res.stderr.strip()}")
     return res.stdout

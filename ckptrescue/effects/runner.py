@@ -151,9 +151,7 @@ class SubprocessRunner:
         protected: list[str] = []
         if self.case is not None:
             paths.extend(self.case.evidence_paths())
-            root = self.case.root
-            protected = [str(root / n) for n in ("audit.jsonl", "case.json", "evidence.json",
-                                                 "seal.json", "artifacts")]
+            protected = self.case.protected_paths()
         return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected))
 
     def check(self, call: ToolCall) -> guard.Decision:
@@ -297,7 +295,9 @@ class SubprocessRunner:
                      max_output_bytes: int = DEFAULT_MAX_OUTPUT,
                      env_extra: dict[str, str] | None = None,
                      preexec: Any = None) -> ToolResult:
-        """Run the kit's own sandbox child (not reachable from ``exec``); audited the same way."""
+        """Run one of the kit's own programs (the sandbox child; the drill's builders): not
+        reachable from ``exec`` or playbooks, not judged by the guard, audited when there is a
+        case."""
         shown = redact(argv)
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -342,6 +342,16 @@ class SubprocessRunner:
             )
             result.record_hash = rec["hash"]
         return result
+
+
+def spawn_detached(argv: Sequence[str], *, log: Path, env_extra: dict[str, str] | None = None
+                   ) -> subprocess.Popen[bytes]:
+    """Start one of the kit's own long-running programs (the drill's local S3 server) in its own
+    session, output appended to ``log``; the caller stops it."""
+    with open(log, "ab") as fh:
+        return subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=fh,
+                                stderr=fh, start_new_session=True,
+                                env={**os.environ, **(env_extra or {})})
 
 
 class _Sink:

@@ -66,12 +66,8 @@ def check_output(case: Case, out: Path) -> None:
     from ckptrescue import guard
     from ckptrescue.errors import RefusedError
 
-    root = case.root
-    ctx = guard.GuardContext(
-        evidence_paths=tuple(case.evidence_paths()),
-        protected_paths=tuple(str(root / n) for n in ("audit.jsonl", "case.json",
-                                                      "evidence.json", "seal.json",
-                                                      "artifacts")))
+    ctx = guard.GuardContext(evidence_paths=tuple(case.evidence_paths()),
+                             protected_paths=tuple(case.protected_paths()))
     reason = ctx.writes_forbidden(str(out))
     if reason:
         raise RefusedError(f"report: {reason}")
