@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ckptrescue-setup
-APT_PACKAGES := gddrescue xfsprogs e2fsprogs btrfs-progs util-linux rsync smartmontools nvme-cli dmsetup \
+APT_PACKAGES := gddrescue xfsprogs e2fsprogs btrfs-progs util-linux rsync smartmontools nvme-cli dmsetup lvm2 \
                 chromium tmux
 DEMO_DIR ?= demo-out
 

@@ -274,6 +274,20 @@ class Case:
         """The case's own records, which no tool and no report may ever write."""
         return [str(self.root / name) for name in (AUDIT, MANIFEST, EVIDENCE, SEAL, ARTIFACTS)]
 
+    def readonly_pools(self) -> list[str]:
+        """ZFS pools this case imported itself with ``-o readonly=on`` (``mount`` records them
+        in ``work/mounts/``); only these may be exported again."""
+        out: list[str] = []
+        for rec in sorted((self.work_dir / "mounts").glob("*.json")):
+            try:
+                data = json.loads(rec.read_text())
+            except (OSError, ValueError):
+                continue
+            pool = data.get("zfs_pool") if isinstance(data, dict) else None
+            if isinstance(pool, str) and pool:
+                out.append(pool)
+        return out
+
     def evidence_paths(self) -> list[str]:
         """Local paths of evidence that must never be written to (absolute and resolved)."""
         paths: list[str] = []

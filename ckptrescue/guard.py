@@ -46,6 +46,8 @@ class GuardContext:
     evidence_paths: tuple[str, ...] = ()
     is_block_device: Callable[[str], bool] = field(default=_is_block_device)
     protected_paths: tuple[str, ...] = ()  # the case's own records: audit log, artifacts, ...
+    # ZFS pools this case imported itself with ``-o readonly=on`` (their export writes nothing)
+    readonly_pools: tuple[str, ...] = ()
 
     def is_evidence(self, path: str) -> bool:
         return bool(path) and _inside(path, self.evidence_paths)
@@ -761,24 +763,32 @@ def _check_zpool(name: str, args: list[str], ctx: GuardContext) -> Decision:
             return Decision.refuse("zpool events -c clears the event log (evidence)")
         return Decision.allow()
     if sub == "export":
+        pools = _positionals(rest)
+        if {"a", "f"} & _short_flags(rest) or _long(rest, "--all", "--force"):
+            return Decision.refuse("zpool export -a/-f: export only the pool the kit imported")
+        if len(pools) == 1 and pools[0] in ctx.readonly_pools:
+            return Decision.allow()
         return Decision.refuse("zpool export writes pool state when the pool was imported "
-                               "read-write; ckptrescue only imports read-only and never exports")
+                               "read-write; the kit exports only a pool this case imported with "
+                               "-o readonly=on")
     if sub == "import":
         flags = _short_flags(rest)
-        if "f" in flags:
-            return Decision.refuse("zpool import -f forces an import a pool another host may use")
         if {"X", "T"} & flags:
             return Decision.refuse("zpool import -X/-T rewind extremely (data loss)")
         if "F" in flags and "n" not in flags:
             return Decision.refuse("zpool import -F without -n discards transactions")
         if "F" in flags and "n" in flags:
             return Decision.allow()
-        pools = _positionals(rest, {"-o", "-R", "-d", "-c", "-O", "-t", "--rewind-to-checkpoint"})
+        pools = _positionals(rest, {"-o", "-R", "-d", "-c", "-O"})
         props = {v.replace(" ", "") for v in _values(rest, "-o")}
         if not pools and "a" not in flags:
+            if "f" in flags:
+                return Decision.refuse("zpool import -f only with -o readonly=on -N and a pool")
             return Decision.allow()  # listing importable pools imports nothing
         if "readonly=on" not in props:
-            return Decision.refuse("zpool import without -o readonly=on writes to the pool")
+            return Decision.refuse("zpool import without -o readonly=on writes to the pool"
+                                   + (" (and -f forces an import of a pool another host may "
+                                      "use)" if "f" in flags else ""))
         if "N" not in flags:
             return Decision.refuse("zpool import without -N mounts datasets; import with -N")
         return Decision.allow()

@@ -111,15 +111,20 @@ class FsInspect(Action):
 
 class Mount(Action):
     name = "mount"
-    summary = "Attach read-only (losetup --read-only) and mount ro,norecovery / ro,noload"
+    summary = ("Attach read-only (losetup --read-only) and mount ro,norecovery / ro,noload; "
+               "ZFS: zpool import -o readonly=on -N")
     capability = "read_device"
     args = (ArgSpec("target", "path", required=True, help="Image or device."),
-            ArgSpec("mountpoint", "path", help="Where to mount (default: CASE/work/mnt-STEP)."))
+            ArgSpec("mountpoint", "path", help="Where to mount (default: CASE/work/mnt-STEP)."),
+            ArgSpec("filesystem", "string", help="Which one when there are several: p2, "
+                    "'partition 2', vg0/data (an LVM logical volume) or a device node."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         t, m = args["target"], args.get("mountpoint") or "CASE/work/mnt-STEP"
         return [f"losetup --read-only --find --show {t}",
-                f"mount -t FSTYPE -o ro,norecovery|ro,noload[,nouuid] /dev/loopN {m}"]
+                f"mount -t FSTYPE -o ro,norecovery|ro,noload[,nouuid] /dev/loopN {m}",
+                "or, for a ZFS member: zpool import -o readonly=on -o cachefile=none -N "
+                f"-R {m} -d /dev/loopN GUID; zfs mount -o ro DATASET"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.mounting import mount
@@ -127,7 +132,8 @@ class Mount(Action):
         ctx.case.ensure_evidence(args["target"], how="attached read-only and mounted (mount)")
         where = Path(args.get("mountpoint") or ctx.work_dir(f"mnt-{ctx.step_id}"))
         where.mkdir(parents=True, exist_ok=True)
-        result = mount(args["target"], where, case=ctx.case)
+        result = mount(args["target"], where, case=ctx.case,
+                       select=args.get("filesystem") or None)
         yield ctx.output(shlex.join(["mounted", str(args["target"]), str(where)]))
         wrapped = from_library(result, f"mounted at {where}")
         wrapped.outputs.setdefault("mountpoint", str(where))

@@ -202,27 +202,38 @@ def mount_command(
     target: Annotated[Path, typer.Argument(help="Image file or block device.")],
     mountpoint: Annotated[Path, typer.Argument(help="Where to mount (created if missing).")],
     case_dir: CaseDirOpt,
+    filesystem: Annotated[str | None, typer.Option(
+        "--filesystem", help="Which filesystem when the target holds several: p2, vg0/data "
+        "(an LVM logical volume) or a device node.")] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Mount an image or device read-only without log replay.
 
     Read-only loop device (or BLKROSET), XFS ro,norecovery (+nouuid for clones), ext4
-    ro,noload.
+    ro,noload. Partitions and LVM logical volumes (read from the PV's own metadata, no
+    device-mapper needed for an LV in one piece) are found on the image. A ZFS member: the pool
+    is imported with zpool import -o readonly=on -o cachefile=none -N -R MOUNTPOINT and its
+    datasets mounted with zfs mount -o ro; umount exports it.
 
     Example:
 
         ckptrescue mount disk.img /mnt/evidence --case C
+        ckptrescue mount sdb.img /mnt/evidence --filesystem vg0/data --case C
     """
     from ckptrescue.case import Case
     from ckptrescue.cli.bridge import run_action
 
-    res = run_action("mount", {"target": str(target), "mountpoint": str(mountpoint)},
+    res = run_action("mount", {"target": str(target), "mountpoint": str(mountpoint),
+                               "filesystem": filesystem},
                      case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:
         say(f"mounted {res.device} ({res.fstype}) on {res.mountpoint} with {res.options}"
             + (f"; loop {res.loop_device}" if res.loop_device else ""))
+        for d in res.datasets:
+            say(f"  {d['dataset']}: " + ("mounted ro on " + d["mountpoint"] if d["mounted"]
+                                        else f"not mounted ({d.get('reason', '')})"))
     return 0
 
 

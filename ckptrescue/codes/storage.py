@@ -35,6 +35,13 @@ CODES = {
     "ZF001": (Severity.ERROR, "ZFS pool is not ONLINE"),
     "ZF002": (Severity.ERROR, "ZFS vdev has read, write or checksum errors"),
     "ZF003": (Severity.CRITICAL, "ZFS reports permanent errors in files"),
+    "ZF004": (Severity.ERROR, "ZFS event log records checksum, I/O or data errors"),
+    "ZF005": (Severity.WARNING, "ZFS dataset with checksum=off: corruption there goes undetected"),
+    "ZF006": (Severity.WARNING, "ZFS vdev label: pool was not exported (in use when it stopped)"),
+    "ZF007": (Severity.ERROR, "ZFS vdev labels unreadable or inconsistent"),
+    "ZF010": (Severity.WARNING, "ZFS pool never exported: imported read-only with -f from an image"),
+    "ZF011": (Severity.INFO, "ZFS pool imported under a temporary name (name already in use)"),
+    "ZF012": (Severity.WARNING, "Encrypted ZFS dataset without its key: not mounted"),
     # SMART
     "SM001": (Severity.CRITICAL, "SMART overall health self-assessment failed (DISK FAILING)"),
     "SM002": (Severity.ERROR, "SMART prefail attributes at or below threshold"),
@@ -48,6 +55,7 @@ CODES = {
     "NV003": (Severity.ERROR, "NVMe available spare below threshold"),
     "NV004": (Severity.WARNING, "NVMe percentage used at or beyond 100%"),
     "NV005": (Severity.WARNING, "NVMe error log has entries"),
+    "NV006": (Severity.ERROR, "NVMe error log records media errors at given LBAs"),
     # locate
     "LC001": (Severity.ERROR, "Unreadable range lies in a file (tensors named when known)"),
     "LC002": (Severity.WARNING, "Unreadable range holds no regular-file data (metadata or free)"),

@@ -149,10 +149,13 @@ class SubprocessRunner:
     def context(self) -> guard.GuardContext:
         paths = list(self.extra_evidence)
         protected: list[str] = []
+        pools: list[str] = []
         if self.case is not None:
             paths.extend(self.case.evidence_paths())
             protected = self.case.protected_paths()
-        return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected))
+            pools = self.case.readonly_pools()
+        return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected),
+                                  readonly_pools=tuple(pools))
 
     def check(self, call: ToolCall) -> guard.Decision:
         argv = [str(a) for a in call.argv]

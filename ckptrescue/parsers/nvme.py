@@ -69,3 +69,66 @@ def _int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+# Status Code Type 2: media and data integrity errors (NVMe base spec, Generic/Media status)
+MEDIA_STATUS = {0x80: "write fault", 0x81: "unrecovered read error",
+                0x82: "end-to-end guard check error", 0x83: "end-to-end application tag check "
+                "error", 0x84: "end-to-end reference tag check error", 0x85: "compare failure",
+                0x86: "access denied", 0x87: "deallocated or unwritten logical block"}
+STATUS_TYPES = {0: "generic", 1: "command specific", 2: "media and data integrity",
+                3: "path related", 7: "vendor specific"}
+
+
+@dataclass
+class NvmeErrorEntry:
+    """One Error Information Log entry (``nvme error-log -o json``: ``status_field`` is the
+    status without the phase tag, i.e. SC bits 7:0, SCT bits 10:8, M bit 13, DNR bit 14)."""
+
+    error_count: int
+    sqid: int
+    cmdid: int
+    status_field: int
+    lba: int
+    nsid: int
+
+    @property
+    def status_code(self) -> int:
+        return self.status_field & 0xFF
+
+    @property
+    def status_type(self) -> int:
+        return (self.status_field >> 8) & 0x7
+
+    @property
+    def is_media_error(self) -> bool:
+        return self.status_type == 2
+
+    def describe(self) -> str:
+        sct = STATUS_TYPES.get(self.status_type, f"type {self.status_type}")
+        text = (MEDIA_STATUS.get(self.status_code, f"status 0x{self.status_code:02x}")
+                if self.is_media_error else f"status 0x{self.status_code:02x}")
+        queue = "admin queue" if self.sqid == 0 else f"I/O queue {self.sqid}"
+        where = f" at LBA {self.lba} (nsid {self.nsid})" if self.is_media_error else ""
+        return f"#{self.error_count}: {sct}: {text} on {queue}{where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "status_type": self.status_type, "status_code": self.status_code,
+                "media_error": self.is_media_error, "text": self.describe()}
+
+
+def parse_error_log(data: dict[str, Any]) -> list[NvmeErrorEntry]:
+    """The entries that hold an error (``error_count`` > 0), newest first as the drive keeps
+    them. Unused slots of the log are all zero and dropped."""
+    out = []
+    for e in data.get("errors") or []:
+        if not isinstance(e, dict):
+            continue
+        count = _int(e.get("error_count")) or 0
+        if count <= 0:
+            continue
+        out.append(NvmeErrorEntry(error_count=count, sqid=_int(e.get("sqid")) or 0,
+                                  cmdid=_int(e.get("cmdid")) or 0,
+                                  status_field=_int(e.get("status_field")) or 0,
+                                  lba=_int(e.get("lba")) or 0, nsid=_int(e.get("nsid")) or 0))
+    return out

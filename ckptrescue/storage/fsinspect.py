@@ -255,8 +255,33 @@ def device_health(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str
                 health["nvme_smart_log"] = {"error": "unparseable"}
         else:
             health["nvme_smart_log"] = {"rc": res.returncode, "stderr": res.stderr.strip()[:500]}
-        _run(runner, "nvme", "error-log", ctrl, "-o", "json", purpose="NVMe error log")
+        res = _run(runner, "nvme", "error-log", ctrl, "-o", "json", purpose="NVMe error log")
+        if res.returncode == 0:
+            try:
+                entries = nvme.parse_error_log(json.loads(res.stdout))
+            except ValueError:
+                health["nvme_error_log"] = {"error": "unparseable"}
+            else:
+                health["nvme_error_log"] = [e.to_json() for e in entries]
+                out += nvme_error_findings(entries, disk, sysfs.logical_sector_size(disk))
+        else:
+            health["nvme_error_log"] = {"rc": res.returncode, "stderr": res.stderr.strip()[:500]}
     return health, out
+
+
+def nvme_error_findings(entries: list[nvme.NvmeErrorEntry], ev: str,
+                        lba_size: int) -> list[Finding]:
+    """Media errors of the Error Information Log, with the failing LBAs as byte ranges (for
+    ``locate``: the LBA is per namespace, the byte offset assumes ``lba_size``)."""
+    media = [e for e in entries if e.is_media_error]
+    if not media:
+        return []
+    ranges = sorted({(e.nsid, e.lba * lba_size, (e.lba + 1) * lba_size) for e in media})
+    return [_f("NV006", Severity.ERROR, f"NVMe error log: {len(media)} media error(s): "
+               + "; ".join(e.describe() for e in media[:5]), ev,
+               entries=[e.to_json() for e in media],
+               byte_ranges=[{"nsid": n, "start": a, "end": b} for n, a, b in ranges],
+               lba_size=lba_size)]
 
 
 EXT4_SYSFS = ("errors_count", "first_error_time", "first_error_func", "first_error_block",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.errors import EvidenceError, ToolFailedError
+from ckptrescue.errors import EvidenceError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.parsers import ddrescue_mapfile
 from ckptrescue.storage import fiemap, mounting
@@ -79,10 +79,13 @@ class LocateResult:
 
 
 def map_files(root: Path, ranges: list[tuple[int, int]], *,
-              offset: int = 0) -> list[RangeHits]:
-    """FIEMAP every regular file under the mounted ``root``; ``offset`` = partition start."""
+              offset: int = 0, size: int | None = None) -> list[RangeHits]:
+    """FIEMAP every regular file under the mounted ``root``; ``offset`` = partition start,
+    ``size`` = the filesystem's extent in the image (ranges outside it map to nothing here)."""
     out = [RangeHits(s, e) for s, e in ranges]
-    fs_ranges = [(max(0, s - offset), max(0, e - offset)) for s, e in ranges]
+    limit = offset + size if size is not None else None
+    fs_ranges = [(max(0, s - offset), max(0, (min(e, limit) if limit is not None else e)
+                                          - offset)) for s, e in ranges]
     order = sorted(range(len(fs_ranges)), key=lambda i: fs_ranges[i])
     ends = [fs_ranges[i][1] for i in order]  # ranges do not overlap: ends sorted too
     root_dev = root.stat().st_dev
@@ -194,21 +197,11 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     elif not ranges:
         result = LocateResult(ranges=[], notes=["the mapfile has no unreadable ranges"])
     else:
-        where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
-        try:
-            mres = mounting.mount(image, where, case=case)
-        except (ToolFailedError, EvidenceError) as exc:
-            where.rmdir()
-            from ckptrescue.storage import locate_offline
-
-            result = locate_offline.locate_unmounted(case, Path(image), ranges)
-            result.notes.append(f"not mountable ({exc.message}); used {result.method}")
+        cands = _filesystems_of(case, image)
+        if len(cands) > 1:
+            result = _locate_each(case, image, ranges, cands)
         else:
-            try:
-                result = _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype)
-            finally:
-                mounting.umount(where, case=case)
-                where.rmdir()
+            result = _locate_one(case, image, ranges)
     result.findings = _findings(result, str(image))
     size = _size_of(image)
     if size is not None and mp.domain_end > size:
@@ -223,6 +216,64 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     case.add_findings(result.findings)
     case.log("locate.finished", result.details())
     return result
+
+
+def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]]) -> LocateResult:
+    where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
+    try:
+        mres = mounting.mount(image, where, case=case)
+    except (ToolFailedError, EvidenceError) as exc:
+        where.rmdir()
+        from ckptrescue.storage import locate_offline
+
+        result = locate_offline.locate_unmounted(case, Path(image), ranges)
+        result.notes.append(f"not mountable ({exc.message}); used {result.method}")
+        return result
+    try:
+        return _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype)
+    finally:
+        mounting.umount(where, case=case)
+        where.rmdir()
+
+
+def _filesystems_of(case: Case, image: str | Path) -> list[mounting.FsCandidate]:
+    """The filesystems on ``image`` (partitions, LVM logical volumes); [] when none is found."""
+    from ckptrescue.effects.runner import SubprocessRunner
+
+    with mounting.attached(image, case=case) as info:
+        return mounting.filesystems(SubprocessRunner(case), info)
+
+
+def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
+                 cands: list[mounting.FsCandidate]) -> LocateResult:
+    """Several filesystems on the image: each one that the ranges touch is mounted in turn."""
+    out = LocateResult(ranges=[RangeHits(s, e) for s, e in ranges], method="fiemap",
+                       tensor_map="no files hit")
+    for c in cands:
+        end = c.start + c.size if c.size is not None else None
+        if not any(e > c.start and (end is None or s < end) for s, e in ranges):
+            continue
+        where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
+        try:
+            mres = mounting.mount(image, where, case=case, select=c.where)
+        except (ToolFailedError, EvidenceError, UsageError) as exc:
+            where.rmdir()
+            out.notes.append(f"{c.where} ({c.info.get('TYPE')}) not mountable: {exc.message}; "
+                             "its ranges are not mapped")
+            continue
+        try:
+            part = _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype,
+                                   c.size)
+        finally:
+            mounting.umount(where, case=case)
+            where.rmdir()
+        for mine, theirs in zip(out.ranges, part.ranges, strict=True):
+            mine.files += theirs.files
+        if any(r.files for r in part.ranges):
+            out.tensor_map = part.tensor_map
+        out.notes += [f"{c.where}: {n}" for n in part.notes]
+        out.notes.append(f"{c.where} ({mres.fstype}) starts at byte {c.start}")
+    return out
 
 
 def _size_of(target: str | Path) -> int | None:
@@ -240,8 +291,8 @@ def _size_of(target: str | Path) -> int | None:
 
 
 def _locate_mounted(case: Case, root: Path, ranges: list[tuple[int, int]], start: int,
-                    fstype: str | None) -> LocateResult:
-    hits = map_files(root, ranges, offset=start)
+                    fstype: str | None, size: int | None = None) -> LocateResult:
+    hits = map_files(root, ranges, offset=start, size=size)
     how = tensor_names(case, root, hits)
     res = LocateResult(ranges=hits, method="fiemap", partition_start=start, fstype=fstype,
                        tensor_map=how)

@@ -52,6 +52,8 @@ class MountResult:
     partition_start: int = 0
     uuid: str | None = None
     extra_loops: list[dict[str, Any]] = field(default_factory=list)
+    zfs_pool: str | None = None  # in-core name of a pool imported read-only (ZFS members)
+    datasets: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -219,51 +221,145 @@ def partition_table(runner: SubprocessRunner, dev: str) -> list[tuple[int, int, 
     return out
 
 
-def pick_filesystem(runner: SubprocessRunner, info: dict[str, Any],
-                    case: Case) -> tuple[str, dict[str, str], int]:
-    """(node, blkid info, partition start bytes) of the filesystem on an attached target.
+@dataclass
+class FsCandidate:
+    """A filesystem (or ZFS member) found on an attached target."""
 
-    Kernel partitions are used when present; otherwise the table is read with ``partx`` and
-    the partition is attached as its own read-only loop device (``--offset``/``--sizelimit``),
-    recorded in ``info["extra_loops"]`` so that :func:`release` detaches it.
-    """
+    node: str  # block device node to mount
+    info: dict[str, str]  # blkid -p
+    start: int  # byte offset of its first byte in the target (partition / LV start)
+    size: int | None
+    where: str  # "whole device", "partition 2", "LV vg0/data"
+
+    def matches(self, select: str) -> bool:
+        s = select.strip()
+        return s in {self.node, self.where, self.where.split(" ", 1)[-1],
+                     self.where.replace("partition ", "p")}
+
+
+def _attach_slice(runner: SubprocessRunner, info: dict[str, Any], start: int, size: int,
+                  purpose: str) -> str | None:
+    """A read-only loop device over ``[start, start+size)`` of the target (recorded in
+    ``info["extra_loops"]`` so that :func:`release` detaches it)."""
+    backing = info.get("backing_file") or info["device"]
+    res = runner.run(ToolCall.of(
+        "losetup", "--read-only", "--find", "--show", "--offset", str(start),
+        "--sizelimit", str(size), backing, timeout_s=60, purpose=purpose))
+    if res.returncode != 0:
+        return None
+    pdev = res.stdout.strip()
+    info.setdefault("extra_loops", []).append({
+        "device": pdev, "backing_file": sysfs.loop_backing_file(sysfs.dev_name(pdev)),
+        "offset": start})
+    if not sysfs.is_readonly(sysfs.dev_name(pdev)):
+        raise RefusedError(f"{pdev} did not come up read-only")
+    return pdev
+
+
+def _read_at(node: str) -> Any:
+    def read(off: int, n: int) -> bytes:
+        fd = os.open(node, os.O_RDONLY)
+        try:
+            return os.pread(fd, n, off)
+        finally:
+            os.close(fd)
+    return read
+
+
+def _lvm_candidates(runner: SubprocessRunner, info: dict[str, Any], pv_node: str,
+                    pv_start: int) -> list[FsCandidate]:
+    """Logical volumes of the LVM2 PV on ``pv_node`` (read without LVM or device-mapper): each
+    LV that lies in one contiguous range of this PV gets its own read-only loop device; the
+    others are listed in ``info["unmapped_lvs"]``."""
+    from ckptrescue.parsers import lvm_metadata
+
+    try:
+        pv = lvm_metadata.read_pv(_read_at(pv_node))
+    except (lvm_metadata.LvmError, OSError) as exc:
+        info.setdefault("unmapped_lvs", []).append({"pv": pv_node, "reason": str(exc)})
+        return []
+    here = pv.pv_name
+    found: list[FsCandidate] = []
+    for lv in pv.vg.lvs:
+        name = f"{pv.vg.name}/{lv.name}"
+        segs = lv.segments
+        if not (len(segs) == 1 and segs[0].linear and segs[0].pv == here):
+            kinds = ", ".join(sorted({s.type for s in segs})) or "no segments"
+            info.setdefault("unmapped_lvs", []).append({
+                "lv": name, "segments": len(segs), "reason":
+                f"{len(segs)} segment(s) ({kinds}) or on other PVs: not one contiguous range "
+                "of this PV (needs device-mapper to assemble)"})
+            continue
+        seg = segs[0]
+        assert seg.pv_offset is not None
+        start = pv_start + seg.pv_offset
+        dev = _attach_slice(runner, info, start, seg.length, f"attach LV {name} read-only")
+        if dev is None:
+            continue
+        found.append(FsCandidate(dev, blkid(runner, dev), start, seg.length, f"LV {name}"))
+    info.setdefault("lvm", []).append({"vg": pv.vg.name, "pv": here, "pv_uuid": pv.uuid,
+                                       "lvs": [lv.name for lv in pv.vg.lvs]})
+    return found
+
+
+def filesystems(runner: SubprocessRunner, info: dict[str, Any]) -> list[FsCandidate]:
+    """Every filesystem on an attached target: the whole device, its partitions (kernel
+    partitions, else the table read with ``partx`` and each partition attached as its own
+    read-only loop device), and the logical volumes of LVM2 PVs among them."""
     dev = info["device"]
     fs = blkid(runner, dev)
+    whole = sysfs.size_bytes(dev) if sysfs.is_block_device(dev) else None
+    if fs.get("TYPE") == "LVM2_member":
+        return _lvm_candidates(runner, info, dev, 0)
     if fs.get("TYPE"):
-        return dev, fs, 0
+        return [FsCandidate(dev, fs, 0, whole, "whole device")]
     name = sysfs.dev_name(dev)
-    found = []
+    parts: list[FsCandidate] = []
     for part in sysfs.partitions(name):
-        pinfo = blkid(runner, f"/dev/{part}")
-        if pinfo.get("TYPE"):
-            found.append((f"/dev/{part}", pinfo, sysfs.partition_start_bytes(part)))
-    if not found and fs.get("PTTYPE"):
-        backing = info.get("backing_file") or dev
-        for _nr, start, size in partition_table(runner, dev):
-            res = runner.run(ToolCall.of(
-                "losetup", "--read-only", "--find", "--show", "--offset", str(start),
-                "--sizelimit", str(size), backing, timeout_s=60,
-                purpose="attach one partition read-only"))
-            if res.returncode != 0:
-                continue
-            pdev = res.stdout.strip()
-            extra = {"device": pdev, "backing_file": sysfs.loop_backing_file(
-                sysfs.dev_name(pdev)), "offset": start}
-            info.setdefault("extra_loops", []).append(extra)
-            if not sysfs.is_readonly(sysfs.dev_name(pdev)):
-                raise RefusedError(f"{pdev} did not come up read-only")
-            pinfo = blkid(runner, pdev)
-            if pinfo.get("TYPE"):
-                found.append((pdev, pinfo, start))
+        nr = part[len(name):].lstrip("p")
+        parts.append(FsCandidate(f"/dev/{part}", blkid(runner, f"/dev/{part}"),
+                                 sysfs.partition_start_bytes(part),
+                                 sysfs.size_bytes(f"/dev/{part}"), f"partition {nr}"))
+    if not parts and fs.get("PTTYPE"):
+        for nr, start, size in partition_table(runner, dev):
+            pdev = _attach_slice(runner, info, start, size, "attach one partition read-only")
+            if pdev is not None:
+                parts.append(FsCandidate(pdev, blkid(runner, pdev), start, size,
+                                         f"partition {nr}"))
+    found: list[FsCandidate] = []
+    for c in parts:
+        if c.info.get("TYPE") == "LVM2_member":
+            found += _lvm_candidates(runner, info, c.node, c.start)
+        elif c.info.get("TYPE"):
+            found.append(c)
+    return found
+
+
+def pick_filesystem(runner: SubprocessRunner, info: dict[str, Any], case: Case,
+                    select: str | None = None) -> tuple[str, dict[str, str], int]:
+    """(node, blkid info, start bytes) of the one filesystem on an attached target, or of the
+    one named by ``select`` (``p2``, ``partition 2``, ``vg0/data``, a node)."""
+    found = filesystems(runner, info)
+    if select:
+        chosen = [c for c in found if c.matches(select)]
+        if not chosen:
+            raise UsageError(f"{info['device']}: no filesystem {select!r} (found: "
+                             + (", ".join(c.where for c in found) or "none") + ")")
+        found = chosen[:1]
     if len(found) == 1:
-        return found[0]
+        return found[0].node, found[0].info, found[0].start
+    unmapped = "; ".join(f"{u.get('lv', u.get('pv'))}: {u['reason']}"
+                         for u in info.get("unmapped_lvs", []))
     if not found:
-        raise EvidenceError(f"{dev}: no filesystem found (blkid -p)")
-    raise UsageError(f"{dev}: several filesystems ({', '.join(f[0] for f in found)}); "
-                     "mount the partition node directly")
+        raise EvidenceError(f"{info['device']}: no filesystem found (blkid -p)"
+                            + (f"; LVM: {unmapped}" if unmapped else ""))
+    raise UsageError(f"{info['device']}: several filesystems ("
+                     + ", ".join(f"{c.where}: {c.info.get('TYPE')}" for c in found)
+                     + "); choose one with --filesystem")
 
 
-def mount(target: str | Path, mountpoint: str | Path, *, case: Case) -> MountResult:
+def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
+          select: str | None = None) -> MountResult:
     """Mount ``target`` (image file or block device) read-only without log replay."""
     mp = Path(mountpoint)
     if sysfs.mounts() and any(m.mountpoint == os.path.realpath(mp) for m in sysfs.mounts()):
@@ -278,11 +374,10 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case) -> MountRes
     info = attach(target, case=case)
     runner = SubprocessRunner(case)
     try:
-        node, fsinfo, start = pick_filesystem(runner, info, case)
+        node, fsinfo, start = pick_filesystem(runner, info, case, select)
         fstype = fsinfo["TYPE"]
         if fstype == "zfs_member":
-            raise UsageError(f"{node} is a ZFS vdev: import the pool with zpool import "
-                             "-o readonly=on -N (not supported by `mount` yet)")
+            return _mount_zfs(runner, case, info, node, fsinfo, start, target, mp, state)
         opts = RO_OPTIONS.get(fstype, "ro")
         findings: list[Finding] = []
         uuid = fsinfo.get("UUID")
@@ -315,6 +410,46 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case) -> MountRes
     return result
 
 
+def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node: str,
+               fsinfo: dict[str, str], start: int, target: str | Path, mp: Path,
+               state: Path) -> MountResult:
+    """Import the pool of a ZFS member read-only under ``mp`` (see :mod:`zfs_pool`)."""
+    from ckptrescue.storage import zfs_pool
+
+    result = MountResult(mountpoint=str(mp), device=node, fstype="zfs",
+                         options="readonly=on,cachefile=none,-N,altroot=" + str(mp),
+                         target=str(target), loop_device=info["loop_device"],
+                         backing_file=info["backing_file"], set_readonly=info["set_readonly"],
+                         partition_start=start, uuid=fsinfo.get("UUID"),
+                         extra_loops=info.get("extra_loops", []))
+
+    def record(pool: str) -> None:  # before anything else can fail: the guard then allows export
+        result.zfs_pool = pool
+        state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+
+    try:
+        imp = zfs_pool.import_readonly(runner, case, members=[node], fsinfo=fsinfo,
+                                       altroot=str(mp), images_only=info["loop_device"] is not None,
+                                       evidence=str(target), on_imported=record)
+    except BaseException:
+        if result.zfs_pool:
+            try:
+                zfs_pool.export(runner, result.zfs_pool)
+            finally:
+                state.unlink(missing_ok=True)
+        raise  # mount() releases the loop devices
+    result.datasets = imp.datasets
+    mounted = [d["mountpoint"] for d in imp.datasets if d["mounted"]]
+    result.findings = [*imp.findings, Finding(
+        "MT001", Severity.INFO, f"{target}: ZFS pool {imp.ondisk_name} imported read-only "
+        f"(readonly=on, cachefile=none) under {mp}; datasets mounted ro: "
+        f"{', '.join(mounted) or 'none'}", evidence=str(target), source="mount")]
+    state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    case.add_findings(result.findings)
+    case.log("storage.mounted", result.to_json())
+    return result
+
+
 def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
     """Unmount what :func:`mount` mounted and detach exactly what it attached."""
     state = _state_path(case, str(mountpoint))
@@ -323,7 +458,11 @@ def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
                          hint="umount only what `ckptrescue mount` mounted with the same --case")
     data = json.loads(state.read_text())
     runner = SubprocessRunner(case)
-    if any(m.mountpoint == os.path.realpath(mountpoint) for m in sysfs.mounts()):
+    if data.get("zfs_pool"):
+        from ckptrescue.storage import zfs_pool
+
+        zfs_pool.export(runner, data["zfs_pool"])
+    elif any(m.mountpoint == os.path.realpath(mountpoint) for m in sysfs.mounts()):
         res = runner.run(ToolCall.of("umount", str(mountpoint), timeout_s=120,
                                      purpose="unmount what the kit mounted"))
         if res.returncode != 0:

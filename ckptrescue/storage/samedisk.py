@@ -100,9 +100,27 @@ def leaf_identity(disk: str) -> str:
     base = sysfs.sys_dir(disk)
     device = base / "device"
     ident = os.path.realpath(device) if device.exists() else f"/sys/class/block/{disk}"
+    nvme = nvme_identity(Path(ident)) if disk.startswith("nvme") else None
+    if nvme:
+        return nvme
     serial = (sysfs.read_attr(base / "wwid") or sysfs.read_attr(device / "wwid")
               or sysfs.read_attr(device / "serial"))
     return f"{ident}#{serial}" if serial else ident
+
+
+def nvme_identity(device_dir: Path) -> str | None:
+    """One identity per NVM subsystem (= one drive): every namespace and every controller of it.
+
+    A namespace block device's ``device`` is its controller (``/sys/class/nvme/nvmeN``) or, with
+    native multipath, the subsystem (``/sys/class/nvme-subsystem/nvme-subsysN``); both carry
+    ``subsysnqn`` and ``serial``. The namespace's own ``wwid`` differs per namespace and must not
+    be used: two namespaces of one drive are the same physical media.
+    """
+    nqn = sysfs.read_attr(device_dir / "subsysnqn")
+    if not nqn:
+        return None
+    serial = sysfs.read_attr(device_dir / "serial") or ""
+    return f"nvme-subsystem:{nqn}#{serial}"
 
 
 def compare(source: str | Path, dest: str | Path) -> Comparison:

@@ -54,7 +54,8 @@ REFUSED = [
     ("blockdev --flushbufs /dev/sdb", "changes"),
     ("zpool clear tank", "clear"),
     ("zpool import tank", "readonly=on"),
-    ("zpool import -f -o readonly=on -N tank", "-f"),
+    ("zpool import -f tank", "-f forces"),
+    ("zpool import -f -o readonly=on tank", "-N"),
     ("zpool import -F -o readonly=on -N tank", "-F"),
     ("zpool import -o readonly=on tank", "-N"),
     ("zpool scrub tank", "scrub"),
@@ -108,7 +109,8 @@ REFUSED = [
     ("mount -t btrfs -o ro /dev/loop0 /mnt/x", "nologreplay"),
     ("mount -t f2fs -o ro /dev/loop0 /mnt/x", "no known read-only"),
     ("zpool import -a", "readonly=on"),
-    ("zpool export tank", "never exports"),
+    ("zpool export tank", "readonly=on"),
+    ("zpool export -a", "-a/-f"),
     ("xxd -r dump.hex /dev/sda", "-r"),
     ("xxd /evidence/disk.img out.hex", "output file"),
     ("date -s 2020-01-01", "clock"),
@@ -153,6 +155,8 @@ ALLOWED = [
     "zpool import",
     "zpool import -o readonly=on -N -R /mnt/evidence tank",
     "zpool import -F -n tank",
+    "zpool import -f -o readonly=on -o cachefile=none -N -R /mnt/ev -d /dev/loop3 123 tank_ckr",
+    "zpool import -t -o readonly=on -N -d /dev/loop3 1234567 tank_ckr",
     "zfs get -Hp checksum,compressratio -r tank",
     "lsblk -J",
     "lsblk -J -o NAME,PKNAME,MAJ:MIN,TYPE,RO,START,MOUNTPOINTS",
@@ -230,3 +234,14 @@ def test_tool_given_as_path_is_judged_by_name() -> None:
 def test_empty_and_non_string_argv_refused() -> None:
     assert not check([], CTX).allowed
     assert not check(["ls", 3], CTX).allowed  # type: ignore[list-item]
+
+
+def test_zpool_export_only_of_a_pool_this_case_imported_read_only() -> None:
+    from dataclasses import replace
+
+    ctx = replace(CTX, readonly_pools=("tank_ckr",))
+    assert check(["zpool", "export", "tank_ckr"], ctx).allowed
+    assert not check(["zpool", "export", "rpool"], ctx).allowed
+    assert not check(["zpool", "export", "-f", "tank_ckr"], ctx).allowed
+    assert not check(["zpool", "export", "tank_ckr", "rpool"], ctx).allowed
+    assert not check(["zpool", "export", "tank_ckr"], CTX).allowed

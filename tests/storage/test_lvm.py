@@ -1,0 +1,94 @@
+"""LVM on a disk image, read without device-mapper: a partitioned disk whose PV (made by the real
+lvm2 tools) holds an ext4 LV, an XFS LV with a real torch checkpoint, and a two-segment LV.
+
+`mount --filesystem VG/LV` mounts one LV read-only; `locate` maps bad sectors of the *disk*
+through the partition and the LV's extents to the file and the tensor. The LV offsets the test
+expects come from lvm2's own reports (fixtures/storage.make_lvm_disk), not from the kit."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from ckptrescue.errors import UsageError
+from ckptrescue.parsers import ddrescue_mapfile, lvm_metadata
+from ckptrescue.storage import mounting
+from ckptrescue.storage.locate import locate
+from fixtures import storage as fx
+
+pytestmark = [pytest.mark.privileged,
+              pytest.mark.needs_tool("pvcreate", "mkfs.xfs", "mkfs.ext4", "filefrag")]
+
+TARGET = "0.weight"
+
+
+@pytest.fixture
+def lvm_disk(shm_dir, tmp_path):
+    pytest.importorskip("torch")
+    vg = "ckr" + uuid.uuid4().hex[:8]
+    img = shm_dir / "disk.img"
+    lvs = fx.make_lvm_disk(img, vg)
+    ckpt = fx.torch_checkpoint(tmp_path / "model.pt")
+    exts = fx.put_files_at(img, *lvs["data"], "xfs", {"ckpt/step-200/model.pt": ckpt})
+    fx.put_files_at(img, *lvs["scratch"], "ext4", {"notes.txt": b"scratch\n" * 1000})
+    members = fx.zip_member_data_offsets(ckpt)
+    data_off, size = next(v for k, v in members.items() if "/data/" in k and v[1] == 512 * 256 * 4)
+    file_lo = data_off + (size // 2 // 512) * 512 - (data_off % 512)
+    log, phys, _n = next(e for e in exts["ckpt/step-200/model.pt"]
+                         if e[0] <= file_lo and file_lo + 1024 <= e[0] + e[2])
+    dev_lo = lvs["data"][0] + phys + (file_lo - log)
+    return img, vg, lvs, (file_lo, file_lo + 1024), (dev_lo, dev_lo + 1024)
+
+
+def test_pv_metadata_read_without_lvm_matches_lvm2(lvm_disk):
+    img, vg, lvs, _f, _d = lvm_disk
+    with open(img, "rb") as fh:
+        def read_at(off: int, n: int) -> bytes:
+            fh.seek(2048 * 512 + off)
+            return fh.read(n)
+
+        pv = lvm_metadata.read_pv(read_at)
+    assert pv.vg.name == vg and pv.pv_name == "pv0"
+    by_name = {lv.name: lv for lv in pv.vg.lvs}
+    assert sorted(by_name) == ["data", "frag", "scratch", "tail"]
+    for name in ("scratch", "data", "tail"):
+        (seg,) = by_name[name].segments
+        assert (2048 * 512 + seg.pv_offset, seg.length) == lvs[name]
+    assert len(by_name["frag"].segments) == 2
+
+
+def test_mount_one_logical_volume_read_only(lvm_disk, case, tmp_path, no_leftovers):
+    img, vg, _lvs, _f, _d = lvm_disk
+    before = fx.sha256(img)
+    with pytest.raises(UsageError, match="several filesystems.*--filesystem"):
+        mounting.mount(img, tmp_path / "m0", case=case)
+    res = mounting.mount(img, tmp_path / "mnt", case=case, select=f"{vg}/data")
+    try:
+        assert res.fstype == "xfs" and res.options.startswith("ro,norecovery")
+        assert (tmp_path / "mnt/ckpt/step-200/model.pt").is_file()
+        with pytest.raises(OSError):
+            (tmp_path / "mnt/new").write_bytes(b"x")
+    finally:
+        mounting.umount(tmp_path / "mnt", case=case)
+    assert fx.sha256(img) == before
+
+
+def test_locate_maps_disk_sectors_through_the_lv_to_the_tensor(lvm_disk, case, tmp_path,
+                                                                no_leftovers):
+    img, _vg, lvs, (file_lo, file_hi), bad = lvm_disk
+    in_scratch = (lvs["scratch"][0] + (8 << 20), lvs["scratch"][0] + (8 << 20) + 512)
+    mapfile = tmp_path / "disk.map"
+    mapfile.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size, [in_scratch, bad]))
+    before = fx.sha256(img)
+    loc = locate(mapfile, img, case=case)
+    data = loc.to_json()
+    assert [(r["start"], r["end"]) for r in data["ranges"]] == [in_scratch, bad]
+    assert data["ranges"][0]["files"] == []  # free space of the ext4 LV
+    (hit,) = data["ranges"][1]["files"]
+    assert (hit["path"], hit["file_offset"], hit["length"]) == (
+        "ckpt/step-200/model.pt", file_lo, file_hi - file_lo)
+    assert hit["tensors"] == [TARGET]
+    assert fx.sha256(img) == before
+    assert not os.listdir(case.work_dir / "mounts")
