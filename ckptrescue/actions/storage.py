@@ -92,20 +92,25 @@ class FsInspect(Action):
     summary = "Read-only filesystem and device-health inspection (XFS, ext4, ZFS, SMART, NVMe)"
     capability = "read_device"
     args = (ArgSpec("target", "path", required=True, help="Device or image."),
-            ArgSpec("health", "boolean", default=True, help="Also query SMART/NVMe health."))
+            ArgSpec("health", "boolean", default=True, help="Also query SMART/NVMe health."),
+            ArgSpec("filesystem", "string", help="Which one when there are several: p2, "
+                    "vg0/data (an LVM logical volume) or a device node."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         t = args["target"]
         return [f"blkid -p {t}", f"xfs_info {t}", f"xfs_db -r -c 'sb 0' -c print {t}",
                 f"xfs_logprint -t {t}", f"xfs_repair -n {t}", f"dumpe2fs -h {t} (ext4)",
-                "smartctl -x -j DEVICE / nvme smart-log DEVICE -o json (when a device)"]
+                "zdb -l MEMBER; zpool status -vP / -j; zpool events -v; zfs get -Hp (ZFS)",
+                "smartctl -x -j DEVICE / nvme smart-log DEVICE -o json / nvme error-log DEVICE "
+                "-o json (when a device)"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.fsinspect import fs_inspect
 
         ctx.case.ensure_evidence(args["target"], how="examined in place, read-only (fs.inspect)")
         result = yield from ctx.blocking(lambda p: fs_inspect(
-            args["target"], case=ctx.case, health=bool(args["health"])))
+            args["target"], case=ctx.case, health=bool(args["health"]),
+            select=args.get("filesystem") or None))
         return from_library(result, "inspected")
 
 

@@ -173,12 +173,16 @@ def copy_command(
 def fs_inspect_command(
     target: Annotated[Path, typer.Argument(help="Block device or image file.")],
     case_dir: CaseDirOpt,
+    filesystem: Annotated[str | None, typer.Option(
+        "--filesystem", help="Which filesystem when the target holds several: p2, vg0/data "
+        "(an LVM logical volume) or a device node.")] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Report filesystem and device-health state without replaying or repairing anything.
 
     XFS superblock, log CLEAN/DIRTY, NEEDSREPAIR, xfs_repair -n; ext4 needs_recovery and
-    errors; ZFS pool status; SMART/NVMe health.
+    errors; ZFS vdev label, pool status (text and -j), event log and dataset properties;
+    SMART/NVMe health and the NVMe error log.
 
     Example:
 
@@ -187,7 +191,8 @@ def fs_inspect_command(
     from ckptrescue.case import Case
     from ckptrescue.cli.bridge import run_action
 
-    res = run_action("fs.inspect", {"target": str(target)}, case=Case.open(case_dir))
+    res = run_action("fs.inspect", {"target": str(target), "filesystem": filesystem},
+                     case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())
     else:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall, ToolResult
+from ckptrescue.errors import UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.parsers import dumpe2fs, nvme, smartctl, xfs_db, xfs_logprint, zpool_status
 from ckptrescue.storage import mounting, samedisk, sysfs
@@ -309,14 +310,17 @@ def mounted_state(dev: str) -> dict[str, Any]:
     return out
 
 
-def fs_inspect(target: str | Path, *, case: Case, health: bool = True) -> InspectResult:
+def fs_inspect(target: str | Path, *, case: Case, health: bool = True,
+               select: str | None = None) -> InspectResult:
     """Inspect ``target`` (image file or block device) without changing it."""
     runner = SubprocessRunner(case)
     ev = str(target)
     with mounting.attached(target, case=case, protect_device=False) as info:
         dev = info["device"]
         try:
-            node, fsinfo, start = mounting.pick_filesystem(runner, info, case)
+            node, fsinfo, start = mounting.pick_filesystem(runner, info, case, select)
+        except UsageError:
+            raise  # several filesystems, or no such --filesystem: the user must choose
         except Exception as exc:  # no filesystem: still report health
             node, fsinfo, start = dev, {}, 0
             note = f"no filesystem identified: {exc}"

@@ -92,3 +92,36 @@ def test_locate_maps_disk_sectors_through_the_lv_to_the_tensor(lvm_disk, case, t
     assert hit["tensors"] == [TARGET]
     assert fx.sha256(img) == before
     assert not os.listdir(case.work_dir / "mounts")
+
+
+def test_cli_mount_and_fs_inspect_choose_a_logical_volume(lvm_disk, tmp_path, no_leftovers):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = str(Path(sys.executable).with_name("ckptrescue"))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cli, *args], capture_output=True, text=True, timeout=300)
+
+    img, vg, _lvs, _f, _d = lvm_disk
+    before = fx.sha256(img)
+    case = tmp_path / "case"
+    assert run("case", "new", str(case)).returncode == 0
+    r = run("fs", "inspect", str(img), "--case", str(case))
+    assert r.returncode == 2 and "--filesystem" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2
+    r = run("fs", "inspect", str(img), "--filesystem", f"{vg}/scratch", "--case", str(case),
+            "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["fstype"] == "ext4" and "E4004" in [f["code"] for f in data["findings"]]
+    mnt = tmp_path / "mnt"
+    r = run("mount", str(img), str(mnt), "--filesystem", f"{vg}/data", "--case", str(case))
+    assert r.returncode == 0, r.stderr
+    try:
+        assert (mnt / "ckpt/step-200/model.pt").is_file()
+    finally:
+        assert run("umount", str(mnt), "--case", str(case)).returncode == 0
+    assert fx.sha256(img) == before
