@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.model import Finding, Severity
+from ckptrescue.storage import sysfs
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -128,6 +129,49 @@ def scan_kernel_log(text: str) -> list[dict[str, str]]:
     return out
 
 
+def attribute(messages: list[dict[str, str]], names: set[str]) -> None:
+    """Mark each kernel message with the block devices of ``names`` it mentions (``devices``);
+    a message naming no device at all gets none (it may or may not concern the volume)."""
+    if not names:
+        return
+    pat = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n) for n in sorted(names, key=len,
+                                                                            reverse=True))
+                     + r")(?![\w-])")
+    any_dev = re.compile(r"(?<![\w-])(sd[a-z]+\d*|nvme\d+(?:c\d+)?(?:n\d+(?:p\d+)?)?|dm-\d+|"
+                         r"md\d+|loop\d+|vd[a-z]+\d*|xvd[a-z]+\d*)(?![\w-])")
+    for m in messages:
+        hits = sorted(set(pat.findall(m["line"])))
+        m["devices"] = ",".join(hits)
+        m["scope"] = "volume" if hits else ("other" if any_dev.search(m["line"]) else "unknown")
+
+
+def volume_device_names(volume: str) -> set[str]:
+    """Kernel names of the block devices under the filesystem holding ``volume``: the mounted
+    node, its partitions' disk, dm/md slaves (recursively), a loop device's backing filesystem,
+    and an NVMe namespace's controller (``nvme0`` of ``nvme0n1``)."""
+    entry = sysfs.mount_of(volume)
+    if entry is None or not entry.source.startswith("/dev/"):
+        return set()
+    names: set[str] = set()
+    todo = [Path(os.path.realpath(entry.source)).name]
+    while todo and len(names) < 64:
+        name = todo.pop()
+        if name in names or not (sysfs.SYS_BLOCK / name).exists():
+            continue
+        names.add(name)
+        disk = sysfs.parent_disk(name)
+        todo.append(disk)
+        todo.extend(sysfs.slaves(disk))
+        m = re.match(r"(nvme\d+)(?:c\d+)?n\d+", disk)
+        if m:
+            names.add(m.group(1))
+        if disk.startswith("loop"):
+            backing = sysfs.loop_backing_file(disk)
+            if backing and os.path.exists(backing):
+                names |= volume_device_names(backing)
+    return names
+
+
 def _maps(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/maps").read_text(errors="replace")
@@ -185,6 +229,14 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
             kmsgs = scan_kernel_log(jres.stdout)
         else:
             notes.append(f"journalctl -k unavailable (rc {jres.returncode})")
+    if vol is not None:
+        try:
+            names = volume_device_names(vol)
+        except OSError:
+            names = set()
+        attribute(kmsgs, names)
+        if names:
+            notes.append("devices under the volume: " + ", ".join(sorted(names)))
     result = TriageResult(volume=vol, seconds=seconds,
                           processes=sorted(procs.values(), key=lambda p: p.pid),
                           kernel_messages=kmsgs, checklist=list(FREEZE_CHECKLIST), notes=notes)
@@ -218,9 +270,17 @@ def _findings(r: TriageResult) -> list[Finding]:
         if p.open_for_write and p.write_rate_bps:
             out.append(Finding("TR005", Severity.INFO, f"{who} writes {p.write_rate_bps:.0f} B/s",
                                evidence=where, source="triage"))
-    if r.kernel_messages:
-        kinds = sorted({m["kind"] for m in r.kernel_messages})
-        out.append(Finding("TR004", Severity.ERROR, f"{len(r.kernel_messages)} kernel message(s) "
-                           f"about {', '.join(kinds)} errors", source="triage",
-                           details={"messages": r.kernel_messages[-50:]}))
+    ours = [m for m in r.kernel_messages if m.get("scope", "volume") != "other"]
+    others = [m for m in r.kernel_messages if m.get("scope") == "other"]
+    if ours:
+        kinds = sorted({m["kind"] for m in ours})
+        devs = sorted({m["devices"] for m in ours if m.get("devices")})
+        on = f" on {r.volume}'s devices ({', '.join(devs)})" if devs else ""
+        out.append(Finding("TR004", Severity.ERROR, f"{len(ours)} kernel message(s) about "
+                           f"{', '.join(kinds)} errors{on}", source="triage",
+                           evidence=r.volume or "", details={"messages": ours[-50:]}))
+    if others:
+        out.append(Finding("TR004", Severity.INFO, f"{len(others)} kernel message(s) about "
+                           "storage errors on devices not under the volume", source="triage",
+                           details={"messages": others[-50:]}))
     return out

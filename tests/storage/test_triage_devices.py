@@ -80,3 +80,36 @@ def test_devices_lists_a_loop_device_with_its_backing_file(shm_dir):
         assert entry.loop_backing_file == str(img)
         assert entry.readonly and entry.size == 8 << 20
         assert entry.physical_leaves == ["ram"]
+
+
+def test_kernel_messages_are_attributed_to_the_volume_devices():
+    from ckptrescue.storage.triage import attribute
+
+    text = "\n".join([
+        "kern  :err   : 2026-11-30T09:00:00 blk_update_request: I/O error, dev nvme0n1, "
+        "sector 279163624 op 0x0:(READ)",
+        "kern  :warn  : 2026-11-30T09:00:03 nvme nvme0: I/O 12 QID 3 timeout, aborting",
+        "kern  :crit  : 2026-11-30T09:00:02 EXT4-fs error (device sdb1): ext4_find_entry:1455",
+        "kern  :err   : 2026-11-30T09:00:05 Buffer I/O error on device, logical block 7",
+        "kern  :alert : 2026-11-30T09:00:01 XFS (nvme0n11): Metadata corruption detected",
+    ])
+    msgs = scan_kernel_log(text)
+    attribute(msgs, {"nvme0n1p2", "nvme0n1", "nvme0"})
+    assert [(m["scope"], m["devices"]) for m in msgs] == [
+        ("volume", "nvme0n1"), ("volume", "nvme0"), ("other", ""), ("unknown", ""),
+        ("other", "")]
+
+
+@pytest.mark.privileged
+def test_triage_of_a_mounted_image_names_its_loop_device(case, shm_dir, tmp_path, no_leftovers):
+    from ckptrescue.storage import mounting
+    from ckptrescue.storage.triage import volume_device_names
+
+    img = fx.make_fs(shm_dir / "e.img", "ext4")
+    res = mounting.mount(img, tmp_path / "mnt", case=case)
+    try:
+        loopdev = res.loop_device.removeprefix("/dev/")
+        assert loopdev in volume_device_names(str(tmp_path / "mnt"))
+        assert "loop" not in " ".join(volume_device_names(str(shm_dir)))
+    finally:
+        mounting.umount(tmp_path / "mnt", case=case)
