@@ -467,6 +467,37 @@ def _check_umount(name: str, args: list[str], ctx: GuardContext) -> Decision:
     return Decision.allow()
 
 
+KIT_DM_PREFIX = "ckr-"  # device-mapper names the kit creates (read-only LV assemblies)
+_DMSETUP_READ = {"ls", "table", "info", "status", "deps", "targets", "version", "help"}
+
+
+@_tool("dmsetup")
+def _check_dmsetup(name: str, args: list[str], ctx: GuardContext) -> Decision:
+    pos = _positionals(args, {"-j", "--major", "-m", "--minor", "-o", "--options", "--table",
+                              "-u", "--uuid", "--select", "-S", "--readahead", "--count",
+                              "--separator"})
+    sub = pos[0] if pos else ""
+    if sub in _DMSETUP_READ:
+        return Decision.allow()
+    if sub == "create":
+        if not (_long(args, "--readonly") or "r" in _short_flags(args)):
+            return Decision.refuse("dmsetup create without --readonly: evidence devices are "
+                                   "only assembled read-only")
+        if len(pos) < 2 or not pos[1].startswith(KIT_DM_PREFIX):
+            return Decision.refuse(f"dmsetup create: the kit names its devices {KIT_DM_PREFIX}*")
+        return Decision.allow()
+    if sub == "remove":
+        if "f" in _short_flags(args) or _long(args, "--force", "--deferred"):
+            return Decision.refuse("dmsetup remove --force replaces the table with an error "
+                                   "target under its users")
+        names = pos[1:]
+        if names and all(n.startswith(KIT_DM_PREFIX) for n in names):
+            return Decision.allow()
+        return Decision.refuse(f"dmsetup remove: only the kit's own {KIT_DM_PREFIX}* devices")
+    return Decision.refuse(f"dmsetup {sub or '(no command)'} changes device-mapper state; only "
+                           "read commands and the kit's read-only create/remove are allowed")
+
+
 @_tool("losetup")
 def _check_losetup(name: str, args: list[str], ctx: GuardContext) -> Decision:
     flags = _short_flags(args)

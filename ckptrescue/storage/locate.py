@@ -78,16 +78,25 @@ class LocateResult:
                 "fstype": self.fstype, "tensor_map": self.tensor_map, "notes": self.notes}
 
 
-def map_files(root: Path, ranges: list[tuple[int, int]], *,
-              offset: int = 0, size: int | None = None) -> list[RangeHits]:
-    """FIEMAP every regular file under the mounted ``root``; ``offset`` = partition start,
-    ``size`` = the filesystem's extent in the image (ranges outside it map to nothing here)."""
+def map_files(root: Path, ranges: list[tuple[int, int]], *, offset: int = 0,
+              size: int | None = None,
+              segments: list[tuple[int, int, int]] | None = None) -> list[RangeHits]:
+    """FIEMAP every regular file under the mounted ``root``.
+
+    Device byte ranges become filesystem byte ranges through ``segments`` — ``(fs_offset,
+    length, device_offset)`` pieces, e.g. the extents of an LVM logical volume — or, by default,
+    one piece: the filesystem starts at ``offset`` (the partition start) and spans ``size``.
+    Ranges outside every piece map to nothing here."""
     out = [RangeHits(s, e) for s, e in ranges]
-    limit = offset + size if size is not None else None
-    fs_ranges = [(max(0, s - offset), max(0, (min(e, limit) if limit is not None else e)
-                                          - offset)) for s, e in ranges]
-    order = sorted(range(len(fs_ranges)), key=lambda i: fs_ranges[i])
-    ends = [fs_ranges[i][1] for i in order]  # ranges do not overlap: ends sorted too
+    segs = segments or [(0, size if size is not None else 1 << 62, offset)]
+    pieces: list[tuple[int, int, int]] = []  # (fs start, fs end, index of the device range)
+    for i, (s, e) in enumerate(ranges):
+        for fs_off, length, dev_off in segs:
+            lo, hi = max(s, dev_off), min(e, dev_off + length)
+            if lo < hi:
+                pieces.append((lo - dev_off + fs_off, hi - dev_off + fs_off, i))
+    pieces.sort()
+    ends = [p[1] for p in pieces]  # pieces do not overlap: ends sorted too
     root_dev = root.stat().st_dev
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames
@@ -105,14 +114,11 @@ def map_files(root: Path, ranges: list[tuple[int, int]], *,
             for ext in exts:
                 if not ext.has_physical:
                     continue
-                # first range ending after the extent's start; walk while ranges start before
+                # first piece ending after the extent's start; walk while pieces start before
                 k = bisect.bisect_right(ends, ext.physical)
-                while k < len(order) and fs_ranges[order[k]][0] < ext.physical + ext.length:
-                    i = order[k]
-                    s, e = fs_ranges[i]
+                while k < len(pieces) and pieces[k][0] < ext.physical + ext.length:
+                    s, e, i = pieces[k]
                     k += 1
-                    if s >= e:
-                        continue
                     for file_off, length, hit in fiemap.overlaps([ext], s, e):
                         out[i].files.append(FileHit(rel, file_off, length,
                                                     shared=bool(hit.flags & fiemap.SHARED),
@@ -190,14 +196,19 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     if mountpoint is not None:
         fstype = None
         state = mounting.mount_state(case, mountpoint)
+        segments = None
         if state is not None:  # a kit mount: it knows the partition start and type
             partition_start = partition_start or int(state.get("partition_start", 0))
             fstype = state.get("fstype")
-        result = _locate_mounted(case, Path(mountpoint), ranges, partition_start, fstype)
+            segments = state.get("segments")
+        result = _locate_mounted(case, Path(mountpoint), ranges, partition_start, fstype,
+                                 segments=segments)
     elif not ranges:
         result = LocateResult(ranges=[], notes=["the mapfile has no unreadable ranges"])
     else:
         cands = _filesystems_of(case, image)
+        if len(cands) == 1 and cands[0].info.get("TYPE") == "zfs_member":
+            _no_zfs()
         if len(cands) > 1:
             result = _locate_each(case, image, ranges, cands)
         else:
@@ -218,6 +229,14 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     return result
 
 
+def _no_zfs() -> None:
+    raise ToolFailedError(
+        "locate: ZFS does not report physical extents (no FIEMAP); bad sectors of a ZFS member "
+        "are found by ZFS itself",
+        hint="mount it (read-only import), read the files (`ckptrescue probe`), then "
+             "`ckptrescue fs inspect` lists the damaged files (zpool status -v, events)")
+
+
 def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]]) -> LocateResult:
     where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
     try:
@@ -230,7 +249,8 @@ def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]]) ->
         result.notes.append(f"not mountable ({exc.message}); used {result.method}")
         return result
     try:
-        return _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype)
+        return _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype,
+                               segments=mres.segments)
     finally:
         mounting.umount(where, case=case)
         where.rmdir()
@@ -250,8 +270,12 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
     out = LocateResult(ranges=[RangeHits(s, e) for s, e in ranges], method="fiemap",
                        tensor_map="no files hit")
     for c in cands:
-        end = c.start + c.size if c.size is not None else None
-        if not any(e > c.start and (end is None or s < end) for s, e in ranges):
+        pieces = c.segments or [(0, c.size if c.size is not None else 1 << 62, c.start)]
+        if not any(e > d and s < d + n for s, e in ranges for _f, n, d in pieces):
+            continue
+        if c.info.get("TYPE") == "zfs_member":
+            out.notes.append(f"{c.where}: ZFS member, not mapped (ZFS has no FIEMAP; its own "
+                             "checksums name damaged files)")
             continue
         where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
         try:
@@ -263,7 +287,7 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
             continue
         try:
             part = _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype,
-                                   c.size)
+                                   c.size, segments=mres.segments)
         finally:
             mounting.umount(where, case=case)
             where.rmdir()
@@ -291,8 +315,12 @@ def _size_of(target: str | Path) -> int | None:
 
 
 def _locate_mounted(case: Case, root: Path, ranges: list[tuple[int, int]], start: int,
-                    fstype: str | None, size: int | None = None) -> LocateResult:
-    hits = map_files(root, ranges, offset=start, size=size)
+                    fstype: str | None, size: int | None = None,
+                    segments: list[list[int]] | None = None) -> LocateResult:
+    if fstype == "zfs":
+        _no_zfs()
+    segs = [(int(a), int(b), int(c)) for a, b, c in segments] if segments else None
+    hits = map_files(root, ranges, offset=start, size=size, segments=segs)
     how = tensor_names(case, root, hits)
     res = LocateResult(ranges=hits, method="fiemap", partition_start=start, fstype=fstype,
                        tensor_map=how)

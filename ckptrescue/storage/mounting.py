@@ -52,6 +52,8 @@ class MountResult:
     partition_start: int = 0
     uuid: str | None = None
     extra_loops: list[dict[str, Any]] = field(default_factory=list)
+    dm_devices: list[str] = field(default_factory=list)  # read-only LV assemblies (dmsetup)
+    segments: list[list[int]] | None = None  # [fs offset, length, device offset] of an LV
     zfs_pool: str | None = None  # in-core name of a pool imported read-only (ZFS members)
     datasets: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -186,6 +188,9 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
 def release(info: dict[str, Any], *, case: Case) -> None:
     """Undo exactly what :func:`attach` (and :func:`pick_filesystem`) did."""
     runner = SubprocessRunner(case)
+    for dm_name in reversed(info.get("dm_devices", [])):
+        runner.run(ToolCall.of("dmsetup", "remove", "--noudevsync", dm_name, timeout_s=60,
+                               purpose="remove the read-only LV assembly the kit made"))
     for extra in info.get("extra_loops", []):
         _detach(runner, case, extra["device"], extra["backing_file"])
     for dev in info.get("set_readonly", []):
@@ -230,6 +235,9 @@ class FsCandidate:
     start: int  # byte offset of its first byte in the target (partition / LV start)
     size: int | None
     where: str  # "whole device", "partition 2", "LV vg0/data"
+    # (fs offset, length, device offset) pieces when the filesystem is not one contiguous range
+    # of the target (an LVM logical volume of several segments, assembled read-only)
+    segments: list[tuple[int, int, int]] | None = None
 
     def matches(self, select: str) -> bool:
         s = select.strip()
@@ -283,23 +291,69 @@ def _lvm_candidates(runner: SubprocessRunner, info: dict[str, Any], pv_node: str
     for lv in pv.vg.lvs:
         name = f"{pv.vg.name}/{lv.name}"
         segs = lv.segments
-        if not (len(segs) == 1 and segs[0].linear and segs[0].pv == here):
-            kinds = ", ".join(sorted({s.type for s in segs})) or "no segments"
+        if not segs or not all(sg.linear and sg.pv == here for sg in segs):
+            kinds = ", ".join(sorted({sg.type for sg in segs})) or "no segments"
             info.setdefault("unmapped_lvs", []).append({
                 "lv": name, "segments": len(segs), "reason":
-                f"{len(segs)} segment(s) ({kinds}) or on other PVs: not one contiguous range "
-                "of this PV (needs device-mapper to assemble)"})
+                f"segment types {kinds}, or on other PVs: not mapped (only linear segments on "
+                "this PV are)"})
             continue
-        seg = segs[0]
-        assert seg.pv_offset is not None
-        start = pv_start + seg.pv_offset
-        dev = _attach_slice(runner, info, start, seg.length, f"attach LV {name} read-only")
+        if len(segs) == 1:
+            seg = segs[0]
+            assert seg.pv_offset is not None
+            start = pv_start + seg.pv_offset
+            dev = _attach_slice(runner, info, start, seg.length, f"attach LV {name} read-only")
+            if dev is None:
+                continue
+            found.append(FsCandidate(dev, blkid(runner, dev), start, seg.length, f"LV {name}"))
+            continue
+        pieces = [(sg.lv_offset, sg.length, pv_start + (sg.pv_offset or 0)) for sg in segs]
+        dev = _assemble_lv(runner, info, pv_node, pv.vg.name, lv)
         if dev is None:
+            info.setdefault("unmapped_lvs", []).append({
+                "lv": name, "segments": len(segs), "reason":
+                f"{len(segs)} segments: assembling them read-only needs device-mapper, which "
+                "this machine does not have"})
             continue
-        found.append(FsCandidate(dev, blkid(runner, dev), start, seg.length, f"LV {name}"))
+        found.append(FsCandidate(dev, blkid(runner, dev), pieces[0][2], lv.size, f"LV {name}",
+                                 segments=pieces))
     info.setdefault("lvm", []).append({"vg": pv.vg.name, "pv": here, "pv_uuid": pv.uuid,
                                        "lvs": [lv.name for lv in pv.vg.lvs]})
     return found
+
+
+def _assemble_lv(runner: SubprocessRunner, info: dict[str, Any], pv_node: str, vg: str,
+                 lv: Any) -> str | None:
+    """A read-only device-mapper device of linear ``lv`` over the read-only ``pv_node``
+    (``dmsetup create --readonly``, recorded in ``info["dm_devices"]``); None without dm."""
+    if not os.path.exists("/dev/mapper/control"):
+        return None
+    import re
+    import uuid
+
+    from ckptrescue.guard import KIT_DM_PREFIX
+
+    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{vg}-{lv.name}")
+    dm_name = f"{KIT_DM_PREFIX}{uuid.uuid4().hex[:8]}-{safe}"[:120]
+    table = "".join(f"{sg.lv_offset // 512} {sg.length // 512} linear {pv_node} "
+                    f"{(sg.pv_offset or 0) // 512}\n" for sg in lv.segments)
+    assert runner.case is not None
+    tdir = runner.case.work_dir / "lvm"
+    tdir.mkdir(exist_ok=True)
+    tfile = tdir / f"{dm_name}.table"
+    tfile.write_text(table)
+    res = runner.run(ToolCall.of("dmsetup", "create", "--readonly", "--noudevsync", dm_name,
+                                 str(tfile), timeout_s=60,
+                                 purpose=f"assemble LV {vg}/{lv.name} read-only"))
+    if res.returncode != 0:
+        return None
+    info.setdefault("dm_devices", []).append(dm_name)
+    res = runner.run(ToolCall.of("dmsetup", "info", "-c", "--noheadings", "-o", "blk_devname",
+                                 dm_name, timeout_s=60, purpose="device node of the assembly"))
+    node = f"/dev/{res.stdout.strip()}"
+    if not res.stdout.strip() or not sysfs.is_readonly(res.stdout.strip()):
+        raise RefusedError(f"{dm_name} did not come up read-only")
+    return node
 
 
 def filesystems(runner: SubprocessRunner, info: dict[str, Any]) -> list[FsCandidate]:
@@ -339,6 +393,12 @@ def pick_filesystem(runner: SubprocessRunner, info: dict[str, Any], case: Case,
                     select: str | None = None) -> tuple[str, dict[str, str], int]:
     """(node, blkid info, start bytes) of the one filesystem on an attached target, or of the
     one named by ``select`` (``p2``, ``partition 2``, ``vg0/data``, a node)."""
+    c = pick_candidate(runner, info, select)
+    return c.node, c.info, c.start
+
+
+def pick_candidate(runner: SubprocessRunner, info: dict[str, Any],
+                   select: str | None = None) -> FsCandidate:
     found = filesystems(runner, info)
     if select:
         chosen = [c for c in found if c.matches(select)]
@@ -347,7 +407,7 @@ def pick_filesystem(runner: SubprocessRunner, info: dict[str, Any], case: Case,
                              + (", ".join(c.where for c in found) or "none") + ")")
         found = chosen[:1]
     if len(found) == 1:
-        return found[0].node, found[0].info, found[0].start
+        return found[0]
     unmapped = "; ".join(f"{u.get('lv', u.get('pv'))}: {u['reason']}"
                          for u in info.get("unmapped_lvs", []))
     if not found:
@@ -374,7 +434,8 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     info = attach(target, case=case)
     runner = SubprocessRunner(case)
     try:
-        node, fsinfo, start = pick_filesystem(runner, info, case, select)
+        cand = pick_candidate(runner, info, select)
+        node, fsinfo, start = cand.node, cand.info, cand.start
         fstype = fsinfo["TYPE"]
         if fstype == "zfs_member":
             return _mount_zfs(runner, case, info, node, fsinfo, start, target, mp, state)
@@ -403,7 +464,9 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
                          target=str(target), loop_device=info["loop_device"],
                          backing_file=info["backing_file"], set_readonly=info["set_readonly"],
                          partition_start=start, uuid=uuid, findings=findings,
-                         extra_loops=info.get("extra_loops", []))
+                         extra_loops=info.get("extra_loops", []),
+                         dm_devices=info.get("dm_devices", []),
+                         segments=[list(x) for x in cand.segments] if cand.segments else None)
     state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
     case.add_findings(findings)
     case.log("storage.mounted", result.to_json())
@@ -421,7 +484,8 @@ def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node:
                          target=str(target), loop_device=info["loop_device"],
                          backing_file=info["backing_file"], set_readonly=info["set_readonly"],
                          partition_start=start, uuid=fsinfo.get("UUID"),
-                         extra_loops=info.get("extra_loops", []))
+                         extra_loops=info.get("extra_loops", []),
+                         dm_devices=info.get("dm_devices", []))
 
     def record(pool: str) -> None:  # before anything else can fail: the guard then allows export
         result.zfs_pool = pool
@@ -470,7 +534,8 @@ def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
                                   hint="a process may still use it (fuser -vm MOUNTPOINT)")
     release({"target": data["target"], "loop_device": data["loop_device"],
              "backing_file": data["backing_file"], "set_readonly": data["set_readonly"],
-             "extra_loops": data.get("extra_loops", [])}, case=case)
+             "extra_loops": data.get("extra_loops", []),
+             "dm_devices": data.get("dm_devices", [])}, case=case)
     state.unlink()
     case.log("storage.unmounted", {"mountpoint": str(mountpoint), "device": data["device"]})
     return data
