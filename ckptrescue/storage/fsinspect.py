@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall, ToolResult
 from ckptrescue.errors import UsageError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.parsers import dumpe2fs, nvme, smartctl, xfs_db, xfs_logprint, zpool_status
+from ckptrescue.parsers import (
+    dumpe2fs,
+    nvme,
+    smartctl,
+    xfs_db,
+    xfs_logprint,
+    zfs_get,
+    zpool_events,
+    zpool_status,
+)
 from ckptrescue.storage import mounting, samedisk, sysfs
 
 if TYPE_CHECKING:
@@ -147,18 +156,125 @@ def inspect_ext(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str, 
     return facts, out
 
 
-def inspect_zfs(runner: SubprocessRunner, pool: str | None, ev: str) -> tuple[dict[str, Any],
-                                                                              list[Finding]]:
-    if shutil.which("zpool") is None:
-        return {"zfs": "zpool not installed"}, []
-    args = ["zpool", "status", "-vP"] + ([pool] if pool else [])
-    res = _run(runner, *args, purpose="zfs pool status")
-    facts: dict[str, Any] = {"zpool_status_rc": res.returncode}
-    _run(runner, "zpool", "events", "-v", purpose="zfs events")
-    if pool:
-        _run(runner, "zfs", "get", "-Hp", "-o", "name,property,value,source",
-             "checksum,compression,compressratio,recordsize", "-r", pool, purpose="zfs props")
-    return facts, zfs_findings(zpool_status.parse(res.stdout), ev)
+def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
+                ev: str) -> tuple[dict[str, Any], list[Finding]]:
+    """A ZFS member: its labels and uberblocks (read directly, no ZFS needed), then — where the
+    ZFS tools and kernel module exist — the pool's live state when it is imported here
+    (``zpool status -vP`` and ``-j``, ``zpool events -v``, ``zfs get``), or else what an
+    import scan of this member would find (``zpool import -d MEMBER``: imports nothing)."""
+    from ckptrescue.parsers import zfs_label
+
+    facts: dict[str, Any] = {}
+    out: list[Finding] = []
+    try:
+        size = sysfs.size_bytes(node)
+        fd = os.open(node, os.O_RDONLY)
+        try:
+            rep = zfs_label.read_member(lambda off, n: os.pread(fd, n, off), size)
+        finally:
+            os.close(fd)
+    except (OSError, zfs_label.NvlistError) as exc:
+        facts["label"] = {"error": str(exc)}
+        out.append(_f("ZF007", Severity.ERROR, f"ZFS labels unreadable: {exc}", ev))
+        rep = None
+    if rep is not None:
+        facts["label"] = rep.summary()
+        out += label_findings(rep, ev)
+    guid = str((facts.get("label") or {}).get("pool_guid") or fsinfo.get("UUID") or "")
+    name = str((facts.get("label") or {}).get("pool") or fsinfo.get("LABEL") or "")
+    if shutil.which("zpool") is None or not os.path.exists("/dev/zfs"):
+        facts["zfs_tools"] = ("zpool not installed" if shutil.which("zpool") is None
+                              else "ZFS kernel module not loaded (no /dev/zfs)")
+        return facts, out
+    from ckptrescue.storage import zfs_pool
+
+    live = {g: n for n, g in zfs_pool.imported_pools(runner).items()}
+    pool = live.get(guid)
+    if pool is None:
+        res = _run(runner, "zpool", "import", "-d", node, purpose="import scan (imports nothing)")
+        facts["import_scan_rc"] = res.returncode
+        found = [p for p in zpool_status.parse(res.stdout) if p.pool == name] or \
+            zpool_status.parse(res.stdout)
+        if found:
+            facts["import_scan"] = {"state": found[0].state, "status": found[0].status,
+                                    "action": found[0].action}
+            out += zfs_findings(found[:1], ev)
+        return facts, out
+    facts["pool"] = pool
+    res = _run(runner, "zpool", "status", "-vP", pool, purpose="zfs pool status")
+    facts["zpool_status_rc"] = res.returncode
+    pools = zpool_status.parse(res.stdout)
+    js = _run(runner, "zpool", "status", "-j", "--json-int", "-vP", pool,
+              purpose="zfs pool status (JSON, OpenZFS >= 2.3)")
+    if js.returncode == 0:
+        from ckptrescue.parsers import zpool_json
+
+        try:
+            pools = zpool_json.parse(js.stdout) or pools
+            facts["zpool_status_json"] = True
+        except ValueError as exc:
+            facts["zpool_status_json"] = f"unparseable: {exc}"
+    out += zfs_findings(pools, ev)
+    ev_res = _run(runner, "zpool", "events", "-v", purpose="zfs events")
+    out += event_findings(zpool_events.parse(ev_res.stdout), guid, ev)
+    props = _run(runner, "zfs", "get", "-Hp", "-o", "name,property,value,source",
+                 "checksum,compression,compressratio,recordsize,copies,encryption,readonly",
+                 "-r", pool, purpose="zfs props")
+    parsed = zfs_get.parse(props.stdout)
+    facts["datasets"] = {d: {k: v.value for k, v in pr.items()} for d, pr in parsed.items()}
+    off = sorted(d for d, pr in parsed.items() if pr.get("checksum") and
+                 pr["checksum"].value == "off")
+    if off:
+        out.append(_f("ZF005", Severity.WARNING, "checksum=off on " + ", ".join(off)
+                      + ": ZFS cannot detect corruption there", ev, datasets=off))
+    return facts, out
+
+
+def label_findings(rep: Any, ev: str) -> list[Finding]:
+    """Findings from a member's labels (``zfs_label.MemberReport``)."""
+    import datetime
+
+    out: list[Finding] = []
+    s = rep.summary()
+    if not s["labels_valid"]:
+        out.append(_f("ZF007", Severity.ERROR, "no readable ZFS label on this member", ev,
+                      labels=s["labels_invalid"]))
+        return out
+    if s["labels_invalid"]:
+        out.append(_f("ZF007", Severity.ERROR, f"ZFS labels {sorted(s['labels_invalid'])} "
+                      "unreadable (front or back of the device damaged?)", ev,
+                      labels=s["labels_invalid"]))
+    if s["state"] == "ACTIVE":
+        ub = s["uberblock"] or {}
+        when = ""
+        if ub.get("timestamp"):
+            when = " at " + datetime.datetime.fromtimestamp(
+                ub["timestamp"], datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        out.append(_f("ZF006", Severity.WARNING, f"pool {s['pool']} was not exported: in use "
+                      f"on host {s['hostname'] or s['hostid'] or '?'} when it stopped; last "
+                      f"commit txg {ub.get('txg', s['txg'])}{when}", ev,
+                      hostname=s["hostname"], hostid=s["hostid"], uberblock=ub))
+    return out
+
+
+def event_findings(events: list[Any], pool_guid: str, ev: str) -> list[Finding]:
+    """Error events (checksum, I/O, data, ...) of the pool ``pool_guid`` from ``zpool events
+    -v``, with the failed I/O's byte range on the member device when the event gives it."""
+    mine = [e for e in events if e.is_error and (
+        not pool_guid or str(e.get("pool_guid", "")) == pool_guid)]
+    if not mine:
+        return []
+    by_class: dict[str, int] = {}
+    for e in mine:
+        by_class[e.cls] = by_class.get(e.cls, 0) + 1
+    ranges = sorted({(str(e.get("vdev_path", "")), *r) for e in mine
+                     if (r := e.device_range()) is not None})
+    return [_f("ZF004", Severity.ERROR, f"ZFS event log: {len(mine)} error event(s) ("
+               + ", ".join(f"{k.rsplit('.', 1)[-1]} {v}" for k, v in sorted(by_class.items()))
+               + ")", ev, classes=by_class,
+               device_ranges=[{"vdev": v, "start": a, "end": b} for v, a, b in ranges[:200]],
+               objects=sorted({(e.get("zio_objset"), e.get("zio_object"))
+                               for e in mine if e.get("zio_object") is not None})[:200])]
 
 
 def zfs_findings(pools: list[zpool_status.PoolStatus], ev: str) -> list[Finding]:
@@ -336,7 +452,7 @@ def fs_inspect(target: str | Path, *, case: Case, health: bool = True,
         elif fstype in {"ext2", "ext3", "ext4"}:
             facts, found = inspect_ext(runner, node, ev)
         elif fstype == "zfs_member":
-            facts, found = inspect_zfs(runner, fsinfo.get("LABEL"), ev)
+            facts, found = inspect_zfs(runner, node, fsinfo, ev)
         else:
             facts, found = {}, []
             if fstype:
