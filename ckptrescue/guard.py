@@ -39,6 +39,15 @@ def _is_block_device(path: str) -> bool:
         return os.path.dirname(os.path.abspath(path)) == "/dev"
 
 
+def _read_small_text(path: str, limit: int = 1 << 20) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError:
+        return None
+    return None if len(data) > limit else data.decode("utf-8", "replace")
+
+
 @dataclass(frozen=True)
 class GuardContext:
     """What the guard may know beyond the argv: protected paths and how to spot devices."""
@@ -48,6 +57,8 @@ class GuardContext:
     protected_paths: tuple[str, ...] = ()  # the case's own records: audit log, artifacts, ...
     # ZFS pools this case imported itself with ``-o readonly=on`` (their export writes nothing)
     readonly_pools: tuple[str, ...] = ()
+    # reads a small text file the command will consume (a dmsetup table), None if unreadable
+    read_text: Callable[[str], str | None] = field(default=_read_small_text)
 
     def is_evidence(self, path: str) -> bool:
         return bool(path) and _inside(path, self.evidence_paths)
@@ -483,8 +494,23 @@ def _check_dmsetup(name: str, args: list[str], ctx: GuardContext) -> Decision:
         if not (_long(args, "--readonly") or "r" in _short_flags(args)):
             return Decision.refuse("dmsetup create without --readonly: evidence devices are "
                                    "only assembled read-only")
-        if len(pos) < 2 or not pos[1].startswith(KIT_DM_PREFIX):
-            return Decision.refuse(f"dmsetup create: the kit names its devices {KIT_DM_PREFIX}*")
+        if _long(args, "--concise", "--table", "--notable", "--uuid", "-u"):
+            return Decision.refuse("dmsetup create: the kit gives one name and one table file "
+                                   "(no --concise, --table or --notable)")
+        if len(pos) != 3 or not pos[1].startswith(KIT_DM_PREFIX):
+            return Decision.refuse(f"dmsetup create: exactly one {KIT_DM_PREFIX}* name and one "
+                                   "table file")
+        table = ctx.read_text(pos[2])
+        if table is None:
+            return Decision.refuse(f"dmsetup create: table file {pos[2]} is unreadable")
+        for line in table.splitlines():
+            f = line.split()
+            if not f or line.lstrip().startswith("#"):
+                continue
+            if len(f) != 5 or f[2] != "linear" or not all(x.isdigit() for x in (f[0], f[1], f[4])):
+                return Decision.refuse("dmsetup create: only linear targets "
+                                       "(START LEN linear DEVICE OFFSET) are allowed; other "
+                                       "targets can write metadata when loaded")
         return Decision.allow()
     if sub == "remove":
         if "f" in _short_flags(args) or _long(args, "--force", "--deferred"):

@@ -40,7 +40,7 @@ CODES = {
     "ZF006": (Severity.WARNING, "ZFS vdev label: pool was not exported (in use when it stopped)"),
     "ZF007": (Severity.ERROR, "ZFS vdev labels unreadable or inconsistent"),
     "ZF010": (Severity.WARNING, "ZFS pool never exported: imported read-only with -f from an image"),
-    "ZF011": (Severity.INFO, "ZFS pool imported under a temporary name (name already in use)"),
+    "ZF011": (Severity.INFO, "ZFS pool imported under a kit-made temporary name (ckr_...)"),
     "ZF012": (Severity.WARNING, "Encrypted ZFS dataset without its key: not mounted"),
     # SMART
     "SM001": (Severity.CRITICAL, "SMART overall health self-assessment failed (DISK FAILING)"),
@@ -61,6 +61,7 @@ CODES = {
     "LC002": (Severity.WARNING, "Unreadable range holds no regular-file data (metadata or free)"),
     "LC003": (Severity.ERROR, "Unreadable range in a shared (reflinked) extent: every owner hit"),
     "LC004": (Severity.WARNING, "The mapfile covers more bytes than the image: another device's?"),
+    "LC005": (Severity.WARNING, "Unreadable range in a filesystem or volume that was not mapped"),
     # copy
     "CP001": (Severity.WARNING, "Copy source is mounted read-write"),
     "CP002": (Severity.ERROR, "Verify pass found differences between source and copy"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ LABEL_ID = b"LABELONE"
 LVM2_TYPE = b"LVM2 001"
 MDA_MAGIC = b" LVM2 x[5A%r0N*>"
 MDA_HEADER_SIZE = 512
+INITIAL_CRC = 0xF597A6CF
+RAW_LOCN_IGNORED = 0x00000001
 
 ReadAt = Callable[[int, int], bytes]
 
@@ -89,6 +92,7 @@ class PhysicalVolume:
     device_size: int
     metadata_text: str
     vg: VolumeGroup
+    problems: list[str] = field(default_factory=list)  # metadata copies that were unusable
 
     @property
     def pv_name(self) -> str | None:
@@ -140,34 +144,53 @@ def read_pv(read_at: ReadAt) -> PhysicalVolume:
     if not mdas:
         raise LvmError("PV has no metadata area (metadatacopies=0): its VG is described only "
                        "on other PVs")
-    text = ""
+    copies: list[tuple[int, str, VolumeGroup]] = []
+    problems: list[str] = []
     for mda_off, mda_size in mdas:
-        text = _read_mda(read_at, mda_off, mda_size)
-        if text:
-            break
-    if not text:
-        raise LvmError("metadata area holds no current metadata")
-    return PhysicalVolume(uuid=uuid, device_size=device_size, metadata_text=text,
-                          vg=volume_group(text))
+        try:
+            text = _read_mda(read_at, mda_off, mda_size)
+            if text:
+                vg = volume_group(text)
+                copies.append((vg.seqno, text, vg))
+        except (LvmError, OSError, struct.error) as exc:
+            problems.append(f"metadata area at {mda_off}: {exc}")
+    if not copies:
+        raise LvmError("no readable current metadata" + (f" ({'; '.join(problems)})"
+                                                          if problems else ""))
+    _seqno, text, vg = max(copies, key=lambda c: c[0])  # the newest valid copy
+    return PhysicalVolume(uuid=uuid, device_size=device_size, metadata_text=text, vg=vg,
+                          problems=problems)
 
 
 def _read_mda(read_at: ReadAt, mda_off: int, mda_size: int) -> str:
     hdr = read_at(mda_off, MDA_HEADER_SIZE)
     if hdr[4:20] != MDA_MAGIC:
         raise LvmError(f"metadata area at {mda_off}: bad magic")
+    if _u32(hdr, 0) != lvm_crc(hdr[4:MDA_HEADER_SIZE]):
+        raise LvmError(f"metadata area at {mda_off}: header checksum mismatch")
     start, size = _u64(hdr, 24), _u64(hdr, 32)
     if size == 0:
         size = mda_size
     off, length = _u64(hdr, 40), _u64(hdr, 48)
+    checksum, flags = _u32(hdr, 56), _u32(hdr, 60)
+    if flags & RAW_LOCN_IGNORED:
+        return ""  # this copy is marked ignored (pvchange --metadataignore)
     if off == 0 or length == 0:
         return ""
-    if length > size:
-        raise LvmError("metadata text larger than its area")
+    if length > size or off >= size:
+        raise LvmError("metadata text outside its area")
     first = min(length, size - off)
     data = read_at(start + off, first)
     if first < length:  # circular buffer: wraps to just after the header
         data += read_at(start + MDA_HEADER_SIZE, length - first)
+    if lvm_crc(data) != checksum:
+        raise LvmError(f"metadata area at {mda_off}: text checksum mismatch")
     return data.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def lvm_crc(data: bytes, initial: int = INITIAL_CRC) -> int:
+    """lvm2's ``calc_crc``: CRC-32 (reflected 0xEDB88320) from ``initial``, no final xor."""
+    return (~zlib.crc32(data, ~initial & 0xFFFFFFFF)) & 0xFFFFFFFF
 
 
 # ---- lvm config text ------------------------------------------------------------------------

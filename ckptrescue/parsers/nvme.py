@@ -124,11 +124,14 @@ def parse_error_log(data: dict[str, Any]) -> list[NvmeErrorEntry]:
     for e in data.get("errors") or []:
         if not isinstance(e, dict):
             continue
+        e = {k.lower(): v for k, v in e.items()}  # some nvme-cli releases print "NSID"
         count = _int(e.get("error_count")) or 0
         if count <= 0:
             continue
+        status = _int(e.get("status_field")) or 0
+        if "phase_tag" not in e:  # nvme-cli 1.x: the raw field, phase tag in bit 0
+            status >>= 1
         out.append(NvmeErrorEntry(error_count=count, sqid=_int(e.get("sqid")) or 0,
-                                  cmdid=_int(e.get("cmdid")) or 0,
-                                  status_field=_int(e.get("status_field")) or 0,
+                                  cmdid=_int(e.get("cmdid")) or 0, status_field=status,
                                   lba=_int(e.get("lba")) or 0, nsid=_int(e.get("nsid")) or 0))
     return out

@@ -157,7 +157,7 @@ def inspect_ext(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str, 
 
 
 def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
-                ev: str) -> tuple[dict[str, Any], list[Finding]]:
+                ev: str, target: str = "") -> tuple[dict[str, Any], list[Finding]]:
     """A ZFS member: its labels and uberblocks (read directly, no ZFS needed), then — where the
     ZFS tools and kernel module exist — the pool's live state when it is imported here
     (``zpool status -vP`` and ``-j``, ``zpool events -v``, ``zfs get``), or else what an
@@ -204,6 +204,12 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
     res = _run(runner, "zpool", "status", "-vP", pool, purpose="zfs pool status")
     facts["zpool_status_rc"] = res.returncode
     pools = zpool_status.parse(res.stdout)
+    vdev_paths = [v.name for p in pools for v in p.vdevs if v.name.startswith("/")]
+    if not any(_same_member(v, node, target) for v in vdev_paths):
+        facts["live_pool_skipped"] = (f"pool {pool} imported here has this GUID but none of its "
+                                      f"devices ({', '.join(vdev_paths) or '?'}) is this member: "
+                                      "a clone; its live state is not this evidence's")
+        return facts, out
     js = _run(runner, "zpool", "status", "-j", "--json-int", "-vP", pool,
               purpose="zfs pool status (JSON, OpenZFS >= 2.3)")
     if js.returncode == 0:
@@ -228,6 +234,20 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
         out.append(_f("ZF005", Severity.WARNING, "checksum=off on " + ", ".join(off)
                       + ": ZFS cannot detect corruption there", ev, datasets=off))
     return facts, out
+
+
+def _same_member(vdev_path: str, node: str, target: str) -> bool:
+    """Is the pool's device ``vdev_path`` this member (``node``, attached from ``target``)?
+    Loop devices compare by backing file, block devices by device number."""
+    try:
+        a, b = os.stat(vdev_path), os.stat(node)
+    except OSError:
+        return False
+    if a.st_rdev == b.st_rdev:
+        return True
+    name = os.path.basename(os.path.realpath(vdev_path))
+    backing = sysfs.loop_backing_file(name) if name.startswith("loop") else None
+    return bool(backing) and os.path.realpath(str(backing)) == os.path.realpath(target)
 
 
 def label_findings(rep: Any, ev: str) -> list[Finding]:
@@ -380,20 +400,24 @@ def device_health(runner: SubprocessRunner, dev: str, ev: str) -> tuple[dict[str
                 health["nvme_error_log"] = {"error": "unparseable"}
             else:
                 health["nvme_error_log"] = [e.to_json() for e in entries]
-                out += nvme_error_findings(entries, disk, sysfs.logical_sector_size(disk))
+                nsid = sysfs.read_attr(sysfs.sys_dir(name) / "nsid")
+                out += nvme_error_findings(entries, disk, sysfs.logical_sector_size(disk),
+                                           int(nsid) if nsid and nsid.isdigit() else None)
         else:
             health["nvme_error_log"] = {"rc": res.returncode, "stderr": res.stderr.strip()[:500]}
     return health, out
 
 
-def nvme_error_findings(entries: list[nvme.NvmeErrorEntry], ev: str,
-                        lba_size: int) -> list[Finding]:
-    """Media errors of the Error Information Log, with the failing LBAs as byte ranges (for
-    ``locate``: the LBA is per namespace, the byte offset assumes ``lba_size``)."""
+def nvme_error_findings(entries: list[nvme.NvmeErrorEntry], ev: str, lba_size: int,
+                        nsid: int | None = None) -> list[Finding]:
+    """Media errors of the (controller-wide) Error Information Log, with the failing LBAs as
+    byte ranges when they belong to the inspected namespace ``nsid`` (whose LBA size is
+    ``lba_size``); entries of other namespaces are listed without byte ranges."""
     media = [e for e in entries if e.is_media_error]
     if not media:
         return []
-    ranges = sorted({(e.nsid, e.lba * lba_size, (e.lba + 1) * lba_size) for e in media})
+    ranges = sorted({(e.nsid, e.lba * lba_size, (e.lba + 1) * lba_size) for e in media
+                     if nsid is None or e.nsid in {nsid, 0xFFFFFFFF}})
     return [_f("NV006", Severity.ERROR, f"NVMe error log: {len(media)} media error(s): "
                + "; ".join(e.describe() for e in media[:5]), ev,
                entries=[e.to_json() for e in media],
@@ -452,7 +476,7 @@ def fs_inspect(target: str | Path, *, case: Case, health: bool = True,
         elif fstype in {"ext2", "ext3", "ext4"}:
             facts, found = inspect_ext(runner, node, ev)
         elif fstype == "zfs_member":
-            facts, found = inspect_zfs(runner, node, fsinfo, ev)
+            facts, found = inspect_zfs(runner, node, fsinfo, ev, str(target))
         else:
             facts, found = {}, []
             if fstype:

@@ -67,6 +67,8 @@ class LocateResult:
     fstype: str | None = None
     tensor_map: str = "unavailable"  # "probe_paths" when tensors were mapped
     notes: list[str] = field(default_factory=list)
+    # device byte ranges of filesystems/volumes that could not be mapped: (start, end, why)
+    unmapped: list[tuple[int, int, str]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -206,13 +208,14 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     elif not ranges:
         result = LocateResult(ranges=[], notes=["the mapfile has no unreadable ranges"])
     else:
-        cands = _filesystems_of(case, image)
+        cands, blind = _filesystems_of(case, image)
         if len(cands) == 1 and cands[0].info.get("TYPE") == "zfs_member":
             _no_zfs()
         if len(cands) > 1:
             result = _locate_each(case, image, ranges, cands)
         else:
             result = _locate_one(case, image, ranges)
+        result.unmapped += blind
     result.findings = _findings(result, str(image))
     size = _size_of(image)
     if size is not None and mp.domain_end > size:
@@ -256,12 +259,17 @@ def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]]) ->
         where.rmdir()
 
 
-def _filesystems_of(case: Case, image: str | Path) -> list[mounting.FsCandidate]:
-    """The filesystems on ``image`` (partitions, LVM logical volumes); [] when none is found."""
+def _filesystems_of(case: Case, image: str | Path) -> tuple[list[mounting.FsCandidate],
+                                                           list[tuple[int, int, str]]]:
+    """The filesystems on ``image`` (partitions, LVM logical volumes), and the device ranges of
+    logical volumes that cannot be mapped (no filesystem, hidden, raid/thin/...)."""
     from ckptrescue.effects.runner import SubprocessRunner
 
     with mounting.attached(image, case=case) as info:
-        return mounting.filesystems(SubprocessRunner(case), info)
+        cands = mounting.filesystems(SubprocessRunner(case), info)
+        blind = [(int(a), int(b), f"LV {u['lv']}: {u['reason']}")
+                 for u in info.get("unmapped_lvs", []) for a, b in u.get("pieces", [])]
+        return cands, blind
 
 
 def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
@@ -274,16 +282,19 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
         if not any(e > d and s < d + n for s, e in ranges for _f, n, d in pieces):
             continue
         if c.info.get("TYPE") == "zfs_member":
-            out.notes.append(f"{c.where}: ZFS member, not mapped (ZFS has no FIEMAP; its own "
-                             "checksums name damaged files)")
+            why = "ZFS member (ZFS has no FIEMAP; its own checksums name damaged files)"
+            out.notes.append(f"{c.where}: {why}, not mapped")
+            out.unmapped += [(d, d + n, f"{c.where}: {why}") for _f, n, d in pieces]
             continue
         where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
         try:
             mres = mounting.mount(image, where, case=case, select=c.where)
         except (ToolFailedError, EvidenceError, UsageError) as exc:
             where.rmdir()
-            out.notes.append(f"{c.where} ({c.info.get('TYPE')}) not mountable: {exc.message}; "
+            out.notes.append(f"{c.where} ({c.fstype}) not mountable: {exc.message}; "
                              "its ranges are not mapped")
+            out.unmapped += [(d, d + n, f"{c.where}: not mountable ({exc.message})")
+                             for _f, n, d in pieces]
             continue
         try:
             part = _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype,
@@ -332,6 +343,14 @@ def _locate_mounted(case: Case, root: Path, ranges: list[tuple[int, int]], start
 def _findings(result: LocateResult, image: str) -> list[Finding]:
     out: list[Finding] = []
     for r in result.ranges:
+        blind = [why for s, e, why in result.unmapped if s < r.end and r.start < e]
+        if not r.files and blind:
+            out.append(Finding("LC005", Severity.WARNING,
+                               f"unreadable bytes [{r.start:#x}, {r.end:#x}) lie in a filesystem "
+                               f"or volume that was not mapped: {'; '.join(blind)}",
+                               evidence=image, offset=r.start, length=r.end - r.start,
+                               source="locate"))
+            continue
         if not r.files:
             out.append(Finding("LC002", Severity.WARNING,
                                f"unreadable bytes [{r.start:#x}, {r.end:#x}) hold no regular-file "

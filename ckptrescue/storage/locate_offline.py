@@ -64,7 +64,11 @@ def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]]) -> 
     runner = SubprocessRunner(case)
     with mounting.attached(image, case=case) as info:
         try:
-            node, fsinfo, start = mounting.pick_filesystem(runner, info, case)
+            cand = mounting.pick_candidate(runner, info)
+            if cand.segments:
+                raise ToolFailedError(f"{image}: {cand.where} is made of several segments; "
+                                      "offline block mapping needs it mounted")
+            node, fsinfo, start = cand.node, cand.info, cand.start
         except EvidenceError:
             node, fsinfo, start = info["device"], {}, 0
         fstype = fsinfo.get("TYPE", "")

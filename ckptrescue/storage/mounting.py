@@ -185,32 +185,39 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
     return info
 
 
-def release(info: dict[str, Any], *, case: Case) -> None:
-    """Undo exactly what :func:`attach` (and :func:`pick_filesystem`) did."""
+def release(info: dict[str, Any], *, case: Case) -> list[str]:
+    """Undo exactly what :func:`attach` (and :func:`filesystems`) did; returns what could not be
+    undone (also logged), so that callers keep their records of it."""
     runner = SubprocessRunner(case)
+    problems: list[str] = []
     for dm_name in reversed(info.get("dm_devices", [])):
-        runner.run(ToolCall.of("dmsetup", "remove", "--noudevsync", dm_name, timeout_s=60,
-                               purpose="remove the read-only LV assembly the kit made"))
+        res = runner.run(ToolCall.of("dmsetup", "remove", "--noudevsync", dm_name, timeout_s=60,
+                                     purpose="remove the read-only LV assembly the kit made"))
+        if res.returncode != 0:
+            problems.append(f"dmsetup remove {dm_name}: {res.stderr.strip()[:200]}")
     for extra in info.get("extra_loops", []):
-        _detach(runner, case, extra["device"], extra["backing_file"])
+        problems += _detach(runner, case, extra["device"], extra["backing_file"])
     for dev in info.get("set_readonly", []):
         with contextlib.suppress(OSError):
             _setro(dev, False)
             case.log("storage.setro_cleared", {"device": dev})
     loopdev = info.get("loop_device")
     if loopdev:
-        _detach(runner, case, loopdev, info.get("backing_file"))
-    case.log("storage.released", {"target": info.get("target"), "loop_device": loopdev})
+        problems += _detach(runner, case, loopdev, info.get("backing_file"))
+    case.log("storage.released", {"target": info.get("target"), "loop_device": loopdev,
+                                  "problems": problems})
+    return problems
 
 
-def _detach(runner: SubprocessRunner, case: Case, loopdev: str, backing: str | None) -> None:
+def _detach(runner: SubprocessRunner, case: Case, loopdev: str, backing: str | None) -> list[str]:
     current = sysfs.loop_backing_file(Path(loopdev).name)
     if current != backing:
         case.log("storage.detach_skipped", {"device": loopdev, "expected": backing,
                                             "found": current})
-        return
-    runner.run(ToolCall.of("losetup", "-d", loopdev, timeout_s=60,
-                           purpose="detach the loop device the kit attached"))
+        return []
+    res = runner.run(ToolCall.of("losetup", "-d", loopdev, timeout_s=60,
+                                 purpose="detach the loop device the kit attached"))
+    return [] if res.returncode == 0 else [f"losetup -d {loopdev}: {res.stderr.strip()[:200]}"]
 
 
 def partition_table(runner: SubprocessRunner, dev: str) -> list[tuple[int, int, int]]:
@@ -238,6 +245,14 @@ class FsCandidate:
     # (fs offset, length, device offset) pieces when the filesystem is not one contiguous range
     # of the target (an LVM logical volume of several segments, assembled read-only)
     segments: list[tuple[int, int, int]] | None = None
+    # an LV of several segments, assembled only when chosen: (PV node, VG name, LogicalVolume)
+    pending: tuple[str, str, Any] | None = None
+
+    @property
+    def fstype(self) -> str:
+        if self.pending:
+            return f"? ({len(self.segments or [])} segments, assembled when chosen)"
+        return self.info.get("TYPE", "")
 
     def matches(self, select: str) -> bool:
         s = select.strip()
@@ -291,10 +306,17 @@ def _lvm_candidates(runner: SubprocessRunner, info: dict[str, Any], pv_node: str
     for lv in pv.vg.lvs:
         name = f"{pv.vg.name}/{lv.name}"
         segs = lv.segments
+        pieces_of = [[pv_start + sg.pv_offset, pv_start + sg.pv_offset + sg.length]
+                     for sg in segs if sg.pv == here and sg.pv_offset is not None]
+        if "VISIBLE" not in lv.status:
+            info.setdefault("unmapped_lvs", []).append({
+                "lv": name, "segments": len(segs), "pieces": pieces_of, "reason": "hidden LV (a component of "
+                "another: raid image, cache origin, thin data, snapshot store): not mapped"})
+            continue
         if not segs or not all(sg.linear and sg.pv == here for sg in segs):
             kinds = ", ".join(sorted({sg.type for sg in segs})) or "no segments"
             info.setdefault("unmapped_lvs", []).append({
-                "lv": name, "segments": len(segs), "reason":
+                "lv": name, "segments": len(segs), "pieces": pieces_of, "reason":
                 f"segment types {kinds}, or on other PVs: not mapped (only linear segments on "
                 "this PV are)"})
             continue
@@ -303,20 +325,17 @@ def _lvm_candidates(runner: SubprocessRunner, info: dict[str, Any], pv_node: str
             assert seg.pv_offset is not None
             start = pv_start + seg.pv_offset
             dev = _attach_slice(runner, info, start, seg.length, f"attach LV {name} read-only")
-            if dev is None:
+            fs = blkid(runner, dev) if dev else {}
+            if not fs.get("TYPE"):
+                info.setdefault("unmapped_lvs", []).append({
+                    "lv": name, "segments": 1, "pieces": [[start, start + seg.length]],
+                    "reason": "no filesystem found (blkid -p)" if dev else "could not attach"})
                 continue
-            found.append(FsCandidate(dev, blkid(runner, dev), start, seg.length, f"LV {name}"))
+            found.append(FsCandidate(str(dev), fs, start, seg.length, f"LV {name}"))
             continue
         pieces = [(sg.lv_offset, sg.length, pv_start + (sg.pv_offset or 0)) for sg in segs]
-        dev = _assemble_lv(runner, info, pv_node, pv.vg.name, lv)
-        if dev is None:
-            info.setdefault("unmapped_lvs", []).append({
-                "lv": name, "segments": len(segs), "reason":
-                f"{len(segs)} segments: assembling them read-only needs device-mapper, which "
-                "this machine does not have"})
-            continue
-        found.append(FsCandidate(dev, blkid(runner, dev), pieces[0][2], lv.size, f"LV {name}",
-                                 segments=pieces))
+        found.append(FsCandidate("", {}, pieces[0][2], lv.size, f"LV {name}", segments=pieces,
+                                 pending=(pv_node, pv.vg.name, lv)))
     info.setdefault("lvm", []).append({"vg": pv.vg.name, "pv": here, "pv_uuid": pv.uuid,
                                        "lvs": [lv.name for lv in pv.vg.lvs]})
     return found
@@ -328,6 +347,8 @@ def _assemble_lv(runner: SubprocessRunner, info: dict[str, Any], pv_node: str, v
     (``dmsetup create --readonly``, recorded in ``info["dm_devices"]``); None without dm."""
     if not os.path.exists("/dev/mapper/control"):
         return None
+    if not sysfs.is_readonly(sysfs.dev_name(pv_node)):
+        raise RefusedError(f"{pv_node} is not read-only: refusing to assemble an LV over it")
     import re
     import uuid
 
@@ -345,15 +366,20 @@ def _assemble_lv(runner: SubprocessRunner, info: dict[str, Any], pv_node: str, v
     res = runner.run(ToolCall.of("dmsetup", "create", "--readonly", "--noudevsync", dm_name,
                                  str(tfile), timeout_s=60,
                                  purpose=f"assemble LV {vg}/{lv.name} read-only"))
+    if res.refused:
+        raise RefusedError(res.refused)
     if res.returncode != 0:
-        return None
+        raise ToolFailedError(f"dmsetup create {dm_name}: {res.stderr.strip()[:300]}")
     info.setdefault("dm_devices", []).append(dm_name)
-    res = runner.run(ToolCall.of("dmsetup", "info", "-c", "--noheadings", "-o", "blk_devname",
+    res = runner.run(ToolCall.of("dmsetup", "info", "-c", "--noheadings", "-o", "blkdevname",
                                  dm_name, timeout_s=60, purpose="device node of the assembly"))
-    node = f"/dev/{res.stdout.strip()}"
-    if not res.stdout.strip() or not sysfs.is_readonly(res.stdout.strip()):
-        raise RefusedError(f"{dm_name} did not come up read-only")
-    return node
+    kname = res.stdout.strip()
+    if res.returncode != 0 or not kname:
+        raise ToolFailedError(f"dmsetup info {dm_name}: no device name "
+                              f"({res.stderr.strip()[:200]})")
+    if not sysfs.is_readonly(kname):
+        raise RefusedError(f"{dm_name} ({kname}) did not come up read-only")
+    return f"/dev/{kname}"
 
 
 def filesystems(runner: SubprocessRunner, info: dict[str, Any]) -> list[FsCandidate]:
@@ -389,6 +415,22 @@ def filesystems(runner: SubprocessRunner, info: dict[str, Any]) -> list[FsCandid
     return found
 
 
+def _realize(runner: SubprocessRunner, info: dict[str, Any], c: FsCandidate) -> FsCandidate:
+    """Assemble a chosen multi-segment LV (device-mapper, read-only) and identify it."""
+    if c.pending is None:
+        return c
+    pv_node, vg, lv = c.pending
+    dev = _assemble_lv(runner, info, pv_node, vg, lv)
+    if dev is None:
+        raise EvidenceError(f"{c.where} has {len(c.segments or [])} segments: assembling them "
+                            "read-only needs device-mapper, which this machine does not have",
+                            hint="run on a machine with device-mapper (dm_mod)")
+    fs = blkid(runner, dev)
+    if not fs.get("TYPE"):
+        raise EvidenceError(f"{c.where}: no filesystem found (blkid -p)")
+    return FsCandidate(dev, fs, c.start, c.size, c.where, segments=c.segments)
+
+
 def pick_filesystem(runner: SubprocessRunner, info: dict[str, Any], case: Case,
                     select: str | None = None) -> tuple[str, dict[str, str], int]:
     """(node, blkid info, start bytes) of the one filesystem on an attached target, or of the
@@ -407,14 +449,14 @@ def pick_candidate(runner: SubprocessRunner, info: dict[str, Any],
                              + (", ".join(c.where for c in found) or "none") + ")")
         found = chosen[:1]
     if len(found) == 1:
-        return found[0]
+        return _realize(runner, info, found[0])
     unmapped = "; ".join(f"{u.get('lv', u.get('pv'))}: {u['reason']}"
                          for u in info.get("unmapped_lvs", []))
     if not found:
         raise EvidenceError(f"{info['device']}: no filesystem found (blkid -p)"
                             + (f"; LVM: {unmapped}" if unmapped else ""))
     raise UsageError(f"{info['device']}: several filesystems ("
-                     + ", ".join(f"{c.where}: {c.info.get('TYPE')}" for c in found)
+                     + ", ".join(f"{c.where}: {c.fstype}" for c in found)
                      + "); choose one with --filesystem")
 
 
@@ -435,10 +477,16 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     runner = SubprocessRunner(case)
     try:
         cand = pick_candidate(runner, info, select)
-        node, fsinfo, start = cand.node, cand.info, cand.start
-        fstype = fsinfo["TYPE"]
-        if fstype == "zfs_member":
-            return _mount_zfs(runner, case, info, node, fsinfo, start, target, mp, state)
+        if not cand.info.get("TYPE"):
+            raise EvidenceError(f"{cand.where}: no filesystem found (blkid -p)")
+    except BaseException:
+        _release_or_keep(info, case, state)
+        raise
+    node, fsinfo, start = cand.node, cand.info, cand.start
+    fstype = fsinfo["TYPE"]
+    if fstype == "zfs_member":
+        return _mount_zfs(runner, case, info, node, fsinfo, start, target, mp, state)
+    try:
         opts = RO_OPTIONS.get(fstype, "ro")
         findings: list[Finding] = []
         uuid = fsinfo.get("UUID")
@@ -456,7 +504,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
                                   f"{res.stderr.strip() or res.stdout.strip()}",
                                   hint="use `ckptrescue fs inspect` and `locate` (offline)")
     except BaseException:
-        release(info, case=case)
+        _release_or_keep(info, case, state)
         raise
     findings.append(Finding("MT001", Severity.INFO, f"{target} mounted on {mp} with {opts} on a "
                             "read-only block device", evidence=str(target), source="mount"))
@@ -471,6 +519,17 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     case.add_findings(findings)
     case.log("storage.mounted", result.to_json())
     return result
+
+
+def _release_or_keep(info: dict[str, Any], case: Case, state: Path) -> None:
+    """Release after a failed mount; what could not be released stays recorded at ``state`` so
+    that ``umount`` can finish the job."""
+    problems = release(info, case=case)
+    if problems:
+        state.write_text(json.dumps({**{k: info.get(k) for k in (
+            "target", "loop_device", "backing_file", "set_readonly", "extra_loops",
+            "dm_devices")}, "device": info.get("device"), "failed_mount": True,
+            "problems": problems}, indent=2) + "\n")
 
 
 def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node: str,
@@ -498,10 +557,17 @@ def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node:
     except BaseException:
         if result.zfs_pool:
             try:
-                zfs_pool.export(runner, result.zfs_pool)
-            finally:
-                state.unlink(missing_ok=True)
-        raise  # mount() releases the loop devices
+                zfs_pool.export(runner, result.zfs_pool, result.uuid)
+            except Exception as exc:  # the pool stays imported (read-only): keep its record
+                case.log("storage.zfs_left_imported", {"pool": result.zfs_pool,
+                                                       "error": str(exc)})
+                raise ToolFailedError(
+                    f"mount failed and pool {result.zfs_pool} could not be exported ({exc}); "
+                    "it stays imported read-only",
+                    hint=f"retry with `ckptrescue umount {mp} --case {case.root}`") from exc
+            state.unlink(missing_ok=True)
+        _release_or_keep(info, case, state)
+        raise
     result.datasets = imp.datasets
     mounted = [d["mountpoint"] for d in imp.datasets if d["mounted"]]
     result.findings = [*imp.findings, Finding(
@@ -525,17 +591,24 @@ def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
     if data.get("zfs_pool"):
         from ckptrescue.storage import zfs_pool
 
-        zfs_pool.export(runner, data["zfs_pool"])
+        zfs_pool.export(runner, data["zfs_pool"], data.get("uuid"))
     elif any(m.mountpoint == os.path.realpath(mountpoint) for m in sysfs.mounts()):
         res = runner.run(ToolCall.of("umount", str(mountpoint), timeout_s=120,
                                      purpose="unmount what the kit mounted"))
         if res.returncode != 0:
             raise ToolFailedError(f"umount {mountpoint}: {res.stderr.strip()}",
                                   hint="a process may still use it (fuser -vm MOUNTPOINT)")
-    release({"target": data["target"], "loop_device": data["loop_device"],
-             "backing_file": data["backing_file"], "set_readonly": data["set_readonly"],
-             "extra_loops": data.get("extra_loops", []),
-             "dm_devices": data.get("dm_devices", [])}, case=case)
+    problems = release({"target": data["target"], "loop_device": data["loop_device"],
+                        "backing_file": data["backing_file"],
+                        "set_readonly": data.get("set_readonly") or [],
+                        "extra_loops": data.get("extra_loops") or [],
+                        "dm_devices": data.get("dm_devices") or []}, case=case)
+    if problems:
+        data["problems"] = problems
+        state.write_text(json.dumps(data, indent=2) + "\n")
+        raise ToolFailedError(f"{mountpoint}: unmounted, but not everything was released: "
+                              + "; ".join(problems),
+                              hint="the record is kept: run the same umount again")
     state.unlink()
     case.log("storage.unmounted", {"mountpoint": str(mountpoint), "device": data["device"]})
     return data

@@ -162,14 +162,30 @@ def volume_device_names(volume: str) -> set[str]:
         disk = sysfs.parent_disk(name)
         todo.append(disk)
         todo.extend(sysfs.slaves(disk))
-        m = re.match(r"(nvme\d+)(?:c\d+)?n\d+", disk)
-        if m:
-            names.add(m.group(1))
+        todo.extend(sysfs.partitions(disk))  # same physical disk: its errors concern us too
+        if disk.startswith("nvme"):
+            names |= nvme_controllers(disk)
         if disk.startswith("loop"):
             backing = sysfs.loop_backing_file(disk)
             if backing and os.path.exists(backing):
                 names |= volume_device_names(backing)
     return names
+
+
+def nvme_controllers(disk: str) -> set[str]:
+    """Controllers (``nvmeN``) serving an NVMe namespace disk, from sysfs: its ``device`` is the
+    controller, or with native multipath the subsystem, whose controllers are its children.
+    (``nvme0n1``'s 0 is the subsystem's instance, not necessarily controller nvme0's.)"""
+    dev = sysfs.sys_dir(disk) / "device"
+    try:
+        real = Path(os.path.realpath(dev))
+    except OSError:
+        return set()
+    if re.fullmatch(r"nvme\d+", real.name):
+        return {real.name}
+    if real.name.startswith("nvme-subsys"):
+        return {p.name for p in real.iterdir() if re.fullmatch(r"nvme\d+", p.name)}
+    return set()
 
 
 def _maps(pid: int) -> str:

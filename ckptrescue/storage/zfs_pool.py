@@ -71,12 +71,11 @@ def imported_pools(runner: SubprocessRunner) -> dict[str, str]:
     return out
 
 
-def _free_name(name: str, taken: set[str]) -> str:
-    base = f"{name}_ckr"
+def _free_name(base: str, taken: set[str]) -> str:
     cand, n = base, 1
     while cand in taken:
         n += 1
-        cand = f"{base}{n}"
+        cand = f"{base}_{n}"
     return cand
 
 
@@ -113,7 +112,8 @@ def import_readonly(runner: SubprocessRunner, case: Case, *, members: list[str],
         other = next(n for n, g in live.items() if g == guid)
         raise RefusedError(f"pool {name} (GUID {guid}) is already imported here as {other}",
                            hint="the evidence may be the live pool itself: image it first")
-    temp = _free_name(name, set(live)) if (not name or name in live) else None
+    # always a kit-made in-core name: the on-disk name may be stale, damaged or the host's own
+    temp = _free_name(f"ckr_{guid[-8:]}", set(live))
     findings: list[Finding] = []
     argv = import_argv(guid, members, altroot, temp_name=temp, force=False)
     res = runner.run(ToolCall(argv=tuple(argv), timeout_s=600, purpose="import the pool read-only"))
@@ -139,7 +139,10 @@ def import_readonly(runner: SubprocessRunner, case: Case, *, members: list[str],
         first = next(iter((res.stderr or res.stdout).strip().splitlines()), "")
         raise ToolFailedError(f"zpool import failed (rc {res.returncode}): {first}",
                               hint="`ckptrescue fs inspect` reads the vdev labels without import")
-    pool = temp or name
+    pool = temp
+    if imported_pools(runner).get(pool) != guid:
+        raise ToolFailedError(f"zpool import reported success but no pool {pool} with GUID "
+                              f"{guid} is imported")
     if on_imported is not None:
         on_imported(pool)
     imp = PoolImport(pool=pool, ondisk_name=name, guid=guid, argv=argv, forced=forced,
@@ -150,11 +153,9 @@ def import_readonly(runner: SubprocessRunner, case: Case, *, members: list[str],
         raise ToolFailedError(f"pool {pool} did not come up read-only "
                               f"(readonly={ro.stdout.strip()!r}); exporting it")
     imp.datasets = mount_datasets(runner, pool, evidence, imp.findings)
-    if temp:
-        imp.findings.append(Finding(
-            "ZF011", Severity.INFO, f"a pool named {name} is already imported on this host: the "
-            f"evidence pool was imported under the temporary name {temp}", evidence=evidence,
-            source="mount"))
+    imp.findings.append(Finding(
+        "ZF011", Severity.INFO, f"pool {name or '?'} (GUID {guid}) imported under the temporary "
+        f"name {temp} (on disk it keeps its name)", evidence=evidence, source="mount"))
     return imp
 
 
@@ -188,10 +189,15 @@ def mount_datasets(runner: SubprocessRunner, pool: str, evidence: str,
     return out
 
 
-def export(runner: SubprocessRunner, pool: str) -> None:
-    """Export a pool this case imported read-only (unmounts its datasets)."""
-    if pool not in imported_pools(runner):
+def export(runner: SubprocessRunner, pool: str, guid: str | None) -> None:
+    """Export a pool this case imported read-only (unmounts its datasets), after checking that
+    the pool of that name is still the one with the recorded GUID."""
+    live = imported_pools(runner)
+    if pool not in live:
         return
+    if guid and live[pool] != guid:
+        raise RefusedError(f"pool {pool} now has GUID {live[pool]}, not {guid}: not the pool "
+                           "this case imported; not exporting it")
     res = runner.run(ToolCall.of("zpool", "export", pool, timeout_s=300,
                                  purpose="export the pool the kit imported read-only"))
     if res.refused:

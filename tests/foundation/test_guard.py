@@ -113,6 +113,9 @@ REFUSED = [
     ("zpool export -a", "-a/-f"),
     ("dmsetup create vg-data --table '0 8 linear /dev/loop0 0'", "--readonly"),
     ("dmsetup create --readonly vg-data t.table", "ckr-"),
+    ("dmsetup create --readonly --concise ckr-a,,,ro,0", "--concise"),
+    ("dmsetup create --readonly ckr-a", "table file"),
+    ("dmsetup create --readonly ckr-a /nonexistent/t.table", "unreadable"),
     ("dmsetup remove vg-data", "only the kit"),
     ("dmsetup remove --force ckr-1-vg-data", "--force"),
     ("dmsetup reload ckr-1 t.table", "changes device-mapper"),
@@ -168,7 +171,6 @@ ALLOWED = [
     "dmsetup table",
     "dmsetup ls --tree",
     "dmsetup info -c --noheadings -o blk_devname ckr-1-vg-data",
-    "dmsetup create --readonly --noudevsync ckr-1a2b-vg-data /case/work/lvm/t.table",
     "dmsetup remove --noudevsync ckr-1a2b-vg-data",
     "lsblk -J",
     "lsblk -J -o NAME,PKNAME,MAJ:MIN,TYPE,RO,START,MOUNTPOINTS",
@@ -257,3 +259,15 @@ def test_zpool_export_only_of_a_pool_this_case_imported_read_only() -> None:
     assert not check(["zpool", "export", "-f", "tank_ckr"], ctx).allowed
     assert not check(["zpool", "export", "tank_ckr", "rpool"], ctx).allowed
     assert not check(["zpool", "export", "tank_ckr"], CTX).allowed
+
+
+def test_dmsetup_create_only_read_only_linear_tables(tmp_path) -> None:
+    good = tmp_path / "good.table"
+    good.write_text("0 8192 linear /dev/loop3 2048\n8192 8192 linear /dev/loop3 40960\n")
+    bad = tmp_path / "bad.table"
+    bad.write_text("0 8192 linear /dev/loop3 2048\n0 8192 thin-pool /dev/loop3 /dev/loop4 128 0\n")
+    ok = ["dmsetup", "create", "--readonly", "--noudevsync", "ckr-1a2b-vg-data", str(good)]
+    assert check(ok, CTX).allowed
+    assert not check([*ok[:-1], str(bad)], CTX).allowed
+    assert not check(["dmsetup", "create", "--noudevsync", "ckr-1a2b-vg-data", str(good)],
+                     CTX).allowed

@@ -79,13 +79,19 @@ def test_locate_maps_disk_sectors_through_the_lv_to_the_tensor(lvm_disk, case, t
                                                                 no_leftovers):
     img, _vg, lvs, (file_lo, file_hi), bad = lvm_disk
     in_scratch = (lvs["scratch"][0] + (8 << 20), lvs["scratch"][0] + (8 << 20) + 512)
+    in_tail = (lvs["tail"][0] + 4096, lvs["tail"][0] + 8192)  # an LV without a filesystem
     mapfile = tmp_path / "disk.map"
-    mapfile.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size, [in_scratch, bad]))
+    mapfile.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size,
+                                                       [in_scratch, bad, in_tail]))
     before = fx.sha256(img)
     loc = locate(mapfile, img, case=case)
     data = loc.to_json()
-    assert [(r["start"], r["end"]) for r in data["ranges"]] == [in_scratch, bad]
+    assert [(r["start"], r["end"]) for r in data["ranges"]] == [in_scratch, bad, in_tail]
     assert data["ranges"][0]["files"] == []  # free space of the ext4 LV
+    assert data["ranges"][2]["files"] == []
+    by_start = {f.offset: f.code for f in loc.findings}
+    assert by_start[in_scratch[0]] == "LC002"  # mapped: really free space
+    assert by_start[in_tail[0]] == "LC005"  # not mapped: no verdict on its content
     (hit,) = data["ranges"][1]["files"]
     assert (hit["path"], hit["file_offset"], hit["length"]) == (
         "ckpt/step-200/model.pt", file_lo, file_hi - file_lo)
@@ -125,3 +131,19 @@ def test_cli_mount_and_fs_inspect_choose_a_logical_volume(lvm_disk, tmp_path, no
     finally:
         assert run("umount", str(mnt), "--case", str(case)).returncode == 0
     assert fx.sha256(img) == before
+
+
+def test_damaged_pv_metadata_is_detected_not_trusted(lvm_disk):
+    img, vg, _lvs, _f, _d = lvm_disk
+    with open(img, "rb") as fh:
+        fh.seek(2048 * 512)
+        head = bytearray(fh.read(1 << 20))
+    text_at = head.rfind(f"{vg} {{".encode())
+    assert text_at > 0
+    head[text_at + 40] ^= 0x01  # one bit inside the current metadata text
+
+    def read_at(off: int, n: int) -> bytes:
+        return bytes(head[off:off + n])
+
+    with pytest.raises(lvm_metadata.LvmError, match="checksum"):
+        lvm_metadata.read_pv(read_at)
