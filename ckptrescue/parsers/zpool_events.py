@@ -5,9 +5,11 @@ embedded nvlist is ``name = (embedded nvlist)`` ... ``(end name)``. Values: ``"t
 ``0x..`` (one integer), several integers (array), otherwise the raw text. Tested against real
 outputs recorded on OpenZFS 2.3 (fixtures/transcripts/zfs/).
 
-For ``ereport.fs.zfs.checksum``/``io`` the ``zio_offset`` is the byte offset of the failed I/O
-*inside the vdev's allocatable space*: on the member device it starts after the two front labels
-and the boot area, ``VDEV_LABEL_START_SIZE`` = 4 MiB.
+For ``ereport.fs.zfs.checksum``/``io`` on a leaf vdev, ``zio_offset`` is the byte offset of the
+failed I/O on the member device itself: the child I/O already includes the 4 MiB of front
+labels and boot area (recorded: a block at DVA offset 0x15c000 fails with zio_offset 0x55c000).
+``zio_objset``/``zio_object``/``zio_blkid`` name the dataset, the object (a file's inode number)
+and its block (file offset = blkid x the file's block size for level-0 blocks).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-VDEV_LABEL_START_SIZE = 4 << 20
 ERROR_CLASSES = ("ereport.fs.zfs.checksum", "ereport.fs.zfs.io", "ereport.fs.zfs.data",
                  "ereport.fs.zfs.authentication", "ereport.fs.zfs.deadman",
                  "ereport.fs.zfs.delay", "ereport.fs.zfs.probe_failure",
@@ -42,13 +43,13 @@ class ZEvent:
     def device_range(self) -> tuple[int, int] | None:
         """[start, end) byte range of the failed I/O on the member device, when known."""
         off, size = self.get("zio_offset"), self.get("zio_size")
-        if isinstance(off, int) and isinstance(size, int) and size > 0:
-            return off + VDEV_LABEL_START_SIZE, off + VDEV_LABEL_START_SIZE + size
+        if isinstance(off, int) and isinstance(size, int) and size > 0 and self.get("vdev_path"):
+            return off, off + size
         return None
 
 
 def value(text: str) -> Any:
-    t = text.strip()
+    t = re.sub(r"\s+\[[^\]]*\]$", "", text.strip())  # "0x4 [SCRUB]": the flags' names
     if len(t) >= 2 and t[0] == t[-1] == '"':
         return t[1:-1]
     parts = t.split()

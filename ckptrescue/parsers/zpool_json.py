@@ -3,8 +3,10 @@
 Gives the same :class:`zpool_status.PoolStatus` as the text parser: ``pools`` maps each pool name
 to ``name``, ``state``, ``status``/``action`` (when the pool has a problem), ``scan_stats``,
 ``vdevs`` (nested: each vdev has ``vdev_type``, ``state``, ``read_errors``, ``write_errors``,
-``checksum_errors`` — strings unless ``--json-int`` — and its own ``vdevs``), ``error_count``
-and, with ``-v``, ``errors`` (the damaged files). Tested against real outputs recorded on
+``checksum_errors`` — strings unless ``--json-int`` — and its own ``vdevs``; a missing device
+has the vdev state's own name, e.g. ``CANT_OPEN`` where the text says ``UNAVAIL``, and ``was``),
+``error_count``
+and, with ``-v``, ``errlist`` (the damaged files). Tested against real outputs recorded on
 OpenZFS 2.3 (fixtures/transcripts/zfs/).
 """
 
@@ -36,7 +38,7 @@ def _walk(vdevs: Any, depth: int, out: list[Vdev]) -> None:
         out.append(Vdev(str(v.get("name", name)), str(v.get("state", "")),
                         _n(v.get("read_errors")), _n(v.get("write_errors")),
                         _n(v.get("checksum_errors")), depth,
-                        str(v.get("aux", v.get("msg", "")) or "")))
+                        f"was {v['was']}" if v.get("was") else str(v.get("aux", "") or "")))
         _walk(v.get("vdevs"), depth + 2, out)
 
 
@@ -73,7 +75,7 @@ def parse(text: str) -> list[PoolStatus]:
                         status=str(p.get("status", "") or ""),
                         action=str(p.get("action", "") or ""), scan=_scan(p.get("scan_stats")))
         _walk(p.get("vdevs"), 0, ps.vdevs)
-        ps.error_files = _error_files(p.get("errors"))
+        ps.error_files = _error_files(p.get("errlist", p.get("errors")))
         ps.data_errors = _n(p.get("error_count")) if "error_count" in p else None
         if ps.error_files and (ps.data_errors or 0) < len(ps.error_files):
             ps.data_errors = len(ps.error_files)

@@ -62,7 +62,7 @@ def test_pv_metadata_read_without_lvm_matches_lvm2(lvm_disk):
 def test_mount_one_logical_volume_read_only(lvm_disk, case, tmp_path, no_leftovers):
     img, vg, _lvs, _f, _d = lvm_disk
     before = fx.sha256(img)
-    with pytest.raises(UsageError, match="several filesystems.*--filesystem"):
+    with pytest.raises(UsageError, match=r"several filesystems.*--filesystem"):
         mounting.mount(img, tmp_path / "m0", case=case)
     res = mounting.mount(img, tmp_path / "mnt", case=case, select=f"{vg}/data")
     try:
