@@ -15,7 +15,9 @@ the same form without the 4-byte header.
 
 An uberblock: ``ub_magic`` 0x00bab10c (in the writer's byte order), ``ub_version``, ``ub_txg``,
 ``ub_guid_sum``, ``ub_timestamp`` (seconds), then the root block pointer. The active one is the
-valid uberblock with the highest txg.
+valid uberblock with the highest txg. Labels and uberblocks carry an embedded SHA-256 checksum
+(``zio_eck_t`` in their last 40 bytes, verifier = their byte offset on the device): a label or
+uberblock whose checksum does not verify is not trusted.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ NVLIST_SIZE = 112 << 10
 UBERBLOCK_RING_OFFSET = 128 << 10
 UBERBLOCK_RING_SIZE = 128 << 10
 UB_MAGIC = 0x00BAB10C
+ZEC_MAGIC = 0x0210DA7AB10C7A11  # zio_eck_t.zec_magic: an embedded checksum follows
 POOL_STATES = {0: "ACTIVE", 1: "EXPORTED", 2: "DESTROYED", 3: "SPARE", 4: "L2CACHE",
                5: "UNINITIALIZED", 6: "UNAVAIL", 7: "POTENTIALLY_ACTIVE"}
 
@@ -111,7 +114,7 @@ def _value(x: _Xdr, kind: int, nelem: int) -> Any:
     if kind == _BOOLEAN:
         return True
     if kind in _SMALL:
-        v = x.i32()
+        v = x.u32() if kind in {_UINT16, _UINT32, _UINT8, _BYTE} else x.i32()
         return bool(v) if kind == _BOOLEAN_VALUE else v
     if kind in {_UINT64, _HRTIME}:
         return x.u64()
@@ -134,6 +137,26 @@ def _value(x: _Xdr, kind: int, nelem: int) -> Any:
     return None  # unknown type: skipped by the pair's encoded size
 
 
+def embedded_checksum_ok(block: bytes, offset: int) -> bool | None:
+    """Verify a label-type embedded checksum (``ZIO_CHECKSUM_LABEL``): the block's last 40 bytes
+    are ``zec_magic`` and four checksum words; SHA-256 is taken over the block with the words
+    replaced by the verifier ``(offset, 0, 0, 0)`` — the block's byte offset on the device —
+    in the writer's byte order, and compared as four big-endian words. None: no checksum."""
+    import hashlib
+
+    tail = block[-40:]
+    for order in ("<", ">"):
+        if struct.unpack(order + "Q", tail[:8])[0] == ZEC_MAGIC:
+            break
+    else:
+        return None
+    expected = struct.unpack(order + "4Q", tail[8:])
+    work = bytearray(block)
+    work[-32:] = struct.pack(order + "4Q", offset, 0, 0, 0)
+    actual = struct.unpack(">4Q", hashlib.sha256(bytes(work)).digest())
+    return actual == expected
+
+
 def unpack_nvlist(buf: bytes) -> dict[str, Any]:
     """A packed nvlist (with its 4-byte header) -> dict. Only the XDR encoding (what labels use)."""
     if len(buf) < 12:
@@ -151,6 +174,7 @@ class Uberblock:
     version: int
     guid_sum: int
     byteorder: str
+    checksum_ok: bool | None = None
 
 
 @dataclass
@@ -160,10 +184,12 @@ class Label:
     config: dict[str, Any] | None
     error: str = ""
     uberblocks: list[Uberblock] = field(default_factory=list)
+    checksum_ok: bool | None = None
 
     @property
     def active_uberblock(self) -> Uberblock | None:
-        return max(self.uberblocks, key=lambda u: u.txg, default=None)
+        return max((u for u in self.uberblocks if u.checksum_ok is not False),
+                   key=lambda u: u.txg, default=None)
 
 
 @dataclass
@@ -182,7 +208,8 @@ class MemberReport:
 
     @property
     def active_uberblock(self) -> Uberblock | None:
-        ubs = [u for lb in self.labels for u in lb.uberblocks]
+        """The valid uberblock (checksum verified) with the highest txg."""
+        ubs = [u for lb in self.labels for u in lb.uberblocks if u.checksum_ok is not False]
         return max(ubs, key=lambda u: u.txg, default=None)
 
     def summary(self) -> dict[str, Any]:
@@ -205,6 +232,9 @@ class MemberReport:
                          "path": tree.get("path")},
             "features_for_read": sorted((cfg.get("features_for_read") or {}).keys()),
             "labels_valid": [lb.index for lb in self.labels if lb.config],
+            "labels_checksum_ok": {lb.index: lb.checksum_ok for lb in self.labels},
+            "uberblocks_bad_checksum": sum(1 for lb in self.labels for u in lb.uberblocks
+                                           if u.checksum_ok is False),
             "labels_invalid": {lb.index: lb.error for lb in self.labels if not lb.config},
             "label_txgs": {lb.index: (lb.config or {}).get("txg") for lb in self.labels
                            if lb.config},
@@ -219,7 +249,9 @@ def label_offsets(size: int) -> list[int]:
     return [0, LABEL_SIZE, psize - 2 * LABEL_SIZE, psize - LABEL_SIZE]
 
 
-def parse_uberblocks(ring: bytes, ashift: int) -> list[Uberblock]:
+def parse_uberblocks(ring: bytes, ashift: int, ring_offset: int | None = None) -> list[Uberblock]:
+    """Uberblocks of a ring; with ``ring_offset`` (the ring's byte offset on the device) each
+    one's embedded checksum is verified."""
     slot = 1 << max(10, min(13, ashift))
     out = []
     for i in range(len(ring) // slot):
@@ -230,7 +262,9 @@ def parse_uberblocks(ring: bytes, ashift: int) -> list[Uberblock]:
             magic, version, txg, guid_sum, ts = struct.unpack(fmt, raw)
             if magic == UB_MAGIC:
                 if txg > 0:
-                    out.append(Uberblock(i, txg, ts, version, guid_sum, order))
+                    ok = (None if ring_offset is None else embedded_checksum_ok(
+                        ring[i * slot:(i + 1) * slot], ring_offset + i * slot))
+                    out.append(Uberblock(i, txg, ts, version, guid_sum, order, ok))
                 break
     return out
 
@@ -246,13 +280,17 @@ def read_member(read_at: ReadAt, size: int) -> MemberReport:
             buf = read_at(off + NVLIST_OFFSET, NVLIST_SIZE)
             if not buf.strip(b"\0"):
                 raise NvlistError("label is blank")
+            lab.checksum_ok = embedded_checksum_ok(buf, off + NVLIST_OFFSET)
+            if lab.checksum_ok is False:
+                raise NvlistError("label checksum mismatch")
             lab.config = unpack_nvlist(buf)
         except (NvlistError, OSError, struct.error) as exc:
             lab.error = str(exc)
         ashift = int(((lab.config or {}).get("vdev_tree") or {}).get("ashift", 9) or 9)
         try:
             lab.uberblocks = parse_uberblocks(
-                read_at(off + UBERBLOCK_RING_OFFSET, UBERBLOCK_RING_SIZE), ashift)
+                read_at(off + UBERBLOCK_RING_OFFSET, UBERBLOCK_RING_SIZE), ashift,
+                off + UBERBLOCK_RING_OFFSET)
         except OSError as exc:
             lab.error = lab.error or f"uberblocks unreadable: {exc}"
         labels.append(lab)
