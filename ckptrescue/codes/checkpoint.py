@@ -21,6 +21,7 @@ CODES = {
     "TZ011": (E, "Central directory damaged or inconsistent"),
     "TZ012": (E, "Metadata record (version/byteorder/...) damaged or missing"),
     "TZ020": (E, "Not a checkpoint: empty, Git-LFS pointer, HTML or unknown bytes"),
+    "IO001": (E, "Bytes of a checkpoint file are unreadable (I/O error): tensors there are lost"),
     # torch legacy (pre-1.6) stream
     "TL001": (E, "Legacy checkpoint truncated: storages cut short"),
     "TL002": (E, "Legacy storage element count disagrees with the pickle"),

@@ -72,7 +72,9 @@ class SafetensorsFormat:
                                   files=[spath])
         size = os.path.getsize(path)
         verdicts: list[Verdict] = []
-        with open(path, "rb") as fh:
+        from ckptrescue.effects.tolerant_io import open_evidence
+
+        with open_evidence(path) as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
             if 8 + n > size:
                 report.findings.append(finding("ST001", f"header length {n} runs past the end "

@@ -471,7 +471,9 @@ class TorchZipFormat:
 
     @classmethod
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
-        with open(path, "rb") as fh:
+        from ckptrescue.effects.tolerant_io import open_evidence
+
+        with open_evidence(path) as fh:
             part = probe_zip(fh, str(path), do_numeric=options.numeric)
         report = CheckpointReport(path=str(path), format=cls.name, verdict=Verdict.INTACT,
                                   tensors=part.tensors, findings=part.findings,

@@ -79,7 +79,22 @@ def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
     """Read up to ``length`` bytes at ``offset`` (short at EOF); never moves other readers."""
     if length <= 0 or offset < 0:
         return b""
-    return os.pread(fh.fileno(), length, offset)
+    fd = fh.fileno()
+    out = b""
+    while len(out) < length:
+        try:
+            got = os.pread(fd, length - len(out), offset + len(out))
+        except OSError as exc:  # EIO on an evidence reader: zeros for the bad units, recorded
+            from ckptrescue.effects.tolerant_io import tolerant_of
+
+            got = tolerant_of(fh, exc).pread(length - len(out), offset + len(out))
+        if not got:
+            break
+        out += got
+        # a short read before the end of the file stops at an unreadable sector: go on
+        if len(out) < length and offset + len(out) >= os.fstat(fd).st_size:
+            break
+    return out
 
 
 def crc_range(
@@ -103,9 +118,18 @@ def crc_range(
     mv = memoryview(buf)
     while pos < end:
         step = min(chunk - (pos % chunk), end - pos, len(buf))
-        got = os.preadv(fd, [mv[:step]], pos)
+        try:
+            got = os.preadv(fd, [mv[:step]], pos)
+        except OSError as exc:  # EIO on an evidence reader: zeros for the bad units, recorded
+            from ckptrescue.effects.tolerant_io import tolerant_of
+
+            data = tolerant_of(fh, exc).pread(step, pos)
+            mv[:len(data)] = data
+            got = len(data)
         if got <= 0:
             break
+        if got < step and pos + got < os.fstat(fd).st_size:
+            step = got  # short read before the end (an unreadable sector follows): go on
         view = mv[:got]
         if want_crc:
             crc = zlib.crc32(view, crc)

@@ -201,14 +201,57 @@ def probe_one(fmt: type | None, path: Path, options: ProbeOptions) -> Checkpoint
     """Probe one checkpoint root with its format (or report it unreadable)."""
     if fmt is None:
         return _unreadable(path)
-    try:
-        report: CheckpointReport = fmt.probe(path, options)
-    except OSError as exc:
-        report = CheckpointReport(path=str(path), format=getattr(fmt, "name", "?"),
-                                  verdict=Verdict.UNREADABLE, files=[str(path)])
-        report.findings.append(finding("TZ020", f"{path}: read failed: {exc}",
-                                       evidence=str(path)))
+    from ckptrescue.effects.tolerant_io import collect_unreadable
+
+    with collect_unreadable() as unreadable:
+        try:
+            report: CheckpointReport = fmt.probe(path, options)
+        except OSError as exc:
+            report = CheckpointReport(path=str(path), format=getattr(fmt, "name", "?"),
+                                      verdict=Verdict.UNREADABLE, files=[str(path)])
+            report.findings.append(finding("TZ020", f"{path}: read failed: {exc}",
+                                           evidence=str(path)))
+    if unreadable:
+        mark_unreadable(report, unreadable)
     return report
+
+
+def mark_unreadable(report: CheckpointReport, unreadable: dict[str, list[tuple[int, int]]]
+                    ) -> None:
+    """Tensors whose bytes lie in unreadable (EIO) ranges are damaged; one IO001 per file."""
+    import os
+
+    from ckptrescue.formats import tensormap
+
+    all_hit: set[str] = set()
+    for fpath, ranges in sorted(unreadable.items()):
+        hit: list[str] = []
+        for rec in report.tensors:
+            if (rec.file is None or rec.offset is None or rec.length is None
+                    or os.path.realpath(rec.file) != fpath):
+                continue
+            if any(a < rec.offset + rec.length and rec.offset < b for a, b in ranges):
+                rec.status = "damaged"
+                reason = "bytes unreadable (I/O error)"
+                if reason not in rec.reasons:
+                    rec.reasons.append(reason)
+                hit.append(rec.name)
+        total = sum(b - a for a, b in ranges)
+        shown = ", ".join(f"[{a}, {b})" for a, b in ranges[:8])
+        report.findings.append(finding(
+            "IO001", f"{os.path.basename(fpath)}: {total} bytes unreadable (I/O error) at "
+            f"{shown}{' ...' if len(ranges) > 8 else ''}; tensors there: "
+            f"{', '.join(sorted(hit)) or 'none (metadata or padding)'}",
+            evidence=fpath, offset=ranges[0][0], length=total, tensors=sorted(hit),
+            details={"ranges": [list(r) for r in ranges]}))
+        all_hit.update(hit)
+    # unreadable units read as zeros: the zero-page warnings on those tensors are ours
+    report.findings = [f for f in report.findings
+                       if not (f.code == "NM003" and f.tensors and set(f.tensors) <= all_hit)]
+    for rec in report.tensors:
+        if rec.name in all_hit:
+            rec.reasons = [r for r in rec.reasons if "zero-filled" not in r]
+    tensormap.finalize(report)
 
 
 def probe_paths(

@@ -182,9 +182,92 @@ def test_smartctl_on_a_virtual_disk_here_is_not_health_data():
     assert [f.code for f in fsinspect.smart_findings(rep, "/dev/vda")] == []
 
 
-def test_nvme_cli_key_names_and_critical_bits():
-    h = nvme.parse_health({"critical_warning": 0b1100, "avail_spare": 3, "spare_thresh": 10,
-                           "percent_used": 104, "media_errors": 0, "num_err_log_entries": 0})
+def test_nvme_cli_real_smart_log_and_error_log():
+    """nvme-cli 2.3 on QEMU's emulated NVMe controller (lab VM): a healthy log page, and an
+    error log whose 64 slots are all empty (QEMU logs no errors) -> no findings."""
+    import json
+
+    data = json.loads(read("nvme/vm-single-smart-log-nvme0-after.json"))
+    h = nvme.parse_health(data)
+    assert (h.critical_warning, h.media_errors, h.error_log_entries) == (0, 0, 0)
+    assert h.percentage_used == 0 and h.unsafe_shutdowns == 0
+    assert fsinspect.nvme_findings(h, "/dev/nvme0") == []
+    log = json.loads(read("nvme/vm-single-error-log-nvme0-after.json"))
+    assert "phase_tag" in log["errors"][0]  # 2.x: status_field is already without it
+    assert nvme.parse_error_log(log) == []
+    rep = smartctl.parse(read("nvme/vm-single-smartctl-x-j-nvme0-after.json"))
+    assert rep.nvme_health is not None
+    assert fsinspect.smart_findings(rep, "/dev/nvme0") == []
+
+
+def test_nvme_error_log_media_errors_in_the_real_key_layout():
+    """The recorded nvme-cli 2.3 entry layout, with one slot filled as a drive that failed a
+    read would fill it: status type 2 (media) code 0x81 (unrecovered read error) at LBA 4096."""
+    import json
+
+    log = json.loads(read("nvme/vm-single-error-log-nvme0-after.json"))
+    entry = dict(log["errors"][0], error_count=7, sqid=3, cmdid=0x41,
+                 status_field=(2 << 8) | 0x81, lba=4096, nsid=1)
+    other_ns = dict(entry, error_count=6, lba=10, nsid=2)
+    admin = dict(entry, error_count=5, sqid=0, status_field=0x0002, lba=0, nsid=0)
+    entries = nvme.parse_error_log({"errors": [entry, other_ns, admin, log["errors"][0]]})
+    assert [e.error_count for e in entries] == [7, 6, 5]
+    assert entries[0].describe() == ("#7: media and data integrity: unrecovered read error on "
+                                     "I/O queue 3 at LBA 4096 (nsid 1)")
+    assert not entries[2].is_media_error
+    (f,) = fsinspect.nvme_error_findings(entries, "/dev/nvme0n1", 512, nsid=1)
+    assert f.code == "NV006"
+    assert f.details["byte_ranges"] == [{"nsid": 1, "start": 4096 * 512, "end": 4097 * 512}]
+    # nvme-cli 1.x printed the raw field (phase tag in bit 0) and no phase_tag key
+    old = {k: v for k, v in entry.items() if k != "phase_tag"}
+    old["status_field"] = ((2 << 8) | 0x81) << 1 | 1
+    assert nvme.parse_error_log({"errors": [old]})[0].status_code == 0x81
+
+
+def test_nvme_critical_bits_with_real_key_names():
+    import json
+
+    data = json.loads(read("nvme/vm-single-smart-log-nvme0-after.json"))
+    data.update({"critical_warning": 0b1100, "avail_spare": 3, "spare_thresh": 10,
+                 "percent_used": 104})
+    h = nvme.parse_health(data)
     assert h.critical_meaning == [nvme.CRIT_BITS[2], nvme.CRIT_BITS[3]]
     codes = sorted(f.code for f in fsinspect.nvme_findings(h, "/dev/nvme0n1"))
     assert codes == ["NV001", "NV003", "NV004"]
+
+
+def _sysfs_tree(snapshot: str, root):
+    """Rebuild the recorded sysfs entries (realpath, device link, attributes) under ``root``."""
+    from pathlib import Path
+
+    entries = {}
+    for block in snapshot.split("== ")[1:]:
+        lines = block.splitlines()
+        attrs = dict(ln.split(": ", 1) for ln in lines[1:] if ": " in ln)
+        real = Path(str(root) + attrs["realpath"])
+        real.mkdir(parents=True, exist_ok=True)
+        for k, v in attrs.items():
+            if k not in {"realpath", "device", "dev", "slaves", "holders"} and v != "-":
+                (real / k).write_text(v + "\n")
+        entries[lines[0].strip()] = (real, attrs)
+    for real, attrs in entries.values():
+        if attrs.get("device", "-") != "-":
+            target = Path(str(root) + attrs["device"])
+            target.mkdir(parents=True, exist_ok=True)
+            (real / "device").symlink_to(target)
+    return entries
+
+
+def test_two_namespaces_of_one_nvme_drive_are_one_physical_leaf(tmp_path):
+    """sysfs recorded in the lab VM (QEMU NVMe controller, namespaces 1 and 2): each namespace
+    has its own wwid, but both sit on one controller of one subsystem -> one identity."""
+    import os
+
+    from ckptrescue.storage import samedisk
+
+    tree = _sysfs_tree(read("sysfs/nvme-single.txt"), tmp_path)
+    ns1, ns2 = tree["/sys/class/block/nvme0n1"], tree["/sys/class/block/nvme0n2"]
+    assert ns1[1]["wwid"] != ns2[1]["wwid"]
+    ids = {samedisk.nvme_identity(type(tmp_path)(os.path.realpath(ns[0] / "device")))
+           for ns in (ns1, ns2)}
+    assert ids == {"nvme-subsystem:nqn.2019-08.org.qemu:CKR0001#CKR0001"}
