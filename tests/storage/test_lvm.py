@@ -147,3 +147,21 @@ def test_damaged_pv_metadata_is_detected_not_trusted(lvm_disk):
 
     with pytest.raises(lvm_metadata.LvmError, match="checksum"):
         lvm_metadata.read_pv(read_at)
+
+
+def test_segments_read_from_a_vm_made_pv_equal_lvms_own_device_mapper_table():
+    """fixtures/transcripts/lvm/pv-head.bin.xz: the first MiB of a PV made and activated by
+    LVM 2.03.16 in the lab VM; dm/dmsetup-table.txt: the tables LVM loaded for its LVs. The
+    table the kit would load for a read-only assembly must be the same, line for line."""
+    import lzma
+    from pathlib import Path
+
+    t = Path(__file__).resolve().parents[2] / "fixtures" / "transcripts"
+    head = lzma.decompress((t / "lvm/pv-head.bin.xz").read_bytes())
+    pv = lvm_metadata.read_pv(lambda off, n: head[off:off + n])
+    assert pv.vg.name == "ckrvg"
+    ours = sorted(f"{pv.vg.name}-{lv.name}: {s.lv_offset // 512} {s.length // 512} linear 7:1 "
+                  f"{s.pv_offset // 512}" for lv in pv.vg.lvs for s in lv.segments)
+    theirs = sorted(ln for ln in (t / "dm/dmsetup-table.txt").read_text().splitlines()
+                    if ln.startswith("ckrvg-"))
+    assert ours == theirs and len(theirs) == 3

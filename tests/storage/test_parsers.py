@@ -271,3 +271,34 @@ def test_two_namespaces_of_one_nvme_drive_are_one_physical_leaf(tmp_path):
     ids = {samedisk.nvme_identity(type(tmp_path)(os.path.realpath(ns[0] / "device")))
            for ns in (ns1, ns2)}
     assert ids == {"nvme-subsystem:nqn.2019-08.org.qemu:CKR0001#CKR0001"}
+
+
+def test_nvme_multipath_namespace_and_both_controllers_are_one_drive(tmp_path):
+    """sysfs recorded with two controllers of one NVM subsystem sharing namespace 1 (native
+    multipath): the namespace's device is the subsystem; the same identity as either
+    controller, so an image of one path onto the other would be refused as the same media."""
+    import os
+
+    from ckptrescue.storage import samedisk
+
+    tree = _sysfs_tree(read("sysfs/nvme-subsys.txt"), tmp_path)
+    ns = tree["/sys/class/block/nvme0n1"][0]
+    ids = {samedisk.nvme_identity(type(tmp_path)(os.path.realpath(ns / "device")))}
+    for ctrl in ("/sys/class/nvme/nvme0", "/sys/class/nvme/nvme1"):
+        ids.add(samedisk.nvme_identity(tree[ctrl][0]))
+    assert ids == {"nvme-subsystem:nqn.2019-08.org.qemu:nqn.2026-11.io.ckptrescue:subsys0"
+                   "#CKR0002"}
+
+
+def test_nvme_critical_warning_recorded_from_qemu():
+    """QEMU's smart_critical_warning=12 (reliability degraded + media read-only): smartctl
+    exits 8 with passed=false, nvme-cli reports critical_warning 12."""
+    import json
+
+    rep = smartctl.parse(read("nvme/vm-critwarn-smartctl-x-j-nvme0.json"))
+    assert rep.exit_status == 8 and rep.passed is False
+    codes = sorted(f.code for f in fsinspect.smart_findings(rep, "/dev/nvme0"))
+    assert codes == ["NV001", "SM001"]
+    h = nvme.parse_health(json.loads(read("nvme/vm-critwarn-smart-log-nvme0.json")))
+    assert h.critical_meaning == [nvme.CRIT_BITS[2], nvme.CRIT_BITS[3]]
+    assert [f.code for f in fsinspect.nvme_findings(h, "/dev/nvme0")] == ["NV001"]
