@@ -52,7 +52,7 @@ def test_the_expected_playbooks_ship() -> None:
     assert set(SHIPPED) >= {"triage", "preserve-block-device", "preserve-mounted-fs",
                             "preserve-s3-prefix", "inspect-xfs", "inspect-ext4", "inspect-zfs",
                             "verify-s3-prefix", "probe-checkpoints", "dataset-audit",
-                            "full-incident"}
+                            "full-incident", "inspect-zfs-member"}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
@@ -264,3 +264,25 @@ def test_dataset_audit_runs_and_recovers_from_snapshots(tmp_path: Path) -> None:
     assert (tmp_path / "recovered" / "part-1.jsonl").read_bytes() == \
         (snap / "part-1.jsonl").read_bytes()
     assert b"X" in (data / "part-1.jsonl").read_bytes(), "never writes into the dataset"
+
+
+@pytest.mark.privileged
+def test_inspect_zfs_member_reads_labels_everywhere(tmp_path: Path) -> None:
+    """A real pool image (made by OpenZFS in the lab VM, copied while imported): the label step
+    works without ZFS; where the ZFS module is missing the import step fails cleanly."""
+    import lzma
+
+    src = Path(__file__).resolve().parents[2] / "fixtures/transcripts/zfs/images"
+    img = tmp_path / "member.img"
+    img.write_bytes(lzma.decompress((src / "small-active.img.xz").read_bytes()))
+    before = sha256(img)
+    rc, out, err = run_playbook("inspect-zfs-member", tmp_path / "case", target=str(img))
+    st = statuses(tmp_path / "case")
+    assert st["labels"] == "findings"  # ZF006: never exported
+    if not Path("/dev/zfs").exists():
+        assert rc == 4 and out["failed_step"] == "mount", err
+    else:
+        assert rc in (0, 1), err
+    assert sha256(img) == before
+    verify = subprocess.run([EXE, "case", "verify", str(tmp_path / "case")])
+    assert verify.returncode == 0
