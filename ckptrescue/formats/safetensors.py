@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats import dtypes, numeric, tensormap, zipwalk
 from ckptrescue.formats.tensormap import finding
+from ckptrescue.formats.tolerant_read import open_evidence
 
 MAX_HEADER = 100_000_000
 
@@ -72,8 +73,6 @@ class SafetensorsFormat:
                                   files=[spath])
         size = os.path.getsize(path)
         verdicts: list[Verdict] = []
-        from ckptrescue.effects.tolerant_io import open_evidence
-
         with open_evidence(path) as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
             if 8 + n > size:

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, ClassVar
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats import pickle_scan, tensormap, zipwalk
 from ckptrescue.formats.tensormap import StorageCheck, finding
+from ckptrescue.formats.tolerant_read import open_evidence
 from ckptrescue.model import Finding
 
 _DATA_RE = re.compile(r"^(?P<prefix>(?:.*/)?)data/(?P<key>[^/]+)$")
@@ -471,8 +472,6 @@ class TorchZipFormat:
 
     @classmethod
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
-        from ckptrescue.effects.tolerant_io import open_evidence
-
         with open_evidence(path) as fh:
             part = probe_zip(fh, str(path), do_numeric=options.numeric)
         report = CheckpointReport(path=str(path), format=cls.name, verdict=Verdict.INTACT,

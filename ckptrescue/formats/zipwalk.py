@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from ckptrescue.formats.tolerant_read import tolerant_of
+
 LOCAL_SIG = b"PK\x03\x04"
 CENTRAL_SIG = b"PK\x01\x02"
 EOCD_SIG = b"PK\x05\x06"
@@ -85,8 +87,6 @@ def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
         try:
             got = os.pread(fd, length - len(out), offset + len(out))
         except OSError as exc:  # EIO on an evidence reader: zeros for the bad units, recorded
-            from ckptrescue.effects.tolerant_io import tolerant_of
-
             got = tolerant_of(fh, exc).pread(length - len(out), offset + len(out))
         if not got:
             break
@@ -121,8 +121,6 @@ def crc_range(
         try:
             got = os.preadv(fd, [mv[:step]], pos)
         except OSError as exc:  # EIO on an evidence reader: zeros for the bad units, recorded
-            from ckptrescue.effects.tolerant_io import tolerant_of
-
             data = tolerant_of(fh, exc).pread(step, pos)
             mv[:len(data)] = data
             got = len(data)

@@ -201,7 +201,7 @@ def probe_one(fmt: type | None, path: Path, options: ProbeOptions) -> Checkpoint
     """Probe one checkpoint root with its format (or report it unreadable)."""
     if fmt is None:
         return _unreadable(path)
-    from ckptrescue.effects.tolerant_io import collect_unreadable
+    from ckptrescue.formats.tolerant_read import collect_unreadable
 
     with collect_unreadable() as unreadable:
         try:

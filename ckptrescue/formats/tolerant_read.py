@@ -1,4 +1,4 @@
-"""Reading evidence files that have unreadable sectors.
+"""Reading checkpoint files that have unreadable sectors (formats layer: it reads, never writes).
 
 On a failing disk (or a ZFS pool whose checksums fail) ``read(2)`` returns EIO for the whole
 request even when only one sector of it is bad, and a probe would stop there. While
