@@ -122,7 +122,8 @@ class Mount(Action):
     args = (ArgSpec("target", "path", required=True, help="Image or device."),
             ArgSpec("mountpoint", "path", help="Where to mount (default: CASE/work/mnt-STEP)."),
             ArgSpec("filesystem", "string", help="Which one when there are several: p2, "
-                    "'partition 2', vg0/data (an LVM logical volume) or a device node."))
+                    "'partition 2', vg0/data (an LVM logical volume) or a device node."),
+            ArgSpec("members", "list", help="The other images/devices of a ZFS pool."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         t, m = args["target"], args.get("mountpoint") or "CASE/work/mnt-STEP"
@@ -137,8 +138,11 @@ class Mount(Action):
         ctx.case.ensure_evidence(args["target"], how="attached read-only and mounted (mount)")
         where = Path(args.get("mountpoint") or ctx.work_dir(f"mnt-{ctx.step_id}"))
         where.mkdir(parents=True, exist_ok=True)
+        for extra in args.get("members") or []:
+            ctx.case.ensure_evidence(extra, how="attached read-only as a ZFS pool member (mount)")
         result = mount(args["target"], where, case=ctx.case,
-                       select=args.get("filesystem") or None)
+                       select=args.get("filesystem") or None,
+                       members=[str(x) for x in args.get("members") or []])
         yield ctx.output(shlex.join(["mounted", str(args["target"]), str(where)]))
         wrapped = from_library(result, f"mounted at {where}")
         wrapped.outputs.setdefault("mountpoint", str(where))

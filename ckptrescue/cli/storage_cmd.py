@@ -210,6 +210,9 @@ def mount_command(
     filesystem: Annotated[str | None, typer.Option(
         "--filesystem", help="Which filesystem when the target holds several: p2, vg0/data "
         "(an LVM logical volume) or a device node.")] = None,
+    member: Annotated[list[Path] | None, typer.Option(
+        "--member", help="Another image or device of the same ZFS pool (mirror, raidz); "
+        "repeat for each.")] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Mount an image or device read-only without log replay.
@@ -220,16 +223,19 @@ def mount_command(
     is imported with zpool import -o readonly=on -o cachefile=none -N -R MOUNTPOINT and its
     datasets mounted with zfs mount -o ro; umount exports it.
 
-    Example:
+    Examples:
 
+    \b
         ckptrescue mount disk.img /mnt/evidence --case C
         ckptrescue mount sdb.img /mnt/evidence --filesystem vg0/data --case C
+        ckptrescue mount disk0.img /mnt/pool --member disk1.img --member disk2.img --case C
     """
     from ckptrescue.case import Case
     from ckptrescue.cli.bridge import run_action
 
     res = run_action("mount", {"target": str(target), "mountpoint": str(mountpoint),
-                               "filesystem": filesystem},
+                               "filesystem": filesystem,
+                               "members": [str(m) for m in member or []]},
                      case=Case.open(case_dir))
     if as_json:
         emit_json(res.to_json())

@@ -55,6 +55,7 @@ class MountResult:
     dm_devices: list[str] = field(default_factory=list)  # read-only LV assemblies (dmsetup)
     segments: list[list[int]] | None = None  # [fs offset, length, device offset] of an LV
     zfs_pool: str | None = None  # in-core name of a pool imported read-only (ZFS members)
+    members: list[dict[str, Any]] = field(default_factory=list)  # other pool members attached
     datasets: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
@@ -461,8 +462,11 @@ def pick_candidate(runner: SubprocessRunner, info: dict[str, Any],
 
 
 def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
-          select: str | None = None) -> MountResult:
-    """Mount ``target`` (image file or block device) read-only without log replay."""
+          select: str | None = None, members: list[str] | None = None) -> MountResult:
+    """Mount ``target`` (image file or block device) read-only without log replay.
+
+    ``members``: the other devices or images of a ZFS pool (mirror, raidz, several vdevs),
+    each attached read-only like ``target``."""
     mp = Path(mountpoint)
     if sysfs.mounts() and any(m.mountpoint == os.path.realpath(mp) for m in sysfs.mounts()):
         raise UsageError(f"{mp} is already a mount point")
@@ -485,7 +489,12 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     node, fsinfo, start = cand.node, cand.info, cand.start
     fstype = fsinfo["TYPE"]
     if fstype == "zfs_member":
-        return _mount_zfs(runner, case, info, node, fsinfo, start, target, mp, state)
+        return _mount_zfs(runner, case, info, node, fsinfo, start, target, mp, state,
+                          members or [])
+    if members:
+        _release_or_keep(info, case, state)
+        raise UsageError(f"{target} holds {fstype}, not a ZFS member: --member is for the other "
+                         "devices of a ZFS pool")
     try:
         opts = RO_OPTIONS.get(fstype, "ro")
         findings: list[Finding] = []
@@ -532,9 +541,26 @@ def _release_or_keep(info: dict[str, Any], case: Case, state: Path) -> None:
             "problems": problems}, indent=2) + "\n")
 
 
+def _attach_members(runner: SubprocessRunner, case: Case, paths: list[str], guid: str,
+                    attached: list[dict[str, Any]]) -> list[str]:
+    """Attach the pool's other members read-only (appending each to ``attached`` at once, so
+    that a failure releases what was attached); returns their member nodes."""
+    nodes = []
+    for path in paths:
+        m_info = attach(path, case=case)
+        attached.append(m_info)
+        cand = pick_candidate(runner, m_info)
+        if cand.info.get("TYPE") != "zfs_member" or cand.info.get("UUID") != guid:
+            raise UsageError(f"{path}: not a member of this pool (GUID {guid}): "
+                             f"{cand.info.get('TYPE') or 'no filesystem'} "
+                             f"{cand.info.get('UUID') or ''}".rstrip())
+        nodes.append(cand.node)
+    return nodes
+
+
 def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node: str,
                fsinfo: dict[str, str], start: int, target: str | Path, mp: Path,
-               state: Path) -> MountResult:
+               state: Path, member_paths: list[str]) -> MountResult:
     """Import the pool of a ZFS member read-only under ``mp`` (see :mod:`zfs_pool`)."""
     from ckptrescue.storage import zfs_pool
 
@@ -550,9 +576,14 @@ def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node:
         result.zfs_pool = pool
         state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
 
+    others: list[dict[str, Any]] = []
+    result.members = others
     try:
-        imp = zfs_pool.import_readonly(runner, case, members=[node], fsinfo=fsinfo,
-                                       altroot=str(mp), images_only=info["loop_device"] is not None,
+        nodes = [node, *_attach_members(runner, case, member_paths, fsinfo.get("UUID", ""),
+                                        others)]
+        images_only = all(i["loop_device"] is not None for i in [info, *others])
+        imp = zfs_pool.import_readonly(runner, case, members=nodes, fsinfo=fsinfo,
+                                       altroot=str(mp), images_only=images_only,
                                        evidence=str(target), on_imported=record)
     except BaseException:
         if result.zfs_pool:
@@ -566,6 +597,8 @@ def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node:
                     "it stays imported read-only",
                     hint=f"retry with `ckptrescue umount {mp} --case {case.root}`") from exc
             state.unlink(missing_ok=True)
+        for m_info in others:
+            release(m_info, case=case)
         _release_or_keep(info, case, state)
         raise
     result.datasets = imp.datasets
@@ -598,7 +631,10 @@ def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
         if res.returncode != 0:
             raise ToolFailedError(f"umount {mountpoint}: {res.stderr.strip()}",
                                   hint="a process may still use it (fuser -vm MOUNTPOINT)")
-    problems = release({"target": data["target"], "loop_device": data["loop_device"],
+    problems: list[str] = []
+    for m_info in data.get("members") or []:
+        problems += release(m_info, case=case)
+    problems += release({"target": data["target"], "loop_device": data["loop_device"],
                         "backing_file": data["backing_file"],
                         "set_readonly": data.get("set_readonly") or [],
                         "extra_loops": data.get("extra_loops") or [],

@@ -123,4 +123,15 @@ def test_kit_on_a_zfs_member_without_the_zfs_module(tmp_path, no_leftovers):
     r = run("mount", str(img), str(tmp_path / "mnt"), "--case", str(case))
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "ZFS" in r.stderr.splitlines()[0] or "zpool" in r.stderr.splitlines()[0]
-    assert fx.sha256(img) == before
+    # another member given: attached read-only, then released again when the import fails
+    other = tmp_path / "other.img"
+    other.write_bytes(img.read_bytes())
+    r = run("mount", str(img), str(tmp_path / "mnt2"), "--member", str(other), "--case",
+            str(case))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    # --member on a filesystem that is not ZFS: refused in one line
+    ext = fx.make_fs(tmp_path / "e.img", "ext4")
+    r = run("mount", str(ext), str(tmp_path / "mnt3"), "--member", str(other), "--case",
+            str(case))
+    assert r.returncode == 2 and "not a ZFS member" in r.stderr
+    assert fx.sha256(img) == before == fx.sha256(other)
