@@ -39,6 +39,19 @@ RO_OPTIONS = {"xfs": "ro,norecovery", "ext4": "ro,noload", "ext3": "ro,noload",
               "btrfs": "ro,nologreplay", "iso9660": "ro", "squashfs": "ro"}
 
 
+def ro_options(fstype: str, kernel: str | None = None) -> str:
+    """The read-only, no-replay mount options for ``fstype`` on this kernel. btrfs spells
+    "do not replay the log tree" ``rescue=nologreplay`` since Linux 5.9; the old
+    ``nologreplay`` is rejected by newer kernels ("Unknown parameter")."""
+    if fstype == "btrfs":
+        release = kernel if kernel is not None else os.uname().release
+        nums = [int(x) for x in release.split("-")[0].split(".")[:2] if x.isdigit()]
+        if len(nums) == 2 and tuple(nums) < (5, 9):
+            return "ro,nologreplay"
+        return "ro,rescue=nologreplay"
+    return RO_OPTIONS.get(fstype, "ro")
+
+
 @dataclass
 class MountResult:
     mountpoint: str
@@ -496,7 +509,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
         raise UsageError(f"{target} holds {fstype}, not a ZFS member: --member is for the other "
                          "devices of a ZFS pool")
     try:
-        opts = RO_OPTIONS.get(fstype, "ro")
+        opts = ro_options(fstype)
         findings: list[Finding] = []
         uuid = fsinfo.get("UUID")
         if fstype == "xfs" and uuid and uuid in _mounted_uuids(runner, "xfs"):

@@ -122,3 +122,22 @@ def test_writable_block_device_is_write_protected_then_restored(dirty_xfs, case,
             umount(tmp_path / "m", case=case)
         assert not sysfs.is_readonly(name)
     assert fx.sha256(dirty_xfs) == before
+
+
+@pytest.mark.needs_tool("mkfs.btrfs")
+def test_btrfs_mounts_without_log_replay_on_this_kernel(case, shm_dir, tmp_path, no_leftovers):
+    """btrfs: `rescue=nologreplay` (Linux >= 5.9; the old `nologreplay` is an unknown
+    parameter on current kernels and the mount would fail)."""
+    from ckptrescue.storage.mounting import ro_options
+
+    img = shm_dir / "b.img"
+    with open(img, "wb") as fh:
+        fh.truncate(200 << 20)
+    fx.sh("mkfs.btrfs", "-q", str(img))
+    before = fx.sha256(img)
+    with mounted(img, tmp_path / "mnt", case=case) as res:
+        assert res.fstype == "btrfs" and res.options == ro_options("btrfs")
+        assert "nologreplay" in res.options
+    assert fx.sha256(img) == before
+    assert ro_options("btrfs", "5.4.0-150-generic") == "ro,nologreplay"
+    assert ro_options("btrfs", "6.1.0-57-amd64") == "ro,rescue=nologreplay"
