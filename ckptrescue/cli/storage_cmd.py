@@ -292,7 +292,10 @@ def locate_command(
     else:
         for r in res.ranges:
             say(f"[{r.start:#x}, {r.end:#x})")
-            if not r.files:
+            blind = [why for a, b, why in res.unmapped if a < r.end and r.start < b]
+            if not r.files and blind:
+                say("    not mapped: " + "; ".join(blind))
+            elif not r.files:
                 say("    no regular-file data (metadata or free space)")
             for f in r.files:
                 tensors = ", ".join(f.tensors) if f.tensors else "-"

@@ -291,6 +291,8 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
             mres = mounting.mount(image, where, case=case, select=c.where)
         except (ToolFailedError, EvidenceError, UsageError) as exc:
             where.rmdir()
+            if _offline_into(out, case, image, ranges, c, exc.message):
+                continue
             out.notes.append(f"{c.where} ({c.fstype}) not mountable: {exc.message}; "
                              "its ranges are not mapped")
             out.unmapped += [(d, d + n, f"{c.where}: not mountable ({exc.message})")
@@ -309,6 +311,30 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
         out.notes += [f"{c.where}: {n}" for n in part.notes]
         out.notes.append(f"{c.where} ({mres.fstype}) starts at byte {c.start}")
     return out
+
+
+def _offline_into(out: LocateResult, case: Case, image: str | Path,
+                  ranges: list[tuple[int, int]], c: mounting.FsCandidate, why: str) -> bool:
+    """An unmountable filesystem among several: map the ranges inside it with xfs_db/debugfs
+    (``locate_offline``) into ``out``; False when that is not possible either."""
+    if c.segments or c.size is None:
+        return False
+    mine = [(i, max(s, c.start), min(e, c.start + c.size)) for i, (s, e) in enumerate(ranges)
+            if s < c.start + c.size and c.start < e]
+    if not mine:
+        return True
+    from ckptrescue.storage import locate_offline
+
+    try:
+        off = locate_offline.locate_unmounted(case, Path(image), [(a, b) for _i, a, b in mine],
+                                              select=c.where)
+    except (ToolFailedError, EvidenceError, UsageError):
+        return False
+    for (i, _a, _b), hits in zip(mine, off.ranges, strict=True):
+        out.ranges[i].files += hits.files
+    out.notes.append(f"{c.where} ({c.fstype}) not mountable ({why}); used {off.method}")
+    out.notes += [f"{c.where}: {n}" for n in off.notes]
+    return True
 
 
 def _size_of(target: str | Path) -> int | None:

@@ -60,11 +60,12 @@ def _ext_backup(runner: SubprocessRunner, dev: str) -> tuple[int, int] | None:
     return None
 
 
-def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]]) -> LocateResult:
+def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]],
+                     select: str | None = None) -> LocateResult:
     runner = SubprocessRunner(case)
     with mounting.attached(image, case=case) as info:
         try:
-            cand = mounting.pick_candidate(runner, info)
+            cand = mounting.pick_candidate(runner, info, select)
             if cand.segments:
                 raise ToolFailedError(f"{image}: {cand.where} is made of several segments; "
                                       "offline block mapping needs it mounted")

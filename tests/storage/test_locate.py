@@ -168,3 +168,44 @@ def test_a_mapfile_larger_than_the_image_is_flagged(case, shm_dir, tmp_path, no_
     assert "LC004" in {f.code for f in loc.findings}
     assert any("past its end" in n for n in loc.notes)
     assert fx.sha256(img) == before
+
+
+def test_two_partitions_one_unmountable_falls_back_to_xfs_db_for_it(case, shm_dir, tmp_path,
+                                                                     no_leftovers):
+    """A disk with an ext4 partition and an XFS partition whose filesystem is larger than the
+    partition table says (a damaged table): the XFS one does not mount, so its range is mapped
+    with xfs_db; the ext4 one is mapped through its mount."""
+    import struct
+
+    img = shm_dir / "disk.img"
+    size = 448 << 20
+    p1, n1 = 2048, 65536
+    p2 = p1 + n1
+    n2 = (size // 512) - p2 - 8192  # the table ends 4 MiB before the filesystem does
+    with open(img, "wb") as fh:
+        fh.truncate(size)
+    with open(img, "r+b") as fh:
+        for i, (start, n, kind) in enumerate([(p1, n1, 0x83), (p2, n2, 0x83)]):
+            fh.seek(446 + 16 * i)
+            fh.write(struct.pack("<B3sB3sII", 0, b"\xfe\xff\xff", kind, b"\xfe\xff\xff",
+                                 start, n))
+        fh.seek(510)
+        fh.write(b"\x55\xaa")
+    with fx.part_loop(img, p1 * 512, n1 * 512) as dev:
+        fx.sh("mkfs.ext4", "-q", "-F", "-b", "4096", dev)
+    xfs_size = size - p2 * 512
+    with fx.part_loop(img, p2 * 512, xfs_size) as dev:
+        fx.sh("mkfs.xfs", "-q", "-f", dev)
+    ext_ex = fx.put_files_at(img, p1 * 512, n1 * 512, "ext4", {"a/one.bin": os.urandom(1 << 20)})
+    xfs_ex = fx.put_files_at(img, p2 * 512, xfs_size, "xfs", {"b/two.bin": os.urandom(1 << 20)})
+    bad1 = p1 * 512 + ext_ex["a/one.bin"][0][1] + 4096
+    bad2 = p2 * 512 + xfs_ex["b/two.bin"][0][1] + 8192
+    mapfile = tmp_path / "d.map"
+    mapfile.write_text(ddrescue_mapfile.build_test_map(size, [(bad1, bad1 + 512),
+                                                              (bad2, bad2 + 512)]))
+    before = fx.sha256(img)
+    loc = locate(mapfile, img, case=case)
+    got = [[(f.path, f.file_offset, f.length) for f in r.files] for r in loc.ranges]
+    assert got == [[("a/one.bin", 4096, 512)], [("b/two.bin", 8192, 512)]]
+    assert any("used xfs_db" in n for n in loc.notes)
+    assert fx.sha256(img) == before
