@@ -61,16 +61,18 @@ def sha256_stream(path: Path) -> str:
     return h.hexdigest()
 
 
-def manifest(root: Path) -> dict[str, str]:
-    """relative path -> SHA-256 for every regular file on ``root``'s filesystem."""
+def manifest(root: Path, devs: set[int] | None = None) -> dict[str, str]:
+    """relative path -> SHA-256 for every regular file on ``root``'s filesystem (or on any of
+    the filesystems ``devs``: the datasets of a ZFS pool mounted below ``root``)."""
     out: dict[str, str] = {}
-    dev = root.stat().st_dev
+    ok = devs if devs is not None else {root.stat().st_dev}
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if (Path(dirpath) / d).lstat().st_dev == dev)
+        dirnames[:] = sorted(d for d in dirnames if (Path(dirpath) / d).lstat().st_dev in ok
+                             or (devs is not None and not os.path.ismount(Path(dirpath) / d)))
         for name in sorted(filenames):
             p = Path(dirpath) / name
             st = p.lstat()
-            if stat.S_ISREG(st.st_mode) and st.st_dev == dev:
+            if stat.S_ISREG(st.st_mode) and st.st_dev in ok:
                 try:
                     out[str(p.relative_to(root))] = sha256_stream(p)
                 except OSError as exc:
@@ -82,6 +84,20 @@ def render_manifest(m: dict[str, str]) -> bytes:
     return "".join(f"{h}  ./{p}\n" for p, h in sorted(m.items())).encode()
 
 
+def _kit_zfs_mount(case: Case, src: Path) -> dict[str, Any] | None:
+    """The case's record of a ZFS pool it imported whose altroot holds ``src``, if any."""
+    import json
+
+    real = os.path.realpath(src)
+    for rec in sorted((case.work_dir / "mounts").glob("*.json")) if (
+            case.work_dir / "mounts").is_dir() else []:
+        data = json.loads(rec.read_text())
+        mp = os.path.realpath(str(data.get("mountpoint", "")))
+        if data.get("zfs_pool") and (real == mp or real.startswith(mp.rstrip("/") + "/")):
+            return dict(data)
+    return None
+
+
 def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = None) -> CopyResult:
     src = Path(mountpoint)
     if not src.is_dir():
@@ -90,19 +106,33 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     if os.path.realpath(dst).startswith(os.path.realpath(src).rstrip("/") + "/"):
         raise UsageError(f"{dst} is inside the source {src}")
     dst.mkdir(parents=True, exist_ok=True)
-    cmp = samedisk.compare(src, dst)
-    case.log("copy.samedisk", {"source": str(src), "dest": str(dst), **cmp.to_json()})
-    if cmp.verdict is not samedisk.Sameness.DIFFERENT:
-        raise RefusedError(f"copy destination {dst} must be on other media than {src}: "
-                           f"{cmp.verdict} ({cmp.reason})", hint="choose --dest on another disk")
-    sv, dv = os.statvfs(src), os.statvfs(dst)
-    need = (sv.f_blocks - sv.f_bfree) * sv.f_frsize
+    zfs = _kit_zfs_mount(case, src)
+    # a pool imported by `mount`: its physical media are the member images/devices, and its
+    # datasets are separate (read-only) mounts below the altroot, all copied
+    media = ([zfs["target"], *[m["target"] for m in zfs.get("members") or []]]
+             if zfs else [str(src)])
+    for m in media:
+        cmp = samedisk.compare(m, dst)
+        case.log("copy.samedisk", {"source": m, "dest": str(dst), **cmp.to_json()})
+        if cmp.verdict is not samedisk.Sameness.DIFFERENT:
+            raise RefusedError(f"copy destination {dst} must be on other media than {m}: "
+                               f"{cmp.verdict} ({cmp.reason})",
+                               hint="choose --dest on another disk")
+    mounted = ([Path(d["mountpoint"]) for d in zfs.get("datasets") or [] if d.get("mounted")
+                and (Path(d["mountpoint"]) == src or src in Path(d["mountpoint"]).parents
+                     or Path(d["mountpoint"]) in src.parents)] if zfs else [src])
+    devs = {p.stat().st_dev for p in mounted} if zfs else None
+    need = 0
+    for p in mounted:
+        sv = os.statvfs(p)
+        need += (sv.f_blocks - sv.f_bfree) * sv.f_frsize
+    dv = os.statvfs(dst)
     free = dv.f_bavail * dv.f_frsize
     if free < need:
         raise RefusedError(f"destination {dst} has {free} bytes free; the source uses {need}")
-    entry = sysfs.mount_of(src)
+    entries = [sysfs.mount_of(p) for p in mounted]
     findings: list[Finding] = []
-    ro = bool(entry and entry.readonly)
+    ro = bool(entries) and all(e is not None and e.readonly for e in entries)
     if not ro:
         findings.append(Finding("CP001", Severity.WARNING, f"{src} is mounted read-write: files "
                                 "may change during the copy; freeze writers (triage) or copy "
@@ -112,7 +142,8 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
                           details={"readonly_mount": ro})
     runner = SubprocessRunner(case)
     log = case.work_dir / f"rsync-{os.getpid()}-{len(list(case.work_dir.iterdir()))}.log"
-    argv = ("rsync", *RSYNC_FLAGS, "--open-noatime", "-i", f"--log-file={log}",
+    flags = tuple(f for f in RSYNC_FLAGS if not (zfs and f == "-x"))  # datasets are nested mounts
+    argv = ("rsync", *flags, "--open-noatime", "-i", f"--log-file={log}",
             f"{src}/", f"{dst}/")
     res = runner.run(ToolCall(argv=argv, timeout_s=7 * 24 * 3600, purpose="read-only copy"))
     if res.refused:
@@ -123,11 +154,11 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     if res.returncode not in (0, 23, 24):
         raise ToolFailedError(f"rsync exited {res.returncode}: "
                               f"{(res.stderr.strip().splitlines() or [''])[-1]}")
-    src_m, dst_m = manifest(src), manifest(dst)
+    src_m, dst_m = manifest(src, devs), manifest(dst)
     man_sha = case.store_artifact(render_manifest(src_m), name="source.sha256",
                                   kind="sha256-manifest")
     case.store_artifact(render_manifest(dst_m), name="copy.sha256", kind="sha256-manifest")
-    ver = runner.run(ToolCall(argv=("rsync", *RSYNC_FLAGS, "-c", "-n", "-i", f"{src}/",
+    ver = runner.run(ToolCall(argv=("rsync", *flags, "-c", "-n", "-i", f"{src}/",
                                     f"{dst}/"), timeout_s=7 * 24 * 3600,
                               purpose="verify pass (checksums, dry run)"))
     diffs = [ln for ln in ver.stdout.splitlines() if ln.strip()]
