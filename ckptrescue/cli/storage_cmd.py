@@ -293,8 +293,9 @@ def locate_command(
         for r in res.ranges:
             say(f"[{r.start:#x}, {r.end:#x})")
             blind = [why for a, b, why in res.unmapped if a < r.end and r.start < b]
-            if not r.files and blind:
-                say("    not mapped: " + "; ".join(blind))
+            if blind:
+                say("    not mapped" + (" (part of it)" if r.files else "") + ": "
+                    + "; ".join(blind))
             elif not r.files:
                 say("    no regular-file data (metadata or free space)")
             for f in r.files:

@@ -67,6 +67,7 @@ CODES = {
     "CP002": (Severity.ERROR, "Verify pass found differences between source and copy"),
     "CP003": (Severity.INFO, "Copy verified: rsync checksum pass and SHA-256 manifests agree"),
     "CP004": (Severity.ERROR, "Files could not be read during the copy"),
+    "CP005": (Severity.WARNING, "Datasets of the ZFS pool are not mounted: not in the copy"),
     # extract
     "EX001": (Severity.INFO, "Intact checkpoint extracted with its companion files"),
     "EX002": (Severity.WARNING, "Checkpoint left behind: not intact"),

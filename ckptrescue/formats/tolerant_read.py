@@ -15,6 +15,7 @@ import contextlib
 import errno
 import io
 import os
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -34,6 +35,7 @@ class TolerantRaw(io.RawIOBase):
         self._pos = 0
         self._unit = unit
         self._sink = sink
+        self._lock = threading.Lock()  # probes verify records on several threads
         self.name = str(path)
 
     def readable(self) -> bool:
@@ -50,6 +52,11 @@ class TolerantRaw(io.RawIOBase):
             if exc.errno != errno.EIO:
                 raise
             return self._salvage(offset, n)
+
+    def salvage(self, n: int, offset: int) -> bytes:
+        """The request that just failed with EIO, unit by unit (not re-read whole: on a failing
+        disk every failed read costs the drive's retry time)."""
+        return self._salvage(offset, n)
 
     def seekable(self) -> bool:
         return True
@@ -98,9 +105,7 @@ class TolerantRaw(io.RawIOBase):
         return bytes(out)
 
     def _record(self, start: int, end: int) -> None:
-        if self._sink and self._sink[-1][1] == start:
-            self._sink[-1] = (self._sink[-1][0], end)
-        elif (start, end) not in self._sink:
+        with self._lock:
             self._sink.append((start, end))
 
     def close(self) -> None:
@@ -136,5 +141,20 @@ def collect_unreadable() -> Iterator[Unreadable]:
         yield found
     finally:
         _COLLECTOR.reset(token)
-        for key in [k for k, v in found.items() if not v]:
-            del found[key]
+        for key in list(found):
+            merged = merge_ranges(found[key])
+            if merged:
+                found[key] = merged
+            else:
+                del found[key]
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, non-overlapping ``[start, end)`` ranges covering the same bytes."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out

@@ -87,7 +87,7 @@ def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
         try:
             got = os.pread(fd, length - len(out), offset + len(out))
         except OSError as exc:  # EIO on an evidence reader: zeros for the bad units, recorded
-            got = tolerant_of(fh, exc).pread(length - len(out), offset + len(out))
+            got = tolerant_of(fh, exc).salvage(length - len(out), offset + len(out))
         if not got:
             break
         out += got
@@ -121,7 +121,7 @@ def crc_range(
         try:
             got = os.preadv(fd, [mv[:step]], pos)
         except OSError as exc:  # EIO on an evidence reader: zeros for the bad units, recorded
-            data = tolerant_of(fh, exc).pread(step, pos)
+            data = tolerant_of(fh, exc).salvage(step, pos)
             mv[:len(data)] = data
             got = len(data)
         if got <= 0:

@@ -231,7 +231,8 @@ def mark_unreadable(report: CheckpointReport, unreadable: dict[str, list[tuple[i
                     or os.path.realpath(rec.file) != fpath):
                 continue
             if any(a < rec.offset + rec.length and rec.offset < b for a, b in ranges):
-                rec.status = "damaged"
+                if rec.status not in ("truncated", "missing"):
+                    rec.status = "damaged"
                 reason = "bytes unreadable (I/O error)"
                 if reason not in rec.reasons:
                     rec.reasons.append(reason)

@@ -99,7 +99,7 @@ def _kit_zfs_mount(case: Case, src: Path) -> dict[str, Any] | None:
 
 
 def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = None) -> CopyResult:
-    src = Path(mountpoint)
+    src = Path(os.path.realpath(mountpoint))
     if not src.is_dir():
         raise UsageError(f"{src}: not a directory (give the mount point)")
     dst = Path(dest) if dest is not None else case.root / "copies" / (src.name or "root")
@@ -118,9 +118,19 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
             raise RefusedError(f"copy destination {dst} must be on other media than {m}: "
                                f"{cmp.verdict} ({cmp.reason})",
                                hint="choose --dest on another disk")
-    mounted = ([Path(d["mountpoint"]) for d in zfs.get("datasets") or [] if d.get("mounted")
-                and (Path(d["mountpoint"]) == src or src in Path(d["mountpoint"]).parents
-                     or Path(d["mountpoint"]) in src.parents)] if zfs else [src])
+    def inside(d: dict[str, Any]) -> bool:
+        mp = Path(os.path.realpath(d["mountpoint"]))
+        return mp == src or src in mp.parents or mp in src.parents
+
+    mounted = ([Path(os.path.realpath(d["mountpoint"])) for d in zfs.get("datasets") or []
+                if d.get("mounted") and inside(d)] if zfs else [src])
+    left_out = ([f"{d['dataset']} ({d.get('reason') or 'not mounted'})"
+                 for d in zfs.get("datasets") or [] if not d.get("mounted") and inside(d)]
+                if zfs else [])
+    if zfs and not mounted:
+        raise UsageError(f"{src}: no dataset of pool {zfs['zfs_pool']} is mounted there",
+                         hint="give the mount point used with `ckptrescue mount` or a dataset "
+                              "below it")
     devs = {p.stat().st_dev for p in mounted} if zfs else None
     need = 0
     for p in mounted:
@@ -132,6 +142,10 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
         raise RefusedError(f"destination {dst} has {free} bytes free; the source uses {need}")
     entries = [sysfs.mount_of(p) for p in mounted]
     findings: list[Finding] = []
+    if left_out:
+        findings.append(Finding("CP005", Severity.WARNING, f"{len(left_out)} dataset(s) of the "
+                                "pool are not mounted and are not in the copy: "
+                                + ", ".join(left_out), evidence=str(src), source="copy"))
     ro = bool(entries) and all(e is not None and e.readonly for e in entries)
     if not ro:
         findings.append(Finding("CP001", Severity.WARNING, f"{src} is mounted read-write: files "
@@ -177,8 +191,8 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
                                 "files)", evidence=str(dst), evidence_sha256=man_sha,
                                 source="copy"))
     total = sum((src / p).lstat().st_size for p in src_m)
-    case.add_evidence(kind="directory", source=str(dst), acquired_how="rsync -aHAXS "
-                      "--numeric-ids -x --open-noatime from " + str(src), size=total,
+    case.add_evidence(kind="directory", source=str(dst), acquired_how="rsync "
+                      + " ".join(flags) + " --open-noatime from " + str(src), size=total,
                       sha256=man_sha, details={"from": str(src), "files": len(src_m),
                                                "verified": verified})
     result = CopyResult(str(src), str(dst), len(src_m), total, man_sha, verified, diffs,

@@ -306,7 +306,7 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
             where.rmdir()
         for mine, theirs in zip(out.ranges, part.ranges, strict=True):
             mine.files += theirs.files
-        if any(r.files for r in part.ranges):
+        if any(r.files for r in part.ranges) and not out.tensor_map.startswith("probe_paths"):
             out.tensor_map = part.tensor_map
         out.notes += [f"{c.where}: {n}" for n in part.notes]
         out.notes.append(f"{c.where} ({mres.fstype}) starts at byte {c.start}")
@@ -328,10 +328,14 @@ def _offline_into(out: LocateResult, case: Case, image: str | Path,
     try:
         off = locate_offline.locate_unmounted(case, Path(image), [(a, b) for _i, a, b in mine],
                                               select=c.where)
-    except (ToolFailedError, EvidenceError, UsageError):
+    except Exception as exc:  # noqa: BLE001 - the fallback must not abort the other filesystems
+        case.log("locate.offline_failed", {"where": c.where, "error": f"{type(exc).__name__}: "
+                                                                      f"{exc}"})
         return False
     for (i, _a, _b), hits in zip(mine, off.ranges, strict=True):
         out.ranges[i].files += hits.files
+    if off.tensor_map.startswith("probe_paths"):
+        out.tensor_map = off.tensor_map
     out.notes.append(f"{c.where} ({c.fstype}) not mountable ({why}); used {off.method}")
     out.notes += [f"{c.where}: {n}" for n in off.notes]
     return True
@@ -370,13 +374,14 @@ def _findings(result: LocateResult, image: str) -> list[Finding]:
     out: list[Finding] = []
     for r in result.ranges:
         blind = [why for s, e, why in result.unmapped if s < r.end and r.start < e]
-        if not r.files and blind:
+        if blind:  # also when part of the range did map to files
             out.append(Finding("LC005", Severity.WARNING,
-                               f"unreadable bytes [{r.start:#x}, {r.end:#x}) lie in a filesystem "
-                               f"or volume that was not mapped: {'; '.join(blind)}",
+                               f"unreadable bytes [{r.start:#x}, {r.end:#x}) lie (in part) in a "
+                               f"filesystem or volume that was not mapped: {'; '.join(blind)}",
                                evidence=image, offset=r.start, length=r.end - r.start,
                                source="locate"))
-            continue
+            if not r.files:
+                continue
         if not r.files:
             out.append(Finding("LC002", Severity.WARNING,
                                f"unreadable bytes [{r.start:#x}, {r.end:#x}) hold no regular-file "

@@ -480,7 +480,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
 
     ``members``: the other devices or images of a ZFS pool (mirror, raidz, several vdevs),
     each attached read-only like ``target``."""
-    mp = Path(mountpoint)
+    mp = Path(os.path.abspath(mountpoint))
     if sysfs.mounts() and any(m.mountpoint == os.path.realpath(mp) for m in sysfs.mounts()):
         raise UsageError(f"{mp} is already a mount point")
     if mp.is_dir() and any(mp.iterdir()):
@@ -543,15 +543,23 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     return result
 
 
-def _release_or_keep(info: dict[str, Any], case: Case, state: Path) -> None:
-    """Release after a failed mount; what could not be released stays recorded at ``state`` so
-    that ``umount`` can finish the job."""
-    problems = release(info, case=case)
+def _release_or_keep(info: dict[str, Any], case: Case, state: Path,
+                     members: list[dict[str, Any]] | None = None) -> None:
+    """Release after a failed mount (the pool members first); what could not be released stays
+    recorded at ``state`` so that ``umount`` can finish the job."""
+    problems: list[str] = []
+    kept = []
+    for m_info in members or []:
+        trouble = release(m_info, case=case)
+        if trouble:
+            kept.append(m_info)
+            problems += trouble
+    problems += release(info, case=case)
     if problems:
         state.write_text(json.dumps({**{k: info.get(k) for k in (
             "target", "loop_device", "backing_file", "set_readonly", "extra_loops",
             "dm_devices")}, "device": info.get("device"), "failed_mount": True,
-            "problems": problems}, indent=2) + "\n")
+            "members": kept, "problems": problems}, indent=2) + "\n")
 
 
 def _attach_members(runner: SubprocessRunner, case: Case, paths: list[str], guid: str,
@@ -610,9 +618,7 @@ def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node:
                     "it stays imported read-only",
                     hint=f"retry with `ckptrescue umount {mp} --case {case.root}`") from exc
             state.unlink(missing_ok=True)
-        for m_info in others:
-            release(m_info, case=case)
-        _release_or_keep(info, case, state)
+        _release_or_keep(info, case, state, others)
         raise
     result.datasets = imp.datasets
     mounted = [d["mountpoint"] for d in imp.datasets if d["mounted"]]

@@ -135,11 +135,15 @@ def import_readonly(runner: SubprocessRunner, case: Case, *, members: list[str],
             "ZF010", Severity.WARNING, f"pool {name} was never exported: it was in use when the "
             "machine stopped; imported read-only with -f from a read-only image",
             evidence=evidence, source="mount", details={"stderr": res.stderr.strip()[:500]}))
+    pool = temp
     if res.returncode != 0:
+        # a timeout or a failure late in the import may still have left the pool imported:
+        # record it (so that the guard lets the caller export it) before reporting the failure
+        if imported_pools(runner).get(pool) == guid and on_imported is not None:
+            on_imported(pool)
         first = next(iter((res.stderr or res.stdout).strip().splitlines()), "")
         raise ToolFailedError(f"zpool import failed (rc {res.returncode}): {first}",
                               hint="`ckptrescue fs inspect` reads the vdev labels without import")
-    pool = temp
     if imported_pools(runner).get(pool) != guid:
         raise ToolFailedError(f"zpool import reported success but no pool {pool} with GUID "
                               f"{guid} is imported")

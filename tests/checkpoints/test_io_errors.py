@@ -86,3 +86,12 @@ def test_safetensors_without_checksums_still_names_the_unreadable_tensor(fuse_ok
         (rep,) = probe_paths([mnt / "m.safetensors"])
     assert rep.verdict == "damaged" and rep.damaged_tensors == ["b"]
     assert [f.tensors for f in rep.findings if f.code == "IO001"] == [("b",)]
+
+
+def test_unreadable_ranges_are_merged_and_sorted():
+    from ckptrescue.formats.tolerant_read import merge_ranges
+
+    assert merge_ranges([(8200, 8208), (8192, 12288), (8192, 8300), (0, 10)]) == [
+        (0, 10), (8192, 12288)]
+    assert merge_ranges([(0, 4096), (4096, 8192)]) == [(0, 8192)]
+    assert merge_ranges([]) == []
