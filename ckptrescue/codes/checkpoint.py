@@ -50,6 +50,7 @@ CODES = {
     "HF005": (E, "Shard index JSON unreadable"),
     "HF006": (E, "Sharded checkpoint without its index file"),
     "HF007": (W, "Shard numbering (-of-N) or index total_size inconsistent"),
+    "HF008": (W, "Weight map puts tensors in the wrong shard (stale index): bytes present elsewhere"),
     # torch.distributed.checkpoint
     "DC001": (E, "DCP .metadata missing: the save never finished"),
     "DC002": (E, "DCP .metadata unreadable"),

@@ -2,7 +2,8 @@
 
 ``model.safetensors.index.json`` / ``pytorch_model.bin.index.json`` hold ``{"metadata":
 {"total_size"}, "weight_map": {tensor: shard}}``; shards are named ``...-0000i-of-0000N...``.
-Checks: every shard listed exists (HF001); each weight-map entry is in its shard (HF002); shard
+Checks: every shard listed exists (HF001); each weight-map entry is in its shard (HF002), or, when
+it sits in another shard, the index is stale (HF008: not lost); shard
 tensors absent from the map (HF003) or present in several shards (HF004); ``-of-N`` numbering
 and ``total_size`` (HF007, warning: producer-dependent); each shard with its own format's probe.
 A shard set without its index is reported as incomplete (HF006).
@@ -136,6 +137,7 @@ class HfShardedFormat:
             shard_names = sorted(set(weight_map.values()))
         report.files = [spath] + [str(directory / s) for s in shard_names]
         seen: dict[str, str] = {}
+        absent_by_shard: dict[str, tuple[Path, list[str]]] = {}
         for shard in shard_names:
             spath_i = directory / shard
             expected = sorted(k for k, v in weight_map.items() if v == shard)
@@ -174,21 +176,33 @@ class HfShardedFormat:
                 seen[t.name] = shard
                 report.tensors.append(t)
             if idx is not None:
-                absent = [n for n in expected if n not in names]
-                if absent:
-                    report.findings.append(finding("HF002", f"{len(absent)} tensor(s) of the "
-                                                   f"weight map missing from {shard}",
-                                                   evidence=str(spath_i), tensors=absent[:500]))
-                    verdicts.append(Verdict.INCOMPLETE)
-                    for name in absent:
-                        report.tensors.append(TensorRecord(name=name, file=str(spath_i),
-                                                           status="missing",
-                                                           reasons=[f"not in shard {shard}"]))
+                absent_by_shard[shard] = (spath_i, [n for n in expected if n not in names])
                 stale = sorted(names - set(expected))
                 if stale:
                     report.findings.append(finding("HF003", f"{len(stale)} tensor(s) in {shard}"
                                                    " not in the weight map", evidence=spath,
                                                    tensors=stale[:500]))
+        # a weight-map entry absent from its shard but present in another one: the index is
+        # stale (re-sharded), the tensor is not lost; only the rest are missing
+        for shard, (spath_i, absent) in absent_by_shard.items():
+            moved = {n: seen[n] for n in absent if n in seen}
+            lost = [n for n in absent if n not in seen]
+            if moved:
+                report.findings.append(finding(
+                    "HF008", f"{len(moved)} tensor(s) the weight map puts in {shard} are in "
+                    "another shard (stale index: loaders following it fail; the bytes are "
+                    "there)", evidence=spath, tensors=sorted(moved)[:500],
+                    details={"found_in": dict(sorted(moved.items())[:500])}))
+                verdicts.append(Verdict.SUSPECT)
+            if lost:
+                report.findings.append(finding("HF002", f"{len(lost)} tensor(s) of the "
+                                               f"weight map missing from {shard}",
+                                               evidence=str(spath_i), tensors=lost[:500]))
+                verdicts.append(Verdict.INCOMPLETE)
+                for name in lost:
+                    report.tensors.append(TensorRecord(name=name, file=str(spath_i),
+                                                       status="missing",
+                                                       reasons=[f"not in shard {shard}"]))
         if idx is not None:
             cls._numbering(report, shard_names, directory, spath)
             total = (idx.get("metadata") or {}).get("total_size")

@@ -182,3 +182,33 @@ def test_salvage_rebuilds_lost_tensor_map_from_sibling(base, tmp_path):
     for name, t in got.items():
         want = other[name] if name == "model.1.bias" else flat[name]
         assert torch.equal(raw(t), raw(want)), name
+
+
+def test_stale_index_tensor_in_another_shard_is_found_not_lost(base, tmp_path):
+    """A Hugging Face index whose weight map still names the old shard of a tensor (after a
+    re-shard): the tensor is not lost — the probe says the index is stale (HF008), and salvage
+    takes the tensor from the shard that really holds it."""
+    import torch
+
+    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.salvage import salvage
+
+    ev = fx.copy(base["hf"], tmp_path / "stale")
+    index_path = ev / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    name = next(k for k, v in sorted(index["weight_map"].items()) if v == shards[1])
+    index["weight_map"][name] = shards[0]  # the map now points at the wrong shard
+    index_path.write_text(json.dumps(index))
+    before = tree_hash(ev)
+    (rep,) = probe_paths([ev])
+    assert "HF008" in [f.code for f in rep.findings]
+    assert "HF002" not in [f.code for f in rep.findings]
+    assert rep.missing_tensors == [] and rep.verdict == "suspect"
+    res = salvage(ev, tmp_path / "out")
+    assert res.lost == [] and name in res.recovered
+    got = {}
+    for f in (tmp_path / "out").glob("*.safetensors"):
+        got.update(load_st(f))
+    assert torch.equal(raw(got[name]), raw(load_st(ev / shards[1])[name]))
+    assert tree_hash(ev) == before
