@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.errors import EvidenceError, ToolFailedError, UsageError
+from ckptrescue.errors import EvidenceError, ToolFailedError, ToolMissingError, UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.parsers import ddrescue_mapfile
 from ckptrescue.storage import fiemap, mounting
@@ -210,8 +210,10 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     else:
         cands, blind = _filesystems_of(case, image)
         if len(cands) == 1 and cands[0].info.get("TYPE") == "zfs_member":
-            _no_zfs()
-        if len(cands) > 1:
+            from ckptrescue.storage.locate_zfs import locate_zfs
+
+            result = locate_zfs(case, image, ranges, member_start=cands[0].start)
+        elif len(cands) > 1:
             result = _locate_each(case, image, ranges, cands)
         else:
             result = _locate_one(case, image, ranges)
@@ -233,11 +235,9 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
 
 
 def _no_zfs() -> None:
-    raise ToolFailedError(
-        "locate: ZFS does not report physical extents (no FIEMAP); bad sectors of a ZFS member "
-        "are found by ZFS itself",
-        hint="mount it (read-only import), read the files (`ckptrescue probe`), then "
-             "`ckptrescue fs inspect` lists the damaged files (zpool status -v, events)")
+    raise UsageError(
+        "locate: a ZFS mount has no FIEMAP; give the image (without --mountpoint): locate "
+        "imports it read-only and lets ZFS's checksums name what lies at the bad bytes")
 
 
 def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]]) -> LocateResult:
@@ -282,9 +282,20 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
         if not any(e > d and s < d + n for s, e in ranges for _f, n, d in pieces):
             continue
         if c.info.get("TYPE") == "zfs_member":
-            why = "ZFS member (ZFS has no FIEMAP; its own checksums name damaged files)"
-            out.notes.append(f"{c.where}: {why}, not mapped")
-            out.unmapped += [(d, d + n, f"{c.where}: {why}") for _f, n, d in pieces]
+            from ckptrescue.storage.locate_zfs import locate_zfs
+
+            try:
+                part = locate_zfs(case, image, ranges, member_start=c.start, select=c.where)
+            except (ToolFailedError, EvidenceError, UsageError, ToolMissingError) as exc:
+                why = f"ZFS member, not importable here ({exc.message})"
+                out.notes.append(f"{c.where}: {why}")
+                out.unmapped += [(d, d + n, f"{c.where}: {why}") for _f, n, d in pieces]
+                continue
+            for mine, theirs in zip(out.ranges, part.ranges, strict=True):
+                mine.files += theirs.files
+            if part.tensor_map.startswith("probe_paths"):
+                out.tensor_map = part.tensor_map
+            out.notes += [f"{c.where}: {n}" for n in part.notes]
             continue
         where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
         try:
@@ -359,7 +370,7 @@ def _locate_mounted(case: Case, root: Path, ranges: list[tuple[int, int]], start
                     fstype: str | None, size: int | None = None,
                     segments: list[list[int]] | None = None) -> LocateResult:
     if fstype == "zfs":
-        _no_zfs()
+        _no_zfs()  # a mount point given: locate the image instead (it imports and reads)
     segs = [(int(a), int(b), int(c)) for a, b, c in segments] if segments else None
     hits = map_files(root, ranges, offset=start, size=size, segments=segs)
     how = tensor_names(case, root, hits)

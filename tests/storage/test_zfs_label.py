@@ -134,4 +134,13 @@ def test_kit_on_a_zfs_member_without_the_zfs_module(tmp_path, no_leftovers):
     r = run("mount", str(ext), str(tmp_path / "mnt3"), "--member", str(other), "--case",
             str(case))
     assert r.returncode == 2 and "not a ZFS member" in r.stderr
+    # locate needs the import (ZFS itself maps bad bytes to files): a clear one-line failure
+    from ckptrescue.parsers import ddrescue_mapfile
+
+    mapfile = tmp_path / "m.map"
+    mapfile.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size, [(8 << 20,
+                                                                             (8 << 20) + 512)]))
+    r = run("locate", "--case", str(case), str(mapfile), str(img))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "ZFS" in r.stderr.splitlines()[0] or "zpool" in r.stderr.splitlines()[0]
     assert fx.sha256(img) == before == fx.sha256(other)
