@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.storage import samedisk, sysfs
+from ckptrescue.storage import mounting, samedisk, sysfs, walk
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -65,37 +64,16 @@ def manifest(root: Path, devs: set[int] | None = None) -> dict[str, str]:
     """relative path -> SHA-256 for every regular file on ``root``'s filesystem (or on any of
     the filesystems ``devs``: the datasets of a ZFS pool mounted below ``root``)."""
     out: dict[str, str] = {}
-    ok = devs if devs is not None else {root.stat().st_dev}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if (Path(dirpath) / d).lstat().st_dev in ok
-                             or (devs is not None and not os.path.ismount(Path(dirpath) / d)))
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            st = p.lstat()
-            if stat.S_ISREG(st.st_mode) and st.st_dev in ok:
-                try:
-                    out[str(p.relative_to(root))] = sha256_stream(p)
-                except OSError as exc:
-                    out[str(p.relative_to(root))] = f"unreadable: {exc.strerror}"
+    for p, _st in walk.regular_files(root, devs, sort=True):
+        try:
+            out[str(p.relative_to(root))] = sha256_stream(p)
+        except OSError as exc:
+            out[str(p.relative_to(root))] = f"unreadable: {exc.strerror}"
     return out
 
 
 def render_manifest(m: dict[str, str]) -> bytes:
     return "".join(f"{h}  ./{p}\n" for p, h in sorted(m.items())).encode()
-
-
-def _kit_zfs_mount(case: Case, src: Path) -> dict[str, Any] | None:
-    """The case's record of a ZFS pool it imported whose altroot holds ``src``, if any."""
-    import json
-
-    real = os.path.realpath(src)
-    for rec in sorted((case.work_dir / "mounts").glob("*.json")) if (
-            case.work_dir / "mounts").is_dir() else []:
-        data = json.loads(rec.read_text())
-        mp = os.path.realpath(str(data.get("mountpoint", "")))
-        if data.get("zfs_pool") and (real == mp or real.startswith(mp.rstrip("/") + "/")):
-            return dict(data)
-    return None
 
 
 def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = None) -> CopyResult:
@@ -106,7 +84,7 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     if os.path.realpath(dst).startswith(os.path.realpath(src).rstrip("/") + "/"):
         raise UsageError(f"{dst} is inside the source {src}")
     dst.mkdir(parents=True, exist_ok=True)
-    zfs = _kit_zfs_mount(case, src)
+    zfs = mounting.zfs_mount_holding(case, src)
     # a pool imported by `mount`: its physical media are the member images/devices, and its
     # datasets are separate (read-only) mounts below the altroot, all copied
     media = ([zfs["target"], *[m["target"] for m in zfs.get("members") or []]]

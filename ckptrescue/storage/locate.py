@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.errors import EvidenceError, ToolFailedError, ToolMissingError, UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.parsers import ddrescue_mapfile
-from ckptrescue.storage import fiemap, mounting
+from ckptrescue.storage import fiemap, mounting, walk
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -99,32 +98,24 @@ def map_files(root: Path, ranges: list[tuple[int, int]], *, offset: int = 0,
                 pieces.append((lo - dev_off + fs_off, hi - dev_off + fs_off, i))
     pieces.sort()
     ends = [p[1] for p in pieces]  # pieces do not overlap: ends sorted too
-    root_dev = root.stat().st_dev
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames
-                       if (Path(dirpath) / d).lstat().st_dev == root_dev]
-        for fname in filenames:
-            full = Path(dirpath) / fname
-            st = full.lstat()
-            if not stat.S_ISREG(st.st_mode) or st.st_dev != root_dev:
+    for full, _st in walk.regular_files(root):
+        try:
+            exts = fiemap.extents(full)
+        except OSError:
+            continue
+        rel = str(full.relative_to(root))
+        for ext in exts:
+            if not ext.has_physical:
                 continue
-            try:
-                exts = fiemap.extents(full)
-            except OSError:
-                continue
-            rel = str(full.relative_to(root))
-            for ext in exts:
-                if not ext.has_physical:
-                    continue
-                # first piece ending after the extent's start; walk while pieces start before
-                k = bisect.bisect_right(ends, ext.physical)
-                while k < len(pieces) and pieces[k][0] < ext.physical + ext.length:
-                    s, e, i = pieces[k]
-                    k += 1
-                    for file_off, length, hit in fiemap.overlaps([ext], s, e):
-                        out[i].files.append(FileHit(rel, file_off, length,
-                                                    shared=bool(hit.flags & fiemap.SHARED),
-                                                    unwritten=bool(hit.flags & fiemap.UNWRITTEN)))
+            # first piece ending after the extent's start; walk while pieces start before
+            k = bisect.bisect_right(ends, ext.physical)
+            while k < len(pieces) and pieces[k][0] < ext.physical + ext.length:
+                s, e, i = pieces[k]
+                k += 1
+                for file_off, length, hit in fiemap.overlaps([ext], s, e):
+                    out[i].files.append(FileHit(rel, file_off, length,
+                                                shared=bool(hit.flags & fiemap.SHARED),
+                                                unwritten=bool(hit.flags & fiemap.UNWRITTEN)))
     for r in out:
         r.files = _merge(r.files)
     return out
@@ -291,11 +282,7 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
                 out.notes.append(f"{c.where}: {why}")
                 out.unmapped += [(d, d + n, f"{c.where}: {why}") for _f, n, d in pieces]
                 continue
-            for mine, theirs in zip(out.ranges, part.ranges, strict=True):
-                mine.files += theirs.files
-            if part.tensor_map.startswith("probe_paths"):
-                out.tensor_map = part.tensor_map
-            out.notes += [f"{c.where}: {n}" for n in part.notes]
+            _absorb(out, part, c.where, list(range(len(ranges))))
             continue
         where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
         try:
@@ -315,11 +302,7 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
         finally:
             mounting.umount(where, case=case)
             where.rmdir()
-        for mine, theirs in zip(out.ranges, part.ranges, strict=True):
-            mine.files += theirs.files
-        if any(r.files for r in part.ranges) and not out.tensor_map.startswith("probe_paths"):
-            out.tensor_map = part.tensor_map
-        out.notes += [f"{c.where}: {n}" for n in part.notes]
+        _absorb(out, part, c.where, list(range(len(ranges))))
         out.notes.append(f"{c.where} ({mres.fstype}) starts at byte {c.start}")
     return out
 
@@ -343,13 +326,18 @@ def _offline_into(out: LocateResult, case: Case, image: str | Path,
         case.log("locate.offline_failed", {"where": c.where, "error": f"{type(exc).__name__}: "
                                                                       f"{exc}"})
         return False
-    for (i, _a, _b), hits in zip(mine, off.ranges, strict=True):
-        out.ranges[i].files += hits.files
-    if off.tensor_map.startswith("probe_paths"):
-        out.tensor_map = off.tensor_map
     out.notes.append(f"{c.where} ({c.fstype}) not mountable ({why}); used {off.method}")
-    out.notes += [f"{c.where}: {n}" for n in off.notes]
+    _absorb(out, off, c.where, [i for i, _a, _b in mine])
     return True
+
+
+def _absorb(out: LocateResult, part: LocateResult, where: str, index: list[int]) -> None:
+    """Merge one filesystem's answer into ``out``: ``part.ranges[k]`` is ``out.ranges[index[k]]``."""
+    for k, hits in zip(index, part.ranges, strict=True):
+        out.ranges[k].files += hits.files
+    if any(r.files for r in part.ranges) and not out.tensor_map.startswith("probe_paths"):
+        out.tensor_map = part.tensor_map
+    out.notes += [f"{where}: {n}" for n in part.notes]
 
 
 def _size_of(target: str | Path) -> int | None:

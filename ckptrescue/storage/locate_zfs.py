@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.parsers import zpool_events
+from ckptrescue.storage import walk
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -57,27 +57,20 @@ def read_all(roots: list[Path]) -> tuple[dict[tuple[int, int], Path], list[tuple
     inodes: dict[tuple[int, int], Path] = {}
     failed: list[tuple[Path, int, int]] = []
     for root in roots:
-        dev = root.stat().st_dev
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if (Path(dirpath) / d).lstat().st_dev == dev]
-            for name in filenames:
-                p = Path(dirpath) / name
-                st = p.lstat()
-                if not stat.S_ISREG(st.st_mode) or st.st_dev != dev:
-                    continue
-                inodes[(st.st_dev, st.st_ino)] = p
-                unit = max(st.st_blksize, 4096)
-                fd = os.open(p, os.O_RDONLY)
-                try:
-                    for off in range(0, st.st_size, unit):
-                        try:
-                            os.pread(fd, unit, off)
-                        except OSError as exc:
-                            if exc.errno != errno.EIO:
-                                raise
-                            failed.append((p, off, min(unit, st.st_size - off)))
-                finally:
-                    os.close(fd)
+        for p, st in walk.regular_files(root):
+            inodes[(st.st_dev, st.st_ino)] = p
+            unit = max(st.st_blksize, 4096)
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                for off in range(0, st.st_size, unit):
+                    try:
+                        os.pread(fd, unit, off)
+                    except OSError as exc:
+                        if exc.errno != errno.EIO:
+                            raise
+                        failed.append((p, off, min(unit, st.st_size - off)))
+            finally:
+                os.close(fd)
     return inodes, failed
 
 
@@ -95,13 +88,11 @@ def locate_zfs(case: Case, image: str | Path, ranges: list[tuple[int, int]],
     try:
         runner = SubprocessRunner(case)
         pool, guid = str(res.zfs_pool), str(res.uuid)
-        before = {e.get("eid") for e in _events(runner, guid)}
         roots = [Path(d["mountpoint"]) for d in res.datasets if d.get("mounted")]
         inodes, failed = read_all(roots)
-        # all of this pool's events, not only the new ones: ZFS suppresses a checksum ereport
-        # that repeats a recent one (same vdev and block), e.g. when locate runs twice
+        # all of this pool's events, not only those of this read: ZFS suppresses a checksum
+        # ereport that repeats a recent one (same vdev and block), e.g. when locate runs twice
         events = _events(runner, guid)
-        new = sum(1 for e in events if e.get("eid") not in before)
         objsets = _objsets(runner, pool)
         mount_of = {d["dataset"]: Path(d["mountpoint"]) for d in res.datasets if d.get("mounted")}
         base = where / pool
@@ -130,15 +121,14 @@ def locate_zfs(case: Case, image: str | Path, ranges: list[tuple[int, int]],
                     if not any(h.path == rel and h.file_offset == f_off for h in r.files):
                         r.files.append(loc.FileHit(rel, f_off, length))
                     tied.add(path)
-        out.tensor_map = loc.tensor_names(case, base, out.ranges,
-                                          resolve=lambda rel: base / rel)
+        out.tensor_map = loc.tensor_names(case, base, out.ranges)
         untied = sorted({str(p) for p, _o, _n in failed if p not in tied})
         if untied:
             out.notes.append("files that failed to read but whose checksum events are missing "
                              "(rate-limited?) or lie outside the mapfile's ranges: "
                              + ", ".join(untied[:20]))
         out.notes.append(f"read {len(inodes)} file(s) of {len(roots)} dataset(s); "
-                         f"{len(events)} checksum/io event(s) of this pool ({new} new)")
+                         f"{len(events)} checksum/io event(s) of this pool")
         case.log("locate.zfs", {"pool": pool, "files": len(inodes), "failed_blocks":
                                 [[str(p), o, n] for p, o, n in failed[:500]],
                                 "events": len(events)})

@@ -95,6 +95,17 @@ def mount_state(case: Case, mountpoint: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def zfs_mount_holding(case: Case, path: str | Path) -> dict[str, Any] | None:
+    """The record of a ZFS pool this case imported whose altroot holds ``path``, if any."""
+    real = os.path.realpath(path)
+    for rec in sorted(_state_dir(case).glob("*.json")):
+        data = json.loads(rec.read_text())
+        mp = os.path.realpath(str(data.get("mountpoint", "")))
+        if data.get("zfs_pool") and (real == mp or real.startswith(mp.rstrip("/") + "/")):
+            return dict(data)
+    return None
+
+
 def blkid(runner: SubprocessRunner, dev: str) -> dict[str, str]:
     """Low-level probe (``blkid -p``: reads superblocks directly, no cache)."""
     res = runner.run(ToolCall.of("blkid", "-p", "-o", "export", dev, timeout_s=60,
@@ -603,7 +614,7 @@ def _mount_zfs(runner: SubprocessRunner, case: Case, info: dict[str, Any], node:
         nodes = [node, *_attach_members(runner, case, member_paths, fsinfo.get("UUID", ""),
                                         others)]
         images_only = all(i["loop_device"] is not None for i in [info, *others])
-        imp = zfs_pool.import_readonly(runner, case, members=nodes, fsinfo=fsinfo,
+        imp = zfs_pool.import_readonly(runner, members=nodes, fsinfo=fsinfo,
                                        altroot=str(mp), images_only=images_only,
                                        evidence=str(target), on_imported=record)
     except BaseException:

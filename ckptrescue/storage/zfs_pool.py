@@ -24,14 +24,11 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, ToolMissingError
 from ckptrescue.model import Finding, Severity
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
 
 IN_USE_MARKERS = ("previously in use from another system", "use '-f'", "use -f")
 
@@ -95,7 +92,7 @@ def import_argv(guid: str, members: list[str], altroot: str, *, temp_name: str |
     return argv
 
 
-def import_readonly(runner: SubprocessRunner, case: Case, *, members: list[str],
+def import_readonly(runner: SubprocessRunner, *, members: list[str],
                     fsinfo: dict[str, str], altroot: str, images_only: bool,
                     evidence: str, on_imported: Any = None) -> PoolImport:
     """Import the pool of ``members`` read-only under ``altroot`` and mount its datasets ro.
