@@ -275,8 +275,9 @@ def locate_command(
 ) -> int:
     """Map every unreadable range of a ddrescue mapfile to files and tensors.
 
-    FIEMAP on a read-only mount (xfs_db or debugfs when not mountable), then the checkpoint
-    tensor map of every file hit.
+    Through the partition and LVM volume holding each range, FIEMAP on a read-only mount
+    (xfs_db or debugfs when not mountable; on a ZFS member, a read-only import whose checksum
+    events name the files), then the checkpoint tensor map of every file hit.
 
     Example:
 
