@@ -62,3 +62,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped in CI (CKPTRESCUE_REQUIRE_PRIVILEGED=1): {reason}"
+
+
+@pytest.fixture(autouse=True)
+def _acquired_images_made_mutable_again(request: pytest.FixtureRequest):  # noqa: ANN201
+    """The kit makes images it acquired immutable (``chattr +i``) once hashed; a test's
+    tmp_path could then never be removed. Clear the flag under tmp_path after each test that
+    used one."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None:
+        from ckptrescue.storage import writeblock
+
+        writeblock.clear_immutable_tree(tmp)

@@ -108,7 +108,9 @@ def image_command(
     """Image a device or image file with GNU ddrescue; the mapfile decides the verdict.
 
     Refuses a destination on the same physical disk or without room. Rerun the same command to
-    resume after an interruption. Exit 1 when sectors were unreadable.
+    resume after an interruption. Exit 1 when sectors were unreadable. A block-device source is
+    write-blocked by the kernel (BLKROSET) and the finished image and mapfile made immutable
+    (chattr +i); both stay until `ckptrescue writeblock release`.
 
     Example:
 
@@ -217,7 +219,8 @@ def mount_command(
 ) -> int:
     """Mount an image or device read-only without log replay.
 
-    Read-only loop device (or BLKROSET), XFS ro,norecovery (+nouuid for clones), ext4
+    Read-only loop device (or BLKROSET on a block device, which stays after umount until
+    `ckptrescue writeblock release`), XFS ro,norecovery (+nouuid for clones), ext4
     ro,noload. Partitions and LVM logical volumes (read from the PV's own metadata, no
     device-mapper needed for an LV in one piece) are found on the image. A ZFS member: the pool
     is imported with zpool import -o readonly=on -o cachefile=none -N -R MOUNTPOINT and its

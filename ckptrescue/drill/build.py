@@ -240,5 +240,8 @@ def stop(out: Path) -> bool:
     out = out.resolve()
     dest = _separate_media_dir(out)
     if str(dest).startswith("/dev/shm/ckptrescue-drill-") and dest.is_dir():
+        from ckptrescue.storage import writeblock
+
+        writeblock.clear_immutable_tree(dest)  # the acquired image is chattr +i once hashed
         shutil.rmtree(dest, ignore_errors=True)
     return s3daemon.stop(out)

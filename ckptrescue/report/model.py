@@ -39,6 +39,9 @@ def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
         "gate.confirmed": lambda: f"gate confirmed: {d.get('prompt')}",
         "case.sealed": lambda: "case sealed",
         "audit.torn_tail": lambda: "torn audit record chained over",
+        "safety.kernel": lambda: f"kernel guarantee {d.get('guarantee')} on {d.get('target')}: "
+                                 + ("released" if d.get("released") else
+                                    "enforced" if d.get("enforced") else "NOT enforced"),
     }.get(action)
     if text is None:
         return None
@@ -93,11 +96,47 @@ def _recommendations(model: dict[str, Any]) -> list[str]:
     for key in model.get("s3_known_good", []):
         recs.append(f"Restore s3 key {key['key']} from version {key['known_good']} "
                     "(ckptrescue s3 restore ... --version).")
+    kernel = model.get("kernel_guarantees") or []
+    if any(not k["enforced"] and not k["released"] for k in kernel):
+        recs.append("Some guarantees were not enforced by the kernel for this case (listed under "
+                    "Kernel-enforced guarantees): there only the safety guard protected the "
+                    "evidence.")
+    held: dict[str, bool] = {}
+    for k in kernel:
+        if k["guarantee"] in {"block-device-readonly", "image-immutable"} and (
+                k["by_kit"] or k["released"]):
+            held[k["target"]] = k["enforced"] and not k["released"]
+    if any(held.values()):
+        recs.append("Evidence stays write-blocked by the kernel after this case ("
+                    + ", ".join(t for t, on in held.items() if on) + "); when the investigation "
+                    "is over: ckptrescue writeblock release TARGET --case CASE.")
     if model["refusals"]:
         recs.append("Some commands were refused by the safety guard; they are listed below.")
     recs.append("Keep the sealed head hash of this case out of band and verify the case "
                 "(ckptrescue case verify --expect-head) before sharing conclusions.")
     return recs
+
+
+def kernel_guarantees(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``safety.kernel`` records of the case, whatever their guarantee (block devices,
+    images, the runner's namespace, ...), each distinct state once, in order."""
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for r in records:
+        if r.get("action") != "safety.kernel":
+            continue
+        d = r.get("details") or {}
+        row = {"seq": r.get("seq"), "time": r.get("time"),
+               "guarantee": str(d.get("guarantee") or "?"), "target": str(d.get("target") or ""),
+               "enforced": bool(d.get("enforced")), "released": bool(d.get("released")),
+               "how": str(d.get("how") or ""), "previous": d.get("previous"),
+               "by_kit": d.get("by_kit"), "reason": d.get("reason"), "note": d.get("note")}
+        key = (row["guarantee"], row["target"], row["enforced"], row["released"], row["how"],
+               row["reason"])
+        if key not in seen:
+            seen.add(key)
+            rows.append(row)
+    return rows
 
 
 def _unique(findings: list[Any]) -> list[Any]:
@@ -176,6 +215,7 @@ def build(case: Case) -> dict[str, Any]:
         "s3_known_good": s3_known_good,
         "commands": commands,
         "refusals": refusals,
+        "kernel_guarantees": kernel_guarantees(records),
         "tool_versions": dict(sorted(versions.items())),
         "verification": verification.to_json(),
         "records": len(records),

@@ -7,5 +7,7 @@ Modules (import the one you need; nothing heavy is imported here):
 * ``locate.locate`` — mapfile ranges -> files (FIEMAP; xfs_db/debugfs offline) -> tensors;
 * ``fsinspect.fs_inspect`` — XFS/ext4/ZFS state and SMART/NVMe health;
 * ``devices.devices``, ``triage.triage``, ``copy.copy_tree``, ``extract.extract``;
+* ``writeblock`` — the kernel write block: BLKROSET on evidence devices, ``chattr +i`` on
+  acquired images, recorded as ``safety.kernel``; kept until ``writeblock.release``;
 * ``samedisk``, ``sysfs``, ``fiemap`` — read-only helpers.
 """

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.storage import mounting, samedisk, sysfs, walk
+from ckptrescue.storage import mounting, samedisk, sysfs, walk, writeblock
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -119,6 +119,8 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     if free < need:
         raise RefusedError(f"destination {dst} has {free} bytes free; the source uses {need}")
     entries = [sysfs.mount_of(p) for p in mounted]
+    for p in mounted:  # the devices under a ZFS pool's datasets were write-blocked by `mount`
+        writeblock.protect_mount_source(p, case, purpose="copy source")
     findings: list[Finding] = []
     if left_out:
         findings.append(Finding("CP005", Severity.WARNING, f"{len(left_out)} dataset(s) of the "

@@ -101,6 +101,9 @@ def extract(mountpoint: str | Path, to: str | Path, *, case: Case) -> ExtractRes
         raise UsageError(f"{dest} is inside the source {root}")
     if any(str(dest).startswith(os.path.realpath(p)) for p in case.evidence_paths()):
         raise RefusedError(f"{dest} is an evidence path; extract into a new location")
+    from ckptrescue.storage import writeblock
+
+    writeblock.protect_mount_source(root, case, purpose="extract source")
     dest.mkdir(parents=True, exist_ok=True)
     reports = probe_paths([root], case=case)
     result = ExtractResult(str(root), str(dest))

@@ -455,7 +455,8 @@ def fs_inspect(target: str | Path, *, case: Case, health: bool = True,
     """Inspect ``target`` (image file or block device) without changing it."""
     runner = SubprocessRunner(case)
     ev = str(target)
-    with mounting.attached(target, case=case, protect_device=False) as info:
+    with mounting.attached(target, case=case, require_block=False,
+                           purpose="fs inspect") as info:
         dev = info["device"]
         try:
             node, fsinfo, start = mounting.pick_filesystem(runner, info, case, select)

@@ -5,7 +5,10 @@ record the source in the evidence inventory (so the guard protects it); run a fa
 (``-n``) and a retry pass (``-r N``) with the device's logical sector size and direct access
 (``-d``, block devices only), polling the mapfile for progress; then judge from the mapfile
 (ddrescue exits 0 with unreadable sectors), hash image and mapfile, hash the source when it was
-fully readable, and add the image to the evidence inventory. Rerunning the same command after an
+fully readable, and add the image to the evidence inventory. A block-device source is
+write-blocked at the block layer first (``BLKROSET``, :mod:`writeblock`; it stays after the kit
+exits); once ddrescue is done and the image hashed, image and mapfile become read-only (mode
+``a-w`` and ``chattr +i`` where the filesystem has the flag). Rerunning the same command after an
 interruption resumes from the mapfile; a sidecar refuses a mapfile from an unrelated rescue.
 """
 
@@ -208,6 +211,12 @@ def image(source: str | Path, *, case: Case, dest: str | Path | None = None, ret
     if cmp.verdict is samedisk.Sameness.UNKNOWN:
         raise RefusedError(f"cannot prove that {dest_dir} is on other media than {src}: "
                            f"{cmp.reason}", hint="choose a destination on a local disk")
+    if facts["block_device"]:
+        from ckptrescue.storage import writeblock
+
+        # the block layer refuses writes to the source from now on (recorded; enforced: false
+        # with the reason when it is mounted read-write, which is refused just below)
+        writeblock.protect(src, case, purpose="image source")
     _refuse_if_mounted_rw(src, facts)
     base = name or _SAFE.sub("_", src.name if facts["block_device"] else src.stem) or "source"
     img, mapf = dest_dir / f"{base}.img", dest_dir / f"{base}.map"
@@ -337,6 +346,11 @@ def _finish(case: Case, src: Path, facts: dict[str, Any], img: Path, mapf: Path,
                             if os.path.realpath(e.source) == os.path.realpath(img)), None)
     if record:
         case.add_findings(findings)
+    if mp.current_status == "+":  # ddrescue is done with this image: nothing may write it now
+        from ckptrescue.storage import writeblock
+
+        writeblock.make_immutable(img, case, sha256=img_sha)
+        writeblock.make_immutable(mapf, case, sha256=map_sha)
     result = ImageResult(image=str(img), mapfile=str(mapf), image_sha256=img_sha, size=size,
                          rescued_bytes=mp.rescued, bad_ranges=bad, mapfile_sha256=map_sha,
                          source=str(src), source_sha256=src_sha,

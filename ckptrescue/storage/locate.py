@@ -187,6 +187,9 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     case.log("locate.started", {"mapfile": str(mpath), "image": str(image),
                                 "ranges": [list(r) for r in ranges]})
     if mountpoint is not None:
+        from ckptrescue.storage import writeblock
+
+        writeblock.protect_mount_source(mountpoint, case, purpose="locate (mounted)")
         fstype = None
         state = mounting.mount_state(case, mountpoint)
         segments = None
@@ -256,7 +259,7 @@ def _filesystems_of(case: Case, image: str | Path) -> tuple[list[mounting.FsCand
     logical volumes that cannot be mapped (no filesystem, hidden, raid/thin/...)."""
     from ckptrescue.effects.runner import SubprocessRunner
 
-    with mounting.attached(image, case=case) as info:
+    with mounting.attached(image, case=case, purpose="locate") as info:
         cands = mounting.filesystems(SubprocessRunner(case), info)
         blind = [(int(a), int(b), f"LV {u['lv']}: {u['reason']}")
                  for u in info.get("unmapped_lvs", []) for a, b in u.get("pieces", [])]

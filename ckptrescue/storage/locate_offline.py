@@ -63,7 +63,7 @@ def _ext_backup(runner: SubprocessRunner, dev: str) -> tuple[int, int] | None:
 def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]],
                      select: str | None = None) -> LocateResult:
     runner = SubprocessRunner(case)
-    with mounting.attached(image, case=case) as info:
+    with mounting.attached(image, case=case, purpose="locate (offline)") as info:
         try:
             cand = mounting.pick_candidate(runner, info, select)
             if cand.segments:

@@ -1,9 +1,10 @@
 """``mount`` / ``umount``: read-only mounts of evidence, with write protection at two layers.
 
 1. Block layer: an image file is attached with ``losetup --read-only`` (``-P`` for partition
-   tables); a block device that is writable gets ``blockdev --setro`` (recorded, and cleared on
-   ``umount`` since BLKROSET outlives the mount). ``/sys/class/block/*/ro`` is read back for the
-   device and every partition before anything mounts.
+   tables); a block device gets ``BLKROSET`` on it and its partitions (:mod:`writeblock`,
+   recorded as ``safety.kernel``; the block stays after ``umount`` until ``ckptrescue writeblock
+   release``). ``/sys/class/block/*/ro`` is read back for the device and every partition before
+   anything mounts.
 2. Filesystem: XFS ``ro,norecovery`` (+ ``nouuid`` when a filesystem with the same UUID is
    mounted), ext3/ext4 ``ro,noload``; other types ``ro``. A plain ``ro`` mount would replay a
    dirty journal and change the disk.
@@ -15,11 +16,9 @@ that (after checking that the loop device still points at the same backing file)
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import struct
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +32,6 @@ from ckptrescue.storage import sysfs
 if TYPE_CHECKING:
     from ckptrescue.case import Case
 
-BLKROSET = 0x125D
 RO_OPTIONS = {"xfs": "ro,norecovery", "ext4": "ro,noload", "ext3": "ro,noload",
               "ext2": "ro", "vfat": "ro", "exfat": "ro", "ntfs": "ro", "ntfs3": "ro",
               "btrfs": "ro,nologreplay", "iso9660": "ro", "squashfs": "ro"}
@@ -128,19 +126,14 @@ def _mounted_uuids(runner: SubprocessRunner, fstype: str) -> set[str]:
     return uuids
 
 
-def _setro(dev: str, value: bool) -> None:
-    fd = os.open(dev, os.O_RDONLY)
-    try:
-        fcntl.ioctl(fd, BLKROSET, struct.pack("i", 1 if value else 0))
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def attached(target: str | Path, *, case: Case, partscan: bool = True,
-             protect_device: bool = True) -> Iterator[dict[str, Any]]:
-    """Attach ``target`` read-only for the duration (image files only get a loop device)."""
-    info = attach(target, case=case, partscan=partscan, protect_device=protect_device)
+             protect_device: bool = True, require_block: bool = True,
+             purpose: str = "attached as evidence") -> Iterator[dict[str, Any]]:
+    """Attach ``target`` read-only for the duration (image files only get a loop device; a
+    block device's write block stays: see :mod:`writeblock`)."""
+    info = attach(target, case=case, partscan=partscan, protect_device=protect_device,
+                  require_block=require_block, purpose=purpose)
     try:
         yield info
     finally:
@@ -148,13 +141,18 @@ def attached(target: str | Path, *, case: Case, partscan: bool = True,
 
 
 def attach(target: str | Path, *, case: Case, partscan: bool = True,
-           protect_device: bool = True) -> dict[str, Any]:
+           protect_device: bool = True, require_block: bool = True,
+           purpose: str = "attached as evidence") -> dict[str, Any]:
     """Make ``target`` available as a read-only block device; returns what was done.
 
-    Image files get a read-only loop device. A writable block device gets BLKROSET only when
-    ``protect_device`` (mounting) and only if nothing has it mounted: write-protecting a device
-    under a read-write mount would make the live filesystem fail its writes.
+    Image files get a read-only loop device. A block device is write-blocked at the block layer
+    (``BLKROSET`` on it and its partitions, :func:`writeblock.protect`; the block stays after
+    release) when ``protect_device``. Write-protecting a device under a mount is refused (it
+    would make a live filesystem fail its writes): with ``require_block`` (mounting) that is an
+    error, without it (inspection) the refusal is recorded and the caller goes on reading.
     """
+    from ckptrescue.storage import writeblock
+
     runner = SubprocessRunner(case)
     path = Path(target)
     if not path.exists():
@@ -181,38 +179,35 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
     info["device"] = dev
     name = sysfs.dev_name(dev)
     nodes = [name, *sysfs.partitions(name)]
-    if info["loop_device"] is None and not protect_device:
-        info["ro_verified"] = {f"/dev/{n}": sysfs.is_readonly(n) for n in nodes}
-        case.log("storage.attached", info)
-        return info
-    busy = [f"/dev/{n} on {m.mountpoint}" for n in nodes for m in sysfs.mounts_of_device(n)
-            if info["loop_device"] is None and not sysfs.is_readonly(n)]
-    if busy:
-        raise RefusedError(f"{path} is writable and mounted ({', '.join(busy)}); refusing to "
-                           "write-protect a device under a live mount",
-                           hint="freeze and unmount it first, or image it / copy from it")
-    try:
-        for node in nodes:
-            if not sysfs.is_readonly(node):
-                res = runner.run(ToolCall.of("blockdev", "--setro", f"/dev/{node}", timeout_s=30,
-                                             purpose="write-protect at the block layer"))
-                if res.returncode != 0:
-                    raise ToolFailedError(f"blockdev --setro /dev/{node}: {res.stderr.strip()}")
-                info["set_readonly"].append(f"/dev/{node}")
-        still_rw = [n for n in nodes if not sysfs.is_readonly(n)]
+    if info["loop_device"] is not None:
+        # the kit's own loop device: read-only by LO_FLAGS_READ_ONLY, never BLKROSET (that
+        # would outlive the detach and make the next user of this loop read-only)
+        writeblock.record_loop(case, path, dev)
+        still_rw = [f"/dev/{n}" for n in nodes if not sysfs.is_readonly(n)]
         if still_rw:
+            release(info, case=case)
+            raise RefusedError(f"{', '.join(still_rw)} did not come up read-only")
+    elif protect_device:
+        rec = writeblock.protect(dev, case, purpose=purpose, refuse_any_mount=require_block)
+        info["write_block"] = {k: rec.get(k) for k in ("target", "enforced", "how", "previous",
+                                                         "by_kit", "reason")}
+        info["set_readonly"] = list(rec.get("set_now") or [])
+        still_rw = [f"/dev/{n}" for n in nodes if not sysfs.is_readonly(n)]
+        if require_block and not rec.get("enforced"):
+            raise RefusedError(f"{path}: {rec.get('reason') or 'not write-blocked'}; refusing to "
+                               "mount a writable device",
+                               hint="freeze and unmount it first, or image it / copy from it")
+        if require_block and still_rw:
             raise RefusedError(f"cannot make {', '.join(still_rw)} read-only at the block layer")
-    except BaseException:
-        release(info, case=case)
-        raise
     info["ro_verified"] = {f"/dev/{n}": sysfs.is_readonly(n) for n in nodes}
     case.log("storage.attached", info)
     return info
 
 
 def release(info: dict[str, Any], *, case: Case) -> list[str]:
-    """Undo exactly what :func:`attach` (and :func:`filesystems`) did; returns what could not be
-    undone (also logged), so that callers keep their records of it."""
+    """Undo exactly what :func:`attach` (and :func:`filesystems`) attached; returns what could
+    not be undone (also logged), so that callers keep their records of it. A block device's
+    write block (BLKROSET) is NOT cleared: it stays until ``ckptrescue writeblock release``."""
     runner = SubprocessRunner(case)
     problems: list[str] = []
     for dm_name in reversed(info.get("dm_devices", [])):
@@ -222,14 +217,11 @@ def release(info: dict[str, Any], *, case: Case) -> list[str]:
             problems.append(f"dmsetup remove {dm_name}: {res.stderr.strip()[:200]}")
     for extra in info.get("extra_loops", []):
         problems += _detach(runner, case, extra["device"], extra["backing_file"])
-    for dev in info.get("set_readonly", []):
-        with contextlib.suppress(OSError):
-            _setro(dev, False)
-            case.log("storage.setro_cleared", {"device": dev})
     loopdev = info.get("loop_device")
     if loopdev:
         problems += _detach(runner, case, loopdev, info.get("backing_file"))
     case.log("storage.released", {"target": info.get("target"), "loop_device": loopdev,
+                                  "write_block_kept": info.get("set_readonly") or [],
                                   "problems": problems})
     return problems
 

@@ -246,6 +246,16 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
         else:
             notes.append(f"journalctl -k unavailable (rc {jres.returncode})")
     if vol is not None:
+        from ckptrescue.storage import writeblock
+
+        try:
+            block = writeblock.protect_mount_source(vol, case, purpose="triage of a volume")
+        except OSError as exc:
+            block = {"target": vol, "enforced": False, "reason": str(exc)}
+        if block is not None:
+            notes.append(f"write block of {block['target']}: "
+                         + ("kernel-enforced (" + str(block.get("how")) + ")"
+                            if block.get("enforced") else f"not enforced ({block.get('reason')})"))
         try:
             names = volume_device_names(vol)
         except OSError:

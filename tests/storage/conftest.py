@@ -17,6 +17,37 @@ if str(REPO) not in sys.path:
 from fixtures import storage as fx  # noqa: E402
 
 
+def release_immutable(*roots: Path) -> None:
+    """Give back what the kit made immutable under ``roots``: through ``writeblock release``
+    of each case found there (audited), then, for anything left (a sealed case, a case
+    elsewhere), by clearing the flag directly so that the directories can be removed."""
+    from ckptrescue.case import Case
+    from ckptrescue.storage import writeblock
+
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for audit in root.rglob("audit.jsonl"):
+            try:
+                case = Case.open(audit.parent)
+                if case.sealed:
+                    continue
+                for row in writeblock.status(case):
+                    if row["guarantee"] == writeblock.IMAGE and row["blocked"]:
+                        writeblock.release(row["target"], case)
+            except Exception:  # noqa: BLE001, S112 - cleanup must go on
+                continue
+        writeblock.clear_immutable_tree(root)
+
+
+@pytest.fixture(autouse=True)
+def _immutable_images_released(tmp_path):
+    """Images the kit acquired are made immutable (chattr +i): clear that after each test, or
+    tmp_path could never be removed."""
+    yield
+    release_immutable(tmp_path)
+
+
 @pytest.fixture
 def shm_dir():
     """A scratch directory on tmpfs (RAM), removed afterwards."""
@@ -24,6 +55,7 @@ def shm_dir():
     try:
         yield path
     finally:
+        release_immutable(path)
         shutil.rmtree(path, ignore_errors=True)
 
 

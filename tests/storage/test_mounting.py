@@ -106,9 +106,13 @@ def test_umount_detaches_only_what_mount_attached(dirty_xfs, case, tmp_path, no_
         assert sysfs.loop_backing_file(Path(res.loop_device).name) != str(dirty_xfs)
 
 
-def test_writable_block_device_is_write_protected_then_restored(dirty_xfs, case, tmp_path,
-                                                                no_leftovers):
-    """A writable device gets BLKROSET for the mount (recorded) and is given back writable."""
+def test_writable_block_device_is_write_protected_and_stays_until_released(dirty_xfs, case,
+                                                                          tmp_path,
+                                                                          no_leftovers):
+    """A writable device gets BLKROSET (recorded); the block outlives the umount; only
+    `writeblock release` gives it back writable."""
+    from ckptrescue.storage import writeblock
+
     before = fx.sha256(dirty_xfs)
     with fx.loop(dirty_xfs, read_only=False) as dev:
         name = Path(dev).name
@@ -120,8 +124,14 @@ def test_writable_block_device_is_write_protected_then_restored(dirty_xfs, case,
             assert res.options == "ro,norecovery"
         finally:
             umount(tmp_path / "m", case=case)
+        assert sysfs.is_readonly(name)  # the write block stays
+        writeblock.release(dev, case=case)
         assert not sysfs.is_readonly(name)
     assert fx.sha256(dirty_xfs) == before
+    blocks = [r["details"] for r in case.records("safety.kernel")
+              if r["details"]["target"] == dev]
+    assert [(b["enforced"], b.get("released", False)) for b in blocks] == [(True, False),
+                                                                         (False, True)]
 
 
 @pytest.mark.needs_tool("mkfs.btrfs")
