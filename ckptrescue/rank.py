@@ -4,7 +4,9 @@ Each top-level entry of the run directory that holds checkpoints (a file, or a d
 ``checkpoint-500/`` or a DCP step directory) is one candidate; its verdict is the worst verdict of
 the checkpoints found in it. Order: by the step number in the name when present (the last run of
 digits: ``step_1200.pt``, ``checkpoint-500``, ``epoch=3-step=900.ckpt``), else by mtime.
-``resume_from`` is the newest candidate whose verdict is ``intact``. Probing is static only.
+``resume_from`` is the newest candidate whose verdict is ``intact``. Probing is static unless
+``load=True``: then the real loaders also run in the sandbox, and a checkpoint they refuse
+(LD007, verdict ``unreadable``) or that tried to escape (LD005, ``unsafe``) is never recommended.
 """
 
 from __future__ import annotations
@@ -53,14 +55,22 @@ def step_of(name: str) -> int | None:
     return int(runs[-1]) if runs else None
 
 
-def rank(run_dir: Path, *, case: Case | None = None) -> RankResult:
+_NEVER_RESUME = {"LD005", "LD007"}  # blocked by the sandbox / the real loader refuses it
+
+
+def _resumable(candidate: RankedCheckpoint) -> bool:
+    return candidate.verdict.resumable and not any(
+        f.code in _NEVER_RESUME for r in candidate.reports for f in r.findings)
+
+
+def rank(run_dir: Path, *, case: Case | None = None, load: bool = False) -> RankResult:
     """Probe every checkpoint in ``run_dir`` and rank them (see module docstring)."""
     from ckptrescue.probes.checkpoints import probe_paths
 
     run_dir = Path(run_dir).absolute()
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a directory")
-    reports = probe_paths([run_dir], case=case, numeric=True)
+    reports = probe_paths([run_dir], case=case, numeric=True, load=load)
     groups: dict[Path, list[CheckpointReport]] = {}
     for r in reports:
         p = Path(r.path)
@@ -81,7 +91,7 @@ def rank(run_dir: Path, *, case: Case | None = None) -> RankResult:
                                        step_of(top.name), mtime, reps))
     ranked.sort(key=lambda c: (c.step is not None, c.step if c.step is not None else 0,
                                c.mtime), reverse=True)
-    resume = next((c.path for c in ranked if c.verdict.resumable), None)
+    resume = next((c.path for c in ranked if _resumable(c)), None)
     result = RankResult(ranked, resume)
     if case is not None:
         case.log("checkpoint.ranked", result.to_json())

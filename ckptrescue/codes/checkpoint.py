@@ -32,6 +32,8 @@ CODES = {
     "PK001": (C, "Pickle references globals outside torch's weights-only allowlist"),
     "PK002": (E, "Pickle damaged: static parse stopped"),
     "PK003": (W, "Persistent id is not a torch storage reference"),
+    "PK004": (E, "Pickle read without weights_only names globals not on the exact list: "
+                 "load refused"),
     # safetensors
     "ST001": (E, "safetensors header length invalid (too small, too large or past EOF)"),
     "ST002": (E, "safetensors header is not valid UTF-8 JSON of tensor entries"),
@@ -78,6 +80,10 @@ CODES = {
     "LD002": (E, "Sandboxed real load raised an exception"),
     "LD003": (E, "Sandboxed loader crashed, was killed (OOM) or timed out"),
     "LD004": (I, "Real load skipped: the structural verdict does not allow it"),
+    "LD005": (C, "Sandbox blocked the loader: the file made it try to run a program, open the "
+                 "network, write outside scratch or resolve a forbidden global"),
+    "LD006": (W, "Sandbox unavailable (bubblewrap missing or no namespaces): load not run"),
+    "LD007": (E, "The real loader refuses a file the static checks found loadable"),
     # salvage
     "SV001": (I, "Tensors salvaged into a new safetensors file"),
     "SV002": (W, "Tensors that could not be salvaged"),

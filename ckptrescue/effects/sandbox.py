@@ -1,13 +1,27 @@
-"""Run real ML loaders (torch, tensorflow) in a separate, resource-limited child process.
+"""Run real ML loaders (torch, tensorflow) in a confined child: a security boundary.
 
 The parent never imports torch or tensorflow for a load. A child is
-``python -I -m ckptrescue.sandbox_children.<name> REQUEST.json``: it reads the JSON request, does
-its work, and prints one JSON object on stdout. The child runs with address-space/CPU/core
-rlimits, a wall-clock timeout, no stdin, a minimal environment (no credentials, no proxies), in
-its own process group, through :meth:`SubprocessRunner.run_internal` so the run is audited.
+``bwrap [namespaces, binds] -- python -I -B -c <run module> PKG_ROOT ckptrescue.sandbox_children.<name>
+SCRATCH/request.json``, run through :meth:`SubprocessRunner.run_internal` (audited, own process
+group, minimal environment, wall-clock timeout) with address-space/CPU/core rlimits.
 
-A crash, a signal death, a hang or an out-of-memory kill of the child is an outcome
-(:class:`ChildOutcome`), never an exception in ckptrescue.
+The boundary, from the outside in:
+
+* **bubblewrap**: new user, mount, network, pid, ipc and uts namespaces; ``--cap-drop ALL``,
+  ``--die-with-parent``, ``--new-session``, no_new_privs, no further user namespaces; the root is
+  an empty read-only tmpfs holding only: the Python prefix(es) and virtualenv, ``/usr`` (system
+  libraries; ``/lib*``/``/bin`` as the host's symlinks into it), the loader's dynamic-linker
+  configuration, the kit's own package, ``/proc``, a minimal ``/dev``, a tmpfs ``/tmp``, the CPU
+  topology under ``/sys``, **read-only binds of exactly the files/directories being loaded**,
+  and one writable scratch directory (fresh per run, removed afterwards). No network exists.
+* **seccomp** and an **audit hook**, installed by the child itself after its heavy imports and
+  before it touches the file (``sandbox_children/boundary.py``, ``confine.py``).
+
+Outcomes (:class:`ChildOutcome`), never exceptions: ``ok``, ``error`` (the loader raised),
+``crashed``, ``killed``, ``timeout``, ``bad-output``, ``blocked`` (the child tried something the
+sandbox forbids: the attempts recorded by the audit hook, or a SIGSYS kill by the seccomp filter)
+and ``sandbox-unavailable`` (bubblewrap missing or unable to create the namespaces: the load was
+**not run**; there is no fallback to an unconfined child).
 """
 
 from __future__ import annotations
@@ -15,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -26,10 +41,18 @@ from ckptrescue.effects.runner import SubprocessRunner
 if TYPE_CHECKING:
     from ckptrescue.case import Case
 
+BWRAP = "bwrap"
+_ATTEMPTS = "attempts.jsonl"  # written by sandbox_children/boundary.py
+_STARTED = "started"
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+_SYS_DIRS = ("/sys/devices/system/cpu", "/sys/fs/cgroup")
+_ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
 
 @dataclass
 class ChildOutcome:
-    """What the child did: ``status`` is ok, error, crashed, killed, timeout or bad-output."""
+    """What the child did: ``status`` is ok, error, crashed, killed, timeout, bad-output,
+    blocked or sandbox-unavailable. ``attempts`` lists what a blocked child tried."""
 
     status: str
     result: dict[str, Any] = field(default_factory=dict)
@@ -37,9 +60,12 @@ class ChildOutcome:
     signal_name: str | None = None
     stderr_tail: str = ""
     duration_s: float = 0.0
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # small text files the child left
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "status": self.status,
             "result": self.result,
             "returncode": self.returncode,
@@ -47,6 +73,11 @@ class ChildOutcome:
             "stderr_tail": self.stderr_tail,
             "duration_s": round(self.duration_s, 3),
         }
+        if self.attempts:
+            data["attempts"] = self.attempts
+        if self.reason:
+            data["reason"] = self.reason
+        return data
 
 
 def _limits(memory_mb: int | None, cpu_s: int | None) -> Any:
@@ -61,6 +92,85 @@ def _limits(memory_mb: int | None, cpu_s: int | None) -> Any:
     return apply
 
 
+def package_root() -> str:
+    """The directory holding the ``ckptrescue`` package (put on the child's ``sys.path``)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def python_roots() -> list[str]:
+    """The Python installation(s) the child needs: venv, base prefix, the real executable's."""
+    exe = os.path.realpath(sys.executable)
+    roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.dirname(exe))}
+    return sorted(os.path.realpath(r) for r in roots if r and os.path.isdir(r))
+
+
+def bwrap_argv(*, scratch: str, inputs: list[str], bwrap: str = BWRAP) -> list[str]:
+    """The bubblewrap command line for one child (see the module docstring)."""
+    argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
+            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+            "--new-session", "--cap-drop", "ALL", "--hostname", "ckptrescue-sandbox",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    ro: dict[str, str] = {}  # target -> option
+    for link in _ROOT_LINKS:
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            ro[link] = "--ro-bind"
+    ro["/usr"] = "--ro-bind"
+    for path in _ETC_FILES + _SYS_DIRS:
+        ro[path] = "--ro-bind-try"
+    for root in python_roots():
+        ro[root] = "--ro-bind"
+    ro[os.path.join(package_root(), "ckptrescue")] = "--ro-bind"
+    for path in inputs:
+        ro[os.path.abspath(path)] = "--ro-bind"
+    binds = list(ro.items())
+    binds.append((scratch, "--bind"))
+    # a parent directory's bind must come before the binds beneath it
+    for path, opt in sorted(binds, key=lambda b: (b[0].count(os.sep), b[0])):
+        argv += [opt, path, path]
+    argv += ["--chdir", scratch, "--remount-ro", "/"]
+    return argv
+
+
+def _signal_of(rc: int | None, sandboxed: bool) -> str | None:
+    """The signal that ended the child: a negative returncode, or bwrap's 128+N."""
+    if rc is None:
+        return None
+    num = -rc if rc < 0 else (rc - 128 if sandboxed and 128 < rc < 128 + 65 else 0)
+    if not num:
+        return None
+    return signal.Signals(num).name if num in signal.Signals._value2member_map_ else str(num)
+
+
+def _read_attempts(scratch: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    try:
+        with open(os.path.join(scratch, _ATTEMPTS), errors="replace") as fh:
+            for line in fh.read(256 * 1024).splitlines()[:200]:
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(item, dict):
+                    out.append(item)
+    except OSError:
+        pass
+    return out
+
+
+def _keep_files(scratch: str, names: list[str]) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for name in names:
+        try:
+            with open(os.path.join(scratch, name), errors="replace") as fh:
+                files[name] = fh.read(1024 * 1024)
+        except OSError:
+            files[name] = ""
+    return files
+
+
 def run_child(
     child: str,
     request: dict[str, Any],
@@ -70,39 +180,73 @@ def run_child(
     timeout_s: float = 300.0,
     cpu_s: int | None = None,
     env_extra: dict[str, str] | None = None,
+    inputs: list[str] | None = None,
+    keep: list[str] | None = None,
 ) -> ChildOutcome:
-    """Run ``ckptrescue.sandbox_children.<child>`` on ``request`` and return its outcome."""
+    """Run ``ckptrescue.sandbox_children.<child>`` on ``request`` inside the sandbox.
+
+    ``inputs``: the files/directories the child may read (bound read-only at the same paths).
+    ``keep``: names of small files the child writes in its scratch directory (``request
+    ["scratch"]``) to hand back in :attr:`ChildOutcome.files` before the directory is removed.
+    """
+    bwrap = shutil.which(BWRAP)
+    if bwrap is None:
+        return ChildOutcome("sandbox-unavailable", reason="bubblewrap (bwrap) is not installed: "
+                            "the real load was not run (install the Debian package bubblewrap)")
     runner = SubprocessRunner(case)
-    fd, req_path = tempfile.mkstemp(prefix="ckptrescue-req-", suffix=".json")
+    scratch = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-sandbox-"))
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(request, fh)
+        os.mkdir(os.path.join(scratch, "tmp"))
+        req_path = os.path.join(scratch, "request.json")
+        with open(req_path, "w") as fh:
+            json.dump({**request, "scratch": scratch}, fh)
         env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-               "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
+               "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch,
+               "TMPDIR": os.path.join(scratch, "tmp")}
         if env_extra:
             env.update(env_extra)
-        # -I isolates from the user's site/env; the package path is passed explicitly.
-        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        argv = [sys.executable, "-I", "-c",
+        # -I isolates from the user's site/env, -B writes no bytecode; the package path is
+        # passed explicitly.
+        argv = [*bwrap_argv(scratch=scratch, inputs=list(inputs or []), bwrap=bwrap), "--",
+                sys.executable, "-I", "-B", "-c",
                 "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
                 "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)",
-                pkg_root, f"ckptrescue.sandbox_children.{child}", req_path]
+                package_root(), f"ckptrescue.sandbox_children.{child}", req_path]
         result = runner.run_internal(
             argv, purpose=f"sandbox:{child}", timeout_s=timeout_s, env_extra=env,
             preexec=_limits(memory_mb, cpu_s or int(timeout_s) + 5),
         )
+        started = os.path.exists(os.path.join(scratch, _STARTED))
+        attempts = _read_attempts(scratch)
+        files = _keep_files(scratch, keep or [])
     finally:
-        os.unlink(req_path)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return _outcome(result, started=started, attempts=attempts, files=files)
+
+
+def _outcome(result: Any, *, started: bool, attempts: list[dict[str, Any]],
+             files: dict[str, str]) -> ChildOutcome:
     tail = result.stderr[-2000:]
-    if result.timed_out:
-        return ChildOutcome("timeout", returncode=result.returncode, stderr_tail=tail,
-                            duration_s=result.duration_s)
     rc = result.returncode
-    if rc is not None and rc < 0:
-        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
-        status = "killed" if name in {"SIGKILL", "SIGXCPU"} else "crashed"
-        return ChildOutcome(status, returncode=rc, signal_name=name, stderr_tail=tail,
-                            duration_s=result.duration_s)
+    common: dict[str, Any] = {"returncode": rc, "stderr_tail": tail,
+                              "duration_s": result.duration_s, "files": files}
+    sig = _signal_of(rc, sandboxed=True)
+    if attempts or sig == "SIGSYS":
+        tried = ", ".join(sorted({str(a.get("event")) for a in attempts})) or "a system call"
+        how = ("killed by the seccomp filter (SIGSYS)" if sig == "SIGSYS"
+               else "refused by the audit hook")
+        return ChildOutcome("blocked", attempts=attempts, signal_name=sig,
+                            reason=f"the loader tried {tried}: {how}", **common)
+    if result.timed_out:
+        return ChildOutcome("timeout", **common)
+    if not started:
+        return ChildOutcome("sandbox-unavailable", signal_name=sig, reason=(
+            "the sandbox could not start the child (bubblewrap: "
+            + (tail.strip().splitlines() or ["no message"])[-1][:300]
+            + "): the real load was not run"), **common)
+    if sig is not None:
+        status = "killed" if sig in {"SIGKILL", "SIGXCPU"} else "crashed"
+        return ChildOutcome(status, signal_name=sig, **common)
     lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
     try:
         payload = json.loads(lines[-1]) if lines else None
@@ -112,7 +256,6 @@ def run_child(
         status = "crashed" if rc else "bad-output"
         if "MemoryError" in tail or "std::bad_alloc" in tail:
             status = "killed"
-        return ChildOutcome(status, returncode=rc, stderr_tail=tail, duration_s=result.duration_s)
+        return ChildOutcome(status, **common)
     status = "ok" if payload.get("ok", rc == 0) else "error"
-    return ChildOutcome(status, result=payload, returncode=rc, stderr_tail=tail,
-                        duration_s=result.duration_s)
+    return ChildOutcome(status, result=payload, **common)

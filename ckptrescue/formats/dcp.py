@@ -27,12 +27,9 @@ from ckptrescue.formats import pickle_scan, tensormap
 from ckptrescue.formats.tensormap import finding
 from ckptrescue.formats.torch_zip import probe_zip, tensormap_salvageable
 
-_EXTRA_ALLOWED = {"pathlib.PosixPath", "pathlib.Path", "pathlib.PurePosixPath",
-                  "pathlib.WindowsPath", "pathlib.PureWindowsPath"}
-
 
 def _allowed(qualname: str) -> bool:
-    return pickle_scan.dcp_allowed(qualname) or qualname in _EXTRA_ALLOWED
+    return pickle_scan.dcp_allowed(qualname)
 
 
 def _tuple(value: Any) -> tuple[int, ...] | None:
@@ -130,13 +127,25 @@ class DcpFormat:
                                            offset=exc.position))
             report.verdict = Verdict.INCOMPLETE
             return report
-        unsafe = scan.unsafe_globals(_allowed)
+        # DCP's reader unpickles .metadata with pickle.load (no weights_only): only the exact
+        # list is loadable; a dangerous global is unsafe, an unknown one unreadable.
+        unknown = scan.unsafe_globals(_allowed)
+        unsafe = [g for g in unknown if pickle_scan.dangerous(g)]
         report.extra["unsafe_globals"] = unsafe
+        report.extra["unknown_globals"] = [g for g in unknown if g not in unsafe]
         if unsafe:
             report.findings.append(finding(
-                "PK001", f"{meta_path.name} references unexpected globals: " + ", ".join(unsafe),
+                "PK001", f"{meta_path.name} references dangerous globals (DCP's reader would "
+                "call them: it unpickles without weights_only): " + ", ".join(unsafe),
                 evidence=str(meta_path), details={"globals": unsafe}))
             verdicts.append(Verdict.UNSAFE)
+        if report.extra["unknown_globals"]:
+            names = report.extra["unknown_globals"]
+            report.findings.append(finding(
+                "PK004", f"{meta_path.name} references globals that are not on the exact DCP "
+                "list (the real load is refused: DCP's reader unpickles without weights_only): "
+                + ", ".join(names), evidence=str(meta_path), details={"globals": names}))
+            verdicts.append(Verdict.UNREADABLE)
         root = scan.root
         state = root.state if isinstance(root, pickle_scan.Call) else None
         if not isinstance(state, dict) or not isinstance(state.get("state_dict_metadata"), dict):

@@ -59,29 +59,105 @@ _TORCH_DTYPE_NAMES = set(dtypes.BY_NAME) | {f"uint{i}" for i in range(1, 8)} | {
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
     "float4_e2m1fn_x2", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"}
 
-# Globals a DCP ``.metadata`` pickle legitimately uses (it is a plain pickle of these classes).
-DCP_ALLOWED_MODULES = ("torch.distributed.checkpoint.",)
-DCP_ALLOWED_EXACT = {"torch.serialization._get_layout", "torch.Size", "torch.strided",
-                     "torch.sparse_coo", "torch.contiguous_format", "torch.channels_last",
-                     "torch.preserve_format", "torch.channels_last_3d", "builtins.set",
-                     "collections.OrderedDict", "_codecs.encode", "builtins.bytearray"}
+_STORAGE_TENSOR_CLASSES = (
+    "BFloat16", "Bool", "Byte", "Char", "ComplexDouble", "ComplexFloat", "Double", "Float",
+    "Half", "Int", "Long", "Short")
+_TORCH_CLASSES = {f"torch.{c}{k}" for c in _STORAGE_TENSOR_CLASSES for k in ("Storage", "Tensor")
+                  } | {f"torch.cuda.{c}{k}" for c in _STORAGE_TENSOR_CLASSES
+                       for k in ("Storage", "Tensor")} | {
+    "torch.QInt32Storage", "torch.QInt8Storage", "torch.QUInt2x4Storage", "torch.QUInt4x2Storage",
+    "torch.QUInt8Storage", "torch.Storage", "torch.Tensor", "torch.TypedStorage",
+    "torch.UntypedStorage"}
+_TORCH_LAYOUTS = {"torch.strided", "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc",
+                  "torch.sparse_bsr", "torch.sparse_bsc", "torch._mkldnn", "torch.jagged"}
+_TORCH_MEMORY_FORMATS = {"torch.contiguous_format", "torch.channels_last",
+                         "torch.preserve_format", "torch.channels_last_3d"}
+
+# The exact globals a torch.distributed.checkpoint ``.metadata`` pickle is made of, collected
+# from real saves (torch 2.13 ``dcp.save`` of model/optimizer state, nested dicts, lists, bytes,
+# every dtype) plus the other data classes of the same modules and the pre-2.2 locations of
+# ``TensorProperties``. Exact qualified names only: no module prefix is trusted (a prefix let
+# ``torch.distributed.checkpoint.filesystem.os.system`` through).
+DCP_ALLOWED_EXACT = {
+    "torch.distributed.checkpoint.metadata.Metadata",
+    "torch.distributed.checkpoint.metadata.MetadataIndex",
+    "torch.distributed.checkpoint.metadata.StorageMeta",
+    "torch.distributed.checkpoint.metadata.TensorProperties",
+    "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+    "torch.distributed.checkpoint.filesystem._StorageInfo",
+    "torch.distributed.checkpoint.filesystem._StoragePrefix",
+    "torch.distributed.checkpoint._hf_utils._HFStorageInfo",
+    "torch.distributed.checkpoint.planner.WriteItemType",
+    "torch.distributed.checkpoint.planner.LoadItemType",
+    "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
+    "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING",
+    "torch.distributed._shard.metadata.ShardMetadata",
+    "torch.serialization._get_layout", "torch.Size", "builtins.set", "builtins.frozenset",
+    "collections.OrderedDict", "_codecs.encode", "builtins.bytearray", "pathlib.PosixPath",
+    "pathlib.Path", "pathlib.PurePosixPath", "pathlib.WindowsPath", "pathlib.PureWindowsPath",
+} | _TORCH_LAYOUTS | _TORCH_MEMORY_FORMATS
+
+# What a global that is not on an exact list can do: these run programs, open the network,
+# evaluate code, import or unpickle more, or reach arbitrary attributes. Any component of the
+# qualified name (dotted attribute paths included) is checked.
+DANGEROUS_MODULES = {
+    "os", "posix", "nt", "subprocess", "_posixsubprocess", "pty", "socket", "_socket",
+    "socketserver", "ssl", "http", "urllib", "urllib2", "ftplib", "smtplib", "telnetlib",
+    "requests", "httpx", "aiohttp", "asyncio", "multiprocessing", "runpy", "importlib",
+    "imp", "pkgutil", "code", "codeop", "ctypes", "_ctypes", "cffi", "sys", "shutil", "pickle",
+    "_pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "webbrowser",
+    "platform", "signal", "threading", "_thread", "pdb", "bdb", "timeit", "trace", "cProfile",
+    "profile", "tempfile", "glob", "io", "_io", "fcntl", "mmap", "resource", "commands",
+    "popen2", "spawn", "distutils", "setuptools", "pip", "venv", "ensurepip", "zipimport",
+    "types", "operator", "functools", "inspect", "gc", "weakref", "builtins", "__builtin__",
+}
+_DANGEROUS_BUILTINS = {
+    "exec", "eval", "compile", "open", "getattr", "setattr", "delattr", "__import__",
+    "globals", "locals", "vars", "input", "breakpoint", "exit", "quit", "help", "memoryview",
+    "type", "object", "super", "classmethod", "staticmethod", "property", "apply",
+    "execfile", "reload", "file",
+}
+_DANGEROUS_NAMES = {"load", "loads", "system", "popen", "spawn", "exec", "eval", "_load",
+                    "load_state_dict", "save", "unsafe_load", "run", "call", "check_call",
+                    "check_output", "Popen", "connect", "urlopen", "write_text", "write_bytes",
+                    "import_module", "__reduce__", "__reduce_ex__", "__setstate__"}
+
+
+def dangerous(qualname: str) -> bool:
+    """True when a global can run programs, code or I/O (see ``DANGEROUS_MODULES``).
+
+    ``builtins.set`` and the like are not dangerous; ``builtins.exec`` is; any qualified name
+    with a dangerous module as a component (``torch.distributed.checkpoint.filesystem.os.system``)
+    or a loader/exec-like final name (``torch.load``, ``numpy.load``) is.
+    """
+    parts = qualname.split(".")
+    if len(parts) >= 2 and parts[0] in ("builtins", "__builtin__"):
+        return parts[1] in _DANGEROUS_BUILTINS or len(parts) > 2
+    if any(p in DANGEROUS_MODULES for p in parts[:-1]):
+        return True
+    return parts[-1] in _DANGEROUS_NAMES or parts[-1] in _DANGEROUS_BUILTINS
 
 
 def weights_only_allowed(qualname: str) -> bool:
-    """True when torch's weights-only unpickler would accept this global."""
-    if qualname in _ALLOWED_EXACT:
+    """True when torch's weights-only unpickler would accept this global (exact names)."""
+    if qualname in _ALLOWED_EXACT or qualname in _TORCH_CLASSES:
         return True
     module, _, name = qualname.rpartition(".")
-    if module == "torch" and name in _TORCH_DTYPE_NAMES:
-        return True
-    return bool(module in ("torch", "torch.cuda") and (name.endswith("Storage") or name.endswith("Tensor")))
+    return module == "torch" and name in _TORCH_DTYPE_NAMES
 
 
 def dcp_allowed(qualname: str) -> bool:
     """True for the globals a torch.distributed.checkpoint ``.metadata`` pickle is made of."""
-    if weights_only_allowed(qualname) or qualname in DCP_ALLOWED_EXACT:
-        return True
-    return qualname.startswith(DCP_ALLOWED_MODULES)
+    return weights_only_allowed(qualname) or qualname in DCP_ALLOWED_EXACT
+
+
+def exact_allowed_globals() -> set[str]:
+    """Every global an unpickler inside the sandbox may resolve (the union of the lists)."""
+    return (_ALLOWED_EXACT | _TORCH_CLASSES | DCP_ALLOWED_EXACT
+            | {f"torch.{n}" for n in _TORCH_DTYPE_NAMES})
 
 
 class PickleError(Exception):
@@ -205,9 +281,12 @@ class PickleScan:
     end: int  # offset just past STOP, relative to the start of the scanned bytes
     protocol: int | None
     persistent_refs: list[PersistentRef]
+    dotted: set[str] = field(default_factory=set)  # globals named through an attribute path
 
     def unsafe_globals(self, allowed: Any = weights_only_allowed) -> list[str]:
-        return sorted({g for g in self.globals if not allowed(g)})
+        """Globals not on the exact list ``allowed``; an attribute path (``GLOBAL 'torch.x
+        os.system'``, resolved by ``getattr`` chains) is never on a list."""
+        return sorted({g for g in self.globals if g in self.dotted or not allowed(g)})
 
 
 def _as_int_tuple(value: Any) -> tuple[int, ...] | None:
@@ -261,6 +340,7 @@ def scan_pickle(data: bytes | io.BufferedIOBase, *, start: int = 0) -> PickleSca
     metastack: list[list[Any]] = []
     memo: dict[int, Any] = {}
     found_globals: list[str] = []
+    dotted: set[str] = set()
     prefs: list[PersistentRef] = []
     protocol: int | None = None
     pos = base
@@ -275,6 +355,8 @@ def scan_pickle(data: bytes | io.BufferedIOBase, *, start: int = 0) -> PickleSca
         module, name = _NAME_MAPPING.get((module, name), (module, name))
         module = _IMPORT_MAPPING.get(module, module)
         found_globals.append(f"{module}.{name}")
+        if "." in name:
+            dotted.add(f"{module}.{name}")
         return Global(module, name)
 
     def reduce(func: Any, args: Any) -> Any:
@@ -443,7 +525,7 @@ def scan_pickle(data: bytes | io.BufferedIOBase, *, start: int = 0) -> PickleSca
     root = stack[-1] if stack else None
     end = stream.tell() - base
     return PickleScan(root=root, globals=found_globals, end=end, protocol=protocol,
-                      persistent_refs=prefs)
+                      persistent_refs=prefs, dotted=dotted)
 
 
 def _append(target: Any, items: list[Any]) -> None:

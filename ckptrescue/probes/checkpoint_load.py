@@ -1,23 +1,35 @@
 """``probe --load``: the real loader, in the sandbox child, only when the verdict allows.
 
-Runs ``sandbox_children/torch_load.py`` through ``effects.sandbox.run_child`` (memory/CPU/time
-limits, own process group, audited). Unsafe pickles, unreadable files and pickles that did not
-parse statically are never handed to torch. The exact outcome (exception class and message, or a
-crash/kill/timeout of the child) is recorded in ``report.load`` and as an LD finding.
+Runs ``sandbox_children/torch_load.py`` through ``effects.sandbox.run_child`` (bubblewrap
+namespaces with a read-only view of only the checkpoint's files, seccomp, audit hook,
+memory/CPU/time limits, audited). Unsafe pickles, unreadable files, pickles that did not parse
+statically and DCP metadata naming a global off the exact list are never handed to a loader.
+The exact outcome is recorded in ``report.load`` and as an LD finding (:func:`record_outcome`):
+
+* ``ok``: LD001;
+* the loader raised, crashed, was killed or timed out: LD002/LD003, and when the static checks
+  had found the file loadable (``intact``/``suspect``) the disagreement is LD007 and the verdict
+  becomes ``unreadable`` (a file the real loader refuses is never intact);
+* ``blocked`` (the file made the loader try to run a program, open the network, write outside
+  scratch, or resolve a forbidden global; or the seccomp filter killed it): LD005 (critical)
+  naming what it tried, verdict ``unsafe``;
+* ``sandbox-unavailable``: LD006, the load was not run (never an unconfined fallback).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ckptrescue.checkpoint import CheckpointReport, Verdict
+from ckptrescue.checkpoint import CheckpointReport, Verdict, worst_verdict
 from ckptrescue.formats.tensormap import finding
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
+    from ckptrescue.effects.sandbox import ChildOutcome
 
 LOADABLE = {Verdict.INTACT, Verdict.SUSPECT, Verdict.DAMAGED}
-_BLOCKING = {"PK001", "PK002", "TZ009", "TL004", "DC002"}
+_BLOCKING = {"PK001", "PK002", "PK004", "TZ009", "TL004", "DC002"}
+_LOADABLE_STATIC = {Verdict.INTACT, Verdict.SUSPECT}
 LOADERS = {"torch-zip": "torch", "torch-legacy": "torch", "safetensors": "safetensors",
            "dcp": "dcp", "hf-sharded": "hf-sharded"}
 
@@ -62,19 +74,58 @@ def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
         return
     outcome = run_child("torch_load", {"path": report.path, "loader": loader,
                                        "files": report.files},
-                        case=case, memory_mb=memory_mb, timeout_s=timeout_s)
-    report.load = {**outcome.to_json(), "memory_mb": memory_mb, "timeout_s": timeout_s}
+                        case=case, memory_mb=memory_mb, timeout_s=timeout_s,
+                        inputs=[report.path, *report.files])
+    record_outcome(report, outcome, loader, memory_mb=memory_mb, timeout_s=timeout_s)
+
+
+def _attempt_text(attempt: dict[str, Any]) -> str:
+    args = ", ".join(str(a) for a in attempt.get("args", [])[:2])
+    return f"{attempt.get('event')}({args})"
+
+
+def record_outcome(report: CheckpointReport, outcome: ChildOutcome, loader: str,
+                   **limits: Any) -> None:
+    """Record a sandboxed load's outcome on ``report`` (finding, and verdict when it follows)."""
+    report.load = {**outcome.to_json(), "loader": loader, **limits}
     res = outcome.result
+    if outcome.status == "blocked":
+        tried = [_attempt_text(a) for a in outcome.attempts]
+        report.findings.append(finding(
+            "LD005", f"{loader} load blocked by the sandbox: the file made the loader try "
+            + ("; ".join(tried[:5]) if tried else "a forbidden system call (killed by seccomp, "
+               "SIGSYS)") + " - nothing ran", evidence=report.path,
+            details={"attempts": outcome.attempts, "signal": outcome.signal_name,
+                     "reason": outcome.reason}))
+        report.verdict = Verdict.UNSAFE
+        return
+    if outcome.status == "sandbox-unavailable":
+        report.findings.append(finding(
+            "LD006", f"{loader} load not run: {outcome.reason}", evidence=report.path,
+            details={"reason": outcome.reason}))
+        return
     if outcome.status == "ok":
         report.findings.append(finding("LD001", f"{loader} load succeeded "
                                        f"({res.get('tensors', '?')} tensors)",
                                        evidence=report.path, details=res))
-    elif outcome.status == "error":
-        report.findings.append(finding(
-            "LD002", f"{loader} load raised {res.get('exception')}: "
-            f"{str(res.get('message', ''))[:300]}", evidence=report.path, details=res))
+        return
+    if outcome.status == "error":
+        what = f"raised {res.get('exception')}: {str(res.get('message', ''))[:300]}"
+        report.findings.append(finding("LD002", f"{loader} load {what}", evidence=report.path,
+                                       details=res))
     else:
-        report.findings.append(finding(
-            "LD003", f"{loader} loader child {outcome.status}"
-            + (f" ({outcome.signal_name})" if outcome.signal_name else ""),
-            evidence=report.path, details=outcome.to_json()))
+        what = outcome.status + (f" ({outcome.signal_name})" if outcome.signal_name else "")
+        report.findings.append(finding("LD003", f"{loader} loader child {what}",
+                                       evidence=report.path, details=outcome.to_json()))
+    disagree(report, f"{loader} {what}")
+
+
+def disagree(report: CheckpointReport, what: str) -> None:
+    """The real loader failed on a file the static checks found loadable: LD007, unreadable."""
+    if report.verdict not in _LOADABLE_STATIC:
+        return
+    report.findings.append(finding(
+        "LD007", f"the real loader refuses this checkpoint although the static checks found it "
+        f"{report.verdict}: {what[:400]}", evidence=report.path,
+        details={"static_verdict": str(report.verdict)}))
+    report.verdict = worst_verdict([report.verdict, Verdict.UNREADABLE])

@@ -1,4 +1,5 @@
-"""A trivial child used by the sandbox's own tests: echoes, allocates, sleeps or crashes."""
+"""A trivial child used by the sandbox's own tests: echoes, allocates, sleeps or crashes, and
+tries what a payload would (write, read, run a program, connect) to show the boundary holds."""
 
 from __future__ import annotations
 
@@ -6,11 +7,45 @@ import json
 import os
 import sys
 import time
+from typing import Any
+
+from ckptrescue.sandbox_children import boundary
+
+
+def _try(req: dict[str, Any]) -> dict[str, Any]:
+    """One forbidden (or allowed) operation; the result says whether it worked."""
+    action = req["action"]
+    try:
+        if action == "write":
+            with open(req["path"], "w") as fh:
+                fh.write("written from the sandbox")
+        elif action == "read":
+            with open(req["path"]) as fh:
+                return {"ok": True, "worked": True, "data": fh.read(100)}
+        elif action == "listdir":
+            return {"ok": True, "worked": True, "entries": sorted(os.listdir(req["path"]))}
+        elif action == "system":
+            return {"ok": True, "worked": True, "status": os.system(req["command"])}  # noqa: S605
+        elif action == "exec":
+            os.execv(req["argv"][0], req["argv"])  # noqa: S606
+        elif action == "connect":
+            import socket
+
+            with socket.create_connection(("127.0.0.1", int(req["port"])), timeout=5):
+                pass
+        elif action == "status":
+            with open("/proc/self/status") as fh:
+                return {"ok": True, "worked": True, "status": fh.read()}
+    except OSError as exc:
+        return {"ok": True, "worked": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {"ok": True, "worked": True}
 
 
 def main() -> None:
     with open(sys.argv[1]) as fh:
         req = json.load(fh)
+    boundary.started(req)
+    boundary.enter(req)
     action = req.get("action", "echo")
     if action == "allocate":
         blob = bytearray(int(req["mb"]) * 1024 * 1024)
@@ -22,6 +57,9 @@ def main() -> None:
         os.abort()
     if action == "raise":
         raise ValueError("boom")
+    if action in ("write", "read", "listdir", "system", "exec", "connect", "status"):
+        print(json.dumps(_try(req)))
+        return
     print(json.dumps({"ok": True, "echo": req}))
 
 

@@ -1,7 +1,8 @@
 """Sandboxed TensorFlow reader: list and read every variable of each TensorBundle prefix.
 
-Run only through :func:`ckptrescue.effects.sandbox.run_child` (resource limits, timeout, no
-credentials). One child serves every TensorFlow checkpoint of a run (the import is slow).
+Run only through :func:`ckptrescue.effects.sandbox.run_child` (bubblewrap, seccomp, audit hook,
+resource limits, timeout, no credentials; read-only binds of the checkpoints' files). One child
+serves every TensorFlow checkpoint of a run (the import is slow).
 
 Request: ``{"prefixes": [PREFIX, ...], "max_errors": 50}``. Output (one JSON line)::
 
@@ -10,8 +11,9 @@ Request: ``{"prefixes": [PREFIX, ...], "max_errors": 50}``. Output (one JSON lin
                           "variables": N, "read_ok": N,
                           "errors": [{"name", "type", "message"}], "seconds": S}}}
 
-Progress lines ``BEGIN <prefix>`` / ``END <prefix>`` are appended to the request's ``progress``
-file (and echoed on stderr), so that when TensorFlow's C++ code aborts the process (a CHECK
+Progress lines ``BEGIN <prefix>`` / ``END <prefix>`` are appended to ``progress`` in the child's
+scratch directory (handed back by ``run_child(keep=...)``, and echoed on stderr), so that when
+TensorFlow's C++ code aborts the process (a CHECK
 failure on an inconsistent slice entry: SIGABRT, with a long stack trace on stderr) the parent
 can tell which checkpoint killed it.
 
@@ -25,15 +27,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from typing import TYPE_CHECKING, Any
+
+from ckptrescue.sandbox_children import boundary
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
     from ckptrescue.checkpoint import CheckpointReport
 
 TF_FORMATS = ("tf-tensorbundle", "tf-savedmodel")
+PROGRESS = "progress"
 
 
 def _err(exc: BaseException) -> dict[str, str]:
@@ -73,11 +77,14 @@ def _probe_prefix(tf: Any, prefix: str, max_errors: int) -> dict[str, Any]:
 def main() -> None:
     with open(sys.argv[1]) as fh:
         req = json.load(fh)
+    boundary.started(req)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
+    tf.train.list_variables  # noqa: B018 - resolve the lazy modules before the boundary closes
+    boundary.enter(req)
     results = {}
-    progress = req.get("progress")
+    progress = os.path.join(req["scratch"], PROGRESS) if req.get("scratch") else None
 
     def mark(what: str, prefix: str) -> None:
         print(f"ckptrescue-tf-load: {what} {prefix}", file=sys.stderr, flush=True)
@@ -107,6 +114,7 @@ def _in_progress(progress: str) -> str | None:
 def apply_result(report: CheckpointReport, result: dict[str, Any]) -> None:
     """Record one prefix's TF outcome on its report: ``report.load`` + an LD finding."""
     from ckptrescue.model import Finding, Severity
+    from ckptrescue.probes.checkpoint_load import disagree
 
     report.load = {"status": "ok" if result.get("list_ok") and not result.get("errors")
                    else "error", "loader": "tensorflow", "result": result}
@@ -117,11 +125,11 @@ def apply_result(report: CheckpointReport, result: dict[str, Any]) -> None:
         return
     err = result.get("list_error") or (result.get("errors") or [{}])[0]
     names = tuple(e["name"] for e in result.get("errors", []) if e.get("name"))
-    report.findings.append(Finding(
-        "LD002", Severity.ERROR,
-        f"TensorFlow raised {err.get('type')}: {str(err.get('message', ''))[:300]}"
-        + (f" ({len(names)} variable(s) failed)" if names else ""),
-        evidence=report.path, source="tf_load", tensors=names, details=result))
+    title = (f"TensorFlow raised {err.get('type')}: {str(err.get('message', ''))[:300]}"
+             + (f" ({len(names)} variable(s) failed)" if names else ""))
+    report.findings.append(Finding("LD002", Severity.ERROR, title, evidence=report.path,
+                                   source="tf_load", tensors=names, details=result))
+    disagree(report, title)
 
 
 def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
@@ -136,15 +144,17 @@ def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
         if r.format in TF_FORMATS and prefix:
             todo[str(prefix)] = r
     while todo:
-        fd, progress = tempfile.mkstemp(prefix="ckptrescue-tf-load-", suffix=".progress")
-        os.close(fd)
-        try:
-            outcome = run_child("tf_load", {"prefixes": list(todo), "progress": progress},
-                                case=case, memory_mb=memory_mb, timeout_s=timeout_s)
-            with open(progress) as fh:
-                done_text = fh.read()
-        finally:
-            os.unlink(progress)
+        inputs = sorted({f for r in todo.values() for f in (r.files or [r.path])})
+        outcome = run_child("tf_load", {"prefixes": list(todo)}, case=case, memory_mb=memory_mb,
+                            timeout_s=timeout_s, inputs=inputs, keep=[PROGRESS])
+        done_text = outcome.files.get(PROGRESS, "")
+        if outcome.status in ("blocked", "sandbox-unavailable"):
+            from ckptrescue.probes.checkpoint_load import record_outcome
+
+            culprit = _in_progress(done_text) if outcome.status == "blocked" else None
+            for prefix in [culprit] if culprit in todo else list(todo):
+                record_outcome(todo.pop(prefix), outcome, "tensorflow")
+            continue
         results = outcome.result.get("results", {}) if outcome.status == "ok" else {}
         for prefix, result in results.items():
             if prefix in todo:
@@ -164,6 +174,9 @@ def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
                 + (f" ({outcome.signal_name})" if outcome.signal_name else "")
                 + " while reading this checkpoint", evidence=r.path, source="tf_load",
                 details=outcome.to_json()))
+            from ckptrescue.probes.checkpoint_load import disagree
+
+            disagree(r, f"TensorFlow's reader child {outcome.status}")
         if culprit not in victims:
             return
 

@@ -1,10 +1,13 @@
 """Sandbox child: the real loaders (torch.load weights_only, safetensors, DCP) on one checkpoint.
 
-Run only through ``effects.sandbox.run_child("torch_load", request)``; request keys: ``path``,
-``loader`` (torch, safetensors, dcp, hf-sharded) and ``files``. Prints one JSON object: ``ok``,
-the number of tensors and non-finite values on success, else the exception class and message.
-``torch.load`` always gets ``weights_only=True, map_location="cpu"``. DCP's
-``CheckpointException`` derives from BaseException, hence the broad catch.
+Run only through ``effects.sandbox.run_child("torch_load", request)`` (bubblewrap, seccomp,
+audit hook: see ``boundary.py``); request keys: ``path``, ``loader`` (torch, safetensors, dcp,
+hf-sharded) and ``files``. Prints one JSON object: ``ok``, the number of tensors and non-finite
+values on success, else the exception class and message. ``torch.load`` always gets
+``weights_only=True, map_location="cpu"``; DCP's reader unpickles ``.metadata`` (and its byte
+items) without weights_only, so in this child every global an unpickler resolves must be on the
+kit's exact list (the audit hook refuses the rest). DCP's ``CheckpointException`` derives from
+BaseException, hence the broad catch (a ``SystemExit`` raised during the load is a result too).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import json
 import sys
 from typing import Any
+
+from ckptrescue.sandbox_children import boundary
 
 
 def _count(obj: Any, acc: dict[str, int]) -> None:
@@ -61,17 +66,31 @@ def _load(req: dict[str, Any]) -> Any:
     raise ValueError(f"unknown loader {loader}")
 
 
+def _import_loaders(loader: str) -> None:
+    """The heavy imports, before the boundary closes (seccomp kills exec, not imports)."""
+    import torch  # noqa: F401
+
+    if loader in ("safetensors", "hf-sharded"):
+        import safetensors.torch  # noqa: F401
+    if loader == "dcp":
+        import torch.distributed.checkpoint.default_planner  # noqa: F401
+        import torch.distributed.checkpoint.filesystem  # noqa: F401
+        import torch.distributed.checkpoint.state_dict_loader  # noqa: F401
+    import torch._weights_only_unpickler  # noqa: F401
+
+
 def main() -> None:
     with open(sys.argv[1]) as fh:
         req = json.load(fh)
+    boundary.started(req)
+    _import_loaders(str(req.get("loader")))
+    boundary.enter(req)
     try:
         obj = _load(req)
         acc = {"tensors": 0, "nonfinite": 0}
         _count(obj, acc)
         result: dict[str, Any] = {"ok": True, **acc}
     except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
         result = {"ok": False, "exception": f"{type(exc).__module__}.{type(exc).__name__}",
                   "message": str(exc)[:2000]}
     print(json.dumps(result))

@@ -1,0 +1,159 @@
+"""The child's side of the loader sandbox: what it tried, and the seccomp filter.
+
+Every child calls :func:`started` first (the parent tells a child that never ran, because
+bubblewrap could not build the sandbox, from a child that failed) and :func:`enter` after its
+heavy imports and before it touches the file. ``enter`` installs, in this order:
+
+1. a Python audit hook (``sys.addaudithook``) for **attribution**: an attempt to run a program
+   (``os.system``, ``os.exec*``, ``os.posix_spawn``, ``os.fork``, ``subprocess.Popen``,
+   ``pty.spawn``), to open a socket or connect, to load a library with ``ctypes`` or look up a
+   symbol that runs programs or opens sockets (``system``, ``execve``, ``socket``...), to write,
+   rename, remove or chmod a file outside the scratch directory (``TMPDIR`` points there), to signal a
+   process, or (in an unpickler) to resolve a global that is not on the exact allowlist of the
+   kit's static scanner (``pickle.find_class``) is written as one JSON line to a dedicated file
+   descriptor (``attempts.jsonl`` in the scratch directory, opened before the hook) and refused
+   with ``PermissionError``;
+2. the seccomp filter (:mod:`confine`): the **boundary**. If anything gets past the hook, the
+   kernel kills the process on exec, process creation or a non-``AF_UNIX`` socket.
+
+Around both, bubblewrap (``effects/sandbox.py``) gives the child no network, a read-only view of
+only the files it loads, and one writable scratch directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+ATTEMPTS = "attempts.jsonl"
+STARTED = "started"
+
+_RUN_EVENTS = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+               "subprocess.Popen", "pty.spawn", "os.startfile", "webbrowser.open"}
+_NET_EVENTS = {"socket.connect", "socket.bind", "socket.sendto",
+               "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname",
+               "socket.gethostbyaddr", "socket.getnameinfo"}
+# ctypes: loading a library is refused; looking up a symbol only when it runs programs or opens
+# sockets (libraries look up C-API symbols, e.g. fsspec ``PyBytes_FromStringAndSize``)
+_NATIVE_SYMBOLS = ("system", "exec", "popen", "spawn", "fork", "socket", "connect", "dlopen",
+                   "ptrace", "prctl", "seccomp", "syscall", "mprotect", "unshare", "setns")
+_FS_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
+              "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.rmtree",
+              "shutil.copyfile", "shutil.move", "os.chflags", "os.setxattr", "os.removexattr"}
+_PROC_EVENTS = {"os.kill", "os.killpg", "os.setuid", "os.setgid"}
+_AF_UNIX = 1
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class _State:
+    fd: int | None = None
+    scratch: str = ""
+    writable: tuple[str, ...] = ()
+    allowed_globals: frozenset[str] = frozenset()
+    armed = False
+    count = 0
+
+
+def started(req: dict[str, Any]) -> None:
+    """Mark the child as running (inside the sandbox) and open the attempts descriptor."""
+    scratch = req.get("scratch")
+    if not scratch:
+        return
+    with open(os.path.join(scratch, STARTED), "w") as fh:
+        fh.write(str(os.getpid()))
+    _State.fd = os.open(os.path.join(scratch, ATTEMPTS),
+                        os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    _State.scratch = os.path.realpath(scratch)
+
+
+def _record(event: str, args: tuple[Any, ...]) -> None:
+    _State.count += 1
+    if _State.fd is None or _State.count > 200:
+        return
+    shown = [a if isinstance(a, (int, float, bool, type(None))) else repr(a)[:300]
+             for a in args[:4]]
+    line = json.dumps({"event": event, "args": shown}) + "\n"
+    try:
+        os.write(_State.fd, line.encode())
+    except OSError:
+        pass
+
+
+def _inside(path: str) -> bool:
+    real = os.path.realpath(path)
+    return any(real == w or real.startswith(w + os.sep) for w in _State.writable)
+
+
+def _write_outside(args: tuple[Any, ...]) -> bool:
+    path, mode, flags = [*args, None, None, None][:3]
+    if isinstance(path, int) or path is None:
+        return False
+    writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+        isinstance(flags, int) and bool(flags & _WRITE_FLAGS))
+    if not writes:
+        return False
+    try:
+        path = os.fsdecode(path)
+    except (TypeError, ValueError):
+        return True
+    return not _inside(path)
+
+
+def _decide(event: str, args: tuple[Any, ...]) -> bool:
+    """True when the event is an attempt the sandbox refuses."""
+    if event == "socket.__new__":
+        return len(args) < 2 or args[1] != _AF_UNIX
+    if event in _RUN_EVENTS or event in _NET_EVENTS or event == "ctypes.dlopen":
+        return True
+    if event == "ctypes.dlsym":
+        symbol = str(args[1]) if len(args) > 1 else ""
+        return any(word in symbol.lower() for word in _NATIVE_SYMBOLS)
+    if event == "pickle.find_class":
+        module, name = (str(a) for a in args[:2])
+        return "." in name or f"{module}.{name}" not in _State.allowed_globals
+    if event == "open":
+        return _write_outside(args)
+    if event in _FS_EVENTS:
+        return not all(_inside(os.fsdecode(a)) for a in args[:2]
+                       if isinstance(a, (str, bytes, os.PathLike)))
+    return event in _PROC_EVENTS
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if not _State.armed:
+        return
+    if _decide(event, args):
+        _State.armed = False  # the hook itself must not re-enter
+        try:
+            _record(event, args)
+        finally:
+            _State.armed = True
+        raise PermissionError(f"ckptrescue sandbox: {event} refused")
+
+
+def allowed_globals() -> frozenset[str]:
+    """The exact qualified globals an unpickler in the child may resolve."""
+    from ckptrescue.formats import pickle_scan
+
+    return frozenset(pickle_scan.exact_allowed_globals())
+
+
+def enter(req: dict[str, Any]) -> None:
+    """Arm the audit hook and install the seccomp filter (see the module docstring).
+
+    ``req["layers"]`` may leave out ``"hook"`` or ``"seccomp"``: the sandbox's own tests use that
+    to show each layer stops a payload alone. A filter that cannot be installed stops the child.
+    """
+    layers = req.get("layers", ["hook", "seccomp"])
+    if "hook" in layers:
+        _State.allowed_globals = allowed_globals()
+        _State.writable = tuple(os.path.realpath(p) for p in
+                                (_State.scratch or None, "/dev/shm", "/dev/null") if p)
+        sys.addaudithook(_hook)
+    if "seccomp" in layers:
+        from ckptrescue.sandbox_children import confine
+
+        confine.install()
+    _State.armed = "hook" in layers

@@ -1,0 +1,230 @@
+"""The loader sandbox is a boundary: malicious checkpoints never run anything.
+
+Fixtures: ``fixtures/malicious.py`` builds, from pickle opcodes, checkpoints whose pickles call
+``os.system``, ``posix.system``, ``subprocess.Popen``/``check_call``, ``builtins.exec``/``eval``,
+``socket.socket(...).connect`` and dotted names under ``torch.distributed.checkpoint.`` (the
+prefix-allowlist hole), in every container that is reachable: torch zip ``data.pkl``, legacy
+torch stream, DCP ``.metadata``, HF ``.bin`` shards. Each payload only tries to create a marker
+file or connect to a socket the test listens on. Nothing is unpickled in the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptrescue.checkpoint import Verdict
+from fixtures import malicious as mal
+
+from .conftest import probe1
+
+pytestmark = pytest.mark.needs_tool("bwrap")
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP socket on 127.0.0.1 that records whether anything connected."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def connected(srv: socket.socket) -> bool:
+    try:
+        conn, _ = srv.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+def build(tmp_path: Path, container: str, kind: str, marker: Path, port: int) -> Path:
+    target = tmp_path / container / ("ckpt.pt" if container.startswith("torch") else "ckpt")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return mal.CONTAINERS[container](target, mal.payload(kind, marker=marker, port=port))
+
+
+def cli(*args: str, timeout: float = 300) -> tuple[int | None, str, str]:
+    from ckptrescue.effects.runner import SubprocessRunner
+
+    res = SubprocessRunner(None).run_internal([sys.executable, "-m", "ckptrescue", *args],
+                                              purpose="test", timeout_s=timeout)
+    return res.returncode, res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("container", sorted(mal.CONTAINERS))
+@pytest.mark.parametrize("kind", mal.KINDS)
+def test_every_payload_in_every_container_is_unsafe_and_inert(tmp_path, listener, container,
+                                                             kind):
+    marker = tmp_path / "MARKER"
+    path = build(tmp_path, container, kind, marker, listener.getsockname()[1])
+    r = probe1(path, load=True)
+    assert r.verdict is Verdict.UNSAFE, [f.title for f in r.findings]
+    pk = [f for f in r.findings if f.code == "PK001"]
+    assert pk, [f.code for f in r.findings]
+    named = " ".join(f.title for f in pk)
+    dotted = "torch.distributed.checkpoint.filesystem."
+    expect = {"socket.connect": "socket.socket",
+              "dcp-dotted-stack-global": dotted + "os.system",
+              "dcp-dotted-global": dotted + "os.system",
+              "dcp-dotted-popen": dotted + "os.popen",
+              "dcp-dotted-pickle-loads": dotted + "pickle.loads"}.get(kind, kind)
+    assert expect in named
+    assert r.load is not None and r.load["status"] == "skipped"
+    assert not marker.exists()
+    assert not connected(listener)
+
+
+def test_cli_probe_load_of_dotted_dcp_payload_is_unsafe(tmp_path, listener):
+    """The issue's reproducer: a DCP whose .metadata names os.system through a dotted name
+    under torch.distributed.checkpoint. was ``intact``, ran /bin/sh under --load and was
+    recommended by rank."""
+    marker = tmp_path / "MARKER"
+    run = tmp_path / "run"
+    run.mkdir()
+    for step, kind in ((100, "dcp-dotted-stack-global"), (200, "dcp-dotted-global")):
+        mal.dcp_dir(run / f"step_{step}", mal.payload(kind, marker=marker))
+    code, out, err = cli("probe", "--json", "--load", str(run))
+    assert code == 1, err
+    checkpoints = json.loads(out)["checkpoints"]
+    assert [c["verdict"] for c in checkpoints] == ["unsafe", "unsafe"]
+    for c in checkpoints:
+        pk = [f for f in c["findings"] if f["code"] == "PK001"]
+        assert "torch.distributed.checkpoint.filesystem.os.system" in pk[0]["title"]
+        assert c["load"]["status"] == "skipped"
+    code, out, _ = cli("rank", "--json", str(run))
+    assert json.loads(out)["resume_from"] is None
+    assert not marker.exists()
+    assert not connected(listener)
+
+
+def _direct(path: Path, **extra: object):
+    """The static scan bypassed on purpose: the sandbox child runs DCP's reader on the file."""
+    from ckptrescue.effects.sandbox import run_child
+
+    return run_child("torch_load", {"path": str(path), "loader": "dcp", "files": [],
+                                    **extra}, inputs=[str(path)], timeout_s=300)
+
+
+@pytest.mark.parametrize("kind", mal.KINDS)
+def test_boundary_alone_stops_every_payload(tmp_path, listener, kind):
+    """DCP's reader unpickles .metadata without weights_only: every payload would run. The
+    audit hook refuses the forbidden global (pickle.find_class) and records it; nothing ran."""
+    marker = tmp_path / "MARKER"
+    path = mal.dcp_dir(tmp_path / "ckpt", mal.payload(kind, marker=marker,
+                                                      port=listener.getsockname()[1]))
+    out = _direct(path)
+    assert out.status == "blocked", out
+    events = [a["event"] for a in out.attempts]
+    assert events and events[0] == "pickle.find_class"
+    module = ("torch.distributed.checkpoint.filesystem" if kind.startswith("dcp")
+              else "builtins" if kind == "socket.connect" else kind.split(".")[0])
+    assert out.attempts[0]["args"][0] == repr(module)
+    assert "os.system" not in events  # refused before anything was resolved
+    assert not marker.exists()
+    assert not connected(listener)
+
+
+@pytest.mark.parametrize("kind", ["os.system", "posix.system", "subprocess.Popen",
+                                  "subprocess.check_call", "socket.connect",
+                                  "dcp-dotted-stack-global", "dcp-dotted-popen"])
+def test_seccomp_alone_kills_the_loader(tmp_path, listener, kind):
+    """Without the audit hook, the payload runs inside the child, and the kernel kills it at
+    its first fork/exec or network socket (SIGSYS): an outcome ``blocked``."""
+    marker = tmp_path / "MARKER"
+    path = mal.dcp_dir(tmp_path / "ckpt", mal.payload(kind, marker=marker,
+                                                      port=listener.getsockname()[1]))
+    out = _direct(path, layers=["seccomp"])
+    assert out.status == "blocked" and out.signal_name == "SIGSYS", out
+    assert not marker.exists()
+    assert not connected(listener)
+
+
+@pytest.mark.parametrize("kind", ["os.system", "subprocess.check_call", "builtins.exec",
+                                  "socket.connect"])
+def test_namespaces_alone_keep_the_host_unchanged(tmp_path, listener, kind):
+    """Without hook and seccomp, a program runs, but inside bubblewrap: the checkpoint is
+    read-only, the rest of the host is not there, and there is no network."""
+    path = tmp_path / "ckpt"
+    marker = path / "MARKER"  # inside the (read-only) checkpoint directory
+    mal.dcp_dir(path, mal.payload(kind, marker=marker, port=listener.getsockname()[1]))
+    _direct(path, layers=[])
+    assert not marker.exists()
+    assert not connected(listener)
+
+
+def test_file_swapped_after_the_scan_is_blocked_and_unsafe(tmp_path, listener):
+    """A .metadata replaced between the static scan and the load (or any payload the scan
+    missed): the probe maps the sandbox's ``blocked`` to LD005 and verdict ``unsafe``."""
+    from ckptrescue.probes.checkpoint_load import load_in_sandbox
+    from ckptrescue.rank import rank
+
+    run = tmp_path / "run"
+    marker = tmp_path / "MARKER"
+    ckpt = mal.dcp_dir(run / "step_5", b"N")  # payload: NONE (a clean DCP)
+    r = probe1(ckpt)
+    assert r.verdict is Verdict.INTACT
+    mal.poison_dcp(ckpt, mal.payload("dcp-dotted-stack-global", marker=marker))
+    load_in_sandbox(r)
+    assert r.verdict is Verdict.UNSAFE
+    ld = [f for f in r.findings if f.code == "LD005"]
+    assert ld and str(ld[0].severity) == "critical"
+    assert "os.system" in ld[0].title and "pickle.find_class" in ld[0].title
+    assert r.load["status"] == "blocked" and r.load["attempts"]
+    assert rank(run, load=True).resume_from is None
+    assert not marker.exists()
+
+
+def test_clean_dcp_loads_in_the_sandbox(tmp_path):
+    ckpt = mal.dcp_dir(tmp_path / "ckpt", b"N")
+    r = probe1(ckpt, load=True)
+    assert r.verdict is Verdict.INTACT and r.load["status"] == "ok", r.load
+    assert r.load["result"]["tensors"] == 2
+
+
+def test_unknown_dcp_global_refuses_the_load(tmp_path):
+    """A global that is neither on the exact DCP list nor dangerous (a misspelt class): the
+    load is refused (PK004) and the verdict is ``unreadable``, not ``intact``."""
+    ckpt = mal.dcp_dir(tmp_path / "ckpt", mal.stack_glob(
+        "torch.distributed.checkpoint.metadata", "Metadatx"))
+    r = probe1(ckpt, load=True)
+    assert r.verdict is Verdict.UNREADABLE
+    assert [f for f in r.findings if f.code == "PK004" and "Metadatx" in f.title]
+    assert r.load["status"] == "skipped"
+
+
+def test_loader_disagreeing_with_intact_makes_it_unreadable(tmp_path):
+    """torch refuses a zip whose ``version`` record says 99; the static checks see nothing
+    wrong. With --load the verdict is ``unreadable`` (LD007) and rank never recommends it."""
+    from ckptrescue.rank import rank
+
+    run = tmp_path / "run"
+    run.mkdir()
+    bad = mal.torch_zip_edited(run / "step_9.pt", "version", b"99\n")
+    assert probe1(bad).verdict is Verdict.INTACT
+    r = probe1(bad, load=True)
+    assert r.verdict is Verdict.UNREADABLE
+    assert [f for f in r.findings if f.code == "LD007"]
+    assert [f for f in r.findings if f.code == "LD002"]
+    assert rank(run).resume_from == str(bad)  # static only: cannot know
+    assert rank(run, load=True).resume_from is None
+
+
+def test_sandbox_unavailable_never_runs_the_load(tmp_path, monkeypatch):
+    from ckptrescue.effects import sandbox
+
+    ckpt = mal.dcp_dir(tmp_path / "ckpt", b"N")
+    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed-here")
+    r = probe1(ckpt, load=True)
+    assert r.load["status"] == "sandbox-unavailable"
+    ld = [f for f in r.findings if f.code == "LD006"]
+    assert ld and "not run" in ld[0].title
+    assert r.verdict is Verdict.INTACT
