@@ -49,9 +49,10 @@ def _immutable_images_released(tmp_path):
 
 
 @pytest.fixture
-def shm_dir():
+def shm_dir(request):
     """A scratch directory on tmpfs (RAM), removed afterwards."""
     path = Path(tempfile.mkdtemp(prefix="ckr-test-", dir="/dev/shm"))
+    request.node.ckr_shm_dir = str(path)  # for no_leftovers: this test's own scratch
     try:
         yield path
     finally:
@@ -60,14 +61,16 @@ def shm_dir():
 
 
 @pytest.fixture
-def no_leftovers(tmp_path):
+def no_leftovers(tmp_path, request):
     """Fail if a test leaves loop devices over its files, or mounts of its directories.
 
-    Only this test's paths count (its tmp_path, and the ``ckr-`` scratch dirs of
-    fixtures/storage.py): other sessions on the machine use loop devices concurrently."""
-    marks = (str(tmp_path), "/ckr-")
+    Only this test's paths count (its tmp_path and its own ``shm_dir``): other sessions on the
+    machine use loop devices (and ``/dev/shm/ckr-test-*`` dirs) concurrently."""
 
     def ours(text: str) -> set[str]:
+        marks = [str(tmp_path) + "/"]
+        if getattr(request.node, "ckr_shm_dir", None):
+            marks.append(request.node.ckr_shm_dir + "/")
         return {ln for ln in text.splitlines() if any(m in ln for m in marks)}
 
     before = ours(fx.sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout)
