@@ -228,3 +228,70 @@ def test_sandbox_unavailable_never_runs_the_load(tmp_path, monkeypatch):
     ld = [f for f in r.findings if f.code == "LD006"]
     assert ld and "not run" in ld[0].title
     assert r.verdict is Verdict.INTACT
+
+
+def _real_dcp_states() -> dict[str, dict]:
+    """State dicts like real training runs write (integer generators only)."""
+    import torch
+
+    lin = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    with torch.no_grad():
+        for p in lin.parameters():
+            p.copy_(torch.arange(p.numel(), dtype=torch.float32).reshape(p.shape) / 8)
+    adam = torch.optim.Adam(lin.parameters(), lr=1e-3)
+    lin(torch.arange(8, dtype=torch.float32).reshape(2, 4)).sum().backward()
+    adam.step()
+    sgd = torch.optim.SGD(lin.parameters(), lr=0.125, momentum=0.5)
+    sgd.step()
+    return {
+        "model_adam": {"model": lin.state_dict(), "optimizer": adam.state_dict(), "step": 2},
+        "sgd": {"model": lin.state_dict(), "optim": sgd.state_dict()},
+        "nested": {"a": {"b": {"c": torch.arange(6).reshape(2, 3),
+                               "d": [torch.ones(2, dtype=torch.bfloat16), 3, "s"]}},
+                   "raw": b"\x00\x01raw", "items": [1, 2.5, "x", None, True], "pair": (1, 2),
+                   "i8": torch.arange(5, dtype=torch.int8), "flag": torch.tensor([True, False]),
+                   "f16": torch.arange(3, dtype=torch.float16), "empty": torch.empty(0),
+                   "c64": torch.arange(4, dtype=torch.float32).to(torch.complex64),
+                   "t": torch.arange(12).reshape(3, 4).t(), "ba": bytearray(b"ab")},
+    }
+
+
+def test_real_dcp_metadata_uses_only_the_exact_list(tmp_path):
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    from ckptrescue.formats import pickle_scan
+
+    for name, state in _real_dcp_states().items():
+        d = tmp_path / name
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save(state, checkpoint_id=str(d))
+        scan = pickle_scan.scan_pickle((d / ".metadata").read_bytes())
+        assert scan.unsafe_globals(pickle_scan.dcp_allowed) == [], name
+        assert "torch.distributed.checkpoint.metadata.Metadata" in scan.globals
+        r = probe1(d)
+        assert r.verdict is Verdict.INTACT, (name, [f.title for f in r.findings])
+
+
+def test_exact_lists_have_no_prefixes_and_classify_danger():
+    from ckptrescue.formats import pickle_scan
+
+    assert not hasattr(pickle_scan, "DCP_ALLOWED_MODULES")
+    for name in ("torch.distributed.checkpoint.filesystem.os.system",
+                 "torch.distributed.checkpoint.metadata.os.system",
+                 "torch.distributed.checkpoint.Foo", "torch.cuda.os.system"):
+        assert not pickle_scan.dcp_allowed(name), name
+    for name in ("os.system", "posix.system", "nt.system", "subprocess.Popen",
+                 "subprocess.check_call", "builtins.exec", "builtins.eval", "socket.socket",
+                 "runpy._run_code", "importlib.import_module", "pty.spawn", "torch.load",
+                 "torch.distributed.checkpoint.filesystem.os.system",
+                 "torch.distributed.checkpoint.filesystem.pickle.loads", "builtins.getattr"):
+        assert pickle_scan.dangerous(name), name
+    for name in ("torch.distributed.checkpoint.metadata.Metadatx", "__main__.Config",
+                 "builtins.set", "numpy.core.multiarray._reconstruct"):
+        assert not pickle_scan.dangerous(name), name
+    allowed = pickle_scan.exact_allowed_globals()
+    assert "torch.distributed.checkpoint.metadata.Metadata" in allowed
+    assert all(not g.endswith(".") for g in allowed)
