@@ -42,6 +42,7 @@ _NATIVE_SYMBOLS = ("system", "exec", "popen", "spawn", "fork", "socket", "connec
 _FS_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
               "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.rmtree",
               "shutil.copyfile", "shutil.move", "os.chflags", "os.setxattr", "os.removexattr"}
+_DEST_ONLY = {"shutil.copyfile", "os.link", "os.symlink"}
 _PROC_EVENTS = {"os.kill", "os.killpg", "os.setuid", "os.setgid"}
 _AF_UNIX = 1
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -115,8 +116,9 @@ def _decide(event: str, args: tuple[Any, ...]) -> bool:
         return "." in name or f"{module}.{name}" not in _State.allowed_globals
     if event == "open":
         return _write_outside(args)
-    if event in _FS_EVENTS:
-        return not all(_inside(os.fsdecode(a)) for a in args[:2]
+    if event in _FS_EVENTS:  # a copy/link only writes its destination
+        targets = args[1:2] if event in _DEST_ONLY else args[:2]
+        return not all(_inside(os.fsdecode(a)) for a in targets
                        if isinstance(a, (str, bytes, os.PathLike)))
     return event in _PROC_EVENTS
 
