@@ -288,6 +288,25 @@ class Case:
                 out.append(pool)
         return out
 
+    def attachments(self) -> dict[str, list[str]]:
+        """Loop devices, mount points and device-mapper names this case attached and has not yet
+        released (the runner records ``safety.attached``/``safety.detached``): the only ones the
+        guard lets the kit detach, unmount or remove."""
+        live: dict[str, dict[str, None]] = {"loop": {}, "mount": {}, "dm": {}}
+        for record in self.audit.records():
+            action = record.get("action")
+            if action not in {"safety.attached", "safety.detached"}:
+                continue
+            details = record.get("details") or {}
+            kind, name = details.get("kind"), details.get("name")
+            if kind not in live or not isinstance(name, str):
+                continue
+            if action == "safety.attached":
+                live[kind][name] = None
+            else:
+                live[kind].pop(name, None)
+        return {kind: list(names) for kind, names in live.items()}
+
     def evidence_paths(self) -> list[str]:
         """Local paths of evidence that must never be written to (absolute and resolved)."""
         paths: list[str] = []

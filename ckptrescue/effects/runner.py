@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -28,7 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ckptrescue import guard
+from ckptrescue.effects import confine
 from ckptrescue.errors import ToolMissingError
+from ckptrescue.guard import attachments as guard_attachments
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -66,6 +69,7 @@ class ToolCall:
     max_output_bytes: int = DEFAULT_MAX_OUTPUT
     cwd: str | None = None
     purpose: str = ""
+    writable: tuple[str, ...] = ()  # more paths the tool may write (beyond what the guard reads)
 
     @classmethod
     def of(cls, *argv: str, **kw: Any) -> ToolCall:
@@ -143,6 +147,7 @@ class SubprocessRunner:
         self.dry_run = dry_run
         self.extra_evidence = tuple(extra_evidence)
         self._versions: dict[str, str] = {}
+        self._confinements: set[str] = set()
         self._lock = threading.Lock()
 
     # -- policy ---------------------------------------------------------------------------------
@@ -150,16 +155,26 @@ class SubprocessRunner:
         paths = list(self.extra_evidence)
         protected: list[str] = []
         pools: list[str] = []
+        attached: dict[str, list[str]] = {"loop": [], "mount": [], "dm": []}
         if self.case is not None:
             paths.extend(self.case.evidence_paths())
             protected = self.case.protected_paths()
             pools = self.case.readonly_pools()
+            attached = self.case.attachments()
         return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected),
-                                  readonly_pools=tuple(pools))
+                                  readonly_pools=tuple(pools),
+                                  attached_loops=tuple(attached["loop"]),
+                                  attached_mounts=tuple(attached["mount"]),
+                                  attached_dm=tuple(attached["dm"]))
 
     def check(self, call: ToolCall) -> guard.Decision:
         argv = [str(a) for a in call.argv]
-        decision = guard.check(argv, self.context())
+        ctx = self.context()
+        decision = guard.check(argv, ctx)
+        for path in call.writable if decision.allowed else ():
+            reason = ctx.writes_forbidden(path)
+            if reason:
+                return guard.Decision.refuse(f"writable path: {reason}")
         if decision.allowed and argv and "/" in argv[0]:
             # The guard judges the tool by name: a path must be that very tool, not a renamed
             # or symlinked other program.
@@ -193,16 +208,48 @@ class SubprocessRunner:
                 hint="run `make setup` (as root) to install the system tools",
             )
         self._record_version(call.argv[0], exe)
-        return self._execute(call, exe, shown, cancel)
+        scratch = tempfile.mkdtemp(prefix="ckptrescue-tool-")
+        try:
+            if decision.host_namespace:
+                confinement = confine.host_namespace()
+            else:
+                confinement = confine.private_namespace(
+                    (*decision.writes, *call.writable), scratch=scratch, cwd=call.cwd)
+            self._record_confinement(confinement)
+            result = self._execute(call, exe, shown, cancel, confinement, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if result.returncode == 0 and not result.timed_out and self.case is not None:
+            for action, kind, name in guard_attachments.changes(
+                    [str(a) for a in call.argv], result.stdout):
+                self.case.log(f"safety.{action}", {"kind": kind, "name": name,
+                                                   "argv": shown})
+        return result
+
+    def _record_confinement(self, confinement: confine.Confinement) -> None:
+        """One ``safety.kernel`` record per case and kind of confinement (the report lists them)."""
+        key = f"{confinement.enforced}:{confinement.how}"
+        with self._lock:
+            if key in self._confinements:
+                return
+            self._confinements.add(key)
+        if self.case is not None:
+            self.case.log("safety.kernel", {
+                "guarantee": "tool-host-namespace" if confinement.how.startswith("host")
+                else "tool-namespace",
+                "target": "external tools", "enforced": confinement.enforced,
+                "how": confinement.how})
 
     def _execute(self, call: ToolCall, exe: str, shown: list[str],
-                 cancel: threading.Event | None) -> ToolResult:
-        argv = [exe, *[str(a) for a in call.argv[1:]]]
+                 cancel: threading.Event | None, confinement: confine.Confinement,
+                 scratch: str) -> ToolResult:
+        argv = [*confinement.prefix, exe, *[str(a) for a in call.argv[1:]]]
+        env = minimal_env({"TMPDIR": scratch})
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=call.cwd, env=minimal_env(), start_new_session=True, shell=False,
+                cwd=call.cwd, env=env, start_new_session=True, shell=False,
             )
         except OSError as exc:
             if self.case is not None:
@@ -266,7 +313,9 @@ class SubprocessRunner:
                  "duration_s": round(duration, 3), "timed_out": timed_out, "cancelled": cancelled,
                  "truncated": result.truncated, "stdout_sha256": out, "stderr_sha256": err,
                  "stdout_size": sinks["stdout"].size, "stderr_size": sinks["stderr"].size,
-                 "timeout_s": call.timeout_s},
+                 "timeout_s": call.timeout_s,
+                 "namespace": {"enforced": confinement.enforced, "how": confinement.how,
+                               "writable": list(confinement.writable)}},
                 artifacts=[h for h in (out, err) if h],
             )
             result.record_hash = rec["hash"]

@@ -10,6 +10,8 @@ from ckptrescue.guard import GuardContext, check
 CTX = GuardContext(
     evidence_paths=("/evidence/disk.img", "/mnt/evidence"),
     is_block_device=lambda p: p.startswith("/dev/"),
+    attached_loops=("/dev/loop3",), attached_mounts=("/mnt/x",),
+    attached_dm=("ckr-1a2b-vg-data",),
 )
 
 REFUSED = [

@@ -159,7 +159,7 @@ def test_ctrl_c_stops_ddrescue_and_the_rerun_resumes(case, xfs_src, tmp_path, no
         with pytest.raises(KeyboardInterrupt):
             image(dev, case=case, dest=out, max_read_rate=16 << 20, on_progress=interrupt)
         running = [p.info["cmdline"] for p in psutil.process_iter(["name", "cmdline"])
-                   if p.info["name"] == "ddrescue" and str(out) in " ".join(p.info["cmdline"])]
+                   if p.info["name"] == "ddrescue" and str(out) in " ".join(p.info["cmdline"] or [])]
         assert running == []
         res = image(dev, case=case, dest=out)
     assert res.resumed and res.image_sha256 == fx.sha256(xfs_src)

@@ -1,0 +1,117 @@
+"""The guard's entry point: ``check(argv, ctx)`` reads the argv with the tool's grammar and
+decides. Unknown tool, unknown option, unparseable argv: refused."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import PurePath
+
+from ckptrescue.guard.context import GuardContext
+from ckptrescue.guard.decision import Decision
+from ckptrescue.guard.grammar import Grammar, ParseError, parse
+from ckptrescue.guard.tools import GRAMMARS, REFUSED
+from ckptrescue.guard.tools._base import Subcommands
+from ckptrescue.guard.tools.filesystems import E2FSCK
+
+MAX_DEPTH = 3  # commands inside commands (rsync -e, find -exec)
+
+
+def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 0) -> Decision:
+    """Decide whether ``argv`` may run. ``argv[0]`` is a tool name or a path to it."""
+    ctx = ctx or GuardContext()
+    if not argv:
+        return Decision.refuse("empty command")
+    if any(not isinstance(a, str) for a in argv):
+        return Decision.refuse("arguments must be strings")
+    if any("\x00" in a for a in argv):
+        return Decision.refuse("an argument holds a NUL byte")
+    if depth > MAX_DEPTH:
+        return Decision.refuse("commands nested too deeply")
+    name = PurePath(argv[0]).name
+    args = list(argv[1:])
+    if name.startswith(("mkfs", "mke2fs", "mkswap")):
+        return Decision.refuse(f"{name} creates a filesystem: it destroys what is on the target")
+    if name in REFUSED:
+        return Decision.refuse(REFUSED[name])
+    entry = GRAMMARS.get(name)
+    if entry is None and name.startswith("fsck."):
+        entry = GRAMMARS["fsck"] if name == "fsck.xfs" else E2FSCK if name.startswith("fsck.ext") else None
+    if entry is None:
+        return Decision.refuse(
+            f"{name} is not on the read-only allowlist (unknown commands are refused by default)")
+    try:
+        if isinstance(entry, Grammar):
+            return _by_grammar(name, entry, args, ctx, depth)
+        if isinstance(entry, Subcommands):
+            return _by_subcommand(name, entry, args, ctx, depth)
+        return entry(name, args, ctx, depth)
+    except ParseError as exc:
+        return Decision.refuse(f"{name}: {exc} (the guard refuses what it cannot read exactly "
+                               "as the tool does)")
+
+
+def _by_subcommand(name: str, entry: Subcommands, args: list[str], ctx: GuardContext,
+                   depth: int) -> Decision:
+    parsed = parse(entry.globals, args)
+    if not parsed.operands:
+        if entry.bare_ok or parsed.opts:
+            return Decision.allow()
+        return Decision.refuse(f"{name} needs a command")
+    sub, rest = parsed.operands[0], parsed.operands[1:]
+    if sub in entry.refused:
+        return Decision.refuse(entry.refused[sub])
+    grammar = entry.subs.get(sub)
+    if grammar is None:
+        return Decision.refuse(f"{name} {sub} is not on the read-only allowlist")
+    try:
+        return _by_grammar(f"{name} {sub}", grammar, rest, ctx, depth)
+    except ParseError as exc:
+        raise ParseError(f"{sub}: {exc}") from exc
+
+
+def _by_grammar(name: str, grammar: Grammar, args: list[str], ctx: GuardContext,
+                depth: int) -> Decision:
+    try:
+        parsed = parse(grammar, args)
+    except ParseError as exc:
+        if grammar.unknown and str(exc).startswith("unknown option"):
+            raise ParseError(f"{exc}: {grammar.unknown}") from exc
+        raise
+    for key in parsed.option_keys():
+        if key in grammar.refuse:
+            return Decision.refuse(grammar.refuse[key])
+    for key, reason in grammar.requires.items():
+        if not parsed.has(key):
+            return Decision.refuse(reason)
+    writes: list[str] = []
+    for key in grammar.writes:
+        for value in parsed.values(key):
+            reason = ctx.writes_forbidden(value)
+            if reason:
+                return Decision.refuse(f"{name} --{key}: {reason}")
+            writes.append(value)
+    for key in grammar.commands:
+        for value in parsed.values(key):
+            try:
+                inner = shlex.split(value)
+            except ValueError as exc:
+                return Decision.refuse(f"{name} --{key}: unparseable command ({exc})")
+            sub = check(inner, ctx, depth=depth + 1)
+            if not sub.allowed:
+                return Decision.refuse(f"{name} --{key} runs {value!r}: {sub.reason}")
+            if sub.writes or sub.host_namespace:
+                return Decision.refuse(f"{name} --{key}: only commands that write nothing")
+    host = grammar.host_namespace
+    if grammar.policy is not None:
+        decision = grammar.policy(parsed, ctx)
+        if decision is not None:
+            if not decision.allowed:
+                return decision
+            writes.extend(decision.writes)
+            host = host or decision.host_namespace
+    return Decision.allow(writes=tuple(dict.fromkeys(writes)), host_namespace=host)
+
+
+def allowed_tools() -> list[str]:
+    return sorted(GRAMMARS)

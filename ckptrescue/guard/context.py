@@ -1,0 +1,242 @@
+"""What the guard may know beyond the argv: the evidence and the case's records, identified by
+(device, inode) as well as by path, and what this case attached itself.
+
+Identity matters because a path is only one name of a file: a hard link, a bind mount or a
+symlinked directory reaches the same inode under another name. A write target is refused when
+it *is* evidence (same inode), lies *inside* an evidence directory (an ancestor is one), lies on
+a filesystem whose block device is evidence or is backed by evidence (a loop over an evidence
+image, a partition or holder of an evidence device), or is any device node but ``/dev/null``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+
+def _is_block_device(path: str) -> bool:
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        # a path that does not exist yet: only a name directly under /dev looks like a device
+        return os.path.dirname(os.path.abspath(path)) == "/dev"
+
+
+def _read_small_text(path: str, limit: int = 1 << 20) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError:
+        return None
+    return None if len(data) > limit else data.decode("utf-8", "replace")
+
+
+def _ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _sys_block(rdev: int) -> str | None:
+    path = f"/sys/dev/block/{os.major(rdev)}:{os.minor(rdev)}"
+    return os.path.realpath(path) if os.path.exists(path) else None
+
+
+def _related_rdevs(rdev: int) -> set[int]:
+    """The device, its partitions and the devices stacked on it (holders), recursively."""
+    out: set[int] = set()
+    todo = [rdev]
+    while todo:
+        cur = todo.pop()
+        if cur in out:
+            continue
+        out.add(cur)
+        sysdir = _sys_block(cur)
+        if sysdir is None:
+            continue
+        subdirs: list[str] = []
+        try:
+            for entry in os.scandir(sysdir):
+                if entry.is_dir() and os.path.exists(os.path.join(entry.path, "partition")):
+                    subdirs.append(entry.path)
+            holders = os.path.join(sysdir, "holders")
+            if os.path.isdir(holders):
+                subdirs += [os.path.realpath(os.path.join(holders, h)) for h in os.listdir(holders)]
+        except OSError:
+            continue
+        for sub in subdirs:
+            try:
+                text = open(os.path.join(sub, "dev")).read().strip()  # noqa: SIM115
+                major, minor = (int(x) for x in text.split(":"))
+                todo.append(os.makedev(major, minor))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def _loops_backed_by(idents: set[tuple[int, int]]) -> dict[int, str]:
+    """Loop devices whose backing file is one of ``idents``: rdev -> backing file."""
+    out: dict[int, str] = {}
+    try:
+        names = [n for n in os.listdir("/sys/block") if n.startswith("loop")]
+    except OSError:
+        return out
+    for name in names:
+        try:
+            backing = open(f"/sys/block/{name}/loop/backing_file").read().strip()  # noqa: SIM115
+            text = open(f"/sys/block/{name}/dev").read().strip()  # noqa: SIM115
+        except OSError:
+            continue
+        ident = _ident(backing)
+        if ident is not None and ident in idents:
+            major, minor = (int(x) for x in text.split(":"))
+            out[os.makedev(major, minor)] = backing
+    return out
+
+
+def _loop_backing(rdev: int) -> str | None:
+    sysdir = _sys_block(rdev)
+    if sysdir is None:
+        return None
+    try:
+        return open(os.path.join(sysdir, "loop", "backing_file")).read().strip()  # noqa: SIM115
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class GuardContext:
+    """Evidence, the case's own records, and what this case attached (from its audit log)."""
+
+    evidence_paths: tuple[str, ...] = ()
+    is_block_device: Callable[[str], bool] = field(default=_is_block_device)
+    protected_paths: tuple[str, ...] = ()  # the case's own records: audit log, artifacts, ...
+    # ZFS pools this case imported itself with ``-o readonly=on`` (their export writes nothing)
+    readonly_pools: tuple[str, ...] = ()
+    # loop devices, mount points and device-mapper names this case attached itself
+    attached_loops: tuple[str, ...] = ()
+    attached_mounts: tuple[str, ...] = ()
+    attached_dm: tuple[str, ...] = ()
+    # reads a small text file the command will consume (a dmsetup table), None if unreadable
+    read_text: Callable[[str], str | None] = field(default=_read_small_text)
+
+    # -- identity ---------------------------------------------------------------------------------
+    @cached_property
+    def _evidence_ids(self) -> set[tuple[int, int]]:
+        ids = {i for p in self.evidence_paths if (i := _ident(p)) is not None}
+        for path in self.evidence_paths:  # the backing file of an evidence loop device
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISBLK(st.st_mode):
+                backing = _loop_backing(st.st_rdev)
+                if backing and (i := _ident(backing)) is not None:
+                    ids.add(i)
+        return ids
+
+    @cached_property
+    def _evidence_rdevs(self) -> set[int]:
+        """Block devices that are, hold or are backed by evidence."""
+        rdevs: set[int] = set()
+        for path in self.evidence_paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISBLK(st.st_mode):
+                rdevs |= _related_rdevs(st.st_rdev)
+        for rdev in _loops_backed_by(self._evidence_ids):
+            rdevs |= _related_rdevs(rdev)
+        return rdevs
+
+    @cached_property
+    def _protected_ids(self) -> set[tuple[int, int]]:
+        return {i for p in self.protected_paths if (i := _ident(p)) is not None}
+
+    def is_evidence(self, path: str) -> bool:
+        if not path:
+            return False
+        if _inside(path, self.evidence_paths):
+            return True
+        return _ancestor_in(path, self._evidence_ids)
+
+    def writes_forbidden(self, path: str) -> str | None:
+        """A reason why writing ``path`` is forbidden, or None."""
+        if not path:
+            return "an empty path"
+        if self.is_block_device(path):
+            return f"writing to block device {path} would change evidence"
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            st = None
+        if st is not None and (stat.S_ISCHR(st.st_mode) and path != "/dev/null"):
+            return f"{path} is a device node; tools write only to files"
+        if self.is_evidence(path):
+            return f"{path} is an evidence path; output must go elsewhere"
+        if _inside(path, self.protected_paths) or _ancestor_in(path, self._protected_ids):
+            return f"{path} is one of the case's own records (audit log, artifacts); never written by tools"
+        fs_dev = _fs_device(path)
+        if fs_dev is not None and fs_dev in self._evidence_rdevs:
+            return (f"{path} lies on a filesystem whose block device is evidence (or is backed "
+                    "by evidence); output must go to other media")
+        return None
+
+    # -- what this case attached ------------------------------------------------------------------
+    def attached_loop(self, dev: str) -> bool:
+        return _same_node(dev, self.attached_loops)
+
+    def attached_mount(self, target: str) -> bool:
+        real = os.path.realpath(target)
+        return any(real == os.path.realpath(m) for m in self.attached_mounts)
+
+
+def _same_node(dev: str, devices: tuple[str, ...]) -> bool:
+    real = os.path.realpath(dev)
+    return any(real == os.path.realpath(d) for d in devices)
+
+
+def _inside(path: str, roots: tuple[str, ...]) -> bool:
+    target = os.path.realpath(path)
+    for root in roots:
+        real = os.path.realpath(root)
+        if target == real or target.startswith(real.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _ancestor_in(path: str, ids: set[tuple[int, int]]) -> bool:
+    """True when ``path`` or one of its existing ancestors has an identity in ``ids``."""
+    if not ids:
+        return False
+    cur = os.path.abspath(path)
+    seen = 0
+    while True:
+        ident = _ident(cur)
+        if ident is not None and ident in ids:
+            return True
+        parent = os.path.dirname(cur)
+        seen += 1
+        if parent == cur or seen > 256:
+            return False
+        cur = parent
+
+
+def _fs_device(path: str) -> int | None:
+    """st_dev of the filesystem ``path`` is (or would be created) on."""
+    cur = os.path.abspath(path)
+    for _ in range(256):
+        try:
+            return os.stat(cur).st_dev
+        except (OSError, ValueError):
+            parent = os.path.dirname(cur)
+            if parent == cur:
+                return None
+            cur = parent
+    return None

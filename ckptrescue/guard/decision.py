@@ -1,0 +1,25 @@
+"""What the guard says about one argv."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``allowed`` or not, with the reason. ``writes`` are the paths an allowed command will write
+    (the runner makes exactly these writable in the tool's mount namespace); ``host_namespace``
+    marks tools whose job is to change the host's mount table (mount, umount, zfs, zpool)."""
+
+    allowed: bool
+    reason: str = ""
+    writes: tuple[str, ...] = ()
+    host_namespace: bool = False
+
+    @classmethod
+    def allow(cls, *, writes: tuple[str, ...] = (), host_namespace: bool = False) -> Decision:
+        return cls(True, "", writes, host_namespace)
+
+    @classmethod
+    def refuse(cls, reason: str) -> Decision:
+        return cls(False, reason)
