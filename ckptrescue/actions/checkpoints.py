@@ -122,17 +122,21 @@ class Rank(Action):
     summary = "Rank a run's checkpoints newest first; the newest safe one to resume from"
     args = (ArgSpec("run_dir", "path", required=True),
             ArgSpec("record_findings", "boolean", default=False,
-                    help="Record the probe findings in the case (when no probe step does)."))
+                    help="Record the probe findings in the case (when no probe step does)."),
+            ArgSpec("load", "boolean", default=False,
+                    help="Also load each checkpoint with its real library in the sandbox."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
-        return [f"probe and rank every checkpoint under {args['run_dir']}"]
+        return [f"probe and rank every checkpoint under {args['run_dir']}"
+                + (" (with sandboxed real loads)" if args.get("load") else "")]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.rank import rank
 
         # by default a probe step records the findings; rank adds only its ordering
         case = ctx.case if args["record_findings"] else None
-        result = yield from ctx.blocking(lambda p: rank(Path(args["run_dir"]), case=case))
+        result = yield from ctx.blocking(lambda p: rank(Path(args["run_dir"]), case=case,
+                                                        load=bool(args["load"])))
         out = result.to_json()
         for c in out.get("checkpoints", []):
             yield ctx.output(f"{c['verdict']:<10} {c['path']}")

@@ -127,6 +127,10 @@ def salvage_command(
 def rank_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory holding checkpoints.")],
     case_dir: OptionalCaseOpt = None,
+    load: Annotated[bool, typer.Option(
+        "--load", help="Also load each checkpoint with its real library in the sandbox; a file "
+                       "the loader refuses (or that tries to escape) is never recommended.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> int:
     """List a run's checkpoints newest first with a verdict each, and the one to resume from.
@@ -135,7 +139,7 @@ def rank_command(
 
     Example:
 
-        ckptrescue rank runs/exp1 --json
+        ckptrescue rank runs/exp1 --load --json
     """
     from ckptrescue.rank import rank
 
@@ -143,10 +147,10 @@ def rank_command(
     if case is not None:
         from ckptrescue.cli.bridge import run_action
 
-        result = run_action("rank", {"run_dir": str(run_dir), "record_findings": True},
-                            case=case)
+        result = run_action("rank", {"run_dir": str(run_dir), "record_findings": True,
+                                     "load": load}, case=case)
     else:
-        result = rank(run_dir, case=None)
+        result = rank(run_dir, case=None, load=load)
     if as_json:
         emit_json(result.to_json())
     else:

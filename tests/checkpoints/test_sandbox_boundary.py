@@ -295,3 +295,23 @@ def test_exact_lists_have_no_prefixes_and_classify_danger():
     allowed = pickle_scan.exact_allowed_globals()
     assert "torch.distributed.checkpoint.metadata.Metadata" in allowed
     assert all(not g.endswith(".") for g in allowed)
+
+
+def test_cli_rank_load_never_recommends_what_the_loader_refuses(tmp_path):
+    """``ckptrescue rank --load``: the static verdict alone would recommend the newest file;
+    the sandboxed real load refuses it, so the older loadable one is the answer."""
+    import torch
+
+    run = tmp_path / "run"
+    run.mkdir()
+    good = run / "step_1.pt"
+    torch.save({"w": torch.arange(12, dtype=torch.float32)}, good)
+    bad = mal.torch_zip_edited(run / "step_9.pt", "version", b"99\n")
+    code, out, err = cli("rank", str(run), "--json")
+    assert json.loads(out)["resume_from"] == str(bad), err
+    code, out, err = cli("rank", str(run), "--load", "--json")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["resume_from"] == str(good)
+    verdicts = {c["path"]: c["verdict"] for c in answer["checkpoints"]}
+    assert verdicts[str(bad)] == "unreadable"
