@@ -1,171 +1,76 @@
 """Static pickle inspection: an opcode interpreter that never imports and never calls anything.
 
-Used by the torch zip, legacy and DCP formats to learn what a pickle holds (globals, persistent
-storage references, tensors and their dotted names) without running it. The interpreter walks
-``pickletools.genops`` and builds an inert object graph:
+Used by the torch zip, legacy, DCP and standalone-pickle formats to learn what a pickle holds
+(globals, persistent storage references, tensors and their dotted names) without running it.
+The opcodes come from :mod:`ckptrescue.formats.pickle_ops`, which reads the bytes exactly as
+CPython's C unpickler does (framing, text arguments, lengths); this module applies the
+unpickler's stack, mark and memo semantics (``Modules/_pickle.c``) to an inert object graph:
 
-* ``GLOBAL``/``STACK_GLOBAL``/``INST``/``EXT*`` produce a :class:`Global` (a name, nothing imported);
-* ``REDUCE``/``NEWOBJ``/``OBJ``/``INST`` produce a :class:`Call` (callable + args), except for the
-  few torch rebuild functions it understands (``_rebuild_tensor*``, ``_rebuild_parameter*``,
-  ``OrderedDict``, ``torch.Size``), which become :class:`TensorRef`, pass-throughs, dicts, tuples;
+* ``GLOBAL``/``STACK_GLOBAL``/``INST`` produce a :class:`Global` (a name, nothing imported;
+  ``STACK_GLOBAL`` takes module and name from the stack, so memo ``GET``s are followed);
+  ``EXT1/2/4`` name an entry of copyreg's extension registry (recorded in ``ext_codes``);
+* ``REDUCE``/``NEWOBJ``/``NEWOBJ_EX``/``OBJ``/``INST`` produce a :class:`Call`, except for the
+  torch rebuild functions it understands, which become :class:`TensorRef`, dicts, tuples;
 * ``BINPERSID``/``PERSID`` produce a :class:`PersistentRef` (torch storages).
 
-An ``os.system`` payload is therefore a ``Call(Global("posix", "system"), ("touch x",))`` value:
-it is recorded, named in the verdict, and never executed. Every global is compared with the
-weights-only allowlist (``torch/_weights_only_unpickler.py`` ``_get_allowed_globals``).
-
-Damage shows up as :class:`PickleError` carrying the byte position where parsing stopped.
+An error stops the scan where the unpickler stops: everything named before it was resolved and
+called by the real unpickler, so the partial result is kept (``PickleScan.error``;
+``PickleError.partial``). Work is linear in the input, memory bounded (``MAX_MARKS``,
+``MAX_OBJECTS``; hitting one sets ``PickleScan.limit``). Policy (which globals are allowed)
+lives in :mod:`ckptrescue.formats.pickle_policy` and is re-exported here.
 """
 
 from __future__ import annotations
 
 import io
-import pickletools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.formats import dtypes
+from ckptrescue.formats import dtypes, pickle_ops
+from ckptrescue.formats.pickle_policy import (  # noqa: F401 - re-exported
+    _ALLOWED_EXACT,
+    _REBUILD_FUNCTIONS,
+    _TORCH_CLASSES,
+    _TORCH_DTYPE_NAMES,
+    ACCELERATE_RNG_ALLOWED,
+    DANGEROUS_MODULES,
+    DCP_ALLOWED_EXACT,
+    STANDALONE_ALLOWED,
+    WEIGHTS_ONLY_OPCODES,
+    accelerate_rng_allowed,
+    dangerous,
+    dcp_allowed,
+    exact_allowed_globals,
+    standalone_allowed,
+    weights_only_allowed,
+)
 
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
+MAX_MARKS = 100_000  # open MARKs (nesting); no real pickle comes near
+MAX_OBJECTS = 4_000_000  # containers and values created
 _MAX_WALK_NODES = 2_000_000
 _MAX_DEPTH = 64
 
-# Python 2 names used by protocol 0-2 pickles (subset of ``_compat_pickle``).
-_NAME_MAPPING = {("__builtin__", "set"): ("builtins", "set"),
-                 ("__builtin__", "frozenset"): ("builtins", "frozenset"),
-                 ("__builtin__", "bytearray"): ("builtins", "bytearray"),
-                 ("__builtin__", "complex"): ("builtins", "complex"),
-                 ("copy_reg", "_reconstructor"): ("copyreg", "_reconstructor")}
-_IMPORT_MAPPING = {"__builtin__": "builtins", "copy_reg": "copyreg"}
 
-_REBUILD_FUNCTIONS = {
-    "_rebuild_parameter", "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_tensor",
-    "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_sparse_tensor",
-    "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass",
-    "_rebuild_device_tensor_from_numpy", "_rebuild_device_tensor_from_cpu_tensor",
-}
-_ALLOWED_EXACT = {
-    "collections.OrderedDict", "collections.Counter", "torch.nn.parameter.Parameter",
-    "torch.serialization._get_layout", "torch.Size", "torch.Tensor", "torch.device",
-    "_codecs.encode", "builtins.bytearray", "builtins.set", "builtins.complex",
-    "torch._tensor._rebuild_from_type_v2", "torch.storage.UntypedStorage",
-    "torch.storage.TypedStorage", "torch.per_tensor_affine", "torch.per_tensor_symmetric",
-    "torch.per_channel_affine", "torch.per_channel_symmetric",
-    "torch.per_channel_affine_float_qparams",
-} | {f"torch._utils.{n}" for n in _REBUILD_FUNCTIONS}
-_TORCH_DTYPE_NAMES = set(dtypes.BY_NAME) | {f"uint{i}" for i in range(1, 8)} | {
-    f"int{i}" for i in range(1, 8)} | set(dtypes.ALIASES) | {
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
-    "float4_e2m1fn_x2", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"}
+def _compat_maps() -> tuple[dict[tuple[str, str], tuple[str, str]], dict[str, str]]:
+    import _compat_pickle
 
-_STORAGE_TENSOR_CLASSES = (
-    "BFloat16", "Bool", "Byte", "Char", "ComplexDouble", "ComplexFloat", "Double", "Float",
-    "Half", "Int", "Long", "Short")
-_TORCH_CLASSES = {f"torch.{c}{k}" for c in _STORAGE_TENSOR_CLASSES for k in ("Storage", "Tensor")
-                  } | {f"torch.cuda.{c}{k}" for c in _STORAGE_TENSOR_CLASSES
-                       for k in ("Storage", "Tensor")} | {
-    "torch.QInt32Storage", "torch.QInt8Storage", "torch.QUInt2x4Storage", "torch.QUInt4x2Storage",
-    "torch.QUInt8Storage", "torch.Storage", "torch.Tensor", "torch.TypedStorage",
-    "torch.UntypedStorage"}
-_TORCH_LAYOUTS = {"torch.strided", "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc",
-                  "torch.sparse_bsr", "torch.sparse_bsc", "torch._mkldnn", "torch.jagged"}
-_TORCH_MEMORY_FORMATS = {"torch.contiguous_format", "torch.channels_last",
-                         "torch.preserve_format", "torch.channels_last_3d"}
-
-# The exact globals a torch.distributed.checkpoint ``.metadata`` pickle is made of, collected
-# from real saves (torch 2.13 ``dcp.save`` of model/optimizer state, nested dicts, lists, bytes,
-# every dtype) plus the other data classes of the same modules and the pre-2.2 locations of
-# ``TensorProperties``. Exact qualified names only: no module prefix is trusted (a prefix let
-# ``torch.distributed.checkpoint.filesystem.os.system`` through).
-DCP_ALLOWED_EXACT = {
-    "torch.distributed.checkpoint.metadata.Metadata",
-    "torch.distributed.checkpoint.metadata.MetadataIndex",
-    "torch.distributed.checkpoint.metadata.StorageMeta",
-    "torch.distributed.checkpoint.metadata.TensorProperties",
-    "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
-    "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
-    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
-    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
-    "torch.distributed.checkpoint.filesystem._StorageInfo",
-    "torch.distributed.checkpoint.filesystem._StoragePrefix",
-    "torch.distributed.checkpoint._hf_utils._HFStorageInfo",
-    "torch.distributed.checkpoint.planner.WriteItemType",
-    "torch.distributed.checkpoint.planner.LoadItemType",
-    "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
-    "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING",
-    "torch.distributed._shard.metadata.ShardMetadata",
-    "torch.serialization._get_layout", "torch.Size", "builtins.set", "builtins.frozenset",
-    "collections.OrderedDict", "_codecs.encode", "builtins.bytearray", "pathlib.PosixPath",
-    "pathlib.Path", "pathlib.PurePosixPath", "pathlib.WindowsPath", "pathlib.PureWindowsPath",
-} | _TORCH_LAYOUTS | _TORCH_MEMORY_FORMATS
-
-# What a global that is not on an exact list can do: these run programs, open the network,
-# evaluate code, import or unpickle more, or reach arbitrary attributes. Any component of the
-# qualified name (dotted attribute paths included) is checked.
-DANGEROUS_MODULES = {
-    "os", "posix", "nt", "subprocess", "_posixsubprocess", "pty", "socket", "_socket",
-    "socketserver", "ssl", "http", "urllib", "urllib2", "ftplib", "smtplib", "telnetlib",
-    "requests", "httpx", "aiohttp", "asyncio", "multiprocessing", "runpy", "importlib",
-    "imp", "pkgutil", "code", "codeop", "ctypes", "_ctypes", "cffi", "sys", "shutil", "pickle",
-    "_pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "webbrowser",
-    "platform", "signal", "threading", "_thread", "pdb", "bdb", "timeit", "trace", "cProfile",
-    "profile", "tempfile", "glob", "io", "_io", "fcntl", "mmap", "resource", "commands",
-    "popen2", "spawn", "distutils", "setuptools", "pip", "venv", "ensurepip", "zipimport",
-    "types", "operator", "functools", "inspect", "gc", "weakref", "builtins", "__builtin__",
-}
-_DANGEROUS_BUILTINS = {
-    "exec", "eval", "compile", "open", "getattr", "setattr", "delattr", "__import__",
-    "globals", "locals", "vars", "input", "breakpoint", "exit", "quit", "help", "memoryview",
-    "type", "object", "super", "classmethod", "staticmethod", "property", "apply",
-    "execfile", "reload", "file",
-}
-_DANGEROUS_NAMES = {"load", "loads", "system", "popen", "spawn", "exec", "eval", "_load",
-                    "load_state_dict", "save", "unsafe_load", "run", "call", "check_call",
-                    "check_output", "Popen", "connect", "urlopen", "write_text", "write_bytes",
-                    "import_module", "__reduce__", "__reduce_ex__", "__setstate__"}
+    return dict(_compat_pickle.NAME_MAPPING), dict(_compat_pickle.IMPORT_MAPPING)
 
 
-def dangerous(qualname: str) -> bool:
-    """True when a global can run programs, code or I/O (see ``DANGEROUS_MODULES``).
-
-    ``builtins.set`` and the like are not dangerous; ``builtins.exec`` is; any qualified name
-    with a dangerous module as a component (``torch.distributed.checkpoint.filesystem.os.system``)
-    or a loader/exec-like final name (``torch.load``, ``numpy.load``) is.
-    """
-    parts = qualname.split(".")
-    if len(parts) >= 2 and parts[0] in ("builtins", "__builtin__"):
-        return parts[1] in _DANGEROUS_BUILTINS or len(parts) > 2
-    if any(p in DANGEROUS_MODULES for p in parts[:-1]):
-        return True
-    return parts[-1] in _DANGEROUS_NAMES or parts[-1] in _DANGEROUS_BUILTINS
-
-
-def weights_only_allowed(qualname: str) -> bool:
-    """True when torch's weights-only unpickler would accept this global (exact names)."""
-    if qualname in _ALLOWED_EXACT or qualname in _TORCH_CLASSES:
-        return True
-    module, _, name = qualname.rpartition(".")
-    return module == "torch" and name in _TORCH_DTYPE_NAMES
-
-
-def dcp_allowed(qualname: str) -> bool:
-    """True for the globals a torch.distributed.checkpoint ``.metadata`` pickle is made of."""
-    return weights_only_allowed(qualname) or qualname in DCP_ALLOWED_EXACT
-
-
-def exact_allowed_globals() -> set[str]:
-    """Every global an unpickler inside the sandbox may resolve (the union of the lists)."""
-    return (_ALLOWED_EXACT | _TORCH_CLASSES | DCP_ALLOWED_EXACT
-            | {f"torch.{n}" for n in _TORCH_DTYPE_NAMES})
+_NAME_MAPPING, _IMPORT_MAPPING = _compat_maps()
+_BUILTIN_TYPES = (int, float, str, bytes, bytearray, bool, type(None), list, tuple, dict)
 
 
 class PickleError(Exception):
     """The pickle could not be parsed; ``position`` is where parsing stopped."""
 
-    def __init__(self, message: str, position: int | None) -> None:
+    def __init__(self, message: str, position: int | None,
+                 partial: PickleScan | None = None) -> None:
         super().__init__(message)
         self.position = position
+        self.partial = partial  # what was read before the error (its globals ran first)
 
 
 @dataclass(eq=False)
@@ -267,9 +172,21 @@ class TensorRef:
 
 
 class InertDict(dict):  # type: ignore[type-arg]
-    """A dict (also stands in for OrderedDict) that keeps BUILD state aside."""
+    """A plain dict (EMPTY_DICT/DICT); BUILD on it fails as on a real dict."""
 
     state: Any = None
+
+
+class InertObjDict(InertDict):
+    """The result of ``OrderedDict(...)``/``Counter(...)``: a dict that also takes BUILD."""
+
+
+class InertSet(list):  # type: ignore[type-arg]
+    """A set (EMPTY_SET); ADDITEMS adds to it."""
+
+
+class InertFrozenSet(tuple):  # type: ignore[type-arg]
+    """A frozenset (FROZENSET)."""
 
 
 @dataclass
@@ -282,6 +199,13 @@ class PickleScan:
     protocol: int | None
     persistent_refs: list[PersistentRef]
     dotted: set[str] = field(default_factory=set)  # globals named through an attribute path
+    raw_globals: list[tuple[str, str]] = field(default_factory=list)  # as find_class gets them
+    opcodes: set[str] = field(default_factory=set)
+    error: str | None = None  # where the unpickler stops (the globals before it ran)
+    error_position: int | None = None
+    limit: str | None = None  # a scan limit was hit (PK006)
+    frame_violations: list[tuple[int, str]] = field(default_factory=list)  # PK005
+    ext_codes: list[int] = field(default_factory=list)  # EXT1/2/4 (copyreg registry)
 
     def unsafe_globals(self, allowed: Any = weights_only_allowed) -> list[str]:
         """Globals not on the exact list ``allowed``; an attribute path (``GLOBAL 'torch.x
@@ -320,231 +244,377 @@ def _build_tensor(func: Global, args: tuple[Any, ...]) -> Any:
     return Call(func, args)
 
 
+
 def _hashable(key: Any) -> Any:
-    try:
-        hash(key)
-    except TypeError:
-        return ("<unhashable>", id(key))
-    return key
+    """Dict keys: plain scalars and stubs as themselves, anything else by identity (a deep
+    tuple is never hashed: hashing recurses)."""
+    if isinstance(key, (str, bytes, int, float, bool, type(None), Global, Call)):
+        return key
+    return ("<key>", id(key))
 
 
-def scan_pickle(data: bytes | io.BufferedIOBase, *, start: int = 0) -> PickleScan:  # noqa: C901
-    """Interpret one pickle (up to its STOP) without importing or calling anything.
+def _unhashable(value: Any) -> bool:
+    return isinstance(value, (list, dict, bytearray)) and not isinstance(value, InertFrozenSet)
 
-    ``data`` is bytes or a binary file positioned at the pickle; ``start`` is added to the
-    reported positions. Raises :class:`PickleError` with the failing position on damage.
-    """
-    stream = io.BytesIO(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
-    base = stream.tell()
-    stack: list[Any] = []
-    metastack: list[list[Any]] = []
-    memo: dict[int, Any] = {}
-    found_globals: list[str] = []
-    dotted: set[str] = set()
-    prefs: list[PersistentRef] = []
-    protocol: int | None = None
-    pos = base
 
-    def pop_mark() -> list[Any]:
-        nonlocal stack
-        items = stack
-        stack = metastack.pop()
+def _is_stub(value: Any) -> bool:
+    """An object the real unpickler got from ``find_class``/a call: it accepts any operation."""
+    return isinstance(value, (Global, Call, PersistentRef, TensorRef, InertObjDict))
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Interpreter:
+    """Stack, mark and memo semantics of ``_pickle.c`` ``load()`` over an inert graph."""
+
+    def __init__(self, *, ext_registered: bool) -> None:
+        self.stack: list[Any] = []
+        self.metastack: list[list[Any]] = []
+        self.memo: dict[int, Any] = {}
+        self.globals: list[str] = []
+        self.raw: list[tuple[str, str]] = []
+        self.dotted: set[str] = set()
+        self.prefs: list[PersistentRef] = []
+        self.opcodes: set[str] = set()
+        self.ext_codes: list[int] = []
+        self.protocol: int | None = None
+        self.proto = 0
+        self.objects = 0
+        self.root: Any = None
+        self.ext_registered = ext_registered
+
+    # -- helpers -----------------------------------------------------------------------------
+    def push(self, value: Any) -> None:
+        self.objects += 1
+        if self.objects > MAX_OBJECTS:
+            raise _Limit(f"more than {MAX_OBJECTS} objects")
+        self.stack.append(value)
+
+    def pop(self) -> Any:
+        if not self.stack:
+            raise ValueError("unpickling stack underflow")
+        return self.stack.pop()
+
+    def top(self) -> Any:
+        if not self.stack:
+            raise ValueError("unpickling stack underflow")
+        return self.stack[-1]
+
+    def pop_mark(self) -> list[Any]:
+        if not self.metastack:
+            raise ValueError("could not find MARK")
+        items = self.stack
+        self.stack = self.metastack.pop()
         return items
 
-    def add_global(module: str, name: str) -> Global:
-        module, name = _NAME_MAPPING.get((module, name), (module, name))
-        module = _IMPORT_MAPPING.get(module, module)
-        found_globals.append(f"{module}.{name}")
+    def add_global(self, module: str, name: str) -> Global:
+        self.raw.append((module, name))
+        if self.proto < 3:
+            module, name = _NAME_MAPPING.get((module, name), (module, name))
+            module = _IMPORT_MAPPING.get(module, module)
+        qual = f"{module}.{name}"
+        self.globals.append(qual)
         if "." in name:
-            dotted.add(f"{module}.{name}")
+            self.dotted.add(qual)
         return Global(module, name)
 
-    def reduce(func: Any, args: Any) -> Any:
-        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    def call(self, func: Any, args: Any) -> Any:
+        if not isinstance(args, tuple):
+            raise TypeError("argument list must be a tuple")
+        if not _is_stub(func):
+            raise TypeError(f"{type(func).__name__} object is not callable")
         if isinstance(func, Global):
-            q = func.qualname
-            if func.module == "torch._utils" and func.name in _REBUILD_FUNCTIONS:
-                return _build_tensor(func, args)
-            if q == "collections.OrderedDict":
-                out = InertDict()
-                if args and isinstance(args[0], (list, tuple)):
-                    for pair in args[0]:
-                        if isinstance(pair, (list, tuple)) and len(pair) == 2:
-                            out[_hashable(pair[0])] = pair[1]
-                return out
-            if q == "torch.Size" and args:
-                tup = _as_int_tuple(args[0])
-                if tup is not None:
-                    return tup
-            if q == "torch._tensor._rebuild_from_type_v2" and len(args) >= 3:
-                inner = args[0]
-                if isinstance(inner, Global) and len(args) >= 3:
-                    inner_args = args[2] if isinstance(args[2], tuple) else ()
-                    return reduce(inner, inner_args)
+            return _reduce(func, args)
         return Call(func, args)
 
-    try:
-        for opcode, arg, opos in pickletools.genops(stream):
-            pos = opos if opos is not None else pos
-            name = opcode.name
-            if name == "PROTO":
-                protocol = arg
-            elif name in ("FRAME",):
-                pass
-            elif name == "STOP":
-                break
-            elif name == "MARK":
-                metastack.append(stack)
-                stack = []
-            elif name == "POP":
-                if stack:
-                    stack.pop()
-                else:
-                    pop_mark()
-            elif name == "POP_MARK":
-                pop_mark()
-            elif name == "DUP":
-                stack.append(stack[-1])
-            elif name in ("INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
-                          "STRING", "BINSTRING", "SHORT_BINSTRING", "BINBYTES",
-                          "SHORT_BINBYTES", "BINBYTES8", "UNICODE", "BINUNICODE",
-                          "SHORT_BINUNICODE", "BINUNICODE8", "FLOAT", "BINFLOAT"):
-                stack.append(arg)
-            elif name == "BYTEARRAY8":
-                stack.append(bytearray(arg))
-            elif name == "NONE":
-                stack.append(None)
-            elif name == "NEWTRUE":
-                stack.append(True)
-            elif name == "NEWFALSE":
-                stack.append(False)
-            elif name == "EMPTY_LIST":
-                stack.append([])
-            elif name == "EMPTY_TUPLE":
-                stack.append(())
-            elif name == "EMPTY_DICT":
-                stack.append(InertDict())
-            elif name == "EMPTY_SET":
-                stack.append([])
-            elif name == "LIST":
-                items = pop_mark()
-                stack.append(list(items))
-            elif name == "TUPLE":
-                items = pop_mark()
-                stack.append(tuple(items))
-            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                n = int(name[-1])
-                if len(stack) < n:
-                    raise PickleError(f"{name} on a short stack", pos)
-                items = stack[-n:]
-                del stack[-n:]
-                stack.append(tuple(items))
-            elif name == "DICT":
-                items = pop_mark()
-                d = InertDict()
-                for i in range(0, len(items) - 1, 2):
-                    d[_hashable(items[i])] = items[i + 1]
-                stack.append(d)
-            elif name == "FROZENSET":
-                items = pop_mark()
-                stack.append(list(items))
-            elif name == "APPEND":
-                value = stack.pop()
-                _append(stack[-1], [value])
-            elif name == "APPENDS" or name == "ADDITEMS":
-                items = pop_mark()
-                _append(stack[-1], items)
-            elif name == "SETITEM":
-                value = stack.pop()
-                key = stack.pop()
-                _setitems(stack[-1], [key, value])
-            elif name == "SETITEMS":
-                items = pop_mark()
-                _setitems(stack[-1], items)
-            elif name in ("GET", "BINGET", "LONG_BINGET"):
-                if arg not in memo:
-                    raise PickleError(f"memo key {arg} not defined", pos)
-                stack.append(memo[arg])
-            elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[arg] = stack[-1]
-            elif name == "MEMOIZE":
-                memo[len(memo)] = stack[-1]
-            elif name == "GLOBAL":
-                module, _, gname = str(arg).partition(" ")
-                stack.append(add_global(module, gname))
-            elif name == "STACK_GLOBAL":
-                gname = stack.pop()
-                module = stack.pop()
-                stack.append(add_global(str(module), str(gname)))
-            elif name in ("EXT1", "EXT2", "EXT4"):
-                stack.append(add_global("copyreg.extension", str(arg)))
-            elif name == "REDUCE":
-                args = stack.pop()
-                func = stack.pop()
-                stack.append(reduce(func, args))
-            elif name == "NEWOBJ":
-                args = stack.pop()
-                cls = stack.pop()
-                stack.append(reduce(cls, args))
-            elif name == "NEWOBJ_EX":
-                stack.pop()  # kwargs
-                args = stack.pop()
-                cls = stack.pop()
-                stack.append(reduce(cls, args))
-            elif name == "OBJ":
-                items = pop_mark()
-                stack.append(reduce(items[0], tuple(items[1:])))
-            elif name == "INST":
-                module, _, gname = str(arg).partition(" ")
-                cls = add_global(module, gname)
-                items = pop_mark()
-                stack.append(reduce(cls, tuple(items)))
-            elif name == "BUILD":
-                state = stack.pop()
-                target = stack[-1]
-                if isinstance(target, (Call, InertDict)):
-                    target.state = state
-            elif name == "BINPERSID":
-                ref = PersistentRef(stack.pop())
-                prefs.append(ref)
-                stack.append(ref)
-            elif name == "PERSID":
-                ref = PersistentRef(arg)
-                prefs.append(ref)
-                stack.append(ref)
-            else:  # NEXT_BUFFER, READONLY_BUFFER and anything newer
-                raise PickleError(f"unsupported opcode {name}", pos)
-        else:
-            raise PickleError("pickle ended without STOP", pos)
-    except PickleError as exc:
-        exc.position = (exc.position - base + start) if exc.position is not None else None
-        raise
-    except (ValueError, IndexError, KeyError, TypeError, AttributeError, EOFError,
-            UnicodeDecodeError, OverflowError, MemoryError) as exc:
-        raise PickleError(f"{type(exc).__name__}: {exc}", pos - base + start) from None
-    root = stack[-1] if stack else None
-    end = stream.tell() - base
-    return PickleScan(root=root, globals=found_globals, end=end, protocol=protocol,
-                      persistent_refs=prefs, dotted=dotted)
+    # -- one opcode --------------------------------------------------------------------------
+    def step(self, name: str, arg: Any) -> None:  # noqa: C901 - one branch per opcode
+        self.opcodes.add(name)
+        st = self.stack
+        if name in _PUSH_ARG:
+            self.push(arg)
+        elif name in _PUSH_CONST:
+            self.push(_PUSH_CONST[name]())
+        elif name == "PROTO":
+            self.protocol = self.proto = arg
+        elif name == "FRAME":
+            pass
+        elif name == "STOP":
+            self.root = self.pop()
+            raise _Stop
+        elif name == "MARK":
+            if len(self.metastack) >= MAX_MARKS:
+                raise _Limit(f"more than {MAX_MARKS} nested MARKs")
+            self.metastack.append(self.stack)
+            self.stack = []
+        elif name == "POP":
+            if st:
+                st.pop()
+            else:
+                self.pop_mark()
+        elif name == "POP_MARK":
+            self.pop_mark()
+        elif name == "DUP":
+            self.push(self.top())
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(name[-1])
+            if len(st) < n:
+                raise ValueError("unpickling stack underflow")
+            items = tuple(st[-n:])
+            del st[-n:]
+            self.push(items)
+        elif name in ("LIST", "TUPLE", "FROZENSET"):
+            items = self.pop_mark()
+            if name == "FROZENSET" and any(_unhashable(v) for v in items):
+                raise TypeError("unhashable type in FROZENSET")
+            self.push({"LIST": list, "TUPLE": tuple, "FROZENSET": InertFrozenSet}[name](items))
+        elif name == "DICT":
+            items = self.pop_mark()
+            d = InertDict()
+            _setitems(d, items)
+            self.push(d)
+        elif name == "APPEND":
+            value = self.pop()
+            _append(self.top(), [value])
+        elif name == "APPENDS":
+            items = self.pop_mark()
+            if items:
+                _append(self.top(), items)
+        elif name == "ADDITEMS":
+            items = self.pop_mark()
+            if items:
+                _additems(self.top(), items)
+        elif name == "SETITEM":
+            if len(st) < 3:
+                raise ValueError("unpickling stack underflow")
+            value, key = st.pop(), st.pop()
+            _setitems(st[-1], [key, value])
+        elif name == "SETITEMS":
+            items = self.pop_mark()
+            if len(items) % 2:
+                raise ValueError("odd number of items for SETITEMS")
+            if items:
+                _setitems(self.top(), items)
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if arg not in self.memo:
+                raise KeyError(f"Memo value not found at index {arg}")
+            self.push(self.memo[arg])
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            self.memo[arg] = self.top()
+        elif name == "MEMOIZE":
+            self.memo[len(self.memo)] = self.top()
+        elif name in ("GLOBAL", "INST"):
+            if name == "INST" and not self.metastack:
+                raise ValueError("could not find MARK")
+            g = self.add_global(*arg)
+            if name == "INST":
+                self.push(self.call(g, tuple(self.pop_mark())))
+            else:
+                self.push(g)
+        elif name == "STACK_GLOBAL":
+            gname, module = self.pop(), self.pop()
+            if type(gname) is not str or type(module) is not str:
+                raise TypeError("STACK_GLOBAL requires str")
+            self.push(self.add_global(module, gname))
+        elif name in ("EXT1", "EXT2", "EXT4"):
+            if arg <= 0:
+                raise ValueError("EXT specifies code <= 0")
+            self.ext_codes.append(arg)
+            if not self.ext_registered:
+                raise ValueError(f"unregistered extension code {arg}")
+            self.push(Global("copyreg._extension_registry", str(arg)))
+        elif name == "REDUCE":
+            args = self.pop()
+            func = self.pop()
+            self.push(self.call(func, args))
+        elif name in ("NEWOBJ", "NEWOBJ_EX"):
+            kwargs = self.pop() if name == "NEWOBJ_EX" else InertDict()
+            args = self.pop()
+            cls = self.pop()
+            if not isinstance(cls, Global):
+                raise TypeError(f"{name} class argument isn't a type object")
+            if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+                raise TypeError(f"{name} expected an arg tuple")
+            self.push(self.call(cls, args))
+        elif name == "OBJ":
+            items = self.pop_mark()
+            if not items:
+                raise ValueError("unpickling stack underflow")
+            self.push(self.call(items[0], tuple(items[1:])))
+        elif name == "BUILD":
+            state = self.pop()
+            _build(self.top(), state)
+        elif name in ("BINPERSID", "PERSID"):
+            ref = PersistentRef(self.pop() if name == "BINPERSID" else arg)
+            self.prefs.append(ref)
+            self.push(ref)
+        elif name == "READONLY_BUFFER":
+            if not isinstance(self.top(), (bytes, bytearray)):
+                raise TypeError("READONLY_BUFFER needs a buffer")
+        else:  # NEXT_BUFFER: no out-of-band buffers are ever given
+            raise ValueError("pickle stream refers to out-of-band data but no *buffers* "
+                             "argument was given")
+
+
+class _Limit(Exception):
+    pass
+
+
+_PUSH_ARG = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "STRING",
+             "BINSTRING", "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8",
+             "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "FLOAT", "BINFLOAT"}
+_PUSH_CONST: dict[str, Any] = {
+    "NONE": lambda: None, "NEWTRUE": lambda: True, "NEWFALSE": lambda: False,
+    "EMPTY_LIST": list, "EMPTY_TUPLE": tuple, "EMPTY_DICT": InertDict, "EMPTY_SET": InertSet,
+}
+
+
+def _reduce(func: Global, args: tuple[Any, ...]) -> Any:
+    """Inert result of calling a global: torch rebuilds become TensorRefs, the rest a Call."""
+    q = func.qualname
+    if func.module == "torch._utils" and func.name in _REBUILD_FUNCTIONS:
+        return _build_tensor(func, args)
+    if q in ("collections.OrderedDict", "collections.Counter"):
+        out = InertObjDict()
+        if args and isinstance(args[0], (list, tuple)):
+            for pair in args[0]:
+                if isinstance(pair, (list, tuple)) and len(pair) == 2:
+                    out[_hashable(pair[0])] = pair[1]
+        return out
+    if q == "torch.Size" and args:
+        tup = _as_int_tuple(args[0])
+        if tup is not None:
+            return tup
+    if q == "torch._tensor._rebuild_from_type_v2" and len(args) >= 3:
+        inner = args[0]
+        if isinstance(inner, Global):
+            inner_args = args[2] if isinstance(args[2], tuple) else ()
+            return _reduce(inner, inner_args)
+    return Call(func, args)
 
 
 def _append(target: Any, items: list[Any]) -> None:
-    if isinstance(target, list):
+    if type(target) is list:
         target.extend(items)
     elif isinstance(target, Call):
         target.items.extend(items)
-    else:
-        raise PickleError(f"APPEND to {type(target).__name__}", None)
+    elif not _is_stub(target):
+        raise AttributeError(f"{type(target).__name__} object has no attribute 'append'")
+
+
+def _additems(target: Any, items: list[Any]) -> None:
+    if isinstance(target, InertSet):
+        if any(_unhashable(v) for v in items):
+            raise TypeError("unhashable type in ADDITEMS")
+        target.extend(items)
+    elif not _is_stub(target):
+        raise AttributeError(f"{type(target).__name__} object has no attribute 'add'")
 
 
 def _setitems(target: Any, items: list[Any]) -> None:
+    if len(items) % 2:
+        raise ValueError("odd number of items for DICT/SETITEMS")
     if isinstance(target, dict):
-        for i in range(0, len(items) - 1, 2):
+        for i in range(0, len(items), 2):
+            if _unhashable(items[i]):
+                raise TypeError("unhashable dict key")
             target[_hashable(items[i])] = items[i + 1]
     elif isinstance(target, Call):
         target.items.extend(items)
-    else:
-        raise PickleError(f"SETITEM on {type(target).__name__}", None)
+    elif type(target) is list:
+        for i in range(0, len(items), 2):
+            key = items[i]
+            if type(key) not in (int, bool) or not -len(target) <= key < len(target):
+                raise IndexError("list assignment index out of range")
+            target[key] = items[i + 1]
+    elif not _is_stub(target):
+        raise TypeError(f"{type(target).__name__} object does not support item assignment")
+
+
+def _build(target: Any, state: Any) -> None:
+    if isinstance(target, (Call, InertObjDict)):
+        target.state = state
+        return
+    if _is_stub(target):
+        return
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    if state is not None or slots is not None:
+        raise AttributeError(f"{type(target).__name__} object has no attribute '__dict__'")
+
+
+def _read_all(data: bytes | io.BufferedIOBase | Any) -> tuple[bytes, Any, int]:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data), None, 0
+    base = data.tell()
+    return data.read(MAX_PICKLE_BYTES), data, base
+
+
+def _interpret(raw: bytes, mode: str, encoding: str, ext_registered: bool,
+               ) -> tuple[_Interpreter, pickle_ops.Source, str | None, int | None, str | None]:
+    it = _Interpreter(ext_registered=ext_registered)
+    src = pickle_ops.Source(raw, mode)
+    error: str | None = None
+    error_pos: int | None = None
+    limit: str | None = None
+    pos = 0
+    try:
+        for name, arg, op_pos in pickle_ops.read_ops(raw, source=src, encoding=encoding):
+            pos = op_pos
+            it.step(name, arg)
+        error, error_pos = "pickle ended without STOP", len(raw)
+    except _Stop:
+        pass
+    except pickle_ops.OpError as exc:
+        error, error_pos = str(exc), exc.position
+    except _Limit as exc:
+        limit, error, error_pos = str(exc), f"scan limit: {exc}", pos
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+            MemoryError) as exc:
+        error, error_pos = f"{type(exc).__name__}: {exc}", pos
+    return it, src, error, error_pos, limit
+
+
+def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: str = "stream",
+                encoding: str = "utf-8", partial: bool = False,
+                ext_registered: bool = True) -> PickleScan:
+    """Interpret one pickle (up to its STOP) without importing or calling anything.
+
+    ``data`` is bytes or a binary file positioned at the pickle; ``start`` is added to the
+    reported positions. ``mode`` is how the real loader feeds the unpickler (``"stream"``: a
+    ``BytesIO``, as ``torch.load`` does with ``data.pkl``; ``"memory"``: bytes or a peekable
+    file); when an opcode overruns its FRAME, the other model is scanned too and its globals
+    are added. On damage, raises :class:`PickleError` (position, and ``partial``: the scan up
+    to the error) unless ``partial=True``, which returns the scan with ``error`` set.
+    """
+    raw, stream, base = _read_all(data)
+    it, src, error, error_pos, limit = _interpret(raw, mode, encoding, ext_registered)
+    end = src.pos if error is None else (error_pos or 0)
+    scan = PickleScan(root=it.root, globals=it.globals, end=end, protocol=it.protocol,
+                      persistent_refs=it.prefs, dotted=it.dotted, raw_globals=it.raw,
+                      opcodes=it.opcodes, error=error,
+                      error_position=None if error_pos is None else error_pos + start,
+                      limit=limit, frame_violations=[(p + start, m) for p, m in src.violations],
+                      ext_codes=it.ext_codes)
+    if src.violations:
+        other = "memory" if mode == "stream" else "stream"
+        alt = _interpret(raw, other, encoding, ext_registered)[0]
+        for q in alt.globals:
+            if q not in scan.globals:
+                scan.globals.append(q)
+        scan.dotted |= alt.dotted
+        scan.ext_codes += alt.ext_codes
+    if stream is not None:
+        try:
+            stream.seek(base + scan.end)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+    if error is not None and not partial:
+        raise PickleError(error, scan.error_position, scan)
+    return scan
 
 
 def _key_str(key: Any) -> str:
