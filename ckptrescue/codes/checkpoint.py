@@ -34,6 +34,12 @@ CODES = {
     "PK003": (W, "Persistent id is not a torch storage reference"),
     "PK004": (E, "Pickle read without weights_only names globals not on the exact list: "
                  "load refused"),
+    "PK005": (C, "Pickle opcode overruns its FRAME: unpicklers read different opcodes"),
+    "PK006": (E, "Pickle scan limit hit (nesting, object count or size): not verified"),
+    "PK007": (E, "Pickle uses opcodes torch.load(weights_only=True) refuses"),
+    "PK008": (W, "Standalone pickle names globals on no exact list (imported and run on load)"),
+    "PK009": (E, "Legacy torch stream structure the loader refuses (magic, protocol, "
+                 "persistent ids or storage keys)"),
     # safetensors
     "ST001": (E, "safetensors header length invalid (too small, too large or past EOF)"),
     "ST002": (E, "safetensors header is not valid UTF-8 JSON of tensor entries"),
@@ -44,6 +50,8 @@ CODES = {
     "ST007": (E, "safetensors file shorter than its header declares (truncated)"),
     "ST008": (E, "safetensors file has bytes after the last entry (loaders reject it)"),
     "ST009": (I, "safetensors stores no checksums: payloads verified numerically only"),
+    "ST010": (E, "safetensors header JSON nested deeper than the loader accepts (128 levels)"),
+    "ST011": (E, "safetensors __metadata__ is not a map of strings to strings (loader refuses)"),
     # Hugging Face sharded checkpoints
     "HF001": (E, "Shard listed in the index is missing"),
     "HF002": (E, "Tensor listed in the weight map is missing from its shard"),
@@ -88,4 +96,7 @@ CODES = {
     "SV001": (I, "Tensors salvaged into a new safetensors file"),
     "SV002": (W, "Tensors that could not be salvaged"),
     "SV003": (W, "Tensors filled from a reference checkpoint"),
+    "SV004": (W, "Salvaged tensors that are numerically suspect in the probe: written, flagged, "
+                 "not counted as clean recoveries"),
+    "SV005": (E, "Salvage recovered no tensor (nothing could be named or verified)"),
 }

@@ -118,19 +118,15 @@ class DcpFormat:
                 report.verdict = Verdict.INCOMPLETE
                 return report
             meta_path = local[0]
-        try:
-            with open(meta_path, "rb") as fh:
-                scan = pickle_scan.scan_pickle(fh.read(pickle_scan.MAX_PICKLE_BYTES))
-        except pickle_scan.PickleError as exc:
-            report.findings.append(finding("DC002", f"{meta_path.name} unreadable at byte "
-                                           f"{exc.position}: {exc}", evidence=str(meta_path),
-                                           offset=exc.position))
-            report.verdict = Verdict.INCOMPLETE
-            return report
+        with open(meta_path, "rb") as fh:
+            scan = pickle_scan.scan_pickle(fh.read(pickle_scan.MAX_PICKLE_BYTES),
+                                           mode="memory", partial=True)
         # DCP's reader unpickles .metadata with pickle.load (no weights_only): only the exact
-        # list is loadable; a dangerous global is unsafe, an unknown one unreadable.
+        # list is loadable; a dangerous global is unsafe, an unknown one unreadable. Globals
+        # named before a parse error count: the unpickler resolved them before it stopped.
         unknown = scan.unsafe_globals(_allowed)
         unsafe = [g for g in unknown if pickle_scan.dangerous(g)]
+        unsafe += [f"copyreg._extension_registry[{c}]" for c in scan.ext_codes]
         report.extra["unsafe_globals"] = unsafe
         report.extra["unknown_globals"] = [g for g in unknown if g not in unsafe]
         if unsafe:
@@ -139,6 +135,11 @@ class DcpFormat:
                 "call them: it unpickles without weights_only): " + ", ".join(unsafe),
                 evidence=str(meta_path), details={"globals": unsafe}))
             verdicts.append(Verdict.UNSAFE)
+        if scan.frame_violations:
+            report.findings.append(finding(
+                "PK005", f"{meta_path.name}: {scan.frame_violations[0][1]}",
+                evidence=str(meta_path), offset=scan.frame_violations[0][0]))
+            verdicts.append(Verdict.UNSAFE)
         if report.extra["unknown_globals"]:
             names = report.extra["unknown_globals"]
             report.findings.append(finding(
@@ -146,6 +147,13 @@ class DcpFormat:
                 "list (the real load is refused: DCP's reader unpickles without weights_only): "
                 + ", ".join(names), evidence=str(meta_path), details={"globals": names}))
             verdicts.append(Verdict.UNREADABLE)
+        if scan.error:
+            report.findings.append(finding("DC002", f"{meta_path.name} unreadable at byte "
+                                           f"{scan.error_position}: {scan.error}",
+                                           evidence=str(meta_path),
+                                           offset=scan.error_position))
+            report.verdict = worst_verdict([Verdict.INCOMPLETE, *verdicts])
+            return report
         root = scan.root
         state = root.state if isinstance(root, pickle_scan.Call) else None
         if not isinstance(state, dict) or not isinstance(state.get("state_dict_metadata"), dict):

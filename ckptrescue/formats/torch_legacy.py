@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats import dtypes, pickle_scan, tensormap
+from ckptrescue.formats.pickle_verdict import judge
 from ckptrescue.formats.tensormap import StorageCheck, finding
 from ckptrescue.formats.torch_zip import tensormap_salvageable
 
@@ -54,29 +55,24 @@ class TorchLegacyFormat:
             scans: list[pickle_scan.PickleScan] = []
             for i in range(5):
                 pos = fh.tell()
-                try:
-                    scans.append(pickle_scan.scan_pickle(fh, start=pos))
-                except pickle_scan.PickleError as exc:
-                    cut = fh.tell() >= size
-                    report.findings.append(finding(
-                        "PK002" if i >= 3 else "TL004",
-                        f"legacy pickle {i + 1} of 5: static parse stopped at byte "
-                        f"{exc.position}: {exc}", evidence=spath, offset=exc.position))
-                    verdicts.append(Verdict.TRUNCATED if cut else Verdict.DAMAGED)
+                scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
+                label = f"legacy pickle {i + 1} of 5"
+                found, vs = judge(scan, spath, allowed=pickle_scan.weights_only_allowed,
+                                  weights_only=True, label=label)
+                report.findings.extend(found)
+                verdicts.extend(vs)
+                if scan.error:
+                    if i < 3:
+                        report.findings.append(finding("TL004", f"{label}: damaged",
+                                                       evidence=spath, offset=pos))
                     break
-                fh.seek(pos + scans[-1].end)
-            if scans and scans[0].root != MAGIC:
-                report.findings.append(finding("TL004", "first pickle is not the legacy magic "
-                                               "number", evidence=spath, offset=0))
-                verdicts.append(Verdict.DAMAGED)
-            unsafe = sorted({g for s in scans for g in s.unsafe_globals()})
+                scans.append(scan)
+                fh.seek(pos + scan.end)
+            _structure(scans, spath, report, verdicts)
             report.extra["globals"] = sorted({g for s in scans for g in s.globals})
-            report.extra["unsafe_globals"] = unsafe
-            if unsafe:
-                report.findings.append(finding(
-                    "PK001", "pickle references globals outside the weights-only allowlist: "
-                    + ", ".join(unsafe), evidence=spath, details={"globals": unsafe}))
-                verdicts.append(Verdict.UNSAFE)
+            report.extra["unsafe_globals"] = sorted({
+                g for f in report.findings if f.code == "PK001"
+                for g in f.details.get("globals", [])})
             if len(scans) < 4:
                 tensormap.finalize(report, verdicts)
                 return report
@@ -169,4 +165,48 @@ class TorchLegacyFormat:
         yield from tensormap_salvageable(report)
 
 
+def _structure(scans: list[pickle_scan.PickleScan], spath: str, report: CheckpointReport,
+               verdicts: list[Verdict]) -> None:
+    """``torch/serialization.py::_legacy_load``'s checks: magic, protocol 1001, persistent ids
+    ``('storage', type, key, location, numel, view)`` or ``('module', ...)``, and every key of
+    the last pickle a storage the main pickle created."""
+    problems: list[str] = []
+    if scans and (type(scans[0].root) is not int or scans[0].root != MAGIC):
+        report.findings.append(finding("TL004", "first pickle is not the legacy magic number",
+                                       evidence=spath, offset=0))
+        verdicts.append(Verdict.DAMAGED)
+    if len(scans) > 1 and (type(scans[1].root) is not int or scans[1].root != PROTOCOL_VERSION):
+        problems.append(f"protocol version {scans[1].root!r} is not {PROTOCOL_VERSION}")
+    keys: set[str] = set()
+    if len(scans) > 3:
+        for ref in scans[3].persistent_refs:
+            pid = ref.pid
+            kind = pid[0] if isinstance(pid, tuple) and pid else None
+            kind = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
+            if kind == "storage" and len(pid) == 6 and isinstance(pid[1], pickle_scan.Global) \
+                    and isinstance(pid[4], int):
+                keys.add(str(pid[2]))
+                view = pid[5]
+                if isinstance(view, tuple) and len(view) == 3:
+                    keys.add(str(view[0]))
+                elif view is not None:
+                    problems.append(f"storage {pid[2]!r}: view metadata {view!r} malformed")
+            elif kind != "module":
+                problems.append(f"persistent id {pid!r} is not a storage reference")
+    if len(scans) > 4:
+        listed = scans[4].root
+        if not isinstance(listed, list):
+            problems.append("the storage-key pickle is not a list")
+        else:
+            missing = [str(k) for k in listed if str(k) not in keys]
+            if missing:
+                problems.append("storage keys not created by the main pickle: "
+                                + ", ".join(missing[:10]))
+    if problems:
+        report.findings.append(finding("PK009", "legacy stream torch refuses: "
+                                       + "; ".join(problems[:5]), evidence=spath))
+        verdicts.append(Verdict.UNREADABLE)
+
+
+PROTOCOL_VERSION = 1001
 FORMATS = [TorchLegacyFormat]
