@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import shutil
 import sys
 from collections.abc import Awaitable, Callable
@@ -32,11 +33,16 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
+NESTED = "CKPTRESCUE_TUI_NESTED"  # set by test_cpu_independent for its inner pytest run
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _fixed_dir_removed_at_end():  # noqa: ANN202
-    """The fixed-path cases and run directory are removed when the session ends."""
+    """The fixed-path cases and run directory are removed when the session ends (not by a
+    nested run, whose outer session still uses them)."""
     yield
-    shutil.rmtree(FIXED, ignore_errors=True)
+    if os.environ.get(NESTED) != "1":
+        shutil.rmtree(FIXED, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
