@@ -14,6 +14,7 @@ help:
 	@echo "make demo   - set up if needed, run the drill incident end to end, print the report path"
 	@echo "make test   - set up if needed, run the whole test suite"
 	@echo "make bench  - benchmarks (ratios against anchors measured in the same run)"
+	@echo "make fuzz   - long fuzz run (FUZZ_CASES=100000 corpus cases, FUZZ_EXPLORE=200 hypothesis batches)"
 	@echo "make lint   - ruff"
 	@echo "make setup  - system packages (apt-get, as root), .venv, editable install with all extras"
 
@@ -56,6 +57,13 @@ demo: setup
 	$(VENV)/bin/ckptrescue report $(DEMO_DIR)/case --format html -o $(DEMO_DIR)/report.html; \
 	echo; echo "answer: $$($(VENV)/bin/python -m ckptrescue.answer $(DEMO_DIR)/case)"; \
 	echo "report: $$(realpath $(DEMO_DIR)/report.html)"
+
+FUZZ_CASES ?= 100000
+FUZZ_EXPLORE ?= 200
+.PHONY: fuzz
+fuzz: setup
+	CKPTRESCUE_FUZZ_CASES=$(FUZZ_CASES) CKPTRESCUE_FUZZ_EXPLORE=$(FUZZ_EXPLORE) CKPTRESCUE_FUZZ_ORACLE=1000 \
+	    $(VENV)/bin/pytest -q -p no:cacheprovider -o timeout=0 tests/fuzz
 
 bench: setup
 	$(PY) bench/run_all.py
