@@ -69,8 +69,9 @@ class PickleFileFormat:
         if not path.is_file():
             return False
         head = _head(path)
-        if head.startswith(_NPY_MAGIC):
-            return path.suffix.lower() == ".npy"
+        if head.startswith(_NPY_MAGIC):  # only object arrays hold a pickle
+            with open(path, "rb") as fh:
+                return _npy_pickle_offset(fh.read(65536 + 16)) is not None
         if head.startswith(b"PK"):
             return _zip_pickles(path) is not None
         return _looks_pickle(head) or path.suffix.lower() in SUFFIXES
