@@ -47,12 +47,26 @@ class SalvageResult:
     filled: list[str] = field(default_factory=list)
     fill_from: str | None = None
     structure_from: str | None = None  # tensor map rebuilt from this sibling checkpoint
+    # numerically suspect in the probe: written apart (``suspect_output``), never "recovered"
+    suspect: list[dict[str, Any]] = field(default_factory=list)
+    suspect_output: str | None = None
+    # a loss no tensor name stands for (a truncated or incomplete source whose lost tensors
+    # cannot all be named, e.g. HDF5 groups past the cut)
+    unaccounted: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        """Every tensor came back verified: something recovered, nothing lost or suspect."""
+        return bool(self.recovered or self.filled) and not self.lost and not self.suspect \
+            and self.unaccounted is None
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "source_verdict": self.source_verdict,
                 "output": self.output, "recovered": self.recovered, "lost": self.lost,
                 "filled": self.filled, "fill_from": self.fill_from,
-                "structure_from": self.structure_from}
+                "structure_from": self.structure_from, "suspect": self.suspect,
+                "suspect_output": self.suspect_output, "unaccounted": self.unaccounted,
+                "clean": self.clean}
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -250,7 +264,8 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
         raise UsageError(f"{checkpoint}: salvage takes exactly one checkpoint "
                          f"(found {len(found)})")
     fmt, root = found[0]
-    report = probe_one(fmt, root, ProbeOptions(numeric=False))
+    # with the numeric scan: a tensor suspect in ``probe`` is suspect here (never laundered)
+    report = probe_one(fmt, root, ProbeOptions(numeric=True))
     if report.verdict is Verdict.UNREADABLE or fmt is None:
         raise UsageError(f"{checkpoint}: cannot be identified; nothing to salvage")
     verified = getattr(fmt, "iter_verified_tensors", None)
@@ -288,7 +303,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
         if len(ref_found) != 1:
             raise UsageError(f"{fill_from}: --fill-from takes exactly one checkpoint")
         rfmt, rroot = ref_found[0]
-        ref = probe_one(rfmt, rroot, ProbeOptions(numeric=False))
+        ref = probe_one(rfmt, rroot, ProbeOptions(numeric=True))
         rverified = getattr(rfmt, "iter_verified_tensors", None)
         rpairs = {r.name: (r, why) for r, why in
                   (rverified(rroot, ref) if rverified else _default_verified(ref))}
@@ -296,8 +311,8 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
         for name in list(lost):
             rec, _ = lost[name]
             cand = rpairs.get(name)
-            if cand is None or cand[1] is not None:
-                continue
+            if cand is None or cand[1] is not None or _is_suspect(cand[0], ref):
+                continue  # a suspect reference tensor is no fill
             rrec = cand[0]
             if rec.shape is not None and (rrec.shape != rec.shape or rrec.dtype != rec.dtype):
                 lost[name] = (rec, lost[name][1] + "; reference differs in shape/dtype")
@@ -312,40 +327,36 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
             planned.append(p)
             result.filled.append(name)
             del lost[name]
-    planned.sort(key=lambda p: p.name)
-    header: dict[str, Any] = {}
-    pos = 0
-    for p in planned:
-        header[p.name] = {"dtype": p.code, "shape": list(p.rec.shape or ()),
-                          "data_offsets": [pos, pos + p.nbytes]}
-        pos += p.nbytes
-    header["__metadata__"] = {"salvaged_from": str(checkpoint),
-                              "structure_from": result.structure_from or "",
-                              "source_verdict": str(report.verdict),
-                              "filled_from": str(fill_from) if fill_from else "",
-                              "filled": json.dumps(sorted(result.filled))}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
+    suspects = {p.name for p in planned if not p.filled and _is_suspect(p.rec, report)}
+    clean = sorted((p for p in planned if p.name not in suspects), key=lambda p: p.name)
+    apart = sorted((p for p in planned if p.name in suspects), key=lambda p: p.name)
+    meta = {"salvaged_from": str(checkpoint), "structure_from": result.structure_from or "",
+            "source_verdict": str(report.verdict),
+            "filled_from": str(fill_from) if fill_from else "",
+            "filled": json.dumps(sorted(result.filled))}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = checkpoint.parent.name if checkpoint.name.endswith(".index.json") else checkpoint.name
     for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".index", ".keras", ".h5"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
     out_path = out_dir / f"{stem}.salvaged.safetensors"
-    if out_path.exists():
-        raise UsageError(f"{out_path}: already exists; choose a new OUT_DIR")
-    tmp = out_path.with_suffix(".partial")
-    with open(tmp, "xb") as out:
-        out.write(len(text).to_bytes(8, "little"))
-        out.write(text)
-        for p in planned:
-            _copy(out, p)
-        out.flush()
-        os.fsync(out.fileno())
-    tmp.rename(out_path)
+    suspect_path = out_dir / f"{stem}.suspect.safetensors"
+    for p in (out_path, suspect_path):
+        if p.exists():
+            raise UsageError(f"{p}: already exists; choose a new OUT_DIR")
+    _write(out_path, clean, meta)
     result.output = str(out_path)
-    result.recovered = sorted(p.name for p in planned if not p.filled)
+    if apart:
+        _write(suspect_path, apart, {**meta, "suspect": "numerically suspect in the probe: "
+                                     "not a verified recovery"})
+        result.suspect_output = str(suspect_path)
+    result.recovered = sorted(p.name for p in clean if not p.filled)
+    result.suspect = [{"name": p.name, "reasons": _suspect_reasons(p.name, report)}
+                      for p in apart]
     result.lost = [{"name": n, "reason": why} for n, (_, why) in sorted(lost.items())]
+    if report.verdict in (Verdict.TRUNCATED, Verdict.INCOMPLETE) and not result.lost:
+        result.unaccounted = (f"the source is {report.verdict}: what it lost cannot be named "
+                              "tensor by tensor (see the probe's findings)")
     (out_dir / "salvage.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     if case is not None:
         sha = case.store_artifact((out_dir / "salvage.json").read_bytes(),
@@ -364,4 +375,46 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
         if result.filled:
             case.add_finding(finding("SV003", f"{len(result.filled)} tensor(s) filled from "
                                      f"{fill_from}", evidence=ev, tensors=result.filled[:500]))
+        if result.suspect:
+            case.add_finding(finding(
+                "SV004", f"{len(result.suspect)} tensor(s) numerically suspect: written apart "
+                f"to {result.suspect_output}, not counted as recovered", evidence=ev,
+                tensors=[x["name"] for x in result.suspect][:500]))
+        if not (result.recovered or result.filled):
+            case.add_finding(finding("SV005", "no tensor could be salvaged"
+                                     + (f" ({len(result.lost)} lost)" if result.lost else
+                                        ": none could be named or verified"), evidence=ev))
     return result
+
+
+def _is_suspect(rec: TensorRecord, report: CheckpointReport) -> bool:
+    return rec.status == "suspect" or rec.name in report.suspect_tensors
+
+
+def _suspect_reasons(name: str, report: CheckpointReport) -> list[str]:
+    """The probe's numeric findings that name this tensor (code: title)."""
+    out = [f"{f.code}: {f.title}" for f in report.findings
+           if f.code.startswith(("NM", "RF004")) and name in f.tensors]
+    return out or ["numerically suspect in the probe"]
+
+
+def _write(out_path: Path, planned: list[_Planned], meta: dict[str, str]) -> None:
+    """One safetensors file of ``planned`` tensors, written to ``.partial`` then renamed."""
+    header: dict[str, Any] = {}
+    pos = 0
+    for p in planned:
+        header[p.name] = {"dtype": p.code, "shape": list(p.rec.shape or ()),
+                          "data_offsets": [pos, pos + p.nbytes]}
+        pos += p.nbytes
+    header["__metadata__"] = meta
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = out_path.with_suffix(".partial")
+    with open(tmp, "xb") as out:
+        out.write(len(text).to_bytes(8, "little"))
+        out.write(text)
+        for p in planned:
+            _copy(out, p)
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.rename(out_path)

@@ -110,7 +110,8 @@ class Salvage(Action):
         if failed and not results:
             return ActionResult(status="failed", outputs={"salvaged": [], "failed": failed},
                                 error=failed[0]["error"])
-        return ActionResult(status="findings" if lost or failed else "ok",
+        unclean = any(not getattr(r, "clean", True) for r in natives)  # suspect or nothing
+        return ActionResult(status="findings" if lost or failed or unclean else "ok",
                             native=natives[0] if len(natives) == 1 else natives,
                             outputs={"salvaged": results, "failed": failed},
                             findings=findings, findings_recorded=True,

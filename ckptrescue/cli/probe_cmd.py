@@ -95,7 +95,9 @@ def salvage_command(
 ) -> int:
     """Write every verified tensor into OUT_DIR/<name>.salvaged.safetensors + salvage.json.
 
-    Exit 0 when nothing was lost, 1 when some tensors were lost (listed with reasons).
+    Exit 0 only when every tensor came back verified; 1 when some were lost (listed with
+    reasons), numerically suspect (written apart to OUT_DIR/<name>.suspect.safetensors) or
+    when nothing at all could be recovered.
 
     Example:
 
@@ -118,10 +120,18 @@ def salvage_command(
     else:
         say(f"wrote {result.output}")
         say(f"recovered {len(result.recovered)}, lost {len(result.lost)}, "
-            f"filled {len(result.filled)}")
+            f"filled {len(result.filled)}, suspect {len(result.suspect)}")
         for item in result.lost:
             say(f"    lost {item['name']}: {item['reason']}")
-    return 0 if not result.lost else int(ExitCode.FINDINGS)
+        for sus in result.suspect:
+            say(f"    suspect {sus['name']}: {'; '.join(sus['reasons'])}")
+        if result.suspect_output:
+            say(f"suspect tensors written apart to {result.suspect_output}")
+        if result.unaccounted:
+            say(f"not complete: {result.unaccounted}")
+        if not (result.recovered or result.filled):
+            say("nothing was recovered")
+    return 0 if result.clean else int(ExitCode.FINDINGS)
 
 
 def rank_command(

@@ -20,6 +20,10 @@ CODES = {
                               "fails its CRC"),
     "DS006": (Severity.ERROR, "A dataset file is unreadable (I/O error at the given offset)"),
     "DS007": (Severity.ERROR, "A dataset file is damaged (other format)"),
+    "DS008": (Severity.WARNING, "A file of a checked format could not be checked (or only in "
+                                "part): the reason is given"),
+    "DS009": (Severity.WARNING, "Decompression stopped at the ratio or size limit (a "
+                                "decompression bomb?): the rest of the file is not checked"),
     "RC001": (Severity.INFO, "A damaged or missing file was recovered from a backup version and "
                              "verified"),
     "RC002": (Severity.ERROR, "A damaged or missing file could not be recovered: no backup "

@@ -1,7 +1,9 @@
 """JSON lines: every line parses as JSON (UTF-8), naming the line (index = 0-based line number).
 
 An empty last line (the final newline) is fine; any other empty line, a line with NUL bytes (a
-zero-filled torn write), invalid UTF-8, or a line that does not parse is a bad record.
+zero-filled torn write), invalid UTF-8, or a line that does not parse is a bad record. A line
+nested deeper than :data:`MAX_DEPTH` levels is not parsed (bounded recursion): the file is then
+``unchecked`` with the line numbers as the reason.
 """
 
 from __future__ import annotations
@@ -10,14 +12,19 @@ import json
 from typing import IO
 
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome
+from ckptrescue.formats.jsondepth import too_deep
 
 MAX_LINE = 64 << 20
+# json.loads recurses once per level (RecursionError near 1000); deeper lines are not parsed
+MAX_DEPTH = 500
+_TOO_DEEP = "too deep"
 
 
-def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
-    out = CheckOutcome()
+def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> CheckOutcome:
+    out = CheckOutcome() if out is None else out
     pos = 0
     index = 0
+    deep: list[int] = []  # 1-based numbers of lines too deeply nested to parse
     while True:
         line = fh.readline(MAX_LINE + 1)  # type: ignore[call-arg]
         if not line:
@@ -30,11 +37,18 @@ def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
             break
         body = line.rstrip(b"\r\n")
         problem = _problem(body, line.endswith(b"\n"))
-        if problem:
+        if problem is _TOO_DEEP:
+            deep.append(index + 1)
+        elif problem:
             out.bad.append(BadRecord(index, start, None, f"line {index + 1}: {problem}"))
         else:
             out.records += 1
         index += 1
+    if deep:
+        out.unchecked_reason = (
+            f"{len(deep)} line(s) nested deeper than {MAX_DEPTH} levels were not parsed "
+            f"(Python's json cannot load them either): line(s) "
+            + ", ".join(str(n) for n in deep[:10]) + (" ..." if len(deep) > 10 else ""))
     return out
 
 
@@ -47,8 +61,12 @@ def _problem(body: bytes, terminated: bool) -> str | None:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"invalid UTF-8 at byte {exc.start}"
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and too_deep(body, MAX_DEPTH) is not None:
+        return _TOO_DEEP  # (the bracket count is a fast filter: most lines never need the scan)
     try:
         json.loads(text)
+    except RecursionError:
+        return _TOO_DEEP
     except ValueError as exc:
         why = "does not parse" + ("" if terminated else " (last line, no newline: truncated?)")
         return f"{why}: {exc}"

@@ -42,6 +42,7 @@ class CheckOutcome:
     records: int = 0
     bad: list[BadRecord] = field(default_factory=list)
     unchecked_reason: str | None = None
+    limit: bool = False  # a decompression limit stopped the check (DS009)
 
 
 @dataclass
@@ -52,10 +53,12 @@ class FileCheck:
     bad_records: list[BadRecord] = field(default_factory=list)
     records: int = 0
     note: str = ""
+    limit: bool = False  # unchecked because a decompression limit was reached
 
     def to_json(self) -> dict[str, Any]:
         return {"path": to_json_path(self.rel), "format": self.format, "status": self.status,
-                "bad_records": [b.to_json() for b in self.bad_records]}
+                "bad_records": [b.to_json() for b in self.bad_records],
+                "records": self.records, "note": self.note}
 
 
 class UnreadableAt(Exception):

@@ -15,6 +15,7 @@ from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, read_exact
 BLOCK = 512
 _ZERO = bytes(BLOCK)
 _DATA_TYPES = {b"0", b"\0", b"7", b"x", b"g", b"L", b"K"}
+# GNU long names and pax headers: ``L``/``K`` long name/link, ``x`` next member, ``g`` global
 
 
 def sample_key(name: str) -> str:
@@ -44,9 +45,32 @@ def _octal(field: bytes) -> int | None:
 
 def _size(block: bytes) -> int | None:
     field = block[124:136]
+    if field[0] == 0xFF:  # GNU base-256, negative: tarfile reads a negative size
+        return -(256 ** 11 - int.from_bytes(field[1:], "big"))
     if field[0] & 0x80:  # GNU base-256
         return int.from_bytes(field[1:], "big")
     return _octal(field)
+
+
+def _pax_records(data: bytes) -> dict[str, bytes] | None:
+    """``LEN key=value\n`` records as tarfile reads them (LEN counts the whole record); None
+    when they do not parse (tarfile raises ``InvalidHeaderError``)."""
+    out: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(data) and data[pos:pos + 1] != b"\0":
+        space = data.find(b" ", pos, pos + 24)
+        if space < 0 or not data[pos:space].isdigit():
+            return None
+        length = int(data[pos:space])
+        end = pos + length
+        if length < 5 or end > len(data) or data[end - 1:end] != b"\n":
+            return None
+        key, eq, value = data[space + 1:end - 1].partition(b"=")
+        if not eq:
+            return None
+        out[key.decode("utf-8", "surrogateescape")] = value
+        pos = end
+    return out
 
 
 def _name(block: bytes) -> str:
@@ -58,6 +82,19 @@ def _name(block: bytes) -> str:
     return name.decode("utf-8", "surrogateescape")
 
 
+MAX_EXTENDED = 1 << 20  # GNU long names and pax headers are small; more is not read
+
+
+def _pax_number(value: bytes | None) -> int | None:
+    """A pax ``size`` as tarfile takes it (an unparsable number becomes 0)."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
 def _pax_path(data: bytes) -> str | None:
     for record in data.split(b"\n"):
         _, _, kv = record.partition(b" ")
@@ -67,11 +104,13 @@ def _pax_path(data: bytes) -> str | None:
     return None
 
 
-def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
-    out = CheckOutcome()
+def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> CheckOutcome:
+    out = CheckOutcome() if out is None else out
     pos = 0
     index = 0
     long_name: str | None = None
+    pax_size: int | None = None  # a pax ``size`` record overrides the next member's size
+    global_size: int | None = None
     while True:
         block = read_exact(fh, BLOCK)
         if not block:
@@ -96,18 +135,47 @@ def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
             continue
         typeflag = block[156:157]
         length = _size(block) or 0
-        padded = (length + BLOCK - 1) // BLOCK * BLOCK if typeflag in _DATA_TYPES else 0
+        if typeflag not in (b"L", b"x", b"g", b"K"):
+            override = pax_size if pax_size is not None else global_size
+            length = override if override is not None else length
         name = long_name or _name(block)
-        if typeflag in (b"L", b"x"):
+        if length < 0:
+            out.bad.append(BadRecord(index, pos, sample_key(name) or None,
+                                     f"member {name!r} has a negative size ({length})"))
+            break
+        padded = (length + BLOCK - 1) // BLOCK * BLOCK if typeflag in _DATA_TYPES else 0
+        if size is not None and pos + BLOCK + padded > size:  # checked before any read
+            have = max(0, min(size - pos - BLOCK, length))
+            out.bad.append(BadRecord(index, pos, sample_key(name) or None,
+                                     f"member {name!r} truncated: {have} of {length} bytes "
+                                     "present (its size runs past the end of the file)"))
+            break
+        if typeflag in (b"L", b"x", b"g"):
+            if length > MAX_EXTENDED:
+                out.bad.append(BadRecord(index, pos, None, f"extended header of {length} "
+                                         f"bytes (over {MAX_EXTENDED})"))
+                break
             data = read_exact(fh, padded)
             if len(data) < padded:
                 out.bad.append(BadRecord(index, pos, None, "extended header truncated"))
                 break
-            long_name = (data[:length].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                         if typeflag == b"L" else _pax_path(data[:length]))
+            if typeflag == b"L":
+                long_name = data[:length].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            else:
+                records = _pax_records(data[:length])
+                if records is None:
+                    out.bad.append(BadRecord(index, pos, None, "pax extended header malformed"))
+                    break
+                number = _pax_number(records.get("size"))
+                if typeflag == b"x":
+                    long_name = _pax_path(data[:length])
+                    pax_size = number
+                else:
+                    global_size = number
             pos += BLOCK + padded
             continue
         long_name = None
+        pax_size = None
         key = sample_key(name)
         got = _skip(fh, padded)
         if got < padded:

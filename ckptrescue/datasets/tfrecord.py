@@ -26,9 +26,9 @@ _CHUNK = 1 << 20
 _HDR = struct.Struct("<QI")
 
 
-def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
+def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> CheckOutcome:
     """Check every record; ``size`` is the stream length when known (None for compressed)."""
-    out = CheckOutcome()
+    out = CheckOutcome() if out is None else out
     pos = 0
     index = 0
     while True:

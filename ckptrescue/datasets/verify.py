@@ -7,10 +7,8 @@ the per-file results. Files of other formats are listed as ``unchecked``.
 
 from __future__ import annotations
 
-import gzip
 import os
 import time
-import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +16,13 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ckptrescue.datasets import jsonl, npy, parquet, tarshards, tfrecord
+from ckptrescue.datasets.decompress import (
+    Decompressed,
+    LimitReached,
+    compression_of,
+    peek,
+    strip_suffix,
+)
 from ckptrescue.datasets.detect import HEAD_BYTES, detect
 from ckptrescue.datasets.manifest import default_jobs
 from ckptrescue.datasets.shardcheck import (
@@ -36,7 +41,9 @@ from ckptrescue.model import Finding, Severity
 if TYPE_CHECKING:
     from ckptrescue.case import Case
 
-Checker = Callable[[IO[bytes], "int | None"], CheckOutcome]
+# ``checker(fh, size[, outcome])``: the STREAMED ones fill the ``outcome`` they are given (kept
+# when a decompression limit stops them half way); every checker returns its outcome.
+Checker = Callable[..., CheckOutcome]
 CHECKERS: dict[str, Checker] = {
     "tfrecord": tfrecord.check,
     "tar": tarshards.check,
@@ -63,8 +70,15 @@ class DatasetVerifyResult:
         return counts
 
     @property
+    def not_checked(self) -> list[FileCheck]:
+        """Files of a format ``verify`` checks that could not be checked (fully)."""
+        return [f for f in self.files if f.status == "unchecked" and f.format != "other"]
+
+    @property
     def ok(self) -> bool:
-        return not any(f.status in ("damaged", "unreadable") for f in self.files)
+        """Nothing damaged or unreadable, and every file of a checked format was checked."""
+        return not any(f.status in ("damaged", "unreadable") for f in self.files) \
+            and not self.not_checked
 
     def answer(self) -> str:
         c = self.counts
@@ -74,7 +88,11 @@ class DatasetVerifyResult:
         head = (f"all {checked} checked files are intact" if not bad else
                 f"{bad} of {checked} checked files are damaged or unreadable "
                 f"({records} bad records)")
-        return head + f"; {c['unchecked']} file(s) of other formats not checked"
+        missed = len(self.not_checked)
+        if missed:
+            head += (f"; {missed} file(s) of checked formats could NOT be checked "
+                     "(reasons listed)")
+        return head + f"; {c['unchecked'] - missed} file(s) of other formats not checked"
 
     def lines(self) -> list[str]:
         out = []
@@ -93,6 +111,11 @@ class DatasetVerifyResult:
 
     def findings(self) -> list[Finding]:
         out = []
+        for f in self.not_checked:
+            out.append(Finding("DS009" if f.limit else "DS008", Severity.WARNING,
+                               f"{display(f.rel)}: not checked: {f.note}",
+                               evidence=shown_path(self.root, f.rel), source="dataset.verify",
+                               details={"format": f.format, "records_checked": f.records}))
         for f in self.files:
             if f.status not in ("damaged", "unreadable"):
                 continue
@@ -111,6 +134,25 @@ class DatasetVerifyResult:
                 "answer": self.answer()}
 
 
+# formats whose checkers read a stream front to back (so a decompressed stream works)
+STREAMED = {"tfrecord", "tar", "jsonl", "npy"}
+
+
+def _detect(rel: bytes, head: bytes, fh: IO[bytes]) -> tuple[str, str | None]:
+    """(format, compression) by content: a compressed file is named by what it holds, so
+    ``data_tfrecord-00000-of-00012.gz`` is a gzip TFRecord whatever its name says."""
+    kind = compression_of(head)
+    if kind is None:
+        return detect(rel, head), None
+    base = strip_suffix(os.fsencode(rel).rsplit(b"/", 1)[-1].lower())
+    try:
+        inner_head = peek(fh, kind, HEAD_BYTES)
+    except ToolMissingError:
+        inner_head = b""  # judged by its name alone; the checker says why it cannot run
+    inner = detect(base, inner_head)
+    return (f"{inner}+{kind}" if inner != "other" else "other"), kind
+
+
 def check_file(root: bytes, entry: FileEntry) -> FileCheck:
     """Check one file (the unit of work for threads and cluster workers)."""
     path = join(root, entry.rel)
@@ -123,68 +165,52 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
         try:
             head = read_exact(fh, HEAD_BYTES)
             fh.seek(0)
+            fmt, kind = _detect(entry.rel, head, fh)
         except UnreadableAt as exc:
             return _unreadable(entry.rel, "other", exc, 0)
-        fmt = detect(entry.rel, head)
         base = fmt.split("+")[0]
         checker = CHECKERS.get(base)
         if checker is None:
             return FileCheck(entry.rel, fmt, "unchecked", note="format not checked")
+        if kind is not None and base not in STREAMED:
+            return FileCheck(entry.rel, fmt, "unchecked",
+                             note=f"{kind}-compressed {base} files are not checked")
         outcome = CheckOutcome()
         try:
-            if fmt.endswith("+gzip"):
-                with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
-                    stream = _EndsAtDamage(gz)
-                    outcome = checker(stream, None)  # type: ignore[arg-type]
-                    if stream.error:
-                        outcome.bad.append(BadRecord(None, None, None,
-                                                     f"gzip stream damaged: {stream.error}"))
-            else:
+            if kind is not None:
+                stream = Decompressed(fh, kind)
+                try:
+                    checker(stream, None, outcome)
+                except LimitReached as exc:
+                    outcome.unchecked_reason = str(exc)
+                    outcome.limit = True
+                finally:
+                    stream.close()
+                if stream.error:
+                    outcome.bad.append(BadRecord(None, None, None,
+                                                 f"{kind} stream damaged: {stream.error}"))
+            elif base in STREAMED:
+                checker(fh, entry.size, outcome)
+            else:  # parquet, npz: checkers that return their outcome
                 outcome = checker(fh, entry.size)
         except UnreadableAt as exc:
             return _unreadable(entry.rel, fmt, exc, outcome.records)
         except ToolMissingError as exc:  # e.g. pyarrow absent: this format cannot be checked
             return FileCheck(entry.rel, fmt, "unchecked", note=f"{exc.message} ({exc.hint})")
         except Exception as exc:  # a checker bug must not lose the other files' results
-            return FileCheck(entry.rel, fmt, "unchecked",
+            return FileCheck(entry.rel, fmt, "unchecked", outcome.bad, outcome.records,
                              note=f"internal error in the {base} checker: "
                                   f"{type(exc).__name__}: {exc}")
         failure = failure_of(fh)
         if failure is not None:  # a library caught our I/O error and reported something else
             return _unreadable(entry.rel, fmt, failure, outcome.records)
     if outcome.bad:
-        return FileCheck(entry.rel, fmt, "damaged", outcome.bad, outcome.records)
+        return FileCheck(entry.rel, fmt, "damaged", outcome.bad, outcome.records,
+                         note=outcome.unchecked_reason or "")
     if outcome.unchecked_reason:
         return FileCheck(entry.rel, fmt, "unchecked", records=outcome.records,
-                         note=outcome.unchecked_reason)
+                         note=outcome.unchecked_reason, limit=outcome.limit)
     return FileCheck(entry.rel, fmt, "ok", records=outcome.records)
-
-
-class _EndsAtDamage:
-    """A decompressed stream that ends (short read) where the compressed data is damaged, so
-    the format checker names the record it was reading; the error is kept in ``error``."""
-
-    def __init__(self, inner: gzip.GzipFile) -> None:
-        self.inner = inner
-        self.error: str | None = None
-
-    def read(self, n: int = -1) -> bytes:
-        if self.error:
-            return b""
-        try:
-            return self.inner.read(n)
-        except (OSError, EOFError, zlib.error) as exc:
-            self.error = str(exc)
-            return b""
-
-    def readline(self, limit: int = -1) -> bytes:
-        if self.error:
-            return b""
-        try:
-            return self.inner.readline(limit)
-        except (OSError, EOFError, zlib.error) as exc:
-            self.error = str(exc)
-            return b""
 
 
 def _unreadable(rel: bytes, fmt: str, exc: UnreadableAt, records: int) -> FileCheck:

@@ -14,6 +14,7 @@ h5py is imported only inside the functions that need it.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,49 @@ class Window(io.RawIOBase):
         return len(data)
 
 
+class Padded(io.RawIOBase):
+    """A truncated HDF5 file seen at the length its superblock declares: the bytes that are
+    there, then zeros. HDF5 refuses to open a file shorter than its stored end-of-file address;
+    through this view the structure that survived is walked and every dataset named, and the
+    extent checks (against the real length) say which ones lost their bytes."""
+
+    def __init__(self, inner: Any, real: int, size: int) -> None:
+        self._inner, self._real, self._size, self._pos = inner, real, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        want = max(0, min(len(b), self._size - self._pos))
+        if not want:
+            return 0
+        have = max(0, min(want, self._real - self._pos))
+        data = b""
+        if have:
+            self._inner.seek(self._pos)
+            data = self._inner.read(have)
+        n = len(data)
+        b[:n] = data
+        b[n:want] = bytes(want - n)
+        self._pos += want
+        return want
+
+
+_STORED_EOF = re.compile(r"stored_eof\s*=\s*(\d+)")
+MAX_PADDED = 1 << 40  # a stored end-of-file beyond 1 TiB is a damaged superblock, not a cut
+
+
 @dataclass
 class H5Walk:
     tensors: list[TensorRecord] = field(default_factory=list)
@@ -104,12 +148,27 @@ H5_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, IndexError)
 
 def _mark(out: H5Walk, rec: TensorRecord, status: str, finding: Finding) -> None:
     rec.status = status
+    rec.reasons = [finding.title]
     out.unreadable.append(rec.name)
     out.findings.append(finding)
 
 
+MAX_CHUNKS_CHECKED = 100_000
+
+
+def _chunks_past(ds: Any, limit: int) -> int | None:
+    """Bytes of the dataset's chunks past ``limit`` (None when no chunk index is readable)."""
+    n = int(ds.id.get_num_chunks())
+    past = 0
+    for i in range(min(n, MAX_CHUNKS_CHECKED)):
+        info = ds.id.get_chunk_info(i)
+        if info.byte_offset is not None and info.byte_offset + info.size > limit:
+            past += info.byte_offset + info.size - max(limit, info.byte_offset)
+    return past
+
+
 def _dataset(out: H5Walk, name: str, ds: Any, *, evidence: str, raw: BinaryIO, base: int,
-             limit: int, numeric: bool) -> None:
+             limit: int, numeric: bool, truncated: bool = False) -> None:
     """Record one dataset: its location, its extent check and its numeric scan."""
     import numpy as np
 
@@ -133,6 +192,11 @@ def _dataset(out: H5Walk, name: str, ds: Any, *, evidence: str, raw: BinaryIO, b
                                      evidence)
     elif offset is None and ds.chunks is None and stored == 0 and ds.size:
         rec.reasons.append("no storage allocated (fill value)")
+    elif truncated and ds.chunks is not None and _chunks_past(ds, limit):
+        _mark(out, rec, "truncated", Finding(
+            "H5005", Severity.ERROR, f"{name}: chunks past the end of the file (truncated)",
+            evidence=evidence, source="hdf5", tensors=(name,)))
+        return
     else:
         out.findings.append(Finding(
             "H5004", Severity.WARNING, f"{name}: chunked/compressed "
@@ -162,15 +226,57 @@ def walk_h5(source: str | io.RawIOBase, *, evidence: str, raw: BinaryIO, base: i
     import h5py
 
     out = H5Walk()
+    padded: Padded | None = None
     try:
         h5 = h5py.File(source, "r")
     except H5_ERRORS as exc:
         text = str(exc)
-        code = "H5005" if "truncated" in text.lower() else "H5002"
-        out.findings.append(Finding(code, Severity.ERROR, f"h5py cannot open it: {text}",
-                                    evidence=evidence, source="hdf5"))
-        return out
+        m = _STORED_EOF.search(text)
+        if m and limit < int(m.group(1)) <= MAX_PADDED:
+            inner = open(source, "rb") if isinstance(source, str) else source  # noqa: SIM115
+            padded = Padded(inner, limit, int(m.group(1)))
+            try:
+                h5 = h5py.File(padded, "r")
+            except H5_ERRORS:
+                padded = None
+            if padded is None and isinstance(source, str):
+                inner.close()
+        if padded is None:
+            code = "H5005" if "truncated" in text.lower() else "H5002"
+            out.findings.append(Finding(code, Severity.ERROR, f"h5py cannot open it: {text}",
+                                        evidence=evidence, source="hdf5"))
+            if code == "H5005":
+                out.findings.append(Finding(
+                    "H5006", Severity.ERROR, "truncated before its group structure could be "
+                    "read: no tensor can be named", evidence=evidence, source="hdf5"))
+            return out
+        out.findings.append(Finding(
+            "H5005", Severity.ERROR, f"the file is {limit} bytes but its superblock says "
+            f"{padded._size}: truncated ({padded._size - limit} bytes missing); walked with the "
+            "missing bytes read as zeros to name what was lost", evidence=evidence,
+            offset=base + limit, length=padded._size - limit, source="hdf5"))
     out.opened = True
+    try:
+        _walk_open(out, h5, evidence=evidence, raw=raw, base=base, limit=limit,
+                   numeric=numeric, truncated=padded is not None)
+    finally:
+        if padded is not None and isinstance(source, str):
+            padded._inner.close()
+    if padded is not None and not out.tensors:
+        out.findings.append(Finding(
+            "H5006", Severity.ERROR, "truncated: no dataset could be named from what is left",
+            evidence=evidence, source="hdf5"))
+    out.findings.insert(0, Finding(
+        "H5001", Severity.INFO, "HDF5 stores no checksums: a changed byte is invisible to "
+        "every reader; only structure and numerics were checked", evidence=evidence,
+        source="hdf5"))
+    return out
+
+
+def _walk_open(out: H5Walk, h5: Any, *, evidence: str, raw: BinaryIO, base: int, limit: int,
+               numeric: bool, truncated: bool) -> None:
+    import h5py
+
     with h5:
         for key in ("backend", "keras_version"):
             try:
@@ -193,18 +299,13 @@ def walk_h5(source: str | io.RawIOBase, *, evidence: str, raw: BinaryIO, base: i
                 bytes(raw_name).decode("utf-8", "replace")  # damaged link names come as bytes
             try:
                 _dataset(out, name, ds, evidence=evidence, raw=raw, base=base, limit=limit,
-                         numeric=numeric)
+                         numeric=numeric, truncated=truncated)
             except H5_ERRORS as exc:
                 if not out.tensors or out.tensors[-1].name != name:
                     out.tensors.append(TensorRecord(name=name, file=evidence))
                 _mark(out, out.tensors[-1], "damaged", Finding(
                     "H5003", Severity.ERROR, f"{name}: {exc}", evidence=evidence,
                     source="hdf5", tensors=(name,)))
-    out.findings.insert(0, Finding(
-        "H5001", Severity.INFO, "HDF5 stores no checksums: a changed byte is invisible to "
-        "every reader; only structure and numerics were checked", evidence=evidence,
-        source="hdf5"))
-    return out
 
 
 def probe_h5(path: Path, options: ProbeOptions) -> CheckpointReport:

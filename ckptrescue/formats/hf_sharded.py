@@ -9,7 +9,8 @@ and ``total_size`` (HF007, warning: producer-dependent); each shard with its own
 A shard set without its index is reported as incomplete (HF006).
 
 The index (or, without an index, the first shard) is the checkpoint root; the walker treats the
-shards as its companions.
+shards as its companions. Without an index a ``-NNNNN-of-NNNNN`` set is claimed only when it holds
+weights (a weights extension and safetensors/torch bytes): dataset shards use the same names.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ckptrescue.checkpoint import (
     worst_verdict,
 )
 from ckptrescue.formats import tensormap
+from ckptrescue.formats.jsondepth import too_deep
 from ckptrescue.formats.tensormap import finding
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})(?P<ext>\.[A-Za-z0-9_.]+)$")
@@ -38,8 +40,11 @@ def _read_index(path: Path) -> dict[str, Any] | None:
     try:
         if path.stat().st_size > MAX_INDEX:
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        raw = path.read_bytes()
+        if too_deep(raw, 64) is not None:  # an index is 3 levels deep; json.loads recurses
+            return None
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("weight_map"), dict) else None
 
@@ -59,9 +64,26 @@ def _shard_format(path: Path) -> Any:
     from ckptrescue.formats.torch_zip import TorchZipFormat
 
     for fmt in (SafetensorsFormat, TorchZipFormat, TorchLegacyFormat):
-        if fmt.detect(path):
-            return fmt
+        try:
+            if fmt.detect(path):
+                return fmt
+        except (OSError, ValueError, OverflowError):
+            continue
     return None
+
+
+# Shard extensions of Hugging Face weight files (``save_pretrained``'s names).
+WEIGHT_EXTS = {".safetensors", ".bin", ".pt", ".pth", ".ckpt"}
+
+
+def _weight_shards(ext: str, shards: list[Path]) -> bool:
+    """An ``X-NNNNN-of-NNNNN.ext`` set without an index is a sharded checkpoint only when its
+    files are weights: a weights extension and at least one shard whose bytes are a
+    safetensors or torch file. Dataset shards (``train-00000-of-00012.parquet``,
+    ``data_tfrecord-00000-of-00012.gz``) share the naming scheme and are not checkpoints."""
+    if ext.lower() not in WEIGHT_EXTS:
+        return False
+    return any(_shard_format(p) is not None for p in shards[:8])
 
 
 class HfShardedFormat:
@@ -84,8 +106,8 @@ class HfShardedFormat:
             if idx is not None:
                 roots.append(p)
                 covered |= {str(v) for v in idx["weight_map"].values()}
-        for (_, _, _), shards in _shard_groups(directory).items():
-            if not any(s.name in covered for s in shards):
+        for (_, _, ext), shards in _shard_groups(directory).items():
+            if not any(s.name in covered for s in shards) and _weight_shards(ext, shards):
                 roots.append(shards[0])
         return roots
 

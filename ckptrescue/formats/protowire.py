@@ -20,9 +20,13 @@ class WireError(ValueError):
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Decode a base-128 varint at ``pos``; return ``(value, next_pos)``."""
+    end = len(buf)
+    if 0 <= pos < end:
+        b = buf[pos]
+        if b < 0x80:  # the common one-byte case, without the loop
+            return b, pos + 1
     result = 0
     shift = 0
-    end = len(buf)
     for i in range(MAX_VARINT_BYTES):
         if pos + i >= end:
             raise WireError(f"varint runs past the end at offset {pos}")

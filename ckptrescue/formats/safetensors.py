@@ -21,10 +21,44 @@ from typing import Any, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats import dtypes, numeric, tensormap, zipwalk
+from ckptrescue.formats.jsondepth import too_deep
 from ckptrescue.formats.tensormap import finding
 from ckptrescue.formats.tolerant_read import open_evidence
 
 MAX_HEADER = 100_000_000
+# serde_json (the Rust loader's parser) refuses nesting deeper than 128; a valid header needs 3.
+MAX_DEPTH = 128
+
+
+class HeaderProblem(ValueError):
+    """The header is not what the safetensors loader accepts; ``code`` names the rule."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_header_text(text: bytes) -> dict[str, Any]:
+    """The header object, by the loader's rules (``safetensors/src/tensor.rs``): starts with
+    ``{``, UTF-8, JSON nested at most :data:`MAX_DEPTH` deep, an object; ``__metadata__`` (if
+    present and not null) maps strings to strings. Raises :class:`HeaderProblem`."""
+    if not text.startswith(b"{"):
+        raise HeaderProblem("ST002", "header does not start with '{' (the loader refuses it)")
+    deep = too_deep(text, MAX_DEPTH)
+    if deep is not None:
+        raise HeaderProblem("ST010", f"header JSON nested deeper than {MAX_DEPTH} levels "
+                            f"(at header byte {deep})")
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise HeaderProblem("ST002", f"header unreadable: {exc}") from exc
+    if not isinstance(header, dict):
+        raise HeaderProblem("ST002", "header is not a JSON object")
+    meta = header.get("__metadata__")
+    if meta is not None and not (isinstance(meta, dict) and all(
+            isinstance(v, str) for v in meta.values())):
+        raise HeaderProblem("ST011", "__metadata__ is not a map of strings to strings")
+    return header
 
 
 def read_header(path: Path) -> tuple[int, dict[str, Any]] | None:
@@ -37,11 +71,17 @@ def read_header(path: Path) -> tuple[int, dict[str, Any]] | None:
             (n,) = struct.unpack("<Q", raw)
             if n < 2 or n > MAX_HEADER:
                 return None
-            text = fh.read(n)
-        header = json.loads(text.decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+            header = parse_header_text(fh.read(n))
+    except (OSError, ValueError):
         return None
-    return (n, header) if isinstance(header, dict) else None
+    return n, header
+
+
+def _int(x: Any) -> int:
+    """A JSON integer as serde reads a ``usize`` (bools and floats are refused)."""
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x >= 1 << 64:
+        raise ValueError(f"{x!r} is not an unsigned 64-bit integer")
+    return x
 
 
 class SafetensorsFormat:
@@ -75,6 +115,12 @@ class SafetensorsFormat:
         verdicts: list[Verdict] = []
         with open_evidence(path) as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
+            if n > MAX_HEADER:
+                report.findings.append(finding("ST001", f"header length {n} exceeds the "
+                                               f"loader's limit of {MAX_HEADER} bytes",
+                                               evidence=spath, offset=0, length=8))
+                report.verdict = Verdict.DAMAGED if 8 + n <= size else Verdict.TRUNCATED
+                return report
             if 8 + n > size:
                 report.findings.append(finding("ST001", f"header length {n} runs past the end "
                                                f"of the {size}-byte file", evidence=spath,
@@ -82,12 +128,10 @@ class SafetensorsFormat:
                 report.verdict = Verdict.TRUNCATED
                 return report
             try:
-                header = json.loads(fh.read(n).decode("utf-8"))
-                if not isinstance(header, dict):
-                    raise ValueError("header is not a JSON object")
-            except (ValueError, UnicodeDecodeError) as exc:
-                report.findings.append(finding("ST002", f"header unreadable: {exc}",
-                                               evidence=spath, offset=8, length=n))
+                header = parse_header_text(fh.read(n))
+            except HeaderProblem as exc:
+                report.findings.append(finding(exc.code, str(exc), evidence=spath, offset=8,
+                                               length=n))
                 report.verdict = Verdict.DAMAGED
                 return report
             base = 8 + n
@@ -100,8 +144,10 @@ class SafetensorsFormat:
                 report.tensors.append(rec)
                 try:
                     code = entry["dtype"]
-                    shape = tuple(int(x) for x in entry["shape"])
-                    begin, end = (int(x) for x in entry["data_offsets"])
+                    if not isinstance(code, str):
+                        raise TypeError("dtype is not a string")
+                    shape = tuple(_int(x) for x in entry["shape"])
+                    begin, end = (_int(x) for x in entry["data_offsets"])
                 except (KeyError, TypeError, ValueError):
                     rec.status = "damaged"
                     rec.reasons.append("malformed header entry")

@@ -30,6 +30,7 @@ MAGIC = 0xDB4775248B80FB57
 TRAILER = 5
 MASK_DELTA = 0xA282EAD8
 RECOVERY_SCAN_CAP = 256 * 1024 * 1024  # never scan more than this much index without a footer
+MAX_CANDIDATES = 1_000_000  # trailer candidates tried by one recovery scan (bounded work)
 
 
 def mask(crc: int) -> int:
@@ -274,21 +275,32 @@ def _recovery_scan(fh: BinaryIO, size: int, scan: TableScan, stop: int | None = 
     found: set[tuple[int, int]] = set()
     start = 0
     p = start + 4
-    while p + TRAILER <= len(data):
-        if data[p] == 0:
-            num = struct.unpack_from("<I", data, p - 4)[0]
-            if num >= 1 and 4 + 4 * num <= p - start:
-                stored = struct.unpack_from("<I", data, p + 1)[0]
-                if mask(crc32c(data[start:p + 1])) == stored:
-                    content = data[start:p]
-                    entries, error = parse_block(content)
-                    if not error and not _looks_like_index(entries, found):
-                        for key, value in entries:
-                            scan.entries.append(TableEntry(key, value, start, True))
-                    found.add((start, p - start))
-                    start = p + TRAILER
-                    p = start + 4
-                    continue
+    # Linear: candidates are the zero bytes only (``data.find``), and the CRC of
+    # ``data[start:p + 1]`` is extended from the previous candidate instead of recomputed
+    # (recomputing it made garbage without trailers quadratic in the scanned size).
+    run_crc, run_end = 0, start
+    tried = 0
+    while p + TRAILER <= len(data) and tried < MAX_CANDIDATES:
+        p = data.find(b"\x00", p, len(data) - TRAILER + 1)
+        if p < 0:
+            break
+        num = struct.unpack_from("<I", data, p - 4)[0]
+        if num >= 1 and 4 + 4 * num <= p - start:
+            tried += 1
+            stored = struct.unpack_from("<I", data, p + 1)[0]
+            run_crc = int(google_crc32c.extend(run_crc, data[run_end:p + 1]))
+            run_end = p + 1
+            if mask(run_crc) == stored:
+                content = data[start:p]
+                entries, error = parse_block(content)
+                if not error and not _looks_like_index(entries, found):
+                    for key, value in entries:
+                        scan.entries.append(TableEntry(key, value, start, True))
+                found.add((start, p - start))
+                start = p + TRAILER
+                p = start + 4
+                run_crc, run_end = 0, start
+                continue
         p += 1
     if start < len(data):
         # A damaged or cut block: keep whatever entries still parse, untrusted.

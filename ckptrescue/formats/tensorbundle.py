@@ -133,12 +133,15 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
                                            f"{p.name} is not one of the {n} shards the index names",
                                            evidence=str(p), source="tensorbundle"))
     parents = sliced_parents(index)
+    have = {t.name for t in report.tensors}
     for name in sorted({t for f in slice_findings if f.code == "TB013" for t in f.tensors}):
         _add(report.missing_tensors, name)
-        if not any(t.name == name for t in report.tensors) and name in parents:
+        if name not in have and name in parents:
             report.tensors.append(TensorRecord(
                 name=name, dtype=parents[name].dtype_name, shape=parents[name].shape,
                 status="missing", reasons=["no slice entry"]))
+    for names in (report.damaged_tensors, report.missing_tensors, report.suspect_tensors):
+        names[:] = dict.fromkeys(names)  # _add appends; duplicates go here, in linear time
     report.extra["variables"] = len({piece_name(e) for e in index.entries})
     report.verdict = verdict_from(report, index_truncated=index.index_truncated)
     return report
@@ -147,20 +150,22 @@ def probe_bundle(prefix: Path, options: ProbeOptions, *, fmt: str = FORMAT,
 def _verify_all(report: CheckpointReport, index: BundleIndex, pieces: list[BundleEntry],
                 shards: dict[int, Shard], options: ProbeOptions, n: int) -> None:
     ends: dict[int, int] = defaultdict(int)
+    by_shard: dict[int, list[BundleEntry]] = defaultdict(list)  # one pass, not one per shard
     for e in pieces:
         ends[e.shard_id] = max(ends[e.shard_id], e.offset + e.size)
+        by_shard[e.shard_id].append(e)
     missing_shards = set()
     for i, s in shards.items():
         if s.size is None:
             missing_shards.add(i)
-            names = sorted({piece_name(e) for e in pieces if e.shard_id == i})
+            names = sorted({piece_name(e) for e in by_shard.get(i, ())})
             report.findings.append(Finding(
                 "TB003", Severity.CRITICAL, f"data shard {s.path.name} is missing "
                 f"({len(names)} variable(s) lose their bytes)", evidence=str(s.path),
                 source="tensorbundle", tensors=tuple(names)))
         elif s.size < ends.get(i, 0):
-            names = sorted({piece_name(e) for e in pieces
-                            if e.shard_id == i and e.offset + e.size > s.size})
+            names = sorted({piece_name(e) for e in by_shard.get(i, ())
+                            if e.offset + e.size > s.size})
             report.findings.append(Finding(
                 "TB004", Severity.ERROR, f"data shard {s.path.name} is {s.size} bytes but its "
                 f"entries need {ends[i]}: truncated ({len(names)} variable(s) cut)",
@@ -234,8 +239,9 @@ def _verify_all(report: CheckpointReport, index: BundleIndex, pieces: list[Bundl
 
 
 def _add(names: list[str], name: str) -> None:
-    if name not in names:
-        names.append(name)
+    """Append (``probe_bundle`` removes duplicates once at the end: a membership test per
+    append made a bundle whose every entry is damaged quadratic)."""
+    names.append(name)
 
 
 def bundle_companions(prefix: Path) -> list[Path]:

@@ -22,7 +22,7 @@ import google_crc32c
 
 from ckptrescue.formats.protowire import WireError, read_varint
 from ckptrescue.formats.sstable import unmask
-from ckptrescue.formats.tensorbundle_entries import DT_STRING, DT_VARIANT, BundleEntry
+from ckptrescue.formats.tensorbundle_entries import DT_STRING, DT_VARIANT, DTYPES, BundleEntry
 from ckptrescue.formats.tensorbundle_index import shard_path
 
 CHUNK = 256 * 1024  # small reads reuse heap memory: ~4 GiB/s CRC32C from the page cache
@@ -87,12 +87,15 @@ def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry
         have = max(0, shard_size - entry.offset)
         return PieceResult("truncated", f"shard ends {end - shard_size} bytes before the tensor "
                            f"does ({have} of {entry.size} bytes present)")
+    if entry.dtype not in DTYPES:  # TensorFlow's reader refuses an unknown DataType
+        return PieceResult("damaged", f"unknown dtype {entry.dtype}", code="TB011")
+    if entry.shape is not None and any(d < 0 for d in entry.shape):
+        return PieceResult("damaged", f"negative dimension in shape {list(entry.shape)}",
+                           code="TB011")
     expected = entry.expected_size
     if expected is not None and expected != entry.size:
         return PieceResult("damaged", f"entry size {entry.size} but dtype x shape = {expected}",
                            code="TB011")
-    if entry.crc32c is None:
-        return PieceResult("unverified", "the entry records no CRC32C")
     count = prod(entry.shape) if entry.shape is not None else 1
     if entry.dtype in (DT_STRING, DT_VARIANT):
         if entry.size > VARLEN_CAP:
@@ -116,9 +119,11 @@ def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry
             if feed is not None:
                 feed(entry.offset + entry.size - remaining, chunk)
             remaining -= len(chunk)
-    stored = unmask(entry.crc32c)
+    # an entry without a crc32c field reads as 0, and TensorFlow compares against that
+    stored = unmask(entry.crc32c if entry.crc32c is not None else 0)
     if crc != stored:
-        return PieceResult("damaged", f"CRC32C mismatch: stored {stored:#010x}, calculated "
+        what = "stored" if entry.crc32c is not None else "no CRC32C recorded (read as 0):"
+        return PieceResult("damaged", f"CRC32C mismatch: {what} {stored:#010x}, calculated "
                            f"{crc:#010x}", crc)
     return PieceResult("ok", "", crc)
 

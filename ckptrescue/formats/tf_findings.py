@@ -15,6 +15,7 @@ from ckptrescue.model import Finding, Severity
 
 if TYPE_CHECKING:
     from ckptrescue.formats.numeric import StorageScan
+    from ckptrescue.formats.numeric_small import SmallScan
 
 VERDICT_OF_CODE: dict[str, Verdict] = {
     "SS002": Verdict.DAMAGED, "SS003": Verdict.DAMAGED, "SS005": Verdict.DAMAGED,
@@ -44,8 +45,8 @@ def verdict_from(report: CheckpointReport, *, index_truncated: bool = False) -> 
 class GuardedScan:
     """A numeric scan that can never break verification: a failure disables it and is kept."""
 
-    def __init__(self, scan: StorageScan) -> None:
-        self.scan: StorageScan | None = scan
+    def __init__(self, scan: StorageScan | SmallScan) -> None:
+        self.scan: StorageScan | SmallScan | None = scan
         self.error: str | None = None
 
     def feed(self, offset: int, chunk: bytes) -> None:
@@ -61,7 +62,10 @@ def numeric_scan(dtype: str, offset: int, size: int, *,
                  big_endian: bool = False) -> GuardedScan | None:
     """A streaming numeric scan for one tensor (None for dtypes without numeric checks)."""
     from ckptrescue.formats.numeric import StorageScan
+    from ckptrescue.formats.numeric_small import SmallScan, small_enough
 
+    if small_enough(dtype, size):  # the judge needs 16 elements for more than NaN/sign checks
+        return GuardedScan(SmallScan(dtype, start=offset, length=size, big_endian=big_endian))
     scan = StorageScan(dtype, start=offset, length=size, big_endian=big_endian)
     return None if scan.summary.skipped else GuardedScan(scan)
 

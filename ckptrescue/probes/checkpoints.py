@@ -148,7 +148,11 @@ def discover(paths: Iterable[Path]) -> list[tuple[type | None, Path]]:
     for path in paths:
         path = Path(path).absolute()
         if not path.exists():
-            raise EvidenceError(f"{path}: no such file or directory")
+            fmt = _detect(path)  # a TensorFlow PREFIX names files that exist, not a file
+            if fmt is None:
+                raise EvidenceError(f"{path}: no such file or directory")
+            out.append((fmt, path))
+            continue
         if path.is_dir():
             out.extend(_walk(path, 0, explicit=True))
         elif not path.is_file():  # a FIFO, socket or device: opening it could block forever

@@ -220,7 +220,7 @@ def test_verify_json_shape_and_read_only(dataset) -> None:
     data = json.loads(json.dumps(verify_dataset(root).to_json()))
     assert tree_digest(root) == before
     for f in data["files"]:
-        assert set(f) == {"path", "format", "status", "bad_records"}
+        assert set(f) == {"path", "format", "status", "bad_records", "records", "note"}
         for b in f["bad_records"]:
             assert {"index", "offset", "key"} <= set(b)
     bad = next(f for f in data["files"] if f["status"] == "damaged")
