@@ -50,4 +50,6 @@ CODES = {
     "H5003": (Severity.ERROR, "An HDF5 dataset cannot be read"),
     "H5004": (Severity.WARNING, "An HDF5 dataset is chunked or compressed: no contiguous offset"),
     "H5005": (Severity.ERROR, "An HDF5 dataset extends past the end of the file (truncated)"),
+    "H5006": (Severity.ERROR, "A truncated HDF5 file whose datasets cannot be named (the group "
+              "structure lay past the cut)"),
 }

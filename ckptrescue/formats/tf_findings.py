@@ -25,7 +25,7 @@ VERDICT_OF_CODE: dict[str, Verdict] = {
     "TB014": Verdict.INCOMPLETE, "TC001": Verdict.INCOMPLETE, "SD004": Verdict.INCOMPLETE,
     "SD001": Verdict.INCOMPLETE, "KR003": Verdict.INCOMPLETE, "KR005": Verdict.INCOMPLETE,
     "KR006": Verdict.INCOMPLETE,
-    "TB004": Verdict.TRUNCATED, "H5005": Verdict.TRUNCATED,
+    "TB004": Verdict.TRUNCATED, "H5005": Verdict.TRUNCATED, "H5006": Verdict.TRUNCATED,
     "SD002": Verdict.DAMAGED, "SD005": Verdict.DAMAGED, "KR001": Verdict.DAMAGED, "KR002": Verdict.DAMAGED,
     "H5002": Verdict.DAMAGED, "H5003": Verdict.DAMAGED,
     "NM001": Verdict.SUSPECT, "NM002": Verdict.SUSPECT, "NM003": Verdict.SUSPECT,
