@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 
 NAMESPACE_TOOL = "bwrap"
@@ -51,16 +52,56 @@ def _bind_target(path: str) -> str | None:
     return None
 
 
-def private_namespace(writes: tuple[str, ...], *, scratch: str | None,
-                      cwd: str | None) -> Confinement:
-    """Wrap a tool so that only ``writes`` (and ``scratch``) are writable."""
+# what a tool keeps of root's powers: file access and ownership (rsync -a of other users'
+# files), never CAP_SYS_ADMIN (undoing BLKROSET, remounting), CAP_SYS_RAWIO, CAP_LINUX_IMMUTABLE
+# (clearing chattr +i), CAP_SYS_MODULE/BOOT/TIME — unless its grammar says it needs one
+BASE_CAPS = ("CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_CHOWN",
+             "CAP_FSETID", "CAP_MKNOD", "CAP_SETFCAP")
+
+
+def named_devices(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """Device nodes an argv names (as an argument or after ``=``), for a minimal ``/dev``."""
+    out: list[str] = []
+    for arg in argv:
+        for cand in (arg, arg.partition("=")[2]):
+            if not cand.startswith("/dev/") or cand.startswith("/dev/shm/"):
+                continue
+            try:
+                mode = os.stat(cand).st_mode
+            except OSError:
+                continue
+            if stat.S_ISBLK(mode) or stat.S_ISCHR(mode):
+                out.append(cand)
+    return list(dict.fromkeys(out))
+
+
+def private_namespace(writes: tuple[str, ...], *, scratch: str | None, cwd: str | None,
+                      argv: tuple[str, ...] | list[str] = (), caps: tuple[str, ...] = (),
+                      all_devices: bool = False,
+                      readonly: tuple[str, ...] = ()) -> Confinement:
+    """Wrap a tool so that only ``writes`` (and ``scratch``) are writable, only the device
+    nodes it names exist (unless it scans ``/dev``), and it keeps only the capabilities it
+    needs; ``readonly`` (evidence, the case's records) is re-bound read-only even when it lies
+    under a writable directory."""
     bwrap = bwrap_path()
     if bwrap is None:
         return Confinement((), writes, False,
                            "bubblewrap (bwrap) is not installed: the guard alone decides what "
                            "the tool may write")
-    prefix: list[str] = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
-                         "--proc", "/proc", "--die-with-parent"]
+    prefix: list[str] = [bwrap, "--ro-bind", "/", "/"]
+    if all_devices:
+        prefix += ["--dev-bind", "/dev", "/dev"]
+    else:
+        prefix += ["--dev", "/dev", "--ro-bind-try", "/dev/shm", "/dev/shm"]
+        for dev in named_devices(argv):
+            real = os.path.realpath(dev)
+            prefix += ["--dev-bind", real, real]
+            if real != dev:
+                prefix += ["--symlink", real, dev]
+    prefix += ["--proc", "/proc", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+               "--die-with-parent", "--cap-drop", "ALL"]
+    for cap in dict.fromkeys((*BASE_CAPS, *caps)):
+        prefix += ["--cap-add", cap]
     writable: list[str] = []
     for path in (*writes, *((scratch,) if scratch else ())):
         target = _bind_target(path)
@@ -68,13 +109,19 @@ def private_namespace(writes: tuple[str, ...], *, scratch: str | None,
             continue
         writable.append(target)
         prefix += ["--bind", target, target]
+    for path in readonly:  # the floor under a writable directory
+        real = os.path.realpath(path)
+        if os.path.lexists(real) and any(real.startswith(w.rstrip("/") + "/") for w in writable):
+            prefix += ["--ro-bind", real, real]
     if scratch:
         prefix += ["--setenv", "TMPDIR", scratch]
     if cwd:
         prefix += ["--chdir", os.path.realpath(cwd)]
     prefix.append("--")
-    return Confinement(tuple(prefix), tuple(writable), True,
-                       "private mount namespace (bubblewrap): / read-only, no_new_privs")
+    how = ("private mount namespace (bubblewrap): / read-only, no network, no CAP_SYS_ADMIN"
+           if "CAP_SYS_ADMIN" not in caps else
+           "private mount namespace (bubblewrap): / read-only, no network")
+    return Confinement(tuple(prefix), tuple(writable), True, how + ", no_new_privs")
 
 
 def host_namespace() -> Confinement:

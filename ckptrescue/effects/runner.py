@@ -213,8 +213,13 @@ class SubprocessRunner:
             if decision.host_namespace:
                 confinement = confine.host_namespace()
             else:
+                readonly: tuple[str, ...] = ()
+                if self.case is not None:
+                    readonly = (*self.case.evidence_paths(), *self.case.protected_paths())
                 confinement = confine.private_namespace(
-                    (*decision.writes, *call.writable), scratch=scratch, cwd=call.cwd)
+                    (*decision.writes, *call.writable), scratch=scratch, cwd=call.cwd,
+                    argv=tuple(str(a) for a in call.argv), caps=decision.caps,
+                    all_devices=decision.all_devices, readonly=readonly)
             self._record_confinement(confinement)
             result = self._execute(call, exe, shown, cancel, confinement, scratch)
         finally:

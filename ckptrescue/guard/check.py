@@ -3,7 +3,9 @@ decides. Unknown tool, unknown option, unparseable argv: refused."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 from collections.abc import Sequence
 from pathlib import PurePath
 
@@ -15,6 +17,7 @@ from ckptrescue.guard.tools._base import Subcommands
 from ckptrescue.guard.tools.filesystems import E2FSCK
 
 MAX_DEPTH = 3  # commands inside commands (rsync -e, find -exec)
+STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 0) -> Decision:
@@ -30,6 +33,12 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
         return Decision.refuse("commands nested too deeply")
     name = PurePath(argv[0]).name
     args = list(argv[1:])
+    if "/" in argv[0]:
+        # judged by name, so a path must be that very tool, not a same-named other program
+        on_path = shutil.which(name, path=STANDARD_PATH)
+        if on_path is None or os.path.realpath(argv[0]) != os.path.realpath(on_path):
+            return Decision.refuse(f"{argv[0]} is not the {name} installed on the system PATH; "
+                                   "give the tool by name")
     if name.startswith(("mkfs", "mke2fs", "mkswap")):
         return Decision.refuse(f"{name} creates a filesystem: it destroys what is on the target")
     if name in REFUSED:
@@ -49,6 +58,8 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
     except ParseError as exc:
         return Decision.refuse(f"{name}: {exc} (the guard refuses what it cannot read exactly "
                                "as the tool does)")
+    except (ValueError, TypeError, KeyError, IndexError) as exc:  # a bug is a refusal, never a pass
+        return Decision.refuse(f"{name}: the guard could not judge this argv ({exc})")
 
 
 def _by_subcommand(name: str, entry: Subcommands, args: list[str], ctx: GuardContext,
@@ -110,7 +121,8 @@ def _by_grammar(name: str, grammar: Grammar, args: list[str], ctx: GuardContext,
                 return decision
             writes.extend(decision.writes)
             host = host or decision.host_namespace
-    return Decision.allow(writes=tuple(dict.fromkeys(writes)), host_namespace=host)
+    return Decision.allow(writes=tuple(dict.fromkeys(writes)), host_namespace=host,
+                          caps=grammar.caps, all_devices=grammar.devices)
 
 
 def allowed_tools() -> list[str]:

@@ -34,6 +34,31 @@ def _read_small_text(path: str, limit: int = 1 << 20) -> str | None:
     return None if len(data) > limit else data.decode("utf-8", "replace")
 
 
+# the host's own trees: no tool output, mount point or image ever goes there
+SYSTEM_ROOTS = ("/proc", "/sys", "/dev", "/boot", "/etc", "/usr", "/bin", "/sbin", "/lib",
+                "/lib32", "/lib64", "/libx32", "/opt", "/var/lib", "/var/log", "/var/cache",
+                "/var/spool", "/run", "/snap", "/efi")
+
+
+def _kit_roots() -> tuple[str, ...]:
+    """The running Python installation and the kit's own code (a write there plants code)."""
+    import sys
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, here}
+    return tuple(sorted(os.path.realpath(r) for r in roots if r))
+
+
+def _empty_dir(path: str) -> bool:
+    if not os.path.isdir(path) or os.path.islink(path):
+        return False
+    try:
+        with os.scandir(path) as it:
+            return not any(True for _ in it)
+    except OSError:
+        return False
+
+
 def _ident(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -124,6 +149,8 @@ class GuardContext:
     attached_dm: tuple[str, ...] = ()
     # reads a small text file the command will consume (a dmsetup table), None if unreadable
     read_text: Callable[[str], str | None] = field(default=_read_small_text)
+    # whether a path is an empty directory (a mount point); replaceable in pure tests
+    is_empty_dir: Callable[[str], bool] = field(default=lambda p: _empty_dir(p))
 
     # -- identity ---------------------------------------------------------------------------------
     @cached_property
@@ -159,6 +186,42 @@ class GuardContext:
     def _protected_ids(self) -> set[tuple[int, int]]:
         return {i for p in self.protected_paths if (i := _ident(p)) is not None}
 
+    @cached_property
+    def _holder_ids(self) -> set[tuple[int, int]]:
+        """Identities of every directory that holds evidence or the case's records: writing
+        there *as a whole* (an rsync or mount onto it) would replace them."""
+        ids: set[tuple[int, int]] = set()
+        for path in (*self.evidence_paths, *self.protected_paths):
+            cur = os.path.dirname(os.path.realpath(path))
+            for _ in range(256):
+                ident = _ident(cur)
+                if ident is not None:
+                    ids.add(ident)
+                parent = os.path.dirname(cur)
+                if parent == cur:
+                    break
+                cur = parent
+        return ids
+
+    def holds_evidence(self, path: str) -> bool:
+        """True when ``path`` is a directory that contains evidence or the case's records."""
+        real = os.path.realpath(path)
+        for root in (*self.evidence_paths, *self.protected_paths):
+            target = os.path.realpath(root)
+            if target.startswith(real.rstrip("/") + "/"):
+                return True
+        ident = _ident(path)
+        return ident is not None and ident in self._holder_ids
+
+    def system_path(self, path: str) -> str | None:
+        real = os.path.realpath(path)
+        if real.startswith("/dev/shm/"):
+            return None  # RAM scratch space, not the host's files
+        for root in (*SYSTEM_ROOTS, *_kit_roots()):
+            if real == root or real.startswith(root.rstrip("/") + "/"):
+                return root
+        return None
+
     def is_evidence(self, path: str) -> bool:
         if not path:
             return False
@@ -178,6 +241,15 @@ class GuardContext:
             st = None
         if st is not None and (stat.S_ISCHR(st.st_mode) and path != "/dev/null"):
             return f"{path} is a device node; tools write only to files"
+        if path == "/dev/null":
+            return None
+        root = self.system_path(path)
+        if root is not None:
+            return f"{path} is under {root}, the host's own files; output goes to the case or a " \
+                   "destination of yours"
+        if self.holds_evidence(path):
+            return f"{path} holds evidence or the case's records; writing it as a whole would " \
+                   "replace them"
         if self.is_evidence(path):
             return f"{path} is an evidence path; output must go elsewhere"
         if _inside(path, self.protected_paths) or _ancestor_in(path, self._protected_ids):
@@ -186,6 +258,16 @@ class GuardContext:
         if fs_dev is not None and fs_dev in self._evidence_rdevs:
             return (f"{path} lies on a filesystem whose block device is evidence (or is backed "
                     "by evidence); output must go to other media")
+        return None
+
+    def mount_point_forbidden(self, path: str) -> str | None:
+        """Why ``path`` may not be a mount point: it must be an empty directory of yours, not
+        evidence, not holding evidence or the case's records, not one of the host's trees."""
+        reason = self.writes_forbidden(path)
+        if reason:
+            return reason
+        if not self.is_empty_dir(path):
+            return f"{path} is not an empty directory (mounting over files would hide them)"
         return None
 
     # -- what this case attached ------------------------------------------------------------------

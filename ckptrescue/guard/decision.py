@@ -15,10 +15,13 @@ class Decision:
     reason: str = ""
     writes: tuple[str, ...] = ()
     host_namespace: bool = False
+    caps: tuple[str, ...] = ()  # capabilities the tool needs beyond file access
+    all_devices: bool = False  # the tool scans /dev itself (else: only the devices it names)
 
     @classmethod
-    def allow(cls, *, writes: tuple[str, ...] = (), host_namespace: bool = False) -> Decision:
-        return cls(True, "", writes, host_namespace)
+    def allow(cls, *, writes: tuple[str, ...] = (), host_namespace: bool = False,
+              caps: tuple[str, ...] = (), all_devices: bool = False) -> Decision:
+        return cls(True, "", writes, host_namespace, caps, all_devices)
 
     @classmethod
     def refuse(cls, reason: str) -> Decision:

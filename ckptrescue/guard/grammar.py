@@ -85,6 +85,10 @@ class Grammar:
     summary: str = ""
     host_namespace: bool = False  # changes the host's mount table: runs outside the namespace
     unknown: str = ""  # said after "unknown option" (e.g. that every other option writes)
+    no_double_dash: bool = False  # the tool hands what follows "--" to another program
+    long_only: bool = False  # getopt_long_only: "-name" is a long option when it matches one
+    devices: bool = False  # scans /dev itself (needs every device node, not only those named)
+    caps: tuple[str, ...] = ()  # capabilities the tool needs beyond file access (CAP_SYS_ADMIN…)
 
     def table(self) -> tuple[dict[str, Opt], dict[str, Opt]]:
         return _tables(self.options)
@@ -163,8 +167,17 @@ def parse(grammar: Grammar, args: list[str]) -> Parsed:
             out.operands.append(arg)
             continue
         if arg == "--":
+            if grammar.no_double_dash:
+                raise ParseError("'--' hands the rest to another program unchecked")
             only_operands = True
             continue
+        if grammar.long_only and arg.startswith("-") and not arg.startswith("--") \
+                and len(arg) > 1 and (len(arg) > 2 or arg[1] not in shorts):
+            name = arg[1:].partition("=")[0]
+            if name in longs or any(n.startswith(name) for n in longs):
+                arg = "-" + arg  # getopt_long_only reads it as --name
+            elif arg[1] not in shorts:
+                raise ParseError(f"unknown option {arg}")
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
             opt = resolve_long(name, longs, abbreviate=grammar.abbreviate)

@@ -37,6 +37,10 @@ RO_OPTIONS = {"xfs": "ro,norecovery", "ext4": "ro,noload", "ext3": "ro,noload",
               "btrfs": "ro,nologreplay", "iso9660": "ro", "squashfs": "ro"}
 
 
+# nothing on the evidence runs, and no set-uid bit or device node from it counts
+EVIDENCE_MOUNT_OPTIONS = ",nosuid,nodev,noexec"
+
+
 def ro_options(fstype: str, kernel: str | None = None) -> str:
     """The read-only, no-replay mount options for ``fstype`` on this kernel. btrfs spells
     "do not replay the log tree" ``rescue=nologreplay`` since Linux 5.9; the old
@@ -45,9 +49,9 @@ def ro_options(fstype: str, kernel: str | None = None) -> str:
         release = kernel if kernel is not None else os.uname().release
         nums = [int(x) for x in release.split("-")[0].split(".")[:2] if x.isdigit()]
         if len(nums) == 2 and tuple(nums) < (5, 9):
-            return "ro,nologreplay"
-        return "ro,rescue=nologreplay"
-    return RO_OPTIONS.get(fstype, "ro")
+            return "ro,nologreplay" + EVIDENCE_MOUNT_OPTIONS
+        return "ro,rescue=nologreplay" + EVIDENCE_MOUNT_OPTIONS
+    return RO_OPTIONS.get(fstype, "ro") + EVIDENCE_MOUNT_OPTIONS
 
 
 @dataclass

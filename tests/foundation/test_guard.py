@@ -12,7 +12,9 @@ CTX = GuardContext(
     is_block_device=lambda p: p.startswith("/dev/"),
     attached_loops=("/dev/loop3",), attached_mounts=("/mnt/x",),
     attached_dm=("ckr-1a2b-vg-data",),
+    is_empty_dir=lambda p: p.startswith("/mnt/"),
 )
+NS = ",nosuid,nodev,noexec"  # every evidence mount carries these
 
 REFUSED = [
     # (argv, a word the reason must contain)
@@ -136,6 +138,10 @@ REFUSED = [
     ("udevadm info --cleanup-db", "deletes"),
     ("journalctl --cursor-file=/evidence/x", "--cursor-file"),
     ("nvme telemetry-log /dev/nvme0", "telemetry"),
+    ("zpool import -a -o readonly=on -N", "-a imports every pool"),
+    ("zpool import -F -n tank", "readonly=on"),
+    ("blockdev --setro /dev/sda", "writeblock"),
+    ("mount -t xfs -o ro,norecovery /dev/loop3 /mnt/x", "nosuid"),
 ]
 
 ALLOWED = [
@@ -166,7 +172,7 @@ ALLOWED = [
     "zpool list",
     "zpool import",
     "zpool import -o readonly=on -N -R /mnt/evidence tank",
-    "zpool import -F -n tank",
+    "zpool import -F -n -o readonly=on -N tank",
     "zpool import -f -o readonly=on -o cachefile=none -N -R /mnt/ev -d /dev/loop3 123 tank_ckr",
     "zpool import -t -o readonly=on -N -d /dev/loop3 1234567 tank_ckr",
     "zfs get -Hp checksum,compressratio -r tank",
@@ -179,7 +185,6 @@ ALLOWED = [
     "blockdev --getsz /dev/sda",
     "blockdev --getss /dev/sda",
     "blockdev --getro /dev/sda",
-    "blockdev --setro /dev/sda",
     "dmesg -x",
     "dmesg -x --time-format iso",
     "journalctl -k -o json --no-pager",
@@ -187,10 +192,10 @@ ALLOWED = [
     "losetup -r -f --show -P /evidence/disk.img",
     "losetup -l -J",
     "losetup -d /dev/loop3",
-    "mount -t xfs -o ro,norecovery /dev/loop3 /mnt/x",
-    "mount -t xfs -o ro,norecovery,nouuid /dev/loop3 /mnt/x",
-    "mount -t ext4 -o ro,noload /dev/loop3 /mnt/x",
-    "mount -t ext4 -o ro,norecovery /dev/loop3 /mnt/x",
+    f"mount -t xfs -o ro,norecovery{NS} /dev/loop3 /mnt/x",
+    f"mount -t xfs -o ro,norecovery,nouuid{NS} /dev/loop3 /mnt/x",
+    f"mount -t ext4 -o ro,noload{NS} /dev/loop3 /mnt/x",
+    f"mount -t ext4 -o ro,norecovery{NS} /dev/loop3 /mnt/x",
     "umount /mnt/x",
     "ddrescue -b 512 -n /dev/sda /tmp/case/img /tmp/case/img.map",
     "ddrescue -d -r3 -b 4096 /dev/sda /tmp/case/img /tmp/case/img.map",
@@ -207,9 +212,8 @@ ALLOWED = [
     "dd if=/dev/sda bs=512 count=1",
     "dd if=/dev/sda of=/tmp/mbr.bin bs=512 count=1",
     "uname -a",
-    "mount -t btrfs -o ro,nologreplay /dev/loop3 /mnt/x",
-    "mount -t vfat -o ro /dev/loop3 /mnt/x",
-    "zpool import -a -o readonly=on -N",
+    f"mount -t btrfs -o ro,nologreplay{NS} /dev/loop3 /mnt/x",
+    f"mount -t vfat -o ro{NS} /dev/loop3 /mnt/x",
     "xxd -l 512 /dev/sda",
     "date -u +%s",
     "hostname",

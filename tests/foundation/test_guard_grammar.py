@@ -119,6 +119,41 @@ SLIPPED_THROUGH = [
     ("losetup -d /dev/loop3 /dev/loop0", "not a loop device this case attached"),
     ("dmsetup remove ckr-9-other", "not a device this case assembled"),
     ("zpool export rpool", "readonly=on"),
+    # found by review: writes to a directory holding evidence, to the host's own trees
+    ("rsync -a /tmp/src/ /evidence/", "holds evidence"),
+    ("rsync -a /tmp/src/ /", "holds evidence"),
+    ("dd if=/tmp/name of=/proc/sys/kernel/hostname", "host's own files"),
+    ("dd if=/tmp/x of=/proc/sysrq-trigger", "host's own files"),
+    ("dd if=/tmp/x of=/usr/local/sbin/losetup", "host's own files"),
+    ("rsync -a /tmp/src/ /etc/", "host's own files"),
+    ("ddrescue /dev/sda /var/lib/x.img /tmp/x.map", "host's own files"),
+    ("xfs_logprint -C /boot/x /dev/sdb", "host's own files"),
+    # mount points: never the host's trees, never over files, never without nosuid/nodev/noexec
+    ("mount -t ext4 -o ro,noload,nosuid,nodev,noexec /dev/loop3 /usr/local/sbin", "host's own"),
+    ("mount -t ext4 -o ro,noload,nosuid,nodev,noexec /dev/loop3 /srv/busy", "empty directory"),
+    ("mount -t ext4 -o ro,noload,nosuid,nodev /dev/loop3 /mnt/x", "noexec"),
+    ("mount -t ext4 -o ro,noload,nosuid,nodev,noexec,errors=panic /dev/loop3 /mnt/x",
+     "allowlist"),
+    # commands inside commands: by path, and where GNU find really ends them
+    ("find /tmp -maxdepth 0 -exec /tmp/evil/cat {} ;", "not the cat installed"),
+    ("find /tmp -exec dmsetup remove ckr-1a2b-vg-data + -uid ckr-other ;", "kit's own"),
+    ("rsync -a -e /tmp/evil/sha256sum /src/ /tmp/dst/", "not the sha256sum installed"),
+    ("xfs_io -r -C 'open /dev/X' -C 'pwrite -S 0 0 1M' /tmp/f", "open"),
+    ("xxd --r -cx /tmp/hex /dev/sdb", "reading options"),
+    ("xxd -cx -r -cx /tmp/hex /dev/sdb", "reading options"),
+    ("xxd -c 16 /tmp/a /tmp/b", "output file"),
+    ("debugfs -R 'ea_get -xf /dev/X / user.x' /tmp/img", "writes a file"),
+    ("debugfs -R 'ea_get -f/dev/X / user.x' /tmp/img", "writes a file"),
+    ("fsck -n /tmp/img -- -f -z /tmp/undo", "'--'"),
+    ("fsck -n", "exactly one filesystem"),
+    ("zpool import -Fn -a", "-a imports"),
+    ("zpool import -F -n tank", "readonly=on"),
+    ("zfs mount -o ro -O tank/ds", "non-empty"),
+    ("blockdev --setro /dev/sda", "writeblock"),
+    ("nvme get-log /dev/nvme0 -i 7 -l 512 -lsp=1", "lsp"),
+    ("nvme get-log /dev/nvme0 --log-id=0x07 -l 512", "telemetry"),
+    ("rsync --list-only host:/x", "remote"),
+    ("xfs_metadump -m '1 -x' /dev/sdb /tmp/out", "spaces"),
     # unknown tools, options and argv that cannot be read
     ("lsblk --no-such-option", "unknown option"),
     ("xfs_db -r -z /dev/sdb", "unknown option"),
@@ -142,12 +177,17 @@ def test_forms_that_slipped_through_are_refused(command: str, keyword: str) -> N
 
 
 ALSO_ALLOWED = [
+    "od -A x -t x1 -N 64 -w16 /tmp/x",
+    "xxd -c 16 -l 512 -s 0x100 /dev/sda",
+    "nvme get-log /dev/nvme0 --log-id=2 --log-len=512 -o json",
+    "find /tmp -exec sha256sum {} +",
+    "fsck -n /dev/sdb1",
     "dmsetup --sort name info",
     "dmsetup info --sort name",
     "find /mnt -type f -exec sha256sum {} +",
     "find /mnt -xdev -name '*.pt' -print0",
     "zpool import -o readonly=off -o readonly=on -N -d /dev/loop3 tank",
-    "mount -o ro -t ext4 -o noload /dev/loop3 /mnt/x",
+    "mount -o ro -t ext4 -o noload,nosuid -o nodev,noexec /dev/loop3 /mnt/x",
     "losetup -d /dev/loop3",
     "losetup --detach /dev/loop3",
     "losetup --detach=/dev/loop3",
@@ -167,6 +207,17 @@ def test_read_only_spellings_are_allowed(command: str) -> None:
     assert decision.allowed, f"{command!r} refused: {decision.reason}"
 
 
+def test_every_grammar_is_well_formed() -> None:
+    """Every option table builds (no spec mixes value kinds, no duplicate option)."""
+    for name, entry in GRAMMARS.items():
+        grammars = [entry] if isinstance(entry, Grammar) else (
+            [entry.globals, *entry.subs.values()] if isinstance(entry, Subcommands) else [])
+        for g in grammars:
+            shorts, longs = g.table()
+            for key in (*g.refuse, *g.requires, *g.writes, *g.commands):
+                assert key in {o.key for o in (*shorts.values(), *longs.values())}, (name, key)
+
+
 def test_the_files_a_command_writes_are_named() -> None:
     d = check(_argv("ddrescue -b 512 --log-rates=/tmp/r.log /dev/sda /tmp/o.img /tmp/o.map"), CTX)
     assert d.allowed and set(d.writes) == {"/tmp/r.log", "/tmp/o.img", "/tmp/o.map"}
@@ -174,7 +225,7 @@ def test_the_files_a_command_writes_are_named() -> None:
     assert set(check(_argv("rsync -a --log-file=/tmp/l /src/ /tmp/dst/"), CTX).writes) == {
         "/tmp/dst/", "/tmp/l"}
     assert check(_argv("lsblk -J"), CTX).writes == ()
-    host = check(_argv("mount -t xfs -o ro,norecovery /dev/loop3 /mnt/x"), CTX)
+    host = check(_argv("mount -t xfs -o ro,norecovery,nosuid,nodev,noexec /dev/loop3 /mnt/x"), CTX)
     assert host.allowed and host.host_namespace
     assert not check(_argv("lsblk -J"), CTX).host_namespace
 
@@ -332,7 +383,7 @@ def _grammar_and_args(argv: list[str]) -> tuple[Grammar, list[str], list[str]] |
 
 CORPUS = [_argv(c) for c, _ in REFUSED + SLIPPED_THROUGH] + [_argv(c) for c in ALLOWED + ALSO_ALLOWED]
 CORPUS += [
-    _argv("mount -t xfs -o ro,norecovery,nouuid /dev/loop3 /mnt/x"),
+    _argv("mount -t xfs -o ro,norecovery,nouuid,nosuid,nodev,noexec /dev/loop3 /mnt/x"),
     _argv("dmesg -x --time-format iso"),
     _argv("journalctl -k -o short-iso --no-pager"),
     _argv("rsync -aHAXS --numeric-ids -x --open-noatime -i --log-file=/tmp/l /mnt/evidence/ /tmp/c/"),

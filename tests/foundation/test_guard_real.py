@@ -200,3 +200,35 @@ def test_attached_by_this_case_can_be_detached_and_nothing_else(scene, tmp_path)
         subprocess.run(["losetup", "-d", ours], check=False, capture_output=True)
     records = [json.dumps(r["details"]) for r in case.records("safety.detached")]
     assert any(ours in r for r in records)
+
+
+def test_tools_keep_no_cap_sys_admin_and_see_only_the_devices_they_name(scene, monkeypatch):
+    """Under the guard: a tool cannot undo a write block (no CAP_SYS_ADMIN in its namespace),
+    and a device node it does not name does not exist for it."""
+    import fcntl
+    import struct
+
+    blkroset = 0x125D
+    dev = scene["DEV"]
+
+    def setro(value: int) -> None:
+        fd = os.open(dev, os.O_RDONLY)
+        try:
+            fcntl.ioctl(fd, blkroset, struct.pack("i", value))
+        finally:
+            os.close(fd)
+
+    name = Path(dev).name
+    setro(1)
+    try:
+        monkeypatch.setattr(guard, "check", lambda argv, ctx=None, **kw: guard.Decision.allow())
+        runner = SubprocessRunner(scene["case"])
+        res = runner.run(ToolCall.of("blockdev", "--setrw", dev, timeout_s=60))
+        assert res.returncode != 0, "a tool undid the write block"
+        assert Path(f"/sys/class/block/{name}/ro").read_text().strip() == "1"
+        listing = runner.run(ToolCall.of("ls", "/dev", timeout_s=60))
+        assert listing.returncode == 0 and name not in listing.stdout.split()
+        named = runner.run(ToolCall.of("ls", "/dev", dev, timeout_s=60))
+        assert named.returncode == 0 and dev in named.stdout
+    finally:
+        setro(0)

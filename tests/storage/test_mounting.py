@@ -44,7 +44,8 @@ def test_mount_umount_leaves_dirty_filesystem_unchanged(request, fixture, case, 
     res = mount(img, mp, case=case)
     try:
         assert res.fstype in {"xfs", "ext4"}
-        assert res.options == ("ro,norecovery" if res.fstype == "xfs" else "ro,noload")
+        assert res.options == ("ro,norecovery" if res.fstype == "xfs" else "ro,noload") \
+            + ",nosuid,nodev,noexec"
         assert res.loop_device and sysfs.is_readonly(Path(res.loop_device).name)
         assert (mp / "ckpt" / "model.pt").exists()
         # block-level protection: writing the device fails
@@ -121,7 +122,7 @@ def test_writable_block_device_is_write_protected_and_stays_until_released(dirty
         try:
             assert res.set_readonly == [dev] and res.loop_device is None
             assert sysfs.is_readonly(name)
-            assert res.options == "ro,norecovery"
+            assert res.options == "ro,norecovery,nosuid,nodev,noexec"
         finally:
             umount(tmp_path / "m", case=case)
         assert sysfs.is_readonly(name)  # the write block stays
@@ -149,5 +150,5 @@ def test_btrfs_mounts_without_log_replay_on_this_kernel(case, shm_dir, tmp_path,
         assert res.fstype == "btrfs" and res.options == ro_options("btrfs")
         assert "nologreplay" in res.options
     assert fx.sha256(img) == before
-    assert ro_options("btrfs", "5.4.0-150-generic") == "ro,nologreplay"
-    assert ro_options("btrfs", "6.1.0-57-amd64") == "ro,rescue=nologreplay"
+    assert ro_options("btrfs", "5.4.0-150-generic") == "ro,nologreplay,nosuid,nodev,noexec"
+    assert ro_options("btrfs", "6.1.0-57-amd64") == "ro,rescue=nologreplay,nosuid,nodev,noexec"

@@ -27,7 +27,8 @@ SMARTCTL = grammar(
     "-n= --nocheck=", "-s= --smart=", "-o= --offlineauto=", "-S= --saveauto=", "--set=",
     "-H --health", "-c --capabilities", "-A --attributes", "-l= --log=", "-v= --vendorattribute=",
     "-F= --firmwarebug=", "-P= --presets=", "-B= --drivedb=", "-t= --test=", "-C --captive",
-    "-X --abort", "-j", "--json=?", "-f= --format=",
+    "-X --abort", "-j", "--json=?", "-f= --format=", devices=True,
+    caps=("CAP_SYS_RAWIO", "CAP_SYS_ADMIN"),
     refuse={"test": "smartctl -t/-X start or abort self-tests (they load a failing disk)",
             "abort": "smartctl -t/-X start or abort self-tests (they load a failing disk)",
             "captive": "smartctl -C runs a self-test in the foreground",
@@ -51,7 +52,8 @@ _NVME_READ: dict[str, tuple[str, ...]] = {
     "supported-log-pages": (),
     "get-feature": ("-f= --feature-id=", "-s= --sel=", "-l= --data-len=", "--cdw11=",
                     "-u= --uuid-index="),
-    "get-log": ("-i= --log-id=", "-l= --log-len=", "--lpo=", "--csi=", "--ot"),
+    "get-log": ("-i= --log-id=", "-l= --log-len=", "--lpo=", "--csi=", "--ot", "-s= --lsp=",
+                "-S= --lsi=", "--rae"),
 }
 _NVME_DANGER = {
     "format": "nvme format erases the namespace", "sanitize": "nvme sanitize erases the drive",
@@ -75,9 +77,28 @@ _NVME_DANGER = {
     "io-passthru": "nvme io-passthru sends any I/O command",
     "security-send": "nvme security-send changes security state",
 }
+def _nvme_get_log(p: Parsed, ctx: GuardContext) -> Decision | None:
+    for log in p.values("log-id"):
+        try:
+            number = int(log, 0)
+        except ValueError:
+            return Decision.refuse(f"nvme get-log --log-id {log!r}: not a number")
+        if number in {0x07, 0x08}:
+            return Decision.refuse("nvme get-log of a telemetry log (07h/08h) asks the controller "
+                                   "to create new telemetry data")
+    return None
+
+
+# nvme-cli reads options with getopt_long_only: "-lsp=1" is --lsp
 NVME = Subcommands(
     "nvme", globals=grammar("nvme", "--version", "-h --help", posix=True),
-    subs={name: Grammar(f"nvme {name}", (*_NVME_COMMON, *extra), operands=(0, 1))
+    subs={name: Grammar(f"nvme {name}", (*_NVME_COMMON, *extra), operands=(0, 1),
+                        long_only=True, devices=name in {"list", "list-subsys", "show-topology"},
+                        caps=("CAP_SYS_ADMIN",),
+                        refuse=dict.fromkeys(("lsp", "lsi") if name == "get-log" else (),
+                                             "nvme get-log --lsp/--lsi select log-specific "
+                                             "actions"),
+                        policy=_nvme_get_log if name == "get-log" else None)
           for name, extra in _NVME_READ.items()},
     refused=_NVME_DANGER, bare_ok=True)
 
@@ -93,7 +114,7 @@ def _hdparm(name: str, args: list[str], ctx: GuardContext, depth: int) -> Decisi
             return Decision.refuse(f"hdparm {arg} may change device settings; only -I -i -g -C -N")
         if not arg.startswith("-") and not arg.startswith("/"):
             return Decision.refuse(f"hdparm {arg}: a value sets a device setting")
-    return Decision.allow()
+    return Decision.allow(caps=("CAP_SYS_RAWIO", "CAP_SYS_ADMIN"))
 
 
 # ---- partition tables ------------------------------------------------------------------------
@@ -109,6 +130,7 @@ FDISK = grammar(
     "-t= --type=", "-u=? --units=?", "-V --version", "-w= --wipe=", "-W= --wipe-partitions=",
     "-C= --cylinders=", "-H= --heads=", "-S= --sectors=", "--lock=?", "-B --protect-boot",
     refuse={"wipe": "fdisk -w wipes signatures", "wipe-partitions": "fdisk -W wipes signatures"},
+    devices=True,
     policy=_needs_one_of("list", "list-details", "getsz", "version", "help",
                          reason="fdisk without -l edits the partition table"))  # type: ignore[arg-type]
 
@@ -126,7 +148,7 @@ SFDISK = grammar(
     "-n --no-act", "-q --quiet", "-w= --wipe=", "-W= --wipe-partitions=", "-X= --label=",
     "-Y= --label-nested=", "-G --show-pt-geometry", "--part-label", "--part-type", "--part-uuid",
     "--part-attrs", "--disk-id", "--color=?", "--lock=?", "-u= --unit=", "-v --version",
-    "-h --help", "-f --force", "--bytes",
+    "-h --help", "-f --force", "--bytes", devices=True,
     refuse={k: f"sfdisk --{k} changes the partition table" for k in _SFDISK_WRITE},
     policy=_needs_one_of(*_SFDISK_READ, reason="sfdisk without --list/--dump/--json writes the "
                                                "partition table"))  # type: ignore[arg-type]
@@ -148,7 +170,7 @@ def _parted(p: Parsed, ctx: GuardContext) -> Decision | None:
 
 
 PARTED = grammar("parted", "-l --list", "-m --machine", "-s --script", "-a= --align=",
-                 "-f --fix", "-j --json", "-v --version", "-h --help", posix=True,
+                 "-f --fix", "-j --json", "-v --version", "-h --help", posix=True, devices=True,
                  refuse={"fix": "parted --fix answers 'Fix' to every repair question"},
                  policy=_parted)
 
@@ -156,7 +178,7 @@ PARTED = grammar("parted", "-l --list", "-m --machine", "-s --script", "-a= --al
 MDADM = grammar(
     "mdadm", "-E --examine", "-D --detail", "-Q --query", "-V --version", "-h --help",
     "-s --scan", "-b --brief", "-v --verbose", "-Y --export", "-t --test", "-e= --metadata=",
-    "-c= --config=", "-q --quiet",
+    "-c= --config=", "-q --quiet", devices=True, caps=("CAP_SYS_ADMIN",),
     policy=_needs_one_of("examine", "detail", "query", "version", "help",
                          reason="mdadm assemble/create/grow/manage change RAID state; only "
                                 "--examine/--detail/--query are allowed"))  # type: ignore[arg-type]
@@ -181,6 +203,7 @@ def _lvm_readonly(p: Parsed, ctx: GuardContext) -> Decision | None:
 TOOLS: dict[str, Entry] = {
     "smartctl": SMARTCTL, "nvme": NVME, "hdparm": _hdparm, "fdisk": FDISK, "sfdisk": SFDISK,
     "sgdisk": SGDISK, "parted": PARTED, "mdadm": MDADM,
-    **{name: grammar(name, *_LVM_REPORT, policy=_lvm_readonly)
+    **{name: grammar(name, *_LVM_REPORT, policy=_lvm_readonly, devices=True,
+                     caps=("CAP_SYS_ADMIN",))
        for name in ("pvs", "vgs", "lvs", "pvdisplay", "vgdisplay", "lvdisplay")},
 }

@@ -86,7 +86,7 @@ def _xfs_io_command(cmd: str) -> str | None:
 
 
 def _xfs_io(p: Parsed, ctx: GuardContext) -> Decision | None:
-    for cmd in p.values("c"):
+    for cmd in [*p.values("c"), *p.values("C")]:
         reason = _xfs_io_command(cmd)
         if reason:
             return Decision.refuse(reason)
@@ -94,6 +94,9 @@ def _xfs_io(p: Parsed, ctx: GuardContext) -> Decision | None:
 
 
 def _xfs_metadump(p: Parsed, ctx: GuardContext) -> Decision | None:
+    if any(any(c.isspace() for c in v) for k in ("m", "l", "v") for v in p.values(k)):
+        return Decision.refuse("xfs_metadump: a value with spaces is split by the tool's shell "
+                               "script")
     target = p.operands[-1]
     if target == "-":
         return Decision.allow()
@@ -126,8 +129,9 @@ def _debugfs_request(req: str) -> str | None:
         return "debugfs bmap -a / with a physical block changes the block map"
     if verb == "logdump" and any(a.startswith("-") and "O" in a for a in args):
         return f"debugfs request {req!r} may write"
-    if verb == "ea_get" and any(a == "-f" for a in args):
-        return "debugfs ea_get -f writes a file"
+    if verb in {"ea_get", "ea_list"} and any(
+            a.startswith("-") and "f" in a for a in args):
+        return f"debugfs {verb} -f writes a file"
     return None
 
 
@@ -158,7 +162,24 @@ _E2FSCK_REFUSE = {
 def _fsck_requires_n(p: Parsed, ctx: GuardContext) -> Decision | None:
     if not p.has("n"):
         return Decision.refuse(f"{p.tool} without -n may repair the filesystem; use -n (no-modify)")
+    if p.tool == "fsck":
+        if len(p.operands) != 1 or not p.operands[0].startswith("/"):
+            return Decision.refuse("fsck checks exactly one filesystem, given by its absolute "
+                                   "path (without one it checks everything in fstab)")
+        if any(not t.isalnum() for t in p.values("t")):
+            return Decision.refuse("fsck -t names one filesystem type")
     return None
+
+
+def _no_spaces(*keys: str) -> object:
+    """xfs_info and xfs_metadump are shell scripts that word-split their option values."""
+    def policy(p: Parsed, ctx: GuardContext) -> Decision | None:
+        for key in keys:
+            if any(not v or any(c.isspace() for c in v) for v in p.values(key)):
+                return Decision.refuse(f"{p.tool} -{key}: a value with spaces is split by the "
+                                       "tool's shell script")
+        return None
+    return policy
 
 
 _TUNE2FS = "tune2fs changes filesystem parameters; only tune2fs -l is allowed"
@@ -168,7 +189,7 @@ E2FSCK = grammar(
     refuse=_E2FSCK_REFUSE, operands=(0, 1), policy=_fsck_requires_n)
 FSCK = grammar(
     "fsck", "-l", "-s", "-A", "-V", "-R", "-T", "-M", "-N", "-P", "-r=?", "-C=?", "-t=",
-    "-n", "-f", "-v", "-p", "-a", "-y", abbreviate=False, operands=(0, None),
+    "-n", "-f", "-v", "-p", "-a", "-y", abbreviate=False, operands=(0, None), no_double_dash=True,
     refuse={"A": "fsck -A checks (and may repair) every filesystem in fstab",
             "p": "fsck with -y/-p/-a repairs the filesystem; only -n is allowed",
             "a": "fsck with -y/-p/-a repairs the filesystem; only -n is allowed",
@@ -182,14 +203,15 @@ TOOLS: dict[str, Entry] = {
                       refuse={"x": "xfs_db -x enables expert (write) mode; only -r is allowed"},
                       policy=_xfs_db),
     "xfs_io": grammar("xfs_io", "-a", "-c=", "-d", "-F", "-f", "-i", "-L", "-m=", "-p=", "-n",
-                      "-r", "-R", "-s", "-t", "-T", "-V", "-x", "-P", "-M", "-C", abbreviate=False,
+                      "-r", "-R", "-s", "-t", "-T", "-V", "-x", "-P", "-M", "-C=", abbreviate=False,
                       requires={"r": "xfs_io must be run with -r (read-only open)"},
                       refuse={"x": "xfs_io -x enables expert commands (shutdown, etc.)",
                               "f": "xfs_io -f creates the file", "t": "xfs_io -t truncates",
                               "T": "xfs_io -T creates a temporary file",
                               "a": "xfs_io -a opens for appending"},
                       policy=_xfs_io),
-    "xfs_info": grammar("xfs_info", "-V", "-t=", abbreviate=False, operands=(0, 1)),
+    "xfs_info": grammar("xfs_info", "-V", "-t=", abbreviate=False, operands=(0, 1),
+                        policy=_no_spaces("t")),
     "xfs_bmap": grammar("xfs_bmap", "-a", "-d", "-e", "-l", "-n=", "-p", "-v", "-V",
                         abbreviate=False),
     "xfs_repair": grammar(

@@ -157,13 +157,13 @@ def _rsync(p: Parsed, ctx: GuardContext) -> Decision | None:
                                             "delete-delay", "delete-after", "delete-excluded",
                                             "delete-missing-args"}:
             return Decision.refuse("rsync --delete removes files on the receiving side")
-    if len(p.operands) < 2:
-        return None if p.has("version", "help") or p.has("list-only") else Decision.refuse(
-            "rsync needs a source and a destination")
     for operand in p.operands:
         if operand.startswith("rsync://") or ":" in operand.split("/", 1)[0]:
             return Decision.refuse(f"rsync {operand}: remote transfers run a remote shell; copy "
                                    "from a local read-only mount")
+    if len(p.operands) < 2:
+        return None if p.has("version", "help") or p.has("list-only") else Decision.refuse(
+            "rsync needs a source and a destination")
     dest = p.operands[-1]
     refusal = write_target(ctx, dest, "rsync destination")
     if refusal:
@@ -207,6 +207,7 @@ RSYNC = grammar(
     "-V --version", "--help", "--daemon", "--server", "--sender", "--read-only",
     "--no-i-r --no-inc-recursive", "--i-r --inc-recursive",
     refuse=_RSYNC_REFUSE, commands=("rsh", "rsync-path"), writes=("log-file",),
+    caps=("CAP_SYS_ADMIN",),  # -X copies trusted.* / security.* extended attributes
     policy=_rsync)
 
 
@@ -253,7 +254,10 @@ def _find(name: str, args: list[str], ctx: GuardContext, depth: int) -> Decision
         if word in _FIND_WRITE:
             return Decision.refuse(f"{_FIND_WRITE[word]}")
         if word in _FIND_EXEC:
-            end = next((j for j in range(i, len(args)) if args[j] in {";", "+"}), None)
+            # GNU find: ";" ends the command; "+" only right after a "{}" argument
+            end = next((j for j in range(i, len(args))
+                        if args[j] == ";" or (args[j] == "+" and j > i and args[j - 1] == "{}")),
+                       None)
             if end is None:
                 return Decision.refuse(f"find {word}: no terminating ';' or '+'")
             inner = [a.replace("{}", "/nonexistent/placeholder") for a in args[i:end]]

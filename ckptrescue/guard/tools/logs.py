@@ -19,7 +19,7 @@ DMESG = grammar(
     "-p --force-prefix", "-r --raw", "--noescape", "-S --syslog", "-s= --buffer-size=",
     "-u --userspace", "-w --follow", "-W --follow-new", "-x --decode", "-d --show-delta",
     "-e --reltime", "-T --ctime", "-t --notime", "--time-format=", "--since=", "--until=",
-    "-h --help", "-V --version", operands=(0, 0),
+    "-h --help", "-V --version", operands=(0, 0), devices=True, caps=("CAP_SYSLOG",),
     refuse={"clear": "dmesg -c/-C clears the kernel ring buffer (evidence)",
             "read-clear": "dmesg -c/-C clears the kernel ring buffer (evidence)",
             "console-off": "dmesg -n/-D/-E changes console logging",
@@ -80,6 +80,7 @@ FUSER = grammar(
     "fuser", "-a --all", "-i --interactive", "-I --inode", "-k --kill", "-l --list-signals",
     "-m --mount", "-M --ismountpoint", "-n= --namespace=", "-s --silent", "-u --user",
     "-v --verbose", "-w --writeonly", "-V --version", "-4 --ipv4", "-6 --ipv6",
+    caps=("CAP_SYS_PTRACE",), devices=True,
     refuse={"kill": "fuser -k kills processes; ckptrescue says whom to stop",
             "interactive": "fuser -i asks before killing"})
 

@@ -20,12 +20,14 @@ RO_MOUNT_TYPES = {"xfs", "ext2", "ext3", "ext4", "btrfs", "vfat", "exfat", "iso9
                   "udf", "zfs"}
 # mount options that neither write nor change what is mounted read-only
 SAFE_MOUNT_OPTIONS = {"ro", "norecovery", "noload", "nouuid", "nologreplay", "rescue=nologreplay",
-                      "rescue=ignorebadroots", "rescue=ignoredatacsums", "noexec", "nosuid",
-                      "nodev", "noatime", "nodiratime", "inode64", "inode32", "user_xattr", "acl",
-                      "noacl", "utf8", "nosymfollow"}
+                      "nosuid", "nodev", "noexec", "rescue=ignorebadroots",
+                      "rescue=ignoredatacsums", "noatime", "nodiratime", "inode64", "inode32",
+                      "user_xattr", "acl", "noacl", "utf8", "nosymfollow"}
 SAFE_MOUNT_PREFIXES = ("uid=", "gid=", "umask=", "dmask=", "fmask=", "iocharset=", "codepage=",
                        "logdev=", "sb=", "subvol=", "subvolid=", "device=", "context=",
-                       "errors=", "session=", "blocksize=")
+                       "session=", "blocksize=")
+# an evidence mount never runs, honours set-uid bits on, or opens device nodes from, the evidence
+REQUIRED_MOUNT_OPTIONS = ("nosuid", "nodev", "noexec")
 _MAKE = ("make-shared", "make-slave", "make-private", "make-unbindable", "make-rshared",
          "make-rslave", "make-rprivate", "make-runbindable")
 
@@ -73,6 +75,13 @@ def _mount(p: Parsed, ctx: GuardContext) -> Decision | None:
         return Decision.refuse("XFS rejects noload; use ro,norecovery")
     if fstype == "zfs":
         return Decision.refuse("mount ZFS datasets through zpool import -o readonly=on -N")
+    missing = [o for o in REQUIRED_MOUNT_OPTIONS if o not in tokens]
+    if missing:
+        return Decision.refuse(f"mount without {','.join(missing)}: an evidence mount never runs "
+                               "programs, set-uid bits or device nodes from the evidence")
+    reason = ctx.mount_point_forbidden(p.operands[1])
+    if reason:
+        return Decision.refuse(f"mount point: {reason}")
     return Decision.allow(host_namespace=True)
 
 
@@ -242,7 +251,7 @@ DMSETUP = grammar(
 BLOCKDEV_READ = {"--getsz", "--getss", "--getpbsz", "--getiomin", "--getioopt", "--getalignoff",
                  "--getmaxsect", "--getbsz", "--getsize", "--getsize64", "--getra", "--getfra",
                  "--getro", "--getdiscardzeroes", "--getdiskseq", "--getzonesz", "--report",
-                 "--setro", "-q", "-v", "-V", "--version", "-h", "--help"}
+                 "-q", "-v", "-V", "--version", "-h", "--help"}
 
 
 def _blockdev(name: str, args: list[str], ctx: GuardContext, depth: int) -> Decision:
@@ -251,6 +260,10 @@ def _blockdev(name: str, args: list[str], ctx: GuardContext, depth: int) -> Deci
         if arg.startswith("-") and arg not in BLOCKDEV_READ:
             if arg in {"--setrw", "--flushbufs", "--rereadpt", "--setbsz", "--setra", "--setfra"}:
                 return Decision.refuse(f"blockdev {arg} changes device state")
+            if arg == "--setro":
+                return Decision.refuse("blockdev --setro: the kit write-blocks evidence itself "
+                                       "(recorded, releasable: `ckptrescue writeblock`); on any "
+                                       "other device it could stop the host")
             return Decision.refuse(f"blockdev {arg} is not on the read-only allowlist")
     return Decision.allow()
 

@@ -3,6 +3,7 @@ option they accept, so that an option they do not have (or one that writes) is r
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from ckptrescue.guard.decision import Decision
@@ -76,7 +77,7 @@ TOOLS["diff"] = grammar("diff", "-q --brief", "-s --report-identical-files", "-u
                         "-r --recursive", "-N --new-file", "-a --text", "--no-dereference",
                         *_HELP)
 TOOLS["od"] = grammar("od", "-A= --address-radix=", "-j= --skip-bytes=", "-N= --read-bytes=",
-                      "-t= --format=", "-v --output-duplicates", "-w= --width=?", "-x", "-c", "-b",
+                      "-t= --format=", "-v --output-duplicates", "-w=? --width=?", "-x", "-c", "-b",
                       "-d", *_HELP)
 TOOLS["hexdump"] = grammar("hexdump", "-b --one-byte-octal", "-c --one-byte-char", "-C --canonical",
                            "-d --two-bytes-decimal", "-o --two-bytes-octal",
@@ -95,7 +96,7 @@ TOOLS["lsblk"] = grammar(
     "-P --pairs", "-p --paths", "-Q= --filter=", "-r --raw", "-S --scsi", "-s --inverse",
     "-T --tree=?", "-t --topology", "-w= --width=", "-x= --sort=", "-y --shell", "-z --zoned",
     "--sysroot=", "--ct=", "--ct-filter=", "--highlight=", "--list-columns", "-h --help",
-    "-V --version")
+    "-V --version", devices=True)
 TOOLS["findmnt"] = grammar(
     "findmnt", "-s --fstab", "-m --mtab", "-k --kernel", "-A --all", "-a --ascii", "-b --bytes",
     "-C --nocanonicalize", "-c --canonicalize", "-D --df", "-d= --direction=", "-e --evaluate",
@@ -121,30 +122,42 @@ TOOLS["blkid"] = grammar(
     "-s= --match-tag=", "-S= --size=", "-t= --match-token=", "-u= --usages=", "-U= --uuid=",
     "-w= --wipe-cache=", "-h --help", "-V --version", summary="prints block device attributes",
     refuse={"garbage-collect": "blkid -g rewrites the blkid cache file"},
-    policy=_blkid)
+    policy=_blkid, devices=True)
 
 
-_XXD_VALUE = ("-c", "-g", "-l", "-o", "-s", "-n", "-R")
+# xxd reads its options by hand (``-c12``, ``-cols 12``, ``--r`` is ``-r``): only these exact
+# spellings are allowed, each value-taking one with its value as the next argument
+_XXD_FLAGS = {"-p", "-ps", "-plain", "-postscript", "-u", "-a", "-autoskip", "-b", "-bits", "-e",
+              "-E", "-EBCDIC", "-C", "-capitalize", "-d", "-i", "-include"}
+_XXD_VALUES = {"-c", "-cols", "-g", "-groupsize", "-l", "-len", "-s", "-seek", "-o", "-offset",
+               "-n", "-name", "-R"}
+_XXD_NUMBER = re.compile(r"^[+-]?(0[xX][0-9a-fA-F]+|[0-9]+)$")
+_XXD_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _xxd(name: str, args: list[str], ctx: GuardContext, depth: int) -> Decision:
-    """xxd reads its options by prefix (``-r...`` is revert, ``-c12`` or ``-cols 12``)."""
+    """xxd with reading options only and at most one input file (a second operand, or ``-r``
+    in any spelling, would write)."""
     operands: list[str] = []
     i = 0
     while i < len(args):
         arg = args[i]
         i += 1
-        if operands or arg == "-" or not arg.startswith("-"):
-            operands.append(arg)
+        if arg in _XXD_FLAGS:
             continue
-        if arg == "--":
-            operands.extend(args[i:])
-            break
-        if arg.startswith("-r"):
-            return Decision.refuse("xxd -r writes binary output (it can write to a device)")
-        prefix = next((p for p in _XXD_VALUE if arg.startswith(p)), None)
-        if prefix is not None and (arg == prefix or arg[2:].isalpha()):
-            i += 1  # the value is the next argument
+        if arg in _XXD_VALUES:
+            if i >= len(args):
+                return Decision.refuse(f"xxd {arg} needs a value")
+            value = args[i]
+            i += 1
+            ok = _XXD_WORD.match(value) if arg in {"-n", "-name", "-R"} else _XXD_NUMBER.match(value)
+            if not ok:
+                return Decision.refuse(f"xxd {arg} {value!r}: not a plain value")
+            continue
+        if arg.startswith("-") and arg != "-":
+            return Decision.refuse(f"xxd {arg}: only the reading options (-c N, -g N, -l N, -s N, "
+                                   "-o N, -p, -u, ...) spelt out; -r in any spelling writes")
+        operands.append(arg)
     if len(operands) > 1:
         return Decision.refuse("xxd with an output file writes a file; read to stdout only")
     return Decision.allow()

@@ -34,13 +34,14 @@ _JSON = ("-j --json", "--json-int", "--json-flat-vdevs", "--json-pool-key-guid")
 def _zpool_import(p: Parsed, ctx: GuardContext) -> Decision | None:
     if p.has("X", "T"):
         return Decision.refuse("zpool import -X/-T rewind extremely (data loss)")
-    if p.has("F"):
-        if not p.has("n"):
-            return Decision.refuse("zpool import -F without -n discards transactions")
-        return Decision.allow()  # -F -n only reports whether a rewind would work
-    if not p.operands and not p.has("a"):
-        if p.has("f") or p.has("o") or p.has("N"):
-            return Decision.refuse("zpool import -f only with -o readonly=on -N and a pool")
+    if p.has("F") and not p.has("n"):
+        return Decision.refuse("zpool import -F without -n discards transactions")
+    if p.has("a"):
+        return Decision.refuse("zpool import -a imports every pool it finds; name the one pool "
+                               "(with -o readonly=on -N)")
+    if not p.operands:
+        if p.has("f") or p.has("o") or p.has("N") or p.has("F"):
+            return Decision.refuse("zpool import -f/-F only with -o readonly=on -N and a pool")
         return Decision.allow()  # listing importable pools imports nothing
     props: dict[str, str] = {}
     for value in p.values("o"):
@@ -129,6 +130,7 @@ ZFS = Subcommands(
                               "-t="),
         "mount": grammar("zfs mount", "-o=", "-O", "-v", "-a", "-l", "-f", "-R",
                          refuse={"a": "zfs mount -a mounts every dataset",
+                                 "O": "zfs mount -O mounts over a non-empty directory",
                                  "l": "zfs mount -l loads encryption keys",
                                  "f": "zfs mount -f forces a mount",
                                  "R": "zfs mount -R mounts every descendant"},
@@ -140,7 +142,7 @@ ZDB = grammar(
     "zdb", "-b", "-c", "-C", "-d", "-D", "-E", "-h", "-i", "-l", "-L", "-m", "-M", "-O", "-r",
     "-R", "-s", "-S", "-u", "-A", "-B", "-e", "-F", "-G", "-k", "-P", "-q", "-Q", "-T", "-v",
     "-V", "-X", "-Y", "-y", "-I=", "-o=", "-p=", "-t=", "-U=", "-x=", "-K=", "-a",
-    abbreviate=False,
+    abbreviate=False, devices=True, caps=("CAP_SYS_ADMIN",),
     refuse={"x": "zdb -x dumps blocks into a directory", "r": "zdb -r copies a file out",
             "B": "zdb -B writes a send stream", "X": "zdb -X attempts extreme rewinds"})
 
