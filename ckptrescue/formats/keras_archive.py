@@ -16,8 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.formats import zipwalk
+from ckptrescue.checkpoint import (
+    CheckpointReport,
+    ProbeOptions,
+    TensorRecord,
+    Verdict,
+    worst_verdict,
+)
+from ckptrescue.formats import keras_zip, zipwalk
 from ckptrescue.formats.h5weights import Window, walk_h5
 from ckptrescue.formats.tf_findings import verdict_from
 from ckptrescue.model import Finding, Severity
@@ -38,7 +44,7 @@ def _names(path: Path) -> set[str]:
             if fh.read(4) != zipwalk.LOCAL_SIG and zipwalk.read_central(fh) is None:
                 return set()
             return {r.name for r in _layout(fh).records}
-    except (OSError, ValueError):
+    except Exception:  # noqa: BLE001 - detection never raises
         return set()
 
 
@@ -70,11 +76,17 @@ def probe_keras(path: Path, options: ProbeOptions) -> CheckpointReport:
                     evidence=ev, offset=rec.header_offset, source="keras"))
                 continue
             if rec.method != 0:
-                if rec.name in WEIGHTS_MEMBERS:
+                bad = keras_zip.check_compressed(fh, rec)
+                if bad is not None:
+                    report.findings.append(Finding(
+                        "KR010", Severity.ERROR, f"member {rec.name}: {bad}", evidence=ev,
+                        offset=rec.data_offset, length=rec.compressed_size, source="keras",
+                        details={"member": rec.name}))
+                elif rec.name in WEIGHTS_MEMBERS:
                     report.findings.append(Finding(
                         "KR004", Severity.WARNING, f"{rec.name} is compressed (method "
-                        f"{rec.method}): CRC checked on the stored bytes only", evidence=ev,
-                        source="keras"))
+                        f"{rec.method}): size and CRC-32 verified through a bounded inflate; "
+                        "tensors have no file offsets", evidence=ev, source="keras"))
                 continue
             crc, got = zipwalk.crc_range(fh, rec.data_offset, rec.compressed_size)
             if rec.crc is not None and got == rec.compressed_size and crc != rec.crc:
@@ -83,6 +95,9 @@ def probe_keras(path: Path, options: ProbeOptions) -> CheckpointReport:
                     f"{rec.crc:#010x}, calculated {crc:#010x}", evidence=ev,
                     offset=rec.data_offset, length=rec.compressed_size, source="keras",
                     details={"member": rec.name}))
+        for problem in keras_zip.zipfile_refusals(fh):
+            report.findings.append(Finding("KR011", Severity.ERROR, problem, evidence=ev,
+                                           source="keras"))
         report.extra["members"] = sorted(members)
         weights = next((members[n] for n in WEIGHTS_MEMBERS if n in members), None)
         if weights is None:
@@ -90,8 +105,12 @@ def probe_keras(path: Path, options: ProbeOptions) -> CheckpointReport:
                 report.findings.append(Finding("KR003", Severity.ERROR,
                                                "no model.weights.h5 member", evidence=ev,
                                                source="keras"))
-        elif weights.method == 0 and weights.data_offset is not None and \
-                weights.compressed_size is not None:
+        elif weights.method != 0:
+            crc_bad = any(f.code == "KR010" and f.details.get("member") == weights.name
+                          for f in report.findings)
+            if not crc_bad and not truncated:
+                keras_zip.walk_deflated(fh, weights, report, ev, options.numeric)
+        elif weights.data_offset is not None and weights.compressed_size is not None:
             limit = max(0, min(weights.compressed_size, size - weights.data_offset))
             window = Window(fh, weights.data_offset, limit)
             walk = walk_h5(window, evidence=ev, raw=fh, base=weights.data_offset,
@@ -106,6 +125,8 @@ def probe_keras(path: Path, options: ProbeOptions) -> CheckpointReport:
                 if t.status == "unverified" and not crc_bad and not truncated:
                     t.status, t.reasons = "ok", ["the weights member's CRC-32 verifies"]
     report.verdict = verdict_from(report)
+    if any(f.code in ("KR010", "KR011") for f in report.findings):
+        report.verdict = worst_verdict([report.verdict, Verdict.DAMAGED])
     if truncated:
         report.verdict = Verdict.TRUNCATED
     return report

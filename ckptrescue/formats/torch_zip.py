@@ -15,18 +15,26 @@ allowlist makes the verdict ``unsafe``.
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.formats import pickle_scan, tensormap, zipwalk
-from ckptrescue.formats.tensormap import StorageCheck, finding
+from ckptrescue.formats import pickle_scan, tensormap, torch_zip_view, zipwalk
+from ckptrescue.formats.tensormap import StorageCheck
 from ckptrescue.formats.tolerant_read import open_evidence
-from ckptrescue.model import Finding
+from ckptrescue.formats.torch_zip_records import (
+    ZipProbe,
+    _alignment,
+    _Bounded,
+    _byteorder,
+    _check_record,
+    _check_serialization_id,
+    _declared_sizes,
+    _read_pickle,
+)
+from ckptrescue.formats.torch_zip_view import finding
 
 _DATA_RE = re.compile(r"^(?P<prefix>(?:.*/)?)data/(?P<key>[^/]+)$")
 _META = ("version", ".data/version", "byteorder", ".format_version", ".storage_alignment",
@@ -48,29 +56,15 @@ def looks_like_torch_zip(fh: BinaryIO, start: int = 0, end: int | None = None) -
     """Structure-based detection (EOCD names, else local header names near the start)."""
     try:
         layout = zipwalk.read_central(fh, start, end)
-    except (OSError, ValueError):
+    except Exception:  # noqa: BLE001 - detection never raises: a hostile file is just not ours
         layout = None
     if layout is not None and _prefix_of([r.name for r in layout.records]) is not None:
         return True
-    head = zipwalk.find_local_names(fh) if start == 0 else []
+    try:
+        head = zipwalk.find_local_names(fh) if start == 0 else []
+    except Exception:  # noqa: BLE001
+        return False
     return _prefix_of(head) is not None
-
-
-@dataclass
-class ZipProbe:
-    """The parts of a probe of one zip (a file, or one DCP item inside a file)."""
-
-    tensors: list[TensorRecord] = field(default_factory=list)
-    storages: dict[str, StorageCheck] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)
-    globals: list[str] = field(default_factory=list)
-    unsafe_globals: list[str] = field(default_factory=list)
-    root: Any = None
-    prefix: str = ""
-    strides: dict[str, list[int]] = field(default_factory=dict)
-    records: list[dict[str, Any]] = field(default_factory=list)
-    byteorder: str = "little"
 
 
 def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None,
@@ -124,8 +118,15 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
             out.findings.append(finding("TZ011", msg, evidence=path, offset=off))
             out.verdicts.append(Verdict.DAMAGED)
 
-    records = layout.by_name()
-    prefix = _prefix_of(list(records)) or ""
+    records: Any = layout.by_name()
+    if layout.central_directory:
+        records, rule_findings, rule_verdicts = torch_zip_view.reader_findings(fh, layout, path)
+        out.findings.extend(rule_findings)
+        out.verdicts.extend(rule_verdicts)
+    view_prefix = records.view.prefix if isinstance(records, torch_zip_view.Records) and \
+        records.view is not None else None
+    prefix = view_prefix if view_prefix is not None and \
+        records.get(view_prefix + "data.pkl") is not None else (_prefix_of(list(records)) or "")
     out.prefix = prefix
     out.records = [{"name": r.name, "header_offset": r.header_offset,
                     "data_offset": r.data_offset, "length": r.compressed_size,
@@ -197,6 +198,13 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
             any_payload = True
             if rec.crc:
                 all_crc_zero = False
+    if isinstance(records, torch_zip_view.Records):
+        reads = [prefix + "data.pkl", *(prefix + m for m in torch_zip_view.READ_META),
+                 *(f"{prefix}data/{k}" for k in refs_by_key)]
+        read_findings, read_verdicts = torch_zip_view.check_reads(layout, records, reads, path,
+                                                                  end)
+        out.findings.extend(read_findings)
+        out.verdicts.extend(read_verdicts)
     # Records are independent: verify them on a few threads (zlib, numpy and preadv release
     # the GIL); each thread streams one record with its own 1 MiB buffer.
     tensormap.run_parallel([
@@ -282,178 +290,6 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
     return out
 
 
-def _declared_sizes(scan: pickle_scan.PickleScan) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    refs_by_key: dict[str, list[Any]] = {}
-    for _, ref in pickle_scan.iter_named(scan.root):
-        pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
-        if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
-            refs_by_key.setdefault(pref.key, []).append(ref)
-    for pref in scan.persistent_refs:
-        if pref.is_storage:
-            refs_by_key.setdefault(pref.key, []).append(pref)
-            n = tensormap.declared_nbytes(pref, tensormap.storage_dtype(refs_by_key[pref.key]))
-            if n is not None:
-                sizes[pref.key] = n
-    return sizes
-
-
-class _Bounded(io.RawIOBase):
-    """A read-only view of ``fh`` from its current position up to ``end``."""
-
-    def __init__(self, fh: BinaryIO, end: int) -> None:
-        self._fh, self._end = fh, end
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._fh.tell()
-
-    def read(self, n: int = -1) -> bytes:
-        left = max(0, self._end - self._fh.tell())
-        n = left if n is None or n < 0 else min(n, left)
-        return self._fh.read(n)
-
-    def readline(self, limit: int = -1) -> bytes:
-        left = max(0, self._end - self._fh.tell())
-        limit = left if limit is None or limit < 0 else min(limit, left)
-        return self._fh.readline(limit)
-
-
-def _byteorder(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> str:
-    """The ``byteorder`` record ("little" when absent, as torch < 2.1 wrote none)."""
-    if rec is None or rec.data_offset is None or not rec.compressed_size:
-        return "little"
-    raw = zipwalk.pread(fh, rec.data_offset, min(rec.compressed_size, 8))
-    return "big" if raw.strip() == b"big" else "little"
-
-
-def _alignment(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> int:
-    if rec is None or rec.data_offset is None or not rec.compressed_size:
-        return 64
-    raw = zipwalk.pread(fh, rec.data_offset, min(rec.compressed_size, 16))
-    try:
-        value = int(raw.decode("ascii").strip())
-    except ValueError:
-        return 64
-    return value if 0 < value <= 1 << 20 else 64
-
-
-def _read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int, start: int,
-                 end: int, prescan: pickle_scan.PickleScan | None,
-                 ) -> tuple[pickle_scan.PickleScan | None, list[Finding], list[Verdict]]:
-    findings: list[Finding] = []
-    verdicts: list[Verdict] = []
-    if rec.data_offset is None:
-        rec.data_offset = zipwalk.guess_data_offset(rec, alignment, start)
-        findings.append(finding("TZ007", f"{rec.name}: local header damaged; data offset "
-                                "inferred from torch's alignment rule", evidence=path,
-                                offset=rec.header_offset))
-        verdicts.append(Verdict.DAMAGED)
-    if rec.method != 0:
-        findings.append(finding("TZ009", f"{rec.name}: compressed (method {rec.method}); not "
-                                "inspected", evidence=path))
-        return None, findings, [*verdicts, Verdict.UNREADABLE]
-    size = rec.compressed_size
-    if size is None or size > pickle_scan.MAX_PICKLE_BYTES:
-        size = min(end - rec.data_offset, pickle_scan.MAX_PICKLE_BYTES)
-    data = zipwalk.pread(fh, rec.data_offset, size)
-    crc_bad = False
-    if rec.crc and rec.compressed_size is not None and len(data) == rec.compressed_size:
-        import zlib
-
-        if zlib.crc32(data) & 0xFFFFFFFF != rec.crc:
-            crc_bad = True
-            findings.append(finding("TZ002", f"{rec.name}: CRC-32 mismatch (pickle bytes "
-                                    "changed)", evidence=path, offset=rec.data_offset,
-                                    length=rec.compressed_size))
-            verdicts.append(Verdict.DAMAGED)
-    try:
-        scan = prescan or pickle_scan.scan_pickle(data, start=rec.data_offset)
-    except pickle_scan.PickleError as exc:
-        truncated = rec.truncated or len(data) < (rec.compressed_size or 0)
-        findings.append(finding(
-            "PK002", f"{rec.name}: static parse stopped at byte {exc.position}: {exc}",
-            evidence=path, offset=exc.position))
-        findings.append(finding("TZ009", f"{rec.name} unreadable: tensor names lost",
-                                evidence=path, offset=rec.data_offset, length=size))
-        verdicts.append(Verdict.TRUNCATED if truncated else Verdict.DAMAGED)
-        return None, findings, verdicts
-    if crc_bad:
-        findings.append(finding("PK002", f"{rec.name}: parses despite the CRC mismatch; names "
-                                "and shapes may be wrong", evidence=path))
-    return scan, findings, verdicts
-
-
-def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: str,
-                  alignment: int, start: int, end: int, do_numeric: bool, out: ZipProbe,
-                  names: list[str]) -> None:
-    sc.crc_stored = rec.crc
-    sc.record_size = rec.compressed_size
-    if rec.data_offset is None:
-        rec.data_offset = zipwalk.guess_data_offset(rec, alignment, start)
-        sc.mark("damaged", "local header damaged (torch.load cannot read this record)",
-                "TZ007")
-        out.verdicts.append(Verdict.DAMAGED)
-    sc.data_offset = rec.data_offset
-    if rec.method != 0:
-        sc.mark("unverified", f"compressed record (method {rec.method}) not inspected")
-        return
-    size = rec.compressed_size
-    if size is None:
-        size = sc.declared if sc.declared is not None else max(0, end - rec.data_offset)
-    if sc.declared is not None and rec.compressed_size is not None \
-            and rec.compressed_size != sc.declared and rec.source == "central":
-        sc.mark("damaged", f"record holds {rec.compressed_size} bytes, pickle declares "
-                f"{sc.declared} (size mismatch)", "TZ004")
-    want = min(size, max(0, end - rec.data_offset))
-    tensormap.stream_check(fh, sc, length=want, do_numeric=do_numeric,
-                           want_crc=bool(rec.crc), names=names,
-                           big_endian=out.byteorder == "big")
-    got = sc.available or 0
-    if got < size or rec.truncated:
-        sc.mark("truncated", f"only {got} of {size} bytes present (file ends)")
-        return
-    if rec.crc is None:
-        sc.mark("unverified", "no CRC-32 available (descriptor lost)")
-    elif rec.crc == 0 and size > 0:
-        sc.mark("unverified", "CRC-32 not recorded (0)")
-    elif rec.crc and sc.crc_actual != rec.crc:
-        sc.mark("damaged", f"CRC-32 mismatch: stored {rec.crc:08x}, computed "
-                f"{sc.crc_actual:08x}", "TZ002")
-
-
-def _hash_combine(seed: int, value: int) -> int:
-    mask = (1 << 64) - 1
-    return (seed ^ ((value + 0x9E3779B9 + (seed << 6) + (seed >> 2)) & mask)) & mask
-
-
-def _check_serialization_id(fh: BinaryIO, layout: zipwalk.ZipLayout, prefix: str, path: str,
-                            out: ZipProbe) -> None:
-    target = None
-    combined = 0
-    for rec in sorted(layout.records, key=lambda r: r.header_offset):
-        if rec.name == prefix + ".data/serialization_id":
-            target = rec
-            break
-        if rec.size == 0:
-            continue  # torch leaves empty records out of the combined CRC
-        combined = _hash_combine(combined, rec.crc or 0)
-    if target is None or target.data_offset is None or target.compressed_size != 40:
-        return
-    raw = zipwalk.pread(fh, target.data_offset, 40)
-    try:
-        stored = int(raw[20:40].decode("ascii"))
-    except ValueError:
-        return
-    if stored != combined:
-        out.findings.append(finding(
-            "TZ008", ".data/serialization_id does not match the records' CRCs (records "
-            "dropped, reordered or CRC-tampered)", evidence=path, offset=target.data_offset,
-            length=40, details={"stored": stored, "computed": combined}))
-
-
 class TorchZipFormat:
     """torch.save zip archive (``torch-zip``)."""
 
@@ -467,13 +303,23 @@ class TorchZipFormat:
         try:
             with open(path, "rb") as fh:
                 return looks_like_torch_zip(fh)
-        except OSError:
+        except Exception:  # noqa: BLE001 - detection never raises
             return False
 
     @classmethod
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
-        with open_evidence(path) as fh:
-            part = probe_zip(fh, str(path), do_numeric=options.numeric)
+        try:
+            with open_evidence(path) as fh:
+                part = probe_zip(fh, str(path), do_numeric=options.numeric)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failure inside a file is a finding on it
+            report = CheckpointReport(path=str(path), format=cls.name,
+                                      verdict=Verdict.UNREADABLE, files=[str(path)])
+            report.findings.append(finding(
+                "TZ021", f"the zip parser stopped: {type(exc).__name__}: {exc}"[:300],
+                evidence=str(path)))
+            return report
         report = CheckpointReport(path=str(path), format=cls.name, verdict=Verdict.INTACT,
                                   tensors=part.tensors, findings=part.findings,
                                   files=[str(path)])

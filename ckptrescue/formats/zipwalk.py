@@ -55,6 +55,17 @@ class ZipRecord:
     header_ok: bool = True
     truncated: bool = False  # data runs past the end of the window
     problems: list[str] = field(default_factory=list)
+    # raw central-directory fields (what a strict reader such as miniz judges)
+    name_raw: bytes = b""
+    index: int = -1  # position in the central directory
+    cd_offset: int | None = None
+    method32: int = 0  # miniz reads the method as a 32-bit word (method + DOS time)
+    disk_start: int = 0
+    external_attr: int = 0
+    extra: bytes = b""
+    raw_sizes: tuple[int, int, int] = (0, 0, 0)  # 32-bit csize, usize, header offset
+    zip64_problem: str | None = None  # the zip64 extra field a reader needs is cut or absent
+    local_name_raw: bytes | None = None
 
     @property
     def data_end(self) -> int | None:
@@ -72,16 +83,26 @@ class ZipLayout:
     eocd_offset: int | None = None
     problems: list[tuple[str, str, int | None]] = field(default_factory=list)  # (kind, msg, off)
     walk_end: int | None = None  # where the forward walk stopped
+    archive_size: int = 0  # the window's size (end - start)
+    start: int = 0  # the window's start (absolute offset of archive byte 0)
+    end_record: dict[str, int] = field(default_factory=dict)  # raw EOCD / zip64 fields
 
     def by_name(self) -> dict[str, ZipRecord]:
         return {r.name: r for r in self.records}
 
 
 def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
-    """Read up to ``length`` bytes at ``offset`` (short at EOF); never moves other readers."""
+    """Read up to ``length`` bytes at ``offset`` (short at EOF); never moves other readers.
+
+    Total: any offset or length (negative, past the end, 2^64) gives the bytes that exist.
+    """
     if length <= 0 or offset < 0:
         return b""
     fd = fh.fileno()
+    size = os.fstat(fd).st_size
+    if offset >= size:
+        return b""
+    length = min(length, size - offset)
     out = b""
     while len(out) < length:
         try:
@@ -112,8 +133,11 @@ def crc_range(
     crc = 0
     done = 0
     pos = offset
-    end = offset + length
     fd = fh.fileno()
+    if offset < 0 or length <= 0:
+        return 0, 0
+    length = max(0, min(length, os.fstat(fd).st_size - offset))
+    end = offset + length
     buf = bytearray(min(chunk, max(length, 1)))
     mv = memoryview(buf)
     while pos < end:
@@ -140,22 +164,18 @@ def crc_range(
     return crc & 0xFFFFFFFF, done
 
 
-def _find_eocd(fh: BinaryIO, start: int, end: int) -> int | None:
-    tail_len = min(end - start, 22 + _MAX_COMMENT)
-    tail = pread(fh, end - tail_len, tail_len)
-    idx = len(tail)
-    while True:
-        idx = tail.rfind(EOCD_SIG, 0, idx)
-        if idx < 0:
-            return None
-        if idx + 22 <= len(tail):
-            (comment_len,) = struct.unpack_from("<H", tail, idx + 20)
-            if idx + 22 + comment_len <= len(tail):
-                return end - tail_len + idx
-        # keep looking further back
+def read_central(fh: BinaryIO, start: int = 0, end: int | None = None) -> ZipLayout | None:
+    """Parse EOCD/zip64/central directory in ``[start, end)``; None when no EOCD is found.
+
+    Implemented in :mod:`zipcentral` (re-exported here for the formats that walk zips).
+    """
+    from ckptrescue.formats.zipcentral import read_central as _read_central
+
+    return _read_central(fh, start, end)
 
 
-def _zip64_extra(extra: bytes, want: list[str]) -> dict[str, int]:
+def zip64_extra(extra: bytes, want: list[str]) -> dict[str, int]:
+    """The zip64 extended-information values named in ``want`` (in APPNOTE order)."""
     out: dict[str, int] = {}
     i = 0
     while i + 4 <= len(extra):
@@ -170,85 +190,6 @@ def _zip64_extra(extra: bytes, want: list[str]) -> dict[str, int]:
             return out
         i += 4 + size
     return out
-
-
-def read_central(fh: BinaryIO, start: int = 0, end: int | None = None) -> ZipLayout | None:
-    """Parse EOCD/zip64/central directory in ``[start, end)``; None when no EOCD is found."""
-    if end is None:
-        end = os.fstat(fh.fileno()).st_size
-    eocd = _find_eocd(fh, start, end)
-    if eocd is None:
-        return None
-    layout = ZipLayout(records=[], central_directory=True, eocd_offset=eocd)
-    raw = pread(fh, eocd, 22)
-    _, _, _, _, n_entries, cd_size, cd_offset, _ = struct.unpack("<4sHHHHIIH", raw)
-    loc = pread(fh, eocd - 20, 20) if eocd - 20 >= start else b""
-    if len(loc) == 20 and loc[:4] == Z64_LOC_SIG:
-        (z64_off,) = struct.unpack_from("<Q", loc, 8)
-        z64 = pread(fh, start + z64_off, 56)
-        if len(z64) == 56 and z64[:4] == Z64_EOCD_SIG:
-            n_entries, cd_size, cd_offset = struct.unpack_from("<QQQ", z64, 32)
-        else:
-            layout.problems.append(("structure", "zip64 end record missing or damaged",
-                                    start + z64_off))
-    cd_abs = start + cd_offset
-    # Bytes prepended to the archive shift every offset: detect from where the CD really is.
-    cd_end_expected = eocd
-    if len(loc) == 20 and loc[:4] == Z64_LOC_SIG:
-        (z64_off,) = struct.unpack_from("<Q", loc, 8)
-        cd_end_expected = start + z64_off
-    shift = 0
-    if pread(fh, cd_abs, 4) != CENTRAL_SIG and cd_size and \
-            pread(fh, cd_end_expected - cd_size, 4) == CENTRAL_SIG:
-        shift = cd_end_expected - cd_size - cd_abs
-        cd_abs += shift
-        layout.problems.append(("structure", f"archive offsets shifted by {shift} bytes",
-                                cd_abs))
-    if cd_size > _MAX_CD_BYTES or cd_abs + cd_size > end:
-        layout.problems.append(("structure", "central directory size out of range", cd_abs))
-        return None
-    cd = pread(fh, cd_abs, cd_size)
-    i = 0
-    while i + 46 <= len(cd) and len(layout.records) < n_entries + 1:
-        if cd[i:i + 4] != CENTRAL_SIG:
-            layout.problems.append(("central", "central directory entry signature damaged",
-                                    cd_abs + i))
-            break
-        (_, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _,
-         lho) = struct.unpack_from("<4sHHHHHHIIIHHHHHII", cd, i)
-        name = cd[i + 46:i + 46 + nlen].decode("utf-8", "replace")
-        extra = cd[i + 46 + nlen:i + 46 + nlen + xlen]
-        want = [k for k, v in (("usize", usize), ("csize", csize), ("lho", lho))
-                if v == 0xFFFFFFFF]
-        if want:
-            z = _zip64_extra(extra, want)
-            usize, csize, lho = z.get("usize", usize), z.get("csize", csize), z.get("lho", lho)
-        rec = ZipRecord(name=name, header_offset=start + lho + shift, compressed_size=csize,
-                        size=usize, crc=crc, method=method, flags=flags, source="central")
-        _attach_local(fh, rec, end)
-        layout.records.append(rec)
-        i += 46 + nlen + xlen + clen
-    if len(layout.records) != n_entries:
-        layout.problems.append(("central", f"central directory lists {len(layout.records)} of "
-                                f"{n_entries} entries", cd_abs))
-    return layout
-
-
-def _attach_local(fh: BinaryIO, rec: ZipRecord, end: int) -> None:
-    hdr = pread(fh, rec.header_offset, 30)
-    if len(hdr) < 30 or hdr[:4] != LOCAL_SIG:
-        rec.header_ok = False
-        rec.problems.append("local header missing or damaged")
-        return
-    nlen, xlen = struct.unpack_from("<HH", hdr, 26)
-    name = pread(fh, rec.header_offset + 30, nlen).decode("utf-8", "replace")
-    if name != rec.name:
-        rec.header_ok = False
-        rec.problems.append(f"local header names {name!r}")
-        return
-    rec.data_offset = rec.header_offset + 30 + nlen + xlen
-    if rec.data_end is not None and rec.data_end > end:
-        rec.truncated = True
 
 
 def guess_data_offset(rec: ZipRecord, alignment: int, start: int = 0) -> int:
@@ -333,7 +274,7 @@ def walk_local(
             pos = end
             break
         if not flags & 0x08:
-            z = _zip64_extra(extra, [k for k, v in (("usize", usize), ("csize", csize))
+            z = zip64_extra(extra, [k for k, v in (("usize", usize), ("csize", csize))
                                      if v == 0xFFFFFFFF])
             rec.crc, rec.compressed_size = crc, z.get("csize", csize)
             rec.size = z.get("usize", usize)
@@ -344,7 +285,8 @@ def walk_local(
                 rec.compressed_size = rec.size = hint
                 desc = pread(fh, rec.data_offset + hint, 24)
                 if desc[:4] == DESC_SIG:
-                    rec.crc = struct.unpack_from("<I", desc, 4)[0]
+                    if len(desc) >= 8:
+                        rec.crc = struct.unpack_from("<I", desc, 4)[0]
                     # torch (_load._get_offset): u64 sizes when the header offset or the size
                     # needs 64 bits
                     big = rec.header_offset - start >= 0xFFFFFFFF or hint >= 0xFFFFFFFF
