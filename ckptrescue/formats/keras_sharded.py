@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats.h5weights import H5WeightsFormat, walk_h5
+from ckptrescue.formats.jsondepth import too_deep
 from ckptrescue.formats.tf_findings import verdict_from
 from ckptrescue.model import Finding, Severity
 
@@ -28,8 +29,11 @@ def read_weight_map(path: Path) -> dict[str, list[str]] | None:
     try:
         if path.stat().st_size > JSON_CAP:
             return None
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        raw = path.read_bytes()
+        if too_deep(raw, 64) is not None:
+            return None  # not a weights map (one is two levels deep); never recurse into it
+        data: Any = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     wmap = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(wmap, dict) or not all(

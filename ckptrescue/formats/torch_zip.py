@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.formats import pickle_scan, tensormap, torch_zip_view, zipwalk
+from ckptrescue.formats.pickle_verdict import judge
 from ckptrescue.formats.tensormap import StorageCheck
 from ckptrescue.formats.tolerant_read import open_evidence
 from ckptrescue.formats.torch_zip_records import (
@@ -159,6 +160,11 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
                 + ", ".join(out.unsafe_globals), evidence=path,
                 details={"globals": out.unsafe_globals}))
             out.verdicts.append(Verdict.UNSAFE)
+        # frame overruns, scan limits and opcodes torch's weights-only unpickler refuses
+        extra, extra_verdicts = judge(scan, path, allowed=lambda g: True, weights_only=True,
+                                      label="data.pkl")
+        out.findings.extend(extra)
+        out.verdicts.extend(extra_verdicts)
         for name, ref in pickle_scan.iter_named(scan.root):
             full = name_prefix + name if name else name_prefix.rstrip(".") or "<root>"
             named.append((full, ref))

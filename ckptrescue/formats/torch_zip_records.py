@@ -144,6 +144,15 @@ def _read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int
         findings.append(finding(
             "PK002", f"{rec.name}: static parse stopped at byte {exc.position}: {exc}",
             evidence=path, offset=exc.position))
+        if exc.partial is not None:
+            # what the unpickler met before the error, it ran: a payload there is unsafe
+            bad = exc.partial.unsafe_globals()
+            if bad:
+                findings.append(finding(
+                    "PK001", f"{rec.name} references globals outside the weights-only allowlist "
+                    "before its parse error (the unpickler ran them): " + ", ".join(bad),
+                    evidence=path, details={"globals": bad}))
+                verdicts.append(Verdict.UNSAFE)
         findings.append(finding("TZ009", f"{rec.name} unreadable: tensor names lost",
                                 evidence=path, offset=rec.data_offset, length=size))
         verdicts.append(Verdict.TRUNCATED if truncated else Verdict.DAMAGED)
