@@ -15,7 +15,7 @@ import pickletools
 import struct
 import time
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ckptrescue.checkpoint import Verdict
@@ -73,6 +73,24 @@ class Recorder(pickle.Unpickler):
         return _Stub()
 
 
+MEMO_CAP = 1 << 16
+
+
+def _huge_memo(data: bytes) -> bool:
+    """CPython's C unpickler grows its memo *array* to the largest index it is given (8 bytes
+    an entry, zero-filled): a random LONG_BINPUT index makes the oracle itself allocate tens of
+    GiB. Such streams are left out of the differential tests (the scanner's memo is a dict, as
+    torch's weights-only unpickler's is)."""
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in {"LONG_BINPUT", "LONG_BINGET", "PUT", "GET"} and \
+                    isinstance(arg, int) and arg > MEMO_CAP:
+                return True
+    except Exception:  # noqa: BLE001, S110 - only the prefix that parses matters
+        pass
+    return False
+
+
 def recorded(data: bytes) -> tuple[list[tuple[str, str]], bool]:
     u = Recorder(data)
     try:
@@ -116,6 +134,7 @@ OP = st.one_of(
        st.booleans())
 def test_globals_equal_the_recording_unpicklers(ops, proto, stop):
     data = proto + b"".join(ops) + (b"." if stop else b"")
+    assume(not _huge_memo(data))
     want, ok = recorded(data)
     got, parsed = scanned(data)
     assert got == want, (data, got, want)
@@ -125,6 +144,7 @@ def test_globals_equal_the_recording_unpicklers(ops, proto, stop):
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=200))
 def test_globals_equal_on_arbitrary_bytes(data):
+    assume(not _huge_memo(data))
     want, _ = recorded(data)
     got, _ = scanned(data)
     assert got == want, (data, got, want)
