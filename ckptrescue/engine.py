@@ -42,6 +42,9 @@ class Plan:
     params: dict[str, Any]
     run_key: str = ""
     answers_yes: bool = False
+    # A playbook run resumes an unfinished earlier attempt of the same command; a one-step
+    # command (``single_step``) is a new run unless the caller asks to resume.
+    resumable: bool = True
 
     def __post_init__(self) -> None:
         if not self.run_key:
@@ -74,7 +77,7 @@ def single_step(action: str, args: dict[str, Any], *, step_id: str | None = None
     digest = hashlib.sha256(canonical({"action": action, "args": args})).hexdigest()
     book = Playbook(name=f"cli-{action}", title=action, description="", parameters=(),
                     steps=(step,), source="<cli>", digest=digest)
-    return Plan(playbook=book, params={})
+    return Plan(playbook=book, params={}, resumable=False)
 
 
 # ---- references -------------------------------------------------------------------------------
@@ -218,13 +221,16 @@ def run(
     runner: Any = None,
     cancel: threading.Event | None = None,
     confirm: Callable[[str], bool | None] | None = None,
-    resume: bool = True,
+    resume: bool | None = None,
     native: dict[str, Any] | None = None,
 ) -> Iterator[Event]:
     """Run every step of ``plan``, yielding events; findings are also recorded in ``case``.
 
     ``confirm(prompt)`` answers confirm gates: True (go on), False (stop), None (no answer:
-    non-interactive). ``plan.answers_yes`` answers every gate with yes. ``native``, when given,
+    non-interactive). ``plan.answers_yes`` answers every gate with yes. ``resume`` (default:
+    ``plan.resumable``) skips the steps an unfinished earlier attempt of the same run key
+    finished; a one-step plan therefore starts afresh unless ``resume=True`` is passed, so that
+    running the same command twice runs it twice. ``native``, when given,
     receives each step's in-process library result (``native[step_id]``) and the exception of
     a step that could not do its job (``native[step_id + "!error"]``): the CLI renders from it.
     """
@@ -234,6 +240,8 @@ def run(
     cancel = cancel or threading.Event()
     actions = registry()
     book = plan.playbook
+    if resume is None:
+        resume = plan.resumable
     done = finished_steps(case, plan.run_key) if resume else {}
     outputs: dict[str, dict[str, Any]] = {}
     statuses: dict[str, str] = {}
