@@ -9,5 +9,8 @@ Modules (import the one you need; nothing heavy is imported here):
 * ``devices.devices``, ``triage.triage``, ``copy.copy_tree``, ``extract.extract``;
 * ``writeblock`` — the kernel write block: BLKROSET on evidence devices, ``chattr +i`` on
   acquired images, recorded as ``safety.kernel``; kept until ``writeblock.release``;
+* ``filesystem`` + ``filesystems/`` — the filesystem registry (per-fs detection, read-only
+  mount options, inspection, offline locate, kernel log patterns); ``filesystems/_example.py``;
+* ``loops``, ``candidates``, ``lvm``, ``zfs_mount``, ``mount_state`` — the parts of ``mounting``;
 * ``samedisk``, ``sysfs``, ``fiemap`` — read-only helpers.
 """

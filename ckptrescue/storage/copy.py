@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.storage import mounting, samedisk, sysfs, walk, writeblock
+from ckptrescue.storage import filesystem, samedisk, sysfs, walk, writeblock
+from ckptrescue.storage.filesystem import CopySources
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -76,6 +77,16 @@ def render_manifest(m: dict[str, str]) -> bytes:
     return "".join(f"{h}  ./{p}\n" for p, h in sorted(m.items())).encode()
 
 
+def copy_sources(case: Case, src: Path) -> CopySources:
+    """What to copy for the mount point ``src``: a registered filesystem's own answer (the
+    datasets of a ZFS pool the case imported), else ``src``'s one filesystem."""
+    for fs in filesystem.registry():
+        own = fs.copy_sources(case, src)
+        if own is not None:
+            return own
+    return CopySources(media=[str(src)], mounted=[src], left_out=[], one_filesystem=True)
+
+
 def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = None) -> CopyResult:
     src = Path(os.path.realpath(mountpoint))
     if not src.is_dir():
@@ -84,32 +95,18 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     if os.path.realpath(dst).startswith(os.path.realpath(src).rstrip("/") + "/"):
         raise UsageError(f"{dst} is inside the source {src}")
     dst.mkdir(parents=True, exist_ok=True)
-    zfs = mounting.zfs_mount_holding(case, src)
-    # a pool imported by `mount`: its physical media are the member images/devices, and its
-    # datasets are separate (read-only) mounts below the altroot, all copied
-    media = ([zfs["target"], *[m["target"] for m in zfs.get("members") or []]]
-             if zfs else [str(src)])
-    for m in media:
+    sources = copy_sources(case, src)
+    for m in sources.media:
         cmp = samedisk.compare(m, dst)
         case.log("copy.samedisk", {"source": m, "dest": str(dst), **cmp.to_json()})
         if cmp.verdict is not samedisk.Sameness.DIFFERENT:
             raise RefusedError(f"copy destination {dst} must be on other media than {m}: "
                                f"{cmp.verdict} ({cmp.reason})",
                                hint="choose --dest on another disk")
-    def inside(d: dict[str, Any]) -> bool:
-        mp = Path(os.path.realpath(d["mountpoint"]))
-        return mp == src or src in mp.parents or mp in src.parents
-
-    mounted = ([Path(os.path.realpath(d["mountpoint"])) for d in zfs.get("datasets") or []
-                if d.get("mounted") and inside(d)] if zfs else [src])
-    left_out = ([f"{d['dataset']} ({d.get('reason') or 'not mounted'})"
-                 for d in zfs.get("datasets") or [] if not d.get("mounted") and inside(d)]
-                if zfs else [])
-    if zfs and not mounted:
-        raise UsageError(f"{src}: no dataset of pool {zfs['zfs_pool']} is mounted there",
-                         hint="give the mount point used with `ckptrescue mount` or a dataset "
-                              "below it")
-    devs = {p.stat().st_dev for p in mounted} if zfs else None
+    mounted, left_out = sources.mounted, sources.left_out
+    if not mounted:
+        raise UsageError(sources.nothing_mounted, hint=sources.nothing_hint)
+    devs = None if sources.one_filesystem else {p.stat().st_dev for p in mounted}
     need = 0
     for p in mounted:
         sv = os.statvfs(p)
@@ -136,7 +133,7 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
                           details={"readonly_mount": ro})
     runner = SubprocessRunner(case)
     log = case.work_dir / f"rsync-{os.getpid()}-{len(list(case.work_dir.iterdir()))}.log"
-    flags = tuple(f for f in RSYNC_FLAGS if not (zfs and f == "-x"))  # datasets are nested mounts
+    flags = tuple(f for f in RSYNC_FLAGS if sources.one_filesystem or f != "-x")
     argv = ("rsync", *flags, "--open-noatime", "-i", f"--log-file={log}",
             f"{src}/", f"{dst}/")
     res = runner.run(ToolCall(argv=argv, timeout_s=7 * 24 * 3600, purpose="read-only copy"))

@@ -9,9 +9,10 @@
    (inline, delalloc) are skipped.
 4. Files that were hit are probed with ``ckptrescue.probes.checkpoints.probe_paths``; tensors
    whose ``[offset, offset+length)`` in that file intersect a hit are named.
-5. When the image does not mount, XFS falls back to ``xfs_db -r`` (``convert``, ``blockget -n``,
-   ``blockuse -n``, ``ncheck``) and ext2/3/4 to ``debugfs`` (``icheck``/``ncheck``); these give
-   the file, not the offset inside it, unless FIEMAP can be run later.
+5. When the image does not mount, the filesystem maps blocks with its own tools
+   (``locate_offline``: XFS ``xfs_db -r``, ext2/3/4 ``debugfs``).
+6. A filesystem without FIEMAP locates on the image by its own means (the registry's
+   ``locate_image``: a ZFS member is imported and read, ``locate_zfs``).
 """
 
 from __future__ import annotations
@@ -20,63 +21,20 @@ import bisect
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.errors import EvidenceError, ToolFailedError, ToolMissingError, UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.parsers import ddrescue_mapfile
-from ckptrescue.storage import fiemap, mounting, walk
+from ckptrescue.storage import fiemap, filesystem, mounting, walk
+from ckptrescue.storage.hits import FileHit, LocateResult, RangeHits, merge
+
+__all__ = ["FileHit", "LocateResult", "RangeHits", "locate", "map_files", "tensor_names"]
+_merge = merge  # compatibility
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
-
-
-@dataclass
-class FileHit:
-    path: str  # relative to the filesystem root
-    file_offset: int
-    length: int
-    tensors: list[str] = field(default_factory=list)
-    shared: bool = False
-    unwritten: bool = False
-    inode: int | None = None  # known on the offline (xfs_db/debugfs) path
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "file_offset": self.file_offset, "length": self.length,
-                "tensors": self.tensors}
-
-
-@dataclass
-class RangeHits:
-    start: int
-    end: int
-    files: list[FileHit] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"start": self.start, "end": self.end, "files": [f.to_json() for f in self.files]}
-
-
-@dataclass
-class LocateResult:
-    ranges: list[RangeHits]
-    method: str = "fiemap"
-    partition_start: int = 0
-    fstype: str | None = None
-    tensor_map: str = "unavailable"  # "probe_paths" when tensors were mapped
-    notes: list[str] = field(default_factory=list)
-    # device byte ranges of filesystems/volumes that could not be mapped: (start, end, why)
-    unmapped: list[tuple[int, int, str]] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        """The documented JSON shape (issue 5)."""
-        return {"ranges": [r.to_json() for r in self.ranges]}
-
-    def details(self) -> dict[str, Any]:
-        return {**self.to_json(), "method": self.method, "partition_start": self.partition_start,
-                "fstype": self.fstype, "tensor_map": self.tensor_map, "notes": self.notes}
 
 
 def map_files(root: Path, ranges: list[tuple[int, int]], *, offset: int = 0,
@@ -117,22 +75,8 @@ def map_files(root: Path, ranges: list[tuple[int, int]], *, offset: int = 0,
                                                 shared=bool(hit.flags & fiemap.SHARED),
                                                 unwritten=bool(hit.flags & fiemap.UNWRITTEN)))
     for r in out:
-        r.files = _merge(r.files)
+        r.files = merge(r.files)
     return out
-
-
-def _merge(hits: list[FileHit]) -> list[FileHit]:
-    hits = sorted(hits, key=lambda h: (h.path, h.file_offset))
-    merged: list[FileHit] = []
-    for h in hits:
-        last = merged[-1] if merged else None
-        if (last and last.path == h.path and h.file_offset >= 0
-                and last.file_offset + last.length == h.file_offset):
-            last.length += h.length
-            last.shared |= h.shared
-        else:
-            merged.append(h)
-    return merged
 
 
 def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits], *,
@@ -203,10 +147,10 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
         result = LocateResult(ranges=[], notes=["the mapfile has no unreadable ranges"])
     else:
         cands, blind = _filesystems_of(case, image)
-        if len(cands) == 1 and cands[0].info.get("TYPE") == "zfs_member":
-            from ckptrescue.storage.locate_zfs import locate_zfs
-
-            result = locate_zfs(case, image, ranges, member_start=cands[0].start)
+        own = (filesystem.get(cands[0].info.get("TYPE")).locate_image(
+            case, image, ranges, member_start=cands[0].start) if len(cands) == 1 else None)
+        if own is not None:  # no FIEMAP: the filesystem locates by its own means (ZFS)
+            result = own
         elif len(cands) > 1:
             result = _locate_each(case, image, ranges, cands)
         else:
@@ -226,12 +170,6 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     case.add_findings(result.findings)
     case.log("locate.finished", result.details())
     return result
-
-
-def _no_zfs() -> None:
-    raise UsageError(
-        "locate: a ZFS mount has no FIEMAP; give the image (without --mountpoint): locate "
-        "imports it read-only and lets ZFS's checksums name what lies at the bad bytes")
 
 
 def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]]) -> LocateResult:
@@ -275,17 +213,16 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
         pieces = c.segments or [(0, c.size if c.size is not None else 1 << 62, c.start)]
         if not any(e > d and s < d + n for s, e in ranges for _f, n, d in pieces):
             continue
-        if c.info.get("TYPE") == "zfs_member":
-            from ckptrescue.storage.locate_zfs import locate_zfs
-
-            try:
-                part = locate_zfs(case, image, ranges, member_start=c.start, select=c.where)
-            except (ToolFailedError, EvidenceError, UsageError, ToolMissingError) as exc:
-                why = f"ZFS member, not importable here ({exc.message})"
-                out.notes.append(f"{c.where}: {why}")
-                out.unmapped += [(d, d + n, f"{c.where}: {why}") for _f, n, d in pieces]
-                continue
-            _absorb(out, part, c.where, list(range(len(ranges))))
+        fs = filesystem.get(c.info.get("TYPE"))
+        try:
+            own = fs.locate_image(case, image, ranges, member_start=c.start, select=c.where)
+        except (ToolFailedError, EvidenceError, UsageError, ToolMissingError) as exc:
+            why = f"{fs.title} member, not importable here ({exc.message})"
+            out.notes.append(f"{c.where}: {why}")
+            out.unmapped += [(d, d + n, f"{c.where}: {why}") for _f, n, d in pieces]
+            continue
+        if own is not None:  # no FIEMAP: located by its own means (ZFS)
+            _absorb(out, own, c.where, list(range(len(ranges))))
             continue
         where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
         try:
@@ -360,8 +297,9 @@ def _size_of(target: str | Path) -> int | None:
 def _locate_mounted(case: Case, root: Path, ranges: list[tuple[int, int]], start: int,
                     fstype: str | None, size: int | None = None,
                     segments: list[list[int]] | None = None) -> LocateResult:
-    if fstype == "zfs":
-        _no_zfs()  # a mount point given: locate the image instead (it imports and reads)
+    refusal = filesystem.get(fstype).mounted_locate_refusal()
+    if refusal:  # no FIEMAP on such a mount: locate the image instead (ZFS imports and reads)
+        raise UsageError(refusal)
     segs = [(int(a), int(b), int(c)) for a, b, c in segments] if segments else None
     hits = map_files(root, ranges, offset=start, size=size, segments=segs)
     how = tensor_names(case, root, hits)

@@ -6,7 +6,8 @@
   libtorch / TensorFlow mapped), backup/sync agents (rsync, rclone, restic, borg, aws s3 sync,
   gsutil, azcopy, ...), orchestration (kubelet, containerd-shim, slurmstepd, raylet, ...);
 * kernel log scan (``dmesg -x --time-format iso``: read-only; ``-c``/``-C`` are refused by the
-  guard) for I/O errors, XFS/ext4 corruption and NVMe errors;
+  guard) for I/O errors, filesystem corruption (each registered filesystem's patterns:
+  XFS, ext4) and NVMe errors;
 * the freeze checklist.
 """
 
@@ -36,17 +37,28 @@ SYNC_AGENTS = {"rsync", "rclone", "restic", "borg", "duplicity", "rdiff-backup",
 ORCHESTRATION = {"kubelet", "containerd-shim", "containerd-shim-runc-v2", "dockerd", "containerd",
                  "slurmstepd", "slurmd", "raylet", "gcs_server", "nomad", "airflow", "mlflow",
                  "crond", "cron", "systemd-tmpfiles", "snapd"}
-KERNEL_PATTERNS = [
-    ("io", re.compile(r"I/O error|blk_update_request|critical medium error|Buffer I/O error|"
-                      r"Medium Error|Unrecovered read error|UNC\b|failed command: READ",
-                      re.IGNORECASE)),
-    ("xfs", re.compile(r"XFS \([^)]*\): .*(corrupt|Corruption|shut down|log I/O error|"
-                       r"metadata I/O error|Metadata CRC error)", re.IGNORECASE)),
-    ("ext4", re.compile(r"EXT4-fs (error|warning)|EXT4-fs \([^)]*\): (error|warning|"
-                        r"Remounting filesystem read-only)|JBD2: .*error", re.IGNORECASE)),
-    ("nvme", re.compile(r"nvme\d+.*(timeout|I/O error|reset|failed|critical|Abort)",
-                        re.IGNORECASE)),
-]
+# kernel log patterns, tried in order (the first that matches classifies a line): block I/O, then
+# each registered filesystem's own (``storage/filesystems/``: xfs, ext4, ...), then NVMe
+IO_PATTERN = ("io", re.compile(r"I/O error|blk_update_request|critical medium error|Buffer I/O "
+                               r"error|Medium Error|Unrecovered read error|UNC\b|failed command: "
+                               r"READ", re.IGNORECASE))
+NVME_PATTERN = ("nvme", re.compile(r"nvme\d+.*(timeout|I/O error|reset|failed|critical|Abort)",
+                                   re.IGNORECASE))
+
+
+def kernel_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    """(kind, pattern) in the order they are tried."""
+    from ckptrescue.storage import filesystem
+
+    return [IO_PATTERN, *filesystem.kernel_patterns(), NVME_PATTERN]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KERNEL_PATTERNS":  # compatibility
+        return kernel_patterns()
+    raise AttributeError(name)
+
+
 FREEZE_CHECKLIST = [
     "Stop the writers listed here (training jobs first, then sync/backup agents): pause or "
     "cancel them through their scheduler; do not kill -9 a job that is mid-checkpoint unless "
@@ -121,8 +133,9 @@ def _under(path: str, volume: str | None) -> bool:
 
 def scan_kernel_log(text: str) -> list[dict[str, str]]:
     out = []
+    patterns = kernel_patterns()
     for line in text.splitlines():
-        for kind, pat in KERNEL_PATTERNS:
+        for kind, pat in patterns:
             if pat.search(line):
                 out.append({"kind": kind, "line": line.strip()})
                 break

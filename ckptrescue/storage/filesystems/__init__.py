@@ -1,0 +1,2 @@
+"""One module per filesystem (``FILESYSTEMS = [Class, ...]``); see ``ckptrescue/storage/filesystem.py``
+and ``_example.py``."""
