@@ -23,8 +23,6 @@ from ckptrescue.storage import sysfs
 from ckptrescue.storage.candidates import FsCandidate, blkid
 from ckptrescue.storage.loops import attach_slice, read_at
 
-TYPES = ("LVM2_member",)
-
 
 def candidates(runner: SubprocessRunner, info: dict[str, Any], pv_node: str,
                     pv_start: int) -> list[FsCandidate]:
