@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.datasets.audit import AuditResult, AuditRow, load_expected
-from ckptrescue.datasets.manifest import (
+from ckptrescue.datasets.manifest_files import (
     ManifestEntry,
     ManifestResult,
     UnreadableFile,
-    _write_outputs,
+    default_jobs,
     partial_path,
+    record_manifest,
     sidecar_path,
+    write_outputs,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.errors import UsageError
@@ -134,8 +136,6 @@ def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None
                       case: Case | None = None,
                       endpoint_url: str | None = None) -> ManifestResult:
     """SHA-256 of every object under ``url`` into ``out`` (sha256sum format) + ``out.jsonl``."""
-    from ckptrescue.datasets.manifest import _record, default_jobs
-
     url = normalise(url)
     out_path = Path(out)
     started = time.monotonic()
@@ -156,11 +156,11 @@ def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None
             result.unreadable.append(outcome)
     tracker.finish()
     result.entries = sorted(entries, key=lambda e: e.rel)
-    _write_outputs(out_path, result.entries)
+    write_outputs(out_path, result.entries)
     partial_path(out_path).unlink(missing_ok=True)
     result.elapsed_s = time.monotonic() - started
     if case is not None:
-        _record(case, result)
+        record_manifest(case, result)
     return result
 
 

@@ -13,11 +13,10 @@ from typing import Any
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions
 from ckptrescue.errors import RemoteError
+from ckptrescue.probes.single import probe_one
 
 
 def _probe_remote(fmt: Any, path: str, options: ProbeOptions) -> CheckpointReport:
-    from ckptrescue.probes.checkpoints import probe_one
-
     return probe_one(fmt, Path(path), options)
 
 

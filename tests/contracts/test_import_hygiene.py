@@ -1,5 +1,7 @@
-"""The dependency rule, checked in fresh interpreters: the pure core and the engine import no
-effects, no UI and no heavy runtime."""
+"""The dependency rule at run time, in fresh interpreters: what importing the pure core, the
+format plugins (found by ``importlib``, which no import statement shows) and the engine with its
+action registry actually loads. The static rule, every import statement, is
+``test_dependency_rule.py``."""
 
 from __future__ import annotations
 

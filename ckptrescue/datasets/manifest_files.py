@@ -1,0 +1,186 @@
+"""Manifest records and files, shared by the local builder (``manifest.py``), the S3 builder
+(``s3dataset.py``) and the auditors: one manifest row, an unreadable file, a build's result, the
+``OUT`` / ``OUT.jsonl`` / ``OUT.partial.jsonl`` paths and how a finished build is written and
+recorded in the case. It imports neither builder, so the builders do not import each other's
+internals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.datasets import sha256sum_format
+from ckptrescue.datasets.walk import Skipped, display, from_json_path, shown_path, to_json_path
+from ckptrescue.model import Finding, Severity
+
+if TYPE_CHECKING:
+    from ckptrescue.case import Case
+
+SIDECAR_SUFFIX = ".jsonl"
+PARTIAL_SUFFIX = ".partial.jsonl"
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One manifest row."""
+
+    rel: bytes
+    size: int
+    mtime_ns: int
+    sha256: str
+    format: str = "other"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": to_json_path(self.rel),
+            "size": self.size,
+            "mtime": self.mtime_ns / 1e9,
+            "mtime_ns": self.mtime_ns,
+            "sha256": self.sha256,
+            "format": self.format,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ManifestEntry:
+        mtime_ns = data.get("mtime_ns")
+        if mtime_ns is None:
+            mtime_ns = int(float(data.get("mtime", 0)) * 1e9)
+        return cls(from_json_path(str(data["path"])), int(data["size"]), int(mtime_ns),
+                   str(data["sha256"]).lower(), str(data.get("format", "other")))
+
+
+@dataclass(frozen=True)
+class UnreadableFile:
+    rel: bytes
+    error: str
+    offset: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": to_json_path(self.rel), "error": self.error, "offset": self.offset}
+
+
+@dataclass
+class ManifestResult:
+    """What ``build_manifest`` wrote and what it could not hash."""
+
+    root: str
+    manifest_path: str
+    sidecar_path: str
+    entries: list[ManifestEntry] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    unreadable: list[UnreadableFile] = field(default_factory=list)
+    resumed: int = 0
+    bytes_hashed: int = 0
+    elapsed_s: float = 0.0
+    jobs: int = 1
+    scheduler: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable
+
+    def findings(self) -> list[Finding]:
+        out = [
+            Finding("MF005", Severity.ERROR,
+                    f"{display(u.rel)}: unreadable ({u.error}) at offset {u.offset}",
+                    evidence=shown_path(self.root, u.rel), offset=u.offset,
+                    source="manifest.build", details={"error": u.error})
+            for u in self.unreadable
+        ]
+        out += [
+            Finding("MF006", Severity.INFO, f"{display(s.rel)}: skipped: {s.reason}",
+                    evidence=shown_path(self.root, s.rel), source="manifest.build")
+            for s in self.skipped
+        ]
+        return out
+
+    def formats(self) -> dict[str, int]:
+        """How many files of each container format (from names and first bytes)."""
+        counts: dict[str, int] = {}
+        for e in self.entries:
+            counts[e.format] = counts.get(e.format, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def answer(self) -> str:
+        size = sum(e.size for e in self.entries)
+        text = (f"{len(self.entries)} files ({size} bytes) in {self.manifest_path}; "
+                f"{len(self.unreadable)} unreadable, {len(self.skipped)} skipped")
+        if self.resumed:
+            text += f"; {self.resumed} taken over from the interrupted build"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "manifest": self.manifest_path,
+            "sidecar": self.sidecar_path,
+            "files": len(self.entries),
+            "bytes": sum(e.size for e in self.entries),
+            "bytes_hashed": self.bytes_hashed,
+            "resumed": self.resumed,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "jobs": self.jobs,
+            "scheduler": self.scheduler,
+            "formats": self.formats(),
+            "unreadable": [u.to_json() for u in self.unreadable],
+            "skipped": [{"path": to_json_path(s.rel), "reason": s.reason} for s in self.skipped],
+            "answer": self.answer(),
+        }
+
+
+def default_jobs() -> int:
+    return max(1, min(len(os.sched_getaffinity(0)), 8))
+
+
+def sidecar_path(manifest: str | os.PathLike[str]) -> Path:
+    return Path(str(manifest) + SIDECAR_SUFFIX)
+
+
+def partial_path(manifest: str | os.PathLike[str]) -> Path:
+    return Path(str(manifest) + PARTIAL_SUFFIX)
+
+
+def read_jsonl_entries(path: Path) -> Iterator[ManifestEntry]:
+    """Entries of a sidecar or partial file; a torn last line (interrupted write) is ignored."""
+    with path.open("rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                yield ManifestEntry.from_json(json.loads(raw))
+            except (ValueError, KeyError, TypeError):
+                continue
+
+
+def write_outputs(out: Path, entries: list[ManifestEntry]) -> None:
+    tmp = out.with_name(out.name + ".tmp")
+    with tmp.open("wb") as fh:
+        for e in entries:
+            fh.write(sha256sum_format.format_line(e.sha256, e.rel))
+        fh.flush()
+        os.fsync(fh.fileno())
+    side = sidecar_path(out)
+    side_tmp = side.with_name(side.name + ".tmp")
+    with side_tmp.open("wb") as fh:
+        for e in entries:
+            fh.write(json.dumps(e.to_json()).encode() + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    side_tmp.replace(side)
+    tmp.replace(out)
+
+
+def record_manifest(case: Case, result: ManifestResult) -> None:
+    artifacts = [
+        case.store_artifact_file(Path(result.manifest_path), kind="manifest"),
+        case.store_artifact_file(Path(result.sidecar_path), kind="manifest-sidecar"),
+    ]
+    summary = result.to_json()
+    summary["skipped"] = len(result.skipped)
+    case.log("manifest.build", summary, artifacts=artifacts)
+    case.add_findings(result.findings())
