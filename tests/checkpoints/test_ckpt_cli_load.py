@@ -4,7 +4,8 @@ sandboxed real load (--load). Fixtures: real torch/safetensors saves; damage on 
 from __future__ import annotations
 
 import json
-import sys
+
+from cli_helpers import run_cli
 
 from ckptrescue.checkpoint import Verdict
 from fixtures import checkpoints as fx
@@ -13,10 +14,7 @@ from .conftest import probe1, tree_hash
 
 
 def cli(*args, timeout=180):
-    from ckptrescue.effects.runner import SubprocessRunner
-
-    res = SubprocessRunner(None).run_internal([sys.executable, "-m", "ckptrescue", *args],
-                                              purpose="test", timeout_s=timeout)
+    res = run_cli(*args, timeout=timeout, clean_env=True)
     return res.returncode, res.stdout, res.stderr
 
 

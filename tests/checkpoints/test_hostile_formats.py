@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from cli_helpers import run_cli
 
 from ckptrescue.checkpoint import ProbeOptions, Verdict
 from ckptrescue.probes.checkpoints import discover, probe_one, probe_paths
@@ -235,8 +236,7 @@ def test_truncated_h5_names_what_it_cannot_read(tmp_path: Path) -> None:
 
 
 def _run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ckptrescue", *argv], capture_output=True,
-                          text=True, timeout=300, cwd=REPO, check=False)
+    return run_cli(*argv, timeout=300, cwd=REPO)
 
 
 def test_salvage_of_nothing_never_exits_0(tmp_path: Path) -> None:

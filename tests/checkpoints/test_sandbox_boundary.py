@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from ckptrescue.checkpoint import Verdict
 from fixtures import malicious as mal
@@ -53,10 +53,7 @@ def build(tmp_path: Path, container: str, kind: str, marker: Path, port: int) ->
 
 
 def cli(*args: str, timeout: float = 300) -> tuple[int | None, str, str]:
-    from ckptrescue.effects.runner import SubprocessRunner
-
-    res = SubprocessRunner(None).run_internal([sys.executable, "-m", "ckptrescue", *args],
-                                              purpose="test", timeout_s=timeout)
+    res = run_cli(*args, timeout=timeout, clean_env=True)
     return res.returncode, res.stdout, res.stderr
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from fixtures.datasets import flip_byte, tfrecord_offsets, tree_digest
 
@@ -16,7 +17,7 @@ CLI = [sys.executable, "-m", "ckptrescue"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    return run_cli(*args, timeout=120)
 
 
 @pytest.mark.parametrize("command", [["manifest", "build"], ["manifest", "audit"],

@@ -13,13 +13,13 @@ import io
 import json
 import lzma
 import struct
-import sys
 import tarfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 
 from ckptrescue.datasets import decompress
 from ckptrescue.datasets.crc32c import crc32c, mask
@@ -45,10 +45,7 @@ def _one(root: Path):  # noqa: ANN202
 
 
 def _cli(*argv: str) -> tuple[int, str]:
-    import subprocess
-
-    proc = subprocess.run([sys.executable, "-m", "ckptrescue", *argv], capture_output=True,
-                          text=True, timeout=120, cwd=REPO, check=False)
+    proc = run_cli(*argv, timeout=120, cwd=REPO)
     return proc.returncode, proc.stdout
 
 

@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
 
 
 def run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *args], capture_output=True, text=True, check=check, timeout=120)
+    return run_cli(*args, check=check, timeout=120)
 
 
 def test_case_lifecycle_and_verify_exit_codes(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from cli_helpers import run_cli
 
 MiB = 1 << 20
 
@@ -68,4 +69,4 @@ def run(args, *, env_extra=None, creds=True, timeout=120):
     if creds:
         env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
     env.update(env_extra or {})
-    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return run_cli(*args, env=env, timeout=timeout)

@@ -6,20 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from ckptrescue.parsers import ddrescue_mapfile
 from fixtures import storage as fx
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "mkfs.xfs", "rsync")]
-CLI = str(Path(sys.executable).with_name("ckptrescue"))
-
-
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
+    return run_cli(*args, timeout=300)
 
 
 def test_whole_flow_through_the_cli(tmp_path, shm_dir, no_leftovers):

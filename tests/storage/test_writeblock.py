@@ -14,10 +14,10 @@ import errno
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError
@@ -29,8 +29,7 @@ SIZE = 8 << 20
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ckptrescue", *args], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    return run_cli(*args, timeout=300, env_extra={"COLUMNS": "200"})
 
 
 def ro_flag(dev: str) -> str:

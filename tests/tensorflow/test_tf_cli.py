@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from cli_helpers import run_cli
 
 from fixtures import tensorflow as tfx
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ckptrescue", *args], capture_output=True,
-                          text=True, timeout=300, check=False)
+    return run_cli(*args, timeout=300)
 
 
 def test_probe_rank_salvage_cli(copy_of, tmp_path: Path) -> None:
