@@ -24,7 +24,7 @@ from typing import IO, Any
 from ckptrescue.errors import ToolMissingError
 
 MAX_RATIO = 100
-RATIO_FLOOR = 64 << 20
+RATIO_FLOOR = 8 << 20
 MAX_OUTPUT = 64 << 30
 
 _MAGICS = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"),

@@ -35,6 +35,9 @@ def parse_header(head: bytes) -> tuple[int, dict[str, Any]]:
     major = head[6] if len(head) > 6 else 0
     if len(head) < (10 if major == 1 else 12):
         raise HeaderError("header truncated")
+    if head[7] != 0 and major in (1, 2, 3):
+        # numpy.lib.format accepts exactly (1,0), (2,0) and (3,0)
+        raise HeaderError(f"unknown .npy version {major}.{head[7]}")
     if major == 1:
         prefix, (hlen,) = 10, struct.unpack_from("<H", head, 8)
     elif major in (2, 3):

@@ -34,6 +34,8 @@ from ckptrescue.formats.tensormap import finding
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})(?P<ext>\.[A-Za-z0-9_.]+)$")
 MAX_INDEX = 64 * 1024 * 1024
+# the index names the HF libraries write (model.safetensors.index.json, pytorch_model.bin...)
+_WEIGHTS_INDEX = re.compile(r"^.+\.(safetensors|bin|pt|pth)\.index\.json$")
 
 
 def _read_index(path: Path) -> dict[str, Any] | None:
@@ -94,8 +96,9 @@ class HfShardedFormat:
 
     @classmethod
     def detect(cls, path: Path) -> bool:
-        return path.is_file() and path.name.endswith(".index.json") and \
-            _read_index(path) is not None
+        # a weights index by its name is one even when it cannot be read (then: HF005)
+        return path.is_file() and path.name.endswith(".index.json") and (
+            _WEIGHTS_INDEX.match(path.name) is not None or _read_index(path) is not None)
 
     @classmethod
     def claim(cls, directory: Path) -> list[Path]:
@@ -106,6 +109,8 @@ class HfShardedFormat:
             if idx is not None:
                 roots.append(p)
                 covered |= {str(v) for v in idx["weight_map"].values()}
+            elif _WEIGHTS_INDEX.match(p.name) and p.is_file():
+                roots.append(p)  # unreadable: probed, and reported, as the broken index it is
         for (_, _, ext), shards in _shard_groups(directory).items():
             if not any(s.name in covered for s in shards) and _weight_shards(ext, shards):
                 roots.append(shards[0])
