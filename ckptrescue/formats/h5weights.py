@@ -30,11 +30,11 @@ READ_CHUNK = 1024 * 1024
 WHOLE_READ_CAP = 256 * 1024 * 1024
 
 
-class Window(io.RawIOBase):
-    """A read-only view of ``[start, start + size)`` of an open file (a stored zip member)."""
+class _Sized(io.RawIOBase):
+    """A read-only, seekable raw stream of ``_size`` bytes; subclasses implement ``readinto``."""
 
-    def __init__(self, fh: BinaryIO, start: int, size: int) -> None:
-        self._fh, self._start, self._size, self._pos = fh, start, size, 0
+    _size: int
+    _pos: int
 
     def readable(self) -> bool:
         return True
@@ -49,6 +49,13 @@ class Window(io.RawIOBase):
 
     def tell(self) -> int:
         return self._pos
+
+
+class Window(_Sized):
+    """A read-only view of ``[start, start + size)`` of an open file (a stored zip member)."""
+
+    def __init__(self, fh: BinaryIO, start: int, size: int) -> None:
+        self._fh, self._start, self._size, self._pos = fh, start, size, 0
 
     def readinto(self, b: Any) -> int:
         want = max(0, min(len(b), self._size - self._pos))
@@ -61,7 +68,7 @@ class Window(io.RawIOBase):
         return len(data)
 
 
-class Padded(io.RawIOBase):
+class Padded(_Sized):
     """A truncated HDF5 file seen at the length its superblock declares: the bytes that are
     there, then zeros. HDF5 refuses to open a file shorter than its stored end-of-file address;
     through this view the structure that survived is walked and every dataset named, and the
@@ -69,20 +76,6 @@ class Padded(io.RawIOBase):
 
     def __init__(self, inner: Any, real: int, size: int) -> None:
         self._inner, self._real, self._size, self._pos = inner, real, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
 
     def readinto(self, b: Any) -> int:
         want = max(0, min(len(b), self._size - self._pos))

@@ -4,6 +4,7 @@ commands they take inside ``-c``/``-R`` checked against each tool's read-only co
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ckptrescue.guard.decision import Decision
@@ -48,12 +49,17 @@ def _xfs_db_command(cmd: str) -> str | None:
     return None
 
 
-def _xfs_db(p: Parsed, ctx: GuardContext) -> Decision | None:
-    for cmd in p.values("c"):
-        reason = _xfs_db_command(cmd)
-        if reason:
-            return Decision.refuse(reason)
-    return None
+def _each_command(check: Callable[[str], str | None], *keys: str) -> Callable[
+        [Parsed, GuardContext], Decision | None]:
+    """A policy: every value of the option ``keys`` is a command line judged by ``check``."""
+    def policy(p: Parsed, ctx: GuardContext) -> Decision | None:
+        for key in keys:
+            for cmd in p.values(key):
+                reason = check(cmd)
+                if reason:
+                    return Decision.refuse(reason)
+        return None
+    return policy
 
 
 # ---- xfs_io: -c commands ---------------------------------------------------------------------
@@ -82,14 +88,6 @@ def _xfs_io_command(cmd: str) -> str | None:
         if arg.startswith("-") and not all(f"-{c}" in XFS_IO_READ[verb] for c in arg[1:]
                                            if not c.isdigit()):
             return f"xfs_io {verb} {arg}: option not on the read-only allowlist"
-    return None
-
-
-def _xfs_io(p: Parsed, ctx: GuardContext) -> Decision | None:
-    for cmd in [*p.values("c"), *p.values("C")]:
-        reason = _xfs_io_command(cmd)
-        if reason:
-            return Decision.refuse(reason)
     return None
 
 
@@ -132,14 +130,6 @@ def _debugfs_request(req: str) -> str | None:
     if verb in {"ea_get", "ea_list"} and any(
             a.startswith("-") and "f" in a for a in args):
         return f"debugfs {verb} -f writes a file"
-    return None
-
-
-def _debugfs(p: Parsed, ctx: GuardContext) -> Decision | None:
-    for req in p.values("R"):
-        reason = _debugfs_request(req)
-        if reason:
-            return Decision.refuse(reason)
     return None
 
 
@@ -201,7 +191,7 @@ TOOLS: dict[str, Entry] = {
                       abbreviate=False, operands=(0, 1), requires={"r": "xfs_db must be run with "
                                                                    "-r (read-only)"},
                       refuse={"x": "xfs_db -x enables expert (write) mode; only -r is allowed"},
-                      policy=_xfs_db),
+                      policy=_each_command(_xfs_db_command, "c")),
     "xfs_io": grammar("xfs_io", "-a", "-c=", "-d", "-F", "-f", "-i", "-L", "-m=", "-p=", "-n",
                       "-r", "-R", "-s", "-t", "-T", "-V", "-x", "-P", "-M", "-C=", abbreviate=False,
                       requires={"r": "xfs_io must be run with -r (read-only open)"},
@@ -209,7 +199,7 @@ TOOLS: dict[str, Entry] = {
                               "f": "xfs_io -f creates the file", "t": "xfs_io -t truncates",
                               "T": "xfs_io -T creates a temporary file",
                               "a": "xfs_io -a opens for appending"},
-                      policy=_xfs_io),
+                      policy=_each_command(_xfs_io_command, "c", "C")),
     "xfs_info": grammar("xfs_info", "-V", "-t=", abbreviate=False, operands=(0, 1),
                         policy=_no_spaces("t")),
     "xfs_bmap": grammar("xfs_bmap", "-a", "-d", "-e", "-l", "-n=", "-p", "-v", "-V",
@@ -235,7 +225,7 @@ TOOLS: dict[str, Entry] = {
         refuse={"w": "debugfs -w opens the filesystem read-write",
                 "f": "debugfs -f runs a command file; give each request with -R",
                 "z": "debugfs -z writes an undo file"},
-        policy=_debugfs),
+        policy=_each_command(_debugfs_request, "R")),
     "tune2fs": grammar(
         "tune2fs", "-c=", "-C=", "-e=", "-E=", "-f", "-g=", "-i=", "-I=", "-j", "-J=", "-l",
         "-L=", "-m=", "-M=", "-o=", "-O=", "-Q=", "-r=", "-s=", "-T=", "-u=", "-U=", "-z=",
