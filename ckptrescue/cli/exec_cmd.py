@@ -40,7 +40,8 @@ def exec_command(
             sys.stdout.write(f"would run: {line}\n")
         return 0
     case = Case.open(case_dir)
-    finished = next(e for e in engine.run(plan, case=case) if isinstance(e, StepFinished))
+    events = list(engine.run(plan, case=case))  # to the end: the run is recorded as finished
+    finished = next(e for e in events if isinstance(e, StepFinished))
     if finished.status == "refused":
         if as_json:
             emit_json({"argv": list(argv), "refused": finished.error})

@@ -46,3 +46,12 @@ def test_single_step_plan_resumes_only_when_asked(tmp_path: Path) -> None:
     third.close()
     resumed = list(engine.run(plan, case=case, resume=True))
     assert any(isinstance(e, StepSkipped) for e in resumed), "asked to resume: it resumes"
+
+
+def test_exec_records_its_run_as_finished(tmp_path) -> None:
+    """``ckptrescue exec`` drives the engine to the end: the run's ``run.finished`` is logged."""
+    case_dir = tmp_path / "case"
+    assert run_cli("case", "new", str(case_dir)).returncode == 0
+    assert run_cli("exec", "--case", str(case_dir), "--", "true").returncode == 0
+    case = Case.open(case_dir)
+    assert len(list(case.records("run.finished"))) == 1
