@@ -94,7 +94,22 @@ def reader_findings(fh: BinaryIO, layout: zipwalk.ZipLayout, path: str,
             findings.append(finding("TZ015", f"torch's reader refuses this archive: {problem}",
                                     evidence=path, offset=version.data_offset if version else None))
             verdicts.append(Verdict.DAMAGED)
+        problem = _byteorder_problem(fh, records.get(view.prefix + "byteorder"))
+        if problem:
+            findings.append(finding("TZ015", f"torch's reader refuses this archive: {problem}",
+                                    evidence=path))
+            verdicts.append(Verdict.DAMAGED)
     return records, findings, verdicts
+
+
+def _byteorder_problem(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> str | None:
+    """torch.load: a ``byteorder`` record, when present, must be exactly ``little`` or ``big``."""
+    if rec is None or rec.data_offset is None or rec.method != 0:
+        return None
+    raw = zipwalk.pread(fh, rec.data_offset, min(rec.size or 0, 16))
+    if raw not in (b"little", b"big"):
+        return f"unknown endianness type {raw[:16]!r} in the byteorder record"
+    return None
 
 
 def _version_problem(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> str | None:

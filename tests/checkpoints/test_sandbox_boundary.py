@@ -298,23 +298,31 @@ def test_exact_lists_have_no_prefixes_and_classify_danger():
     assert all(not g.endswith(".") for g in allowed)
 
 
-def test_cli_rank_load_never_recommends_what_the_loader_refuses(tmp_path):
+def test_cli_rank_load_never_recommends_what_the_loader_refuses(tmp_path, monkeypatch):
     """``ckptrescue rank --load``: the static verdict alone would recommend the newest file;
     the sandboxed real load refuses it, so the older loadable one is the answer. (A byteorder
-    record of ``middle``: torch raises "Unknown endianness type"; the static checks do not
-    read that record's text yet.)"""
+    record of ``middle``: torch raises "Unknown endianness type"; the static byteorder rule is
+    switched off, standing in for any rule the static checks do not know. The CLI runs
+    in-process so the switch applies; the load itself runs in the sandbox child.)"""
     import torch
+    from typer.testing import CliRunner
+
+    from ckptrescue.cli.main import app
+    from ckptrescue.formats import torch_zip_view
 
     run = tmp_path / "run"
     run.mkdir()
     good = run / "step_1.pt"
     torch.save({"w": torch.arange(12, dtype=torch.float32)}, good)
     bad = mal.torch_zip_edited(run / "step_9.pt", "byteorder", b"middle")
-    code, out, err = cli("rank", str(run), "--json")
-    assert json.loads(out)["resume_from"] == str(bad), err
-    code, out, err = cli("rank", str(run), "--load", "--json")
-    assert code == 0, err
-    answer = json.loads(out)
+    assert probe1(bad).verdict is not Verdict.INTACT  # the real rule sees it
+    monkeypatch.setattr(torch_zip_view, "_byteorder_problem", lambda fh, rec: None)
+    cli_runner = CliRunner()
+    res = cli_runner.invoke(app, ["rank", str(run), "--json"])
+    assert json.loads(res.stdout)["resume_from"] == str(bad), res.output
+    res = cli_runner.invoke(app, ["rank", str(run), "--load", "--json"])
+    assert res.exit_code == 0, res.output
+    answer = json.loads(res.stdout)
     assert answer["resume_from"] == str(good)
     verdicts = {c["path"]: c["verdict"] for c in answer["checkpoints"]}
     assert verdicts[str(bad)] == "unreadable"
