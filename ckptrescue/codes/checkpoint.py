@@ -61,6 +61,7 @@ CODES = {
     "HF006": (E, "Sharded checkpoint without its index file"),
     "HF007": (W, "Shard numbering (-of-N) or index total_size inconsistent"),
     "HF008": (W, "Weight map puts tensors in the wrong shard (stale index): bytes present elsewhere"),
+    "HF009": (E, "Weight map names shard files outside the index's directory"),
     # torch.distributed.checkpoint
     "DC001": (E, "DCP .metadata missing: the save never finished"),
     "DC002": (E, "DCP .metadata unreadable"),

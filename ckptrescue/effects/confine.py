@@ -55,6 +55,11 @@ def _bind_target(path: str) -> str | None:
 # what a tool keeps of root's powers: file access and ownership (rsync -a of other users'
 # files), never CAP_SYS_ADMIN (undoing BLKROSET, remounting), CAP_SYS_RAWIO, CAP_LINUX_IMMUTABLE
 # (clearing chattr +i), CAP_SYS_MODULE/BOOT/TIME — unless its grammar says it needs one
+# the tool is root: /proc/sys (host-wide sysctls), sysrq and friends are checked by uid alone
+PROC_READ_ONLY = ("--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger",
+                  "/proc/sysrq-trigger", "--ro-bind-try", "/proc/irq", "/proc/irq",
+                  "--ro-bind-try", "/proc/bus", "/proc/bus", "--ro-bind-try", "/proc/fs",
+                  "/proc/fs")
 BASE_CAPS = ("CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_CHOWN",
              "CAP_FSETID", "CAP_MKNOD", "CAP_SETFCAP")
 
@@ -98,7 +103,7 @@ def private_namespace(writes: tuple[str, ...], *, scratch: str | None, cwd: str 
             prefix += ["--dev-bind", real, real]
             if real != dev:
                 prefix += ["--symlink", real, dev]
-    prefix += ["--proc", "/proc", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+    prefix += ["--proc", "/proc", *PROC_READ_ONLY, "--unshare-net", "--unshare-ipc", "--unshare-uts",
                "--die-with-parent", "--cap-drop", "ALL"]
     for cap in dict.fromkeys((*BASE_CAPS, *caps)):
         prefix += ["--cap-add", cap]

@@ -31,6 +31,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -42,11 +43,18 @@ if TYPE_CHECKING:
     from ckptrescue.case import Case
 
 BWRAP = "bwrap"
+CHILD_MAX_FILE = 4 << 30  # a .keras load unpacks its weights file
 _ATTEMPTS = "attempts.jsonl"  # written by sandbox_children/boundary.py
 _STARTED = "started"
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
 _SYS_DIRS = ("/sys/devices/system/cpu", "/sys/fs/cgroup")
 _ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# the child is root (uid 0 mapped to root): /proc/sys and friends are checked by uid alone, so
+# they are made read-only over the new /proc (host-wide sysctls such as core_pattern)
+PROC_READ_ONLY = ("--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger",
+                  "/proc/sysrq-trigger", "--ro-bind-try", "/proc/irq", "/proc/irq",
+                  "--ro-bind-try", "/proc/bus", "/proc/bus", "--ro-bind-try", "/proc/fs",
+                  "/proc/fs")
 
 
 @dataclass
@@ -83,6 +91,8 @@ class ChildOutcome:
 def _limits(memory_mb: int | None, cpu_s: int | None) -> Any:
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # what the child may write (scratch is on the host's disk): at most this per file
+        resource.setrlimit(resource.RLIMIT_FSIZE, (CHILD_MAX_FILE, CHILD_MAX_FILE))
         if memory_mb:
             limit = memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -110,7 +120,7 @@ def bwrap_argv(*, scratch: str, inputs: list[str], bwrap: str = BWRAP) -> list[s
     argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
             "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL", "--hostname", "ckptrescue-sandbox",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            "--proc", "/proc", *PROC_READ_ONLY, "--dev", "/dev", "--tmpfs", "/tmp"]
     ro: dict[str, str] = {}  # target -> option
     for link in _ROOT_LINKS:
         if os.path.islink(link):
@@ -144,31 +154,38 @@ def _signal_of(rc: int | None, sandboxed: bool) -> str | None:
     return signal.Signals(num).name if num in signal.Signals._value2member_map_ else str(num)
 
 
+def _read_scratch_file(scratch: str, name: str, limit: int) -> str:
+    """A regular file the child left in scratch, read without following a link, blocking on a
+    FIFO or opening a device the child planted there ("" for anything else)."""
+    try:
+        fd = os.open(os.path.join(scratch, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_dev != os.stat(scratch).st_dev:
+            return ""
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def _read_attempts(scratch: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    try:
-        with open(os.path.join(scratch, _ATTEMPTS), errors="replace") as fh:
-            for line in fh.read(256 * 1024).splitlines()[:200]:
-                try:
-                    item = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(item, dict):
-                    out.append(item)
-    except OSError:
-        pass
+    for line in _read_scratch_file(scratch, _ATTEMPTS, 256 * 1024).splitlines()[:200]:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
     return out
 
 
 def _keep_files(scratch: str, names: list[str]) -> dict[str, str]:
-    files: dict[str, str] = {}
-    for name in names:
-        try:
-            with open(os.path.join(scratch, name), errors="replace") as fh:
-                files[name] = fh.read(1024 * 1024)
-        except OSError:
-            files[name] = ""
-    return files
+    return {name: _read_scratch_file(scratch, name, 1024 * 1024) for name in names}
 
 
 def run_child(

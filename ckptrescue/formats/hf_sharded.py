@@ -38,6 +38,12 @@ MAX_INDEX = 64 * 1024 * 1024
 _WEIGHTS_INDEX = re.compile(r"^.+\.(safetensors|bin|pt|pth)\.index\.json$")
 
 
+def _plain_name(name: str) -> bool:
+    """A shard name that stays in the index's directory (no separator, not '.' or '..')."""
+    return bool(name) and "/" not in name and "\\" not in name and name not in {".", ".."} \
+        and "\x00" not in name
+
+
 def _read_index(path: Path) -> dict[str, Any] | None:
     try:
         if path.stat().st_size > MAX_INDEX:
@@ -108,7 +114,7 @@ class HfShardedFormat:
             idx = _read_index(p)
             if idx is not None:
                 roots.append(p)
-                covered |= {str(v) for v in idx["weight_map"].values()}
+                covered |= {str(v) for v in idx["weight_map"].values() if _plain_name(str(v))}
             elif _WEIGHTS_INDEX.match(p.name) and p.is_file():
                 roots.append(p)  # unreadable: probed, and reported, as the broken index it is
         for (_, _, ext), shards in _shard_groups(directory).items():
@@ -121,7 +127,8 @@ class HfShardedFormat:
         directory = root.parent
         out = [root]
         idx = _read_index(root) if root.name.endswith(".index.json") else None
-        names = {str(v) for v in idx["weight_map"].values()} if idx else set()
+        names = {str(v) for v in idx["weight_map"].values() if _plain_name(str(v))} \
+            if idx else set()
         for _key, shards in _shard_groups(directory).items():
             if idx is None and root not in shards:
                 continue
@@ -161,6 +168,16 @@ class HfShardedFormat:
                                                    evidence=str(directory / name)))
         else:
             weight_map = {str(k): str(v) for k, v in idx["weight_map"].items()}
+            outside = sorted({v for v in weight_map.values() if not _plain_name(v)})
+            if outside:
+                # HF loaders join the name to the index's directory: an absolute path or a
+                # path with separators or '..' reaches files outside the checkpoint
+                report.findings.append(finding(
+                    "HF009", f"{path.name} names shard files outside its directory: "
+                    + ", ".join(repr(v) for v in outside[:5]), evidence=spath,
+                    details={"names": outside[:50]}))
+                verdicts.append(Verdict.DAMAGED)
+                weight_map = {k: v for k, v in weight_map.items() if _plain_name(v)}
             shard_names = sorted(set(weight_map.values()))
         report.files = [spath] + [str(directory / s) for s in shard_names]
         seen: dict[str, str] = {}

@@ -18,6 +18,7 @@ The exact outcome is recorded in ``report.load`` and as an LD finding (:func:`re
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.checkpoint import CheckpointReport, Verdict, worst_verdict
@@ -37,8 +38,6 @@ LOADERS = {"torch-zip": "torch", "torch-legacy": "torch", "safetensors": "safete
 def _budget(report: CheckpointReport) -> tuple[int, float]:
     """Memory (MiB) and time limits scaled to the checkpoint: torch.load needs ~1x its size
     resident plus torch itself; the address-space limit also covers torch's mappings."""
-    import os
-
     size = 0
     for f in report.files or [report.path]:
         try:
@@ -72,11 +71,25 @@ def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
         report.findings.append(finding("LD004", f"real load skipped: {why}",
                                        evidence=report.path))
         return
+    home = os.path.dirname(os.path.realpath(report.path)) if os.path.isfile(report.path) \
+        else os.path.realpath(report.path)
+    strays = [f for f in report.files if not _within(f, home)]
+    if strays:  # the sandbox shows the loader the checkpoint, never a file beside the point
+        why = "files outside the checkpoint's directory: " + ", ".join(strays[:3])
+        report.load = {"status": "skipped", "reason": why}
+        report.findings.append(finding("LD004", f"real load skipped: {why}",
+                                       evidence=report.path))
+        return
     outcome = run_child("torch_load", {"path": report.path, "loader": loader,
                                        "files": report.files},
                         case=case, memory_mb=memory_mb, timeout_s=timeout_s,
                         inputs=[report.path, *report.files])
     record_outcome(report, outcome, loader, memory_mb=memory_mb, timeout_s=timeout_s)
+
+
+def _within(path: str, home: str) -> bool:
+    real = os.path.realpath(path)
+    return real == home or real.startswith(home.rstrip("/") + "/")
 
 
 def _attempt_text(attempt: dict[str, Any]) -> str:

@@ -74,6 +74,8 @@ EPERM_SYSCALLS = {
     "io_uring_enter": 426, "io_uring_register": 427, "swapon": 167, "swapoff": 168,
     "reboot": 169, "iopl": 172, "ioperm": 173, "open_tree": 428, "move_mount": 429,
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+    "kcmp": 312, "pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438,
+    "process_madvise": 440,
 }
 ENOSYS_SYSCALLS = {"clone3": 435}
 NR_SOCKET, NR_CLONE = 41, 56

@@ -121,8 +121,33 @@ def state(dev: str | Path) -> dict[str, Any]:
             "readonly": ro_sysfs or bool(ro_ioctl),
             "partitions": sysfs.partitions(name), "holders": sysfs.holders(name),
             "loop_backing_file": sysfs.loop_backing_file(name),
+            "diskseq": _diskseq(name),
             "mounts": [{"mountpoint": m.mountpoint, "readonly": m.readonly}
                        for m in sysfs.mounts_of_device(name)]}
+
+
+def _diskseq(name: str) -> str | None:
+    """The kernel's per-attach sequence number of a disk (a loop re-attached, or a disk re-plugged
+    under the same name, gets a new one); a partition has its disk's."""
+    for base in (f"/sys/class/block/{name}", f"/sys/class/block/{name}/.."):
+        try:
+            with open(os.path.join(base, "diskseq")) as fh:
+                return fh.read().strip() or None
+        except OSError:
+            continue
+    return None
+
+
+def _same_device(rec: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """Why the device under a recorded name is not the one this case write-blocked, or None."""
+    if rec.get("dev") and rec["dev"] != now["dev"]:
+        return f"device number {now['dev']} is not the recorded {rec['dev']}"
+    if rec.get("diskseq") and now.get("diskseq") and rec["diskseq"] != now["diskseq"]:
+        return "the disk was re-attached since (diskseq changed)"
+    if rec.get("loop_backing_file") and rec["loop_backing_file"] != now["loop_backing_file"]:
+        return (f"the loop device now holds {now['loop_backing_file']}, not the recorded "
+                f"{rec['loop_backing_file']}")
+    return None
 
 
 def _latest(case: Case) -> dict[tuple[str, str], dict[str, Any]]:
@@ -194,6 +219,7 @@ def _protect_node(case: Case, name: str, latest: dict[str, Any] | None, purpose:
     if before["readonly"] and latest and latest.get("enforced") and not latest.get("released"):
         return latest  # already recorded by this case and still in force: no new record
     base: dict[str, Any] = {"guarantee": BLOCK, "target": path, "dev": before["dev"],
+                            "diskseq": before["diskseq"],
                             "previous": "ro" if before["readonly"] else "rw",
                             "ro_sysfs_before": before["ro_sysfs"],
                             "ro_ioctl_before": before["ro_ioctl"],
@@ -299,6 +325,11 @@ def _release_device(path: Path, case: Case) -> list[dict[str, Any]]:
         raise RefusedError(f"{path}: this case did not write-block it; refusing to make it "
                            "writable", hint="`ckptrescue writeblock status --case C` lists "
                                             "what this case write-blocked")
+    for n in mine:
+        other = _same_device(latest[(BLOCK, _node(n))], state(_node(n)))
+        if other:
+            raise RefusedError(f"{_node(n)}: not the device this case write-blocked ({other}); "
+                               "refusing to change another device's state")
     busy = [f"{_node(n)} on {m.mountpoint}" for n in mine for m in sysfs.mounts_of_device(n)]
     if busy:
         raise RefusedError(f"{path}: still mounted ({', '.join(busy)}); refusing to make it "

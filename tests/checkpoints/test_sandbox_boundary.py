@@ -326,3 +326,23 @@ def test_cli_rank_load_never_recommends_what_the_loader_refuses(tmp_path, monkey
     assert answer["resume_from"] == str(good)
     verdicts = {c["path"]: c["verdict"] for c in answer["checkpoints"]}
     assert verdicts[str(bad)] == "unreadable"
+
+
+def test_hf_index_naming_files_outside_its_directory(tmp_path):
+    """A weight map that names ``/etc/shadow`` or ``../x``: reported (HF009, damaged), never
+    bound into the loader's sandbox, and the load is skipped."""
+    import torch
+    from safetensors.torch import save_file
+
+    ckpt = tmp_path / "hf"
+    ckpt.mkdir()
+    save_file({"a": torch.arange(4, dtype=torch.float32)}, str(ckpt / "model-00001-of-00001.safetensors"))
+    (tmp_path / "outside.safetensors").write_bytes((ckpt / "model-00001-of-00001.safetensors").read_bytes())
+    index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00001.safetensors",
+                                            "b": "/etc/shadow", "c": "../outside.safetensors"}}
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    r = probe1(ckpt / "model.safetensors.index.json", load=True)
+    assert [f for f in r.findings if f.code == "HF009"]
+    assert r.verdict is not Verdict.INTACT
+    assert not any("shadow" in f or "outside" in f for f in r.files)
+    assert r.load.get("status") != "ok" or all(str(ckpt) in f for f in r.files)

@@ -152,3 +152,36 @@ def test_missing_bubblewrap_is_an_outcome_not_a_fallback(case: Case, monkeypatch
     monkeypatch.setattr(sandbox, "BWRAP", "/bin/false")  # bwrap that cannot set up
     out = run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
     assert out.status == "sandbox-unavailable" and "not run" in out.reason
+
+
+@needs_bwrap
+def test_child_cannot_write_host_sysctls(case: Case) -> None:
+    """The child is root in its namespaces and /proc/sys is checked by uid alone: it is bound
+    read-only, so even with the hook off (only seccomp and namespaces) no host-wide sysctl
+    (core_pattern, drop_caches, ...) can be written."""
+    target = "/proc/sys/fs/lease-break-time"
+    before = Path(target).read_text()
+    out = run_child("echo", {"action": "write", "path": target, "layers": ["seccomp"]},
+                    case=case, timeout_s=60)
+    assert out.result["worked"] is False and "Read-only file system" in out.result["error"]
+    assert Path(target).read_text() == before
+
+
+def test_parent_never_follows_what_the_child_planted_in_scratch(tmp_path: Path) -> None:
+    """Files handed back from scratch are read only when they are regular files there: a
+    symlink to a host file, a FIFO (which would block the parent) or a device reads as ""."""
+    from ckptrescue.effects.sandbox import _read_attempts, _read_scratch_file
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    host = tmp_path / "host-secret.jsonl"
+    host.write_text('{"event": "forged"}\n')
+    (scratch / "attempts.jsonl").symlink_to(host)
+    os.mkfifo(scratch / "progress")
+    (scratch / "tty").symlink_to("/dev/zero")
+    assert _read_attempts(str(scratch)) == []
+    assert _read_scratch_file(str(scratch), "progress", 100) == ""
+    assert _read_scratch_file(str(scratch), "tty", 100) == ""
+    (scratch / "attempts.jsonl").unlink()
+    (scratch / "attempts.jsonl").write_text('{"event": "open"}\n')
+    assert _read_attempts(str(scratch)) == [{"event": "open"}]

@@ -234,3 +234,23 @@ def test_mode_only_when_the_filesystem_has_no_immutable_flag(case, tmp_path, mon
     writeblock.release(img, case)
     assert os.stat(img).st_mode & 0o200
     assert img.read_bytes() == b"abc"
+
+
+def test_release_refuses_a_device_reused_under_the_recorded_name(case, shm_dir, tmp_path):
+    """Case A write-blocks /dev/loopN (over image A); the loop is detached and image B comes up
+    on the same name. Releasing /dev/loopN for case A must not touch B's device."""
+    a = fx.make_fs(shm_dir / "a.img", "ext4")
+    b = fx.make_fs(shm_dir / "b.img", "ext4")
+    with fx.loop(a, read_only=False) as dev:
+        rec = writeblock.protect(dev, case, purpose="test")
+        assert rec["enforced"] and rec["diskseq"]
+    # fx.loop cleared the flag and detached; image B is attached on the very same name
+    fx.sh("losetup", dev, str(b))
+    try:
+        writeblock.set_readonly(dev, True)  # someone else's block on B
+        with pytest.raises(RefusedError, match="not the device this case write-blocked"):
+            writeblock.release(dev, case)
+        assert ro_flag(dev) == "1"
+    finally:
+        fx.clear_blkro(dev)
+        fx.sh("losetup", "-d", dev, check=False)
