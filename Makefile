@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ckptrescue-setup
 APT_PACKAGES := gddrescue xfsprogs e2fsprogs btrfs-progs util-linux rsync smartmontools nvme-cli dmsetup lvm2 \
-                libfuse2 chromium tmux bubblewrap
+                libfuse2 chromium tmux bubblewrap dosfstools
 DEMO_DIR ?= demo-out
 
 .PHONY: setup system-packages test demo bench lint clean help docs
