@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -19,6 +21,56 @@ from ckptrescue.model import Severity
 
 SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
 _MAP_WIDTH = 900
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the report, as both templates render it (same order, same title)."""
+
+    name: str          # identifier: the templates' branch for it; HTML anchor with "-" for "_"
+    title: str         # the heading (``<h2>`` in HTML, ``## `` in Markdown)
+    has_content: bool  # the model holds something for it
+    always: bool       # rendered even without content (then it says there is none)
+
+    @property
+    def shown(self) -> bool:
+        return self.always or self.has_content
+
+    @property
+    def anchor(self) -> str:
+        return self.name.replace("_", "-")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "anchor": self.anchor, "title": self.title,
+                "has_content": self.has_content, "always": self.always, "shown": self.shown}
+
+
+# The one list of report sections, in order: (name, title, always shown, has content).
+# Titles may use {commands} and {refusals} (their counts). A new section goes here and into
+# both templates (reports/templates/report.html.j2, report.md.j2) under the same name;
+# tests/report/test_parity.py checks they agree, and docs/report.md lists them.
+SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = (
+    ("answer", "Answer", True, lambda m: bool(m["answer"])),
+    ("checkpoints", "Checkpoints", False, lambda m: bool(m["checkpoints"])),
+    ("salvage", "Salvage", False, lambda m: bool(m["salvage"])),
+    ("bad_sectors", "Bad-sector map", False, lambda m: bool(m["bad_sector_map"])),
+    ("s3", "Object store", False, lambda m: bool(m["s3_verify"] or m["s3_known_good"])),
+    ("findings", "Findings", True, lambda m: any(m["findings_by_severity"].values())),
+    ("evidence", "Evidence inventory", True, lambda m: bool(m["evidence"])),
+    ("kernel_guarantees", "Kernel-enforced guarantees", True,
+     lambda m: bool(m["kernel_guarantees"])),
+    ("timeline", "Timeline", True, lambda m: bool(m["timeline"])),
+    ("commands", "Commands run ({commands}) and refused ({refusals})", True,
+     lambda m: bool(m["commands"] or m["refusals"])),
+    ("integrity", "Audit chain and tool versions", True, lambda m: True),
+)
+
+
+def sections(model: dict[str, Any]) -> list[Section]:
+    """The report's sections for ``model``, in order, shown or not."""
+    counts = {"commands": len(model["commands"]), "refusals": len(model["refusals"])}
+    return [Section(name, title.format(**counts), bool(has(model)), always)
+            for name, title, always, has in SECTIONS]
 
 
 def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -221,6 +273,7 @@ def build(case: Case) -> dict[str, Any]:
         "records": len(records),
     }
     model["recommendations"] = _recommendations(model)
+    model["sections"] = [s.to_json() for s in sections(model)]
     model["clean"] = not (model["finding_counts"].get("error") or
                           model["finding_counts"].get("critical") or
                           any(c["verdict"] != "intact" for c in checkpoints) or

@@ -29,7 +29,14 @@ def _env(autoescape: bool) -> Any:
     env.filters["human"] = _human
     env.filters["short"] = lambda s, n=12: (s or "")[:n]
     env.filters["mdcell"] = str  # escaping happens once, in finalize
+    env.globals["unknown_section"] = _unknown_section
     return env
+
+
+def _unknown_section(name: str) -> str:
+    """Called by a template for a section of the model it has no branch for: fail loudly."""
+    raise ValueError(f"report template has no body for section {name!r} "
+                     "(ckptrescue/report/model.py SECTIONS)")
 
 
 def _md_text(value: Any) -> str:

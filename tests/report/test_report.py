@@ -13,48 +13,10 @@ from pathlib import Path
 import pytest
 
 from ckptrescue.case import Case
-from ckptrescue.model import Finding, Severity
 from ckptrescue.report.render import render
 
-EVIL = "<script>alert(1)</script>"
+EVIL = "<script>alert(1)</script>"  # as in conftest.py's hostile_case
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
-
-
-def _step(case: Case, action: str, outputs: dict, step: str) -> None:
-    sha = case.store_artifact(json.dumps(outputs).encode(), name=f"{step}.json",
-                              kind=f"result:{action}")
-    case.log("step.finished", {"run_key": "r1", "step": step, "action": action, "status": "ok",
-                               "outputs_sha256": sha}, artifacts=[sha])
-
-
-@pytest.fixture
-def hostile_case(tmp_path: Path) -> Case:
-    case = Case.create(tmp_path / "case", title=f"run 7 {EVIL}", examiner="alice")
-    case.add_evidence(kind="image", source=f"/evidence/{EVIL}.img", acquired_how="ddrescue",
-                      size=4096, sha256="ab" * 32)
-    _step(case, "probe", {"checkpoints": [
-        {"path": "/mnt/run/step-200.pt", "format": "torch-zip", "verdict": "damaged",
-         "tensors_total": 3, "damaged_tensors": [EVIL, "model.fc.weight"],
-         "suspect_tensors": [], "missing_tensors": [],
-         "findings": [{"code": "TZ010", "severity": "error", "title": "CRC-32 mismatch",
-                       "offset": 4096, "length": 64, "tensors": [EVIL], "details": {}}]},
-        {"path": "/mnt/run/step-300.pt", "format": "torch-zip", "verdict": "intact",
-         "tensors_total": 3, "damaged_tensors": [], "suspect_tensors": [],
-         "missing_tensors": [], "findings": []},
-    ]}, "probe")
-    _step(case, "rank", {"checkpoints": [], "resume_from": "/mnt/run/step-300.pt"}, "rank")
-    _step(case, "image", {"image": "/case/work/disk.img", "mapfile": "/case/work/disk.map",
-                          "image_sha256": "cd" * 32, "size": 1 << 20,
-                          "rescued_bytes": (1 << 20) - 1024, "bad_ranges": [[8192, 9216]]},
-          "image")
-    _step(case, "locate", {"ranges": [{"start": 8192, "end": 9216, "files": [
-        {"path": "run/step-200.pt", "file_offset": 100, "length": 1024,
-         "tensors": [EVIL]}]}]}, "locate")
-    case.add_finding(Finding("TZ010", Severity.ERROR, f"CRC mismatch in {EVIL}",
-                             evidence="/mnt/run/step-200.pt", offset=4096, length=64,
-                             tensors=(EVIL,)))
-    case.log("tool.refused", {"argv": ["fsck", "-y", "/dev/sda"], "reason": "repairs"})
-    return case
 
 
 def test_html_escapes_hostile_names_and_is_self_contained(hostile_case: Case) -> None:
