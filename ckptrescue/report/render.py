@@ -40,8 +40,9 @@ def _unknown_section(name: str) -> str:
 
 
 def _md_text(value: Any) -> str:
-    """Markdown-safe text: no HTML, no table breaks, no code-span breaks."""
+    """Markdown-safe text: no HTML, no table breaks, no code-span breaks, no links."""
     text = str(value).replace("\n", " ").replace("|", "\\|").replace("`", "'")
+    text = text.replace("[", "\\[").replace("]", "\\]")
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 

@@ -111,3 +111,12 @@ def test_docs_list_the_sections() -> None:
     titles = [t.replace("N", "{commands}", 1).replace("N", "{refusals}", 1)
               for t, _ in listed]
     assert titles == [t for _, t, *_ in report_model.SECTIONS]
+
+
+def test_markdown_text_cannot_form_a_link_or_break_a_table() -> None:
+    from ckptrescue.report.render import _md_text
+
+    text = _md_text("[click](http://x) | `code`\n## heading <b>")
+    assert "](" not in text.replace("\\]", "")  # no unescaped link syntax survives
+    assert "\\[" in text and "\\|" in text and "`" not in text and "\n" not in text
+    assert "<b>" not in text
