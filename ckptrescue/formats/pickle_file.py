@@ -2,11 +2,12 @@
 
 What is covered (``docs/formats/pickle.md``): bare pickles whatever their name (``.pkl``,
 ``.pickle``, ``.dill``, ``.joblib``, ``optimizer.pkl``, a legacy-looking stream whose magic is
-computed), numpy ``.npy`` files with object arrays (the pickle after the header), zips holding
-pickles (each member that is a pickle: ``data.pkl``, ``*.pkl``, or a member starting with a
-PROTO opcode), and Accelerate's ``random_states_<rank>.pkl`` (a torch zip judged against the
-exact list of what Accelerate writes). Several pickles in a row (``pickle.load`` called
-repeatedly) are all scanned. Nothing is ever unpickled.
+computed), numpy ``.npy`` files with object arrays (the pickle after the header), zips and 7z
+archives holding pickles (each member that is a pickle: ``data.pkl``, ``*.pkl``, or a member
+starting with a PROTO opcode; 7z needs the ``archives`` extra, py7zr), and Accelerate's
+``random_states_<rank>.pkl`` (a torch zip judged against the exact list of what Accelerate
+writes). Several pickles in a row (``pickle.load`` called repeatedly) are all scanned. Nothing
+is ever unpickled.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ckptrescue.formats.tensormap import finding
 SUFFIXES = (".pkl", ".pickle", ".dill", ".joblib", ".npy", ".pckl", ".p")
 ACCELERATE_RNG = re.compile(r"^random_states_\d+\.pkl$")
 _NPY_MAGIC = b"\x93NUMPY"
+_7Z_MAGIC = b"7z\xbc\xaf\x27\x1c"
 _MAX_MEMBERS = 64
 _MAX_PICKLES = 16
 
@@ -74,6 +76,8 @@ class PickleFileFormat:
                 return _npy_pickle_offset(fh.read(65536 + 16)) is not None
         if head.startswith(b"PK"):
             return _zip_pickles(path) is not None
+        if head.startswith(_7Z_MAGIC):
+            return _seven_zip_pickles(path) is not None
         return _looks_pickle(head) or path.suffix.lower() in SUFFIXES
 
     @classmethod
@@ -91,6 +95,8 @@ class PickleFileFormat:
             parts = [("object array", data[off:])] if off is not None else []
         elif data.startswith(b"PK"):
             parts = _zip_pickles(path) or []
+        elif data.startswith(_7Z_MAGIC):
+            parts = _seven_zip_pickles(path) or []
         else:
             parts = [("pickle", data)]
         if not parts:
@@ -144,6 +150,38 @@ def _zip_pickles(path: Path) -> list[tuple[str, bytes]] | None:
             return out or None
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError,
             RuntimeError, zipfile.LargeZipFile):
+        return None
+
+
+def _seven_zip_pickles(path: Path) -> list[tuple[str, bytes]] | None:
+    """The pickle members of a 7z archive, each decompressed to at most the pickle cap (None
+    when it holds none, is encrypted or unreadable, or py7zr — the ``archives`` extra — is not
+    installed)."""
+    try:
+        import py7zr
+        from py7zr.io import BytesIOFactory
+    except ImportError:
+        return None
+    try:
+        with py7zr.SevenZipFile(path, "r") as z:
+            if z.needs_password():
+                return None
+            infos = [i for i in z.list() if not i.is_directory][:_MAX_MEMBERS]
+            targets = [i.filename for i in infos
+                       if (i.uncompressed or 0) <= pickle_scan.MAX_PICKLE_BYTES]
+            factory = BytesIOFactory(pickle_scan.MAX_PICKLE_BYTES)
+            z.extract(targets=targets, factory=factory)
+        out: list[tuple[str, bytes]] = []
+        for name in targets:
+            member = factory.products.get(name)
+            if member is None:
+                continue
+            member.seek(0)
+            data = member.read()
+            if name.endswith((".pkl", ".pickle", "data.pkl")) or _looks_pickle(data[:2]):
+                out.append((name, data))
+        return out or None
+    except Exception:  # noqa: BLE001 - a hostile archive is "not readable", never a crash
         return None
 
 

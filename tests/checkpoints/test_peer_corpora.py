@@ -30,6 +30,10 @@ def test_every_malicious_sample_is_unsafe_and_every_benign_one_is_not(corpus):
             wrong.append((path.name, source, str(verdict)))
     assert not wrong, wrong
     assert not marker.exists()
+    # every container the scanners' corpora use is in the run, 7z included
+    kinds = {p.suffix for p, _, _ in samples}
+    assert {".pkl", ".dill", ".joblib", ".pickle", ".npy", ".zip", ".7z", ".pt"} <= kinds
+    assert sum(1 for p, mal, _ in samples if p.suffix == ".7z" and mal) >= 20
 
 
 @pytest.mark.needs_tool("bwrap")
