@@ -167,9 +167,9 @@ class SubprocessRunner:
                                   attached_mounts=tuple(attached["mount"]),
                                   attached_dm=tuple(attached["dm"]))
 
-    def check(self, call: ToolCall) -> guard.Decision:
+    def check(self, call: ToolCall, ctx: guard.GuardContext | None = None) -> guard.Decision:
         argv = [str(a) for a in call.argv]
-        ctx = self.context()
+        ctx = ctx or self.context()
         decision = guard.check(argv, ctx)
         for path in call.writable if decision.allowed else ():
             reason = ctx.writes_forbidden(path)
@@ -189,7 +189,8 @@ class SubprocessRunner:
     # -- running -------------------------------------------------------------------------------
     def run(self, call: ToolCall, *, cancel: threading.Event | None = None) -> ToolResult:
         shown = redact(call.argv)
-        decision = self.check(call)
+        ctx = self.context()  # one read of the case's records per command
+        decision = self.check(call, ctx)
         if not decision.allowed:
             result = ToolResult(argv=shown, refused=decision.reason)
             if self.case is not None and not self.dry_run:
@@ -213,13 +214,11 @@ class SubprocessRunner:
             if decision.host_namespace:
                 confinement = confine.host_namespace()
             else:
-                readonly: tuple[str, ...] = ()
-                if self.case is not None:
-                    readonly = (*self.case.evidence_paths(), *self.case.protected_paths())
                 confinement = confine.private_namespace(
                     (*decision.writes, *call.writable), scratch=scratch, cwd=call.cwd,
                     argv=tuple(str(a) for a in call.argv), caps=decision.caps,
-                    all_devices=decision.all_devices, readonly=readonly)
+                    all_devices=decision.all_devices,
+                    readonly=(*ctx.evidence_paths, *ctx.protected_paths))
             self._record_confinement(confinement)
             result = self._execute(call, exe, shown, cancel, confinement, scratch)
         finally:

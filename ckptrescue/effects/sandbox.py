@@ -37,6 +37,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.effects.confine import PROC_READ_ONLY  # the child is root there too
 from ckptrescue.effects.runner import SubprocessRunner
 
 if TYPE_CHECKING:
@@ -49,12 +50,6 @@ _STARTED = "started"
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
 _SYS_DIRS = ("/sys/devices/system/cpu", "/sys/fs/cgroup")
 _ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# the child is root (uid 0 mapped to root): /proc/sys and friends are checked by uid alone, so
-# they are made read-only over the new /proc (host-wide sysctls such as core_pattern)
-PROC_READ_ONLY = ("--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger",
-                  "/proc/sysrq-trigger", "--ro-bind-try", "/proc/irq", "/proc/irq",
-                  "--ro-bind-try", "/proc/bus", "/proc/bus", "--ro-bind-try", "/proc/fs",
-                  "/proc/fs")
 
 
 @dataclass

@@ -104,12 +104,13 @@ def test_reference_missing_added_changed(base, tmp_path):
 def test_no_false_alarms_on_plausible_tensors(tmp_path):
     import torch
 
-    torch.manual_seed(3)
+    from fixtures.checkpoints import exact_heavy_tailed, exact_tensor
+
     emb_sq = torch.full((4096,), 1e-20)
     emb_sq[:5] = 1e-3  # sparse Adam state: a few rows updated, legitimately large
-    state = {"emb.weight": torch.randn(2048, 8), "ln.weight": torch.ones(2048),
+    state = {"emb.weight": exact_tensor(2048, 8, seed=3), "ln.weight": torch.ones(2048),
              "ln.bias": torch.zeros(4096), "opt.exp_avg_sq": emb_sq,
-             "heavy": torch.distributions.StudentT(2.0).sample((4096,))}
+             "heavy": exact_heavy_tailed(4096, seed=4)}
     path = fx.save_safetensors(tmp_path / "plausible.safetensors", state)
     r = probe1(path)
     assert [f.code for f in r.findings if f.code.startswith("NM")] == []
@@ -130,8 +131,9 @@ def test_bit_flip_in_pickle(base, tmp_path):
 def test_exponent_flip_other_float_types(tmp_path, dtype, bit):
     import torch
 
-    torch.manual_seed(1)
-    t = (torch.randn(512) * 0.02).to(getattr(torch, dtype))
+    from fixtures.checkpoints import exact_tensor
+
+    t = exact_tensor(512, seed=1, scale_log2=-15).to(getattr(torch, dtype))
     path = fx.save_safetensors(tmp_path / "x.safetensors", {"w": t, "b": t.clone()})
     off = st_offset(path, "w") + t.element_size() * 100
     fx.flip_bit(path, off + t.element_size() - 1, bit % 8)
@@ -147,6 +149,7 @@ def test_peak_memory_does_not_grow_with_size(tmp_path):
     import torch
 
     from ckptrescue.effects.runner import SubprocessRunner
+    from fixtures.checkpoints import exact_tensor
 
     code = ("import sys;from pathlib import Path;"
             "from ckptrescue.probes.checkpoints import probe_paths, formats;formats();"
@@ -158,7 +161,7 @@ def test_peak_memory_does_not_grow_with_size(tmp_path):
     peaks = []
     for mib in (8, 96):
         path = tmp_path / f"{mib}.pt"
-        torch.save({f"w{i}": torch.randn(1024 * 1024) for i in range(mib // 4)}, path)
+        torch.save({f"w{i}": exact_tensor(1024 * 1024, seed=i) for i in range(mib // 4)}, path)
         res = SubprocessRunner(None).run_internal([sys.executable, "-c", code, str(path)],
                                                   purpose="test", timeout_s=120)
         grow, verdict = res.stdout.split()

@@ -26,11 +26,13 @@ def cluster():  # noqa: ANN201
 
 def test_probe_on_cluster_equals_local(tmp_path: Path, cluster: str) -> None:
     torch = pytest.importorskip("torch")
+    from fixtures.checkpoints import exact_tensor
+
     run = tmp_path / "run"
     run.mkdir()
     for step in (10, 20, 30):
-        torch.save({"model": {"w": torch.randn(32, 32), "b": torch.zeros(32)}, "step": step},
-                   run / f"step-{step}.pt")
+        torch.save({"model": {"w": exact_tensor(32, 32, seed=step), "b": torch.zeros(32)},
+                    "step": step}, run / f"step-{step}.pt")
     data = bytearray((run / "step-20.pt").read_bytes())
     data[len(data) // 2] ^= 0x40
     (run / "step-20.pt").write_bytes(bytes(data))

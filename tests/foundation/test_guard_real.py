@@ -205,18 +205,12 @@ def test_attached_by_this_case_can_be_detached_and_nothing_else(scene, tmp_path)
 def test_tools_keep_no_cap_sys_admin_and_see_only_the_devices_they_name(scene, monkeypatch):
     """Under the guard: a tool cannot undo a write block (no CAP_SYS_ADMIN in its namespace),
     and a device node it does not name does not exist for it."""
-    import fcntl
-    import struct
+    from ckptrescue.storage.writeblock import set_readonly
 
-    blkroset = 0x125D
     dev = scene["DEV"]
 
     def setro(value: int) -> None:
-        fd = os.open(dev, os.O_RDONLY)
-        try:
-            fcntl.ioctl(fd, blkroset, struct.pack("i", value))
-        finally:
-            os.close(fd)
+        set_readonly(dev, bool(value))
 
     name = Path(dev).name
     setro(1)

@@ -29,14 +29,7 @@ XFS_DB_WRITE = {"write", "blocktrash", "crc", "logformat", "fuzz", "uuid_set", "
                 "dquot_set", "btdump", "link", "unlink", "iunlink"}
 
 
-def _xfs_db_command(cmd: str) -> str | None:
-    try:
-        words = shlex.split(cmd)
-    except ValueError as exc:
-        return f"xfs_db command {cmd!r} is unparseable ({exc})"
-    if not words:
-        return None
-    verb, args = words[0], words[1:]
+def _xfs_db_command(cmd: str, verb: str, args: list[str]) -> str | None:
     if verb in XFS_DB_WRITE:
         return f"xfs_db command {verb!r} modifies the filesystem"
     if verb not in XFS_DB_READ:
@@ -44,18 +37,21 @@ def _xfs_db_command(cmd: str) -> str | None:
     limit = XFS_DB_READ[verb]
     if limit is not None and len(args) > limit:
         return f"xfs_db command {cmd!r} sets a value (only the reading form is allowed)"
-    if verb == "check" and any(a.startswith("-") and "s" in a for a in args):
-        return None
     return None
 
 
-def _each_command(check: Callable[[str], str | None], *keys: str) -> Callable[
+def _each_command(check: Callable[[str, str, list[str]], str | None], *keys: str) -> Callable[
         [Parsed, GuardContext], Decision | None]:
-    """A policy: every value of the option ``keys`` is a command line judged by ``check``."""
+    """A policy: every value of the option ``keys`` is a command line, split as the tool splits
+    it and judged by ``check(command, verb, args)``."""
     def policy(p: Parsed, ctx: GuardContext) -> Decision | None:
         for key in keys:
             for cmd in p.values(key):
-                reason = check(cmd)
+                try:
+                    words = shlex.split(cmd)
+                except ValueError as exc:
+                    return Decision.refuse(f"{p.tool} -{key} {cmd!r} is unparseable ({exc})")
+                reason = check(cmd, words[0], words[1:]) if words else None
                 if reason:
                     return Decision.refuse(reason)
         return None
@@ -72,14 +68,7 @@ XFS_IO_READ: dict[str, tuple[str, ...]] = {
 }
 
 
-def _xfs_io_command(cmd: str) -> str | None:
-    try:
-        words = shlex.split(cmd)
-    except ValueError as exc:
-        return f"xfs_io command {cmd!r} is unparseable ({exc})"
-    if not words:
-        return None
-    verb, args = words[0], words[1:]
+def _xfs_io_command(cmd: str, verb: str, args: list[str]) -> str | None:
     if verb not in XFS_IO_READ:
         return f"xfs_io command {verb!r} is not on the read-only allowlist"
     if verb == "extsize" and args:
@@ -113,14 +102,7 @@ DEBUGFS_READ = {
 }
 
 
-def _debugfs_request(req: str) -> str | None:
-    try:
-        words = shlex.split(req)
-    except ValueError as exc:
-        return f"debugfs request {req!r} is unparseable ({exc})"
-    if not words:
-        return None
-    verb, args = words[0], words[1:]
+def _debugfs_request(req: str, verb: str, args: list[str]) -> str | None:
     if verb not in DEBUGFS_READ:
         return f"debugfs request {verb!r} is not on the read-only allowlist"
     if verb == "bmap" and ("-a" in args or len([a for a in args if not a.startswith("-")]) > 2):
