@@ -16,7 +16,7 @@ help:
 	@echo "make bench  - benchmarks (ratios against anchors measured in the same run)"
 	@echo "make fuzz   - long fuzz run (FUZZ_CASES=100000 corpus cases, FUZZ_EXPLORE=200 hypothesis batches)"
 	@echo "make lint   - ruff"
-	@echo "make setup  - system packages (apt-get, as root), .venv, editable install with all extras"
+	@echo "make setup  - system packages (apt-get, as root), .venv, editable install with all extras and the fixture writers"
 
 setup: system-packages $(STAMP)
 
@@ -37,7 +37,7 @@ system-packages:
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[all]'
+	$(PIP) install -q -c constraints.txt -e '.[all,fixtures]'
 	@touch $(STAMP)
 
 test: setup

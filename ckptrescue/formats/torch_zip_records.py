@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 
 from ckptrescue.checkpoint import TensorRecord, Verdict
 from ckptrescue.formats import pickle_scan, tensormap, torch_zip_view, zipinflate, zipwalk
+from ckptrescue.formats.crc32 import crc32
 from ckptrescue.formats.tensormap import StorageCheck
 from ckptrescue.formats.torch_zip_view import finding
 from ckptrescue.model import Finding
@@ -128,15 +129,13 @@ def _read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int
         start_at = rec.data_offset
     crc_bad = False
     expect = rec.size if rec.method == 8 else rec.compressed_size
-    if rec.crc and expect is not None and len(data) == expect:
-        import zlib
-
-        if zlib.crc32(data) & 0xFFFFFFFF != rec.crc:
-            crc_bad = True
-            findings.append(finding("TZ002", f"{rec.name}: CRC-32 mismatch (pickle bytes "
-                                    "changed)", evidence=path, offset=rec.data_offset,
-                                    length=rec.compressed_size))
-            verdicts.append(Verdict.DAMAGED)
+    if (rec.crc and expect is not None and len(data) == expect
+            and crc32(data) & 0xFFFFFFFF != rec.crc):
+        crc_bad = True
+        findings.append(finding("TZ002", f"{rec.name}: CRC-32 mismatch (pickle bytes "
+                                "changed)", evidence=path, offset=rec.data_offset,
+                                length=rec.compressed_size))
+        verdicts.append(Verdict.DAMAGED)
     try:
         scan = prescan or pickle_scan.scan_pickle(data, start=start_at)
     except pickle_scan.PickleError as exc:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from ckptrescue.formats.crc32 import crc32
 from ckptrescue.formats.zipwalk import CHUNK, pread
 
 MAX_OUT = 64 * 1024 ** 3  # 64 GiB: no checkpoint member legitimately inflates past this
@@ -58,7 +59,7 @@ def inflate_member(fh: BinaryIO, offset: int, csize: int, expect: int | None, *,
             chunk = d.decompress(pending, min(room, CHUNK))
             pending = d.unconsumed_tail
             if chunk:
-                out.crc = zlib.crc32(chunk, out.crc)
+                out.crc = crc32(chunk, out.crc)
                 if on_chunk is not None:
                     on_chunk(out.size, chunk)
                 out.size += len(chunk)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from ckptrescue.formats.crc32 import crc32
 from ckptrescue.formats.tolerant_read import tolerant_of
 
 LOCAL_SIG = b"PK\x03\x04"
@@ -154,7 +154,7 @@ def crc_range(
             step = got  # short read before the end (an unreadable sector follows): go on
         view = mv[:got]
         if want_crc:
-            crc = zlib.crc32(view, crc)
+            crc = crc32(view, crc)
         if on_chunk is not None:
             on_chunk(pos, view)
         done += got
