@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -131,6 +132,14 @@ class ProbeOptions:
     numeric: bool = True
     reference: CheckpointReport | None = None
     reference_path: str | None = None
+    # exact qualified names a multi-rank family's files may pickle beyond each format's own
+    # list (``families.base.Family.allowed_globals``); never a prefix
+    extra_allowed: frozenset[str] = frozenset()
+    # families: probe a step's rank files in this many processes
+    jobs: int = 1
+    # families: called as (step root, rank label, verdict) after each rank file is probed;
+    # local runs only (not sent to Dask workers)
+    progress: Callable[[str, str, str], None] | None = None
 
 
 class CheckpointFormat(Protocol):

@@ -86,7 +86,10 @@ class PickleFileFormat:
         report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
                                   files=[spath])
         verdicts: list[Verdict] = []
-        allowed = pickle_policy.standalone_allowed
+        def allowed(g: str) -> bool:
+            return pickle_policy.standalone_allowed(g) or pickle_policy.extra_allowed(
+                g, options.extra_allowed)
+
         parts: list[tuple[str, bytes]] = []
         with open(path, "rb") as fh:
             data = fh.read(pickle_scan.MAX_PICKLE_BYTES)

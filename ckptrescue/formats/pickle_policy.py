@@ -133,6 +133,12 @@ def dangerous(qualname: str) -> bool:
     return parts[-1] in _DANGEROUS_NAMES or parts[-1] in _DANGEROUS_BUILTINS
 
 
+def extra_allowed(qualname: str, names: frozenset[str]) -> bool:
+    """True when ``qualname`` is on a family's exact extra list (``ProbeOptions.extra_allowed``)
+    and not dangerous: exact names only, a dangerous name is never accepted."""
+    return qualname in names and not dangerous(qualname)
+
+
 def weights_only_allowed(qualname: str) -> bool:
     """True when torch's weights-only unpickler would accept this global (exact names)."""
     if qualname in _ALLOWED_EXACT or qualname in _TORCH_CLASSES:

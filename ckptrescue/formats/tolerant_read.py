@@ -149,6 +149,15 @@ def collect_unreadable() -> Iterator[Unreadable]:
                 del found[key]
 
 
+def add_unreadable(found: Unreadable) -> None:
+    """Add ranges found elsewhere (a worker process) to the active collector, if any."""
+    sink = _COLLECTOR.get()
+    if sink is None:
+        return
+    for path, ranges in found.items():
+        sink.setdefault(path, []).extend(ranges)
+
+
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted, non-overlapping ``[start, end)`` ranges covering the same bytes."""
     out: list[tuple[int, int]] = []

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.formats import dtypes, pickle_scan, tensormap
+from ckptrescue.formats import dtypes, pickle_policy, pickle_scan, tensormap
 from ckptrescue.formats.pickle_verdict import judge
 from ckptrescue.formats.tensormap import StorageCheck, finding
 from ckptrescue.formats.torch_zip import tensormap_salvageable
@@ -51,14 +51,19 @@ class TorchLegacyFormat:
                                   files=[spath])
         verdicts: list[Verdict] = []
         size = os.path.getsize(path)
+
+        def allowed(g: str) -> bool:
+            return pickle_scan.weights_only_allowed(g) or pickle_policy.extra_allowed(
+                g, options.extra_allowed)
+
         with open(path, "rb") as fh:
             scans: list[pickle_scan.PickleScan] = []
             for i in range(5):
                 pos = fh.tell()
                 scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
                 label = f"legacy pickle {i + 1} of 5"
-                found, vs = judge(scan, spath, allowed=pickle_scan.weights_only_allowed,
-                                  weights_only=True, label=label)
+                found, vs = judge(scan, spath, allowed=allowed, weights_only=True,
+                                  label=label)
                 report.findings.extend(found)
                 verdicts.extend(vs)
                 if scan.error:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.formats import pickle_scan, tensormap, torch_zip_view, zipwalk
+from ckptrescue.formats import pickle_policy, pickle_scan, tensormap, torch_zip_view, zipwalk
 from ckptrescue.formats.pickle_verdict import judge
 from ckptrescue.formats.tensormap import StorageCheck
 from ckptrescue.formats.tolerant_read import open_evidence
@@ -69,8 +69,12 @@ def looks_like_torch_zip(fh: BinaryIO, start: int = 0, end: int | None = None) -
 
 
 def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None,
-              do_numeric: bool = True, name_prefix: str = "") -> ZipProbe:
-    """Verify one torch zip in ``[start, end)`` of ``fh``; names get ``name_prefix``."""
+              do_numeric: bool = True, name_prefix: str = "",
+              extra_allowed: frozenset[str] = frozenset()) -> ZipProbe:
+    """Verify one torch zip in ``[start, end)`` of ``fh``; names get ``name_prefix``.
+
+    ``extra_allowed``: exact qualified names accepted besides torch's weights-only list (a
+    multi-rank family's own classes, ``ProbeOptions.extra_allowed``)."""
     import os
 
     if end is None:
@@ -153,7 +157,9 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
     if scan is not None:
         out.root = scan.root
         out.globals = sorted(set(scan.globals))
-        out.unsafe_globals = scan.unsafe_globals()
+        out.unsafe_globals = scan.unsafe_globals(
+            lambda g: pickle_scan.weights_only_allowed(g) or pickle_policy.extra_allowed(
+                g, extra_allowed))
         if out.unsafe_globals:
             out.findings.append(finding(
                 "PK001", "pickle references globals outside the weights-only allowlist: "
@@ -316,7 +322,8 @@ class TorchZipFormat:
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
         try:
             with open_evidence(path) as fh:
-                part = probe_zip(fh, str(path), do_numeric=options.numeric)
+                part = probe_zip(fh, str(path), do_numeric=options.numeric,
+                                 extra_allowed=options.extra_allowed)
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failure inside a file is a finding on it

@@ -28,7 +28,7 @@ from import_graph import (
 # Lowest first. A module imports package modules of its own layer or of a layer before it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("model", "errors", "checkpoint", "codes", "resources")),
-    ("pure", ("formats", "parsers", "guard")),
+    ("pure", ("formats", "families", "parsers", "guard")),
     ("effects", ("effects", "case", "audit")),
     ("capabilities", ("storage", "s3", "datasets", "probes", "salvage", "rank",
                       "sandbox_children")),
