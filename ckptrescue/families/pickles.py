@@ -10,6 +10,7 @@ and size: a hostile pickle cannot make it expensive.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,54 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, dict) and isinstance(value.get("value"), int):
         return value["value"]
     return None
+
+
+def zip_pickle_root(path: Path) -> Any:
+    """The scanned ``data.pkl`` root of a torch zip read straight from its central directory
+    (for a family's layout, before the member's own probe); None when it cannot be read."""
+    import struct
+
+    from ckptrescue.formats import zipwalk
+
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            layout = zipwalk.read_central(fh, 0, size)
+            if layout is None:
+                return None
+            rec = next((r for r in layout.records if r.name.endswith("data.pkl")), None)
+            if rec is None or not rec.compressed_size or rec.compressed_size > MAX_PKL \
+                    or rec.method != 0:
+                return None
+            offset = rec.data_offset
+            if offset is None:
+                fh.seek(rec.header_offset)
+                head = fh.read(30)
+                if len(head) < 30 or head[:4] != b"PK\x03\x04":
+                    return None
+                nlen, xlen = struct.unpack("<HH", head[26:30])
+                offset = rec.header_offset + 30 + nlen + xlen
+            fh.seek(offset)
+            blob = fh.read(rec.compressed_size)
+        return pickle_scan.scan_pickle(blob, mode="memory", partial=True).root
+    except (OSError, ValueError, pickle_scan.PickleError, struct.error):
+        return None
+
+
+def scalar_value(path: Path, offset: int | None, dtype: str | None) -> float | int | None:
+    """A 0-d tensor's value read from its bytes (an optimizer ``step``): float32/64, int32/64."""
+    fmt = {"float32": "<f", "float64": "<d", "int64": "<q", "int32": "<i"}.get(dtype or "")
+    if fmt is None or offset is None:
+        return None
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            raw = fh.read(struct.calcsize(fmt))
+        value = struct.unpack(fmt, raw)[0]
+    except (OSError, struct.error):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value

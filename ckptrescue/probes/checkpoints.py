@@ -21,7 +21,7 @@ verdict allows it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,6 +171,7 @@ def _walk(directory: Path, depth: int, *, explicit: bool) -> list[tuple[type | N
 def probe_paths(
     paths: list[Path], *, reference: Path | None = None, load: bool = False,
     case: Case | None = None, numeric: bool = True, scheduler: str | None = None,
+    jobs: int = 1, progress: Callable[[str, str, str], None] | None = None,
 ) -> list[CheckpointReport]:
     """Probe every checkpoint under ``paths``; one report per checkpoint.
 
@@ -180,11 +181,14 @@ def probe_paths(
     hook, e.g. TensorFlow, get one sandbox child for all their checkpoints). ``case``: findings
     and the run are recorded in the case's audit log. ``scheduler``: a Dask scheduler address;
     each checkpoint is probed on a worker (which must see the same paths), results merge into
-    the same reports as a local run.
+    the same reports as a local run. ``jobs``: the rank files of a multi-rank family step are
+    probed in this many processes; ``progress(step_root, rank, verdict)`` is called after each
+    rank file (local runs). Run-level findings on the families' newest-step pointers are added
+    to the step reports (``probes/pointers.py``).
     """
     if not paths:
         raise UsageError("probe: give at least one PATH")
-    options = ProbeOptions(numeric=numeric)
+    options = ProbeOptions(numeric=numeric, jobs=max(1, jobs))
     ref_report = None
     if reference is not None:
         ref_found = discover([reference])
@@ -207,7 +211,12 @@ def probe_paths(
 
         probed = probe_on_cluster(scheduler, found, options)
     else:
+        options.progress = progress
         probed = [probe_one(fmt, path, options) for fmt, path in found]
+        options.progress = None
+    from ckptrescue.probes.pointers import attach_pointer_findings
+
+    attach_pointer_findings(found, probed)
     reports: list[CheckpointReport] = []
     batched: dict[str, list[CheckpointReport]] = {}
     for (fmt, _path), report in zip(found, probed, strict=True):
