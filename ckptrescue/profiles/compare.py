@@ -72,6 +72,8 @@ def _duplicate_shards(shards: list[ShardProfile], th: Thresholds) -> list[Check]
     """Pairs of shards whose bottom-k record-hash sketches overlap (candidates by shared hash)."""
     owners: dict[int, list[int]] = {}
     for i, s in enumerate(shards):
+        if s.dup_sampled - s.dup_count < th.min_records:
+            continue  # too few distinct records (a label array, a constant shard): no evidence
         for h in s.record_hashes.hashes:
             owners.setdefault(h, []).append(i)
     pairs = sorted({(a, b) for idx in owners.values() for a in idx for b in idx if a < b})

@@ -186,7 +186,7 @@ class TopK:
         """Shannon entropy of the counted values (the uncounted remainder as one value)."""
         if not self.total:
             return 0.0
-        parts = list(self.counts.values())
+        parts = sorted(self.counts.values())
         rest = self.total - sum(parts)
         if rest > 0:
             parts.append(rest)
