@@ -1,0 +1,69 @@
+"""Builds the F1 family fixtures (DeepSpeed, Megatron) with the real libraries, once: each writer
+runs in a child process (``python -m fixtures.families.<lib> OUT``) into
+``build/families/<lib>-<library version>/`` and is reused while that directory is complete (a
+``.done`` marker). Tests copy what they mutate. A missing library skips the test (fails under
+``CKPTRESCUE_REQUIRE_PRIVILEGED=1``)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LIBS = {"deepspeed": "deepspeed", "megatron": "megatron-core"}
+
+
+def _env() -> dict[str, str]:
+    return {"DS_ACCELERATOR": "cpu", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", str(REPO / "build")), "PYTHONHASHSEED": "0",
+            "PYTHONPATH": str(REPO),
+            "TORCH_EXTENSIONS_DIR": str(REPO / "build" / "families" / "torch_extensions")}
+
+
+def built(lib: str) -> Path:
+    """The directory the writer ``fixtures/families/<lib>.py`` filled (built when missing)."""
+    dist = LIBS[lib]
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{dist} is not installed (the fixtures extra)")
+    out = REPO / "build" / "families" / f"{lib}-{version}"
+    if not (out / ".done").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", f"fixtures.families.{lib}", str(out)],
+                              cwd=REPO, capture_output=True, text=True, timeout=1200,
+                              env=_env())
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (out / ".done").write_text(version)
+    return out
+
+
+def copy(src: Path, dst: Path) -> Path:
+    if src.is_dir():
+        shutil.copytree(src, dst, symlinks=True)
+    else:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    return dst
+
+
+def oracle(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real library's loader in a child process (``python -c code args...``)."""
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env=_env())
+
+
+def codes(report: object, prefix: str = "FM") -> dict[str, list[list[str]]]:
+    """code -> the ranks each finding of that code names."""
+    out: dict[str, list[list[str]]] = {}
+    for f in report.findings:  # type: ignore[attr-defined]
+        if f.code.startswith(prefix):
+            out.setdefault(f.code, []).append(list(f.details.get("ranks", [])))
+    return out
