@@ -281,7 +281,11 @@ class _Builder:
                                              None))
         elif kind in {"s3-object", "s3-prefix"}:
             types = ["uco-observable:ObservableObject"]
-            facets.append(self.url_facet(iri, source))
+            obj = details.get("object") if isinstance(details.get("object"), dict) else {}
+            version = obj.get("version_id")
+            url = source if not version or "versionId=" in source else (
+                f"{source}?versionId={version}")  # the exact version acquired
+            facets.append(self.url_facet(iri, url))
             facets.append(self.content_facet(iri, sha, size))
         elif kind in {"directory", "mount"}:
             types = ["uco-observable:Directory"]
