@@ -20,7 +20,7 @@ from ckptrescue.profiles.minhash import NearDup
 from ckptrescue.profiles.profile import DatasetProfile, ProfileOptions, ShardProfile
 from ckptrescue.profiles.readers import FORMATS, ReadState, open_records, shard_format
 from ckptrescue.profiles.sketches import DupSample
-from ckptrescue.profiles.tokenize import TokenCounter, Tokenizer, describe, resolve
+from ckptrescue.profiles.tokens import TokenCounter, Tokenizer, describe, resolve
 from ckptrescue.profiles.values import ROOT_FIELD, record_hash, text_of
 from ckptrescue.profiles.vector import add_rows
 

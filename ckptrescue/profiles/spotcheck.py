@@ -20,7 +20,7 @@ from typing import Any
 from ckptrescue.model import Finding
 from ckptrescue.profiles import arrays
 from ckptrescue.profiles.readers import ReadState, open_records
-from ckptrescue.profiles.tokenize import Tokenizer, resolve
+from ckptrescue.profiles.tokens import Tokenizer, resolve
 from ckptrescue.profiles.values import (
     Opaque,
     byte_length,

@@ -140,3 +140,18 @@ def test_other_files_are_not_profiled(tmp_path: Path) -> None:
     (tmp_path / "README.txt").write_text("not a shard\n")
     prof = profile_dataset(tmp_path)
     assert [s.path for s in prof.shards] == ["a.jsonl"]
+
+
+def test_tokenizer_names(tmp_path: Path) -> None:
+    from ckptrescue.errors import CkptRescueError
+    from ckptrescue.profiles.tokens import resolve
+
+    counter = resolve("whitespace")
+    assert counter is not None and counter("a b  c") == 3
+    fn = resolve(fx.whitespace_tokenizer)
+    assert fn is not None and fn("a b") == 2
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        with pytest.raises(CkptRescueError, match="transformers is not installed"):
+            resolve("some-org/some-tokenizer")
