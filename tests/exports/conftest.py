@@ -52,7 +52,7 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     server = start_local_s3()
     try:
         writer = server.writer_client()
-        bucket = "ckpt-bucket"
+        bucket = f"ckpt-{root.name}".lower()  # moto's state outlives a server in this process
         writer.create_bucket(Bucket=bucket)
         writer.put_bucket_versioning(Bucket=bucket,
                                      VersioningConfiguration={"Status": "Enabled"})
