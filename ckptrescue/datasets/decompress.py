@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import zlib
 from typing import IO, Any
@@ -66,7 +67,10 @@ def _open(fh: IO[bytes], kind: str) -> Any:
     except ImportError as exc:
         raise ToolMissingError("zstd-compressed file: the zstandard module is not installed",
                                hint="pip install zstandard") from exc
-    return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+    # closefd=False: closing the decompressed view must not close the caller's file;
+    # buffered, because zstandard's reader has no readline (JSONL is read line by line)
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(  # type: ignore[arg-type]
+        fh, read_across_frames=True, closefd=False))
 
 
 class Decompressed:

@@ -127,12 +127,11 @@ def test_other_compressions_are_checked(tmp_path: Path, kind: str) -> None:
     assert (f.format, f.status, f.records) == (f"tfrecord+{kind}", "ok", 5)
 
 
-def test_zstd_without_its_module_says_why(tmp_path: Path) -> None:
-    try:
-        import zstandard  # type: ignore[import-not-found]  # noqa: F401
-        pytest.skip("zstandard is installed")
-    except ImportError:
-        pass
+def test_zstd_without_its_module_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as on a machine without it
     root = tmp_path / "d"
     root.mkdir()
     (root / "x.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(40))
@@ -248,3 +247,16 @@ def test_compressed_npy_is_checked_through_the_stream(tmp_path: Path) -> None:
     by = {f.rel.decode(): f for f in verify_dataset(root).files}
     assert (by["a.npy.gz"].format, by["a.npy.gz"].status) == ("npy+gzip", "ok")
     assert by["b.npy.gz"].status == "damaged"
+
+
+def test_a_zstd_jsonl_shard_is_verified_line_by_line(tmp_path: Path) -> None:
+    import zstandard
+
+    root = tmp_path / "d"
+    root.mkdir()
+    lines = [json.dumps({"id": i}).encode() for i in range(50)]
+    lines[17] = b'{"id": '
+    (root / "x.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(lines)))
+    result, f = _one(root)
+    assert (f.format, f.status) == ("jsonl+zstd", "damaged") and not result.ok
+    assert [b.index for b in f.bad_records] == [17]
