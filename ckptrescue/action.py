@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ckptrescue.events import Event, StepOutput, StepProgress
 from ckptrescue.model import Finding
+from ckptrescue.outputs import StepOutputs
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -26,11 +27,47 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ArgSpec:
+    """One argument of an action: the single declaration the engine, the playbook linter, the
+    CLI (``cli/from_action.py``) and the TUI's forms (``tui/form.py``) all read.
+
+    ``type``: path, string, integer, number, boolean, list (of ``item``), mapping, s3_url, any.
+    On the command line an argument is ``positional`` (then always required there) or an
+    option spelled ``flag`` (default ``--name-with-dashes``) with an optional ``short`` alias.
+    A boolean option is a flag that flips the default: ``--load`` sets ``load=True`` (default
+    False), ``--no-numeric`` sets ``numeric=False`` (default True). A list option is repeated
+    (``--member A --member B``). ``cli_name`` is the name a positional argument shows in
+    ``--help`` when it differs from ``name``; ``metavar`` replaces the value's placeholder;
+    ``minimum`` bounds a number; ``cli=False`` keeps an argument off the command line (the
+    command sets it itself); ``hidden`` keeps it out of ``--help`` and ``advanced`` puts it
+    under the TUI form's advanced fields.
+    """
+
     name: str
-    type: str = "string"  # path, string, integer, boolean, list, mapping, s3_url, any
+    type: str = "string"
     required: bool = False
     default: Any = None
     help: str = ""
+    item: str = "string"  # the element type of a list
+    positional: bool = False
+    flag: str = ""
+    short: str = ""
+    cli_name: str = ""
+    metavar: str = ""
+    minimum: int | None = None
+    cli_required: bool = False  # an option the command line requires (the action may not)
+    cli: bool = True
+    hidden: bool = False
+    advanced: bool = False
+
+    @property
+    def option(self) -> str:
+        """The option's spelling on the command line."""
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def param_name(self) -> str:
+        """The parameter name the command line shows (positional arguments)."""
+        return self.cli_name or self.name
 
 
 @dataclass
@@ -43,7 +80,9 @@ class ActionResult:
     summary: str = ""
     error: str | None = None
     findings_recorded: bool = False  # the library already added the findings to the case
-    native: Any = None  # the library's own result object (in-process callers such as the CLI)
+    # a step that could not do its job: the exit code and hint of its error (the CLI exits so)
+    exit_code: int | None = None
+    hint: str | None = None
 
 
 def findings_of(result: Any) -> list[Finding]:
@@ -81,15 +120,18 @@ class StepContext:
     ) -> Generator[Event, None, T]:
         """Run ``fn(progress)`` in a thread, yielding coalescible progress events meanwhile.
 
-        ``progress(done, total=None, rate=None, eta_s=None)`` may be called from any thread.
+        ``progress(done, total=None, rate=None, eta_s=None, items_done=None, items_total=None)``
+        may be called from any thread (``items``: files or objects, when the work counts them).
         """
         events: queue.Queue[Event] = queue.Queue()
         box: dict[str, Any] = {}
 
         def progress(done: float, total: float | None = None, rate: float | None = None,
-                     eta_s: float | None = None, **_: Any) -> None:
+                     eta_s: float | None = None, items_done: int | None = None,
+                     items_total: int | None = None, **_: Any) -> None:
             events.put(StepProgress(step_id=self.step_id, done=done, total=total, unit=unit,
-                                    rate=rate, eta_s=eta_s, label=label))
+                                    rate=rate, eta_s=eta_s, label=label, items_done=items_done,
+                                    items_total=items_total))
 
         def target() -> None:
             try:
@@ -121,10 +163,14 @@ class Action:
     """Base class. Subclasses set the class variables and implement ``run``."""
 
     name: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
+    summary: ClassVar[str] = ""  # one line: the TUI, the plan, step titles
+    # the command line's help: its first paragraph, the paragraphs after it, and examples
+    description: ClassVar[str] = ""
+    examples: ClassVar[Sequence[str]] = ()
     capability: ClassVar[str] = "read_file"  # read_file, read_device, exec_tool, network_read,
     #                                          load_model_sandboxed, write_recovery, human
     args: ClassVar[Sequence[ArgSpec]] = ()
+    output_type: ClassVar[type[StepOutputs]] = StepOutputs  # what its step outputs hold
 
     @classmethod
     def arg_names(cls) -> set[str]:

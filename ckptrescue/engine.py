@@ -222,7 +222,6 @@ def run(
     cancel: threading.Event | None = None,
     confirm: Callable[[str], bool | None] | None = None,
     resume: bool | None = None,
-    native: dict[str, Any] | None = None,
 ) -> Iterator[Event]:
     """Run every step of ``plan``, yielding events; findings are also recorded in ``case``.
 
@@ -230,9 +229,9 @@ def run(
     non-interactive). ``plan.answers_yes`` answers every gate with yes. ``resume`` (default:
     ``plan.resumable``) skips the steps an unfinished earlier attempt of the same run key
     finished; a one-step plan therefore starts afresh unless ``resume=True`` is passed, so that
-    running the same command twice runs it twice. ``native``, when given,
-    receives each step's in-process library result (``native[step_id]``) and the exception of
-    a step that could not do its job (``native[step_id + "!error"]``): the CLI renders from it.
+    running the same command twice runs it twice. A step that raised one of the kit's errors
+    ends ``failed`` (``refused`` for a guard refusal) and its ``StepFinished`` carries that
+    error's message, exit code and hint: front ends report it from the event alone.
     """
     from ckptrescue.effects.runner import SubprocessRunner
 
@@ -312,16 +311,13 @@ def run(
                     yield event
             except CkptRescueError as exc:
                 result = ActionResult(status="refused" if exc.exit_code == 3 else "failed",
-                                      error=exc.message)
-                if native is not None:
-                    native[f"{step.id}!error"] = exc
+                                      error=exc.message, exit_code=int(exc.exit_code),
+                                      hint=exc.hint)
             except KeyboardInterrupt:
                 case.log("step.interrupted", {"run_key": plan.run_key, "step": step.id})
                 raise
             except Exception as exc:  # an action bug must not lose the case
                 result = ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
-        if native is not None and result.native is not None:
-            native[step.id] = result.native
         for finding in result.findings:
             if not result.findings_recorded:
                 case.add_finding(finding)
@@ -340,7 +336,9 @@ def run(
                                    "findings": len(result.findings), "outputs_sha256": sha},
                  artifacts=[sha] if sha else None)
         yield StepFinished(step_id=step.id, status=result.status, summary=result.summary,
-                           outputs=outputs.get(step.id, {}), error=result.error)
+                           outputs=outputs.get(step.id, {}), error=result.error,
+                           exit_code=result.exit_code, hint=result.hint,
+                           partial={} if step.id in outputs else _jsonable(result.outputs))
         if result.status == "stopped":
             run_status, failed_step = "stopped", step.id
             break

@@ -45,6 +45,8 @@ class StepProgress(Event):
     rate: float | None = None
     eta_s: float | None = None
     label: str = ""
+    items_done: int | None = None  # files/objects done, when the work counts them
+    items_total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,11 @@ class StepFinished(Event):
     summary: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # a step that could not do its job: its error's exit code and hint, and what it had found
+    # before (``partial``), so a front end reports it as the error itself would have
+    exit_code: int | None = None
+    hint: str | None = None
+    partial: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
-"""The one way tests run the real CLI in a subprocess (where a subprocess is the point: exit
-codes, stdout/stderr as a user sees them, a fresh interpreter, a process the kit confines).
+"""How tests run the CLI: in-process (:func:`invoke`, typer's ``CliRunner`` isolation around
+``cli.main.run``, the same exit codes and one-line messages) where a subprocess is not the
+point, and :func:`run_cli`, the one way to run it in a subprocess where it is (a fresh
+interpreter, signals, a process the kit confines, what the console script itself does).
 
 ``run_cli("probe", "--json", str(path))`` runs the installed ``ckptrescue`` console script with
 stdin from ``/dev/null`` and returns the ``CompletedProcess`` (text mode, never raises on a
@@ -34,3 +36,24 @@ def run_cli(*args: str, timeout: float = 300, env_extra: dict[str, str] | None =
                           errors="replace", stdin=subprocess.DEVNULL, env=base, cwd=cwd,
                           timeout=timeout,
                           check=check, start_new_session=clean_env)
+
+
+def invoke(*args: str, env_extra: dict[str, str] | None = None,
+           input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``ckptrescue *args`` in this process; returns what :func:`run_cli` returns.
+
+    ``cli.main.run`` turns exceptions into exit codes exactly as the console script does;
+    stdout and stderr are captured by ``CliRunner``'s isolation (binary writes included).
+    """
+    from typer.testing import CliRunner
+
+    from ckptrescue.cli.main import run
+
+    runner = CliRunner()
+    with runner.isolation(input=input, env=env_extra) as streams:
+        code = run([str(a) for a in args])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out = streams[0].getvalue().decode(errors="replace")
+        err = streams[1].getvalue().decode(errors="replace")
+    return subprocess.CompletedProcess(["ckptrescue", *map(str, args)], code, out, err)

@@ -15,7 +15,7 @@ def from_library(result: Any, summary: str = "", *, status: str | None = None) -
         serious = any(f.severity.rank >= Severity.WARNING.rank for f in findings)
         status = "findings" if serious else "ok"
     return ActionResult(status=status, outputs=to_outputs(result), findings=findings,
-                        summary=summary, findings_recorded=True, native=result)
+                        summary=summary, findings_recorded=True)
 
 
 def progress_adapter(progress: Any) -> Any:

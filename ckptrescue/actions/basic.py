@@ -10,12 +10,14 @@ from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.effects.runner import ToolCall
 from ckptrescue.events import Event, GateReached
 from ckptrescue.model import Finding, Severity
+from ckptrescue.outputs import CaseVerifyOutput, CollectLogsOutput, ConfirmOutput, ExecOutput
 
 
 class Confirm(Action):
     name = "confirm"
     summary = "A human gate: stop until the responder confirms"
     capability = "human"
+    output_type = ConfirmOutput
     args = (ArgSpec("prompt", "string", required=True, help="What the responder confirms."),)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -37,10 +39,19 @@ class Exec(Action):
     name = "exec"
     summary = "Run one allowlisted read-only tool (argv list) through the guarded runner"
     capability = "exec_tool"
+    description = """
+Run one allowlisted read-only command through the guarded runner, recorded in the case.
+
+Its stdout and stderr become artifacts whose SHA-256 the audit log records. A refused
+command exits 3 with a one-line reason (also in the audit log)."""
+    examples = ('ckptrescue exec --case C -- xfs_db -r -c "sb 0" -c print disk.img',)
+    output_type = ExecOutput
     args = (
-        ArgSpec("argv", "list", required=True, help="The command as a list of arguments."),
-        ArgSpec("timeout_s", "integer", default=600, help="Time limit in seconds."),
-        ArgSpec("allow_nonzero", "boolean", default=False,
+        ArgSpec("argv", "list", required=True, positional=True,
+                help="The command and its arguments (after --)."),
+        ArgSpec("timeout_s", "number", default=600, flag="--timeout",
+                help="Time limit in seconds."),
+        ArgSpec("allow_nonzero", "boolean", default=False, cli=False,
                 help="A non-zero exit is not a failure."),
     )
 
@@ -83,6 +94,7 @@ class CollectLogs(Action):
     name = "collect.logs"
     summary = "Capture kernel and system logs read-only (dmesg, journal) as artifacts"
     capability = "exec_tool"
+    output_type = CollectLogsOutput
     args = (ArgSpec("journal", "boolean", default=True, help="Also export the kernel journal."),)
 
     COMMANDS = (("dmesg", "-x", "--time-format", "iso"),
@@ -113,6 +125,7 @@ class CollectLogs(Action):
 class CaseVerify(Action):
     name = "case.verify"
     summary = "Verify the case's audit chain and artifacts"
+    output_type = CaseVerifyOutput
     args = ()
 
     def plan(self, args: dict[str, Any]) -> list[str]:

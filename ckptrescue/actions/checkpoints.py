@@ -10,17 +10,33 @@ from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findin
 from ckptrescue.actions._util import from_library
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.events import Event
+from ckptrescue.outputs import ProbeOutput, RankOutput, SalvageOutput
 
 
 class Probe(Action):
     name = "probe"
     summary = "Verify checkpoints without executing them; verdicts and damaged tensor names"
-    args = (ArgSpec("paths", "list", required=True, help="Files, checkpoint or run directories."),
-            ArgSpec("reference", "path", help="Previous checkpoint to compare with."),
+    description = """Verify checkpoints without executing them; exit 0 when every one is intact, else 1.
+
+Formats: torch.save zip and legacy, safetensors, Hugging Face sharded, torch DCP,
+TensorFlow TensorBundle / SavedModel / checkpoint state, Keras .keras / .h5.
+Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable."""
+    examples = ("ckptrescue probe runs/exp1/ --reference runs/exp1/step_900.pt --json",)
+    output_type = ProbeOutput
+    args = (ArgSpec("paths", "list", required=True, item="path", positional=True,
+                    help="Checkpoint files, checkpoint directories or run directories (all "
+                         "probed)."),
+            ArgSpec("reference", "path", help="A previous checkpoint to compare with."),
             ArgSpec("load", "boolean", default=False,
-                    help="Also load with the real loaders in the sandbox."),
-            ArgSpec("numeric", "boolean", default=True, help="Numeric health scan."),
-            ArgSpec("scheduler", "string", help="Dask scheduler address (probe on workers)."))
+                    help="Also run the real loader in a sandboxed child (only when the "
+                         "structural verdict allows)."),
+            ArgSpec("numeric", "boolean", default=True, flag="--no-numeric",
+                    help="Skip the numerical health scan."),
+            ArgSpec("tensors", "boolean", default=False,
+                    help="Include the per-tensor map (file, offset, length, status) in --json."),
+            ArgSpec("scheduler", "string",
+                    help="Dask scheduler address: probe each checkpoint on a worker (needs the "
+                         "[cluster] extra; workers must see the same paths)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
@@ -44,8 +60,9 @@ class Probe(Action):
         bad = [r for r in reports if str(r.verdict) != "intact"]
         return ActionResult(
             status="findings" if bad else "ok",
-            outputs={"checkpoints": [r.to_json() for r in reports]}, findings=findings,
-            findings_recorded=True, native=reports,
+            outputs={"checkpoints": [r.to_json(with_tensors=bool(args.get("tensors")))
+                                     for r in reports]},
+            findings=findings, findings_recorded=True,
             summary=f"{len(reports)} checkpoint(s), {len(bad)} not intact")
 
 
@@ -53,12 +70,23 @@ class Salvage(Action):
     name = "salvage"
     summary = "Write the verified tensors of a damaged checkpoint into a new safetensors file"
     capability = "write_recovery"
-    args = (ArgSpec("checkpoint", "path", help="One checkpoint to salvage."),
-            ArgSpec("probed", "list",
+    description = """Write every verified tensor into OUT_DIR/<name>.salvaged.safetensors + salvage.json.
+
+Exit 0 only when every tensor came back verified; 1 when some were lost (listed with
+reasons), numerically suspect (written apart to OUT_DIR/<name>.suspect.safetensors) or
+when nothing at all could be recovered."""
+    examples = ("ckptrescue salvage /evidence/step_1200.pt /recovery/step_1200 --fill-from "
+                "step_1100.pt",)
+    output_type = SalvageOutput
+    args = (ArgSpec("checkpoint", "path", positional=True, help="The damaged checkpoint."),
+            ArgSpec("probed", "list", cli=False,
                     help="Probe results (${probe.checkpoints}): salvage every damaged or "
                          "truncated one; unsafe checkpoints are never touched."),
-            ArgSpec("out_dir", "path", help="Output directory (default: CASE/work/salvage)."),
-            ArgSpec("fill_from", "path", help="Reference checkpoint to fill lost tensors from."),
+            ArgSpec("out_dir", "path", positional=True,
+                    help="New recovery directory (not next to the input, not on a read-only "
+                         "mount)."),
+            ArgSpec("fill_from", "path",
+                    help="Take lost tensors from this reference checkpoint."),
             ArgSpec("allow_next_to_input", "boolean", default=False,
                     help="Allow OUT_DIR inside the input's directory."))
 
@@ -82,7 +110,7 @@ class Salvage(Action):
         base = Path(args.get("out_dir") or ctx.work_dir("salvage"))
         results = []
         failed: list[dict[str, str]] = []
-        natives: list[Any] = []
+        clean = True
         findings = []
         for i, target in enumerate(targets):
             out_dir = base if len(targets) == 1 else base / f"{i:02d}-{Path(target).name}"
@@ -100,7 +128,7 @@ class Salvage(Action):
             out = result.to_json()
             out.setdefault("checkpoint", target)
             results.append(out)
-            natives.append(result)
+            clean = clean and bool(getattr(result, "clean", True))  # suspect or nothing
             findings.extend(findings_of(result))
             yield ctx.output(f"{target}: {len(out.get('recovered', []))} recovered, "
                              f"{len(out.get('lost', []))} lost -> {out_dir}")
@@ -110,9 +138,7 @@ class Salvage(Action):
         if failed and not results:
             return ActionResult(status="failed", outputs={"salvaged": [], "failed": failed},
                                 error=failed[0]["error"])
-        unclean = any(not getattr(r, "clean", True) for r in natives)  # suspect or nothing
-        return ActionResult(status="findings" if lost or failed or unclean else "ok",
-                            native=natives[0] if len(natives) == 1 else natives,
+        return ActionResult(status="findings" if lost or failed or not clean else "ok",
                             outputs={"salvaged": results, "failed": failed},
                             findings=findings, findings_recorded=True,
                             summary=f"{len(results)} checkpoint(s) salvaged, {lost} tensor(s) lost")
@@ -121,11 +147,19 @@ class Salvage(Action):
 class Rank(Action):
     name = "rank"
     summary = "Rank a run's checkpoints newest first; the newest safe one to resume from"
-    args = (ArgSpec("run_dir", "path", required=True),
-            ArgSpec("record_findings", "boolean", default=False,
+    description = """List a run's checkpoints newest first with a verdict each, and the one to resume from.
+
+Exit 0 when a resumable (intact) checkpoint exists, else 1."""
+    examples = ("ckptrescue rank runs/exp1 --load --json",)
+    output_type = RankOutput
+    args = (ArgSpec("run_dir", "path", required=True, positional=True,
+                    help="A run directory holding checkpoints."),
+            ArgSpec("record_findings", "boolean", default=False, cli=False,
                     help="Record the probe findings in the case (when no probe step does)."),
             ArgSpec("load", "boolean", default=False,
-                    help="Also load each checkpoint with its real library in the sandbox."))
+                    help="Also load each checkpoint with its real library in the sandbox; a "
+                         "file the loader refuses (or that tries to escape) is never "
+                         "recommended."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"probe and rank every checkpoint under {args['run_dir']}"

@@ -6,19 +6,54 @@ from collections.abc import Generator
 from typing import Any
 
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.actions._util import from_library, progress_adapter
+from ckptrescue.actions._util import from_library
 from ckptrescue.events import Event
+from ckptrescue.outputs import (
+    DatasetVerifyOutput,
+    ManifestAuditOutput,
+    ManifestBuildOutput,
+    RecoverOutput,
+)
+
+_SOURCE_HELP = "Dataset directory or s3://bucket/prefix (read only, never written)."
+_DIR_HELP = "Dataset directory (read only, never written)."
+_JOBS = ArgSpec("jobs", "integer", short="-j", minimum=1,
+                help="Files hashed in parallel (default: CPUs).")
+_SCHEDULER = ArgSpec("scheduler", "string",
+                     help="Dask scheduler address (tcp://host:8786): spread the work over a "
+                          "cluster whose workers see DIR at the same path. Needs the [cluster] "
+                          "extra.")
+_ENDPOINT = ArgSpec("endpoint_url", "string",
+                    help="S3-compatible endpoint (for an s3:// dataset).")
+
+
+def files_progress(progress: Any) -> Any:
+    """A dataset ``Progress`` callback that reports files and bytes to the step."""
+    def callback(p: Any) -> None:
+        progress(p.bytes_done, p.bytes_total, rate=p.rate, eta_s=p.eta_s,
+                 items_done=p.files_done, items_total=p.files_total)
+    return callback
 
 
 class ManifestBuild(Action):
     name = "manifest.build"
     summary = "SHA-256 manifest of every file (sha256sum -c compatible + JSON lines)"
-    args = (ArgSpec("dir", "path", required=True,
-                    help="Dataset directory or s3://bucket/prefix."),
-            ArgSpec("output", "path", required=True),
-            ArgSpec("jobs", "integer", help="Parallel hashing jobs."),
-            ArgSpec("scheduler", "string", help="Dask scheduler address."),
-            ArgSpec("endpoint_url", "string", help="S3 endpoint for an s3:// dataset."))
+    description = """
+SHA-256 of every file under DIR, in `sha256sum -c` format plus a JSON-lines sidecar.
+
+Streaming and parallel; an interrupted build resumes from OUT.partial.jsonl. Symlinks are
+followed only to regular files inside DIR; FIFOs, sockets and devices are skipped and listed.
+
+DIR may also be s3://bucket/prefix: every object is hashed where it lives (streamed, never
+stored), with keys relative to the prefix as names."""
+    examples = ("ckptrescue manifest build /data/imagenet -o /cases/INC-7/imagenet.sha256 "
+                "--jobs 4",)
+    output_type = ManifestBuildOutput
+    args = (ArgSpec("dir", "string", required=True, positional=True, cli_name="directory",
+                    help=_SOURCE_HELP),
+            ArgSpec("output", "path", required=True, short="-o",
+                    help="Manifest to write (outside DIR); OUT.jsonl is written beside it."),
+            _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"sha256 of every file under {args['dir']} -> {args['output']}"]
@@ -28,7 +63,7 @@ class ManifestBuild(Action):
 
         result = yield from ctx.blocking(lambda p: build_manifest(
             args["dir"], args["output"], jobs=args.get("jobs"), scheduler=args.get("scheduler"),
-            progress=progress_adapter(p), case=ctx.case,
+            progress=files_progress(p), case=ctx.case, cancel=ctx.cancel,
             endpoint_url=args.get("endpoint_url") or None), label="hashing")
         return from_library(result, f"manifest {args['output']}")
 
@@ -36,11 +71,20 @@ class ManifestBuild(Action):
 class ManifestAudit(Action):
     name = "manifest.audit"
     summary = "Audit a directory against a manifest: ok/corrupted/changed/missing/new/unreadable"
-    args = (ArgSpec("dir", "path", required=True), ArgSpec("manifest", "path", required=True),
-            ArgSpec("quick", "boolean", default=False, help="Size and mtime only."),
-            ArgSpec("jobs", "integer", help="Parallel hashing jobs."),
-            ArgSpec("scheduler", "string", help="Dask scheduler address."),
-            ArgSpec("endpoint_url", "string", help="S3 endpoint for an s3:// dataset."))
+    description = """
+Check every file against a manifest: ok, corrupted, changed, missing, new, unreadable.
+
+Exit 0 when every file matches, 1 otherwise."""
+    examples = ("ckptrescue manifest audit /data/imagenet /cases/INC-7/imagenet.sha256 --json",)
+    output_type = ManifestAuditOutput
+    args = (ArgSpec("dir", "string", required=True, positional=True, cli_name="directory",
+                    help=_SOURCE_HELP),
+            ArgSpec("manifest", "path", required=True, positional=True,
+                    help="Manifest (sha256sum format; its .jsonl sidecar is used for sizes "
+                         "when present)."),
+            ArgSpec("quick", "boolean", default=False,
+                    help="Compare size and mtime only (reads no content)."),
+            _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"audit {args['dir']} against {args['manifest']}"
@@ -52,19 +96,31 @@ class ManifestAudit(Action):
         result = yield from ctx.blocking(lambda p: audit(
             args["dir"], args["manifest"], quick=bool(args["quick"]), case=ctx.case,
             jobs=args.get("jobs"), scheduler=args.get("scheduler"),
-            progress=progress_adapter(p), endpoint_url=args.get("endpoint_url") or None),
+            progress=files_progress(p), endpoint_url=args.get("endpoint_url") or None),
             label="auditing")
         out = result.to_json()
-        return from_library(result, ", ".join(f"{k} {v}" for k, v in
-                                              sorted(out.get("counts", {}).items())))
+        audited = from_library(result, ", ".join(f"{k} {v}" for k, v in
+                                                 sorted(out.get("counts", {}).items())))
+        audited.outputs["reasons"] = {row["path"]: f.reason for row, f in
+                                      zip(out["files"], result.files, strict=True) if f.reason}
+        audited.outputs["notes"] = list(result.notes)
+        return audited
 
 
 class DatasetVerify(Action):
     name = "dataset.verify"
     summary = "Container checks that need no manifest (TFRecord, tar, Parquet, JSONL, npy)"
-    args = (ArgSpec("dir", "path", required=True),
-            ArgSpec("jobs", "integer", help="Parallel jobs."),
-            ArgSpec("scheduler", "string", help="Dask scheduler address."))
+    description = """
+Check every TFRecord, tar/WebDataset shard, Parquet, JSON-lines and .npy/.npz file.
+
+Needs no manifest: TFRecord length and data CRCs per record, tar header checksums and
+truncated members (naming the sample key), Parquet footer and every column chunk,
+every JSON line, .npy/.npz headers against sizes. Exit 1 when anything is damaged."""
+    examples = ("ckptrescue dataset verify /data/shards --json",)
+    output_type = DatasetVerifyOutput
+    args = (ArgSpec("dir", "path", required=True, positional=True, cli_name="directory",
+                    help=_DIR_HELP),
+            _JOBS, _SCHEDULER)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"verify every dataset shard under {args['dir']}"]
@@ -81,13 +137,29 @@ class Recover(Action):
     name = "recover"
     summary = "Bring back corrupted/missing files from versioned backups into a recovery dir"
     capability = "write_recovery"
-    args = (ArgSpec("dir", "path", required=True), ArgSpec("manifest", "path", required=True),
-            ArgSpec("source", "string", required=True,
-                    help="Snapshots directory or s3://bucket/prefix with versioning."),
-            ArgSpec("to", "path", required=True),
-            ArgSpec("endpoint_url", "string", help="S3 endpoint for an s3:// source."),
-            ArgSpec("audit_report", "path", help="An earlier audit JSON to take bad files from."),
-            ArgSpec("jobs", "integer", help="Parallel jobs."))
+    description = """
+Bring back the last good version of every damaged or missing file, verified.
+
+Audits DIR against the manifest (or takes the damaged files from --from-audit), then, for
+each corrupted, changed, missing or unreadable file, takes the newest backup version whose
+SHA-256 matches the manifest and copies it into RECOVERY_DIR/<same path>, verified. Never
+writes into DIR. Exit 1 when something could not be recovered."""
+    examples = ("ckptrescue recover /data/ds --manifest ds.sha256 --from /backups/snapshots "
+                "--to /recovery",)
+    output_type = RecoverOutput
+    args = (ArgSpec("dir", "path", required=True, positional=True, cli_name="directory",
+                    help=_DIR_HELP),
+            ArgSpec("manifest", "path", required=True, help="Manifest of the good state."),
+            ArgSpec("source", "string", required=True, flag="--from",
+                    help="Snapshots directory (SNAPSHOTS/<name>/<paths>) or s3://bucket/prefix "
+                         "with versioning."),
+            ArgSpec("to", "path", required=True, help="Recovery directory (outside DIR)."),
+            ArgSpec("endpoint_url", "string", help="S3 endpoint (for S3 sources)."),
+            ArgSpec("audit_report", "path", flag="--from-audit",
+                    help="JSON of an earlier `manifest audit --json` run with this manifest: "
+                         "recover the files it found damaged instead of auditing DIR again."),
+            ArgSpec("jobs", "integer", short="-j", minimum=1,
+                    help="Files recovered at once (default 8 from S3, CPUs from snapshots)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"audit {args['dir']} against {args['manifest']}; for each bad file the newest "

@@ -10,11 +10,13 @@ from typing import Any
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.errors import UsageError
 from ckptrescue.events import Event
+from ckptrescue.outputs import DrillLoadOutput
 
 
 class DrillLoad(Action):
     name = "drill.load"
     summary = "Load a drill's description (image, bad-sector map, manifest, S3 endpoint)"
+    output_type = DrillLoadOutput
     args = (ArgSpec("dir", "path", required=True, help="Directory built by `ckptrescue drill`."),)
 
     def plan(self, args: dict[str, Any]) -> list[str]:

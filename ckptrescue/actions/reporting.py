@@ -8,11 +8,13 @@ from typing import Any
 
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.events import Event
+from ckptrescue.outputs import ReportOutput
 
 
 class Report(Action):
     name = "report"
     summary = "Render the incident report (HTML, Markdown or JSON) from the case"
+    output_type = ReportOutput
     args = (
         ArgSpec("format", "string", default="html", help="html, md or json."),
         ArgSpec("output", "path", help="Output file (default: CASE/report.<format>)."),

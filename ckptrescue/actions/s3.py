@@ -11,12 +11,22 @@ from typing import Any
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.actions._util import from_library, progress_adapter
 from ckptrescue.events import Event
+from ckptrescue.outputs import (
+    S3HistoryOutput,
+    S3PreflightOutput,
+    S3PreserveOutput,
+    S3RestoreOutput,
+    S3VerifyOutput,
+)
 
 _COMMON = (
-    ArgSpec("endpoint_url", "string", help="S3-compatible endpoint URL."),
-    ArgSpec("profile", "string", help="AWS profile."),
-    ArgSpec("region", "string", help="Region."),
-    ArgSpec("checksum_when", "string", default="supported", help="supported or required."),
+    ArgSpec("endpoint_url", "string",
+            help="S3-compatible endpoint (default: AWS, or AWS_ENDPOINT_URL)."),
+    ArgSpec("profile", "string", help="AWS shared-config profile."),
+    ArgSpec("region", "string", help="AWS region."),
+    ArgSpec("checksum_when", "string", default="supported",
+            help="supported (boto3 default) or required: for stores that reject boto3's "
+                 "default CRC checksums/trailers."),
 )
 
 
@@ -37,9 +47,17 @@ class S3Verify(Action):
     name = "s3.verify"
     summary = "Compare local files with the objects' server-side checksums (no download)"
     capability = "network_read"
-    args = (ArgSpec("url", "s3_url", required=True), ArgSpec("local_dir", "path", required=True),
+    description = """
+Compare local files with the objects' server-side checksums (nothing downloaded).
+
+Exit 0 when everything matches, 1 on a mismatch or a missing file/object."""
+    examples = ("ckptrescue s3 verify s3://ml-ckpt/run7/ /mnt/ckpt/run7 --json",)
+    output_type = S3VerifyOutput
+    args = (ArgSpec("url", "s3_url", required=True, positional=True, help="s3://BUCKET/PREFIX"),
+            ArgSpec("local_dir", "path", required=True, positional=True,
+                    help="Local folder holding the same relative keys."),
             ArgSpec("download", "boolean", default=False,
-                    help="Download objects that have no usable checksum."),
+                    help="Download objects without a usable checksum and compare content."),
             ArgSpec("workers", "integer", default=16, help="Concurrent requests."), *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -47,13 +65,18 @@ class S3Verify(Action):
                 f"{_endpoint(args)}; hash {args['local_dir']} locally"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.s3.verify import verify_prefix
+        from ckptrescue.s3.verify import VerifyFailed, verify_prefix
 
-        result = yield from ctx.blocking(lambda p: verify_prefix(
-            args["url"], args["local_dir"], client_options=_options(args), case=ctx.case,
-            download=bool(args["download"]), workers=int(args["workers"]),
-            progress=progress_adapter(p)), unit="objects",
-            label="verifying")
+        try:
+            result = yield from ctx.blocking(lambda p: verify_prefix(
+                args["url"], args["local_dir"], client_options=_options(args), case=ctx.case,
+                download=bool(args["download"]), workers=int(args["workers"]),
+                progress=progress_adapter(p)), unit="objects",
+                label="verifying")
+        except VerifyFailed as exc:  # what was established before it stopped is kept
+            return ActionResult(status="refused" if exc.exit_code == 3 else "failed",
+                                outputs=exc.partial.to_json(), error=exc.message,
+                                exit_code=int(exc.exit_code), hint=exc.hint)
         out = result.to_json()
         return from_library(result, ", ".join(f"{k} {v}" for k, v in
                                               sorted(out.get("counts", {}).items())))
@@ -63,11 +86,19 @@ class S3History(Action):
     name = "s3.history"
     summary = "Every version and delete marker; anomalies; the last known-good version"
     capability = "network_read"
-    args = (ArgSpec("url", "s3_url", required=True),
-            ArgSpec("manifest", "path", help="sha256sum-format manifest of known-good content."),
-            ArgSpec("cloudtrail", "path", help="Exported CloudTrail logs to correlate."),
+    description = "Every version and delete marker, anomalies, checksums, last known-good, " \
+                  "CloudTrail."
+    examples = ("ckptrescue s3 history s3://ml-ckpt/run7/model.pt --manifest SHA256SUMS "
+                "--cloudtrail logs/",)
+    output_type = S3HistoryOutput
+    args = (ArgSpec("url", "s3_url", required=True, positional=True,
+                    help="s3://BUCKET/KEY_OR_PREFIX"),
+            ArgSpec("manifest", "path",
+                    help="Known-good manifest (sha256sum format or the kit's JSON)."),
+            ArgSpec("cloudtrail", "path",
+                    help="Exported CloudTrail logs (.json/.json.gz file or folder)."),
             ArgSpec("by_content", "boolean", default=False,
-                    help="Judge versions by downloading their content."),
+                    help="Judge versions by downloaded content, not stored SHA256."),
             *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -92,7 +123,14 @@ class S3Preflight(Action):
     name = "s3.preflight"
     summary = "Versioning and object-lock status of a bucket (are immutable copies kept?)"
     capability = "network_read"
-    args = (ArgSpec("url", "s3_url", required=True), *_COMMON)
+    description = """
+Versioning, Object Lock and default retention: are immutable copies being kept?
+
+Exit 0 when versioning and Object Lock keep immutable versions, 1 otherwise (copy first)."""
+    examples = ("ckptrescue s3 preflight s3://ml-ckpt",)
+    output_type = S3PreflightOutput
+    args = (ArgSpec("url", "s3_url", required=True, positional=True, help="s3://BUCKET"),
+            *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"GetBucketVersioning + GetObjectLockConfiguration for {args['url']}"]
@@ -109,8 +147,15 @@ class S3Preserve(Action):
     name = "s3.preserve"
     summary = "Download a prefix into the case's evidence, verifying every checksum"
     capability = "network_read"
-    args = (ArgSpec("url", "s3_url", required=True),
-            ArgSpec("all_versions", "boolean", default=False), *_COMMON)
+    description = """
+Download into the case's evidence, verifying every checksum on the way.
+
+A mismatch is a finding; bytes are kept as received, hashed and inventoried."""
+    examples = ("ckptrescue s3 preserve s3://ml-ckpt/run7/ --case /cases/INC-042 --all-versions",)
+    output_type = S3PreserveOutput
+    args = (ArgSpec("url", "s3_url", required=True, positional=True, help="s3://BUCKET/PREFIX"),
+            ArgSpec("all_versions", "boolean", default=False,
+                    help="Every version, not only the current objects."), *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"GetObject(ChecksumMode=ENABLED) of every object under {args['url']} into "
@@ -129,10 +174,16 @@ class S3Restore(Action):
     name = "s3.restore"
     summary = "Download one version (or the last known-good) into a recovery folder, verified"
     capability = "network_read"
-    args = (ArgSpec("url", "s3_url", required=True),
-            ArgSpec("to", "path", help="Recovery folder (default: CASE/work/recovery)."),
-            ArgSpec("version", "string", help="Version id."),
-            ArgSpec("manifest", "path", help="Known-good manifest (picks the version)."),
+    description = "Download one version into a recovery folder and verify it. Never into the " \
+                  "bucket."
+    examples = ("ckptrescue s3 restore s3://ml-ckpt/run7/model.pt --to /recovery --known-good \\\n"
+                "    --manifest SHA256SUMS",)
+    output_type = S3RestoreOutput
+    args = (ArgSpec("url", "s3_url", required=True, positional=True, help="s3://BUCKET/KEY"),
+            ArgSpec("to", "path", cli_required=True,
+                    help="Recovery folder (never the evidence)."),
+            ArgSpec("version", "string", help="Version id to restore."),
+            ArgSpec("manifest", "path", help="Known-good manifest."),
             *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:

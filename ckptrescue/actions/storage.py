@@ -10,14 +10,35 @@ from typing import Any
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.actions._util import from_library, progress_adapter
 from ckptrescue.events import Event
+from ckptrescue.outputs import (
+    CopyOutput,
+    ExtractOutput,
+    FsInspectOutput,
+    ImageOutput,
+    LocateOutput,
+    MountOutput,
+    TriageOutput,
+    UmountOutput,
+)
+
+_FILESYSTEM_HELP = ("Which filesystem when the target holds several: p2, vg0/data (an LVM "
+                    "logical volume) or a device node.")
 
 
 class Triage(Action):
     name = "triage"
     summary = "What is writing to the volume, kernel-log errors, and the freeze checklist"
     capability = "read_device"
-    args = (ArgSpec("volume", "path", help="Mount point of the affected volume."),
-            ArgSpec("seconds", "integer", default=3, help="How long to sample write rates."))
+    description = """
+Show who is writing to a volume now and what to stop (never kills anything).
+
+Open-for-write files and write rates, training jobs, sync/backup agents, orchestration,
+kernel-log I/O and filesystem errors, and the freeze checklist."""
+    examples = ("ckptrescue triage --case C --volume /mnt/checkpoints",)
+    output_type = TriageOutput
+    args = (ArgSpec("volume", "path",
+                    help="Mount point of the affected volume (default: every volume)."),
+            ArgSpec("seconds", "number", default=3, help="Write-rate window."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"psutil: processes with files open for writing under {args.get('volume') or '/'}"
@@ -38,11 +59,23 @@ class Image(Action):
     name = "image"
     summary = "ddrescue imaging onto separate media; the mapfile is the truth"
     capability = "read_device"
-    args = (ArgSpec("source", "path", required=True, help="Block device or image file."),
-            ArgSpec("dest", "path", help="Destination directory (default: the case's work dir)."),
+    description = """
+Image a device or image file with GNU ddrescue; the mapfile decides the verdict.
+
+Refuses a destination on the same physical disk or without room. Rerun the same command to
+resume after an interruption. Exit 1 when sectors were unreadable. A block-device source is
+write-blocked by the kernel (BLKROSET) and the finished image and mapfile made immutable
+(chattr +i); both stay until `ckptrescue writeblock release`."""
+    examples = ("ckptrescue image /dev/nvme1n1 --case C --dest /mnt/evidence --retries 3 --json",)
+    output_type = ImageOutput
+    args = (ArgSpec("source", "path", required=True, positional=True,
+                    help="Block device or image file (read only)."),
+            ArgSpec("dest", "path", help="Destination directory on other physical media "
+                                         "(default CASE/images)."),
             ArgSpec("retries", "integer", default=3, help="Retry passes over bad areas."),
             ArgSpec("simulate_bad_map", "path",
-                    help="ddrescue test-mode map (-H) for drills and tests."))
+                    help="ddrescue test-mode map (-H): blocks not '+' read as errors (drills "
+                         "and tests)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         src = args["source"]
@@ -70,8 +103,17 @@ class Image(Action):
 class Copy(Action):
     name = "copy"
     summary = "Read-only copy of a mounted filesystem (rsync) with a SHA-256 manifest and verify"
-    args = (ArgSpec("mountpoint", "path", required=True),
-            ArgSpec("dest", "path", help="Destination directory."))
+    description = """
+Copy a mounted filesystem read-only onto other media, hashed and verified.
+
+rsync -aHAXS --numeric-ids -x --open-noatime, a SHA-256 manifest of both sides, and an
+rsync -c -n verify pass."""
+    examples = ("ckptrescue copy /mnt/evidence-ro --case C --dest /mnt/backup/inc42",)
+    output_type = CopyOutput
+    args = (ArgSpec("mountpoint", "path", required=True, positional=True,
+                    help="Mounted filesystem to copy."),
+            ArgSpec("dest", "path", help="Destination on other media (default "
+                                         "CASE/copies/NAME)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         src, dst = args["mountpoint"], args.get("dest") or "CASE/work/copy"
@@ -91,10 +133,19 @@ class FsInspect(Action):
     name = "fs.inspect"
     summary = "Read-only filesystem and device-health inspection (XFS, ext4, ZFS, SMART, NVMe)"
     capability = "read_device"
-    args = (ArgSpec("target", "path", required=True, help="Device or image."),
-            ArgSpec("health", "boolean", default=True, help="Also query SMART/NVMe health."),
-            ArgSpec("filesystem", "string", help="Which one when there are several: p2, "
-                    "vg0/data (an LVM logical volume) or a device node."))
+    description = """
+Report filesystem and device-health state without replaying or repairing anything.
+
+XFS superblock, log CLEAN/DIRTY, NEEDSREPAIR, xfs_repair -n; ext4 needs_recovery and
+errors; ZFS vdev label, pool status (text and -j), event log and dataset properties;
+SMART/NVMe health and the NVMe error log."""
+    examples = ("ckptrescue fs inspect /dev/sdb1 --case C --json",)
+    output_type = FsInspectOutput
+    args = (ArgSpec("target", "path", required=True, positional=True,
+                    help="Block device or image file."),
+            ArgSpec("health", "boolean", default=True, cli=False,
+                    help="Also query SMART/NVMe health."),
+            ArgSpec("filesystem", "string", help=_FILESYSTEM_HELP))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         t = args["target"]
@@ -119,11 +170,28 @@ class Mount(Action):
     summary = ("Attach read-only (losetup --read-only) and mount ro,norecovery / ro,noload; "
                "ZFS: zpool import -o readonly=on -N")
     capability = "read_device"
-    args = (ArgSpec("target", "path", required=True, help="Image or device."),
-            ArgSpec("mountpoint", "path", help="Where to mount (default: CASE/work/mnt-STEP)."),
-            ArgSpec("filesystem", "string", help="Which one when there are several: p2, "
-                    "'partition 2', vg0/data (an LVM logical volume) or a device node."),
-            ArgSpec("members", "list", help="The other images/devices of a ZFS pool."))
+    description = """
+Mount an image or device read-only without log replay.
+
+Read-only loop device (or BLKROSET on a block device, which stays after umount until
+`ckptrescue writeblock release`), XFS ro,norecovery (+nouuid for clones), ext4
+ro,noload. Partitions and LVM logical volumes (read from the PV's own metadata, no
+device-mapper needed for an LV in one piece) are found on the image. A ZFS member: the pool
+is imported with zpool import -o readonly=on -o cachefile=none -N -R MOUNTPOINT and its
+datasets mounted with zfs mount -o ro; umount exports it."""
+    examples = ("ckptrescue mount disk.img /mnt/evidence --case C",
+                "ckptrescue mount sdb.img /mnt/evidence --filesystem vg0/data --case C",
+                "ckptrescue mount disk0.img /mnt/pool --member disk1.img --member disk2.img "
+                "--case C")
+    output_type = MountOutput
+    args = (ArgSpec("target", "path", required=True, positional=True,
+                    help="Image file or block device."),
+            ArgSpec("mountpoint", "path", positional=True,
+                    help="Where to mount (created if missing)."),
+            ArgSpec("filesystem", "string", help=_FILESYSTEM_HELP),
+            ArgSpec("members", "list", item="path", flag="--member",
+                    help="Another image or device of the same ZFS pool (mirror, raidz); repeat "
+                         "for each."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         t, m = args["target"], args.get("mountpoint") or "CASE/work/mnt-STEP"
@@ -154,7 +222,11 @@ class Umount(Action):
     name = "umount"
     summary = "Unmount and detach exactly what mount attached"
     capability = "read_device"
-    args = (ArgSpec("mountpoint", "path", required=True),)
+    description = "Unmount and detach exactly what `ckptrescue mount` attached."
+    examples = ("ckptrescue umount /mnt/evidence --case C",)
+    output_type = UmountOutput
+    args = (ArgSpec("mountpoint", "path", required=True, positional=True,
+                    help="A mount point made by `ckptrescue mount`."),)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"umount {args['mountpoint']}", "losetup -d /dev/loopN (the one mount attached)"]
@@ -164,16 +236,26 @@ class Umount(Action):
 
         result = umount(args["mountpoint"], case=ctx.case)
         yield ctx.output(f"unmounted {args['mountpoint']}")
-        return ActionResult(outputs=result if isinstance(result, dict) else {}, summary="released",
-                            native=result)
+        return ActionResult(outputs=result if isinstance(result, dict) else {}, summary="released")
 
 
 class Locate(Action):
     name = "locate"
     summary = "Unreadable ranges -> files -> tensors"
-    args = (ArgSpec("mapfile", "path", required=True),
-            ArgSpec("image", "path", required=True),
-            ArgSpec("mountpoint", "path", help="A read-only mount of the image (optional)."))
+    description = """
+Map every unreadable range of a ddrescue mapfile to files and tensors.
+
+Through the partition and LVM volume holding each range, FIEMAP on a read-only mount
+(xfs_db or debugfs when not mountable; on a ZFS member, a read-only import whose checksum
+events name the files), then the checkpoint tensor map of every file hit."""
+    examples = ("ckptrescue locate --case C C/images/sdb.map C/images/sdb.img --json",)
+    output_type = LocateOutput
+    args = (ArgSpec("mapfile", "path", required=True, positional=True,
+                    help="ddrescue mapfile."),
+            ArgSpec("image", "path", required=True, positional=True,
+                    help="The rescued image (or the device)."),
+            ArgSpec("mountpoint", "path", cli=False,
+                    help="A read-only mount of the image (optional)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"parse {args['mapfile']}; FIEMAP on the read-only mount of {args['image']} "
@@ -191,15 +273,26 @@ class Locate(Action):
             names = [f"{f['path']} [{', '.join(f.get('tensors') or []) or 'no tensor'}]"
                      for f in r.get("files", [])]
             yield ctx.output(f"[{r['start']}, {r['end']}) -> {'; '.join(names) or 'no file'}")
-        return from_library(result, f"{len(out.get('ranges', []))} range(s) located")
+        located = from_library(result, f"{len(out.get('ranges', []))} range(s) located")
+        located.outputs["unmapped"] = [list(u) for u in result.unmapped]
+        located.outputs["notes"] = list(result.notes)
+        return located
 
 
 class Extract(Action):
     name = "extract"
     summary = "Copy out only the intact checkpoints of a read-only mount (with companions)"
     capability = "write_recovery"
-    args = (ArgSpec("mountpoint", "path", required=True),
-            ArgSpec("to", "path", required=True, help="Destination directory."))
+    description = """
+Copy out only the intact checkpoints of a read-only mount, with companion files.
+
+Configs, tokenizer and index files go along; what was left behind is listed with its
+verdict."""
+    examples = ("ckptrescue extract /mnt/evidence --to /recovery/inc42 --case C",)
+    output_type = ExtractOutput
+    args = (ArgSpec("mountpoint", "path", required=True, positional=True,
+                    help="Read-only mount holding checkpoints."),
+            ArgSpec("to", "path", required=True, help="New recovery directory."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"probe every checkpoint under {args['mountpoint']}; copy the intact ones and "

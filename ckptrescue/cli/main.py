@@ -74,9 +74,18 @@ _register_all()
 
 def main() -> None:
     """Console-script entry point."""
-    debug = "--debug" in sys.argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
+    sys.exit(run())
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
+
+    Every exception becomes its exit code and a one-line message on stderr here, and only here.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
     try:
-        result = app(standalone_mode=False)
+        result = app(args=argv, prog_name="ckptrescue", standalone_mode=False)
         code = int(result) if isinstance(result, int) else 0
         if code == ExitCode.INTERRUPT:  # typer turns Ctrl-C into exit code 130
             sys.stderr.write("ckptrescue: interrupted; partial results are kept in the case\n")
@@ -108,7 +117,7 @@ def main() -> None:
         sys.stderr.write("  (set CKPTRESCUE_DEBUG=1, or put --debug before the command, for "
                          "a traceback)\n")
         code = int(ExitCode.FAILURE)
-    sys.exit(code)
+    return code
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -89,10 +90,13 @@ def build_manifest(
     progress: ProgressFn | None = None,
     case: Case | None = None,
     endpoint_url: str | None = None,
+    cancel: threading.Event | None = None,
 ) -> ManifestResult:
     """Hash every file under ``dir`` into ``out`` (sha256sum format) and ``out.jsonl``.
 
     ``dir`` may be an ``s3://bucket/prefix``: the objects are hashed where they live.
+    ``cancel`` set stops a local build as Ctrl-C does (KeyboardInterrupt; finished files stay
+    in the partial file for the resume).
     """
     from ckptrescue.datasets.s3dataset import build_manifest_s3, is_s3
 
@@ -116,7 +120,7 @@ def build_manifest(
     result = ManifestResult(root=str(root), manifest_path=str(out_path),
                             sidecar_path=str(sidecar_path(out_path)), skipped=listing.skipped,
                             resumed=len(done), jobs=jobs, scheduler=scheduler)
-    tracker = Tracker(len(todo), sum(f.size for f in todo), progress)
+    tracker = Tracker(len(todo), sum(f.size for f in todo), progress, cancel=cancel)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     root_b = os.fsencode(root)
     with partial.open("ab") as log:

@@ -35,7 +35,8 @@ class Tracker:
     """Thread-safe counters; calls ``callback`` at most every ``interval_s`` (and at the end)."""
 
     def __init__(self, files_total: int, bytes_total: int, callback: ProgressFn | None,
-                 *, interval_s: float = 0.25) -> None:
+                 *, interval_s: float = 0.25, cancel: threading.Event | None = None) -> None:
+        self.cancel = cancel  # set: the next count raises KeyboardInterrupt (the work stops)
         self.files_total = files_total
         self.bytes_total = bytes_total
         self.files_done = 0
@@ -49,6 +50,8 @@ class Tracker:
     def add(self, *, files: int = 0, nbytes: int = 0) -> None:
         """Count work done; called from worker threads too (the callback runs under the lock,
         so a progress printer is never entered twice at once)."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise KeyboardInterrupt("cancelled")
         with self._lock:
             self.files_done += files
             self.bytes_done += nbytes

@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("effects", ("effects", "case", "audit")),
     ("capabilities", ("storage", "s3", "datasets", "probes", "salvage", "rank",
                       "sandbox_children")),
-    ("engine", ("engine", "action", "actions", "events", "playbook", "answer", "report")),
+    ("engine", ("engine", "action", "actions", "outputs", "events", "playbook", "answer",
+                "report")),
     ("adapters", ("cli", "tui", "drill", "__main__")),
 )
 

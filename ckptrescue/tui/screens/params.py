@@ -1,4 +1,7 @@
-"""Parameters of the chosen playbook, validated inline; the evidence picker; then the plan."""
+"""Parameters of the chosen playbook, validated inline; the evidence picker; then the plan.
+
+The form's fields come from ``ArgSpec``s (``tui/form.py``): the playbook's parameters as specs,
+rendered and checked the way an action's own arguments are."""
 
 from __future__ import annotations
 
@@ -11,28 +14,18 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Static
 
+from ckptrescue.action import ArgSpec
 from ckptrescue.errors import CkptRescueError
-from ckptrescue.tui.scenarios import EVIDENCE_TYPES
+from ckptrescue.tui import form
 
 if TYPE_CHECKING:
     from ckptrescue.playbook.schema import Parameter, Playbook
 
 
-def check_value(param: Parameter, raw: str) -> tuple[bool, str]:
+def check_value(param: Parameter | ArgSpec, raw: str) -> tuple[bool, str]:
     """(ok, message) for one typed value, using the playbook layer's own validation."""
-    from ckptrescue.playbook import params
-
-    if not raw.strip():
-        if param.default is not None:
-            return True, f"default: {param.default!r}"
-        if param.required:
-            return False, "required"
-        return True, "optional"
-    try:
-        value = params.convert(param.type, param.name, raw.strip())
-    except CkptRescueError as exc:
-        return False, exc.message
-    return True, "ok" if str(value) == raw.strip() else f"ok: {value}"
+    spec = param if isinstance(param, ArgSpec) else form.parameter_spec(param)
+    return form.check_value(spec, raw)
 
 
 class ParamsScreen(Screen[None]):
@@ -57,25 +50,23 @@ class ParamsScreen(Screen[None]):
         super().__init__()
         self.playbook = playbook
         self.initial = values or {}
+        self.fields = {f.name: f for f in form.playbook_fields(playbook)}
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(f"{self.playbook.name}: {self.playbook.title}", classes="title",
                      markup=False)
         with VerticalScroll(id="form"):
-            if not self.playbook.parameters:
+            if not self.fields:
                 yield Static("This playbook takes no parameters.", classes="hint")
-            for p in self.playbook.parameters:
-                need = "required" if p.required and p.default is None else "optional"
-                yield Label(f"{p.name} ({p.type}, {need}): {p.description}",
-                            classes="param-label", markup=False)
+            for f in self.fields.values():
+                yield Label(f.label, classes="param-label", markup=False)
                 with Horizontal(classes="param-row"):
-                    default = "" if p.default in (None, "") else str(p.default)
-                    yield Input(value=self.initial.get(p.name, default), id=f"p-{p.name}",
-                                placeholder=p.type)
-                    if p.type in EVIDENCE_TYPES:
-                        yield Button("Pick (F2)", id=f"pick-{p.name}")
-                yield Static("", id=f"c-{p.name}", classes="check", markup=False)
+                    yield Input(value=self.initial.get(f.name, f.initial), id=f"p-{f.name}",
+                                placeholder=f.placeholder)
+                    if f.picker:
+                        yield Button("Pick (F2)", id=f"pick-{f.name}")
+                yield Static("", id=f"c-{f.name}", classes="check", markup=False)
             yield Static("", id="form-error", classes="error", markup=False)
             with Horizontal(id="actions"):
                 yield Button("Preview the plan (F5)", id="preview", variant="primary")
@@ -84,21 +75,21 @@ class ParamsScreen(Screen[None]):
     def on_mount(self) -> None:
         for field in self.query(Input):
             field.cursor_blink = not self.app.is_headless
-        for p in self.playbook.parameters:
-            self._check(p)
+        for f in self.fields.values():
+            self._check(f)
         inputs = list(self.query(Input))
         if inputs:
             inputs[0].focus()
 
     # -- validation --------------------------------------------------------------------------
-    def _param(self, input_id: str | None) -> Parameter | None:
+    def _param(self, input_id: str | None) -> form.FormField | None:
         if not input_id or not input_id.startswith(("p-", "pick-")):
             return None
-        return self.playbook.parameter(input_id.split("-", 1)[1])
+        return self.fields.get(input_id.split("-", 1)[1])
 
-    def _check(self, param: Parameter) -> bool:
+    def _check(self, param: form.FormField) -> bool:
         raw = self.query_one(f"#p-{param.name}", Input).value
-        ok, message = check_value(param, raw)
+        ok, message = form.check_value(param.spec, raw)
         check = self.query_one(f"#c-{param.name}", Static)
         check.update(("✓ " if ok else "✗ ") + message)
         check.set_class(ok, "ok")
@@ -121,33 +112,34 @@ class ParamsScreen(Screen[None]):
             self.action_preview()
 
     def values(self) -> dict[str, str]:
-        return {p.name: self.query_one(f"#p-{p.name}", Input).value.strip()
-                for p in self.playbook.parameters}
+        return {name: self.query_one(f"#p-{name}", Input).value.strip()
+                for name in self.fields}
 
     # -- evidence picker ----------------------------------------------------------------------
     def action_pick(self, name: str | None = None) -> None:
         from ckptrescue.tui.screens.pickers import BROWSE, DevicePicker, PathPicker
 
-        param = self.playbook.parameter(name) if name else self._param(
+        param = self.fields.get(name) if name else self._param(
             self.focused.id if self.focused else None)
         if param is None:
-            param = next((p for p in self.playbook.parameters if p.type in EVIDENCE_TYPES), None)
-        if param is None or param.type not in EVIDENCE_TYPES:
+            param = next((f for f in self.fields.values() if f.picker), None)
+        if param is None or not param.picker:
             self.notify("No evidence parameter here; type the value.", severity="warning")
             return
         field = self.query_one(f"#p-{param.name}", Input)
+        kind = param.spec.type
 
         def chosen(value: str | None) -> None:
             if value == BROWSE:
-                self.app.push_screen(PathPicker(param.type, field.value), chosen)
+                self.app.push_screen(PathPicker(kind, field.value), chosen)
             elif value:
                 field.value = value
                 field.focus()
 
-        if EVIDENCE_TYPES[param.type] == "devices":
-            self.app.push_screen(DevicePicker(param.type), chosen)
+        if param.picker == "devices":
+            self.app.push_screen(DevicePicker(kind), chosen)
         else:
-            self.app.push_screen(PathPicker(param.type, field.value), chosen)
+            self.app.push_screen(PathPicker(kind, field.value), chosen)
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
@@ -161,7 +153,7 @@ class ParamsScreen(Screen[None]):
         from ckptrescue import engine
         from ckptrescue.tui.screens.plan import PlanScreen
 
-        bad = [p.name for p in self.playbook.parameters if not self._check(p)]
+        bad = [f.name for f in self.fields.values() if not self._check(f)]
         error = self.query_one("#form-error", Static)
         if bad:
             error.update(f"Fix {', '.join(bad)} first.")

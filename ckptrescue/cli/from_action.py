@@ -1,0 +1,303 @@
+"""A CLI command generated from an engine action: its ``ArgSpec``s are the only declaration.
+
+A command module declares, per action-backed command, a :class:`Command`: the action, how the
+command shows the step's outputs (``render``, which returns the exit code) and what is only
+presentation (``--json``, ``--tensors``-like extras, where ``--case`` goes in ``--help``).
+:func:`register` builds the typer command from the action's arguments — positional or option,
+spelling, short alias, help, defaults, negative boolean flags — and its help text from the
+action's ``description`` and ``examples``.
+
+One route: every such command runs its action as a one-step plan on the engine
+(``engine.single_step``). With ``--case`` the step is recorded in that case; without it (where
+the command allows that) in a temporary case under ``$TMPDIR`` (private, mode 0700) that is
+removed when the command ends, so nothing is written beyond what the command itself writes.
+Progress goes to stderr (``cli/render.py``). A step that failed ends the command with its own
+error's message, hint and exit code (re-raised here, turned into the exit code by
+``cli/main.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ckptrescue.cli.options import CaseDirOpt, JsonOpt, OptionalCaseOpt
+from ckptrescue.errors import ExitCode, ToolFailedError
+
+if TYPE_CHECKING:
+    from ckptrescue.action import Action, ArgSpec
+    from ckptrescue.case import Case
+    from ckptrescue.engine import Plan
+    from ckptrescue.model import Finding
+    from ckptrescue.outputs import StepOutputs
+
+CASE = "case"  # the names of the two common options in ``Command.order``
+JSON = "json"
+
+CreatedCaseOpt = Annotated[Path, typer.Option("--case", help="Case directory (created if new).")]
+
+
+class StepFailedError(ToolFailedError):
+    """The step could not do its job (its own error's message, hint and exit code)."""
+
+
+@dataclass
+class StepResult:
+    """What a renderer gets: the step's outputs (typed and as stored), its findings, the case."""
+
+    out: Any  # the action's StepOutputs type
+    outputs: dict[str, Any]
+    status: str
+    error: str | None
+    findings: list[Finding]
+    case: Case
+    args: dict[str, Any]
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Command:
+    """How one action-backed command presents its step (everything else is the action's).
+
+    ``case``: "optional" (a temporary case without ``--case``), "required", or "create"
+    (``--case`` is created when new). ``extras``: presentation-only options (not action
+    arguments), read by the renderer from ``StepResult.options``. ``order``: the parameters
+    in ``--help`` order (action argument names, extras, ``"case"``, ``"json"``); default: the
+    action's arguments, the extras, ``--case``, ``--json``. ``fixed``: action arguments the
+    command sets itself. ``check(args, options)`` refuses bad combinations before anything
+    runs; ``before(args, options, plan)`` may end the command early with an exit code (a dry
+    run); ``on_failure(result)`` shows what a failed step found before its error is raised;
+    ``interrupted(args)`` is the message for Ctrl-C (exit 130); ``quiet(args, options)``
+    silences progress; ``title(args)`` names a case the command creates;
+    ``renders_failures``: the renderer handles failed/refused steps itself.
+    """
+
+    action: str
+    render: Callable[[StepResult], int]
+    case: str = "optional"
+    extras: tuple[ArgSpec, ...] = ()
+    order: tuple[str, ...] = ()
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    json: bool = True
+    check: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    before: Callable[[dict[str, Any], dict[str, Any], Plan], int | None] | None = None
+    on_failure: Callable[[StepResult], None] | None = None
+    interrupted: Callable[[dict[str, Any]], str] | None = None
+    quiet: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None
+    title: Callable[[dict[str, Any]], str] | None = None
+    renders_failures: bool = False
+    context_settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ---- building the typer command ----------------------------------------------------------------
+
+def _value_type(kind: str) -> Any:
+    return {"path": Path, "integer": int, "number": float, "boolean": bool}.get(kind, str)
+
+
+def _annotation(spec: ArgSpec) -> tuple[Any, Any]:
+    """(annotation, default) of the typer parameter for ``spec``."""
+    if spec.type == "list":
+        base: Any = list[_value_type(spec.item)]  # type: ignore[misc]
+    else:
+        base = _value_type(spec.type)
+    info: dict[str, Any] = {"help": spec.help}
+    if spec.metavar:
+        info["metavar"] = spec.metavar
+    if spec.hidden:
+        info["hidden"] = True
+    if spec.positional:
+        return Annotated[base, typer.Argument(**info)], inspect.Parameter.empty
+    if spec.minimum is not None:
+        info["min"] = spec.minimum
+    names = [spec.option] + ([spec.short] if spec.short else [])
+    option = typer.Option(*names, **info)
+    if spec.type == "boolean":
+        return Annotated[bool, option], False  # a flag flips the action's default
+    if spec.required or spec.cli_required:
+        return Annotated[base, option], inspect.Parameter.empty
+    if spec.default is None or spec.type == "list":
+        return Annotated[base | None, option], None
+    default = float(spec.default) if spec.type == "number" else spec.default
+    return Annotated[base, option], default
+
+
+def _case_annotation(mode: str) -> tuple[Any, Any]:
+    if mode == "required":
+        return CaseDirOpt, inspect.Parameter.empty
+    if mode == "create":
+        return CreatedCaseOpt, inspect.Parameter.empty
+    return OptionalCaseOpt, None
+
+
+def _py_name(spec: ArgSpec) -> str:
+    return spec.param_name if spec.positional else f"arg_{spec.name}"
+
+
+def cli_args(action: type[Action]) -> list[ArgSpec]:
+    return [a for a in action.args if a.cli]
+
+
+def help_text(action: type[Action]) -> str:
+    """The command's ``--help`` text: the action's description and examples."""
+    text = action.description.strip()
+    if action.examples:
+        lines = [line for ex in action.examples for line in ex.splitlines()]
+        body = "\n".join(f"    {line}" for line in lines)
+        if len(action.examples) == 1:
+            text += f"\n\nExample:\n\n{body}"
+        else:
+            text += f"\n\nExamples:\n\n\b\n{body}"
+    return text
+
+
+def build(command: Command) -> Callable[..., int]:
+    """The typer callback of ``command``, with a signature generated from the action."""
+    from ckptrescue.actions import registry
+
+    action = registry()[command.action]
+    specs = {s.name: s for s in cli_args(action)}
+    extras = {s.name: s for s in command.extras}
+    order = list(command.order) or [*specs, *extras, CASE, *([JSON] if command.json else [])]
+    params: list[inspect.Parameter] = []
+    for name in order:
+        if name == CASE:
+            annotation, default = _case_annotation(command.case)
+            py = "case_dir"
+        elif name == JSON:
+            annotation, default, py = JsonOpt, False, "as_json"
+        else:
+            spec = specs.get(name) or extras[name]
+            annotation, default = _annotation(spec)
+            py = _py_name(spec)
+        params.append(inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        annotation=annotation, default=default))
+    missing = set(specs) - set(order)
+    if missing:
+        raise RuntimeError(f"{command.action}: order leaves out {sorted(missing)}")
+
+    def callback(**values: Any) -> int:
+        return run(command, action, values)
+
+    callback.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]
+    callback.__annotations__ = {p.name: p.annotation for p in params} | {"return": int}
+    callback.__doc__ = help_text(action)
+    callback.__name__ = command.action.replace(".", "_") + "_command"
+    callback.ckptrescue_action = command.action  # type: ignore[attr-defined]
+    return callback
+
+
+def add_command(app: typer.Typer, name: str, command: Command) -> None:
+    app.command(name, context_settings=dict(command.context_settings) or None)(build(command))
+
+
+# ---- running it --------------------------------------------------------------------------------
+
+def _to_arg(spec: ArgSpec, value: Any) -> Any:
+    if spec.type == "boolean":
+        return bool(spec.default) != bool(value)  # a flag flips the default
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return [str(v) if isinstance(v, Path) else v for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+def split_values(command: Command, action: type[Action],
+                 values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(action arguments, presentation options) from the parsed command line."""
+    args: dict[str, Any] = {}
+    for spec in cli_args(action):
+        value = _to_arg(spec, values.get(_py_name(spec)))
+        if value is not None:
+            args[spec.name] = value
+    args.update(command.fixed)
+    options = {s.name: values.get(_py_name(s)) for s in command.extras}
+    options[JSON] = bool(values.get("as_json"))
+    options[CASE] = values.get("case_dir")
+    return args, options
+
+
+@contextmanager
+def open_case(mode: str, case_dir: Path | None, *, title: str) -> Iterator[Case]:
+    """The case a command records into: ``--case``, or a temporary one removed afterwards."""
+    from ckptrescue.case import Case
+
+    if case_dir is not None:
+        yield Case.open_or_create(case_dir, title=title) if mode == "create" \
+            else Case.open(case_dir)
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="ckptrescue-case-"))
+    try:
+        yield Case.create(scratch / "case", title=f"{title} (temporary)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def step_error(status: str, error: str | None, exit_code: int | None, hint: str | None,
+               action: str) -> StepFailedError:
+    exc = StepFailedError(error or f"{action} failed", hint=hint)
+    if status == "cancelled":
+        exc.exit_code = ExitCode.INTERRUPT
+    elif exit_code is not None:
+        exc.exit_code = ExitCode(exit_code)
+    return exc
+
+
+def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> int:
+    from ckptrescue import engine
+    from ckptrescue.cli.render import EventPrinter
+    from ckptrescue.events import FindingEmitted, StepFinished, StepProgress
+
+    args, options = split_values(command, action, values)
+    if command.check is not None:
+        command.check(args, options)
+    plan = engine.single_step(command.action, args)
+    if command.before is not None:
+        code = command.before(args, options, plan)
+        if code is not None:
+            return code
+    quiet = command.quiet(args, options) if command.quiet else False
+    title = command.title(args) if command.title else f"ckptrescue {command.action}"
+    printer = EventPrinter()
+    findings: list[Finding] = []
+    finished: StepFinished | None = None
+    with open_case(command.case, options[CASE], title=title) as case:
+        try:
+            for event in engine.run(plan, case=case, resume=False):
+                if isinstance(event, StepProgress) and not quiet:
+                    printer(event)
+                elif isinstance(event, FindingEmitted) and event.finding is not None:
+                    findings.append(event.finding)
+                elif isinstance(event, StepFinished):
+                    finished = event
+        except KeyboardInterrupt:
+            printer.close()
+            if command.interrupted is None:
+                raise
+            sys.stderr.write(command.interrupted(args) + "\n")
+            raise typer.Exit(int(ExitCode.INTERRUPT)) from None
+        printer.close()
+        if finished is None:  # pragma: no cover - a one-step plan always finishes its step
+            raise StepFailedError(f"{command.action}: the step did not run")
+        ok = finished.status in {"ok", "findings"}
+        stored = finished.outputs if ok else finished.partial
+        output_type: type[StepOutputs] = action.output_type
+        result = StepResult(out=output_type.from_json(stored), outputs=stored,
+                            status=finished.status, error=finished.error, findings=findings,
+                            case=case, args=args, options=options)
+        if not ok and not command.renders_failures:
+            if command.on_failure is not None and stored:
+                command.on_failure(result)
+            raise step_error(finished.status, finished.error, finished.exit_code,
+                             finished.hint, command.action)
+        return command.render(result)
