@@ -23,7 +23,7 @@ from ckptrescue.checkpoint import (
     Verdict,
     worst_verdict,
 )
-from ckptrescue.formats import pickle_scan, tensormap
+from ckptrescue.formats import pickle_policy, pickle_scan, tensormap
 from ckptrescue.formats.tensormap import finding
 from ckptrescue.formats.torch_zip import probe_zip, tensormap_salvageable
 
@@ -124,7 +124,8 @@ class DcpFormat:
         # DCP's reader unpickles .metadata with pickle.load (no weights_only): only the exact
         # list is loadable; a dangerous global is unsafe, an unknown one unreadable. Globals
         # named before a parse error count: the unpickler resolved them before it stopped.
-        unknown = scan.unsafe_globals(_allowed)
+        unknown = scan.unsafe_globals(lambda g: _allowed(g) or pickle_policy.extra_allowed(
+            g, options.extra_allowed))
         unsafe = [g for g in unknown if pickle_scan.dangerous(g)]
         unsafe += [f"copyreg._extension_registry[{c}]" for c in scan.ext_codes]
         report.extra["unsafe_globals"] = unsafe
