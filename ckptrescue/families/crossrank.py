@@ -27,7 +27,7 @@ REPLICATED = re.compile(r"(^|[._])(input_layernorm|post_attention_layernorm|pre_
 MAX_NAMED = 16
 
 
-def _majority(values: list[object]) -> object:
+def majority(values: list[object]) -> object:
     return Counter(values).most_common(1)[0][0]
 
 
@@ -50,11 +50,11 @@ def tp_shards(groups: dict[str, list[MemberSummary]], evidence: Path) -> list[Fi
             shapes = [tuple(s) for _d, s in entries if s is not None]
             odd: set[int] = set()
             why = ""
-            common_dtype = _majority(dtypes)
+            common_dtype = majority(dtypes)
             odd |= {i for i, d in enumerate(dtypes) if d != common_dtype}
             if odd:
                 why = f"dtype differs (the other ranks: {common_dtype})"
-            ndim = _majority([len(s) for s in shapes])
+            ndim = majority([len(s) for s in shapes])
             odd_ndim = {i for i, s in enumerate(shapes) if len(s) != ndim}
             if odd_ndim:
                 odd |= odd_ndim
@@ -65,7 +65,7 @@ def tp_shards(groups: dict[str, list[MemberSummary]], evidence: Path) -> list[Fi
                 # uneven split or a wrong non-split dim: both are a wrong shape on that rank)
                 for dim in range(ndim):
                     sizes = [shapes[i][dim] for i in rest]
-                    common = _majority(sizes)
+                    common = majority(sizes)
                     for i in rest:
                         if shapes[i][dim] != common:
                             odd.add(i)
@@ -100,7 +100,7 @@ def replicated(groups: dict[str, list[MemberSummary]], evidence: Path,
             crcs = [m.checksums[name] for m in members]
             if len(set(crcs)) == 1:
                 continue
-            common = _majority(crcs)
+            common = majority(crcs)
             strict = crcs.count(common) * 2 > len(crcs)  # else no side can be trusted: name all
             for m, crc in zip(members, crcs, strict=True):
                 if crc != common or not strict:

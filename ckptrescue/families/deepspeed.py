@@ -225,7 +225,7 @@ class DeepSpeedFamily(Family):
         configs = [(s, s.scalars.get("ds_config")) for s in summaries
                    if s.scalars.get("ds_config") is not None]
         if configs:
-            reference = crossrank._majority([repr(c) for _s, c in configs])  # noqa: SLF001
+            reference = crossrank.majority([repr(c) for _s, c in configs])
             odd = [s for s, c in configs if repr(c) != reference]
             for s in odd:
                 out.append(finding(
@@ -261,7 +261,7 @@ class DeepSpeedFamily(Family):
                         ranks=[s.member.rank],
                         details={"recorded": sorted(set(got)), "expected": expected}))
         elif len({tuple(v) for v in counters.values()}) > 1:
-            common = crossrank._majority([tuple(v) for v in counters.values()])  # noqa: SLF001
+            common = crossrank.majority([tuple(v) for v in counters.values()])
             for rank, v in sorted(counters.items()):
                 if tuple(v) != common:
                     out.append(finding(
@@ -285,7 +285,7 @@ class DeepSpeedFamily(Family):
             names = set.intersection(*(set(p) for _s, p in parts))
             for name in sorted(names):
                 shapes = [tuple(p[name] or ()) for _s, p in parts]
-                common = crossrank._majority(shapes)  # noqa: SLF001
+                common = crossrank.majority(shapes)
                 for s, p in parts:
                     if tuple(p[name] or ()) != common:
                         out.append(finding(

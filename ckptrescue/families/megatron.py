@@ -215,7 +215,7 @@ class MegatronFamily(_MegatronPointers):
         argsets = [(s, json.dumps(s.scalars.get("args"), sort_keys=True, default=str))
                    for s in models if s.scalars.get("args")]
         if len(argsets) > 1:
-            common = crossrank._majority([a for _s, a in argsets])  # noqa: SLF001
+            common = crossrank.majority([a for _s, a in argsets])
             for s, a in argsets:
                 if a != common:
                     out.append(finding(
@@ -225,7 +225,7 @@ class MegatronFamily(_MegatronPointers):
         counters = {s.member.rank: tuple(sorted(set(s.scalars.get("optimizer_steps") or ())))
                     for s in models if s.scalars.get("optimizer_steps")}
         if len(set(counters.values())) > 1:
-            common = crossrank._majority(list(counters.values()))  # noqa: SLF001
+            common = crossrank.majority(list(counters.values()))
             for rank, v in sorted(counters.items()):
                 if v != common and not any(f.code == "FM002" and rank in f.details.get(
                         "ranks", []) for f in out):
