@@ -48,7 +48,8 @@ kernel-log I/O and filesystem errors, and the freeze checklist."""
         from ckptrescue.storage.triage import triage
 
         result = yield from ctx.blocking(lambda p: triage(
-            case=ctx.case, volume=args.get("volume") or None, seconds=float(args["seconds"])))
+            case=ctx.case, volume=args.get("volume") or None, seconds=float(args["seconds"]),
+            runner=ctx.runner))
         out = result.to_json()
         for line in out.get("checklist", [])[:12]:
             yield ctx.output(f"[ ] {line}" if isinstance(line, str) else str(line))
@@ -93,7 +94,8 @@ write-blocked by the kernel (BLKROSET) and the finished image and mapfile made i
         result = yield from ctx.blocking(lambda p: image(
             args["source"], case=ctx.case, dest=args.get("dest") or None,
             retries=int(args["retries"]), simulate_bad_map=args.get("simulate_bad_map") or None,
-            on_progress=progress_adapter(p), cancel=ctx.cancel), label="imaging")
+            on_progress=progress_adapter(p), cancel=ctx.cancel, runner=ctx.runner),
+            label="imaging")
         out = result.to_json()
         bad = out.get("bad_ranges") or []
         return from_library(result, f"{out.get('rescued_bytes')} of {out.get('size')} bytes "
@@ -125,7 +127,8 @@ rsync -c -n verify pass."""
         from ckptrescue.storage.copy import copy_tree
 
         result = yield from ctx.blocking(lambda p: copy_tree(
-            args["mountpoint"], case=ctx.case, dest=args.get("dest") or None))
+            args["mountpoint"], case=ctx.case, dest=args.get("dest") or None,
+            runner=ctx.runner))
         return from_library(result, "copied and verified")
 
 
@@ -161,7 +164,7 @@ SMART/NVMe health and the NVMe error log."""
         ctx.case.ensure_evidence(args["target"], how="examined in place, read-only (fs.inspect)")
         result = yield from ctx.blocking(lambda p: fs_inspect(
             args["target"], case=ctx.case, health=bool(args["health"]),
-            select=args.get("filesystem") or None))
+            select=args.get("filesystem") or None, runner=ctx.runner))
         return from_library(result, "inspected")
 
 
@@ -210,7 +213,8 @@ datasets mounted with zfs mount -o ro; umount exports it."""
             ctx.case.ensure_evidence(extra, how="attached read-only as a ZFS pool member (mount)")
         result = mount(args["target"], where, case=ctx.case,
                        select=args.get("filesystem") or None,
-                       members=[str(x) for x in args.get("members") or []])
+                       members=[str(x) for x in args.get("members") or []],
+                       runner=ctx.runner)
         yield ctx.output(shlex.join(["mounted", str(args["target"]), str(where)]))
         wrapped = from_library(result, f"mounted at {where}")
         wrapped.outputs.setdefault("mountpoint", str(where))
@@ -234,7 +238,7 @@ class Umount(Action):
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.mounting import umount
 
-        result = umount(args["mountpoint"], case=ctx.case)
+        result = umount(args["mountpoint"], case=ctx.case, runner=ctx.runner)
         yield ctx.output(f"unmounted {args['mountpoint']}")
         return ActionResult(outputs=result if isinstance(result, dict) else {}, summary="released")
 
@@ -267,7 +271,7 @@ events name the files), then the checkpoint tensor map of every file hit."""
         ctx.case.ensure_evidence(args["image"], how="examined in place, read-only (locate)")
         result = yield from ctx.blocking(lambda p: locate(
             args["mapfile"], args["image"], case=ctx.case,
-            mountpoint=args.get("mountpoint") or None))
+            mountpoint=args.get("mountpoint") or None, runner=ctx.runner))
         out = result.to_json()
         for r in out.get("ranges", []):
             names = [f"{f['path']} [{', '.join(f.get('tensors') or []) or 'no tensor'}]"

@@ -87,7 +87,8 @@ def copy_sources(case: Case, src: Path) -> CopySources:
     return CopySources(media=[str(src)], mounted=[src], left_out=[], one_filesystem=True)
 
 
-def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = None) -> CopyResult:
+def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = None,
+              runner: SubprocessRunner | None = None) -> CopyResult:
     src = Path(os.path.realpath(mountpoint))
     if not src.is_dir():
         raise UsageError(f"{src}: not a directory (give the mount point)")
@@ -131,7 +132,7 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     if os.path.realpath(src) not in {os.path.realpath(p) for p in case.evidence_paths()}:
         case.add_evidence(kind="mount", source=str(src), acquired_how="copy source (read-only)",
                           details={"readonly_mount": ro})
-    runner = SubprocessRunner(case)
+    runner = runner or SubprocessRunner(case)
     log = case.work_dir / f"rsync-{os.getpid()}-{len(list(case.work_dir.iterdir()))}.log"
     flags = tuple(f for f in RSYNC_FLAGS if sources.one_filesystem or f != "-x")
     argv = ("rsync", *flags, "--open-noatime", "-i", f"--log-file={log}",

@@ -152,7 +152,8 @@ class Filesystem:
 
     @classmethod
     def locate_image(cls, case: Case, image: str | Path, ranges: list[tuple[int, int]], *,
-                     member_start: int, select: str | None = None) -> LocateResult | None:
+                     member_start: int, select: str | None = None,
+                     runner: SubprocessRunner | None = None) -> LocateResult | None:
         """Locate on the image by the filesystem's own means (no FIEMAP); None: mount + FIEMAP."""
         return None
 

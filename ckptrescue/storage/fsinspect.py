@@ -195,11 +195,12 @@ def mounted_state(dev: str) -> dict[str, Any]:
 
 
 def fs_inspect(target: str | Path, *, case: Case, health: bool = True,
-               select: str | None = None) -> InspectResult:
+               select: str | None = None, runner: SubprocessRunner | None = None) -> InspectResult:
     """Inspect ``target`` (image file or block device) without changing it."""
-    runner = SubprocessRunner(case)
+    runner = runner or SubprocessRunner(case)
     ev = str(target)
-    with attached(target, case=case, require_block=False, purpose="fs inspect") as info:
+    with attached(target, case=case, require_block=False, purpose="fs inspect",
+                  runner=runner) as info:
         dev = info["device"]
         try:
             node, fsinfo, start = pick_filesystem(runner, info, case, select)

@@ -192,7 +192,7 @@ def _run_with_progress(runner: SubprocessRunner, call: ToolCall, mapfile: Path,
 def image(source: str | Path, *, case: Case, dest: str | Path | None = None, retries: int = 3,
           simulate_bad_map: str | Path | None = None, name: str | None = None,
           on_progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-          max_read_rate: int | None = None) -> ImageResult:
+          max_read_rate: int | None = None, runner: SubprocessRunner | None = None) -> ImageResult:
     """Image ``source`` into ``dest`` (default ``CASE/images``) and return what the map says."""
     src = Path(source)
     facts = _source_facts(src)
@@ -247,7 +247,7 @@ def image(source: str | Path, *, case: Case, dest: str | Path | None = None, ret
                           details={k: v for k, v in facts.items() if k != "source"})
     if not already_done:
         _check_room(dest_dir, img, size)
-        runner = SubprocessRunner(case)
+        runner = runner or SubprocessRunner(case)
         common = ["-b", str(ss), "-x", str(size)]
         if facts["block_device"]:
             common.insert(0, "-d")

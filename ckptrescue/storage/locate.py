@@ -35,6 +35,7 @@ _merge = merge  # compatibility
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
+    from ckptrescue.effects.runner import SubprocessRunner
 
 
 def map_files(root: Path, ranges: list[tuple[int, int]], *, offset: int = 0,
@@ -120,7 +121,8 @@ def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits], *,
 
 
 def locate(mapfile: str | Path, image: str | Path, *, case: Case,
-           mountpoint: str | Path | None = None, partition_start: int = 0) -> LocateResult:
+           mountpoint: str | Path | None = None, partition_start: int = 0,
+           runner: SubprocessRunner | None = None) -> LocateResult:
     """Map every unreadable range of ``mapfile`` in ``image`` (a file or device) to files and
     tensors. With ``mountpoint`` an existing read-only mount of the same filesystem is used."""
     mpath = Path(mapfile)
@@ -146,15 +148,16 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     elif not ranges:
         result = LocateResult(ranges=[], notes=["the mapfile has no unreadable ranges"])
     else:
-        cands, blind = _filesystems_of(case, image)
+        cands, blind = _filesystems_of(case, image, runner)
         own = (filesystem.get(cands[0].info.get("TYPE")).locate_image(
-            case, image, ranges, member_start=cands[0].start) if len(cands) == 1 else None)
+            case, image, ranges, member_start=cands[0].start, runner=runner)
+            if len(cands) == 1 else None)
         if own is not None:  # no FIEMAP: the filesystem locates by its own means (ZFS)
             result = own
         elif len(cands) > 1:
-            result = _locate_each(case, image, ranges, cands)
+            result = _locate_each(case, image, ranges, cands, runner)
         else:
-            result = _locate_one(case, image, ranges)
+            result = _locate_one(case, image, ranges, runner)
         result.unmapped += blind
     result.findings = _findings(result, str(image))
     size = _size_of(image)
@@ -172,40 +175,44 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
     return result
 
 
-def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]]) -> LocateResult:
+def _locate_one(case: Case, image: str | Path, ranges: list[tuple[int, int]],
+                runner: SubprocessRunner | None) -> LocateResult:
     where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
     try:
-        mres = mounting.mount(image, where, case=case)
+        mres = mounting.mount(image, where, case=case, runner=runner)
     except (ToolFailedError, EvidenceError) as exc:
         where.rmdir()
         from ckptrescue.storage import locate_offline
 
-        result = locate_offline.locate_unmounted(case, Path(image), ranges)
+        result = locate_offline.locate_unmounted(case, Path(image), ranges, runner=runner)
         result.notes.append(f"not mountable ({exc.message}); used {result.method}")
         return result
     try:
         return _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype,
                                segments=mres.segments)
     finally:
-        mounting.umount(where, case=case)
+        mounting.umount(where, case=case, runner=runner)
         where.rmdir()
 
 
-def _filesystems_of(case: Case, image: str | Path) -> tuple[list[mounting.FsCandidate],
+def _filesystems_of(case: Case, image: str | Path, runner: SubprocessRunner | None
+                    ) -> tuple[list[mounting.FsCandidate],
                                                            list[tuple[int, int, str]]]:
     """The filesystems on ``image`` (partitions, LVM logical volumes), and the device ranges of
     logical volumes that cannot be mapped (no filesystem, hidden, raid/thin/...)."""
     from ckptrescue.effects.runner import SubprocessRunner
 
-    with mounting.attached(image, case=case, purpose="locate") as info:
-        cands = mounting.filesystems(SubprocessRunner(case), info)
+    runner = runner or SubprocessRunner(case)
+    with mounting.attached(image, case=case, purpose="locate", runner=runner) as info:
+        cands = mounting.filesystems(runner, info)
         blind = [(int(a), int(b), f"LV {u['lv']}: {u['reason']}")
                  for u in info.get("unmapped_lvs", []) for a, b in u.get("pieces", [])]
         return cands, blind
 
 
 def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
-                 cands: list[mounting.FsCandidate]) -> LocateResult:
+                 cands: list[mounting.FsCandidate],
+                 runner: SubprocessRunner | None) -> LocateResult:
     """Several filesystems on the image: each one that the ranges touch is mounted in turn."""
     out = LocateResult(ranges=[RangeHits(s, e) for s, e in ranges], method="fiemap",
                        tensor_map="no files hit")
@@ -215,7 +222,8 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
             continue
         fs = filesystem.get(c.info.get("TYPE"))
         try:
-            own = fs.locate_image(case, image, ranges, member_start=c.start, select=c.where)
+            own = fs.locate_image(case, image, ranges, member_start=c.start, select=c.where,
+                                  runner=runner)
         except (ToolFailedError, EvidenceError, UsageError, ToolMissingError) as exc:
             why = f"{fs.title} member, not importable here ({exc.message})"
             out.notes.append(f"{c.where}: {why}")
@@ -226,10 +234,10 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
             continue
         where = Path(tempfile.mkdtemp(prefix="locate-", dir=case.work_dir))
         try:
-            mres = mounting.mount(image, where, case=case, select=c.where)
+            mres = mounting.mount(image, where, case=case, select=c.where, runner=runner)
         except (ToolFailedError, EvidenceError, UsageError) as exc:
             where.rmdir()
-            if _offline_into(out, case, image, ranges, c, exc.message):
+            if _offline_into(out, case, image, ranges, c, exc.message, runner):
                 continue
             out.notes.append(f"{c.where} ({c.fstype}) not mountable: {exc.message}; "
                              "its ranges are not mapped")
@@ -240,7 +248,7 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
             part = _locate_mounted(case, where, ranges, mres.partition_start, mres.fstype,
                                    c.size, segments=mres.segments)
         finally:
-            mounting.umount(where, case=case)
+            mounting.umount(where, case=case, runner=runner)
             where.rmdir()
         _absorb(out, part, c.where, list(range(len(ranges))))
         out.notes.append(f"{c.where} ({mres.fstype}) starts at byte {c.start}")
@@ -248,7 +256,8 @@ def _locate_each(case: Case, image: str | Path, ranges: list[tuple[int, int]],
 
 
 def _offline_into(out: LocateResult, case: Case, image: str | Path,
-                  ranges: list[tuple[int, int]], c: mounting.FsCandidate, why: str) -> bool:
+                  ranges: list[tuple[int, int]], c: mounting.FsCandidate, why: str,
+                  runner: SubprocessRunner | None = None) -> bool:
     """An unmountable filesystem among several: map the ranges inside it with xfs_db/debugfs
     (``locate_offline``) into ``out``; False when that is not possible either."""
     if c.segments or c.size is None:
@@ -261,7 +270,7 @@ def _offline_into(out: LocateResult, case: Case, image: str | Path,
 
     try:
         off = locate_offline.locate_unmounted(case, Path(image), [(a, b) for _i, a, b in mine],
-                                              select=c.where)
+                                              select=c.where, runner=runner)
     except Exception as exc:  # noqa: BLE001 - the fallback must not abort the other filesystems
         case.log("locate.offline_failed", {"where": c.where, "error": f"{type(exc).__name__}: "
                                                                       f"{exc}"})

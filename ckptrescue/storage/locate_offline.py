@@ -50,9 +50,9 @@ def run_text(runner: SubprocessRunner, argv: list[str], purpose: str) -> str:
 
 
 def locate_unmounted(case: Case, image: Path, ranges: list[tuple[int, int]],
-                     select: str | None = None) -> LocateResult:
-    runner = SubprocessRunner(case)
-    with attached(image, case=case, purpose="locate (offline)") as info:
+                     select: str | None = None, *, runner: SubprocessRunner | None = None) -> LocateResult:
+    runner = runner or SubprocessRunner(case)
+    with attached(image, case=case, purpose="locate (offline)", runner=runner) as info:
         try:
             cand = pick_candidate(runner, info, select)
             if cand.segments:

@@ -75,18 +75,19 @@ def read_all(roots: list[Path]) -> tuple[dict[tuple[int, int], Path], list[tuple
 
 
 def locate_zfs(case: Case, image: str | Path, ranges: list[tuple[int, int]],
-               member_start: int = 0, select: str | None = None) -> LocateResult:
+               member_start: int = 0, select: str | None = None,
+               runner: SubprocessRunner | None = None) -> LocateResult:
     from ckptrescue.storage import locate as loc
     from ckptrescue.storage import mounting
 
     where = Path(tempfile.mkdtemp(prefix="locate-zfs-", dir=case.work_dir))
     try:
-        res = mounting.mount(image, where, case=case, select=select)
+        runner = runner or SubprocessRunner(case)
+        res = mounting.mount(image, where, case=case, select=select, runner=runner)
     except BaseException:
         where.rmdir()
         raise
     try:
-        runner = SubprocessRunner(case)
         pool, guid = str(res.zfs_pool), str(res.uuid)
         roots = [Path(d["mountpoint"]) for d in res.datasets if d.get("mounted")]
         inodes, failed = read_all(roots)
@@ -134,6 +135,6 @@ def locate_zfs(case: Case, image: str | Path, ranges: list[tuple[int, int]],
                                 "events": len(events)})
         return out
     finally:
-        mounting.umount(where, case=case)
+        mounting.umount(where, case=case, runner=runner)
         where.rmdir()
 

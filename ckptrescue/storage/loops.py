@@ -27,20 +27,21 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def attached(target: str | Path, *, case: Case, partscan: bool = True,
              protect_device: bool = True, require_block: bool = True,
-             purpose: str = "attached as evidence") -> Iterator[dict[str, Any]]:
+             purpose: str = "attached as evidence",
+             runner: SubprocessRunner | None = None) -> Iterator[dict[str, Any]]:
     """Attach ``target`` read-only for the duration (image files only get a loop device; a
     block device's write block stays: see :mod:`writeblock`)."""
     info = attach(target, case=case, partscan=partscan, protect_device=protect_device,
-                  require_block=require_block, purpose=purpose)
+                  require_block=require_block, purpose=purpose, runner=runner)
     try:
         yield info
     finally:
-        release(info, case=case)
+        release(info, case=case, runner=runner)
 
 
 def attach(target: str | Path, *, case: Case, partscan: bool = True,
            protect_device: bool = True, require_block: bool = True,
-           purpose: str = "attached as evidence") -> dict[str, Any]:
+           purpose: str = "attached as evidence", runner: SubprocessRunner | None = None) -> dict[str, Any]:
     """Make ``target`` available as a read-only block device; returns what was done.
 
     Image files get a read-only loop device. A block device is write-blocked at the block layer
@@ -51,7 +52,7 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
     """
     from ckptrescue.storage import writeblock
 
-    runner = SubprocessRunner(case)
+    runner = runner or SubprocessRunner(case)
     path = Path(target)
     if not path.exists():
         raise EvidenceError(f"{path}: no such image or device")
@@ -102,11 +103,11 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
     return info
 
 
-def release(info: dict[str, Any], *, case: Case) -> list[str]:
+def release(info: dict[str, Any], *, case: Case, runner: SubprocessRunner | None = None) -> list[str]:
     """Undo exactly what :func:`attach` (and :func:`filesystems`) attached; returns what could
     not be undone (also logged), so that callers keep their records of it. A block device's
     write block (BLKROSET) is NOT cleared: it stays until ``ckptrescue writeblock release``."""
-    runner = SubprocessRunner(case)
+    runner = runner or SubprocessRunner(case)
     problems: list[str] = []
     for dm_name in reversed(info.get("dm_devices", [])):
         res = runner.run(ToolCall.of("dmsetup", "remove", "--noudevsync", dm_name, timeout_s=60,

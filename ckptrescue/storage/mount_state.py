@@ -16,6 +16,7 @@ from ckptrescue.storage.loops import release
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
+    from ckptrescue.effects.runner import SubprocessRunner
 
 
 @dataclass
@@ -73,17 +74,18 @@ def zfs_mount_holding(case: Case, path: str | Path) -> dict[str, Any] | None:
 
 
 def release_or_keep(info: dict[str, Any], case: Case, state: Path,
-                     members: list[dict[str, Any]] | None = None) -> None:
+                     members: list[dict[str, Any]] | None = None, *,
+                     runner: SubprocessRunner | None = None) -> None:
     """Release after a failed mount (the pool members first); what could not be released stays
     recorded at ``state`` so that ``umount`` can finish the job."""
     problems: list[str] = []
     kept = []
     for m_info in members or []:
-        trouble = release(m_info, case=case)
+        trouble = release(m_info, case=case, runner=runner)
         if trouble:
             kept.append(m_info)
             problems += trouble
-    problems += release(info, case=case)
+    problems += release(info, case=case, runner=runner)
     if problems:
         state.write_text(json.dumps({**{k: info.get(k) for k in (
             "target", "loop_device", "backing_file", "set_readonly", "extra_loops",

@@ -73,7 +73,8 @@ def __getattr__(name: str) -> Any:
 
 
 def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
-          select: str | None = None, members: list[str] | None = None) -> MountResult:
+          select: str | None = None, members: list[str] | None = None,
+          runner: SubprocessRunner | None = None) -> MountResult:
     """Mount ``target`` (image file or block device) read-only without log replay.
 
     ``members``: the other devices or images of a ZFS pool (mirror, raidz, several vdevs),
@@ -88,14 +89,14 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     state = state_path(case, str(mp))
     if state.exists():
         raise UsageError(f"{mp}: the case already has a mount recorded there; umount it first")
-    info = attach(target, case=case)
-    runner = SubprocessRunner(case)
+    runner = runner or SubprocessRunner(case)
+    info = attach(target, case=case, runner=runner)
     try:
         cand = pick_candidate(runner, info, select)
         if not cand.info.get("TYPE"):
             raise EvidenceError(f"{cand.where}: no filesystem found (blkid -p)")
     except BaseException:
-        release_or_keep(info, case, state)
+        release_or_keep(info, case, state, runner=runner)
         raise
     node, fsinfo, start = cand.node, cand.info, cand.start
     fstype = fsinfo["TYPE"]
@@ -105,7 +106,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     if own is not None:  # mounted by its own means (a ZFS pool import)
         return own
     if members:
-        release_or_keep(info, case, state)
+        release_or_keep(info, case, state, runner=runner)
         raise UsageError(f"{target} holds {fstype}, not a ZFS member: --member is for the other "
                          "devices of a ZFS pool")
     try:
@@ -122,7 +123,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
                                   f"{res.stderr.strip() or res.stdout.strip()}",
                                   hint="use `ckptrescue fs inspect` and `locate` (offline)")
     except BaseException:
-        release_or_keep(info, case, state)
+        release_or_keep(info, case, state, runner=runner)
         raise
     findings.append(Finding("MT001", Severity.INFO, f"{target} mounted on {mp} with {opts} on a "
                             "read-only block device", evidence=str(target), source="mount"))
@@ -139,14 +140,14 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     return result
 
 
-def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
+def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | None = None) -> dict[str, Any]:
     """Unmount what :func:`mount` mounted and detach exactly what it attached."""
     state = state_path(case, str(mountpoint))
     if not state.exists():
         raise UsageError(f"{mountpoint}: no mount recorded by this case",
                          hint="umount only what `ckptrescue mount` mounted with the same --case")
     data = json.loads(state.read_text())
-    runner = SubprocessRunner(case)
+    runner = runner or SubprocessRunner(case)
     own = filesystem.get(data.get("fstype")).unmount(runner, data)  # a ZFS pool: export
     if not own and any(m.mountpoint == os.path.realpath(mountpoint) for m in sysfs.mounts()):
         res = runner.run(ToolCall.of("umount", str(mountpoint), timeout_s=120,
@@ -156,12 +157,13 @@ def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
                                   hint="a process may still use it (fuser -vm MOUNTPOINT)")
     problems: list[str] = []
     for m_info in data.get("members") or []:
-        problems += release(m_info, case=case)
+        problems += release(m_info, case=case, runner=runner)
     problems += release({"target": data["target"], "loop_device": data["loop_device"],
                         "backing_file": data["backing_file"],
                         "set_readonly": data.get("set_readonly") or [],
                         "extra_loops": data.get("extra_loops") or [],
-                        "dm_devices": data.get("dm_devices") or []}, case=case)
+                        "dm_devices": data.get("dm_devices") or []}, case=case,
+                        runner=runner)
     if problems:
         data["problems"] = problems
         state.write_text(json.dumps(data, indent=2) + "\n")
@@ -174,9 +176,10 @@ def umount(mountpoint: str | Path, *, case: Case) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def mounted(target: str | Path, mountpoint: str | Path, *, case: Case) -> Iterator[MountResult]:
-    res = mount(target, mountpoint, case=case)
+def mounted(target: str | Path, mountpoint: str | Path, *, case: Case,
+            runner: SubprocessRunner | None = None) -> Iterator[MountResult]:
+    res = mount(target, mountpoint, case=case, runner=runner)
     try:
         yield res
     finally:
-        umount(mountpoint, case=case)
+        umount(mountpoint, case=case, runner=runner)

@@ -208,7 +208,8 @@ def _maps(pid: int) -> str:
         return ""
 
 
-def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0) -> TriageResult:
+def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0,
+           runner: SubprocessRunner | None = None) -> TriageResult:
     import psutil
 
     vol = os.path.realpath(volume) if volume is not None else None
@@ -243,7 +244,7 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
             info.write_rate_bps = round((now - first.get(pid, now)) / max(seconds, 1e-6), 1)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             info.write_rate_bps = None
-    runner = SubprocessRunner(case)
+    runner = runner or SubprocessRunner(case)
     res = runner.run(ToolCall.of("dmesg", "-x", "--time-format", "iso", timeout_s=60,
                                  purpose="kernel log scan (read-only)"))
     notes = []

@@ -25,7 +25,7 @@ def attach_members(runner: SubprocessRunner, case: Case, paths: list[str], guid:
     that a failure releases what was attached); returns their member nodes."""
     nodes = []
     for path in paths:
-        m_info = attach(path, case=case)
+        m_info = attach(path, case=case, runner=runner)
         attached.append(m_info)
         cand = pick_candidate(runner, m_info)
         if cand.info.get("TYPE") != "zfs_member" or cand.info.get("UUID") != guid:
@@ -77,7 +77,7 @@ def mount_zfs(request: MountRequest) -> MountResult:
                     "it stays imported read-only",
                     hint=f"retry with `ckptrescue umount {mp} --case {case.root}`") from exc
             state.unlink(missing_ok=True)
-        release_or_keep(info, case, state, others)
+        release_or_keep(info, case, state, others, runner=runner)
         raise
     result.datasets = imp.datasets
     mounted = [d["mountpoint"] for d in imp.datasets if d["mounted"]]

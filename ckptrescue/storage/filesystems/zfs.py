@@ -48,10 +48,12 @@ class Zfs(Filesystem):
 
     @classmethod
     def locate_image(cls, case: Case, image: str | Path, ranges: list[tuple[int, int]], *,
-                     member_start: int, select: str | None = None) -> LocateResult | None:
+                     member_start: int, select: str | None = None,
+                     runner: SubprocessRunner | None = None) -> LocateResult | None:
         from ckptrescue.storage.locate_zfs import locate_zfs
 
-        return locate_zfs(case, image, ranges, member_start=member_start, select=select)
+        return locate_zfs(case, image, ranges, member_start=member_start, select=select,
+                          runner=runner)
 
     @classmethod
     def mounted_locate_refusal(cls) -> str | None:
