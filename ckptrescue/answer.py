@@ -9,21 +9,43 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ckptrescue.outputs import (
+    ImageOutput,
+    LocateOutput,
+    ProbeOutput,
+    RankOutput,
+    S3HistoryOutput,
+    SalvageOutput,
+    StepOutputs,
+)
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
 
+O = TypeVar("O", bound=StepOutputs)  # noqa: E741
 
-def step_results(case: Case, action: str) -> list[dict[str, Any]]:
-    """Outputs of every finished step of ``action``, oldest first."""
-    results = []
+
+def outputs_of(case: Case, kind: type[O]) -> list[O]:
+    """The outputs of every finished step whose action records ``kind``, oldest first.
+
+    Read by type: the action of each ``step.finished`` record names its output type
+    (``Action.output_type``), whatever the action is called.
+    """
+    from ckptrescue.actions import registry
+
+    actions = registry()
+    results: list[O] = []
     for record in case.records("step.finished"):
         details = record["details"]
-        if details.get("action") != action or not details.get("outputs_sha256"):
+        action = actions.get(str(details.get("action") or ""))
+        if action is None or not issubclass(action.output_type, kind) \
+                or not details.get("outputs_sha256"):
             continue
         try:
-            results.append(json.loads(case.read_artifact(details["outputs_sha256"])))
+            results.append(kind.from_json(json.loads(case.read_artifact(
+                details["outputs_sha256"]))))
         except (OSError, ValueError):
             continue
     return results
@@ -31,7 +53,7 @@ def step_results(case: Case, action: str) -> list[dict[str, Any]]:
 
 def salvage_results(case: Case) -> list[dict[str, Any]]:
     """Every salvage result (one per checkpoint), oldest first."""
-    return [r for out in step_results(case, "salvage") for r in out.get("salvaged", [])]
+    return [r for out in outputs_of(case, SalvageOutput) for r in out.salvaged]
 
 
 def _name(path: str) -> str:
@@ -53,17 +75,17 @@ def _order(path: str) -> tuple[int, str]:
 def latest_checkpoints(case: Case) -> dict[str, dict[str, Any]]:
     """The newest probe result per checkpoint path."""
     by_path: dict[str, dict[str, Any]] = {}
-    for out in step_results(case, "probe"):
-        for ckpt in out.get("checkpoints", []):
+    for out in outputs_of(case, ProbeOutput):
+        for ckpt in out.checkpoints:
             by_path[ckpt["path"]] = ckpt
     return by_path
 
 
 def answer_line(case: Case) -> str:
     parts: list[str] = []
-    ranks = step_results(case, "rank")
+    ranks = outputs_of(case, RankOutput)
     if ranks:
-        resume = ranks[-1].get("resume_from")
+        resume = ranks[-1].resume_from
         parts.append(f"resume from {_name(resume)}" if resume
                      else "no checkpoint is safe to resume from")
     unsafe: list[str] = []
@@ -96,18 +118,18 @@ def answer_line(case: Case) -> str:
     if unsafe:
         parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe: "
                      f"{'; '.join(unsafe)}")
-    for out in step_results(case, "image")[-1:]:
-        bad = out.get("bad_ranges") or []
+    for image in outputs_of(case, ImageOutput)[-1:]:
+        bad = image.bad_ranges or []
         if bad:
             total = sum(end - start for start, end in bad)
             parts.append(f"{total} bytes unreadable on the source in {len(bad)} range(s)")
-    for out in step_results(case, "locate")[-1:]:
-        hit = sorted({t for r in out.get("ranges", []) for f in r.get("files", [])
+    for located in outputs_of(case, LocateOutput)[-1:]:
+        hit = sorted({t for r in located.ranges for f in r.get("files", [])
                       for t in f.get("tensors", [])})
         if hit:
             parts.append(f"bad sectors hit {len(hit)} tensor{'s' if len(hit) != 1 else ''}")
-    for out in step_results(case, "s3.history")[-1:]:
-        for key in out.get("keys", []):
+    for history in outputs_of(case, S3HistoryOutput)[-1:]:
+        for key in history.keys:
             if key.get("known_good"):
                 parts.append(f"s3 {_name(key['key'])}: last known-good version "
                              f"{key['known_good']}")

@@ -70,8 +70,33 @@ def schema() -> str:
     return json.dumps(json_schema(), indent=2) + "\n"
 
 
+def step_outputs() -> str:
+    """One table per action: the typed record its steps' outputs hold (ckptrescue/outputs.py)."""
+    from ckptrescue.actions import registry
+
+    lines = ["# Step outputs", "",
+             "Generated from `ckptrescue/outputs.py` by `docs/generate.py`; do not edit by hand.",
+             "Each action's steps store their outputs as a JSON artifact of this record type;",
+             "playbooks refer to them as `${step_id.field}`, and the CLI, `answer.py`, the",
+             "report and the TUI read them by type. Keys not listed are kept as they are.", ""]
+    for name, action in registry().items():
+        kind = action.output_type
+        lines += [f"## `{name}` -> `{kind.__name__}`", ""]
+        if kind.json_keys is not None:
+            lines += [f"`--json` prints: {', '.join(f'`{k}`' for k in kind.json_keys)}.", ""]
+        rows = kind.field_docs()
+        if not rows:
+            lines += ["No declared outputs.", ""]
+            continue
+        lines += ["| field | type | meaning |", "|---|---|---|"]
+        for field, type_name, meaning in rows:
+            lines.append(f"| `{field}` | `{type_name}` | {meaning.replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 FILES = {"cli.md": cli_reference, "finding-codes.md": finding_codes,
-         "playbook.schema.json": schema}
+         "playbook.schema.json": schema, "step-outputs.md": step_outputs}
 
 
 def main() -> int:

@@ -14,10 +14,17 @@ from pathlib import PurePath
 from typing import Any
 
 from ckptrescue import __version__
-from ckptrescue.answer import answer_line, latest_checkpoints, salvage_results, step_results
+from ckptrescue.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
 from ckptrescue.audit import utc_now
 from ckptrescue.case import Case
 from ckptrescue.model import Severity
+from ckptrescue.outputs import (
+    ImageOutput,
+    LocateOutput,
+    RankOutput,
+    S3HistoryOutput,
+    S3VerifyOutput,
+)
 
 SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
 _MAP_WIDTH = 900
@@ -101,32 +108,32 @@ def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _bad_sector_map(case: Case) -> dict[str, Any] | None:
-    images = step_results(case, "image")
+    images = outputs_of(case, ImageOutput)
     if not images:
         return None
     img = images[-1]
-    size = int(img.get("size") or 0)
+    size = int(img.size or 0)
     if size <= 0:
         return None
-    locates = step_results(case, "locate")
+    locates = outputs_of(case, LocateOutput)
     labels: dict[tuple[int, int], list[str]] = {}
     if locates:
-        for r in locates[-1].get("ranges", []):
+        for r in locates[-1].ranges:
             names = []
             for f in r.get("files", []):
                 tensors = f.get("tensors") or []
                 names.append(f"{f.get('path')}: {', '.join(tensors) if tensors else 'no tensor'}")
             labels[(int(r["start"]), int(r["end"]))] = names or ["no file (free space/metadata)"]
     ranges = []
-    for i, (start, end) in enumerate(img.get("bad_ranges") or []):
+    for i, (start, end) in enumerate(img.bad_ranges or []):
         x = start / size * _MAP_WIDTH
         w = max((end - start) / size * _MAP_WIDTH, 2.0)
         ranges.append({"start": start, "end": end, "x": round(x, 2), "w": round(w, 2),
                        "label_y": 70 + 16 * i,
                        "labels": labels.get((int(start), int(end)), [])})
     return {"size": size, "width": _MAP_WIDTH, "ranges": ranges,
-            "height": 80 + 16 * max(len(ranges), 1), "image": img.get("image"),
-            "rescued_bytes": img.get("rescued_bytes"), "image_sha256": img.get("image_sha256")}
+            "height": 80 + 16 * max(len(ranges), 1), "image": img.image,
+            "rescued_bytes": img.rescued_bytes, "image_sha256": img.image_sha256}
 
 
 def _recommendations(model: dict[str, Any]) -> list[str]:
@@ -223,8 +230,8 @@ def build(case: Case) -> dict[str, Any]:
             "verdict": ckpt.get("verdict"), "tensors_total": ckpt.get("tensors_total"),
             "rows": rows, "findings": ckpt.get("findings", []),
         })
-    ranks = step_results(case, "rank")
-    resume = ranks[-1].get("resume_from") if ranks else None
+    ranks = outputs_of(case, RankOutput)
+    resume = ranks[-1].resume_from if ranks else None
     commands = []
     refusals = []
     for r in records:
@@ -245,16 +252,17 @@ def build(case: Case) -> dict[str, Any]:
             d = r["details"]
             versions[d["tool"]] = {"executable": d.get("executable"), "version": d.get("version")}
     salvages = salvage_results(case)
-    s3_known_good = [k for out in step_results(case, "s3.history")[-1:]
-                     for k in out.get("keys", []) if k.get("known_good")]
-    s3_verify = step_results(case, "s3.verify")
+    s3_known_good = [k for out in outputs_of(case, S3HistoryOutput)[-1:]
+                     for k in out.keys if k.get("known_good")]
+    s3_verify = outputs_of(case, S3VerifyOutput)
+    locates = outputs_of(case, LocateOutput)
     model: dict[str, Any] = {
         "generated": utc_now(),
         "tool_version": __version__,
         "manifest": case.manifest,
         "answer": answer_line(case),
         "resume_from": resume,
-        "rank": ranks[-1] if ranks else None,
+        "rank": ranks[-1].to_json() if ranks else None,
         "timeline": [e for r in records if (e := _timeline_entry(r))],
         "evidence": [e.to_json() for e in case.evidence()],
         "findings_by_severity": by_sev,
@@ -262,8 +270,8 @@ def build(case: Case) -> dict[str, Any]:
         "checkpoints": checkpoints,
         "salvage": salvages,
         "bad_sector_map": _bad_sector_map(case),
-        "locate": (step_results(case, "locate") or [None])[-1],
-        "s3_verify": s3_verify[-1] if s3_verify else None,
+        "locate": locates[-1].to_json() if locates else None,
+        "s3_verify": s3_verify[-1].to_json() if s3_verify else None,
         "s3_known_good": s3_known_good,
         "commands": commands,
         "refusals": refusals,

@@ -29,7 +29,8 @@ SEVERITIES = ("critical", "error", "warning", "info")
 
 def load_case_data(case: Any) -> CaseDataLoaded:
     """Read the report model and what groups it (runs in a worker thread)."""
-    from ckptrescue.answer import step_results
+    from ckptrescue.answer import outputs_of
+    from ckptrescue.outputs import MountOutput
     from ckptrescue.report import model as report_model
 
     model = report_model.build(case)
@@ -39,7 +40,7 @@ def load_case_data(case: Any) -> CaseDataLoaded:
         if details.get("action") == "probe":
             paths = (details.get("args") or {}).get("paths") or []
             roots += [str(p) for p in (paths if isinstance(paths, list) else [paths])]
-    return CaseDataLoaded(model, step_results(case, "mount"), roots)
+    return CaseDataLoaded(model, [m.to_json() for m in outputs_of(case, MountOutput)], roots)
 
 
 class FindingsScreen(Screen[None]):

@@ -1,0 +1,49 @@
+"""Step outputs have a schema: each action names its output record type; readers (answer.py,
+the report, the TUI, the CLI) load stored outputs by that type, not by action-name strings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.actions import registry
+from ckptrescue.answer import latest_checkpoints, outputs_of
+from ckptrescue.case import Case
+from ckptrescue.outputs import ProbeOutput, RankOutput, StepOutputs
+
+
+def test_every_action_declares_its_output_type() -> None:
+    for name, action in registry().items():
+        assert action.output_type is not StepOutputs, name
+        assert issubclass(action.output_type, StepOutputs), name
+        assert action.output_type.field_docs(), name
+
+
+def test_stored_json_round_trips_and_old_records_load() -> None:
+    stored = {"checkpoints": [{"path": "a.pt", "verdict": "intact"}], "later_key": 1}
+    typed = ProbeOutput.from_json(stored)
+    assert typed.checkpoints == stored["checkpoints"] and typed.extra == {"later_key": 1}
+    assert typed.to_json() == stored
+    assert RankOutput.from_json({}).resume_from is None  # a key an older case lacks
+
+
+def _finished(case: Case, step: str, action: str, outputs: dict[str, Any]) -> None:
+    sha = case.store_artifact(json.dumps(outputs).encode(), name=f"{step}.outputs.json",
+                              kind=f"result:{action}")
+    case.log("step.finished", {"run_key": "k", "step": step, "action": action,
+                               "status": "ok", "outputs_sha256": sha})
+
+
+def test_readers_find_outputs_by_type_not_by_key(tmp_path: Path) -> None:
+    case = Case.create(tmp_path / "case")
+    # rank's outputs also have "checkpoints": they are not probe results
+    _finished(case, "r", "rank", {"checkpoints": [{"path": "/x/rank-only.pt",
+                                                   "verdict": "damaged"}],
+                                  "resume_from": None})
+    _finished(case, "p", "probe", {"checkpoints": [{"path": "/x/step-1.pt",
+                                                    "verdict": "truncated"}]})
+    assert list(latest_checkpoints(case)) == ["/x/step-1.pt"]
+    ranks = outputs_of(case, RankOutput)
+    assert len(ranks) == 1 and ranks[0].checkpoints[0]["path"] == "/x/rank-only.pt"
+    assert [type(o) for o in outputs_of(case, StepOutputs)] == [StepOutputs, StepOutputs]
