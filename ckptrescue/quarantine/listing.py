@@ -9,9 +9,10 @@ JSON shape (``schema: "ckptrescue.quarantine/1"``)::
      "sources": ["manifest audit", "dataset verify"]}
 
 A damaged tar member that names no sample key (a torn header, a truncated end) quarantines the
-whole shard: a streaming tar reader stops there. Paths are relative to ``root`` with ``/`` separators (names that are not UTF-8 keep their bytes
-as surrogate escapes, as everywhere in the kit's JSON). ``keep(path, index=, key=)`` answers for
-one file or record: ``path`` may be relative to the root or absolute under it.
+whole shard: a streaming tar reader stops there. Paths are relative to ``root`` with ``/``
+separators (names that are not UTF-8 keep their bytes as surrogate escapes, as everywhere in
+the kit's JSON). ``keep(path, index=, key=)`` answers for one file or record: ``path`` may be
+relative to the root or absolute under it.
 """
 
 from __future__ import annotations

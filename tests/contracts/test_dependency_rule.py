@@ -30,10 +30,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("model", "errors", "checkpoint", "codes", "resources")),
     ("pure", ("formats", "families", "parsers", "guard")),
     ("effects", ("effects", "case", "audit")),
-    ("capabilities", ("storage", "s3", "datasets", "probes", "salvage", "rank",
-                      "sandbox_children")),
+    ("capabilities", ("storage", "s3", "stores", "datasets", "probes", "salvage", "rank",
+                      "trainstate", "profiles", "quarantine", "gate",
+                      "verified_load", "sandbox_children")),
     ("engine", ("engine", "action", "actions", "outputs", "events", "playbook", "answer",
-                "report")),
+                "report", "exports")),
     ("adapters", ("cli", "tui", "drill", "__main__")),
 )
 
@@ -60,8 +61,11 @@ ONLY_IN: dict[str, tuple[str, ...]] = {
     "textual": ("tui",), "rich": ("tui",),
     "jinja2": ("report",),
     # real ML loaders run only in the sandbox child; the drill builds its own checkpoints
-    "torch": ("sandbox_children", "drill"), "tensorflow": ("sandbox_children", "drill"),
-    "keras": ("sandbox_children", "drill"), "safetensors": ("sandbox_children", "drill"),
+    # ... and the two helpers a TRAINING JOB imports: load after verifying, skip quarantined
+    "torch": ("sandbox_children", "drill", "verified_load", "quarantine.torch_data"),
+    "tensorflow": ("sandbox_children", "drill"),
+    "keras": ("sandbox_children", "drill"),
+    "safetensors": ("sandbox_children", "drill", "verified_load"),
     "boto3": ("s3", "drill"), "botocore": ("s3", "drill"), "moto": ("s3",),
     # evidence is never unpickled in-process (formats.pickle_scan reads pickles statically)
     "pickle": (), "_pickle": (), "cPickle": (), "dill": (), "cloudpickle": (), "joblib": (),
