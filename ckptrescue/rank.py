@@ -51,13 +51,20 @@ class RankResult:
     pointer_fix: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"checkpoints": [{"path": c.path, "verdict": str(c.verdict),
-                                 "step": c.step, "family": c.family,
-                                 "bad_ranks": c.bad_ranks[:64],
-                                 "bad_ranks_total": len(c.bad_ranks)}
-                                for c in self.checkpoints],
-                "resume_from": self.resume_from, "family": self.family,
-                "pointer_fix": self.pointer_fix}
+        """The stable shape; family keys appear only for multi-rank family steps (a run of
+        single-file checkpoints keeps exactly ``{"checkpoints": [{"path", "verdict"}],
+        "resume_from"}``)."""
+        rows: list[dict[str, Any]] = []
+        for c in self.checkpoints:
+            row: dict[str, Any] = {"path": c.path, "verdict": str(c.verdict)}
+            if c.family is not None:
+                row.update({"step": c.step, "family": c.family, "bad_ranks": c.bad_ranks[:64],
+                            "bad_ranks_total": len(c.bad_ranks)})
+            rows.append(row)
+        data: dict[str, Any] = {"checkpoints": rows, "resume_from": self.resume_from}
+        if self.family is not None:
+            data.update({"family": self.family, "pointer_fix": self.pointer_fix})
+        return data
 
 
 def step_of(name: str) -> int | None:
