@@ -405,3 +405,67 @@ class RecoverOutput(StepOutputs):
     @property
     def ok(self) -> bool:
         return not any(f.get("status") != "recovered" for f in self.files)
+
+
+@dataclass
+class TrainStateOutput(StepOutputs):
+    checkpoints: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The run's checkpoints in training order: path, step, format, verdict."))
+    tensors: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per tensor: name, intervals (from, to, rel_l2, max_abs_change, identical, elements, "
+        "nonfinite), sign_agreement, norms, frozen."))
+    scalars: dict[str, list[Any]] = field(default_factory=dict, metadata=doc(
+        "Per checkpoint: optimizer step counters, learning rates, scheduler last_epoch, "
+        "global step."))
+    skipped: dict[str, str] = field(default_factory=dict, metadata=doc(
+        "Tensors not compared, with the reason."))
+    findings: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "TS001-TS008 findings (also recorded in the case)."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class DatasetProfileOutput(StepOutputs):
+    profile: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "The dataset profile (schema ckptrescue.profile/1, docs/profiles.md)."))
+    output: str | None = field(default=None, metadata=doc("Where the profile was written."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class DatasetCompareOutput(StepOutputs):
+    compare: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "mode, thresholds, per_test_level, tests_run, answer, flagged checks (test, "
+        "statistic, p-value, effect sizes, threshold), findings, skipped."))
+    spot_checks: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per flagged shard (up to 5): seed, k, method, the sampled records of the flagged and "
+        "the reference shard with the values that drove the flag marked."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.compare.get("flagged")
+
+
+@dataclass
+class QuarantineOutput(StepOutputs):
+    quarantine: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "The quarantine list (schema ckptrescue.quarantine/1): files, records, sources."))
+    output: str | None = field(default=None, metadata=doc("The JSON list written."))
+    path_list: str | None = field(default=None, metadata=doc(
+        "The plain list of whole bad files written."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class GateOutput(StepOutputs):
+    target: str = field(default="", metadata=doc("The dataset directory or checkpoint gated."))
+    passed: bool = field(default=False, metadata=doc("True when the job may start."))
+    reason: str = field(default="", metadata=doc("The one-line reason."))
+    checked: int = field(default=0, metadata=doc("Files (or checkpoints) checked."))
+    hashed: list[str] = field(default_factory=list, metadata=doc(
+        "The sampled files hashed in full."))
+    hashed_bytes: int = field(default=0, metadata=doc("Bytes hashed."))
+    seed: int | None = field(default=None, metadata=doc("The sample's seed (redraw with it)."))
+    problems: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per problem: path, problem (and the worst finding for a checkpoint)."))

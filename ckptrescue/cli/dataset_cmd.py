@@ -14,15 +14,19 @@ from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_comm
 from ckptrescue.cli.output import emit_json, say
 from ckptrescue.errors import ExitCode
 from ckptrescue.outputs import (
+    DatasetCompareOutput,
+    DatasetProfileOutput,
     DatasetVerifyOutput,
     ManifestAuditOutput,
     ManifestBuildOutput,
+    QuarantineOutput,
     RecoverOutput,
 )
 
 manifest_app = typer.Typer(help="Checksum manifests of dataset directories (sha256sum format).",
                            no_args_is_help=True)
-dataset_app = typer.Typer(help="Container-level checks of dataset files that need no manifest.",
+dataset_app = typer.Typer(help="Dataset checks that need no manifest: containers, content profiles, "
+                          "quarantine lists.",
                           no_args_is_help=True)
 
 NO_PROGRESS = ArgSpec("no_progress", "boolean", default=False,
@@ -123,6 +127,48 @@ def render_recover(result: StepResult) -> int:
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 
+def render_profile(result: StepResult) -> int:
+    out: DatasetProfileOutput = result.out
+    if result.options[JSON]:
+        emit_json(out.profile)
+    else:
+        for shard in out.profile.get("shards", []):
+            note = "" if shard.get("complete", True) else "  (not complete)"
+            say(f"{shard.get('records', '?'):>10} records  {shard.get('format', ''):<12} "
+                f"{shard.get('path')}{note}")
+        say(out.answer)
+    return int(ExitCode.OK)
+
+
+def render_compare(result: StepResult) -> int:
+    out: DatasetCompareOutput = result.out
+    if result.options[JSON]:
+        emit_json(result.outputs)
+    else:
+        for check in out.compare.get("flagged", []):
+            say(f"[{check['code']}] {check['shard']} {check.get('field') or ''}: "
+                f"{check['summary']}")
+        for spot in out.spot_checks:
+            if spot.get("error"):
+                say(f"    spot check of {spot['shard']}: {spot['error']}")
+                continue
+            idx = [r["index"] for r in spot["flagged"]["records"]]
+            say(f"    spot check of {spot['shard']}: seed {spot['seed']}, records {idx}")
+        say(out.answer)
+    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
+def render_quarantine(result: StepResult) -> int:
+    out: QuarantineOutput = result.out
+    if result.options[JSON]:
+        emit_json(out.quarantine)
+    else:
+        say(out.answer)
+        if out.path_list:
+            say(f"plain list of whole files: {out.path_list}")
+    return int(ExitCode.OK)
+
+
 BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS,),
                 order=("dir", "output", "jobs", "scheduler", "no_progress", "endpoint_url", CASE,
                        JSON),
@@ -139,6 +185,9 @@ def register(app: typer.Typer) -> None:
     add_command(manifest_app, "build", BUILD)
     add_command(manifest_app, "audit", AUDIT)
     add_command(dataset_app, "verify", VERIFY)
+    add_command(dataset_app, "profile", Command("dataset.profile", render_profile))
+    add_command(dataset_app, "compare", Command("dataset.compare", render_compare))
+    add_command(dataset_app, "quarantine", Command("dataset.quarantine", render_quarantine))
     app.add_typer(manifest_app, name="manifest")
     app.add_typer(dataset_app, name="dataset")
     add_command(app, "recover", RECOVER)

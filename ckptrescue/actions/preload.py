@@ -1,0 +1,150 @@
+"""Actions for the training job's side: ``dataset.quarantine`` (what to skip while recovery
+runs) and ``gate`` (verify a dataset slice or a checkpoint before a job starts)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.events import Event
+from ckptrescue.outputs import GateOutput, QuarantineOutput
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+class DatasetQuarantine(Action):
+    name = "dataset.quarantine"
+    capability = "write_recovery"
+    summary = "The list of bad files and records a training job should skip (JSON + paths)"
+    description = """
+Write the quarantine list of a dataset: every file a manifest audit found corrupted, changed,
+missing or unreadable, and every bad record `dataset verify` named (JSONL line, TFRecord
+record, Parquet row group; a tar shard whole when its bad member names no sample), as JSON
+(schema ckptrescue.quarantine/1) and as a plain list of whole bad files. Sources: --audit and
+--verify JSON files (the commands' --json output), else every audit and verify of the case.
+
+Training reads it with ckptrescue.quarantine: a torch Dataset/IterableDataset wrapper, a
+WebDataset shard list and sample filter, a Hugging Face datasets filter (docs/datasets.md)."""
+    examples = ("ckptrescue dataset quarantine /data/train --case /cases/INC-7 "
+                "-o /cases/INC-7/quarantine.json",
+                "ckptrescue dataset quarantine /data/train --verify verify.json -o q.json")
+    output_type = QuarantineOutput
+    args = (ArgSpec("dir", "path", required=True, positional=True, cli_name="directory",
+                    help="The dataset directory the lists' paths are relative to."),
+            ArgSpec("output", "path", required=True, short="-o",
+                    help="The quarantine JSON to write (outside DIR)."),
+            ArgSpec("paths", "path", help="Also the plain list of whole bad files "
+                    "(default: OUTPUT with .paths)."),
+            ArgSpec("audit", "list", item="path", help="A `manifest audit --json` output "
+                    "(repeat the option)."),
+            ArgSpec("verify", "list", item="path", help="A `dataset verify --json` output "
+                    "(repeat the option)."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"quarantine list of {args['dir']} -> {args['output']}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.answer import outputs_of
+        from ckptrescue.errors import UsageError
+        from ckptrescue.outputs import DatasetVerifyOutput, ManifestAuditOutput
+        from ckptrescue.quarantine.listing import build
+
+        root = Path(args["dir"])
+        out = Path(args["output"])
+        paths = Path(args["paths"]) if args.get("paths") else out.with_suffix(".paths")
+        for target in (out, paths):
+            if _inside(target, root):
+                raise UsageError(f"{target}: inside the dataset; write the list elsewhere")
+        audits = [_read_json(p) for p in args.get("audit") or []]
+        verifies = [_read_json(p) for p in args.get("verify") or []]
+        if not audits and not verifies:
+            audits = [o.to_json() for o in outputs_of(ctx.case, ManifestAuditOutput)]
+            verifies = [o.to_json() for o in outputs_of(ctx.case, DatasetVerifyOutput)]
+        if not audits and not verifies:
+            raise UsageError("dataset quarantine: no audit or verify to build from",
+                             hint="pass --audit/--verify JSON files, or --case CASE after "
+                                  "`manifest audit` / `dataset verify` ran in that case")
+        q = build(str(root.absolute()), audits=audits, verifies=verifies)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        q.save(out, paths)
+        data = q.to_json()
+        answer = (f"{len(q.files)} file(s) and {len(q.records)} record(s) quarantined -> {out}"
+                  if q.files or q.records else f"nothing to quarantine -> {out}")
+        yield ctx.output(answer)
+        return ActionResult(outputs={"quarantine": data, "output": str(out),
+                                     "path_list": str(paths), "answer": answer},
+                            summary=answer)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    from ckptrescue.errors import UsageError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8", errors="surrogateescape"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a JSON result ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        raise UsageError(f"{path}: not a `manifest audit --json` / `dataset verify --json` "
+                         "output (no files list)")
+    return data
+
+
+class Gate(Action):
+    name = "gate"
+    summary = "Go/no-go before a job loads data or a checkpoint (exit status for launchers)"
+    description = """
+Check a dataset slice against its manifest, or a checkpoint, before a job starts; exit 0 means
+go. A dataset (with --manifest): every manifest entry under DIR (or under each --only prefix)
+present with the manifest's size, then a seeded sample of files hashed in full (--sample: a
+fraction below 1 or a file count; a fresh seed per launch unless --seed, recorded). A
+checkpoint (file or directory, no --manifest): the static probe (structure, every CRC, pickle
+safety, shard/rank completeness) must say intact (--allow-suspect: or suspect).
+
+In Python: ckptrescue.gate.gate_dataset / gate_checkpoint, and
+ckptrescue.verified_load.load_verified for a torch.load that verifies first."""
+    examples = ("ckptrescue gate /data/train --manifest /data/train.sha256 --sample 0.01",
+                "ckptrescue gate ckpt/global_step1200 && torchrun train.py --resume")
+    output_type = GateOutput
+    args = (ArgSpec("target", "path", required=True, positional=True,
+                    help="Dataset directory (with --manifest) or checkpoint."),
+            ArgSpec("manifest", "path", short="-m", help="The dataset's sha256 manifest."),
+            ArgSpec("sample", "number", default=0.01,
+                    help="Files hashed in full: a fraction (< 1) or a count (>= 1)."),
+            ArgSpec("seed", "integer", help="Redraw a recorded sample."),
+            ArgSpec("only", "list", metavar="PREFIX",
+                    help="Gate only entries under this prefix (repeat)."),
+            ArgSpec("strict_mtime", "boolean", default=False,
+                    help="Also require the manifest's mtimes."),
+            ArgSpec("allow_suspect", "boolean", default=False,
+                    help="A numerically suspect checkpoint passes."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        what = "dataset" if args.get("manifest") else "checkpoint"
+        return [f"gate the {what} {args['target']}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.gate import gate_checkpoint, gate_dataset
+
+        if args.get("manifest"):
+            result = yield from ctx.blocking(lambda p: gate_dataset(
+                args["target"], args["manifest"], sample=float(args.get("sample") or 0),
+                seed=args.get("seed"), only=args.get("only") or (),
+                strict_mtime=bool(args.get("strict_mtime"))))
+        else:
+            result = yield from ctx.blocking(lambda p: gate_checkpoint(
+                args["target"], allow_suspect=bool(args.get("allow_suspect"))))
+        yield ctx.output(("PASS " if result.passed else "FAIL ") + result.reason)
+        return ActionResult(status="ok" if result.passed else "findings",
+                            outputs=result.to_json(), summary=result.reason)
+
+
+ACTIONS = [DatasetQuarantine, Gate]
