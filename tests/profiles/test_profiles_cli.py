@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cli_helpers import invoke
+
 from fixtures import profiles as fx
 from fixtures.datasets import tree_digest
-from tests.cli_helpers import invoke
 
 
 def test_profile_then_compare_versions_names_the_emptied_shard(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import invoke
 
 from fixtures.trainstate import write_run
-from tests.cli_helpers import invoke
 
 pytest.importorskip("torch")
 
