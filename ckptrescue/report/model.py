@@ -19,11 +19,13 @@ from ckptrescue.audit import utc_now
 from ckptrescue.case import Case
 from ckptrescue.model import Severity
 from ckptrescue.outputs import (
+    DatasetCompareOutput,
     ImageOutput,
     LocateOutput,
     RankOutput,
     S3HistoryOutput,
     S3VerifyOutput,
+    TrainStateOutput,
 )
 
 SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
@@ -60,6 +62,12 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
     ("answer", "Answer", True, lambda m: bool(m["answer"])),
     ("checkpoints", "Checkpoints", False, lambda m: bool(m["checkpoints"])),
     ("salvage", "Salvage", False, lambda m: bool(m["salvage"])),
+    ("multirank", "Multi-rank steps and the resume pointer", False,
+     lambda m: bool(m["multirank"])),
+    ("training_state", "Training state across checkpoints", False,
+     lambda m: bool(m["training_state"])),
+    ("dataset_content", "Dataset content against its baseline", False,
+     lambda m: bool(m["dataset_content"])),
     ("bad_sectors", "Bad-sector map", False, lambda m: bool(m["bad_sector_map"])),
     ("s3", "Object store", False, lambda m: bool(m["s3_verify"] or m["s3_known_good"])),
     ("findings", "Findings", True, lambda m: any(m["findings_by_severity"].values())),
@@ -280,6 +288,9 @@ def build(case: Case) -> dict[str, Any]:
         "verification": verification.to_json(),
         "records": len(records),
     }
+    model["multirank"] = _multirank(ranks[-1].to_json() if ranks else None)
+    model["training_state"] = _training_state(outputs_of(case, TrainStateOutput))
+    model["dataset_content"] = _dataset_content(outputs_of(case, DatasetCompareOutput))
     model["recommendations"] = _recommendations(model)
     model["sections"] = [s.to_json() for s in sections(model)]
     model["clean"] = not (model["finding_counts"].get("error") or
@@ -287,6 +298,71 @@ def build(case: Case) -> dict[str, Any]:
                           any(c["verdict"] != "intact" for c in checkpoints) or
                           model["bad_sector_map"])
     return model
+
+
+def _multirank(rank: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The family steps of the latest rank: per step its verdict and bad ranks, the pointer
+    change the resume needs (the kit never writes it)."""
+    if not rank or not rank.get("family"):
+        return None
+    steps = [{"path": c.get("path"), "verdict": c.get("verdict"), "step": c.get("step"),
+              "bad_ranks": c.get("bad_ranks") or [], "bad_ranks_total": c.get("bad_ranks_total")
+              or len(c.get("bad_ranks") or [])}
+             for c in rank.get("checkpoints", []) if c.get("family")]
+    return {"family": rank["family"], "resume_from": rank.get("resume_from"),
+            "pointer_fix": rank.get("pointer_fix"), "steps": steps}
+
+
+def _training_state(outs: list[TrainStateOutput]) -> dict[str, Any] | None:
+    """The latest training-state analysis: its checkpoints, findings, and the tensors worth
+    a look (frozen, or the largest relative updates)."""
+    if not outs:
+        return None
+    out = outs[-1]
+    rows = []
+    for t in out.tensors:
+        rels = [i.get("rel_l2") for i in t.get("intervals", []) if i.get("rel_l2") is not None]
+        rows.append({"name": t["name"], "frozen": t.get("frozen", False),
+                     "max_rel_l2": max(rels) if rels else None,
+                     "sign_agreement": t.get("sign_agreement", [])})
+    flagged = {n for f in out.findings for n in f.get("tensors", [])}
+    rows.sort(key=lambda r: (r["name"] not in flagged, not r["frozen"],
+                             -(r["max_rel_l2"] or 0.0)))
+    return {"checkpoints": out.checkpoints, "findings": out.findings, "answer": out.answer,
+            "tensors": rows[:20], "tensors_total": len(rows),
+            "scalars": dict(sorted(out.scalars.items())[:12])}
+
+
+def _dataset_content(outs: list[DatasetCompareOutput]) -> dict[str, Any] | None:
+    """The latest dataset comparison: each flag with its test and effect size, and the spot
+    checks side by side (marked values are what drove the flag)."""
+    if not outs:
+        return None
+    out = outs[-1]
+    spots = []
+    for spot in out.spot_checks:
+        if spot.get("error"):
+            spots.append({"shard": spot["shard"], "error": spot["error"], "fields": [],
+                          "flagged": None, "reference": None})
+            continue
+        flagged = spot.get("flagged") or {}
+        reference = spot.get("reference") or {}
+        fields = sorted({k for r in flagged.get("records", []) + reference.get("records", [])
+                         for k in r.get("values", {})})[:8]
+        spots.append({"shard": spot["shard"], "seed": spot.get("seed"), "k": spot.get("k"),
+                      "method": spot.get("method"), "fields": fields, "error": None,
+                      "flagged": _sample(flagged), "reference": _sample(reference)
+                      if reference else None})
+    return {"answer": out.answer, "mode": out.compare.get("mode"),
+            "tests_run": out.compare.get("tests_run"),
+            "per_test_level": out.compare.get("per_test_level"),
+            "flagged": out.compare.get("flagged", []), "spot_checks": spots}
+
+
+def _sample(sample: dict[str, Any]) -> dict[str, Any]:
+    return {"shard": sample.get("shard"), "indices": sample.get("indices", []),
+            "records": [{"index": r.get("index"), "values": r.get("values", {}),
+                         "marked": r.get("marked", {})} for r in sample.get("records", [])]}
 
 
 def to_json(model: dict[str, Any]) -> str:

@@ -71,6 +71,48 @@ def full_case(hostile_case: Case) -> Case:
         "counts": {"match": 1, "mismatch": 1, "total": 2}, "errors": []}, "s3-verify")
     add_step(case, "s3.history", {"keys": [
         {"key": "run/step-300.pt", "versions": [], "known_good": "v-good-1"}]}, "s3-history")
+    add_step(case, "rank", {"checkpoints": [
+        {"path": "/mnt/run/global_step3", "verdict": "incomplete", "step": 3,
+         "family": "deepspeed", "bad_ranks": [f"zero_pp_rank_1_{EVIL_MD}"], "bad_ranks_total": 1},
+        {"path": "/mnt/run/global_step2", "verdict": "intact", "step": 2, "family": "deepspeed",
+         "bad_ranks": [], "bad_ranks_total": 0}],
+        "resume_from": "/mnt/run/global_step2", "family": "deepspeed",
+        "pointer_fix": {"pointer": "/mnt/run/latest", "current": "global_step3",
+                        "write": "global_step2", "target": "/mnt/run/global_step2",
+                        "family": "deepspeed"}}, "rank-family")
+    add_step(case, "trainstate", {
+        "checkpoints": [{"path": "/mnt/run/step-100.pt", "step": 100, "format": "torch-zip",
+                         "verdict": "intact"},
+                        {"path": "/mnt/run/step-200.pt", "step": 200, "format": "torch-zip",
+                         "verdict": "intact"}],
+        "tensors": [{"name": f"model.{EVIL_MD}", "frozen": True, "sign_agreement": [],
+                     "norms": [1.0, 1.0], "intervals": [
+                         {"from": 100, "to": 200, "rel_l2": 0.0, "max_abs_change": 0.0,
+                          "identical": True, "elements": 4, "nonfinite": 0}]}],
+        "scalars": {"optimizer.param_groups.0.lr": [0.001, 0.0]}, "skipped": {},
+        "findings": [{"code": "TS001", "severity": "warning",
+                      "title": f"1 parameter(s) bit-identical: model.{EVIL_MD}",
+                      "tensors": [f"model.{EVIL_MD}"]}],
+        "answer": "1 training-state finding(s) over 2 checkpoints"}, "trainstate")
+    add_step(case, "dataset.compare", {
+        "compare": {"mode": "versions", "tests_run": 40, "per_test_level": 2.5e-05,
+                    "answer": "1 deviation(s) in 1 shard(s)", "flagged": [
+                        {"code": "DP001", "shard": f"part-{EVIL_MD}.jsonl", "field": EVIL,
+                         "test": "two-proportion z-test", "statistic": 31.0,
+                         "p_value": 1e-12, "effect": {"rate_diff": 0.9},
+                         "threshold": {"rate_diff": 0.05}, "flagged": True,
+                         "summary": "empty rate 0.9 vs 0.0"}]},
+        "spot_checks": [{"shard": f"part-{EVIL_MD}.jsonl", "seed": 3, "k": 2,
+                         "method": "bottom-k", "flagged": {
+                             "shard": f"part-{EVIL_MD}.jsonl", "indices": [4, 9],
+                             "records_read": 100, "note": "", "records": [
+                                 {"index": 4, "values": {EVIL: ""}, "marked": {EVIL: "empty"}},
+                                 {"index": 9, "values": {EVIL: EVIL_MD}, "marked": {}}]},
+                         "reference": {"shard": "part-1.jsonl", "indices": [4, 9],
+                                       "records_read": 100, "note": "", "records": [
+                                           {"index": 4, "values": {EVIL: "text"},
+                                            "marked": {}}]}}],
+        "answer": "1 deviation(s) in 1 shard(s)"}, "compare")
     case.log("safety.kernel", {"guarantee": "block-device-readonly", "target": "/dev/loop7",
                                "enforced": True, "how": "BLKROSET", "previous": "rw",
                                "by_kit": True})

@@ -120,3 +120,16 @@ def test_markdown_text_cannot_form_a_link_or_break_a_table() -> None:
     assert "](" not in text.replace("\\]", "")  # no unescaped link syntax survives
     assert "\\[" in text and "\\|" in text and "`" not in text and "\n" not in text
     assert "<b>" not in text
+
+
+def test_new_sections_show_what_a_responder_acts_on(full_case: Case) -> None:
+    html, md = render(full_case, "html"), render(full_case, "md")
+    # the pointer fix, spelled out, and the bad rank named
+    assert "write <code>global_step2</code>" in " ".join(html.split())
+    assert "`global_step2` into it" in md and "zero_pp_rank_1_" in md
+    # the spot check marks the value that drove the flag, in both formats
+    assert 'class="mono marked"' in html and "empty" in html
+    assert "** (empty)" in md
+    # the training-state finding and the frozen tensor
+    assert "TS001" in html and "TS001" in md and ">yes<" in html
+    assert "&lt;script&gt;" in html and "<script>alert" not in html
