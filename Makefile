@@ -7,8 +7,11 @@ STAMP := $(VENV)/.ckptrescue-setup
 APT_PACKAGES := gddrescue xfsprogs e2fsprogs btrfs-progs util-linux rsync smartmontools nvme-cli dmsetup lvm2 \
                 libfuse2 chromium tmux bubblewrap dosfstools
 DEMO_DIR ?= demo-out
+# Azurite (the Azure Blob emulator of tests/stores) from npm, under build/, only for setup/test.
+AZURITE_VERSION := 3.35.0
+AZURITE := build/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: setup system-packages test demo bench lint clean help docs
+.PHONY: setup system-packages azurite test demo bench lint clean help docs
 
 help:
 	@echo "make demo   - set up if needed, run the drill incident end to end, print the report path"
@@ -18,7 +21,17 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make setup  - system packages (apt-get, as root), .venv, editable install with all extras and the fixture writers"
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(if $(filter setup test,$(MAKECMDGOALS)),azurite)
+
+azurite:
+	@if [ ! -x $(AZURITE) ]; then \
+	  if command -v npm >/dev/null 2>&1; then \
+	    echo "installing azurite@$(AZURITE_VERSION) under build/azurite"; \
+	    npm install --prefix build/azurite --no-audit --no-fund --silent azurite@$(AZURITE_VERSION); \
+	  else \
+	    echo "warning: npm missing: the Azure Blob tests cannot start Azurite" >&2; \
+	  fi; \
+	fi
 
 system-packages:
 	@missing=""; \
