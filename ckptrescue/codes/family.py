@@ -30,6 +30,8 @@ CODES = {
     "FM010": (W, "Rank files beyond the recorded world size (leftovers of another run?)"),
     "FM011": (W, "A rank file names globals the family allows but its own probe could not "
                  "read the step counter"),
+    "FM012": (W, "DeepSpeed pipeline layer index absent on every model-parallel rank (a "
+                 "parameter-less layer, or every file of that layer lost)"),
     # run-level pointers (never written by the kit: the finding spells out the fix)
     "FM020": (E, "Newest-step pointer names a step that does not exist"),
     "FM021": (E, "Newest-step pointer names an incomplete or damaged step"),
@@ -48,6 +50,10 @@ CODES = {
     "FM043": (E, "NeMo archive missing model_config.yaml or its weights"),
     "FM044": (E, "NeMo archive damaged: tar member headers or sizes wrong"),
     "FM045": (W, "Megatron checkpoint_version or args unreadable: layout checked by naming only"),
+    "FM046": (I, "NeMo archive gzip-compressed (NeMo < 1.7): verified by the gzip CRC-32, "
+                 "tensors have no in-place offsets"),
+    "FM047": (I, "NeMo archive holds a distributed checkpoint (model_weights/): its .distcp "
+                 "items are checked by presence and size, not CRC in place"),
 }
 
 VERDICT = {

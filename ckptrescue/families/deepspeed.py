@@ -142,11 +142,13 @@ class DeepSpeedFamily(Family):
                 prefixes.add(m.group(1) or "")
                 members.append(Member(root / n, f"zero_pp_rank_{m.group(2)}_mp_rank_{m.group(3)}",
                                       "optim"))
-            elif _LAYER.match(n):
-                members.append(Member(root / n, n.split("-model")[0], "layer"))
+            elif m := _LAYER.match(n):
+                members.append(Member(root / n, _layer_label(m), "layer"))
         meta = cls._metadata(root, names)
         step = cls.step_of(root)
         layout = StepLayout(cls.name, root, step, members)
+        layout.expected, layer_findings = _layer_expectations(root, names)
+        layout.findings += layer_findings
         dp, mp = as_int(meta.get("dp_world_size")), as_int(meta.get("mp_world_size"))
         stage = _stage_of(meta.get("ds_config"))
         if dp is None or mp is None or stage is None:
@@ -169,7 +171,7 @@ class DeepSpeedFamily(Family):
             if stage >= 1 or prefix:
                 expected += [Member(root / f"{prefix}zero_pp_rank_{r}_mp_rank_{tt}_optim_states.pt",
                                     f"zero_pp_rank_{r}_mp_rank_{tt}", "optim") for r in range(dp)]
-        layout.expected = expected
+        layout.expected = expected + layout.expected
         known = {m.path for m in expected}
         extra = [m for m in members if m.path not in known and m.role != "layer"]
         if extra:
@@ -298,7 +300,74 @@ class DeepSpeedFamily(Family):
         if len(mp_models) > 1:
             out += crossrank.tp_shards({"mp ranks": mp_models}, layout.root)
             out += crossrank.replicated({"mp ranks": mp_models}, layout.root)
+        # pipeline layer files: one layer's files across the model-parallel ranks are TP shards
+        layers: dict[str, list[MemberSummary]] = {}
+        for s in summaries:
+            if s.member.role == "layer" and "-model_" in s.member.rank:
+                layers.setdefault(s.member.rank.split("-model_")[0], []).append(s)
+        layers = {k: sorted(v, key=lambda s: s.member.rank) for k, v in layers.items()
+                  if len(v) > 1}
+        if layers:
+            out += crossrank.tp_shards(layers, layout.root)
+            out += crossrank.replicated(layers, layout.root)
         return out
+
+
+def _layer_label(m: re.Match[str]) -> str:
+    """``layer_03`` or ``layer_03-model_01`` (pipeline layer files; unique per file)."""
+    if m.group(3) is not None:
+        return f"layer_{m.group(3)}"
+    return f"layer_{m.group(1)}-model_{m.group(2)}"
+
+
+def _layer_expectations(root: Path, names: list[str]) -> tuple[list[Member], list[Finding]]:
+    """Pipeline-parallel layer files (``runtime/pipe/module.py`` ``ckpt_layer_path``:
+    ``layer_{idx:02d}[-model_{mp:02d}]-model_states.pt``, the ``-model_YY`` part present when the
+    topology has a model axis). Every layer index 0..max that any mp rank saved must be there
+    for every mp rank 0..max (a hole is FM001 through ``expected``). An index absent on EVERY mp
+    rank is FM012 (a warning): DeepSpeed saves nothing for a layer without ``state_dict`` (a
+    function in the layer specs), so such a gap is legitimate in real runs (GPT-NeoX)."""
+    layers: dict[int, dict[int | None, str]] = {}
+    digits: dict[int, tuple[int, int]] = {}
+    for n in names:
+        m = _LAYER.match(n)
+        if not m:
+            continue
+        idx_s = m.group(1) if m.group(1) is not None else m.group(3)
+        mp = int(m.group(2)) if m.group(2) is not None else None
+        layers.setdefault(int(idx_s), {})[mp] = n
+        digits[int(idx_s)] = (len(idx_s), len(m.group(2) or "00"))
+    if not layers:
+        return [], []
+    mps = sorted({mp for per in layers.values() for mp in per}, key=lambda v: -1 if v is None
+                 else v)
+    mp_ranks: list[int | None] = [None] if mps == [None] else list(
+        range(max(v for v in mps if v is not None) + 1))
+    idx_w = max(w for w, _ in digits.values())
+    mp_w = max(w for _, w in digits.values())
+    expected: list[Member] = []
+    gaps: list[int] = []
+    for idx in range(max(layers) + 1):
+        if idx not in layers:
+            gaps.append(idx)
+            continue
+        for mp in mp_ranks:
+            if mp is None:
+                name = f"layer_{idx:0{idx_w}d}-model_states.pt"
+                label = f"layer_{idx:0{idx_w}d}"
+            else:
+                name = f"layer_{idx:0{idx_w}d}-model_{mp:0{mp_w}d}-model_states.pt"
+                label = f"layer_{idx:0{idx_w}d}-model_{mp:0{mp_w}d}"
+            expected.append(Member(root / layers[idx].get(mp, name), label, "layer"))
+    findings: list[Finding] = []
+    if gaps:
+        findings.append(finding(
+            "FM012", f"{root.name}: pipeline layer index(es) {', '.join(map(str, gaps[:16]))}"
+            f"{' ...' if len(gaps) > 16 else ''} absent on every model-parallel rank (layers "
+            f"0..{max(layers)} saved): a layer without parameters (DeepSpeed saves none) or "
+            "every file of that layer lost", evidence=root,
+            details={"indices": gaps[:256], "max_layer": max(layers)}))
+    return expected, findings
 
 
 def _mp_digits(name: str) -> str:

@@ -1,0 +1,220 @@
+"""Walking a tar archive's member headers in place (POSIX ustar, GNU long names, pax), never
+extracting: each member's name, type, size and the absolute offset of its data, so a format
+inside the archive can be verified over its byte window (``.nemo`` archives).
+
+Only headers are read (512 bytes each; data is skipped by seeking), so the walk costs one read
+per member whatever the archive's size. Problems end the walk with a reason: a header whose
+checksum does not match (damaged), member data running past the end of the file (truncated),
+no end-of-archive marker (the archive was cut at a member boundary). A gzip-compressed archive
+(``tar.gz``) is walked over the decompressed stream (offsets are then stream offsets, not file
+offsets: ``compressed=True``), and a bad gzip CRC-32 or a cut stream is a problem too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+BLOCK = 512
+MAX_MEMBERS = 1_000_000
+MAX_META = 1 << 20  # GNU long-name / pax records larger than this are not read
+
+
+@dataclass
+class TarMember:
+    """One archive member: ``name`` without a leading ``./``; ``data_offset`` absolute."""
+
+    name: str
+    type: str  # "file", "dir", "link", "other"
+    size: int
+    header_offset: int
+    data_offset: int
+
+
+@dataclass
+class TarWalk:
+    """The members whose headers were read, and why the walk stopped early (if it did)."""
+
+    members: list[TarMember] = field(default_factory=list)
+    problems: list[tuple[str, str, int]] = field(default_factory=list)  # (kind, message, offset)
+    end: int = 0  # where the walk stopped (after the end-of-archive blocks when complete)
+    size: int = 0  # the file's size
+    compressed: bool = False
+    complete: bool = False  # end-of-archive marker reached
+
+    def by_name(self) -> dict[str, TarMember]:
+        return {m.name: m for m in self.members}
+
+
+def _octal(field_bytes: bytes) -> int | None:
+    if field_bytes[:1] and field_bytes[0] & 0x80:  # GNU base-256 (sizes >= 8 GiB)
+        value = int.from_bytes(field_bytes[1:], "big")
+        return value
+    text = field_bytes.replace(b"\x00", b" ").strip()
+    if not text:
+        return 0
+    try:
+        return int(text, 8)
+    except ValueError:
+        return None
+
+
+def _checksum_ok(header: bytes) -> bool:
+    stored = _octal(header[148:156])
+    if stored is None:
+        return False
+    blanked = header[:148] + b" " * 8 + header[156:]
+    unsigned = sum(blanked)
+    signed = sum(b - 256 if b > 127 else b for b in blanked)
+    return stored in (unsigned, signed)
+
+
+def _text(raw: bytes) -> str:
+    return raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
+
+
+def normalize(name: str) -> str:
+    """``./model_weights.ckpt`` -> ``model_weights.ckpt``; ``./`` -> ``""``."""
+    while name.startswith("./"):
+        name = name[2:]
+    return "" if name == "." else name.rstrip("/") if name.endswith("/") else name
+
+
+def _pax(data: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        sp = data.find(b" ", pos)
+        if sp < 0:
+            break
+        try:
+            length = int(data[pos:sp])
+        except ValueError:
+            break
+        if length <= 0:
+            break
+        record = data[sp + 1:pos + length - 1]
+        key, _, value = record.partition(b"=")
+        out[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+        pos += length
+    return out
+
+
+def is_tar_header(block: bytes) -> bool:
+    """A ustar/GNU header with a valid checksum (detection: never raises)."""
+    return len(block) >= BLOCK and block[257:262] == b"ustar" and _checksum_ok(block[:BLOCK])
+
+
+def walk(path: Path) -> TarWalk:
+    """Every member header of ``path`` (plain or gzip-compressed tar)."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        magic = fh.read(2)
+        fh.seek(0)
+        if magic == b"\x1f\x8b":
+            out = TarWalk(size=size, compressed=True)
+            try:
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    _walk_stream(gz, out, None)
+                    while gz.read(1 << 20):  # to the end: gzip checks its CRC-32 and length
+                        pass
+            except (OSError, EOFError, zlib.error) as exc:
+                out.problems.append(("gzip", f"gzip stream damaged or cut: {exc}", out.end))
+            return out
+        out = TarWalk(size=size)
+        _walk_stream(fh, out, size)
+        return out
+
+
+def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None) -> None:  # noqa: C901
+    pos = 0
+    long_name: str | None = None
+    pax: dict[str, str] = {}
+    for _ in range(MAX_MEMBERS):
+        header = fh.read(BLOCK)
+        out.end = pos
+        if len(header) < BLOCK:
+            out.problems.append(("truncated", "archive ends without the end-of-archive blocks"
+                                 + (" (inside a header)" if header else ""), pos))
+            return
+        if header == b"\x00" * BLOCK:
+            out.complete = True
+            out.end = pos + BLOCK
+            return
+        if not _checksum_ok(header):
+            out.problems.append(("header", f"member header at offset {pos}: checksum mismatch "
+                                 "(damaged header; members after it cannot be located)", pos))
+            return
+        kind = header[156:157]
+        member_size = _octal(header[124:136])
+        if member_size is None:
+            out.problems.append(("header", f"member header at offset {pos}: size field "
+                                 "unreadable", pos))
+            return
+        if "size" in pax and pax["size"].isdigit():
+            member_size = int(pax["size"])
+        data_offset = pos + BLOCK
+        padded = member_size + (-member_size % BLOCK)
+        if kind in (b"L", b"x", b"g"):
+            data = fh.read(min(member_size, MAX_META))
+            if len(data) < min(member_size, MAX_META):
+                out.problems.append(("truncated", f"archive cut inside a {kind.decode()} "
+                                     f"record at offset {data_offset}", data_offset))
+                return
+            _skip(fh, padded - len(data))
+            if kind == b"L":
+                long_name = _text(data)
+            elif kind == b"x":
+                pax = _pax(data)
+            pos = data_offset + padded
+            continue
+        name = pax.get("path") or long_name
+        if name is None:
+            name = _text(header[0:100])
+            prefix = _text(header[345:500]) if header[257:262] == b"ustar" else ""
+            if prefix:
+                name = f"{prefix}/{name}"
+        long_name, pax = None, {}
+        typ = {b"0": "file", b"\x00": "file", b"7": "file", b"5": "dir", b"1": "link",
+               b"2": "link"}.get(kind, "other")
+        if typ == "dir":
+            member_size = padded = 0
+        out.members.append(TarMember(normalize(name), typ, member_size, pos, data_offset))
+        if size is not None and data_offset + member_size > size:
+            out.problems.append(("truncated", f"{normalize(name)}: {member_size} bytes declared, "
+                                 f"the file ends {size - data_offset} bytes into it",
+                                 data_offset))
+            out.end = size
+            return
+        if not _skip(fh, padded):
+            out.problems.append(("truncated", f"{normalize(name)}: archive cut inside the "
+                                 "member's data", data_offset))
+            return
+        pos = data_offset + padded
+    out.problems.append(("header", f"more than {MAX_MEMBERS} members: walk stopped", pos))
+
+
+def _skip(fh: BinaryIO, n: int) -> bool:
+    """Skip ``n`` bytes (seek on a file; read through on a gzip stream)."""
+    if n <= 0:
+        return True
+    if isinstance(fh, gzip.GzipFile):
+        left = n
+        while left:
+            got = fh.read(min(left, 1 << 20))
+            if not got:
+                return False
+            left -= len(got)
+        return True
+    fh.seek(n, os.SEEK_CUR)
+    return True
+
+
+def iter_files(tw: TarWalk) -> Iterator[TarMember]:
+    """The regular-file members."""
+    return (m for m in tw.members if m.type == "file")
