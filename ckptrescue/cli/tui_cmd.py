@@ -31,8 +31,15 @@ def tui(
         case = Case.open_or_create(case_dir, title=title)
     from ckptrescue.tui.app import make_app
 
-    make_app(case, cases_root=cases_root).run()
-    return 0
+    app = make_app(case, cases_root=cases_root)
+    app.run()
+    code = app.return_code or 0
+    if code:  # Textual printed the traceback: a crash must never look like success
+        from ckptrescue.cli.output import info
+
+        info(f"ckptrescue: the TUI stopped on an error (exit {code}); the case is unchanged "
+             "by the crash: reopen it with ckptrescue tui --case")
+    return int(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -27,6 +27,35 @@ from ckptrescue.tui.viewmodel import (
 SEVERITIES = ("critical", "error", "warning", "info")
 
 
+def _lost_line(item: Any) -> str:
+    """A salvage ``lost``/``filled`` item: an object with a name and a reason (or a name)."""
+    if isinstance(item, dict):
+        why = item.get("reason") or item.get("from") or ""
+        return f"{item.get('name')}" + (f": {why}" if why else "")
+    return str(item)
+
+
+def spot_lines(spot: dict[str, Any]) -> list[str]:
+    """A spot check side by side: flagged records, then the reference's; marked values first
+    (they drove the flag), with the seed and indices to redraw it."""
+    if spot.get("error"):
+        return [f"spot check of {spot.get('shard')}: {spot['error']}"]
+    flagged = spot.get("flagged") or {}
+    reference = spot.get("reference") or {}
+    lines = [f"spot check of {spot.get('shard')}", f"seed {spot.get('seed')}, records "
+             f"{flagged.get('indices')}" + (f"; reference {reference.get('shard')} records "
+                                            f"{reference.get('indices')}" if reference else ""),
+             ""]
+    for label, sample in (("flagged", flagged), ("reference", reference)):
+        for rec in sample.get("records") or []:
+            marked = rec.get("marked") or {}
+            values = rec.get("values") or {}
+            parts = [f">>{k}={values.get(k, '')!r} ({why})<<" for k, why in marked.items()]
+            parts += [f"{k}={v!r}" for k, v in values.items() if k not in marked]
+            lines.append(f"{label} #{rec.get('index')}: " + "  ".join(parts))
+    return lines
+
+
 def load_case_data(case: Any) -> CaseDataLoaded:
     """Read the report model and what groups it (runs in a worker thread)."""
     from ckptrescue.answer import outputs_of
@@ -123,6 +152,20 @@ class FindingsScreen(Screen[None]):
             for f in items:
                 sev_node.add_leaf(Text(f"{f.get('code')} {f.get('title')}"),
                                   data={"kind": "finding", "finding": f})
+        if model.get("multirank"):
+            tree.root.add_leaf(Text(f"multi-rank steps ({model['multirank'].get('family')})"),
+                               data={"kind": "multirank", "multirank": model["multirank"]})
+        if model.get("training_state"):
+            tree.root.add_leaf(Text("training state across checkpoints"),
+                               data={"kind": "training_state",
+                                     "training_state": model["training_state"]})
+        content = model.get("dataset_content")
+        if content:
+            node = tree.root.add(Text("dataset content against its baseline"), expand=True,
+                                 data={"kind": "dataset_content", "dataset_content": content})
+            for spot in content.get("spot_checks") or []:
+                node.add_leaf(Text(f"spot check: {spot.get('shard')}"),
+                              data={"kind": "spot", "spot": spot})
         for s in model.get("salvage") or []:
             tree.root.add_leaf(Text(f"salvaged {s.get('checkpoint')}: {len(s.get('recovered', []))} "
                                     f"recovered, {len(s.get('lost', []))} lost"),
@@ -179,9 +222,51 @@ class FindingsScreen(Screen[None]):
             return lines
         if kind == "salvage":
             s = data["salvage"]
+            lost = [f"  {_lost_line(item)}" for item in s.get("lost") or []]
+            filled = [f"  {_lost_line(item)}" for item in s.get("filled") or []]
             return [f"salvage of {s.get('checkpoint')}", f"output: {s.get('output')}",
-                    f"recovered: {len(s.get('recovered', []))}",
-                    "lost: " + (", ".join(s.get("lost", [])) or "none")]
+                    f"recovered: {len(s.get('recovered') or [])}",
+                    f"lost: {len(lost) or 'none'}", *lost,
+                    *([f"filled from {s.get('fill_from')}: {len(filled)}", *filled]
+                      if filled else [])]
+        if kind == "multirank":
+            m = data["multirank"]
+            lines = [f"family: {m.get('family')}", f"resume from: {m.get('resume_from')}"]
+            fix = m.get("pointer_fix")
+            if fix:
+                lines += ["", f"pointer {fix.get('pointer')} says {fix.get('current')}",
+                          f"write {fix.get('write')} into it to resume from the newest "
+                          "complete step (the kit never writes it)"]
+            for step in m.get("steps") or []:
+                bad = step.get("bad_ranks") or []
+                lines.append(f"{step.get('verdict'):<10} {step.get('path')}"
+                             + (f"  bad ranks: {', '.join(bad[:8])}"
+                                + (f" (+{step.get('bad_ranks_total', 0) - 8})"
+                                   if (step.get("bad_ranks_total") or 0) > 8 else "")
+                                if bad else ""))
+            return lines
+        if kind == "training_state":
+            t = data["training_state"]
+            lines = [str(t.get("answer")), ""]
+            for f in t.get("findings") or []:
+                lines += finding_lines(f)
+            for row in t.get("tensors") or []:
+                rel = row.get("max_rel_l2")
+                lines.append(f"{'frozen ' if row.get('frozen') else ''}{row.get('name')}: "
+                             f"largest update {rel if rel is not None else '-'}")
+            return lines
+        if kind == "spot":
+            return spot_lines(data["spot"])
+        if kind == "dataset_content":
+            d = data["dataset_content"]
+            lines = [str(d.get("answer")), f"{d.get('tests_run')} tests, mode {d.get('mode')}",
+                     ""]
+            for c in d.get("flagged") or []:
+                lines += [f"[{c.get('code')}] {c.get('shard')} {c.get('field') or ''}",
+                          f"  {c.get('test')}: statistic {c.get('statistic')}, "
+                          f"p {c.get('p_value')}, effect {c.get('effect')}, "
+                          f"threshold {c.get('threshold')}", f"  {c.get('summary')}"]
+            return lines
         # evidence
         lines = [f"{k}: {v}" for k, v in data.items() if k not in {"kind", "details"}]
         for k, v in sorted((data.get("details") or {}).items()):
