@@ -115,6 +115,34 @@ def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
     return {"time": record["time"], "seq": record["seq"], "action": action, "text": text()}
 
 
+MAX_EXTERNAL_EVENTS = 400  # kernel/journal/S3/CloudTrail lines shown in the report
+
+
+def _timeline(case: Case, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The kit's own actions and what the case collected (kernel and journal lines, S3 object
+    versions, CloudTrail events, checkpoint mtimes) on one time axis. The full merged
+    timeline is ``report --format timeline`` (docs/exports.md)."""
+    from ckptrescue.exports.records import iso_utc
+    from ckptrescue.exports.timeline import timeline_events
+
+    kit = [{**e, "source": "ckptrescue", "exact": True}
+           for r in records if (e := _timeline_entry(r))]
+    try:
+        events = [e for e in timeline_events(case) if e.source != "ckptrescue"]
+    except (OSError, ValueError):  # a damaged artifact: the kit's own events still show
+        events = []
+    external = [{"time": iso_utc(e.time), "seq": e.order[0], "action": e.timestamp_desc,
+                 "text": e.message, "source": e.source, "exact": e.time_exact}
+                for e in events[:MAX_EXTERNAL_EVENTS]]
+    merged = sorted(kit + external, key=lambda e: (str(e["time"]), e["source"] != "ckptrescue",
+                                                   e["seq"] or 0))
+    if len(events) > MAX_EXTERNAL_EVENTS:
+        merged.append({"time": "", "seq": None, "action": "note", "source": "ckptrescue",
+                       "exact": True, "text": f"{len(events) - MAX_EXTERNAL_EVENTS} more "
+                       "collected events: ckptrescue report --format timeline"})
+    return merged
+
+
 def _bad_sector_map(case: Case) -> dict[str, Any] | None:
     images = outputs_of(case, ImageOutput)
     if not images:
@@ -271,7 +299,7 @@ def build(case: Case) -> dict[str, Any]:
         "answer": answer_line(case),
         "resume_from": resume,
         "rank": ranks[-1].to_json() if ranks else None,
-        "timeline": [e for r in records if (e := _timeline_entry(r))],
+        "timeline": _timeline(case, records),
         "evidence": [e.to_json() for e in case.evidence()],
         "findings_by_severity": by_sev,
         "finding_counts": dict(Counter(str(f.severity) for f in findings)),
