@@ -2,11 +2,13 @@
 how many bytes of how many objects were read in how many requests.
 
 One :class:`RangeReader` per object: reads are cut into ``block_size`` blocks fetched with one
-ranged GET each through the store's pool (``concurrency`` requests in flight per store). A reader
-that goes forward gets the next ``readahead`` blocks fetched before it asks; the first and last
-blocks (headers, zip central directories, safetensors headers) stay cached; other blocks are
-dropped least-recently-used. A block is fetched once unless it was dropped and asked for again, so
-a forward pass reads each byte once.
+ranged GET each through the store's pool (``concurrency`` requests in flight per store). Reads
+that continue one of the last few forward streams (a format may walk two tensors at once) get
+that stream's next ``readahead`` blocks fetched before it asks. A read that continues no stream
+(a header, a zip central directory, a safetensors header, a TensorBundle index) starts a stream
+and its blocks stay cached (up to ``MAX_PINNED``), as do the first and last blocks; other blocks
+are dropped least-recently-used. A block is fetched once unless it was dropped and asked for
+again, so a forward pass reads each byte once.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptrescue.stores.base import ObjectInfo, Store
+
+MAX_STREAMS = 8
+MAX_PINNED = 8
+UNIT = 64 * 1024  # what a read that continues no stream fetches (headers, directories)
+MAX_UNITS = 256  # 16 MiB of such units per object, kept
+MAX_UNIT_READ = 1 << 20  # a larger out-of-stream read takes whole blocks
 
 
 @dataclass
@@ -94,7 +102,9 @@ class RangeReader:
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._inflight: dict[int, Future[bytes]] = {}
         self._lock = threading.Lock()
-        self._next = 0  # where a forward reader will read next
+        self._streams: list[int] = [0]  # where forward readers will read next, oldest first
+        self._pins: set[int] = {0, self.nblocks - 1}
+        self._units: dict[int, bytes] = {}  # UNIT-aligned small reads outside any stream
 
     def _fetch(self, index: int) -> bytes:
         start = index * self.block_size
@@ -110,7 +120,19 @@ class RangeReader:
         return data
 
     def _pinned(self, index: int) -> bool:
-        return index in (0, self.nblocks - 1)
+        return index in self._pins
+
+    def _continues(self, offset: int, end: int) -> bool:
+        """Whether a read continues a forward stream (lock held); the stream moves to ``end``."""
+        window = self.block_size * max(1, self.readahead)
+        for i, at in enumerate(self._streams):
+            if at - self.block_size <= offset <= at + window:
+                del self._streams[i]
+                self._streams.append(end)
+                return True
+        self._streams.append(end)
+        del self._streams[:-MAX_STREAMS]
+        return False
 
     def _store_block(self, index: int, data: bytes) -> None:
         self._cache[index] = data
@@ -149,21 +171,58 @@ class RangeReader:
             self._store_block(index, data)
         return data
 
+    def _unit(self, index: int) -> bytes:
+        with self._lock:
+            data = self._units.get(index)
+        if data is None:
+            start = index * UNIT
+            length = min(UNIT, self.obj.size - start)
+            try:
+                data = self.store.read_range(self.obj, start, length)
+            except Exception:
+                self.accounting.add(self.obj.key, 0, error=True)
+                raise
+            self.accounting.add(self.obj.key, len(data))
+            if len(data) != length:
+                raise OSError(f"short range read: {len(data)} of {length} bytes at {start}")
+            with self._lock:
+                if len(self._units) < MAX_UNITS:
+                    self._units[index] = data
+        return data
+
+    def _from_units(self, offset: int, end: int) -> bytes:
+        first, last = offset // UNIT, (end - 1) // UNIT
+        parts = [self._unit(i) for i in range(first, last + 1)]
+        data = b"".join(parts)
+        return data[offset - first * UNIT:end - first * UNIT]
+
     def read(self, offset: int, size: int) -> bytes:
         if offset >= self.obj.size or size <= 0:
             return b""
         end = min(self.obj.size, offset + size)
+        with self._lock:
+            first_unit, last_unit = offset // UNIT, (end - 1) // UNIT
+            in_units = all(i in self._units for i in range(first_unit, last_unit + 1))
+            cached = all(i in self._cache for i in range(offset // self.block_size,
+                                                          (end - 1) // self.block_size + 1))
+            forward = self._continues(offset, end)
+        if in_units and not cached:
+            return self._from_units(offset, end)
+        if not forward and not cached and end - offset <= MAX_UNIT_READ:
+            return self._from_units(offset, end)
+        return self._read_blocks(offset, end, forward)
+
+    def _read_blocks(self, offset: int, end: int, forward: bool) -> bytes:
         first, last = offset // self.block_size, (end - 1) // self.block_size
         with self._lock:
-            forward = offset >= self._next - self.block_size and offset <= self._next + (
-                self.block_size * max(1, self.readahead))
-            self._next = end
+            if not forward:
+                for index in range(first, last + 1):
+                    if len(self._pins) < MAX_PINNED + 2:
+                        self._pins.add(index)
             for index in range(first, last + 1):
                 self._future(index)
             if forward and self.readahead:
-                room = self.capacity - 2 - (last - first + 1)
-                for index in range(last + 1, min(self.nblocks, last + 1 + min(self.readahead,
-                                                                              room))):
+                for index in range(last + 1, min(self.nblocks, last + 1 + self.readahead)):
                     self._future(index)
         parts = []
         for index in range(first, last + 1):
