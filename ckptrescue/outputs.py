@@ -469,3 +469,22 @@ class GateOutput(StepOutputs):
     seed: int | None = field(default=None, metadata=doc("The sample's seed (redraw with it)."))
     problems: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Per problem: path, problem (and the worst finding for a checkpoint)."))
+
+
+@dataclass
+class WatchPassOutput(StepOutputs):
+    source: str = field(default="", metadata=doc("The watched directory or s3:// prefix."))
+    full: bool = field(default=False, metadata=doc("A full pass (else only inotify's paths)."))
+    files_total: int = field(default=0, metadata=doc("Files in the source."))
+    checked: int = field(default=0, metadata=doc("Files checked (new or changed)."))
+    new: int = field(default=0, metadata=doc("New files."))
+    changed: int = field(default=0, metadata=doc("Changed files."))
+    missing: int = field(default=0, metadata=doc("Files gone since the last pass."))
+    bytes_read: int = field(default=0, metadata=doc("Bytes read."))
+    elapsed_s: float = field(default=0.0, metadata=doc("Wall time of the pass."))
+    bad: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per bad file: path, code (WA001-WA005), problem."))
+    bad_total: int = field(default=0, metadata=doc("Files bad or gone in the whole state."))
+    notes: list[str] = field(default_factory=list, metadata=doc(
+        "Alerts that could not be delivered."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))

@@ -1,0 +1,73 @@
+"""``watch.pass``: one incremental pass of a continuous watch (``ckptrescue watch`` runs one
+per interval or per burst of inotify events, each a recorded step)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.events import Event
+from ckptrescue.outputs import WatchPassOutput
+
+
+class WatchPass(Action):
+    name = "watch.pass"
+    summary = "One watch pass: check what is new, changed or gone since the last pass"
+    output_type = WatchPassOutput
+    args = (ArgSpec("source", "string", required=True,
+                    help="Dataset directory or s3://bucket/prefix (read only)."),
+            ArgSpec("state", "path", required=True,
+                    help="The watch's SQLite state (outside the source)."),
+            ArgSpec("manifest", "path", help="Manifest to check changed files against."),
+            ArgSpec("paths", "list", help="Only these relative paths (inotify); else a full "
+                    "pass."),
+            ArgSpec("endpoint_url", "string", help="S3-compatible endpoint."),
+            ArgSpec("webhook", "string", help="POST findings here (http/https)."),
+            ArgSpec("prometheus_textfile", "path",
+                    help="Write Prometheus textfile metrics here."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"watch pass over {args['source']}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.errors import UsageError
+        from ckptrescue.watch.alerts import post_webhook, write_textfile
+        from ckptrescue.watch.passes import run_pass
+        from ckptrescue.watch.state import WatchState
+
+        source = str(args["source"])
+        state_path = Path(args["state"]).absolute()
+        if not source.startswith("s3:") and state_path.is_relative_to(
+                Path(source).absolute()):
+            raise UsageError(f"{state_path}: the watch state must live outside {source}")
+        only = [p.encode("utf-8", "surrogateescape") for p in args["paths"]] \
+            if args.get("paths") else None
+        state = WatchState(state_path, source)
+        try:
+            result = yield from ctx.blocking(lambda p: run_pass(
+                source, state, manifest=args.get("manifest"), only=only,
+                endpoint_url=args.get("endpoint_url") or None, cancel=ctx.cancel))
+            out = result.to_json()
+            notes = []
+            if args.get("prometheus_textfile"):
+                write_textfile(Path(args["prometheus_textfile"]), state, result, source)
+            if args.get("webhook") and result.findings:
+                failed = post_webhook(str(args["webhook"]), {
+                    "source": source, "case": ctx.case.manifest.get("id"), **out,
+                    "findings": [f.to_json() for f in result.findings]})
+                if failed:
+                    notes.append(failed)
+            out["bad_total"] = state.bad()
+        finally:
+            state.close()
+        out["notes"] = notes
+        for note in notes:
+            yield ctx.output(f"note: {note}")
+        yield ctx.output(out["answer"])
+        return ActionResult(status="findings" if result.findings else "ok",
+                            findings=result.findings, outputs=out, summary=out["answer"])
+
+
+ACTIONS = [WatchPass]

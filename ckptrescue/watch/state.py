@@ -1,0 +1,87 @@
+"""The watch's memory: one SQLite file per watched source (never inside the source).
+
+Table ``files``: per path its size, mtime (ns), inode, last status (ok, bad, missing) and when
+it was checked; ``meta``: counters and the time of the last full pass. Everything the next
+pass needs to skip unchanged files, so memory stays flat however large the tree is.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+  path BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ino INTEGER,
+  status TEXT, problem TEXT, checked_at REAL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+@dataclass(frozen=True)
+class Seen:
+    size: int
+    mtime_ns: int
+    ino: int
+    status: str
+    problem: str
+
+
+class WatchState:
+    def __init__(self, path: Path, source: str) -> None:
+        from ckptrescue.errors import UsageError
+
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # used by one thread at a time (the engine runs a step in a worker thread)
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.executescript(SCHEMA)
+        known = self.meta("source")
+        if known is None:
+            self.set_meta("source", source)
+        elif known != source:
+            raise UsageError(f"{path}: this watch state belongs to {known}, not {source}",
+                             hint="give each watched source its own --state file")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: object) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
+
+    def counter(self, key: str) -> int:
+        return int(self.meta(key) or 0)
+
+    def add(self, key: str, n: int) -> None:
+        self.set_meta(key, self.counter(key) + n)
+
+    def get(self, path: bytes) -> Seen | None:
+        row = self.db.execute("SELECT size, mtime_ns, ino, status, problem FROM files "
+                              "WHERE path = ?", (path,)).fetchone()
+        return None if row is None else Seen(*row)
+
+    def put(self, path: bytes, *, size: int, mtime_ns: int, ino: int, status: str,
+            problem: str = "") -> None:
+        self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (path, size, mtime_ns, ino, status, problem, time.time()))
+
+    def paths(self) -> Iterator[bytes]:
+        for (path,) in self.db.execute("SELECT path FROM files WHERE status != 'missing'"):
+            yield bytes(path)
+
+    def bad(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM files WHERE status IN ('bad', "
+                                   "'missing')").fetchone()[0])
+
+    def begin(self) -> None:
+        self.db.execute("BEGIN")
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")

@@ -1,0 +1,151 @@
+"""``ckptrescue watch``: incremental passes over a tree (inotify) and an S3 prefix (listing
+deltas), findings in the case, a webhook and Prometheus textfile metrics."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptrescue.datasets.manifest import build_manifest
+from ckptrescue.watch.passes import run_pass
+from ckptrescue.watch.state import WatchState
+from fixtures.datasets import tree_digest, write_jsonl, write_webdataset_tar
+
+EXE = str(Path(sys.executable).with_name("ckptrescue"))
+
+
+def _dataset(root: Path) -> None:
+    root.mkdir(parents=True)
+    for i in range(3):
+        write_jsonl(root / f"part-{i}.jsonl", lines=20)
+    write_webdataset_tar(root / "shard-0.tar")
+
+
+def test_passes_check_only_what_changed(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    _dataset(root)
+    manifest = tmp_path / "data.sha256"
+    build_manifest(root, manifest, jobs=1)
+    state = WatchState(tmp_path / "state.db", str(root))
+    first = run_pass(str(root), state, manifest=str(manifest))
+    assert first.full and first.checked == 4 and not first.findings
+    before = tree_digest(root)
+    again = run_pass(str(root), state, manifest=str(manifest))
+    assert again.checked == 0 and not again.findings  # nothing changed: nothing read
+    assert tree_digest(root) == before
+    # a rewritten manifest file, a new damaged shard, a deleted file
+    (root / "part-0.jsonl").write_text('{"id": 1}\n')
+    (root / "part-9.jsonl").write_text('{"id": \n')
+    (root / "part-2.jsonl").unlink()
+    third = run_pass(str(root), state, manifest=str(manifest))
+    codes = sorted((Path(b["path"]).name, b["code"]) for b in third.bad)
+    assert codes == [("part-0.jsonl", "WA001"), ("part-2.jsonl", "WA003"),
+                     ("part-9.jsonl", "WA002")]
+    assert (third.new, third.changed, third.missing) == (1, 1, 1)
+    targeted = run_pass(str(root), state, only=[b"part-1.jsonl"])
+    assert not targeted.full and targeted.checked == 0
+    state.close()
+    with pytest.raises(Exception, match="belongs to"):
+        WatchState(tmp_path / "state.db", str(tmp_path / "other"))
+
+
+def test_without_a_manifest_a_file_modified_in_place_is_a_finding(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    _dataset(root)
+    state = WatchState(tmp_path / "state.db", str(root))
+    run_pass(str(root), state)
+    with open(root / "part-1.jsonl", "a") as fh:
+        fh.write('{"id": 99}\n')
+    result = run_pass(str(root), state)
+    assert [b["code"] for b in result.bad] == ["WA005"]
+
+
+def test_s3_listing_deltas(tmp_path: Path, s3server: Any) -> None:
+    writer = s3server.writer_client()
+    writer.create_bucket(Bucket="watched")
+    for i in range(3):
+        writer.put_object(Bucket="watched", Key=f"data/part-{i}.jsonl", Body=b'{"i": %d}\n' % i)
+    url = "s3://watched/data/"
+    state = WatchState(tmp_path / "s3.db", url)
+    first = run_pass(url, state, endpoint_url=s3server.endpoint_url)
+    assert first.checked == 3 and not first.findings
+    time.sleep(1.1)  # LastModified has one-second resolution
+    writer.put_object(Bucket="watched", Key="data/part-0.jsonl", Body=b'{"i": 100}\n')
+    writer.delete_object(Bucket="watched", Key="data/part-1.jsonl")
+    second = run_pass(url, state, endpoint_url=s3server.endpoint_url)
+    assert sorted(b["code"] for b in second.bad) == ["WA003", "WA005"]
+    assert second.checked == 1 and second.bytes_read == 0  # nothing downloaded
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    received: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+
+def test_the_command_watches_with_inotify_alerts_and_metrics(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    _dataset(root)
+    manifest = tmp_path / "data.sha256"
+    build_manifest(root, manifest, jobs=1)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    prom = tmp_path / "metrics" / "ckptrescue.prom"
+    case = tmp_path / "case"
+    proc = subprocess.Popen(
+        [EXE, "watch", str(root), "--case", str(case), "--state", str(tmp_path / "w.db"),
+         "--manifest", str(manifest), "--interval", "60", "--passes", "2",
+         "--webhook", f"http://127.0.0.1:{server.server_port}/hook",
+         "--prometheus-textfile", str(prom)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not prom.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert prom.exists(), "the first pass did not finish"
+        (root / "part-1.jsonl").write_text('{"tampered": true}\n')  # inotify wakes the watch
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        server.shutdown()
+    assert proc.returncode == 1, err
+    assert "WA001" in out and "targeted pass: 1 file(s) checked" in out
+    [alert] = _Receiver.received
+    assert alert["findings"][0]["code"] == "WA001" and alert["source"] == str(root)
+    metrics = prom.read_text()
+    assert 'ckptrescue_watch_bad_files{source="' in metrics
+    assert "ckptrescue_watch_files_checked_total" in metrics and "} 5" in metrics
+    from ckptrescue.case import Case
+
+    opened = Case.open(case)
+    assert [f.code for f in opened.findings()] == ["WA001"]
+    assert opened.verify().ok
+
+
+def test_the_state_may_not_live_inside_the_source(tmp_path: Path) -> None:
+    from cli_helpers import invoke
+
+    root = tmp_path / "data"
+    _dataset(root)
+    result = invoke("watch", str(root), "--case", str(tmp_path / "case"), "--state",
+                    str(root / "state.db"), "--passes", "1")
+    assert result.returncode == 2 and "outside" in result.stderr
+    assert not (root / "state.db").exists()
