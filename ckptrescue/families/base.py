@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -72,6 +73,10 @@ class MemberSummary:
     records: list[TensorRecord] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     format: str = ""
+
+
+# (family, layout, options) -> the present members' summaries, in any order
+SummarySource = Callable[[type["Family"], "StepLayout", ProbeOptions], Iterator["MemberSummary"]]
 
 
 @dataclass
@@ -315,6 +320,15 @@ class Family:
     @classmethod
     def probe(cls, root: Path, options: ProbeOptions) -> CheckpointReport:
         """Layout -> probe each member -> summarise -> check -> ONE report for the step."""
+        return cls.probe_with(root, options, None)
+
+    @classmethod
+    def probe_with(cls, root: Path, options: ProbeOptions,
+                   source: SummarySource | None) -> CheckpointReport:
+        """:meth:`probe` with the member summaries from ``source(family, layout, options)``
+        (``probes/cluster.py``: members probed on Dask workers); None: :meth:`iter_summaries`.
+        The merge does not depend on the order summaries arrive in: tensors and findings are
+        put in member order, so jobs=N and a cluster give the report a serial run gives."""
         from ckptrescue.formats import tensormap
 
         layout = cls.layout(root)
@@ -323,13 +337,17 @@ class Family:
         labels = [m.rank for m in layout.members]
         shared = {label for label in labels if labels.count(label) > 1}
         big = len(layout.members) > KEEP_ALL_TENSORS
+        order = {m.path: i for i, m in enumerate(layout.members)}
         summaries: list[MemberSummary] = []
         verdicts: list[Verdict] = []
+        kept: dict[int, tuple[list[TensorRecord], list[Finding]]] = {}
         elided = 0
-        for s in cls.iter_summaries(layout, options):
+        stream = source(cls, layout, options) if source is not None else \
+            cls.iter_summaries(layout, options)
+        for s in stream:
             m = s.member
             prefix = f"{m.rank}/{m.role}/" if m.rank in shared else f"{m.rank}/"
-            report.findings.extend(s.findings)
+            recs: list[TensorRecord] = []
             verdicts.append(s.verdict)
             if big and s.verdict is Verdict.INTACT:
                 elided += len(s.records)
@@ -338,13 +356,19 @@ class Family:
                     rec.name = prefix + rec.name
                     if rec.file is None:
                         rec.file = str(m.path)
-                    report.tensors.append(rec)
+                    recs.append(rec)
+            if recs or s.findings:
+                kept[order.get(m.path, len(order))] = (recs, s.findings)
             s.records = []  # the summary stays small
             s.findings = [f for f in s.findings if f.code.startswith("FM")]
             summaries.append(s)
             if options.progress is not None:
                 options.progress(str(root), m.rank, str(s.verdict))
-        order = {m.path: i for i, m in enumerate(layout.members)}
+        for i in sorted(kept):
+            recs, member_findings = kept[i]
+            report.tensors.extend(recs)
+            report.findings.extend(member_findings)
+        del kept
         summaries.sort(key=lambda s: order.get(s.member.path, 0))
         family_findings = list(layout.findings)
         missing = [m for m in layout.expected if m.path not in present and not m.path.exists()]

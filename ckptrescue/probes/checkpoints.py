@@ -181,10 +181,11 @@ def probe_paths(
     hook, e.g. TensorFlow, get one sandbox child for all their checkpoints). ``case``: findings
     and the run are recorded in the case's audit log. ``scheduler``: a Dask scheduler address;
     each checkpoint is probed on a worker (which must see the same paths), results merge into
-    the same reports as a local run. ``jobs``: the rank files of a multi-rank family step are
-    probed in this many processes; ``progress(step_root, rank, verdict)`` is called after each
-    rank file (local runs). Run-level findings on the families' newest-step pointers are added
-    to the step reports (``probes/pointers.py``).
+    the same reports as a local run; the rank files of a multi-rank family step are spread over
+    the workers in batches. ``jobs``: the rank files of a multi-rank family step are probed in
+    this many processes; ``progress(step_root, rank, verdict)`` is called after each rank file
+    (local runs and, for family steps, cluster runs). Run-level findings on the families'
+    newest-step pointers are added to the step reports (``probes/pointers.py``).
     """
     if not paths:
         raise UsageError("probe: give at least one PATH")
@@ -206,14 +207,14 @@ def probe_paths(
             "paths": [str(p) for p in paths], "reference": str(reference) if reference else None,
             "load": load, "scheduler": scheduler,
             "checkpoints": [str(p) for _, p in found]})
+    options.progress = progress
     if scheduler:
         from ckptrescue.probes.cluster import probe_on_cluster
 
         probed = probe_on_cluster(scheduler, found, options)
     else:
-        options.progress = progress
         probed = [probe_one(fmt, path, options) for fmt, path in found]
-        options.progress = None
+    options.progress = None
     from ckptrescue.probes.pointers import attach_pointer_findings
 
     attach_pointer_findings(found, probed)
