@@ -67,6 +67,8 @@ ONLY_IN: dict[str, tuple[str, ...]] = {
     "keras": ("sandbox_children", "drill"),
     "safetensors": ("sandbox_children", "drill", "verified_load"),
     "boto3": ("s3", "drill"), "botocore": ("s3", "drill"), "moto": ("s3",),
+    # the object-store SDKs and the FUSE view behind their one read-only choke point each
+    "azure": ("stores",), "google": ("stores",), "fuse": ("stores",),
     # evidence is never unpickled in-process (formats.pickle_scan reads pickles statically)
     "pickle": (), "_pickle": (), "cPickle": (), "dill": (), "cloudpickle": (), "joblib": (),
 }
