@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,11 +130,16 @@ def verdict_of(f: Finding) -> Verdict | None:
     return _verdicts().get(f.code)
 
 
+@functools.cache
+def _single_file_formats() -> tuple[type, ...]:
+    """The registry's single-file formats, once per process (a rank file at a time, thousands
+    of times: the registry is not walked again for each)."""
+    return tuple(f for f in registry_formats() if not getattr(f, "family", False))
+
+
 def member_format(path: Path) -> type | None:
     """The single-file format of a rank file, from the registry (never a family)."""
-    for fmt in registry_formats():
-        if getattr(fmt, "family", False):
-            continue
+    for fmt in _single_file_formats():
         try:
             if fmt.detect(path):
                 return fmt
@@ -334,8 +340,8 @@ class Family:
         layout = cls.layout(root)
         report = CheckpointReport(path=str(root), format=cls.name, verdict=Verdict.INTACT)
         present = {m.path for m in layout.members}
-        labels = [m.rank for m in layout.members]
-        shared = {label for label in labels if labels.count(label) > 1}
+        shared = {label for label, n in Counter(m.rank for m in layout.members).items()
+                  if n > 1}
         big = len(layout.members) > KEEP_ALL_TENSORS
         order = {m.path: i for i, m in enumerate(layout.members)}
         summaries: list[MemberSummary] = []

@@ -13,6 +13,7 @@ rank and file what was recovered, lost and filled, and for each filled tensor wh
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,8 +160,7 @@ def salvage_step(family: type[Family], root: Path, out_dir: Path, *,
     present = {m.path for m in layout.members}
     members = list(layout.members) + [m for m in layout.expected
                                       if m.path not in present and not m.path.exists()]
-    labels = [m.rank for m in members]
-    shared = {x for x in labels if labels.count(x) > 1}
+    shared = {x for x, n in Counter(m.rank for m in members).items() if n > 1}
     out_dir.mkdir(parents=True, exist_ok=True)
     verdicts: list[Verdict] = []
     for member in members:

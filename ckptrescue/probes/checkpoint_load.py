@@ -14,6 +14,9 @@ The exact outcome is recorded in ``report.load`` and as an LD finding (:func:`re
   scratch, or resolve a forbidden global; or the seccomp filter killed it): LD005 (critical)
   naming what it tried, verdict ``unsafe``;
 * ``sandbox-unavailable``: LD006, the load was not run (never an unconfined fallback).
+
+A multi-rank family step is loaded rank file by rank file in one child
+(``probes/family_load.py``): a rank the real loader refuses is named.
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
     memory_mb = memory_mb if memory_mb is not None else auto_mem
     timeout_s = timeout_s if timeout_s is not None else auto_time
 
+    family = family_of(report)
+    if family is not None:
+        from ckptrescue.probes.family_load import load_family_step
+
+        load_family_step(report, family, case=case, memory_mb=memory_mb, timeout_s=timeout_s)
+        return
     blocked = sorted({f.code for f in report.findings} & _BLOCKING)
     loader = LOADERS.get(report.format)
     if report.verdict not in LOADABLE or blocked or loader is None:
@@ -85,6 +94,31 @@ def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
                         case=case, memory_mb=memory_mb, timeout_s=timeout_s,
                         inputs=[report.path, *report.files])
     record_outcome(report, outcome, loader, memory_mb=memory_mb, timeout_s=timeout_s)
+
+
+def family_of(report: CheckpointReport) -> type | None:
+    """The multi-rank family of a step report whose rank files are loaded one by one."""
+    if not isinstance(report.extra.get("family"), dict):
+        return None
+    from ckptrescue.families import by_name
+
+    family = by_name(report.format)
+    if family is None or getattr(family, "single_file", False):
+        return None
+    return family
+
+
+BLOCKING = _BLOCKING
+
+
+def budget(report: CheckpointReport) -> tuple[int, float]:
+    """Memory (MiB) and time limits for loading ``report``'s files (see :func:`_budget`)."""
+    return _budget(report)
+
+
+def within(path: str, home: str) -> bool:
+    """``path`` (resolved) is ``home`` or inside it."""
+    return _within(path, home)
 
 
 def _within(path: str, home: str) -> bool:

@@ -150,7 +150,8 @@ def enter(req: dict[str, Any]) -> None:
     """
     layers = req.get("layers", ["hook", "seccomp"])
     if "hook" in layers:
-        _State.allowed_globals = allowed_globals()
+        # a family's exact extra names (DCP ``.metadata`` of megatron-core: its plan classes)
+        _State.allowed_globals = allowed_globals() | frozenset(req.get("allowed_globals", ()))
         _State.writable = tuple(os.path.realpath(p) for p in
                                 (_State.scratch or None, "/dev/shm", "/dev/null") if p)
         sys.addaudithook(_hook)

@@ -2,12 +2,15 @@
 
 Run only through ``effects.sandbox.run_child("torch_load", request)`` (bubblewrap, seccomp,
 audit hook: see ``boundary.py``); request keys: ``path``, ``loader`` (torch, safetensors, dcp,
-hf-sharded) and ``files``. Prints one JSON object: ``ok``, the number of tensors and non-finite
-values on success, else the exception class and message. ``torch.load`` always gets
-``weights_only=True, map_location="cpu"``; DCP's reader unpickles ``.metadata`` (and its byte
-items) without weights_only, so in this child every global an unpickler resolves must be on the
-kit's exact list (the audit hook refuses the rest). DCP's ``CheckpointException`` derives from
-BaseException, hence the broad catch (a ``SystemExit`` raised during the load is a result too).
+hf-sharded, family) and ``files``; ``family`` also takes ``members`` (``rank``, ``path``,
+``loader`` each) and ``allowed_globals`` (the family's exact list: registered as safe by
+qualified name, ``safe_globals.py``) and answers per rank file. Prints one JSON object:
+``ok``, the number of tensors and non-finite values on success, else the exception class and
+message. ``torch.load`` always gets ``weights_only=True, map_location="cpu"``; DCP's reader
+unpickles ``.metadata`` (and its byte items) without weights_only, so in this child every
+global an unpickler resolves must be on the kit's exact list (the audit hook refuses the rest).
+DCP's ``CheckpointException`` derives from BaseException, hence the broad catch (a
+``SystemExit`` raised during the load is a result too).
 """
 
 from __future__ import annotations
@@ -66,13 +69,47 @@ def _load(req: dict[str, Any]) -> Any:
     raise ValueError(f"unknown loader {loader}")
 
 
+def _load_family(req: dict[str, Any]) -> dict[str, Any]:
+    """Every rank file of a family step, each with its own loader; ``torch.load`` gets the
+    family's exact globals registered as safe by qualified name (``safe_globals.py``). A name
+    that cannot be registered skips the torch loads (never ``weights_only=False``)."""
+    import torch
+
+    from ckptrescue.sandbox_children.safe_globals import resolve
+
+    pairs, missing = resolve(list(req.get("allowed_globals", [])))
+    if missing:
+        return {"ok": False, "skipped": True, "unresolved": missing,
+                "message": "the family's safe globals cannot be registered: "
+                + "; ".join(f"{k}: {v}" for k, v in sorted(missing.items())[:4])}
+    if pairs:
+        torch.serialization.add_safe_globals(pairs)
+    results: list[dict[str, Any]] = []
+    for member in req.get("members", []):
+        acc = {"tensors": 0, "nonfinite": 0}
+        try:
+            obj = _load({"loader": member["loader"], "path": member["path"],
+                         "files": [member["path"]]})
+            _count(obj, acc)
+            del obj
+            results.append({"rank": member["rank"], "path": member["path"], "ok": True, **acc})
+        except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
+            results.append({"rank": member["rank"], "path": member["path"], "ok": False,
+                            "exception": f"{type(exc).__module__}.{type(exc).__name__}",
+                            "message": str(exc)[:300]})
+    bad = [r for r in results if not r["ok"]]
+    return {"ok": not bad, "members": results, "tensors": sum(r.get("tensors", 0)
+                                                              for r in results),
+            "refused": len(bad), "registered": sorted(n for _o, n in pairs)}
+
+
 def _import_loaders(loader: str) -> None:
     """The heavy imports, before the boundary closes (seccomp kills exec, not imports)."""
     import torch  # noqa: F401
 
-    if loader in ("safetensors", "hf-sharded"):
+    if loader in ("safetensors", "hf-sharded", "family"):
         import safetensors.torch  # noqa: F401
-    if loader == "dcp":
+    if loader in ("dcp", "family"):
         import torch.distributed.checkpoint.default_planner  # noqa: F401
         import torch.distributed.checkpoint.filesystem  # noqa: F401
         import torch.distributed.checkpoint.state_dict_loader  # noqa: F401
@@ -86,10 +123,13 @@ def main() -> None:
     _import_loaders(str(req.get("loader")))
     boundary.enter(req)
     try:
-        obj = _load(req)
-        acc = {"tensors": 0, "nonfinite": 0}
-        _count(obj, acc)
-        result: dict[str, Any] = {"ok": True, **acc}
+        if req.get("loader") == "family":
+            result: dict[str, Any] = _load_family(req)
+        else:
+            obj = _load(req)
+            acc = {"tensors": 0, "nonfinite": 0}
+            _count(obj, acc)
+            result = {"ok": True, **acc}
     except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
         result = {"ok": False, "exception": f"{type(exc).__module__}.{type(exc).__name__}",
                   "message": str(exc)[:2000]}
