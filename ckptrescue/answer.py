@@ -7,10 +7,10 @@ Example: ``resume from step-300; step-400 truncated; 2 tensors lost in step-200;
 
 from __future__ import annotations
 
-import json
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from ckptrescue.case_outputs import outputs_of
 from ckptrescue.outputs import (
     ImageOutput,
     LocateOutput,
@@ -18,38 +18,12 @@ from ckptrescue.outputs import (
     RankOutput,
     S3HistoryOutput,
     SalvageOutput,
-    StepOutputs,
 )
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
 
-O = TypeVar("O", bound=StepOutputs)  # noqa: E741
-
-
-def outputs_of(case: Case, kind: type[O]) -> list[O]:
-    """The outputs of every finished step whose action records ``kind``, oldest first.
-
-    Read by type: the action of each ``step.finished`` record names its output type
-    (``Action.output_type``), whatever the action is called.
-    """
-    from ckptrescue.actions import registry
-
-    actions = registry()
-    results: list[O] = []
-    for record in case.records("step.finished"):
-        details = record["details"]
-        action = actions.get(str(details.get("action") or ""))
-        if action is None or not issubclass(action.output_type, kind) \
-                or not details.get("outputs_sha256"):
-            continue
-        try:
-            results.append(kind.from_json(json.loads(case.read_artifact(
-                details["outputs_sha256"]))))
-        except (OSError, ValueError):
-            continue
-    return results
-
+__all__ = ["answer_line", "latest_checkpoints", "outputs_of", "salvage_results"]
 
 def salvage_results(case: Case) -> list[dict[str, Any]]:
     """Every salvage result (one per checkpoint), oldest first."""
@@ -81,9 +55,28 @@ def latest_checkpoints(case: Case) -> dict[str, dict[str, Any]]:
     return by_path
 
 
+def _namer(case: Case, paths: list[str]) -> Any:
+    """Checkpoint names for the answer: the base name, or, when the checkpoints come from more
+    than one evidence item, ``E002:run/step-300.pt`` (two images may each hold a
+    ``run/step-100.pt``)."""
+    from ckptrescue import provenance
+
+    where = provenance.index(case)
+    items = {found.evidence_id for p in paths if (found := where.locate(p)) is not None}
+    if len(items) < 2:
+        return _name
+
+    def name(path: str) -> str:
+        found = where.locate(path)
+        return found.label if found else _name(path)
+    return name
+
+
 def answer_line(case: Case) -> str:
     parts: list[str] = []
     ranks = outputs_of(case, RankOutput)
+    _name = _namer(case, list(latest_checkpoints(case)) + [
+        r.resume_from for r in ranks[-1:] if r.resume_from])
     if ranks:
         resume = ranks[-1].resume_from
         parts.append(f"resume from {_name(resume)}" if resume

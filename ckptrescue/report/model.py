@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from ckptrescue import __version__
+from ckptrescue import __version__, provenance
 from ckptrescue.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
 from ckptrescue.audit import utc_now
 from ckptrescue.case import Case
@@ -316,9 +316,25 @@ def build(case: Case) -> dict[str, Any]:
         "verification": verification.to_json(),
         "records": len(records),
     }
+    where = provenance.index(case)
+    for c in checkpoints:
+        found = where.locate(c["path"])
+        c["provenance"] = found.to_json() if found else None
+        c["where"] = found.label if found else c["path"]
+    model["evidence_count"] = where.evidence_count
+    refs = sorted({c["provenance"]["evidence_id"] for c in checkpoints if c["provenance"]})
+    items = {e["id"]: e for e in model["evidence"]}
+    model["evidence_refs"] = [{"id": i, "kind": items[i]["kind"], "source": items[i]["source"],
+                               "sha256": items[i].get("sha256")} for i in refs if i in items]
     model["multirank"] = _multirank(ranks[-1].to_json() if ranks else None)
     model["training_state"] = _training_state(outputs_of(case, TrainStateOutput))
     model["dataset_content"] = _dataset_content(outputs_of(case, DatasetCompareOutput))
+    # no mount point or scratch path reaches the reader outside the commands section
+    for key in ("answer", "resume_from", "rank", "timeline", "findings_by_severity",
+                "checkpoints", "salvage", "bad_sector_map", "locate", "multirank",
+                "training_state"):
+        if key in model:
+            model[key] = where.relabel(model[key])
     model["recommendations"] = _recommendations(model)
     model["sections"] = [s.to_json() for s in sections(model)]
     model["clean"] = not (model["finding_counts"].get("error") or

@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "trainstate", "profiles", "quarantine", "gate", "watch",
                       "verified_load", "sandbox_children")),
     ("engine", ("engine", "action", "actions", "outputs", "events", "playbook", "answer",
-                "report", "exports")),
+                "report", "exports", "provenance", "case_outputs")),
     ("adapters", ("cli", "tui", "drill", "__main__")),
 )
 

@@ -73,7 +73,13 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
                    f"last known-good version {info['s3']['good_version']}"):
         assert needle in answer, (needle, answer)
     # the report: verdicts per checkpoint and the tensors the faults touched
-    verdicts = {c["path"].split("/mnt-mount/")[1]: c["verdict"] for c in model["checkpoints"]}
+    # ... each named by its evidence item and its path inside it, never by the mount point
+    verdicts = {c["provenance"]["inner_path"]: c["verdict"] for c in model["checkpoints"]}
+    assert {c["provenance"]["evidence_id"] for c in model["checkpoints"]} == {"E002"}
+    assert all(c["path"].startswith("E002:run/") for c in model["checkpoints"])
+    shown = json.dumps({k: v for k, v in model.items() if k not in (
+        "commands", "refusals", "evidence", "manifest", "verification", "tool_versions")})
+    assert "mnt-mount" not in shown and str(case) not in shown
     expected = dict(info["expected"]["verdicts"])
     for rel, verdict in expected.items():
         match = [v for p, v in verdicts.items() if p == rel or p.startswith(rel + "/")]
