@@ -153,6 +153,11 @@ def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
     probes.sort(key=lambda r: -len(r[0]))
     for ckpt in model.get("checkpoints", []):
         path = str(ckpt.get("path", ""))
+        prov = ckpt.get("provenance") or {}
+        if prov.get("evidence_id") in groups:  # the report model traced it to its evidence
+            groups[prov["evidence_id"]].checkpoints.append(
+                {**ckpt, "path": prov.get("inner_path") or path})
+            continue
         key = next((k for prefix, k in [*roots, *probes] if _under(path, prefix)), "other")
         if key == "other":
             group("other", "other checkpoints", {})
