@@ -12,7 +12,7 @@ whose status is ok/unverified/suspect and whose bytes are located), and writes, 
 
 A multi-rank family step (DeepSpeed ``global_stepN/``, Megatron ``iter_N/``, ...) is salvaged rank
 by rank into ``OUT_DIR/<rank label>/`` with one ``salvage.json`` for the step, and ``fill_from``
-is then an earlier complete step of the same family (``families/salvage.py``).
+is then an earlier complete step of the same family (``probes/family_salvage.py``).
 
 ``fill_from`` takes lost tensors (same shape and dtype) from a reference checkpoint. The output
 directory must not be the input's directory or inside it (unless ``allow_next_to_input``) and
@@ -270,7 +270,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     fmt, root = found[0]
     if getattr(fmt, "family", False) and not getattr(fmt, "single_file", False):
         # a multi-rank family step: per rank, fill from the same rank of an earlier step
-        from ckptrescue.families.salvage import salvage_step
+        from ckptrescue.probes.family_salvage import salvage_step
 
         return salvage_step(fmt, root, out_dir, fill_from=fill_from, case=case)
     # with the numeric scan: a tensor suspect in ``probe`` is suspect here (never laundered)
@@ -429,7 +429,7 @@ def _write(out_path: Path, planned: list[_Planned], meta: dict[str, str]) -> Non
     tmp.rename(out_path)
 
 
-# Public names for the family salvage (``families/salvage.py``): the same planning, copying and
+# Public names for the family salvage (``probes/family_salvage.py``): the same planning, copying and
 # writing rules as a single checkpoint, per rank file.
 Planned = _Planned
 plan_tensor = _plan
