@@ -60,6 +60,7 @@ class Section:
 # tests/report/test_parity.py checks they agree, and docs/report.md lists them.
 SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = (
     ("answer", "Answer", True, lambda m: bool(m["answer"])),
+    ("examined", "What was examined", True, lambda m: bool(m["examined"])),
     ("checkpoints", "Checkpoints", False, lambda m: bool(m["checkpoints"])),
     ("salvage", "Salvage", False, lambda m: bool(m["salvage"])),
     ("multirank", "Multi-rank steps and the resume pointer", False,
@@ -335,6 +336,9 @@ def build(case: Case) -> dict[str, Any]:
                 "training_state"):
         if key in model:
             model[key] = where.relabel(model[key])
+    model["findings_grouped"] = _group_findings(model["findings_by_severity"],
+                                                model["evidence"])
+    model["examined"] = where.relabel(_examined(case, model))
     model["recommendations"] = _recommendations(model)
     model["sections"] = [s.to_json() for s in sections(model)]
     model["clean"] = not (model["finding_counts"].get("error") or
@@ -342,6 +346,62 @@ def build(case: Case) -> dict[str, Any]:
                           any(c["verdict"] != "intact" for c in checkpoints) or
                           model["bad_sector_map"])
     return model
+
+
+def _group_findings(by_sev: dict[str, list[dict[str, Any]]],
+                    evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Findings by evidence item, then by the checkpoint/object/file they are about, most
+    severe first: what a responder reads one piece of evidence at a time."""
+    import re
+
+    items = {e["id"]: e for e in evidence}
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for sev in (str(s) for s in SEVERITY_ORDER):
+        for f in by_sev.get(sev, []):
+            where = str(f.get("evidence") or "")
+            m = re.match(r"^(E\d+):(.*)$", where) or re.match(r"^(E\d+)$", where)
+            if m:
+                group, obj = m.group(1), (m.group(2) if m.lastindex == 2 else "") or "(the item)"
+            elif where.startswith(("s3://", "az://", "gs://", "https://")):
+                group, obj = "object store", where
+            elif any(where == e.get("source") for e in evidence):
+                group = next(e["id"] for e in evidence if where == e.get("source"))
+                obj = "(the item)"
+            else:
+                group, obj = "host and other", where or "(no evidence named)"
+            groups.setdefault(group, {}).setdefault(obj, []).append(f)
+    order = sorted(groups, key=lambda g: (g not in items, g == "host and other", g))
+    out = []
+    for g in order:
+        item = items.get(g)
+        title = f"{g} — {item['kind']} {item['source']}" if item else g
+        objects = [{"object": o, "findings": fs} for o, fs in groups[g].items()]
+        counts = Counter(str(f.get("severity")) for o in objects for f in o["findings"])
+        out.append({"group": g, "title": title, "objects": objects, "counts": dict(counts)})
+    return out
+
+
+def _examined(case: Case, model: dict[str, Any]) -> list[dict[str, Any]]:
+    """What was examined, what was not (and why), per step of the case's runs."""
+    rows: list[dict[str, Any]] = []
+    for r in case.records():
+        d = r.get("details", {})
+        if r["action"] == "step.finished":
+            rows.append({"step": d.get("step"), "action": d.get("action"),
+                         "status": d.get("status"), "note": d.get("summary") or d.get("error")
+                         or "", "findings": d.get("findings")})
+        elif r["action"] == "step.skipped":
+            rows.append({"step": d.get("step"), "action": d.get("action") or "",
+                         "status": "skipped", "note": d.get("reason") or "",
+                         "findings": 0})
+    guarantees = model.get("kernel_guarantees") or []
+    if guarantees:
+        enforced = sum(1 for g in guarantees if g.get("enforced"))
+        rows.append({"step": "kernel", "action": "safety.kernel", "status": "enforced"
+                     if enforced == len(guarantees) else "partly enforced",
+                     "note": f"{enforced} of {len(guarantees)} guarantees enforced by the kernel",
+                     "findings": 0})
+    return rows
 
 
 def _multirank(rank: dict[str, Any] | None) -> dict[str, Any] | None:

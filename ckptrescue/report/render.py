@@ -29,6 +29,8 @@ def _env(autoescape: bool) -> Any:
     env.filters["human"] = _human
     env.filters["short"] = lambda s, n=12: (s or "")[:n]
     env.filters["mdcell"] = str  # escaping happens once, in finalize
+    env.filters["kv"] = _kv_html
+    env.filters["kvtext"] = _kv_text
     env.globals["unknown_section"] = _unknown_section
     return env
 
@@ -44,6 +46,39 @@ def _md_text(value: Any) -> str:
     text = str(value).replace("\n", " ").replace("|", "\\|").replace("`", "'")
     text = text.replace("[", "\\[").replace("]", "\\]")
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+KV_ROWS = 12  # structured details shown per finding/object (the JSON report has them all)
+
+
+def _scalar(value: Any) -> str:
+    import json
+
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str, sort_keys=True)[:200]
+    return str(value)
+
+
+def _kv_html(value: Any) -> Any:
+    """Structured details as a small key/value table (escaped), never a Python repr."""
+    from markupsafe import Markup, escape
+
+    if not isinstance(value, dict):
+        return escape("" if value is None else _scalar(value))
+    rows = [f"<tr><td>{escape(k)}</td><td class=\"mono\">{escape(_scalar(v))}</td></tr>"
+            for k, v in sorted(value.items())[:KV_ROWS] if v not in (None, "", [], {})]
+    if len(value) > KV_ROWS:
+        rows.append(f"<tr><td colspan=\"2\">… {len(value) - KV_ROWS} more</td></tr>")
+    # every key and value went through escape() above
+    return Markup(f"<table class=\"kv\">{''.join(rows)}</table>") if rows else Markup("")  # noqa: S704
+
+
+def _kv_text(value: Any) -> str:
+    """Structured details as ``key: value; ...`` (Markdown cells)."""
+    if not isinstance(value, dict):
+        return "" if value is None else _scalar(value)
+    return "; ".join(f"{k}: {_scalar(v)}" for k, v in sorted(value.items())[:KV_ROWS]
+                     if v not in (None, "", [], {}))
 
 
 def _human(n: Any) -> str:
