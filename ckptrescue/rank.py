@@ -106,11 +106,13 @@ def _pointer_fix(ranked: list[RankedCheckpoint], family: str | None) -> dict[str
 
 
 def rank(run_dir: Path, *, case: Case | None = None, load: bool = False, jobs: int = 1,
-         progress: Callable[[str, str, str], None] | None = None) -> RankResult:
+         progress: Callable[[str, str, str], None] | None = None,
+         scheduler: str | None = None) -> RankResult:
     """Probe every checkpoint in ``run_dir`` and rank them (see module docstring).
 
     ``jobs``: rank files of multi-rank family steps are probed in this many processes;
-    ``progress(step_root, rank, verdict)`` after each rank file.
+    ``progress(step_root, rank, verdict)`` after each rank file; ``scheduler``: a Dask
+    scheduler address (family steps spread over its workers rank file by rank file).
     """
     from ckptrescue.probes.checkpoints import probe_paths
 
@@ -118,7 +120,7 @@ def rank(run_dir: Path, *, case: Case | None = None, load: bool = False, jobs: i
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a directory")
     reports = probe_paths([run_dir], case=case, numeric=True, load=load, jobs=jobs,
-                          progress=progress)
+                          progress=progress, scheduler=scheduler)
     groups: dict[Path, list[CheckpointReport]] = {}
     for r in reports:
         p = Path(r.path)
