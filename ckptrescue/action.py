@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ckptrescue.events import Event, StepOutput, StepProgress
-from ckptrescue.model import Finding
+from ckptrescue.model import ArtifactData, AuditEvent, Finding, Recorded, Severity
 from ckptrescue.outputs import StepOutputs
 
 if TYPE_CHECKING:
@@ -72,14 +72,23 @@ class ArgSpec:
 
 @dataclass
 class ActionResult:
-    """``status``: ok, findings, failed, refused. ``outputs`` must be JSON-serialisable."""
+    """``status``: ok, findings, failed, refused. ``outputs`` must be JSON-serialisable.
+
+    The engine records the step in the case from this alone: it stores ``artifacts``, writes
+    ``audit`` in order (the step's ``findings`` where :meth:`AuditEvent.findings_here` marks,
+    else after the last record), then the step's outputs. An action never writes the case.
+    """
 
     status: str = "ok"
     outputs: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     summary: str = ""
     error: str | None = None
-    findings_recorded: bool = False  # the library already added the findings to the case
+    audit: list[AuditEvent] = field(default_factory=list)
+    artifacts: list[ArtifactData] = field(default_factory=list)
+    # the checkpoint library (given ``case=`` by Probe, Salvage and Rank until it returns its
+    # records too) already added these findings to the case
+    findings_recorded: bool = False
     # a step that could not do its job: the exit code and hint of its error (the CLI exits so)
     exit_code: int | None = None
     hint: str | None = None
@@ -93,9 +102,47 @@ def findings_of(result: Any) -> list[Finding]:
     return list(found or [])
 
 
+def records_of(result: Any) -> tuple[list[AuditEvent], list[ArtifactData]]:
+    """The audit records and artifacts a library result asks the engine to record."""
+    if isinstance(result, Recorded):
+        return list(result.audit), list(result.artifacts)
+    return [], []
+
+
+def with_findings(audit: Sequence[AuditEvent], findings: Sequence[Finding]) -> list[AuditEvent]:
+    """``audit`` with ``findings`` written out as ``finding`` records where the marker is (else
+    at the end): for a step that records findings it does not report (a failed step keeps what
+    it established)."""
+    expanded = [AuditEvent("finding", {"finding": f.to_json()}) for f in findings]
+    out: list[AuditEvent] = []
+    for event in audit:
+        if event.is_findings_marker:
+            out += expanded
+            expanded = []
+        else:
+            out.append(event)
+    return out + expanded
+
+
 def to_outputs(result: Any) -> dict[str, Any]:
     data = result.to_json() if hasattr(result, "to_json") else result
     return data if isinstance(data, dict) else {"result": data}
+
+
+def from_library(result: Any, summary: str = "", *, status: str | None = None,
+                 recorded: bool = False) -> ActionResult:
+    """Wrap a library result: its outputs, findings, audit records and artifacts (which the
+    engine records: ``engine.record(case, from_library(result))`` is also how a caller of the
+    library records it in a case). ``recorded``: the findings are already in the case (the
+    checkpoint library, given ``case=``)."""
+    findings = findings_of(result)
+    if status is None:
+        serious = any(f.severity.rank >= Severity.WARNING.rank for f in findings)
+        status = "findings" if serious else "ok"
+    audit, artifacts = records_of(result)
+    return ActionResult(status=status, outputs=to_outputs(result), findings=findings,
+                        summary=summary, audit=audit, artifacts=artifacts,
+                        findings_recorded=recorded)
 
 
 @dataclass
@@ -106,6 +153,8 @@ class StepContext:
     cancel: threading.Event
     confirm: Callable[[str], bool | None]
     outputs: dict[str, dict[str, Any]]  # earlier steps' outputs by step id
+    # the action classes of every step of the run (what other steps will record)
+    plan_actions: tuple[type[Action], ...] = ()
 
     def output(self, text: str) -> StepOutput:
         return StepOutput(step_id=self.step_id, text=text)

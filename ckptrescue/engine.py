@@ -244,6 +244,7 @@ def run(
     done = finished_steps(case, plan.run_key) if resume else {}
     outputs: dict[str, dict[str, Any]] = {}
     statuses: dict[str, str] = {}
+    plan_actions = tuple(actions[s.action] for s in book.steps if s.action in actions)
     case.log("run.started", {"run_key": plan.run_key, "playbook": book.name,
                              "source": book.source, "digest": book.digest,
                              "params": plan.params, "resumed": bool(done)})
@@ -294,7 +295,7 @@ def run(
                                   "action": step.action, "args": _jsonable(args)})
         if result is None:
             ctx = StepContext(case=case, runner=runner, step_id=step.id, cancel=cancel,
-                              confirm=gate, outputs=outputs)
+                              confirm=gate, outputs=outputs, plan_actions=plan_actions)
             try:
                 gen = action.run(ctx, args)
                 while True:
@@ -318,9 +319,8 @@ def run(
                 raise
             except Exception as exc:  # an action bug must not lose the case
                 result = ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        record(case, result)
         for finding in result.findings:
-            if not result.findings_recorded:
-                case.add_finding(finding)
             yield FindingEmitted(step_id=step.id, finding=finding)
         sha = None
         if result.outputs:
@@ -358,6 +358,29 @@ def run(
     case.log("run.finished", {"run_key": plan.run_key, "status": run_status,
                               "failed_step": failed_step, "answer": answer})
     yield RunFinished(status=run_status, answer=answer, failed_step=failed_step)
+
+
+def record(case: Case, result: ActionResult) -> None:
+    """The one place a step's results are written into the case: its artifacts, then its audit
+    records in order with its findings where the step marked them (else after the last one).
+    The step's outputs and ``step.finished`` follow (in :func:`run`)."""
+    for artifact in result.artifacts:
+        if artifact.path is not None:
+            sha = case.store_artifact_file(Path(artifact.path), name=artifact.name,
+                                           kind=artifact.kind)
+        else:
+            sha = case.store_artifact(artifact.data or b"", name=artifact.name,
+                                      kind=artifact.kind)
+        if sha != artifact.sha256:  # the file changed between hashing and storing
+            raise CkptRescueError(f"artifact {artifact.name}: content changed while stored")
+    findings = [] if result.findings_recorded else list(result.findings)
+    for event in result.audit:
+        if event.is_findings_marker:
+            case.add_findings(findings)
+            findings = []
+        else:
+            case.log(event.action, event.details, artifacts=list(event.artifacts) or None)
+    case.add_findings(findings)
 
 
 def _jsonable(value: Any) -> Any:

@@ -4,19 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckptrescue.action import ActionResult, findings_of, to_outputs
-from ckptrescue.model import Severity
-
-
-def from_library(result: Any, summary: str = "", *, status: str | None = None) -> ActionResult:
-    """Wrap a library result whose findings the library already recorded in the case."""
-    findings = findings_of(result)
-    if status is None:
-        serious = any(f.severity.rank >= Severity.WARNING.rank for f in findings)
-        status = "findings" if serious else "ok"
-    return ActionResult(status=status, outputs=to_outputs(result), findings=findings,
-                        summary=summary, findings_recorded=True)
-
 
 def progress_adapter(progress: Any) -> Any:
     """Turn the libraries' various progress callbacks into ``progress(done, total)``."""

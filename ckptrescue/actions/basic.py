@@ -9,7 +9,7 @@ from typing import Any
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.effects.runner import ToolCall
 from ckptrescue.events import Event, GateReached
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import AuditEvent, Finding, Severity
 from ckptrescue.outputs import CaseVerifyOutput, CollectLogsOutput, ConfirmOutput, ExecOutput
 
 
@@ -31,8 +31,9 @@ class Confirm(Action):
             return ActionResult(status="stopped", error=prompt)
         if not answer:
             return ActionResult(status="failed", error=f"declined: {prompt}")
-        ctx.case.log("gate.confirmed", {"step": ctx.step_id, "prompt": prompt})
-        return ActionResult(status="ok", outputs={"confirmed": True}, summary="confirmed")
+        return ActionResult(status="ok", outputs={"confirmed": True}, summary="confirmed",
+                            audit=[AuditEvent("gate.confirmed",
+                                              {"step": ctx.step_id, "prompt": prompt})])
 
 
 class Exec(Action):

@@ -6,8 +6,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findings_of
-from ckptrescue.actions._util import from_library
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findings_of, from_library
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.events import Event
 from ckptrescue.outputs import ProbeOutput, RankOutput, SalvageOutput
@@ -154,8 +153,6 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
     output_type = RankOutput
     args = (ArgSpec("run_dir", "path", required=True, positional=True,
                     help="A run directory holding checkpoints."),
-            ArgSpec("record_findings", "boolean", default=False, cli=False,
-                    help="Record the probe findings in the case (when no probe step does)."),
             ArgSpec("load", "boolean", default=False,
                     help="Also load each checkpoint with its real library in the sandbox; a "
                          "file the loader refuses (or that tries to escape) is never "
@@ -168,15 +165,17 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.rank import rank
 
-        # by default a probe step records the findings; rank adds only its ordering
-        case = ctx.case if args["record_findings"] else None
+        # a probe step of the run records the findings; without one, rank records them
+        probed = any(issubclass(a, Probe) for a in ctx.plan_actions)
+        case = None if probed else ctx.case
         result = yield from ctx.blocking(lambda p: rank(Path(args["run_dir"]), case=case,
                                                         load=bool(args["load"])))
         out = result.to_json()
         for c in out.get("checkpoints", []):
             yield ctx.output(f"{c['verdict']:<10} {c['path']}")
         yield ctx.output(f"resume from: {out.get('resume_from')}")
-        return from_library(result, f"resume from {out.get('resume_from')}", status="ok")
+        return from_library(result, f"resume from {out.get('resume_from')}", status="ok",
+                            recorded=True)  # by rank (given the case) or by the probe step
 
 
 ACTIONS = [Probe, Salvage, Rank]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.actions._util import from_library
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.events import Event
 from ckptrescue.outputs import (
     DatasetVerifyOutput,
@@ -63,7 +62,7 @@ stored), with keys relative to the prefix as names."""
 
         result = yield from ctx.blocking(lambda p: build_manifest(
             args["dir"], args["output"], jobs=args.get("jobs"), scheduler=args.get("scheduler"),
-            progress=files_progress(p), case=ctx.case, cancel=ctx.cancel,
+            progress=files_progress(p), cancel=ctx.cancel,
             endpoint_url=args.get("endpoint_url") or None), label="hashing")
         return from_library(result, f"manifest {args['output']}")
 
@@ -94,7 +93,7 @@ Exit 0 when every file matches, 1 otherwise."""
         from ckptrescue.datasets.audit import audit
 
         result = yield from ctx.blocking(lambda p: audit(
-            args["dir"], args["manifest"], quick=bool(args["quick"]), case=ctx.case,
+            args["dir"], args["manifest"], quick=bool(args["quick"]),
             jobs=args.get("jobs"), scheduler=args.get("scheduler"),
             progress=files_progress(p), endpoint_url=args.get("endpoint_url") or None),
             label="auditing")
@@ -129,7 +128,7 @@ every JSON line, .npy/.npz headers against sizes. Exit 1 when anything is damage
         from ckptrescue.datasets.verify import verify_dataset
 
         result = yield from ctx.blocking(lambda p: verify_dataset(
-            args["dir"], case=ctx.case, jobs=args.get("jobs"), scheduler=args.get("scheduler")))
+            args["dir"], jobs=args.get("jobs"), scheduler=args.get("scheduler")))
         return from_library(result, "verified")
 
 
@@ -170,7 +169,7 @@ writes into DIR. Exit 1 when something could not be recovered."""
 
         result = yield from ctx.blocking(lambda p: recover(
             args["dir"], manifest=args["manifest"], source=args["source"], to=args["to"],
-            case=ctx.case, endpoint_url=args.get("endpoint_url") or None,
+            evidence=ctx.case.evidence_paths(), endpoint_url=args.get("endpoint_url") or None,
             audit_report=args.get("audit_report") or None, jobs=args.get("jobs")))
         return from_library(result, "recovered")
 

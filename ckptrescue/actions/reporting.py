@@ -8,6 +8,7 @@ from typing import Any
 
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.events import Event
+from ckptrescue.model import ArtifactData
 from ckptrescue.outputs import ReportOutput
 
 
@@ -33,10 +34,11 @@ class Report(Action):
         text = render(ctx.case, fmt)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-        sha = ctx.case.store_artifact(text.encode(), name=out.name, kind=f"report:{fmt}")
+        stored = ArtifactData.of_bytes(text.encode(), name=out.name, kind=f"report:{fmt}")
         yield ctx.output(f"report written: {out.resolve()}")
-        return ActionResult(outputs={"path": str(out.resolve()), "sha256": sha, "format": fmt},
-                            summary=str(out.resolve()))
+        return ActionResult(outputs={"path": str(out.resolve()), "sha256": stored.sha256,
+                                     "format": fmt},
+                            summary=str(out.resolve()), artifacts=[stored])
 
 
 ACTIONS = [Report]

@@ -8,8 +8,16 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.actions._util import from_library, progress_adapter
+from ckptrescue.action import (
+    Action,
+    ActionResult,
+    ArgSpec,
+    StepContext,
+    from_library,
+    records_of,
+    with_findings,
+)
+from ckptrescue.actions._util import progress_adapter
 from ckptrescue.events import Event
 from ckptrescue.outputs import (
     S3HistoryOutput,
@@ -69,14 +77,17 @@ Exit 0 when everything matches, 1 on a mismatch or a missing file/object."""
 
         try:
             result = yield from ctx.blocking(lambda p: verify_prefix(
-                args["url"], args["local_dir"], client_options=_options(args), case=ctx.case,
+                args["url"], args["local_dir"], client_options=_options(args),
                 download=bool(args["download"]), workers=int(args["workers"]),
                 progress=progress_adapter(p)), unit="objects",
                 label="verifying")
         except VerifyFailed as exc:  # what was established before it stopped is kept
+            audit, artifacts = records_of(exc.partial)
             return ActionResult(status="refused" if exc.exit_code == 3 else "failed",
                                 outputs=exc.partial.to_json(), error=exc.message,
-                                exit_code=int(exc.exit_code), hint=exc.hint)
+                                exit_code=int(exc.exit_code), hint=exc.hint,
+                                audit=with_findings(audit, exc.partial.findings()),
+                                artifacts=artifacts)
         out = result.to_json()
         return from_library(result, ", ".join(f"{k} {v}" for k, v in
                                               sorted(out.get("counts", {}).items())))
@@ -110,7 +121,7 @@ class S3History(Action):
 
         result = yield from ctx.blocking(lambda p: history(
             args["url"], client_options=_options(args), manifest=args.get("manifest") or None,
-            cloudtrail=args.get("cloudtrail") or None, case=ctx.case,
+            cloudtrail=args.get("cloudtrail") or None,
             by_content=bool(args["by_content"])))
         out = result.to_json()
         for key in out.get("keys", []):
@@ -138,7 +149,7 @@ Exit 0 when versioning and Object Lock keep immutable versions, 1 otherwise (cop
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.s3.preflight import preflight
 
-        result = preflight(args["url"], client_options=_options(args), case=ctx.case)
+        result = preflight(args["url"], client_options=_options(args))
         yield ctx.output(str(result.to_json()))
         return from_library(result, "checked")
 
@@ -167,7 +178,9 @@ A mismatch is a finding; bytes are kept as received, hashed and inventoried."""
         result = yield from ctx.blocking(lambda p: preserve(
             args["url"], case=ctx.case, all_versions=bool(args["all_versions"]),
             client_options=_options(args), progress=progress_adapter(p)), label="preserving")
-        return from_library(result, "preserved")
+        # preserve streams objects into the case's artifacts and evidence itself (it is an
+        # acquisition into the case), findings included
+        return from_library(result, "preserved", recorded=True)
 
 
 class S3Restore(Action):
@@ -199,7 +212,7 @@ class S3Restore(Action):
         result = yield from ctx.blocking(lambda p: restore(
             args["url"], to, version=args.get("version") or None,
             known_good_manifest=args.get("manifest") or None, client_options=_options(args),
-            case=ctx.case))
+            evidence=ctx.case.evidence_paths()))
         return from_library(result, "restored")
 
 

@@ -7,8 +7,8 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.actions._util import from_library, progress_adapter
+from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.actions._util import progress_adapter
 from ckptrescue.events import Event
 from ckptrescue.outputs import (
     CopyOutput,
@@ -98,8 +98,10 @@ write-blocked by the kernel (BLKROSET) and the finished image and mapfile made i
             label="imaging")
         out = result.to_json()
         bad = out.get("bad_ranges") or []
+        # imaging records its findings itself (before the image is made immutable, and not
+        # again when an earlier run finished it); the engine records image.finished
         return from_library(result, f"{out.get('rescued_bytes')} of {out.get('size')} bytes "
-                                    f"rescued; {len(bad)} bad range(s)")
+                                    f"rescued; {len(bad)} bad range(s)", recorded=True)
 
 
 class Copy(Action):
@@ -236,11 +238,12 @@ class Umount(Action):
         return [f"umount {args['mountpoint']}", "losetup -d /dev/loopN (the one mount attached)"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.storage.mounting import umount
+        from ckptrescue.storage.mounting import umount, unmounted_record
 
         result = umount(args["mountpoint"], case=ctx.case, runner=ctx.runner)
         yield ctx.output(f"unmounted {args['mountpoint']}")
-        return ActionResult(outputs=result if isinstance(result, dict) else {}, summary="released")
+        return ActionResult(outputs=result if isinstance(result, dict) else {}, summary="released",
+                            audit=[unmounted_record(args["mountpoint"], result)])
 
 
 class Locate(Action):

@@ -73,9 +73,8 @@ def render_rank(result: StepResult) -> int:
 COMMANDS = {
     "probe": Command("probe", render_probe),
     "salvage": Command("salvage", render_salvage),
-    # the rank command records the probe findings itself (no probe step does it)
-    "rank": Command("rank", render_rank, fixed={"record_findings": True},
-                    order=("run_dir", CASE, "load", JSON)),
+    # a one-step run has no probe step: rank records the probe findings itself
+    "rank": Command("rank", render_rank, order=("run_dir", CASE, "load", JSON)),
 }
 
 

@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.manifest import (
@@ -34,10 +34,7 @@ from ckptrescue.datasets.walk import (
     walk,
 )
 from ckptrescue.errors import EvidenceError, UsageError
-from ckptrescue.model import Finding, Severity
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
+from ckptrescue.model import Finding, Recorded, Severity
 
 STATUSES = ("ok", "corrupted", "changed", "missing", "new", "unreadable")
 DAMAGED = ("corrupted", "changed", "missing", "unreadable")
@@ -75,7 +72,7 @@ class AuditRow:
 
 
 @dataclass
-class AuditResult:
+class AuditResult(Recorded):
     root: str
     manifest: str
     quick: bool
@@ -173,7 +170,6 @@ def audit(
     manifest: str | os.PathLike[str],
     *,
     quick: bool = False,
-    case: Case | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
     progress: ProgressFn | None = None,
@@ -184,7 +180,7 @@ def audit(
 
     if is_s3(dir):
         return audit_s3(str(dir), manifest, quick=quick, jobs=jobs, scheduler=scheduler,
-                        progress=progress, case=case, endpoint_url=endpoint_url)
+                        progress=progress, endpoint_url=endpoint_url)
     root = Path(dir)
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")
@@ -224,11 +220,9 @@ def audit(
         tracker.finish()
     result.files = sorted(rows, key=lambda r: r.rel)
     result.elapsed_s = time.monotonic() - started
-    if case is not None:
-        case.log("manifest.audit", {"root": result.root, "manifest": result.manifest,
-                                    "quick": quick, "counts": result.counts,
-                                    "answer": result.answer()})
-        case.add_findings(result.findings())
+    result.record("manifest.audit", {"root": result.root, "manifest": result.manifest,
+                                     "quick": quick, "counts": result.counts,
+                                     "answer": result.answer()})
     return result
 
 

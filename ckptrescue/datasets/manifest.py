@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ckptrescue.datasets.detect import detect
 from ckptrescue.datasets.hashing import hash_file
@@ -37,9 +36,6 @@ from ckptrescue.datasets.manifest_files import (
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, join, walk
 from ckptrescue.errors import EvidenceError, UsageError
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
 
 # the records and file helpers live in manifest_files (shared with the S3 builder); these names
 # stay importable from here
@@ -88,7 +84,6 @@ def build_manifest(
     jobs: int | None = None,
     scheduler: str | None = None,
     progress: ProgressFn | None = None,
-    case: Case | None = None,
     endpoint_url: str | None = None,
     cancel: threading.Event | None = None,
 ) -> ManifestResult:
@@ -102,7 +97,7 @@ def build_manifest(
 
     if is_s3(dir):
         return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,
-                                 progress=progress, case=case, endpoint_url=endpoint_url)
+                                 progress=progress, endpoint_url=endpoint_url)
     root, out_path = Path(dir), Path(out)
     _check_paths(root, out_path)
     started = time.monotonic()
@@ -144,8 +139,7 @@ def build_manifest(
     write_outputs(out_path, result.entries)
     partial.unlink()
     result.elapsed_s = time.monotonic() - started
-    if case is not None:
-        record_manifest(case, result)
+    record_manifest(result)
     return result
 
 

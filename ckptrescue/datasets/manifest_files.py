@@ -1,8 +1,8 @@
 """Manifest records and files, shared by the local builder (``manifest.py``), the S3 builder
 (``s3dataset.py``) and the auditors: one manifest row, an unreadable file, a build's result, the
 ``OUT`` / ``OUT.jsonl`` / ``OUT.partial.jsonl`` paths and how a finished build is written and
-recorded in the case. It imports neither builder, so the builders do not import each other's
-internals.
+what it asks the engine to record in the case. It imports neither builder, so the builders do
+not import each other's internals.
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import Skipped, display, from_json_path, shown_path, to_json_path
-from ckptrescue.model import Finding, Severity
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
+from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 
 SIDECAR_SUFFIX = ".jsonl"
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -65,7 +62,7 @@ class UnreadableFile:
 
 
 @dataclass
-class ManifestResult:
+class ManifestResult(Recorded):
     """What ``build_manifest`` wrote and what it could not hash."""
 
     root: str
@@ -175,12 +172,15 @@ def write_outputs(out: Path, entries: list[ManifestEntry]) -> None:
     tmp.replace(out)
 
 
-def record_manifest(case: Case, result: ManifestResult) -> None:
+def record_manifest(result: ManifestResult) -> None:
+    """The ``manifest.build`` record and the two files as artifacts, for the engine."""
     artifacts = [
-        case.store_artifact_file(Path(result.manifest_path), kind="manifest"),
-        case.store_artifact_file(Path(result.sidecar_path), kind="manifest-sidecar"),
+        result.store(ArtifactData.of_file(result.manifest_path,
+                                          name=Path(result.manifest_path).name, kind="manifest")),
+        result.store(ArtifactData.of_file(result.sidecar_path,
+                                          name=Path(result.sidecar_path).name,
+                                          kind="manifest-sidecar")),
     ]
     summary = result.to_json()
     summary["skipped"] = len(result.skipped)
-    case.log("manifest.build", summary, artifacts=artifacts)
-    case.add_findings(result.findings())
+    result.record("manifest.build", summary, artifacts=artifacts)

@@ -21,11 +21,11 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from ckptrescue.datasets.audit import DAMAGED, AuditResult, Expected, audit, load_expected
 from ckptrescue.datasets.hashing import hash_file
@@ -39,10 +39,7 @@ from ckptrescue.datasets.walk import (
     to_json_path,
 )
 from ckptrescue.errors import CkptRescueError, UsageError
-from ckptrescue.model import Finding, Severity
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
+from ckptrescue.model import Finding, Recorded, Severity
 
 _CHUNK = 1 << 20
 OK_OUTCOME = "matches the manifest; copied and verified"
@@ -77,7 +74,7 @@ class RecoverRow:
 
 
 @dataclass
-class RecoverResult:
+class RecoverResult(Recorded):
     root: str
     source: str
     to: str
@@ -285,7 +282,7 @@ def recover(
     manifest: str | os.PathLike[str],
     source: str | os.PathLike[str],
     to: str | os.PathLike[str],
-    case: Case | None = None,
+    evidence: Sequence[str] = (),
     endpoint_url: str | None = None,
     audit_report: str | os.PathLike[str] | AuditResult | None = None,
     jobs: int | None = None,
@@ -295,7 +292,8 @@ def recover(
     ``audit_report`` (an :class:`AuditResult`, or the JSON of ``manifest audit --json``) names
     the damaged files from an audit already run, so a large dataset is not hashed twice; without
     it, ``dir`` is audited first. ``jobs`` files are recovered at once (default: 8 from S3, where
-    latency dominates; the CPU count from snapshots).
+    latency dominates; the CPU count from snapshots). ``evidence``: paths ``to`` must not
+    overlap (the case's evidence). The result carries its ``dataset.recover`` record.
     """
     root, dest = Path(dir), Path(to)
     src = str(source)
@@ -304,10 +302,9 @@ def recover(
                          hint="recovery never writes into the dataset: choose a separate --to")
     if not src.startswith("s3://") and _overlap(str(dest), src):
         raise UsageError(f"{dest}: the recovery directory overlaps the snapshots {src}")
-    if case is not None:
-        for ev in case.evidence_paths():
-            if _overlap(str(dest), ev):
-                raise UsageError(f"{dest}: overlaps the evidence {ev}")
+    for ev in evidence:
+        if _overlap(str(dest), ev):
+            raise UsageError(f"{dest}: overlaps the evidence {ev}")
     expected, _ = load_expected(manifest)
     targets = _targets(root, manifest, expected, audit_report)
     origin = open_source(src, endpoint_url=endpoint_url, targets=len(targets))
@@ -318,13 +315,11 @@ def recover(
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="recover") as pool:
         result.files = list(pool.map(
             lambda t: _recover_one(t[0], t[1], expected[t[0]], origin, dest), targets))
-    if case is not None:
-        case.log("dataset.recover", {"root": result.root, "source": src, "to": result.to,
-                                     "source_detail": origin.describe(),
-                                     "recovered": len(result.recovered),
-                                     "unrecoverable": len(result.unrecovered),
-                                     "answer": result.answer()})
-        case.add_findings(result.findings())
+    result.record("dataset.recover", {"root": result.root, "source": src, "to": result.to,
+                                      "source_detail": origin.describe(),
+                                      "recovered": len(result.recovered),
+                                      "unrecoverable": len(result.unrecovered),
+                                      "answer": result.answer()})
     return result
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptrescue.datasets.audit import AuditResult, AuditRow, load_expected
 from ckptrescue.datasets.manifest_files import (
@@ -30,9 +30,6 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.errors import UsageError
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
 
 _CHUNK = 1 << 20
 
@@ -133,7 +130,6 @@ def _hash_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str
 
 def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None = None,
                       scheduler: str | None = None, progress: ProgressFn | None = None,
-                      case: Case | None = None,
                       endpoint_url: str | None = None) -> ManifestResult:
     """SHA-256 of every object under ``url`` into ``out`` (sha256sum format) + ``out.jsonl``."""
     url = normalise(url)
@@ -159,14 +155,13 @@ def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None
     write_outputs(out_path, result.entries)
     partial_path(out_path).unlink(missing_ok=True)
     result.elapsed_s = time.monotonic() - started
-    if case is not None:
-        record_manifest(case, result)
+    record_manifest(result)
     return result
 
 
 def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
              jobs: int | None = None, scheduler: str | None = None,
-             progress: ProgressFn | None = None, case: Case | None = None,
+             progress: ProgressFn | None = None,
              endpoint_url: str | None = None) -> AuditResult:
     """Audit the objects under ``url`` against ``manifest`` (statuses as for a directory)."""
     url = normalise(url)
@@ -207,10 +202,8 @@ def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
              if rel not in expected]
     result.files = sorted(rows, key=lambda r: r.rel)
     result.elapsed_s = time.monotonic() - started
-    if case is not None:
-        case.log("manifest.audit", {"root": url, "manifest": str(manifest),
-                                    "counts": result.counts, "quick": quick})
-        case.add_findings(result.findings())
+    result.record("manifest.audit", {"root": url, "manifest": str(manifest),
+                                     "counts": result.counts, "quick": quick})
     return result
 
 

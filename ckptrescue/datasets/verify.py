@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from ckptrescue.datasets import jsonl, npy, parquet, tarshards, tfrecord
 from ckptrescue.datasets.decompress import (
@@ -36,10 +36,7 @@ from ckptrescue.datasets.shardcheck import (
 )
 from ckptrescue.datasets.walk import FileEntry, display, join, shown_path, walk
 from ckptrescue.errors import EvidenceError, ToolMissingError
-from ckptrescue.model import Finding, Severity
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
+from ckptrescue.model import Finding, Recorded, Severity
 
 # ``checker(fh, size[, outcome])``: the STREAMED ones fill the ``outcome`` they are given (kept
 # when a decompression limit stops them half way); every checker returns its outcome.
@@ -57,7 +54,7 @@ _CODES = {"tfrecord": "DS001", "tar": "DS002", "parquet": "DS003", "jsonl": "DS0
 
 
 @dataclass
-class DatasetVerifyResult:
+class DatasetVerifyResult(Recorded):
     root: str
     files: list[FileCheck] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -226,7 +223,6 @@ def check_files(root: bytes, entries: list[FileEntry]) -> list[FileCheck]:
 def verify_dataset(
     dir: str | os.PathLike[str],
     *,
-    case: Case | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
 ) -> DatasetVerifyResult:
@@ -250,8 +246,6 @@ def verify_dataset(
             result.files = list(pool.map(lambda e: check_file(root_b, e), listing.files))
     result.files.sort(key=lambda f: f.rel)
     result.elapsed_s = time.monotonic() - started
-    if case is not None:
-        case.log("dataset.verify", {"root": result.root, "counts": result.counts,
-                                    "answer": result.answer()})
-        case.add_findings(result.findings())
+    result.record("dataset.verify", {"root": result.root, "counts": result.counts,
+                                     "answer": result.answer()})
     return result

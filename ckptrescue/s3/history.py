@@ -12,10 +12,10 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptrescue.errors import CkptRescueError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 from ckptrescue.s3 import cloudtrail as ct
 from ckptrescue.s3.client import ClientOptions, make_client
 from ckptrescue.s3.manifest import expected_sha256, load_manifest
@@ -27,9 +27,6 @@ from ckptrescue.s3.objects import (
     list_versions,
 )
 from ckptrescue.s3.urls import parse_s3_url
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
 
 
 @dataclass
@@ -82,7 +79,7 @@ class KeyHistory:
 
 
 @dataclass
-class HistoryResult:
+class HistoryResult(Recorded):
     url: str
     keys: list[KeyHistory] = field(default_factory=list)
 
@@ -257,7 +254,6 @@ def history(
     client_options: ClientOptions | None = None,
     manifest: Path | str | dict[str, str] | None = None,
     cloudtrail: Path | str | None = None,
-    case: Case | None = None,
     by_content: bool = False,
     client: Any = None,
 ) -> HistoryResult:
@@ -291,13 +287,11 @@ def history(
                 for e in entries
             }
         result.keys.append(item)
-    if case is not None:
-        data = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
-        sha = case.store_artifact(data, name="s3-history.json", kind="s3.history")
-        case.log("s3.history", {"url": result.url, "keys": len(result.keys),
-                                "manifest": str(manifest) if isinstance(manifest, str | Path)
-                                else None,
-                                "cloudtrail": str(cloudtrail) if cloudtrail else None},
-                 artifacts=[sha])
-        case.add_findings(result.findings())
+    data = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
+    sha = result.store(ArtifactData.of_bytes(data, name="s3-history.json", kind="s3.history"))
+    result.record("s3.history", {"url": result.url, "keys": len(result.keys),
+                                 "manifest": str(manifest) if isinstance(manifest, str | Path)
+                                 else None,
+                                 "cloudtrail": str(cloudtrail) if cloudtrail else None},
+                  artifacts=[sha])
     return result

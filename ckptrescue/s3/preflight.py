@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 from ckptrescue.s3.client import (
     ClientOptions,
     error_code,
@@ -21,12 +21,9 @@ from ckptrescue.s3.client import (
 )
 from ckptrescue.s3.urls import parse_s3_url
 
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
-
 
 @dataclass
-class PreflightResult:
+class PreflightResult(Recorded):
     bucket: str
     versioning: str  # Enabled | Suspended | Never enabled | unknown (...)
     mfa_delete: str | None
@@ -71,7 +68,6 @@ def preflight(
     bucket_url: str,
     *,
     client_options: ClientOptions | None = None,
-    case: Case | None = None,
     client: Any = None,
 ) -> PreflightResult:
     """Read the bucket's protection settings; a missing bucket or no access is an error."""
@@ -141,9 +137,7 @@ def preflight(
     result = PreflightResult(bucket=target.bucket, versioning=versioning, mfa_delete=mfa,
                              object_lock=object_lock, default_retention=retention, region=region,
                              verdict=verdict, warnings=warnings)
-    if case is not None:
-        data = json.dumps(result.to_json(), indent=2, sort_keys=True, default=str).encode()
-        sha = case.store_artifact(data, name="s3-preflight.json", kind="s3.preflight")
-        case.log("s3.preflight", result.to_json(), artifacts=[sha])
-        case.add_findings(result.findings())
+    data = json.dumps(result.to_json(), indent=2, sort_keys=True, default=str).encode()
+    sha = result.store(ArtifactData.of_bytes(data, name="s3-preflight.json", kind="s3.preflight"))
+    result.record("s3.preflight", result.to_json(), artifacts=[sha])
     return result

@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptrescue.errors import RefusedError, UsageError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 from ckptrescue.s3.client import ClientOptions, make_client
 from ckptrescue.s3.history import history
 from ckptrescue.s3.manifest import expected_sha256, load_manifest
 from ckptrescue.s3.objects import download_verified, head_object
 from ckptrescue.s3.urls import parse_s3_url
 
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
-
 
 @dataclass
-class RestoreResult:
+class RestoreResult(Recorded):
     url: str
     version_id: str | None
     path: str
@@ -40,7 +38,7 @@ class RestoreResult:
     manifest_sha256: str | None = None
     chosen_by: str = "version"  # version | known-good
     object: dict[str, Any] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)  # also recorded in the case
+    findings: list[Finding] = field(default_factory=list)  # the engine records them
 
     @property
     def ok(self) -> bool:
@@ -76,20 +74,22 @@ def restore(
     version: str | None = None,
     known_good_manifest: Path | str | None = None,
     client_options: ClientOptions | None = None,
-    case: Case | None = None,
+    evidence: Sequence[str] = (),
     client: Any = None,
 ) -> RestoreResult:
-    """Restore ``version`` (or the last known-good version per the manifest) of one key."""
+    """Restore ``version`` (or the last known-good version per the manifest) of one key.
+
+    ``evidence``: paths the restore must not overlap (the case's evidence). The result carries
+    its ``s3.restore`` record and JSON artifact for the engine to record."""
     target = parse_s3_url(url, need_key=True)
     if (version is None) == (known_good_manifest is None):
         raise UsageError("give exactly one of --version ID or --known-good --manifest FILE")
     to = Path(to)
-    if case is not None:
-        resolved = to.resolve()
-        for evidence in case.evidence_paths():
-            ev = Path(evidence).resolve()
-            if resolved == ev or ev in resolved.parents or resolved in ev.parents:
-                raise RefusedError(f"{to}: overlaps evidence {evidence}; restore elsewhere")
+    resolved = to.resolve()
+    for item in evidence:
+        ev = Path(item).resolve()
+        if resolved == ev or ev in resolved.parents or resolved in ev.parents:
+            raise RefusedError(f"{to}: overlaps evidence {item}; restore elsewhere")
     if client is None:
         client = make_client(options=client_options or ClientOptions())
     manifest_sha = None
@@ -152,9 +152,7 @@ def restore(
                   f"({detail.get('message')}); kept as {dest}",
             evidence=str(target), evidence_sha256=fetched.sha256, source="s3.restore",
             details=result.to_json()))
-    if case is not None:
-        sha = case.store_artifact(record, name="s3-restore.json", kind="s3.restore")
-        case.log("s3.restore", {"url": result.url, "version_id": version, "path": str(dest),
-                                "status": status, "sha256": fetched.sha256}, artifacts=[sha])
-        case.add_findings(result.findings)
+    sha = result.store(ArtifactData.of_bytes(record, name="s3-restore.json", kind="s3.restore"))
+    result.record("s3.restore", {"url": result.url, "version_id": version, "path": str(dest),
+                                 "status": status, "sha256": fetched.sha256}, artifacts=[sha])
     return result

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptrescue.errors import CkptRescueError, RemoteError, UsageError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 from ckptrescue.s3.client import ClientOptions, make_client, translate_error
 from ckptrescue.s3.objects import (
     CHUNK,
@@ -30,9 +30,6 @@ from ckptrescue.s3.objects import (
     verify_stream,
 )
 from ckptrescue.s3.urls import parse_s3_url
-
-if TYPE_CHECKING:
-    from ckptrescue.case import Case
 
 STATUSES = ("match", "mismatch", "missing-local", "missing-remote", "unverifiable")
 Progress = Callable[[int, int, str], None]
@@ -51,7 +48,7 @@ class ObjectResult:
 
 
 @dataclass
-class VerifyResult:
+class VerifyResult(Recorded):
     url: str
     local_dir: str
     objects: list[ObjectResult] = field(default_factory=list)
@@ -160,7 +157,6 @@ def verify_prefix(
     local_dir: Path | str,
     *,
     client_options: ClientOptions | None = None,
-    case: Case | None = None,
     download: bool = False,
     workers: int = 16,
     progress: Progress | None = None,
@@ -168,8 +164,9 @@ def verify_prefix(
 ) -> VerifyResult:
     """Verify every object under ``url`` (s3://BUCKET/PREFIX) against ``local_dir``.
 
-    Raises :class:`VerifyFailed` (carrying the partial result, also recorded in ``case``) when
-    the listing fails or objects could not be read; per-object outcomes are in the result.
+    Raises :class:`VerifyFailed` (carrying the partial result and its records) when the listing
+    fails or objects could not be read; per-object outcomes are in the result. The result
+    carries its ``s3.verify`` record and JSON artifact for the engine to record.
     """
     target = parse_s3_url(url)
     root = Path(local_dir)
@@ -230,7 +227,7 @@ def verify_prefix(
         for rel in sorted(set(local) - set(futures)):
             result.objects.append(ObjectResult(rel, "missing-remote", None,
                                                {"message": "no object with this key"}))
-    _record(case, result, options, download)
+    _record(result, options, download)
     if listing_error is not None:
         raise VerifyFailed(listing_error, result)
     if result.errors:
@@ -291,16 +288,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _record(case: Case | None, result: VerifyResult, options: ClientOptions,
-            download: bool) -> None:
-    if case is None:
-        return
+def _record(result: VerifyResult, options: ClientOptions, download: bool) -> None:
     import json
 
     data = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
-    sha = case.store_artifact(data, name="s3-verify.json", kind="s3.verify")
-    case.log("s3.verify", {"url": result.url, "local_dir": result.local_dir,
-                           "download": download, "client": options.to_json(),
-                           "counts": result.counts, "errors": result.errors},
-             artifacts=[sha])
-    case.add_findings(result.findings())
+    sha = result.store(ArtifactData.of_bytes(data, name="s3-verify.json", kind="s3.verify"))
+    result.record("s3.verify", {"url": result.url, "local_dir": result.local_dir,
+                                "download": download, "client": options.to_json(),
+                                "counts": dict(result.counts), "errors": list(result.errors)},
+                  artifacts=[sha])

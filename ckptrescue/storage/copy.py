@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, UsageError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.storage import filesystem, samedisk, sysfs, walk, writeblock
 from ckptrescue.storage.filesystem import CopySources
 
@@ -30,7 +30,7 @@ RSYNC_FLAGS = ("-aHAXS", "--numeric-ids", "-x")
 
 
 @dataclass
-class CopyResult:
+class CopyResult(Recorded):
     source: str
     dest: str
     files: int
@@ -175,6 +175,6 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
                                                "verified": verified})
     result = CopyResult(str(src), str(dst), len(src_m), total, man_sha, verified, diffs,
                         unreadable, ro, findings)
-    case.add_findings(findings)
-    case.log("copy.finished", {k: v for k, v in result.to_json().items() if k != "findings"})
+    result.findings_here()  # the engine records the findings, then the summary
+    result.record("copy.finished", {k: v for k, v in result.to_json().items() if k != "findings"})
     return result

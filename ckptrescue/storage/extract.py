@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.errors import RefusedError, UsageError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.storage.copy import sha256_stream
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Extracted:
 
 
 @dataclass
-class ExtractResult:
+class ExtractResult(Recorded):
     mountpoint: str
     to: str
     extracted: list[Extracted] = field(default_factory=list)
@@ -135,6 +135,7 @@ def extract(mountpoint: str | Path, to: str | Path, *, case: Case) -> ExtractRes
         result.findings.append(Finding("EX001", Severity.INFO, f"{rel} ({rep.format}) extracted "
                                        f"with {len(files) - len(own)} companion file(s)",
                                        evidence=rep.path, source="extract"))
-    case.add_findings(result.findings)
-    case.log("extract.finished", {k: v for k, v in result.to_json().items() if k != "findings"})
+    result.findings_here()  # the engine records the findings, then the summary
+    result.record("extract.finished",
+                  {k: v for k, v in result.to_json().items() if k != "findings"})
     return result

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.parsers import nvme, smartctl
 from ckptrescue.storage import filesystem, samedisk, sysfs
 from ckptrescue.storage.candidates import pick_filesystem
@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
 
 
 @dataclass
-class InspectResult:
+class InspectResult(Recorded):
     target: str
     device: str
     fstype: str | None
@@ -238,6 +238,6 @@ def fs_inspect(target: str | Path, *, case: Case, health: bool = True,
             result.findings += found
         elif health:
             result.notes.append("image file: device health applies to the disk it came from")
-    case.add_findings(result.findings)
-    case.log("fs.inspected", {k: v for k, v in result.to_json().items() if k != "findings"})
+    result.findings_here()  # the engine records the findings, then the summary
+    result.record("fs.inspected", {k: v for k, v in result.to_json().items() if k != "findings"})
     return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, Recorded
 
 
 @dataclass
@@ -38,7 +38,7 @@ class RangeHits:
 
 
 @dataclass
-class LocateResult:
+class LocateResult(Recorded):
     ranges: list[RangeHits]
     method: str = "fiemap"
     partition_start: int = 0

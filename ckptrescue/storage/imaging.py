@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.case import sha256_file
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.parsers import ddrescue_mapfile
 from ckptrescue.storage import samedisk, sysfs
 
@@ -40,7 +40,7 @@ ROOM_MARGIN = 1 << 20
 
 
 @dataclass
-class ImageResult:
+class ImageResult(Recorded):
     image: str
     mapfile: str
     image_sha256: str
@@ -357,5 +357,5 @@ def _finish(case: Case, src: Path, facts: dict[str, Any], img: Path, mapf: Path,
                          sector_size=facts["sector_size"], finished=mp.finished,
                          unreadable_ranges=unreadable, evidence_id=evidence_id,
                          findings=findings, resumed=resumed, rescued_sha256=rescued_sha)
-    case.log("image.finished", result.details())
+    result.record("image.finished", result.details())  # recorded by the engine
     return result

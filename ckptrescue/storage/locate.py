@@ -170,8 +170,8 @@ def locate(mapfile: str | Path, image: str | Path, *, case: Case,
         result.findings.append(Finding("LC004", Severity.WARNING, note, evidence=str(image),
                                        source="locate",
                                        details={"mapfile_end": mp.domain_end, "size": size}))
-    case.add_findings(result.findings)
-    case.log("locate.finished", result.details())
+    result.findings_here()  # the engine records the findings, then the summary
+    result.record("locate.finished", result.details())
     return result
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, Recorded
 from ckptrescue.storage.loops import release
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class MountResult:
+class MountResult(Recorded):
     mountpoint: str
     device: str  # the node that was mounted (a partition when the image is partitioned)
     fstype: str

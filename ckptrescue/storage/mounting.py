@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import AuditEvent, Finding, Severity
 from ckptrescue.storage import filesystem, sysfs
 from ckptrescue.storage.candidates import (
     FsCandidate,
@@ -135,13 +135,14 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
                          dm_devices=info.get("dm_devices", []),
                          segments=[list(x) for x in cand.segments] if cand.segments else None)
     state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    case.add_findings(findings)
-    case.log("storage.mounted", result.to_json())
+    result.findings_here()  # the engine records the findings, then the mount
+    result.record("storage.mounted", result.to_json())
     return result
 
 
 def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | None = None) -> dict[str, Any]:
-    """Unmount what :func:`mount` mounted and detach exactly what it attached."""
+    """Unmount what :func:`mount` mounted and detach exactly what it attached (the caller
+    records :func:`unmounted_record`)."""
     state = state_path(case, str(mountpoint))
     if not state.exists():
         raise UsageError(f"{mountpoint}: no mount recorded by this case",
@@ -171,8 +172,13 @@ def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | Non
                               + "; ".join(problems),
                               hint="the record is kept: run the same umount again")
     state.unlink()
-    case.log("storage.unmounted", {"mountpoint": str(mountpoint), "device": data["device"]})
     return data
+
+
+def unmounted_record(mountpoint: str | Path, data: dict[str, Any]) -> AuditEvent:
+    """The ``storage.unmounted`` record of what :func:`umount` released (the engine writes it)."""
+    return AuditEvent("storage.unmounted", {"mountpoint": str(mountpoint),
+                                            "device": data["device"]})
 
 
 @contextlib.contextmanager

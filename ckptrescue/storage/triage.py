@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.storage import sysfs
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class ProcessInfo:
 
 
 @dataclass
-class TriageResult:
+class TriageResult(Recorded):
     volume: str | None
     seconds: float
     processes: list[ProcessInfo]
@@ -281,8 +281,9 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
                           processes=sorted(procs.values(), key=lambda p: p.pid),
                           kernel_messages=kmsgs, checklist=list(FREEZE_CHECKLIST), notes=notes)
     result.findings = _findings(result)
-    case.add_findings(result.findings)
-    case.log("triage.finished", {k: v for k, v in result.to_json().items() if k != "findings"})
+    result.findings_here()  # the engine records the findings, then the summary
+    result.record("triage.finished",
+                  {k: v for k, v in result.to_json().items() if k != "findings"})
     return result
 
 

@@ -86,8 +86,8 @@ def mount_zfs(request: MountRequest) -> MountResult:
         f"(readonly=on, cachefile=none) under {mp}; datasets mounted ro: "
         f"{', '.join(mounted) or 'none'}", evidence=str(target), source="mount")]
     state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    case.add_findings(result.findings)
-    case.log("storage.mounted", result.to_json())
+    result.findings_here()  # the engine records the findings, then the mount
+    result.record("storage.mounted", result.to_json())
     return result
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.action import from_library
 from ckptrescue.datasets.manifest import build_manifest, partial_path, sidecar_path
 from ckptrescue.datasets.progress import Progress
+from ckptrescue.engine import record
 from ckptrescue.errors import UsageError
 from fixtures.datasets import tree_digest
 
@@ -155,7 +157,8 @@ def test_progress_reports_rate_and_eta(dataset, tmp_path: Path) -> None:
 
 def test_case_records_the_build(dataset, tmp_path: Path, case) -> None:
     root, _ = dataset
-    result = build_manifest(root, tmp_path / "m", case=case)
+    result = build_manifest(root, tmp_path / "m")
+    record(case, from_library(result))  # the engine's one writer records it
     records = list(case.records("manifest.build"))
     assert len(records) == 1 and records[0]["details"]["files"] == len(result.entries)
     assert len(records[0]["artifacts"]) == 2

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.action import from_library
 from ckptrescue.datasets.manifest import build_manifest
 from ckptrescue.datasets.recover import recover
+from ckptrescue.engine import record
 from ckptrescue.errors import UsageError
 from fixtures.datasets import flip_byte, tfrecord_offsets, tree_digest, truncate
 
@@ -74,7 +76,8 @@ def test_what_cannot_be_recovered_is_reported(incident, tmp_path: Path, case) ->
     root, manifest, snaps, _ = incident
     for name in ("2024-02-01", "2024-03-01"):
         (snaps / name / "arrays" / "embeddings.npy").unlink()
-    result = recover(root, manifest=manifest, source=snaps, to=tmp_path / "r", case=case)
+    result = recover(root, manifest=manifest, source=snaps, to=tmp_path / "r")
+    record(case, from_library(result))  # the engine's one writer records it
     [logged] = list(case.records("dataset.recover"))
     assert logged["details"]["unrecoverable"] == 1 and logged["details"]["recovered"] == 3
     assert sorted(f.code for f in case.findings()) == ["RC001"] * 3 + ["RC002"]

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from exports_testlib import HOSTILE_KEY, HOSTILE_LOG, cloudtrail_event, write_safetensors
 
+from ckptrescue.action import from_library
 from ckptrescue.case import Case
+from ckptrescue.engine import record
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +71,8 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                               ip="203.0.113.50", when="2026-11-29T11:00:00Z"),
         ]}))
         options = ClientOptions(endpoint_url=server.endpoint_url, region="us-east-1")
-        history(f"s3://{bucket}/{HOSTILE_KEY}", client_options=options, cloudtrail=trail,
-                case=case)
+        record(case, from_library(history(f"s3://{bucket}/{HOSTILE_KEY}", client_options=options,
+                                          cloudtrail=trail)))  # as the engine records it
         preserve(f"s3://{bucket}/{HOSTILE_KEY}", case=case, client_options=options)
         case.store_artifact_file(trail / "trail.json", name="cloudtrail/trail.json",
                                  kind="cloudtrail")

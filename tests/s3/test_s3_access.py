@@ -11,6 +11,9 @@ import boto3
 import pytest
 from s3_testlib import run, write_local
 
+from ckptrescue.action import from_library
+from ckptrescue.engine import record
+
 
 @pytest.fixture
 def denied_prefix(s3server, writer, bucket, tmp_path):
@@ -50,7 +53,8 @@ def test_access_denied_prefix_library_keeps_partial_results(denied_prefix, optio
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", denied_prefix["secret"])
     with pytest.raises(VerifyFailed) as info:
         verify_prefix(f"s3://{denied_prefix['bucket']}/run/", denied_prefix["local"],
-                      client_options=options, case=case)
+                      client_options=options)
+    record(case, from_library(info.value.partial))  # what a failed step records
     assert int(info.value.exit_code) == 4
     assert "access denied" in info.value.message
     objs = {o["key"]: o for o in info.value.partial.to_json()["objects"]}

@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from ckptrescue.action import from_library
+from ckptrescue.engine import record as record_step
 from ckptrescue.errors import RefusedError
 from ckptrescue.s3.client import stats
 from ckptrescue.s3.history import history
@@ -70,7 +72,8 @@ def test_known_good_by_content_downloads_newest_first(incident, options, reader)
 def test_restore_known_good_writes_v1_bytes_verified(incident, options, tmp_path, case):
     out = tmp_path / "recovery"
     result = restore(f"s3://{incident['bucket']}/{KEY}", out,
-                     known_good_manifest=incident["manifest"], client_options=options, case=case)
+                     known_good_manifest=incident["manifest"], client_options=options)
+    record_step(case, from_library(result))  # the engine's one writer records it
     assert result.status == "verified" and result.version_id == incident["v1"]
     restored = out / KEY
     assert restored.read_bytes() == incident["good"]

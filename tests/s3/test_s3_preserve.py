@@ -7,6 +7,8 @@ import os
 
 from s3_testlib import MiB, put_multipart
 
+from ckptrescue.action import from_library
+from ckptrescue.engine import record
 from ckptrescue.s3.preflight import preflight
 from ckptrescue.s3.preserve import preserve
 
@@ -26,7 +28,8 @@ def test_preflight_verdicts(writer, bucket, options, case):
     writer.put_object_lock_configuration(Bucket=locked_name, ObjectLockConfiguration={
         "ObjectLockEnabled": "Enabled",
         "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 30}}})
-    locked = preflight(f"s3://{locked_name}", client_options=options, case=case)
+    locked = preflight(f"s3://{locked_name}", client_options=options)
+    record(case, from_library(locked))  # the engine's one writer records it
     assert (locked.versioning, locked.object_lock, locked.verdict) == (
         "Enabled", "Enabled", "immutable")
     assert locked.default_retention == {"Mode": "GOVERNANCE", "Days": 30}

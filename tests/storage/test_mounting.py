@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.action import ActionResult, from_library
+from ckptrescue.engine import record
 from ckptrescue.errors import UsageError
 from ckptrescue.storage import sysfs
-from ckptrescue.storage.mounting import mount, mounted, umount
+from ckptrescue.storage.mounting import mount, mounted, umount, unmounted_record
 from fixtures import storage as fx
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("mkfs.xfs", "xfs_io")]
@@ -42,6 +44,7 @@ def test_mount_umount_leaves_dirty_filesystem_unchanged(request, fixture, case, 
     before = fx.sha256(img)
     mp = tmp_path / "mnt"
     res = mount(img, mp, case=case)
+    record(case, from_library(res))  # the engine's one writer records it
     try:
         assert res.fstype in {"xfs", "ext4"}
         assert res.options == ("ro,norecovery" if res.fstype == "xfs" else "ro,noload") \
@@ -55,7 +58,8 @@ def test_mount_umount_leaves_dirty_filesystem_unchanged(request, fixture, case, 
         assert entry.readonly
         assert {"norecovery"} & set(entry.super_options + entry.options)
     finally:
-        umount(mp, case=case)
+        released = umount(mp, case=case)
+        record(case, ActionResult(audit=[unmounted_record(mp, released)]))
     assert fx.sha256(img) == before
     # umount detached exactly the loop device it attached
     assert sysfs.loop_backing_file(Path(res.loop_device).name) != str(img)
