@@ -378,14 +378,16 @@ class _Interpreter:
         elif name == "APPEND":
             value = self.pop()
             _append(self.top(), [value])
-        elif name == "APPENDS":
+        elif name == "APPENDS":  # the target must exist below the MARK, even with no items
             items = self.pop_mark()
+            target = self.top()
             if items:
-                _append(self.top(), items)
+                _append(target, items)
         elif name == "ADDITEMS":
             items = self.pop_mark()
+            target = self.top()
             if items:
-                _additems(self.top(), items)
+                _additems(target, items)
         elif name == "SETITEM":
             if len(st) < 3:
                 raise ValueError("unpickling stack underflow")
@@ -393,6 +395,7 @@ class _Interpreter:
             _setitems(st[-1], [key, value])
         elif name == "SETITEMS":
             items = self.pop_mark()
+            self.top()  # CPython: stack underflow before the odd-count check
             if len(items) % 2:
                 raise ValueError("odd number of items for SETITEMS")
             if items:

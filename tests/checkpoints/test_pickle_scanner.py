@@ -15,6 +15,7 @@ import pickletools
 import struct
 import time
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -249,3 +250,14 @@ def test_accelerate_random_states_are_fine(tmp_path):
     assert verdicts["random_states_0.pkl"] is Verdict.INTACT, verdicts
     assert verdicts["scaler.pkl"] is Verdict.INTACT
     assert verdicts["optimizer.pkl"] is Verdict.UNSAFE
+
+
+@pytest.mark.parametrize("op", [b"e", b"u", b"\x90"])
+def test_a_mark_with_nothing_below_it_is_an_underflow_as_in_cpython(op: bytes) -> None:
+    """``(e``: APPENDS (SETITEMS, ADDITEMS) with no target under the MARK fails in CPython's
+    unpickler even with no items; the scanner must not call such a stream well formed (found by
+    hypothesis: ``\\x80\\x02(e\\x8c\\x02os.``)."""
+    data = b"\x80\x02(" + op + b"\x8c\x02os."
+    want, ok = recorded(data)
+    got, parsed = scanned(data)
+    assert (got, parsed) == (want, ok) == ([], False)
