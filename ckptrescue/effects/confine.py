@@ -82,7 +82,7 @@ def named_devices(argv: tuple[str, ...] | list[str]) -> list[str]:
 
 def private_namespace(writes: tuple[str, ...], *, scratch: str | None, cwd: str | None,
                       argv: tuple[str, ...] | list[str] = (), caps: tuple[str, ...] = (),
-                      all_devices: bool = False,
+                      all_devices: bool = False, network: bool = False,
                       readonly: tuple[str, ...] = ()) -> Confinement:
     """Wrap a tool so that only ``writes`` (and ``scratch``) are writable, only the device
     nodes it names exist (unless it scans ``/dev``), and it keeps only the capabilities it
@@ -103,8 +103,8 @@ def private_namespace(writes: tuple[str, ...], *, scratch: str | None, cwd: str 
             prefix += ["--dev-bind", real, real]
             if real != dev:
                 prefix += ["--symlink", real, dev]
-    prefix += ["--proc", "/proc", *PROC_READ_ONLY, "--unshare-net", "--unshare-ipc", "--unshare-uts",
-               "--die-with-parent", "--cap-drop", "ALL"]
+    prefix += ["--proc", "/proc", *PROC_READ_ONLY, *(() if network else ("--unshare-net",)),
+               "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--cap-drop", "ALL"]
     for cap in dict.fromkeys((*BASE_CAPS, *caps)):
         prefix += ["--cap-add", cap]
     writable: list[str] = []
@@ -123,9 +123,10 @@ def private_namespace(writes: tuple[str, ...], *, scratch: str | None, cwd: str 
     if cwd:
         prefix += ["--chdir", os.path.realpath(cwd)]
     prefix.append("--")
-    how = ("private mount namespace (bubblewrap): / read-only, no network, no CAP_SYS_ADMIN"
+    net = "network kept (a read-only query of a cluster service)" if network else "no network"
+    how = (f"private mount namespace (bubblewrap): / read-only, {net}, no CAP_SYS_ADMIN"
            if "CAP_SYS_ADMIN" not in caps else
-           "private mount namespace (bubblewrap): / read-only, no network")
+           f"private mount namespace (bubblewrap): / read-only, {net}")
     return Confinement(tuple(prefix), tuple(writable), True, how + ", no_new_privs")
 
 

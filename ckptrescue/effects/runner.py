@@ -217,7 +217,7 @@ class SubprocessRunner:
                 confinement = confine.private_namespace(
                     (*decision.writes, *call.writable), scratch=scratch, cwd=call.cwd,
                     argv=tuple(str(a) for a in call.argv), caps=decision.caps,
-                    all_devices=decision.all_devices,
+                    all_devices=decision.all_devices, network=decision.network,
                     readonly=(*ctx.evidence_paths, *ctx.protected_paths))
             self._record_confinement(confinement)
             result = self._execute(call, exe, shown, cancel, confinement, scratch)

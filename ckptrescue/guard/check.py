@@ -65,6 +65,9 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
 def _by_subcommand(name: str, entry: Subcommands, args: list[str], ctx: GuardContext,
                    depth: int) -> Decision:
     parsed = parse(entry.globals, args)
+    for key in parsed.option_keys():  # a global option may be refused whatever follows
+        if key in entry.globals.refuse:
+            return Decision.refuse(entry.globals.refuse[key])
     if not parsed.operands:
         if entry.bare_ok or parsed.opts:
             return Decision.allow()
@@ -122,7 +125,8 @@ def _by_grammar(name: str, grammar: Grammar, args: list[str], ctx: GuardContext,
             writes.extend(decision.writes)
             host = host or decision.host_namespace
     return Decision.allow(writes=tuple(dict.fromkeys(writes)), host_namespace=host,
-                          caps=grammar.caps, all_devices=grammar.devices)
+                          caps=grammar.caps, all_devices=grammar.devices,
+                          network=grammar.network)
 
 
 def allowed_tools() -> list[str]:

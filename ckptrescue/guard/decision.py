@@ -17,11 +17,13 @@ class Decision:
     host_namespace: bool = False
     caps: tuple[str, ...] = ()  # capabilities the tool needs beyond file access
     all_devices: bool = False  # the tool scans /dev itself (else: only the devices it names)
+    network: bool = False  # keeps the host's network (a read-only query of a cluster service)
 
     @classmethod
     def allow(cls, *, writes: tuple[str, ...] = (), host_namespace: bool = False,
-              caps: tuple[str, ...] = (), all_devices: bool = False) -> Decision:
-        return cls(True, "", writes, host_namespace, caps, all_devices)
+              caps: tuple[str, ...] = (), all_devices: bool = False,
+              network: bool = False) -> Decision:
+        return cls(True, "", writes, host_namespace, caps, all_devices, network)
 
     @classmethod
     def refuse(cls, reason: str) -> Decision:

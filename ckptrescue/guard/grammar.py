@@ -89,6 +89,7 @@ class Grammar:
     long_only: bool = False  # getopt_long_only: "-name" is a long option when it matches one
     devices: bool = False  # scans /dev itself (needs every device node, not only those named)
     caps: tuple[str, ...] = ()  # capabilities the tool needs beyond file access (CAP_SYS_ADMIN…)
+    network: bool = False  # asks a cluster service over the network (Slurm, Kubernetes)
 
     def table(self) -> tuple[dict[str, Opt], dict[str, Opt]]:
         return _tables(self.options)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ckptrescue.guard.tools import (
+    cluster,
     devices,
     filesystems,
     imaging,
@@ -17,7 +18,7 @@ from ckptrescue.guard.tools import (
 from ckptrescue.guard.tools._base import Entry
 
 GRAMMARS: dict[str, Entry] = {}
-for _module in (readonly, filesystems, mounting, devices, imaging, logs, zfs):
+for _module in (readonly, filesystems, mounting, devices, imaging, logs, zfs, cluster):
     for _name, _entry in _module.TOOLS.items():
         if _name in GRAMMARS:
             raise RuntimeError(f"two grammars for {_name}")
