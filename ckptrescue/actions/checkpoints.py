@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findings_of, from_library
+from ckptrescue.actions.in_place import in_place
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.events import Event
 from ckptrescue.outputs import ProbeOutput, RankOutput, SalvageOutput
@@ -22,9 +23,10 @@ TensorFlow TensorBundle / SavedModel / checkpoint state, Keras .keras / .h5.
 Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable."""
     examples = ("ckptrescue probe runs/exp1/ --reference runs/exp1/step_900.pt --json",)
     output_type = ProbeOutput
-    args = (ArgSpec("paths", "list", required=True, item="path", positional=True,
+    args = (ArgSpec("paths", "list", required=True, item="string", positional=True,
+                    metavar="PATH|URL",
                     help="Checkpoint files, checkpoint directories or run directories (all "
-                         "probed)."),
+                         "probed); s3://, az://, gs:// URLs are probed in place (ranged reads)."),
             ArgSpec("reference", "path", help="A previous checkpoint to compare with."),
             ArgSpec("load", "boolean", default=False,
                     help="Also run the real loader in a sandboxed child (only when the "
@@ -35,7 +37,11 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
                     help="Include the per-tensor map (file, offset, length, status) in --json."),
             ArgSpec("scheduler", "string",
                     help="Dask scheduler address: probe each checkpoint on a worker (needs the "
-                         "[cluster] extra; workers must see the same paths)."))
+                         "[cluster] extra; workers must see the same paths)."),
+            ArgSpec("jobs", "integer", short="-j", minimum=1, default=1,
+                    help="Rank files of a multi-rank step probed in parallel."),
+            ArgSpec("endpoint_url", "string",
+                    help="Object-store endpoint for s3://, az://, gs:// paths (emulators)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
@@ -49,15 +55,20 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
         from ckptrescue.probes.checkpoints import probe_paths
 
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
-        reports = yield from ctx.blocking(lambda p: probe_paths(
-            [Path(x) for x in paths], reference=Path(args["reference"])
-            if args.get("reference") else None, load=bool(args["load"]), case=ctx.case,
-            numeric=bool(args["numeric"]), scheduler=args.get("scheduler") or None))
+        with in_place(paths, args.get("endpoint_url")) as (local, views):
+            reports = yield from ctx.blocking(lambda p: probe_paths(
+                [Path(x) for x in local], reference=Path(args["reference"])
+                if args.get("reference") else None, load=bool(args["load"]), case=ctx.case,
+                numeric=bool(args["numeric"]), scheduler=args.get("scheduler") or None,
+                jobs=int(args.get("jobs") or 1), progress=_rank_progress(p)),
+                label="rank files", unit="files")
+            audit = views.close(reports)
         findings = [f for r in reports for f in r.findings]
         for r in reports:
             yield ctx.output(f"{r.verdict:<10} {r.format:<14} {r.path}")
         bad = [r for r in reports if str(r.verdict) != "intact"]
         return ActionResult(
+            audit=audit,
             status="findings" if bad else "ok",
             outputs={"checkpoints": [r.to_json(with_tensors=bool(args.get("tensors")))
                                      for r in reports]},
@@ -151,12 +162,19 @@ class Rank(Action):
 Exit 0 when a resumable (intact) checkpoint exists, else 1."""
     examples = ("ckptrescue rank runs/exp1 --load --json",)
     output_type = RankOutput
-    args = (ArgSpec("run_dir", "path", required=True, positional=True,
-                    help="A run directory holding checkpoints."),
+    args = (ArgSpec("run_dir", "string", required=True, positional=True, metavar="DIR|URL",
+                    help="A run directory holding checkpoints (or an s3://, az://, gs:// "
+                         "prefix, probed in place)."),
             ArgSpec("load", "boolean", default=False,
                     help="Also load each checkpoint with its real library in the sandbox; a "
                          "file the loader refuses (or that tries to escape) is never "
-                         "recommended."))
+                         "recommended."),
+            ArgSpec("jobs", "integer", short="-j", minimum=1, default=1,
+                    help="Rank files of a multi-rank step probed in parallel."),
+            ArgSpec("scheduler", "string",
+                    help="Dask scheduler address: the rank files of each step on its workers."),
+            ArgSpec("endpoint_url", "string",
+                    help="Object-store endpoint for an s3://, az://, gs:// run (emulators)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"probe and rank every checkpoint under {args['run_dir']}"
@@ -168,14 +186,30 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
         # a probe step of the run records the findings; without one, rank records them
         probed = any(issubclass(a, Probe) for a in ctx.plan_actions)
         case = None if probed else ctx.case
-        result = yield from ctx.blocking(lambda p: rank(Path(args["run_dir"]), case=case,
-                                                        load=bool(args["load"])))
+        with in_place([str(args["run_dir"])], args.get("endpoint_url")) as (local, views):
+            result = yield from ctx.blocking(lambda p: rank(
+                Path(local[0]), case=case, load=bool(args["load"]),
+                jobs=int(args.get("jobs") or 1), scheduler=args.get("scheduler") or None,
+                progress=_rank_progress(p)), label="rank files", unit="files")
+            audit = views.close_rank(result)
         out = result.to_json()
         for c in out.get("checkpoints", []):
             yield ctx.output(f"{c['verdict']:<10} {c['path']}")
         yield ctx.output(f"resume from: {out.get('resume_from')}")
-        return from_library(result, f"resume from {out.get('resume_from')}", status="ok",
+        done = from_library(result, f"resume from {out.get('resume_from')}", status="ok",
                             recorded=True)  # by rank (given the case) or by the probe step
+        done.audit = [*audit, *done.audit]
+        return done
+
+
+def _rank_progress(progress: Any) -> Any:
+    """Per rank file of multi-rank steps: a count for the step's progress line."""
+    done = [0]
+
+    def callback(*_args: Any, **_kw: Any) -> None:
+        done[0] += 1
+        progress(done[0], None)
+    return callback
 
 
 ACTIONS = [Probe, Salvage, Rank]

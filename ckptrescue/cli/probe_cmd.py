@@ -65,8 +65,16 @@ def render_rank(result: StepResult) -> int:
         emit_json(result.outputs)
     else:
         for c in out.checkpoints:
-            say(f"{str(c['verdict']).upper():<10} {c['path']}")
+            bad = c.get("bad_ranks") or []
+            more = (c.get("bad_ranks_total") or len(bad)) - len(bad[:8])
+            say(f"{str(c['verdict']).upper():<10} {c['path']}"
+                + (f"  bad ranks: {', '.join(bad[:8])}" + (f" (+{more})" if more > 0 else "")
+                   if bad else ""))
         say(f"resume from: {out.resume_from or '(none)'}")
+        fix = out.to_json().get("pointer_fix")
+        if fix:
+            say(f"pointer: {fix['pointer']} says {fix['current']!r}; write {fix['write']!r} "
+                "to resume from the newest complete step (ckptrescue never writes it)")
     return 0 if out.resume_from else int(ExitCode.FINDINGS)
 
 
@@ -74,7 +82,8 @@ COMMANDS = {
     "probe": Command("probe", render_probe),
     "salvage": Command("salvage", render_salvage),
     # a one-step run has no probe step: rank records the probe findings itself
-    "rank": Command("rank", render_rank, order=("run_dir", CASE, "load", JSON)),
+    "rank": Command("rank", render_rank, order=("run_dir", CASE, "load", "jobs", "scheduler",
+                                               "endpoint_url", JSON)),
 }
 
 

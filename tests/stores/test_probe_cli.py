@@ -1,0 +1,43 @@
+"""``ckptrescue probe`` and ``rank`` on store URLs: the same verdicts as a local probe, the
+reports named by their URLs, the bytes read accounted in the case, nothing left mounted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import invoke
+
+from ckptrescue.case import Case
+
+
+def _args(kit: Any) -> list[str]:
+    return ["--endpoint-url", kit.options.endpoint_url] if kit.scheme == "s3" else []
+
+
+def test_probe_and_rank_a_store_prefix_in_place(fuse_ok: None, kit: Any, checkpoints: dict,
+                                                tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    kit.put("run/step-1/model.pt", checkpoints["model.pt"].read_bytes())
+    kit.put("run/step-2/model.pt", checkpoints["damaged.pt"].read_bytes())
+    before = kit.state()
+    case = tmp_path / "case"
+    assert invoke("case", "new", str(case), "--title", "store").returncode == 0
+    result = invoke("probe", kit.url("run/"), "--json", "--case", str(case), *_args(kit))
+    assert result.returncode == 1, result.stderr
+    verdicts = {c["path"]: c["verdict"] for c in json.loads(result.stdout)["checkpoints"]}
+    assert len(verdicts) == 2
+    by_step = {("step-1" if "step-1" in p else "step-2"): v for p, v in verdicts.items()}
+    assert by_step == {"step-1": "intact", "step-2": "damaged"}
+    assert all("://" in p for p in verdicts), verdicts  # named by URL, not the mount
+    [read] = [r["details"] for r in Case.open(case).records("store.read")]
+    assert read["objects_read"] == 2 and read["bytes_read"] <= 1.01 * read["object_bytes"]
+    ranked = invoke("rank", kit.url("run/"), "--json", *_args(kit))
+    assert ranked.returncode == 0, ranked.stderr
+    resume = json.loads(ranked.stdout)["resume_from"]
+    assert "://" in resume and "step-1" in resume
+    assert kit.state() == before
+    assert "ckptrescue-view" not in Path("/proc/mounts").read_text()
