@@ -488,3 +488,13 @@ class WatchPassOutput(StepOutputs):
     notes: list[str] = field(default_factory=list, metadata=doc(
         "Alerts that could not be delivered."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class StoreResultOutput(StepOutputs):
+    """The outputs of ``store verify|history|preflight|preserve|restore``: the library result's
+    JSON as it stands (``docs/stores.md`` describes each), plus the one-line answer."""
+
+    url: str = field(default="", metadata=doc("The object-store URL."))
+    ok: bool = field(default=True, metadata=doc("Nothing wrong was found."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
