@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ckptrescue-setup
 APT_PACKAGES := gddrescue xfsprogs e2fsprogs btrfs-progs util-linux rsync smartmontools nvme-cli dmsetup lvm2 \
-                libfuse2 chromium tmux bubblewrap dosfstools nodejs
+                libfuse2 chromium tmux bubblewrap dosfstools nodejs sshfs openssh-server
 DEMO_DIR ?= demo-out
 # Azurite (the Azure Blob emulator of tests/stores) from npm, under build/, only for setup/test.
 AZURITE_VERSION := 3.35.0

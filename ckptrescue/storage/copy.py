@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Recorded, Severity
-from ckptrescue.storage import filesystem, samedisk, sysfs, walk, writeblock
+from ckptrescue.storage import filesystem, netfs, samedisk, sysfs, walk, writeblock
 from ckptrescue.storage.filesystem import CopySources
 
 if TYPE_CHECKING:
@@ -97,9 +97,25 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
         raise UsageError(f"{dst} is inside the source {src}")
     dst.mkdir(parents=True, exist_ok=True)
     sources = copy_sources(case, src)
+    netfs_findings: list[Finding] = []
     for m in sources.media:
         cmp = samedisk.compare(m, dst)
         case.log("copy.samedisk", {"source": m, "dest": str(dst), **cmp.to_json()})
+        if cmp.verdict is samedisk.Sameness.UNKNOWN:
+            # no physical disk to name: which storage (NFS export, Lustre fsname, FUSE daemon, ...)
+            net = netfs.compare(m, dst)
+            if net.source.network or net.dest.network:
+                case.log("copy.samestorage", {"source": m, "dest": str(dst), **net.to_json()})
+                if net.verdict is not samedisk.Sameness.DIFFERENT:
+                    raise RefusedError(f"copy destination {dst} could be the same storage as "
+                                       f"{m}: {net.verdict} ({net.reason})",
+                                       hint="choose --dest on storage that is provably "
+                                       "elsewhere (a local disk, another server or filesystem)")
+                netfs_findings.append(Finding(
+                    "NF004", Severity.INFO, f"{m} is on {net.source.describe()}; the "
+                    f"destination is other storage: {net.reason}", evidence=str(src),
+                    source="copy", details=net.to_json()))
+                continue
         if cmp.verdict is not samedisk.Sameness.DIFFERENT:
             raise RefusedError(f"copy destination {dst} must be on other media than {m}: "
                                f"{cmp.verdict} ({cmp.reason})",
@@ -119,7 +135,7 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     entries = [sysfs.mount_of(p) for p in mounted]
     for p in mounted:  # the devices under a ZFS pool's datasets were write-blocked by `mount`
         writeblock.protect_mount_source(p, case, purpose="copy source")
-    findings: list[Finding] = []
+    findings: list[Finding] = list(netfs_findings)
     if left_out:
         findings.append(Finding("CP005", Severity.WARNING, f"{len(left_out)} dataset(s) of the "
                                 "pool are not mounted and are not in the copy: "

@@ -28,7 +28,7 @@ from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.parsers import ddrescue_mapfile
-from ckptrescue.storage import samedisk, sysfs
+from ckptrescue.storage import netfs, samedisk, sysfs
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -209,8 +209,17 @@ def image(source: str | Path, *, case: Case, dest: str | Path | None = None, ret
         raise RefusedError(f"destination {dest_dir} is on the same physical disk as {src} "
                            f"({cmp.reason})", hint="image onto separate media (--dest DIR)")
     if cmp.verdict is samedisk.Sameness.UNKNOWN:
-        raise RefusedError(f"cannot prove that {dest_dir} is on other media than {src}: "
-                           f"{cmp.reason}", hint="choose a destination on a local disk")
+        # an image file on NFS/Lustre/FUSE, or a destination there: which storage, not which disk
+        net = netfs.compare(src, dest_dir)
+        networked = net.source.network or net.dest.network
+        if networked:
+            case.log("image.samestorage", {"source": str(src), "dest": str(dest_dir),
+                                           **net.to_json()})
+        if not networked or net.verdict is not samedisk.Sameness.DIFFERENT:
+            raise RefusedError(f"cannot prove that {dest_dir} is on other media than {src}: "
+                               f"{net.reason if networked else cmp.reason}",
+                               hint="choose a destination on a local disk or on storage served "
+                               "elsewhere")
     if facts["block_device"]:
         from ckptrescue.storage import writeblock
 
