@@ -89,7 +89,11 @@ class ExecOutput(StepOutputs):
 @dataclass
 class CollectLogsOutput(StepOutputs):
     logs: dict[str, Any] = field(default_factory=dict, metadata=doc(
-        "Per tool (dmesg, journalctl): returncode, sha256 of the captured artifact, bytes."))
+        "Per tool run (dmesg, journalctl, sacct, scontrol, kubectl): argv, returncode, sha256 "
+        "of the captured artifact, bytes."))
+    files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per log file kept: path, kind (log:NAME or cloudtrail), size, offset, read, "
+        "truncated, sha256, error."))
 
 
 @dataclass
@@ -498,3 +502,11 @@ class StoreResultOutput(StepOutputs):
     url: str = field(default="", metadata=doc("The object-store URL."))
     ok: bool = field(default=True, metadata=doc("Nothing wrong was found."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class DeviceHealthOutput(StepOutputs):
+    target: str = field(default="", metadata=doc("The device asked about."))
+    device: bool = field(default=False, metadata=doc("A block device (else skipped)."))
+    health: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "disk, smartctl (parsed -x -j), nvme_smart_log, nvme_error_log."))

@@ -93,34 +93,70 @@ command exits 3 with a one-line reason (also in the audit log)."""
 
 class CollectLogs(Action):
     name = "collect.logs"
-    summary = "Capture kernel and system logs read-only (dmesg, journal) as artifacts"
+    summary = "Capture logs and scheduler state read-only (kernel, journal, syslog, Slurm, k8s)"
     capability = "exec_tool"
     output_type = CollectLogsOutput
-    args = (ArgSpec("journal", "boolean", default=True, help="Also export the kernel journal."),)
+    args = (ArgSpec("journal", "boolean", default=True, help="Also export the journal."),
+            ArgSpec("since", "string", help="Journal window start (journalctl --since syntax, "
+                    "e.g. '2026-11-30 22:00')."),
+            ArgSpec("until", "string", help="Journal window end."),
+            ArgSpec("system_logs", "boolean", default=True,
+                    help="Also keep /var/log/messages, syslog, kern.log and slurmd logs."),
+            ArgSpec("logs", "list", item="path", help="Training-job logs and raw CloudTrail "
+                    "files to keep with the case (tail of each, bounded)."),
+            ArgSpec("slurm_jobs", "list", help="Slurm job ids: sacct and scontrol show job."),
+            ArgSpec("k8s_namespace", "string", help="Kubernetes namespace: its events."),
+            ArgSpec("pods", "list", help="Pods in that namespace: describe and logs."),
+            ArgSpec("k8s_context", "string", help="kubectl context."))
 
-    COMMANDS = (("dmesg", "-x", "--time-format", "iso"),
-                ("journalctl", "-k", "-o", "json", "--no-pager", "-n", "20000"))
+    def _calls(self, args: dict[str, Any]) -> list[tuple[str, ...]]:
+        from ckptrescue.collect.host import Kube, Window, tool_calls
+
+        k8s = Kube(str(args["k8s_namespace"]), tuple(p for p in args.get("pods") or () if p),
+                   args.get("k8s_context") or None) if args.get("k8s_namespace") else None
+        return tool_calls(Window(args.get("since") or None, args.get("until") or None),
+                          [str(j) for j in args.get("slurm_jobs") or () if str(j)], k8s,
+                          journal=bool(args.get("journal", True)))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
-        cmds = self.COMMANDS if args.get("journal", True) else self.COMMANDS[:1]
-        return [shlex.join(c) for c in cmds]
+        lines = [shlex.join(c) for c in self._calls(args)]
+        files = (["system logs (messages, syslog, kern.log, slurmd)"]
+                 if args.get("system_logs", True) else []) + list(args.get("logs") or [])
+        if files:
+            lines.append("keep (read only, tail bounded): "
+                         + ", ".join(str(f) for f in files if str(f)))
+        return lines
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         import shutil
 
+        from ckptrescue.collect.host import SYSTEM_LOGS, read_logs
+
         collected: dict[str, Any] = {}
-        cmds = self.COMMANDS if args.get("journal", True) else self.COMMANDS[:1]
-        for argv in cmds:
+        for argv in self._calls(args):
             if shutil.which(argv[0]) is None:
                 yield ctx.output(f"{argv[0]} not available; skipped")
                 continue
             result = ctx.runner.run(ToolCall(argv=argv, timeout_s=120,
                                              purpose="collect.logs"), cancel=ctx.cancel)
-            collected[argv[0]] = {"returncode": result.returncode,
-                                  "sha256": result.stdout_sha256,
-                                  "bytes": len(result.stdout_bytes)}
-        return ActionResult(outputs={"logs": collected},
-                            summary=f"{len(collected)} log source(s) captured")
+            label = " ".join(a for a in argv[:4] if not a.startswith("-"))
+            collected[argv[0] if argv[0] not in collected else label] = {
+                "argv": list(argv), "returncode": result.returncode,
+                "sha256": result.stdout_sha256, "bytes": len(result.stdout_bytes)}
+        paths = [*(SYSTEM_LOGS if args.get("system_logs", True) else ()),
+                 *(str(p) for p in args.get("logs") or () if str(p))]
+        reads = yield from ctx.blocking(lambda p: read_logs(paths))
+        artifacts = [r.data for r in reads if r.data is not None]
+        files = [r.to_json() for r in reads]
+        audit = [AuditEvent("logs.collected", {"files": files},
+                            tuple(a.sha256 for a in artifacts))] if files else []
+        for r in reads:
+            yield ctx.output(f"{r.path}: " + (r.error or f"{r.read} bytes kept"
+                                               + (" (tail)" if r.truncated else "")))
+        return ActionResult(outputs={"logs": collected, "files": files},
+                            artifacts=artifacts, audit=audit,
+                            summary=f"{len(collected)} tool(s) run, {len(artifacts)} log "
+                                    "file(s) kept")
 
 
 class CaseVerify(Action):

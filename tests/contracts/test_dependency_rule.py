@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pure", ("formats", "families", "parsers", "guard")),
     ("effects", ("effects", "case", "audit")),
     ("capabilities", ("storage", "s3", "stores", "datasets", "probes", "salvage", "rank",
-                      "trainstate", "profiles", "quarantine", "gate", "watch",
+                      "trainstate", "profiles", "quarantine", "gate", "watch", "collect",
                       "verified_load", "sandbox_children")),
     ("engine", ("engine", "action", "actions", "outputs", "events", "playbook", "answer",
                 "report", "exports", "provenance", "case_outputs")),

@@ -8,17 +8,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import invoke
 
 from ckptrescue.playbook import load
 from ckptrescue.playbook.lint import lint
 from ckptrescue.playbook.schema import json_schema
 from ckptrescue.playbook.validate import schema_problems
 
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 SHIPPED = load.shipped()
 
 
@@ -27,11 +26,11 @@ def sha256(path: Path) -> str:
 
 
 def run_playbook(name: str, case: Path, **params: object) -> tuple[int, dict, str]:
-    argv = [EXE, "playbook", "run", name, "--case", str(case), "--yes", "--json"]
+    argv = ["playbook", "run", name, "--case", str(case), "--yes", "--json"]
     for key, value in params.items():
         argv += ["-p", f"{key}={value}"]
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    res = invoke(*argv, env_extra={"AWS_ACCESS_KEY_ID": "testing",
+                                   "AWS_SECRET_ACCESS_KEY": "testing"})
     try:
         data = json.loads(res.stdout)
     except ValueError:
@@ -52,7 +51,7 @@ def test_the_expected_playbooks_ship() -> None:
     assert set(SHIPPED) >= {"triage", "preserve-block-device", "preserve-mounted-fs",
                             "preserve-s3-prefix", "inspect-xfs", "inspect-ext4", "inspect-zfs",
                             "verify-s3-prefix", "probe-checkpoints", "dataset-audit",
-                            "full-incident", "inspect-zfs-member"}
+                            "full-incident", "inspect-zfs-member", "collect-host"}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
@@ -66,7 +65,8 @@ def test_shipped_playbook_lints_and_validates(name: str) -> None:
 
 
 def test_published_json_schema_matches_the_model(tmp_path: Path) -> None:
-    res = subprocess.run([EXE, "playbook", "schema"], capture_output=True, text=True, check=True)
+    res = invoke("playbook", "schema")
+    assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == json_schema()
     committed = Path(__file__).resolve().parents[2] / "docs" / "playbook.schema.json"
     assert json.loads(committed.read_text()) == json_schema(), "regenerate docs (make docs)"
@@ -115,7 +115,7 @@ def test_inspect_zfs_runs_or_names_the_missing_tool(tmp_path: Path) -> None:
         assert "zpool: not installed" in audit
     else:
         assert rc in (0, 1, 4)
-    verify = subprocess.run([EXE, "case", "verify", str(tmp_path / "case")])
+    verify = invoke("case", "verify", str(tmp_path / "case"))
     assert verify.returncode == 0
 
 
@@ -287,5 +287,5 @@ def test_inspect_zfs_member_reads_labels_everywhere(tmp_path: Path) -> None:
     else:
         assert rc in (0, 1), err
     assert sha256(img) == before
-    verify = subprocess.run([EXE, "case", "verify", str(tmp_path / "case")])
+    verify = invoke("case", "verify", str(tmp_path / "case"))
     assert verify.returncode == 0
