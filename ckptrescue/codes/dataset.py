@@ -24,6 +24,14 @@ CODES = {
                                 "part): the reason is given"),
     "DS009": (Severity.WARNING, "Decompression stopped at the ratio or size limit (a "
                                 "decompression bomb?): the rest of the file is not checked"),
+    "DS010": (Severity.ERROR, "Arrow IPC file or stream damaged (framing, buffers, footer, or a "
+                              "record batch that does not decode)"),
+    "DS011": (Severity.ERROR, "Megatron indexed dataset damaged (.idx header/counts/pointers, "
+                              ".bin length, a missing partner)"),
+    "DS012": (Severity.ERROR, "MosaicML MDS shard or index damaged (missing shard, size, hash, "
+                              "offset table, sample layout)"),
+    "DS013": (Severity.ERROR, "Hugging Face datasets folder inconsistent (missing Arrow file, "
+                              "damaged JSON, row counts)"),
     "RC001": (Severity.INFO, "A damaged or missing file was recovered from a backup version and "
                              "verified"),
     "RC002": (Severity.ERROR, "A damaged or missing file could not be recovered: no backup "

@@ -44,6 +44,18 @@ def detect(name: bytes | str, head: bytes) -> str:
         return "npy"
     if len(head) >= 262 and head[257:262] == b"ustar":
         return "tar"
+    from ckptrescue.datasets import arrow_ipc, hf_cache, mds, megatron_indexed
+
+    if arrow_ipc.looks_like_file(head) or arrow_ipc.looks_like_stream(head):
+        return "arrow"
+    if megatron_indexed.looks_like_index(head):
+        return "megatron"
+    if mds.looks_like_shard(head):
+        return "mds"
+    if mds.looks_like_index(head):
+        return "mds-index"
+    if hf_cache.looks_like_state(head) or hf_cache.looks_like_builder_info(head):
+        return "hf-datasets"
     if looks_like_tfrecord(head):
         return "tfrecord"
     return "other"

@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ckptrescue.datasets import jsonl, npy, parquet, tarshards, tfrecord
+from ckptrescue.datasets import (
+    arrow_ipc,
+    hf_cache,
+    jsonl,
+    mds,
+    megatron_indexed,
+    npy,
+    parquet,
+    tarshards,
+    tfrecord,
+)
 from ckptrescue.datasets.decompress import (
     Decompressed,
     LimitReached,
@@ -48,9 +58,18 @@ CHECKERS: dict[str, Checker] = {
     "jsonl": jsonl.check,
     "npy": npy.check_npy,
     "npz": npy.check_npz,
+    "arrow": arrow_ipc.check,
+    "mds": mds.check,
+}
+# formats checked from their path (partner files, a directory's JSON against its files)
+PATH_CHECKERS: dict[str, Callable[[str], CheckOutcome]] = {
+    "megatron": megatron_indexed.check_path,  # the .idx with its .bin
+    "mds-index": mds.check_index_path,  # every shard's presence, size and hashes
+    "hf-datasets": hf_cache.check_path,  # state.json / dataset_info.json against the files
 }
 _CODES = {"tfrecord": "DS001", "tar": "DS002", "parquet": "DS003", "jsonl": "DS004",
-          "npy": "DS005", "npz": "DS005"}
+          "npy": "DS005", "npz": "DS005", "arrow": "DS010", "megatron": "DS011",
+          "mds": "DS012", "mds-index": "DS012", "hf-datasets": "DS013"}
 
 
 @dataclass
@@ -132,7 +151,7 @@ class DatasetVerifyResult(Recorded):
 
 
 # formats whose checkers read a stream front to back (so a decompressed stream works)
-STREAMED = {"tfrecord", "tar", "jsonl", "npy"}
+STREAMED = {"tfrecord", "tar", "jsonl", "npy", "mds"}
 
 
 def _detect(rel: bytes, head: bytes, fh: IO[bytes]) -> tuple[str, str | None]:
@@ -166,6 +185,15 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
         except UnreadableAt as exc:
             return _unreadable(entry.rel, "other", exc, 0)
         base = fmt.split("+")[0]
+        if base in PATH_CHECKERS and kind is None:
+            try:
+                outcome = PATH_CHECKERS[base](os.fsdecode(path))
+            except UnreadableAt as exc:
+                return _unreadable(entry.rel, fmt, exc, 0)
+            except Exception as exc:  # a checker bug must not lose the other files' results
+                return FileCheck(entry.rel, fmt, "unchecked", note=f"internal error in the "
+                                 f"{base} checker: {type(exc).__name__}: {exc}")
+            return _outcome(entry.rel, fmt, outcome)
         checker = CHECKERS.get(base)
         if checker is None:
             return FileCheck(entry.rel, fmt, "unchecked", note="format not checked")
@@ -201,13 +229,17 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
         failure = failure_of(fh)
         if failure is not None:  # a library caught our I/O error and reported something else
             return _unreadable(entry.rel, fmt, failure, outcome.records)
+    return _outcome(entry.rel, fmt, outcome)
+
+
+def _outcome(rel: bytes, fmt: str, outcome: CheckOutcome) -> FileCheck:
     if outcome.bad:
-        return FileCheck(entry.rel, fmt, "damaged", outcome.bad, outcome.records,
+        return FileCheck(rel, fmt, "damaged", outcome.bad, outcome.records,
                          note=outcome.unchecked_reason or "")
     if outcome.unchecked_reason:
-        return FileCheck(entry.rel, fmt, "unchecked", records=outcome.records,
+        return FileCheck(rel, fmt, "unchecked", records=outcome.records,
                          note=outcome.unchecked_reason, limit=outcome.limit)
-    return FileCheck(entry.rel, fmt, "ok", records=outcome.records)
+    return FileCheck(rel, fmt, "ok", records=outcome.records)
 
 
 def _unreadable(rel: bytes, fmt: str, exc: UnreadableAt, records: int) -> FileCheck:

@@ -686,3 +686,27 @@ def test_registration_detects_by_content_and_checks_clean(
     assert seen == {"arrow": 5 + 3 + 1, "hf-datasets": 2, "megatron": 1, "mds": 3,
                     "mds+zstd": 3, "mds-index": 2, "other": 2}
     # other: the saved directory's dataset_info.json (no builder_name) and the .bin
+
+
+def test_dataset_verify_dispatches_the_llm_formats(tmp_path: Path) -> None:
+    """``dataset verify`` finds each format by content and reports it with its code."""
+    from ckptrescue.datasets.verify import verify_dataset
+    from fixtures import llm_datasets as fx
+
+    root = tmp_path / "data"
+    root.mkdir()
+    fx.write_arrow(root / "train.arrow", stream=False)
+    fx.write_arrow(root / "cut.arrow", stream=True)
+    fx.truncate(root / "cut.arrow", (root / "cut.arrow").stat().st_size // 2)
+    fx.write_megatron(root / "tokens")
+    (root / "tokens.bin").unlink()
+    fx.write_mds(root / "mds")
+    result = verify_dataset(root)
+    by = {f.rel.decode(): (f.format, f.status) for f in result.files}
+    assert by["train.arrow"] == ("arrow", "ok")
+    assert by["cut.arrow"] == ("arrow", "damaged")
+    assert by["tokens.idx"] == ("megatron", "damaged")
+    assert by["mds/index.json"][0] == "mds-index" and by["mds/index.json"][1] == "ok"
+    assert all(status == "ok" for rel, (fmt, status) in by.items() if rel.startswith("mds/"))
+    codes = {f.code for f in result.findings()}
+    assert {"DS010", "DS011"} <= codes
