@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import invoke
 
 from ckptrescue.datasets import decompress
 from ckptrescue.datasets.crc32c import crc32c, mask
@@ -45,7 +45,7 @@ def _one(root: Path):  # noqa: ANN202
 
 
 def _cli(*argv: str) -> tuple[int, str]:
-    proc = run_cli(*argv, timeout=120, cwd=REPO)
+    proc = invoke(*argv)
     return proc.returncode, proc.stdout
 
 

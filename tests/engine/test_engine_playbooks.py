@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import invoke
 
 from ckptrescue import engine
 from ckptrescue.case import Case
@@ -73,14 +74,11 @@ def test_events_in_order_and_skipped_when(tmp_path: Path) -> None:
 def test_gate_stops_non_interactive_run_then_resumes(tmp_path: Path) -> None:
     pb = book(tmp_path, GOOD)
     c = tmp_path / "case"
-    first = subprocess.run([EXE, "playbook", "run", str(pb), "--case", str(c),
-                            "-p", f"target={tmp_path}"], capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL, timeout=120)
+    first = invoke("playbook", "run", str(pb), "--case", str(c), "-p", f"target={tmp_path}")
     assert first.returncode == 2
     assert "stopped at confirm gate 'gate'" in first.stderr
-    second = subprocess.run([EXE, "playbook", "run", str(pb), "--case", str(c),
-                             "-p", f"target={tmp_path}", "--yes"], capture_output=True,
-                            text=True, stdin=subprocess.DEVNULL, timeout=120)
+    second = invoke("playbook", "run", str(pb), "--case", str(c), "-p", f"target={tmp_path}",
+                    "--yes")
     assert second.returncode == 0, second.stderr
     assert "listing skipped: already finished" in second.stderr
     case = Case.open(c)
@@ -90,9 +88,8 @@ def test_gate_stops_non_interactive_run_then_resumes(tmp_path: Path) -> None:
 
 def test_dry_run_prints_every_command(tmp_path: Path) -> None:
     pb = book(tmp_path, GOOD)
-    res = subprocess.run([EXE, "playbook", "run", str(pb), "--case", str(tmp_path / "c"),
-                          "-p", f"target={tmp_path}", "--dry-run"], capture_output=True,
-                         text=True, timeout=60)
+    res = invoke("playbook", "run", str(pb), "--case", str(tmp_path / "c"),
+                 "-p", f"target={tmp_path}", "--dry-run")
     assert res.returncode == 0
     assert f"$ ls -la {tmp_path}" in res.stdout
     assert "confirm: continue with" in res.stdout
@@ -119,8 +116,7 @@ def test_lint_names_file_line_and_problem(tmp_path: Path, text: str, line: int,
     path = book(tmp_path, text)
     problems = [str(p) for p in lint(load.load_file(path))]
     assert any(p.startswith(f"{path}:{line}:") and needle in p for p in problems), problems
-    res = subprocess.run([EXE, "playbook", "lint", str(path)], capture_output=True, text=True,
-                         timeout=60)
+    res = invoke("playbook", "lint", str(path))
     assert res.returncode == 2 and needle in res.stderr
 
 
@@ -137,20 +133,18 @@ def test_malformed_playbooks_fail_to_load_with_location(tmp_path: Path, text: st
     path = book(tmp_path, text)
     with pytest.raises(PlaybookError, match=needle.replace("[", r"\[").replace("'", "'")):
         load.load_file(path)
-    res = subprocess.run([EXE, "playbook", "run", str(path), "--case", str(tmp_path / "c")],
-                         capture_output=True, text=True, timeout=60)
+    res = invoke("playbook", "run", str(path), "--case", str(tmp_path / "c"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith("ckptrescue: error:")
 
 
 def test_parameters_validated_before_anything_runs(tmp_path: Path) -> None:
     pb = book(tmp_path, GOOD)
-    res = subprocess.run([EXE, "playbook", "run", str(pb), "--case", str(tmp_path / "c"),
-                          "-p", "target=/no/such/dir"], capture_output=True, text=True, timeout=60)
+    res = invoke("playbook", "run", str(pb), "--case", str(tmp_path / "c"),
+                 "-p", "target=/no/such/dir")
     assert res.returncode == 2 and "is not an existing directory" in res.stderr
     assert not (tmp_path / "c").exists()
-    res = subprocess.run([EXE, "playbook", "run", str(pb), "--case", str(tmp_path / "c")],
-                         capture_output=True, text=True, timeout=60)
+    res = invoke("playbook", "run", str(pb), "--case", str(tmp_path / "c"))
     assert res.returncode == 2 and "missing required parameter target" in res.stderr
 
 
@@ -190,10 +184,9 @@ def test_interrupted_run_resumes_without_repeating(tmp_path: Path, sig: int) -> 
         proc.wait()
     case = Case.open(c)
     assert case.verify().ok
-    # second run: step one is not repeated; two and three run (two with a shorter sleep? no:
-    # the same command must be used, so give it time)
-    res = subprocess.run([EXE, "playbook", "run", str(pb), "--case", str(c)],
-                         capture_output=True, text=True, timeout=120)
+    # second run (in process: only the interrupted one needs a process of its own): step one
+    # is not repeated; two and three run (the same command, so two sleeps again)
+    res = invoke("playbook", "run", str(pb), "--case", str(c))
     assert res.returncode == 0, res.stderr
     assert "one skipped: already finished" in res.stderr
     echo_runs = [r for r in case.records("tool.run") if r["details"]["argv"] == ["echo", "one"]]
@@ -233,10 +226,9 @@ def test_gate_event_without_answer_is_stopped(tmp_path: Path) -> None:
 def test_completed_run_reruns_afresh(tmp_path: Path) -> None:
     pb = book(tmp_path, GOOD)
     c = tmp_path / "case"
-    argv = [EXE, "playbook", "run", str(pb), "--case", str(c), "-p", f"target={tmp_path}",
-            "--yes"]
-    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
-    second = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    argv = ["playbook", "run", str(pb), "--case", str(c), "-p", f"target={tmp_path}", "--yes"]
+    assert invoke(*argv).returncode == 0
+    second = invoke(*argv)
     assert second.returncode == 0 and "skipped: already finished" not in second.stderr
     runs = [r for r in Case.open(c).records("tool.run") if r["details"]["argv"][0] == "ls"]
     assert len(runs) == 2, "a completed run is not resumed: running it again runs it again"

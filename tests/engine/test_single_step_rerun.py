@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cli_helpers import run_cli
+from cli_helpers import invoke
 
 from ckptrescue import engine
 from ckptrescue.case import Case
@@ -15,11 +15,11 @@ from ckptrescue.events import StepFinished, StepSkipped
 
 def test_same_exec_argv_three_times_runs_three_times(tmp_path: Path) -> None:
     case_dir = tmp_path / "case"
-    assert run_cli("case", "new", str(case_dir), timeout=120).returncode == 0
+    assert invoke("case", "new", str(case_dir)).returncode == 0
     missing = str(tmp_path / "nonexistent")
     codes = []
     for _ in range(3):
-        proc = run_cli("exec", "--case", str(case_dir), "--", "cat", missing, timeout=120)
+        proc = invoke("exec", "--case", str(case_dir), "--", "cat", missing)
         assert "internal error" not in proc.stderr, proc.stderr
         assert "exit 1" in proc.stderr, proc.stderr
         codes.append(proc.returncode)
@@ -51,7 +51,7 @@ def test_single_step_plan_resumes_only_when_asked(tmp_path: Path) -> None:
 def test_exec_records_its_run_as_finished(tmp_path) -> None:
     """``ckptrescue exec`` drives the engine to the end: the run's ``run.finished`` is logged."""
     case_dir = tmp_path / "case"
-    assert run_cli("case", "new", str(case_dir)).returncode == 0
-    assert run_cli("exec", "--case", str(case_dir), "--", "true").returncode == 0
+    assert invoke("case", "new", str(case_dir)).returncode == 0
+    assert invoke("exec", "--case", str(case_dir), "--", "true").returncode == 0
     case = Case.open(case_dir)
     assert len(list(case.records("run.finished"))) == 1

@@ -7,16 +7,15 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import invoke
 
 from ckptrescue.case import Case
 from ckptrescue.report.render import render
 
 EVIL = "<script>alert(1)</script>"  # as in conftest.py's hostile_case
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 
 
 def test_html_escapes_hostile_names_and_is_self_contained(hostile_case: Case) -> None:
@@ -52,8 +51,7 @@ def test_report_needs_no_rerun_and_does_not_change_the_case(hostile_case: Case) 
 @pytest.mark.needs_tool("chromium")
 def test_html_in_headless_chromium(hostile_case: Case, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    res = subprocess.run([EXE, "report", str(hostile_case.root), "-o", str(out)],
-                         capture_output=True, text=True, timeout=60)
+    res = invoke("report", str(hostile_case.root), "-o", str(out))
     assert res.returncode == 0, res.stderr
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -77,8 +75,7 @@ def test_report_refuses_to_overwrite_evidence_or_case_records(hostile_case: Case
     evidence.write_bytes(b"evidence")
     hostile_case.add_evidence(kind="image", source=str(evidence), acquired_how="test")
     for target in (evidence, hostile_case.root / "audit.jsonl"):
-        res = subprocess.run([EXE, "report", str(hostile_case.root), "-o", str(target)],
-                             capture_output=True, text=True, timeout=60)
+        res = invoke("report", str(hostile_case.root), "-o", str(target))
         assert res.returncode == 3 and "report:" in res.stderr
     assert evidence.read_bytes() == b"evidence"
     assert hostile_case.verify().ok
