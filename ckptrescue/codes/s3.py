@@ -6,7 +6,8 @@ CODES = {
     "S3001": (Severity.ERROR, "Local file (or downloaded bytes) does not match the object's "
                               "stored checksum or ETag"),
     "S3002": (Severity.WARNING, "An object under the prefix has no local counterpart"),
-    "S3003": (Severity.WARNING, "A local file has no object under the prefix"),
+    "S3003": (Severity.INFO, "Local files have no object under the prefix (one finding, the "
+                            "keys in its details)"),
     "S3004": (Severity.INFO, "An object could not be verified without downloading it"),
     "S3005": (Severity.ERROR, "An object could not be read (access denied or read error)"),
     "S3010": (Severity.WARNING, "Version-history anomaly (no/several latest versions, delete "

@@ -94,17 +94,22 @@ class VerifyResult(Recorded):
                 out.append(Finding(code="S3002", severity=Severity.WARNING,
                                    title=f"{obj.key}: no local file for this object",
                                    evidence=evidence, source="s3.verify", details=obj.to_json()))
-            elif obj.status == "missing-remote":
-                out.append(Finding(code="S3003", severity=Severity.WARNING,
-                                   title=f"{obj.key}: no object for this local file",
-                                   evidence=str(Path(self.local_dir) / obj.key),
-                                   source="s3.verify", details=obj.to_json()))
             elif obj.status == "unverifiable":
                 code, sev = ("S3005", Severity.ERROR) if obj.detail.get("error") else (
                     "S3004", Severity.INFO)
                 out.append(Finding(code=code, severity=sev,
                                    title=f"{obj.key}: unverifiable ({message})",
                                    evidence=evidence, source="s3.verify", details=obj.to_json()))
+        # local files never uploaded: one finding for the cause, the list in its details
+        unuploaded = [o.key for o in self.objects if o.status == "missing-remote"]
+        if unuploaded:
+            shown = ", ".join(unuploaded[:5]) + (" …" if len(unuploaded) > 5 else "")
+            out.append(Finding(
+                code="S3003", severity=Severity.INFO,
+                title=f"{len(unuploaded)} local file(s) have no object under {base} ({shown}): "
+                      "never uploaded, or uploaded elsewhere", evidence=str(self.local_dir),
+                source="s3.verify", details={"count": len(unuploaded),
+                                             "keys": unuploaded[:1000]}))
         return out
 
 

@@ -125,6 +125,55 @@ def classify(name: str, cmdline: list[str], maps_text: str = "") -> str:
     return "other"
 
 
+def volume_roots(volume: str) -> list[str]:
+    """The paths a volume is reached by: itself, and for a block device the mount points of
+    every filesystem on it (its partitions, and the device-mapper/loop devices above it)."""
+    import stat as stat_mod
+
+    from ckptrescue.storage import sysfs
+
+    try:
+        is_device = stat_mod.S_ISBLK(os.stat(volume).st_mode)
+    except OSError:
+        return [volume]
+    if not is_device:
+        return [volume]
+    try:
+        disk = sysfs.parent_disk(sysfs.dev_name(volume))
+    except (OSError, ValueError):
+        return [volume]
+    roots = [volume]
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return roots
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 2 or not parts[0].startswith("/dev/"):
+            continue
+        try:
+            name = sysfs.dev_name(parts[0])
+            on_disk = sysfs.parent_disk(name) == disk or disk in _below(name)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if on_disk:
+            roots.append(parts[1].replace("\\040", " "))
+    return roots
+
+
+def _below(name: str, depth: int = 0) -> set[str]:
+    """The whole disks under a device-mapper/loop/md device (its slaves, recursively)."""
+    from ckptrescue.storage import sysfs
+
+    out: set[str] = set()
+    if depth > 8:
+        return out
+    for slave in sysfs.slaves(name):
+        out.add(sysfs.parent_disk(slave))
+        out |= _below(slave, depth + 1)
+    return out
+
+
 def _under(path: str, volume: str | None) -> bool:
     if volume is None:
         return not path.startswith(("/proc/", "/sys/", "/dev/"))
@@ -213,6 +262,7 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
     import psutil
 
     vol = os.path.realpath(volume) if volume is not None else None
+    roots = volume_roots(vol) if vol is not None else []
     first: dict[int, int] = {}
     procs: dict[int, ProcessInfo] = {}
     me = os.getpid()
@@ -223,13 +273,14 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
             with p.oneshot():
                 first[p.pid] = p.io_counters().write_bytes
                 writes = [f.path for f in p.open_files() if f.mode in WRITE_MODES
-                          and _under(f.path, vol)]
+                          and (_under(f.path, None) if vol is None else
+                               any(_under(f.path, root) for root in roots))]
                 cmd = p.info["cmdline"] or []
                 name = p.info["name"] or ""
                 maps = _maps(p.pid) if "python" in name or (cmd and "python" in cmd[0]) else ""
                 kind = classify(name, cmd, maps)
                 try:
-                    cwd_on = vol is not None and _under(p.cwd(), vol)
+                    cwd_on = vol is not None and any(_under(p.cwd(), r) for r in roots)
                 except (psutil.Error, OSError):
                     cwd_on = False
                 if writes or kind != "other" or cwd_on:
@@ -290,21 +341,32 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
 def _findings(r: TriageResult) -> list[Finding]:
     out: list[Finding] = []
     where = r.volume or "any volume"
+    if r.volume is None:
+        # no volume named: every writer on the host is a lead, not a verdict — one summary
+        # finding with the list in its details, and the way to scope it
+        writers = [p for p in r.processes if p.open_for_write]
+        if writers:
+            names = sorted({p.name for p in writers})
+            out.append(Finding(
+                "TR001", Severity.INFO, f"{len(writers)} process(es) on this host have files "
+                f"open for writing ({', '.join(names[:8])}{' …' if len(names) > 8 else ''}); "
+                "no volume was given, so none is known to touch the evidence: run triage "
+                "--volume MOUNTPOINT|DEVICE to name the ones that do", evidence=where,
+                source="triage", details={"processes": [p.to_json() for p in writers][:200],
+                                          "count": len(writers)}))
     for p in r.processes:
         who = f"pid {p.pid} {p.name} ({' '.join(p.cmdline)[:200]})"
         if p.open_for_write and r.volume:
             out.append(Finding("TR001", Severity.CRITICAL, f"{who} has {len(p.open_for_write)} "
                                f"file(s) open for writing under {where}: stop it",
                                evidence=where, source="triage", details=p.to_json()))
-        elif p.open_for_write:  # no volume named: a lead, not a verdict
-            out.append(Finding("TR001", Severity.WARNING, f"{who} has {len(p.open_for_write)} "
-                               "file(s) open for writing (no volume given): stop it if they are "
-                               "on the affected volume", evidence=where, source="triage",
-                               details=p.to_json()))
-        if p.kind == "training" and (p.open_for_write or p.cwd_on_volume or r.volume is None):
+        if r.volume is None:
+            continue  # summarised above
+        if p.kind == "training" and (p.open_for_write or p.cwd_on_volume):
             out.append(Finding("TR002", Severity.WARNING, f"training job {who}", evidence=where,
                                source="triage", details=p.to_json()))
-        if p.kind == "sync":
+        if p.kind == "sync" and (p.open_for_write or p.cwd_on_volume or any(
+                _under(a, root) for a in p.cmdline for root in volume_roots(str(r.volume)))):
             out.append(Finding("TR003", Severity.WARNING, f"sync/backup agent {who} may "
                                "propagate damaged files", evidence=where, source="triage",
                                details=p.to_json()))

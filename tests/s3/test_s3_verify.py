@@ -152,3 +152,17 @@ def test_missing_bucket_is_a_usage_error(tmp_path, options):
     assert int(info.value.exit_code) == 2
     assert "bucket does not exist" in info.value.message
     assert info.value.partial.to_json()["objects"] == []
+
+
+def test_local_files_never_uploaded_are_one_finding(tmp_path, s3server, bucket, options,
+                                                     writer):
+    from ckptrescue.s3.verify import verify_prefix
+
+    writer.put_object(Bucket=bucket, Key="n/a.bin", Body=b"a")
+    write_local(tmp_path, "a.bin", b"a")
+    for i in range(13):
+        write_local(tmp_path, f"local-{i}.bin", b"x")
+    result = verify_prefix(f"s3://{bucket}/n", tmp_path, client_options=options)
+    s3003 = [f for f in result.findings() if f.code == "S3003"]
+    assert len(s3003) == 1 and s3003[0].details["count"] == 13
+    assert str(s3003[0].severity) == "info" and "13 local file(s)" in s3003[0].title

@@ -113,3 +113,40 @@ def test_triage_of_a_mounted_image_names_its_loop_device(case, shm_dir, tmp_path
         assert "loop" not in " ".join(volume_device_names(str(shm_dir)))
     finally:
         mounting.umount(tmp_path / "mnt", case=case)
+
+
+def test_without_a_volume_the_writers_are_one_summary(case):
+    res = triage(case=case, volume=None, seconds=0.2)
+    tr001 = [f for f in res.findings if f.code == "TR001"]
+    assert len(tr001) <= 1  # never one finding per process on the host
+    if tr001:
+        assert str(tr001[0].severity) == "info" and "--volume" in tr001[0].title
+        assert tr001[0].details["count"] == len(tr001[0].details["processes"]) or \
+            tr001[0].details["count"] > 200
+
+
+@pytest.mark.privileged
+def test_a_device_volume_names_the_writer_on_its_mounted_filesystem(case, shm_dir, tmp_path):
+    """triage --volume /dev/loopN: a process writing anywhere on that device's filesystem is
+    named; one writing elsewhere on the host is not."""
+    img = fx.make_fs(shm_dir / "w.img", "ext4")
+    loop = subprocess.run(["losetup", "--find", "--show", str(img)], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    mnt = tmp_path / "scratch-mnt"
+    mnt.mkdir()
+    writers: list[subprocess.Popen[bytes]] = []
+    try:
+        subprocess.run(["mount", loop, str(mnt)], check=True)
+        writers.append(subprocess.Popen([sys.executable, "-c", WRITER, str(mnt / "x.part")]))
+        writers.append(subprocess.Popen([sys.executable, "-c", WRITER,
+                                         str(tmp_path / "elsewhere.part")]))
+        time.sleep(0.5)
+        res = triage(case=case, volume=loop, seconds=0.3)
+        named = {f.details.get("pid") for f in res.findings if f.code == "TR001"}
+        assert writers[0].pid in named and writers[1].pid not in named
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait()
+        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(["losetup", "-d", loop], check=False)
