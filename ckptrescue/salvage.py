@@ -32,6 +32,7 @@ from ckptrescue.checkpoint import CheckpointReport, TensorRecord, Verdict
 from ckptrescue.errors import RefusedError, UsageError
 from ckptrescue.formats import dtypes
 from ckptrescue.formats.tensormap import finding
+from ckptrescue.model import ArtifactData, Finding, Recorded
 
 if TYPE_CHECKING:
     from ckptrescue.case import Case
@@ -40,8 +41,10 @@ CHUNK = 1 << 20
 
 
 @dataclass
-class SalvageResult:
-    """What was recovered, lost and filled, and where it was written."""
+class SalvageResult(Recorded):
+    """What was recovered, lost and filled, and where it was written. The audit record
+    (``checkpoint.salvaged`` naming the stored ``salvage.json``) and the SV findings are
+    carried for the engine to record (:class:`~ckptrescue.model.Recorded`)."""
 
     source: str
     source_verdict: str
@@ -57,6 +60,7 @@ class SalvageResult:
     # a loss no tensor name stands for (a truncated or incomplete source whose lost tensors
     # cannot all be named, e.g. HDF5 groups past the cut)
     unaccounted: str | None = None
+    findings: list[Finding] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def clean(self) -> bool:
@@ -367,33 +371,39 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
         result.unaccounted = (f"the source is {report.verdict}: what it lost cannot be named "
                               "tensor by tensor (see the probe's findings)")
     (out_dir / "salvage.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    if case is not None:
-        sha = case.store_artifact((out_dir / "salvage.json").read_bytes(),
-                                  name="salvage.json", kind="salvage-report")
-        case.log("checkpoint.salvaged", {"source": str(checkpoint), "output": str(out_path),
-                                         "recovered": len(result.recovered),
-                                         "lost": [x["name"] for x in result.lost][:500],
-                                         "filled": result.filled[:500]}, artifacts=[sha])
-        ev = str(checkpoint)
-        case.add_finding(finding("SV001", f"{len(result.recovered)} tensor(s) salvaged into "
-                                 f"{out_path}", evidence=ev))
-        if result.lost:
-            case.add_finding(finding("SV002", f"{len(result.lost)} tensor(s) could not be "
-                                     "salvaged", evidence=ev,
-                                     tensors=[x["name"] for x in result.lost][:500]))
-        if result.filled:
-            case.add_finding(finding("SV003", f"{len(result.filled)} tensor(s) filled from "
-                                     f"{fill_from}", evidence=ev, tensors=result.filled[:500]))
-        if result.suspect:
-            case.add_finding(finding(
-                "SV004", f"{len(result.suspect)} tensor(s) numerically suspect: written apart "
-                f"to {result.suspect_output}, not counted as recovered", evidence=ev,
-                tensors=[x["name"] for x in result.suspect][:500]))
-        if not (result.recovered or result.filled):
-            case.add_finding(finding("SV005", "no tensor could be salvaged"
-                                     + (f" ({len(result.lost)} lost)" if result.lost else
-                                        ": none could be named or verified"), evidence=ev))
+    sha = result.store(ArtifactData.of_bytes((out_dir / "salvage.json").read_bytes(),
+                                             name="salvage.json", kind="salvage-report"))
+    result.record("checkpoint.salvaged", {"source": str(checkpoint), "output": str(out_path),
+                                          "recovered": len(result.recovered),
+                                          "lost": [x["name"] for x in result.lost][:500],
+                                          "filled": result.filled[:500]}, artifacts=[sha])
+    result.findings_here()
+    result.findings.extend(salvage_findings(result, str(checkpoint), f"{out_path}",
+                                            f"{fill_from}"))
     return result
+
+
+def salvage_findings(result: SalvageResult, evidence: str, written: str,
+                     filled_from: str) -> list[Finding]:
+    """SV001-SV005 for one salvage: what was recovered, lost, filled, set apart, or nothing."""
+    out = [finding("SV001", f"{len(result.recovered)} tensor(s) salvaged into {written}",
+                   evidence=evidence)]
+    if result.lost:
+        out.append(finding("SV002", f"{len(result.lost)} tensor(s) could not be salvaged",
+                           evidence=evidence, tensors=[x["name"] for x in result.lost][:500]))
+    if result.filled:
+        out.append(finding("SV003", f"{len(result.filled)} tensor(s) filled from {filled_from}",
+                           evidence=evidence, tensors=result.filled[:500]))
+    if result.suspect:
+        out.append(finding(
+            "SV004", f"{len(result.suspect)} tensor(s) numerically suspect: written apart "
+            f"to {result.suspect_output or 'the suspect file'}, not counted as recovered",
+            evidence=evidence, tensors=[x["name"] for x in result.suspect][:500]))
+    if not (result.recovered or result.filled):
+        out.append(finding("SV005", "no tensor could be salvaged"
+                           + (f" ({len(result.lost)} lost)" if result.lost else
+                              ": none could be named or verified"), evidence=evidence))
+    return out
 
 
 def _is_suspect(rec: TensorRecord, report: CheckpointReport) -> bool:

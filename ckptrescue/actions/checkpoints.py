@@ -6,7 +6,15 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findings_of, from_library
+from ckptrescue.action import (
+    Action,
+    ActionResult,
+    ArgSpec,
+    StepContext,
+    findings_of,
+    from_library,
+    with_findings,
+)
 from ckptrescue.actions.in_place import in_place
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.events import Event
@@ -88,17 +96,23 @@ when nothing at all could be recovered."""
     examples = ("ckptrescue salvage /evidence/step_1200.pt /recovery/step_1200 --fill-from "
                 "step_1100.pt",)
     output_type = SalvageOutput
-    args = (ArgSpec("checkpoint", "path", positional=True, help="The damaged checkpoint."),
+    args = (ArgSpec("checkpoint", "string", positional=True, metavar="PATH|URL",
+                    help="The damaged checkpoint (a file, a step directory, or an s3://, "
+                         "az://, gs:// URL read in place)."),
             ArgSpec("probed", "list", cli=False,
                     help="Probe results (${probe.checkpoints}): salvage every damaged or "
                          "truncated one; unsafe checkpoints are never touched."),
             ArgSpec("out_dir", "path", positional=True,
                     help="New recovery directory (not next to the input, not on a read-only "
                          "mount)."),
-            ArgSpec("fill_from", "path",
-                    help="Take lost tensors from this reference checkpoint."),
+            ArgSpec("fill_from", "string", metavar="PATH|URL",
+                    help="Take lost tensors from this reference checkpoint (for a multi-rank "
+                         "step: an earlier complete step; missing ranks' shards are taken from "
+                         "the same ranks there)."),
             ArgSpec("allow_next_to_input", "boolean", default=False,
-                    help="Allow OUT_DIR inside the input's directory."))
+                    help="Allow OUT_DIR inside the input's directory."),
+            ArgSpec("endpoint_url", "string",
+                    help="Object-store endpoint for URLs (emulators)."))
 
     SALVAGEABLE = ("damaged", "truncated", "incomplete")
 
@@ -122,13 +136,20 @@ when nothing at all could be recovered."""
         failed: list[dict[str, str]] = []
         clean = True
         findings = []
+        audit = []
+        artifacts = []
         for i, target in enumerate(targets):
             out_dir = base if len(targets) == 1 else base / f"{i:02d}-{Path(target).name}"
+            fill = [str(args["fill_from"])] if args.get("fill_from") else []
             try:
-                result = yield from ctx.blocking(lambda p, t=target, o=out_dir: salvage(
-                    Path(t), o,
-                    fill_from=Path(args["fill_from"]) if args.get("fill_from") else None,
-                    case=ctx.case, allow_next_to_input=bool(args["allow_next_to_input"])))
+                with in_place([target, *fill], args.get("endpoint_url")) as (local, views):
+                    ref = Path(local[1]) if fill else None
+                    result = yield from ctx.blocking(lambda p, t=local[0], o=out_dir, r=ref: salvage(
+                        Path(t), o, fill_from=r,
+                        case=ctx.case, allow_next_to_input=bool(args["allow_next_to_input"])))
+                    read = views.accounting()
+                if views.opened:
+                    result.source = target
             except CkptRescueError as exc:  # one checkpoint failing must not lose the others
                 if args.get("checkpoint"):
                     raise  # a single, named checkpoint: its own error (and exit code) stands
@@ -140,6 +161,8 @@ when nothing at all could be recovered."""
             results.append(out)
             clean = clean and bool(getattr(result, "clean", True))  # suspect or nothing
             findings.extend(findings_of(result))
+            audit.extend([*read, *with_findings(result.audit, findings_of(result))])
+            artifacts.extend(result.artifacts)
             yield ctx.output(f"{target}: {len(out.get('recovered', []))} recovered, "
                              f"{len(out.get('lost', []))} lost -> {out_dir}")
         if not targets:
@@ -148,9 +171,11 @@ when nothing at all could be recovered."""
         if failed and not results:
             return ActionResult(status="failed", outputs={"salvaged": [], "failed": failed},
                                 error=failed[0]["error"])
+        # the findings are written where each salvage marked them (with_findings above)
         return ActionResult(status="findings" if lost or failed or not clean else "ok",
                             outputs={"salvaged": results, "failed": failed},
-                            findings=findings, findings_recorded=True,
+                            findings=findings, findings_recorded=True, audit=audit,
+                            artifacts=artifacts,
                             summary=f"{len(results)} checkpoint(s) salvaged, {lost} tensor(s) lost")
 
 

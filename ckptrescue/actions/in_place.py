@@ -25,6 +25,9 @@ class Views:
                 return str(view.url_of(path))
         return path
 
+    def accounting(self) -> list[AuditEvent]:
+        return self._accounting()
+
     def _accounting(self) -> list[AuditEvent]:
         return [AuditEvent("store.read", {"url": view.url, **view.settle()})
                 for view in self.opened]

@@ -183,8 +183,7 @@ def salvage_step(family: type[Family], root: Path, out_dir: Path, *,
         result.unaccounted = ("rank file(s) missing or unreadable and nothing to fill them from: "
                               "their tensors cannot be named (see ranks)")
     (out_dir / "salvage.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    if case is not None:
-        _record(case, result, out_dir)
+    _record(result, out_dir)
     return result
 
 
@@ -289,30 +288,20 @@ def iter_filled(result: FamilySalvageResult) -> Iterator[dict[str, Any]]:
             yield from f["filled"]
 
 
-def _record(case: Case, result: FamilySalvageResult, out_dir: Path) -> None:
-    from ckptrescue.formats.tensormap import finding
+def _record(result: FamilySalvageResult, out_dir: Path) -> None:
+    """The step's audit record and SV findings, for the engine to record."""
+    from ckptrescue.model import ArtifactData
+    from ckptrescue.salvage import salvage_findings
 
-    sha = case.store_artifact((out_dir / "salvage.json").read_bytes(), name="salvage.json",
-                              kind="salvage-report")
-    case.log("checkpoint.salvaged", {"source": result.source, "output": str(out_dir),
-                                     "family": result.family, "step": result.step,
-                                     "recovered": len(result.recovered),
-                                     "lost": [x["name"] for x in result.lost][:500],
-                                     "filled": result.filled[:500],
-                                     "fill_from": result.fill_from}, artifacts=[sha])
-    ev = result.source
-    case.add_finding(finding("SV001", f"{len(result.recovered)} tensor(s) of {len(result.ranks)} "
-                             f"rank(s) salvaged into {out_dir}", evidence=ev))
-    if result.lost:
-        case.add_finding(finding("SV002", f"{len(result.lost)} tensor(s) could not be salvaged",
-                                 evidence=ev, tensors=[x["name"] for x in result.lost][:500]))
-    if result.filled:
-        case.add_finding(finding("SV003", f"{len(result.filled)} tensor(s) filled from the same "
-                                 f"ranks of {result.fill_from}", evidence=ev,
-                                 tensors=result.filled[:500]))
-    if result.suspect:
-        case.add_finding(finding("SV004", f"{len(result.suspect)} tensor(s) numerically suspect: "
-                                 "written apart, not counted as recovered", evidence=ev,
-                                 tensors=[x["name"] for x in result.suspect][:500]))
-    if not (result.recovered or result.filled):
-        case.add_finding(finding("SV005", "no tensor could be salvaged", evidence=ev))
+    sha = result.store(ArtifactData.of_bytes((out_dir / "salvage.json").read_bytes(),
+                                             name="salvage.json", kind="salvage-report"))
+    result.record("checkpoint.salvaged", {"source": result.source, "output": str(out_dir),
+                                          "family": result.family, "step": result.step,
+                                          "recovered": len(result.recovered),
+                                          "lost": [x["name"] for x in result.lost][:500],
+                                          "filled": result.filled[:500],
+                                          "fill_from": result.fill_from}, artifacts=[sha])
+    result.findings_here()
+    result.findings.extend(salvage_findings(
+        result, result.source, f"{out_dir} ({len(result.ranks)} rank(s))",
+        f"the same ranks of {result.fill_from}"))

@@ -41,3 +41,27 @@ def test_probe_and_rank_a_store_prefix_in_place(fuse_ok: None, kit: Any, checkpo
     assert "://" in resume and "step-1" in resume
     assert kit.state() == before
     assert "ckptrescue-view" not in Path("/proc/mounts").read_text()
+
+
+def test_salvage_a_damaged_object_in_place(fuse_ok: None, kit: Any, checkpoints: dict,
+                                           tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    kit.put("run/step-2/model.pt", checkpoints["damaged.pt"].read_bytes())
+    before = kit.state()
+    case = tmp_path / "case"
+    assert invoke("case", "new", str(case), "--title", "store").returncode == 0
+    out = tmp_path / "recovered"
+    result = invoke("salvage", kit.url("run/step-2/model.pt"), str(out), "--case", str(case),
+                    "--json", *_args(kit))
+    assert result.returncode == 1, result.stderr  # one tensor lost
+    data = json.loads(result.stdout)
+    assert data["source"].startswith(f"{kit.scheme}://") and data["lost"]
+    assert (out / "salvage.json").exists() and list(out.glob("*.salvaged.safetensors"))
+    opened = Case.open(case)
+    [salvaged] = [r["details"] for r in opened.records("checkpoint.salvaged")]
+    assert salvaged["lost"]
+    codes = sorted(f.code for f in opened.findings())
+    assert codes.count("SV001") == 1 and codes.count("SV002") == 1  # recorded once
+    assert [r["details"]["objects_read"] for r in opened.records("store.read")] == [1]
+    assert kit.state() == before
