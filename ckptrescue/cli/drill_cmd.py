@@ -1,4 +1,4 @@
-"""``ckptrescue drill DIR [--json] [--no-s3] [--stop]``."""
+"""``ckptrescue drill DIR [--json] [--no-s3] [--stop] [--silent]``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ def drill(
     = False,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the drill's S3 server and exit.")]
     = False,
+    silent: Annotated[bool, typer.Option(
+        "--silent", help="Build only the silent incident in DIR/silent: a dataset whose bytes "
+        "verify but whose content went wrong and a run with a frozen layer (no image, no S3; "
+        "playbook silent-failure).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build a realistic incident sandbox: an XFS image holding a damaged training run.
@@ -27,10 +31,20 @@ def drill(
     one checkpoint, and starts an S3-compatible server on 127.0.0.1 with a good and a corrupted
     version of a checkpoint. Stop the server with --stop.
 
+    With --silent, builds only the silent incident, in DIR/silent (seconds; no image, no
+    server): a baseline dataset and a new version with a label-flipped shard, an emptied
+    field, a duplicated shard and a length blow-up, a run whose one layer froze, params.json
+    for the silent-failure playbook and expected.json naming each fault.
+
     Example:
 
         ckptrescue drill /tmp/drill --json && ckptrescue drill /tmp/drill --stop
+
+        ckptrescue drill /tmp/drill --silent
     """
+    if silent:
+        _silent(out, as_json=as_json, stop=stop)
+        return
     from ckptrescue.drill import build
 
     if stop:
@@ -53,6 +67,28 @@ def drill(
         info(f"stop the S3 server afterwards: ckptrescue drill {out} --stop")
     for f in result.faults:
         say(f"  fault {f['kind']:<22} {f['path']}  {', '.join(f['tensors'])}")
+
+
+def _silent(out: Path, *, as_json: bool, stop: bool) -> None:
+    from ckptrescue.drill import silent
+    from ckptrescue.errors import UsageError
+
+    if stop:
+        raise UsageError("--silent starts no server: there is nothing to --stop")
+    result = silent.build(out)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    say(f"silent incident built in {result.root}")
+    say(f"  baseline   {result.baseline}")
+    say(f"  current    {result.current}")
+    say(f"  run        {result.run}")
+    for f in result.expected["dataset"]["faults"] + result.expected["run"]["faults"]:
+        where = f.get("shard") or f"{f['tensor']} from step {f['step']}"
+        say(f"  fault {f['kind']:<16} {f['code']}  {where}"
+            + (f"  field {f['field']}" if f.get("field") else ""))
+    info(f"find them: ckptrescue playbook run silent-failure --case CASE --yes "
+         f"-P {result.root / 'params.json'}")
 
 
 def register(app: typer.Typer) -> None:

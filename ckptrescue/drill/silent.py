@@ -1,0 +1,70 @@
+"""``ckptrescue drill DIR --silent``: a silent incident — every byte verifies, the content is wrong.
+
+DIR/silent gets ``data-v1`` (a clean baseline corpus, JSON lines shards), ``data-v2`` (its new
+version with a label-flipped shard, an emptied field, a duplicated shard and a length blow-up),
+``run`` (``torch.save`` checkpoints of a run whose one layer froze), ``params.json`` (the
+parameters of ``playbook run silent-failure -P DIR/silent/params.json``) and ``expected.json``
+(each injected fault and the finding that must name it). No disk image, no S3, no clock: the
+same files on every machine, in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.drill import silent_data, silent_run
+from ckptrescue.errors import UsageError
+
+SCHEMA = "ckptrescue.drill.silent/1"
+BASELINE, CURRENT, RUN = "data-v1", "data-v2", "run"
+PROFILE = "data-v1.profile.json"  # written by the playbook's profile step, not by the drill
+
+
+@dataclass
+class SilentDrill:
+    root: Path
+    baseline: Path
+    current: Path
+    run: Path
+    params: dict[str, Any] = field(default_factory=dict)
+    expected: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": str(self.root), "baseline": str(self.baseline),
+                "current": str(self.current), "run": str(self.run),
+                "params": self.params, "expected": self.expected}
+
+
+def build(out: Path) -> SilentDrill:
+    """Build the silent incident under ``out/silent`` (which must be new or empty)."""
+    root = out.resolve() / "silent"
+    if root.exists() and any(root.iterdir()):
+        raise UsageError(f"{root}: not empty; the silent drill builds into a new directory")
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise UsageError("the silent drill writes torch checkpoints: install the [torch] "
+                         "extra") from exc
+    root.mkdir(parents=True, exist_ok=True)
+    baseline, current, run = root / BASELINE, root / CURRENT, root / RUN
+    silent_data.write_version(baseline, silent_data.BASELINE_SEED)
+    silent_data.write_version(current, silent_data.CURRENT_SEED, faults=silent_data.FAULTS)
+    silent_run.write_run(run)
+    drill = SilentDrill(root=root, baseline=baseline, current=current, run=run)
+    drill.params = {"baseline": str(baseline), "current": str(current), "run_dir": str(run),
+                    "baseline_profile": str(root / PROFILE)}
+    drill.expected = {
+        "schema": SCHEMA,
+        "playbook": "silent-failure",
+        "dataset": {"baseline": BASELINE, "current": CURRENT, "shards": silent_data.SHARDS,
+                    "records_per_shard": silent_data.RECORDS,
+                    "faults": silent_data.expected(BASELINE, CURRENT)},
+        "run": {"dir": RUN, "steps": list(silent_run.STEPS),
+                "faults": silent_run.expected()},
+    }
+    (root / "params.json").write_text(json.dumps(drill.params, indent=2) + "\n")
+    (root / "expected.json").write_text(json.dumps(drill.expected, indent=2) + "\n")
+    return drill
