@@ -147,7 +147,4 @@ def rank(run_dir: Path, *, case: Case | None = None, load: bool = False, jobs: i
     resume = chosen.path if chosen is not None else None
     family = chosen.family if chosen is not None and chosen.family else next(
         (c.family for c in ranked if c.family), None)
-    result = RankResult(ranked, resume, family, _pointer_fix(ranked, family))
-    if case is not None:
-        case.log("checkpoint.ranked", result.to_json())
-    return result
+    return RankResult(ranked, resume, family, _pointer_fix(ranked, family))

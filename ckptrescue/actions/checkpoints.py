@@ -18,6 +18,7 @@ from ckptrescue.action import (
 from ckptrescue.actions.in_place import in_place
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.events import Event
+from ckptrescue.model import AuditEvent
 from ckptrescue.outputs import ProbeOutput, RankOutput, SalvageOutput
 
 
@@ -60,7 +61,7 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
         return lines
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.probes.checkpoints import probe_paths
+        from ckptrescue.probes.checkpoints import probe_paths, probe_records
 
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
         with in_place(paths, args.get("endpoint_url")) as (local, views):
@@ -71,6 +72,8 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
                 jobs=int(args.get("jobs") or 1), progress=_rank_progress(p)),
                 label="rank files", unit="files")
             audit = views.close(reports)
+        audit += probe_records(paths, reports, reference=args.get("reference"),
+                               load=bool(args["load"]), scheduler=args.get("scheduler") or None)
         findings = [f for r in reports for f in r.findings]
         for r in reports:
             yield ctx.output(f"{r.verdict:<10} {r.format:<14} {r.path}")
@@ -206,11 +209,11 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
                 + (" (with sandboxed real loads)" if args.get("load") else "")]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.probes.checkpoints import probe_records
         from ckptrescue.rank import rank
 
-        # a probe step of the run records the findings; without one, rank records them
         probed = any(issubclass(a, Probe) for a in ctx.plan_actions)
-        case = None if probed else ctx.case
+        case = ctx.case  # read only (sandboxed loads); the records travel on the result
         with in_place([str(args["run_dir"])], args.get("endpoint_url")) as (local, views):
             result = yield from ctx.blocking(lambda p: rank(
                 Path(local[0]), case=case, load=bool(args["load"]),
@@ -221,9 +224,13 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
         for c in out.get("checkpoints", []):
             yield ctx.output(f"{c['verdict']:<10} {c['path']}")
         yield ctx.output(f"resume from: {out.get('resume_from')}")
+        # a probe step of the run records the findings; without one, rank records them
+        records = [] if probed else probe_records(
+            [args["run_dir"]], [r for c in result.checkpoints for r in c.reports],
+            load=bool(args["load"]), scheduler=args.get("scheduler") or None)
         done = from_library(result, f"resume from {out.get('resume_from')}", status="ok",
-                            recorded=True)  # by rank (given the case) or by the probe step
-        done.audit = [*audit, *done.audit]
+                            recorded=True)  # written in ``records`` (or by the probe step)
+        done.audit = [*audit, *records, AuditEvent("checkpoint.ranked", out), *done.audit]
         return done
 
 

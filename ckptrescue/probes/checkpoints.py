@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoint import formats as registry_formats
 from ckptrescue.errors import EvidenceError, UsageError
+from ckptrescue.model import AuditEvent
 from ckptrescue.probes.single import probe_one
 
 if TYPE_CHECKING:
@@ -178,8 +179,9 @@ def probe_paths(
     ``reference``: a previous checkpoint to compare with (missing/added tensors, shape/dtype
     changes, tensors changed in only a few elements, single-bit XORs). ``load``: also run the
     real loader in the sandbox when the structural verdict allows (formats with a ``load_batch``
-    hook, e.g. TensorFlow, get one sandbox child for all their checkpoints). ``case``: findings
-    and the run are recorded in the case's audit log. ``scheduler``: a Dask scheduler address;
+    hook, e.g. TensorFlow, get one sandbox child for all their checkpoints). ``case``: the case
+    the sandboxed loads run for (their runs are audited); nothing else is written —
+    :func:`probe_records` is what the engine records. ``scheduler``: a Dask scheduler address;
     each checkpoint is probed on a worker (which must see the same paths), results merge into
     the same reports as a local run; the rank files of a multi-rank family step are spread over
     the workers in batches. ``jobs``: the rank files of a multi-rank family step are probed in
@@ -202,11 +204,6 @@ def probe_paths(
                              "(verdict unreadable)")
         options.reference, options.reference_path = ref_report, str(reference)
     found = discover(paths)
-    if case is not None:
-        case.log("checkpoint.probe.started", {
-            "paths": [str(p) for p in paths], "reference": str(reference) if reference else None,
-            "load": load, "scheduler": scheduler,
-            "checkpoints": [str(p) for _, p in found]})
     options.progress = progress
     if scheduler:
         from ckptrescue.probes.cluster import probe_on_cluster
@@ -239,17 +236,38 @@ def probe_paths(
 
         module, _, name = hook.partition(":")
         getattr(importlib.import_module(module), name)(group, case=case)
-    if case is not None:
-        for report in reports:
-            case.add_findings(report.findings)
-            case.log("checkpoint.probed", {"path": report.path, "format": report.format,
-                                           "verdict": str(report.verdict),
-                                           "tensors_total": report.tensors_total,
-                                           "damaged_tensors": report.damaged_tensors[:200],
-                                           "missing_tensors": report.missing_tensors[:200],
-                                           "suspect_tensors": report.suspect_tensors[:200],
-                                           "size": _size(report.files)})
     return reports
+
+
+def probe_records(paths: list[Any], reports: list[CheckpointReport], *,
+                  reference: Any = None, load: bool = False,
+                  scheduler: str | None = None) -> list[AuditEvent]:
+    """What a probe records in a case, in order, for the engine to write:
+    ``checkpoint.probe.started``, then per checkpoint its findings and ``checkpoint.probed``
+    (format, verdict, tensor counts, size, mtime). ``probe_paths`` writes nothing itself."""
+    out = [AuditEvent("checkpoint.probe.started", {
+        "paths": [str(p) for p in paths], "reference": str(reference) if reference else None,
+        "load": load, "scheduler": scheduler, "checkpoints": [r.path for r in reports]})]
+    for report in reports:
+        out += [AuditEvent("finding", {"finding": f.to_json()}) for f in report.findings]
+        out.append(AuditEvent("checkpoint.probed", {
+            "path": report.path, "format": report.format, "verdict": str(report.verdict),
+            "tensors_total": report.tensors_total,
+            "damaged_tensors": report.damaged_tensors[:200],
+            "missing_tensors": report.missing_tensors[:200],
+            "suspect_tensors": report.suspect_tensors[:200], "size": _size(report.files),
+            "mtime": _mtime(report.path)}))
+    return out
+
+
+def _mtime(path: str) -> str | None:
+    from datetime import UTC, datetime
+
+    try:
+        return datetime.fromtimestamp(os.stat(path).st_mtime, UTC).isoformat().replace(
+            "+00:00", "Z")
+    except (OSError, ValueError):
+        return None
 
 
 def _size(files: list[str]) -> int:

@@ -61,12 +61,18 @@ def test_rank_and_salvage_cli(base, tmp_path):
 
 
 def test_probe_records_in_case(base, case, tmp_path):
-    from ckptrescue.probes.checkpoints import probe_paths
+    """The probe writes nothing itself; its records, recorded by the engine's one writer, are
+    the start, each finding and each checkpoint's summary."""
+    from ckptrescue.action import ActionResult
+    from ckptrescue.engine import record
+    from ckptrescue.probes.checkpoints import probe_paths, probe_records
 
     bad = fx.copy(base["zip"], tmp_path / "c.pt")
     off, _ = fx.zip_data_offset(bad, fx.zip_member(bad, "data/2"))
     fx.flip_bit(bad, off, 0)
-    probe_paths([bad], case=case)
+    reports = probe_paths([bad], case=case)
+    assert [r["action"] for r in case.records()] == ["case.created"]  # nothing written
+    record(case, ActionResult(audit=probe_records([bad], reports), findings_recorded=True))
     actions = [r["action"] for r in case.records()]
     assert "checkpoint.probe.started" in actions and "checkpoint.probed" in actions
     assert any(f.code == "TZ002" and f.tensors == ("model.1.weight",) for f in case.findings())

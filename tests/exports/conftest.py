@@ -36,7 +36,12 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     case = Case.create(root / "case", title="run 7 checkpoints", examiner="alice")
     case.ensure_evidence(evidence, how="examined in place (read-only)")
-    probe_paths([evidence], case=case)
+    from ckptrescue.action import ActionResult
+    from ckptrescue.engine import record
+    from ckptrescue.probes.checkpoints import probe_records
+
+    reports = probe_paths([evidence], case=case)
+    record(case, ActionResult(audit=probe_records([evidence], reports), findings_recorded=True))
 
     runner = SubprocessRunner(case)
     runner.run(ToolCall.of("dmesg", "-x", "--time-format", "iso", timeout_s=60,
