@@ -113,7 +113,7 @@ def main() -> None:
         load = min((child(CHILD_LOAD, str(path), "0") for _ in range(2)),
                    key=lambda r: r["seconds"])
         mm = child(CHILD_LOAD, str(path), "1")
-        load_process = min((child(CHILD_LOAD, str(path), "0")["process_s"] for _ in range(2)))
+        load_process = min(child(CHILD_LOAD, str(path), "0")["process_s"] for _ in range(2))
         cli = min(cli_probe(path) for _ in range(2))
         probe = min((child(CHILD_PROBE, str(path), str(REPO)) for _ in range(2)),
                     key=lambda r: r["seconds"])

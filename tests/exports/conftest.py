@@ -37,7 +37,6 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     case = Case.create(root / "case", title="run 7 checkpoints", examiner="alice")
     case.ensure_evidence(evidence, how="examined in place (read-only)")
     from ckptrescue.action import ActionResult
-    from ckptrescue.engine import record
     from ckptrescue.probes.checkpoints import probe_records
 
     reports = probe_paths([evidence], case=case)
