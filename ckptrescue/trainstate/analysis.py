@@ -2,8 +2,10 @@
 
 Thresholds (module constants, documented in ``docs/trainstate.md``):
 
-* **frozen** (TS001): a floating-point parameter whose bytes are identical in every checkpoint
-  while at least ``MOVING_SHARE`` of the run's other parameters changed in every interval;
+* **frozen** (TS001): a floating-point parameter whose bytes are identical in every checkpoint,
+  or from step N to the last over at least ``MIN_FROZEN_INTERVALS`` intervals after moving
+  before, while at least ``MOVING_SHARE`` of the run's other parameters changed in each of
+  those intervals;
   buffers that are constant by design (``BUFFER_NAMES``: running statistics, rotary
   ``inv_freq``, ``position_ids``, causal-mask ``attn.bias`` …) and optimizer state are skipped;
 * **no progress** (TS006): no parameter changed between two checkpoints of different steps;
@@ -31,6 +33,7 @@ from ckptrescue.trainstate.metrics import PairStats, SignStats, median
 from ckptrescue.trainstate.values import CheckpointValues, open_checkpoint
 
 MOVING_SHARE = 0.5
+MIN_FROZEN_INTERVALS = 2  # a layer that stops changing mid-run: this many identical intervals
 OUTLIER_FACTOR = 10.0
 OUTLIER_FLOOR = 0.05
 COLLAPSE_FACTOR = 1e-6
@@ -180,27 +183,50 @@ def _is_parameter(name: str) -> bool:
     return not OPTIMIZER.search(name) and not BUFFER_NAMES.search(name)
 
 
+def _frozen_since(t: TensorTrend) -> int | None:
+    """The first interval from which ``t`` stays bit-identical to the end, else None."""
+    k = len(t.intervals)
+    while k > 0 and t.intervals[k - 1]["identical"]:
+        k -= 1
+    return k if k < len(t.intervals) else None
+
+
 def _frozen(trends: list[TensorTrend], views: list[CheckpointValues]) -> list[Finding]:
+    """Parameters bit-identical from some checkpoint to the last — in every checkpoint, or
+    from step N on when at least ``MIN_FROZEN_INTERVALS`` intervals stay identical — while at
+    least ``MOVING_SHARE`` of the others changed in each of those intervals."""
     params = [t for t in trends if _is_parameter(t.name)]
     if len(params) < 2:
         return []
-    frozen = [t for t in params if t.frozen]
-    moving = [t for t in params if not t.frozen]
-    intervals = len(views) - 1
-    for k in range(intervals):  # the rest of the model must move in EVERY interval
-        changed = sum(1 for t in params if not t.intervals[k]["identical"])
-        if changed < MOVING_SHARE * len(params):
-            return []
-    if not frozen or not moving:
-        return []
-    names = [t.name for t in frozen]
-    return [finding(
-        "TS001", f"{len(names)} parameter(s) bit-identical in all {len(views)} checkpoints "
-        f"(steps {views[0].step}…{views[-1].step}) while {len(moving)} other(s) changed: "
-        + ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
-        + ". Check requires_grad, the optimizer's param groups and any freezing schedule.",
-        evidence=views[-1].path, tensors=names[:500],
-        details={"frozen": names[:500], "checkpoints": [v.path for v in views]})]
+    by_start: dict[int, list[str]] = {}
+    for t in params:
+        since = _frozen_since(t)
+        if since is None:
+            continue
+        span = len(t.intervals) - since
+        if since > 0 and span < MIN_FROZEN_INTERVALS:
+            continue  # one quiet interval late in a run is not a frozen layer
+        moving_everywhere = all(
+            sum(1 for o in params if o is not t and not o.intervals[k]["identical"])
+            >= MOVING_SHARE * (len(params) - 1) for k in range(since, len(t.intervals)))
+        if moving_everywhere:
+            by_start.setdefault(since, []).append(t.name)
+    out = []
+    for since, names in sorted(by_start.items()):
+        first = views[since]
+        when = (f"in all {len(views)} checkpoints (steps {views[0].step}…{views[-1].step})"
+                if since == 0 else f"from step {first.step} ({Path(first.path).name}) to the "
+                f"last checkpoint (step {views[-1].step}), after moving before")
+        out.append(finding(
+            "TS001", f"{len(names)} parameter(s) bit-identical {when} while the others changed: "
+            + ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+            + ". Check requires_grad, the optimizer's param groups and any freezing schedule"
+            + ("" if since == 0 else f" around step {first.step}") + ".",
+            evidence=views[-1].path, tensors=names[:500],
+            details={"frozen": names[:500], "since_step": first.step,
+                     "since_checkpoint": first.path,
+                     "checkpoints": [v.path for v in views]}))
+    return out
 
 
 def _no_progress(trends: list[TensorTrend], views: list[CheckpointValues]) -> list[Finding]:

@@ -51,6 +51,14 @@ def test_a_frozen_parameter_is_named(tmp_path: Path) -> None:
     assert "requires_grad" in codes["TS001"][0].title
 
 
+def test_a_layer_that_froze_mid_run_is_named_with_its_step(tmp_path: Path) -> None:
+    codes = _codes(_run(tmp_path, "frozen-late")[0])
+    assert list(codes) == ["TS001"]
+    f = codes["TS001"][0]
+    assert f.tensors == ("model.encoder.weight",) and f.details["since_step"] == 200
+    assert "from step 200" in f.title
+
+
 def test_an_optimizer_reset_is_named(tmp_path: Path) -> None:
     codes = _codes(_run(tmp_path, "optimizer-reset")[0])
     assert set(codes) == {"TS002", "TS003"}
