@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.case_outputs import outputs_of
 from ckptrescue.outputs import (
+    DatasetCompareOutput,
     ImageOutput,
     LocateOutput,
     ProbeOutput,
     RankOutput,
     S3HistoryOutput,
     SalvageOutput,
+    TrainStateOutput,
 )
 
 if TYPE_CHECKING:
@@ -126,6 +128,14 @@ def answer_line(case: Case) -> str:
             if key.get("known_good"):
                 parts.append(f"s3 {_name(key['key'])}: last known-good version "
                              f"{key['known_good']}")
+    for state in outputs_of(case, TrainStateOutput)[-1:]:
+        if state.findings:
+            kinds = sorted({str(f.get("code")) for f in state.findings})
+            parts.append(f"training state: {len(state.findings)} finding(s) "
+                         f"({', '.join(kinds)}): {str(state.findings[0].get('title'))[:120]}")
+    for compared in outputs_of(case, DatasetCompareOutput)[-1:]:
+        if compared.compare.get("flagged"):
+            parts.append(f"dataset: {compared.answer}")
     if not parts:
         return _no_answer(case)
     return "; ".join(parts)
