@@ -107,12 +107,16 @@ def _pointer_fix(ranked: list[RankedCheckpoint], family: str | None) -> dict[str
 
 def rank(run_dir: Path, *, case: Case | None = None, load: bool = False, jobs: int = 1,
          progress: Callable[[str, str, str], None] | None = None,
-         scheduler: str | None = None) -> RankResult:
+         scheduler: str | None = None,
+         accept: Callable[[RankedCheckpoint], bool] | None = None) -> RankResult:
     """Probe every checkpoint in ``run_dir`` and rank them (see module docstring).
 
     ``jobs``: rank files of multi-rank family steps are probed in this many processes;
     ``progress(step_root, rank, verdict)`` after each rank file; ``scheduler``: a Dask
-    scheduler address (family steps spread over its workers rank file by rank file).
+    scheduler address (family steps spread over its workers rank file by rank file);
+    ``accept``: a further test a resumable candidate must pass to be ``resume_from`` (the
+    responder's eval, ``probes/evalhook.py``), asked newest first only of resumable candidates
+    (never of an unsafe or damaged one) until the first it accepts.
     """
     from ckptrescue.probes.checkpoints import probe_paths
 
@@ -143,7 +147,7 @@ def rank(run_dir: Path, *, case: Case | None = None, load: bool = False, jobs: i
                                        reps, family, bad))
     ranked.sort(key=lambda c: (c.step is not None, c.step if c.step is not None else 0,
                                c.mtime), reverse=True)
-    chosen = next((c for c in ranked if _resumable(c)), None)
+    chosen = next((c for c in ranked if _resumable(c) and (accept is None or accept(c))), None)
     resume = chosen.path if chosen is not None else None
     family = chosen.family if chosen is not None and chosen.family else next(
         (c.family for c in ranked if c.family), None)

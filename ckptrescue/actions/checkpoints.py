@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from ckptrescue.action import (
     with_findings,
 )
 from ckptrescue.actions.in_place import in_place
-from ckptrescue.errors import CkptRescueError
+from ckptrescue.errors import CkptRescueError, UsageError
 from ckptrescue.events import Event
 from ckptrescue.model import AuditEvent
 from ckptrescue.outputs import ProbeOutput, RankOutput, SalvageOutput
@@ -187,8 +189,14 @@ class Rank(Action):
     summary = "Rank a run's checkpoints newest first; the newest safe one to resume from"
     description = """List a run's checkpoints newest first with a verdict each, and the one to resume from.
 
-Exit 0 when a resumable (intact) checkpoint exists, else 1."""
-    examples = ("ckptrescue rank runs/exp1 --load --json",)
+With --eval, the responder's own evaluation command (argv with a {checkpoint} placeholder;
+one string is split like a shell would, never run by one) runs confined (read-only filesystem,
+scratch only writable, no network, memory/CPU/time limits) against the resumable checkpoints,
+newest first, until one passes: resume from the newest checkpoint that also passes the eval.
+
+Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1."""
+    examples = ("ckptrescue rank runs/exp1 --load --json",
+                "ckptrescue rank runs/exp1 --eval 'python eval.py {checkpoint}' --eval-min 0.7")
     output_type = RankOutput
     args = (ArgSpec("run_dir", "string", required=True, positional=True, metavar="DIR|URL",
                     help="A run directory holding checkpoints (or an s3://, az://, gs:// "
@@ -202,11 +210,34 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
             ArgSpec("scheduler", "string",
                     help="Dask scheduler address: the rank files of each step on its workers."),
             ArgSpec("endpoint_url", "string",
-                    help="Object-store endpoint for an s3://, az://, gs:// run (emulators)."))
+                    help="Object-store endpoint for an s3://, az://, gs:// run (emulators)."),
+            ArgSpec("eval", "list", item="string", metavar="COMMAND",
+                    help="Your evaluation command, {checkpoint} standing for the checkpoint "
+                         "(one string split like a shell would, or the option repeated once "
+                         "per argument); run confined against resumable checkpoints newest "
+                         "first until one passes."),
+            ArgSpec("eval_min", "number",
+                    help="The eval passes when its metric is at least this."),
+            ArgSpec("eval_max", "number",
+                    help="The eval passes when its metric is at most this."),
+            ArgSpec("eval_timeout", "number", default=600.0,
+                    help="Wall-clock limit of one eval, in seconds."),
+            ArgSpec("eval_memory_mb", "integer", minimum=64, default=8192,
+                    help="Address-space limit of one eval, in MB."),
+            ArgSpec("eval_metric_regex", "string", metavar="REGEX",
+                    help="Read the metric from stdout with this regex (group 'metric', else "
+                         "group 1; default: the last line, a number or {\"metric\": x})."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
-        return [f"probe and rank every checkpoint under {args['run_dir']}"
-                + (" (with sandboxed real loads)" if args.get("load") else "")]
+        lines = [f"probe and rank every checkpoint under {args['run_dir']}"
+                 + (" (with sandboxed real loads)" if args.get("load") else "")]
+        if args.get("eval"):
+            from ckptrescue.probes.evalhook import argv_template
+
+            lines.append("run " + shlex.join(argv_template(args["eval"]))
+                         + " confined (read-only filesystem, no network) on resumable "
+                         "checkpoints, newest first, until one passes")
+        return lines
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.probes.checkpoints import probe_records
@@ -214,15 +245,22 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
 
         probed = any(issubclass(a, Probe) for a in ctx.plan_actions)
         case = ctx.case  # read only (sandboxed loads); the records travel on the result
+        evals: list[Any] = []
+        accept = _eval_accept(args, case, evals) if args.get("eval") else None
         with in_place([str(args["run_dir"])], args.get("endpoint_url")) as (local, views):
             result = yield from ctx.blocking(lambda p: rank(
                 Path(local[0]), case=case, load=bool(args["load"]),
                 jobs=int(args.get("jobs") or 1), scheduler=args.get("scheduler") or None,
-                progress=_rank_progress(p)), label="rank files", unit="files")
+                progress=_rank_progress(p), accept=accept), label="rank files", unit="files")
             audit = views.close_rank(result)
         out = result.to_json()
+        if accept is not None:
+            out["eval"] = [{"path": e.checkpoint, "status": e.status, "metric": e.metric}
+                           | ({"reason": e.reason} if e.reason else {}) for e in evals]
         for c in out.get("checkpoints", []):
             yield ctx.output(f"{c['verdict']:<10} {c['path']}")
+        for e in out.get("eval", []):
+            yield ctx.output(f"eval {e['status']:<7} metric={e['metric']} {e['path']}")
         yield ctx.output(f"resume from: {out.get('resume_from')}")
         # a probe step of the run records the findings; without one, rank records them
         records = [] if probed else probe_records(
@@ -230,8 +268,33 @@ Exit 0 when a resumable (intact) checkpoint exists, else 1."""
             load=bool(args["load"]), scheduler=args.get("scheduler") or None)
         done = from_library(result, f"resume from {out.get('resume_from')}", status="ok",
                             recorded=True)  # written in ``records`` (or by the probe step)
-        done.audit = [*audit, *records, AuditEvent("checkpoint.ranked", out), *done.audit]
+        done.outputs = out
+        done.audit = [*audit, *records, *[a for e in evals for a in e.audit],
+                      AuditEvent("checkpoint.ranked", out), *done.audit]
         return done
+
+
+def _eval_accept(args: dict[str, Any], case: Any, evals: list[Any]) -> Any:
+    """``rank``'s ``accept``: the responder's eval of one candidate (its result kept in
+    ``evals``); passes when the eval passes."""
+    from ckptrescue.probes.evalhook import argv_template, run_eval
+
+    template = argv_template(args["eval"])
+    opts = {"timeout_s": float(args.get("eval_timeout") or 600.0),
+            "memory_mb": int(args.get("eval_memory_mb") or 8192),
+            "metric_regex": args.get("eval_metric_regex") or None,
+            "min_metric": args.get("eval_min"), "max_metric": args.get("eval_max")}
+    if opts["metric_regex"]:
+        try:
+            re.compile(str(opts["metric_regex"]))
+        except re.error as exc:
+            raise UsageError(f"--eval-metric-regex: {exc}") from exc
+
+    def accept(candidate: Any) -> bool:
+        result = run_eval(template, Path(candidate.path), case=case, **opts)
+        evals.append(result)
+        return result.passed
+    return accept
 
 
 def _rank_progress(progress: Any) -> Any:

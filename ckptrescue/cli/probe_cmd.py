@@ -70,6 +70,10 @@ def render_rank(result: StepResult) -> int:
             say(f"{str(c['verdict']).upper():<10} {c['path']}"
                 + (f"  bad ranks: {', '.join(bad[:8])}" + (f" (+{more})" if more > 0 else "")
                    if bad else ""))
+        for e in out.extra.get("eval") or []:
+            metric = "-" if e.get("metric") is None else f"{e['metric']:g}"
+            say(f"eval {str(e['status']).upper():<8} metric {metric:<10} {e['path']}"
+                + (f"  ({e['reason']})" if e.get("reason") else ""))
         say(f"resume from: {out.resume_from or '(none)'}")
         fix = out.to_json().get("pointer_fix")
         if fix:
@@ -83,7 +87,9 @@ COMMANDS = {
     "salvage": Command("salvage", render_salvage),
     # a one-step run has no probe step: rank records the probe findings itself
     "rank": Command("rank", render_rank, order=("run_dir", CASE, "load", "jobs", "scheduler",
-                                               "endpoint_url", JSON)),
+                                               "endpoint_url", "eval", "eval_min", "eval_max",
+                                               "eval_timeout", "eval_memory_mb",
+                                               "eval_metric_regex", JSON)),
 }
 
 

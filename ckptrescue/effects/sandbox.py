@@ -26,6 +26,7 @@ and ``sandbox-unavailable`` (bubblewrap missing or unable to create the namespac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -271,3 +272,105 @@ def _outcome(result: Any, *, started: bool, attempts: list[dict[str, Any]],
         return ChildOutcome(status, **common)
     status = "ok" if payload.get("ok", rc == 0) else "error"
     return ChildOutcome(status, result=payload, **common)
+
+
+# ---- a responder's own command, confined ---------------------------------------------------------
+
+_TRAMPOLINE = ("import os, sys; open(sys.argv[1], 'x').close(); "
+               "os.execvp(sys.argv[2], sys.argv[2:])")
+_CONFINED_STARTED = ".ckptrescue-started"
+
+
+@dataclass
+class ConfinedRun:
+    """What a responder's command did in :func:`run_confined`. ``status``: ``exited`` (see
+    ``returncode``/``signal_name``), ``timeout`` (wall clock: its whole process tree killed) or
+    ``sandbox-unavailable`` (nothing ran). ``stdout``/``stderr`` are capped in-memory copies;
+    the digests are SHA-256 of what the command wrote (the case's artifacts when there is one)."""
+
+    status: str
+    argv: list[str]
+    returncode: int | None = None
+    signal_name: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_sha256: str | None = None
+    stderr_sha256: str | None = None
+    truncated: bool = False
+    duration_s: float = 0.0
+    reason: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)
+
+
+def confined_view_argv(*, scratch: str, readable: list[str], bwrap: str = BWRAP) -> list[str]:
+    """bubblewrap for a command of the responder's (an eval script): the host's whole filesystem
+    read-only (submounts included), only ``scratch`` writable, no network, its own user, pid,
+    ipc, uts and mount namespaces, a minimal ``/dev`` (no block devices), ``--cap-drop ALL``,
+    no_new_privs, ``--die-with-parent``; ``readable`` (the checkpoint) re-bound read-only at its
+    path so that it is visible even under a directory the view would hide."""
+    argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
+            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+            "--new-session", "--cap-drop", "ALL", "--hostname", "ckptrescue-eval",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *PROC_READ_ONLY]
+    for path in readable:
+        real = os.path.realpath(path)
+        argv += ["--ro-bind", real, real]
+    argv += ["--bind", scratch, scratch, "--chdir", scratch]
+    return argv
+
+
+def run_confined(
+    argv: list[str],
+    *,
+    case: Case | None = None,
+    purpose: str = "confined",
+    memory_mb: int | None = 4096,
+    timeout_s: float = 600.0,
+    cpu_s: int | None = None,
+    readable: list[str] | None = None,
+    max_output_bytes: int = 16 << 20,
+) -> ConfinedRun:
+    """Run a command of the responder's (not one of the kit's children, not a forensic tool:
+    the guard's allowlist does not apply) confined: :func:`confined_view_argv`, plus
+    address-space, CPU-time, file-size and core rlimits, a wall-clock timeout, its own process
+    group and pid namespace (on timeout bubblewrap is killed, and with it every process of the
+    namespace), and a fresh scratch directory as cwd, ``HOME`` and ``TMPDIR`` (removed
+    afterwards). argv only, never a shell. A tiny trampoline (``python -I -S``) marks the
+    start inside the sandbox and execs the command, so that bubblewrap failing to build the
+    sandbox is told apart from the command failing; there is no unconfined fallback."""
+    limits = {"memory_mb": memory_mb, "timeout_s": timeout_s,
+              "cpu_s": cpu_s or int(timeout_s) + 5, "network": False,
+              "writable": "scratch directory only"}
+    bwrap = shutil.which(BWRAP)
+    if bwrap is None:
+        return ConfinedRun("sandbox-unavailable", list(argv), limits=limits, reason=(
+            "bubblewrap (bwrap) is not installed: the command was not run (install the Debian "
+            "package bubblewrap)"))
+    runner = SubprocessRunner(case)
+    scratch = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-eval-"))
+    try:
+        os.mkdir(os.path.join(scratch, "tmp"))
+        marker = os.path.join(scratch, _CONFINED_STARTED)
+        env = {"HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        full = [*confined_view_argv(scratch=scratch, readable=list(readable or []), bwrap=bwrap),
+                "--", sys.executable, "-I", "-S", "-c", _TRAMPOLINE, marker, *argv]
+        result = runner.run_internal(full, purpose=purpose, timeout_s=timeout_s,
+                                     env_extra=env, max_output_bytes=max_output_bytes,
+                                     preexec=_limits(memory_mb, limits["cpu_s"]))
+        started = os.path.exists(marker)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    run = ConfinedRun(
+        "timeout" if result.timed_out else "exited", list(argv), returncode=result.returncode,
+        signal_name=_signal_of(result.returncode, sandboxed=True), stdout=result.stdout,
+        stderr=result.stderr, truncated=result.truncated, duration_s=result.duration_s,
+        stdout_sha256=result.stdout_sha256 or hashlib.sha256(result.stdout_bytes).hexdigest(),
+        stderr_sha256=result.stderr_sha256 or hashlib.sha256(result.stderr_bytes).hexdigest(),
+        limits=limits)
+    if not started and not result.timed_out:
+        tail = result.stderr.strip().splitlines() or ["no message"]
+        run.status = "sandbox-unavailable"
+        run.reason = (f"the sandbox could not start the command (bubblewrap: {tail[-1][:300]}): "
+                      "it was not run")
+    return run
