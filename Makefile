@@ -84,8 +84,9 @@ bench: setup
 lint: setup
 	$(VENV)/bin/ruff check ckptrescue tests fixtures bench
 
+# the generated reference pages, then the README screenshots (docs/screenshots.py: chromium)
 docs: setup
-	$(PY) docs/generate.py
+	$(PY) docs/generate.py --screenshots
 
 clean:
 	rm -rf build dist *.egg-info $(DEMO_DIR) bench-out

@@ -2,6 +2,7 @@
 
     python docs/generate.py          # write
     python docs/generate.py --check  # exit 1 when a generated file is stale (used by the tests)
+    python docs/generate.py --screenshots  # also the README images (docs/screenshots.py, chromium)
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ FILES = {"cli.md": cli_reference, "finding-codes.md": finding_codes,
 def main() -> int:
     import os
 
+    plain_env = dict(os.environ)  # the screenshots want the terminal as it is (colours)
     os.environ["COLUMNS"] = "100"
     os.environ["TERM"] = "dumb"
     os.environ["NO_COLOR"] = "1"
@@ -118,6 +120,13 @@ def main() -> int:
     if stale:
         print(f"stale generated docs: {', '.join(stale)} (run: make docs)", file=sys.stderr)
         return 1
+    if "--screenshots" in sys.argv and not check:  # only when asked: slow, needs chromium
+        os.environ.clear()
+        os.environ.update(plain_env)
+        sys.path.insert(0, str(DOCS))
+        import screenshots
+
+        return int(screenshots.main())
     return 0
 
 

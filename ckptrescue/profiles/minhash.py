@@ -14,7 +14,6 @@ rate is measured over those (``checked`` says how many).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,6 @@ MAX_TEXT = 8192
 CAPACITY = 20_000
 _MASK = (1 << 64) - 1
 _PRIME = 0x100000001B3  # FNV-64 prime as the polynomial base
-_WS = re.compile(r"\s+")
 
 
 def _splitmix(state: int) -> tuple[int, int]:
@@ -50,10 +48,14 @@ def _constants() -> tuple[list[int], list[int]]:
 
 
 _MUL, _ADD = _constants()
+_MUL_COL: Any = None  # the constants as numpy columns, made on first use (numpy is lazy)
+_ADD_COL: Any = None
 
 
 def normalise(text: str) -> bytes:
-    return _WS.sub(" ", text.lower()).strip().encode("utf-8", "surrogatepass")[:MAX_TEXT]
+    # whitespace runs -> one space, trimmed: str.split() splits on exactly the characters re's
+    # \s matches (str.isspace), so this equals re.sub(r"\s+", " ", ...).strip(), 4x faster
+    return " ".join(text.lower().split()).encode("utf-8", "surrogatepass")[:MAX_TEXT]
 
 
 def signatures(texts: list[bytes]) -> Any:
@@ -61,6 +63,10 @@ def signatures(texts: list[bytes]) -> Any:
     :data:`SHINGLE` bytes, computed together (one numpy pass over their concatenation)."""
     import numpy as np
 
+    global _MUL_COL, _ADD_COL
+    if _MUL_COL is None:
+        _MUL_COL = np.array(_MUL, dtype=np.uint64)[:, None]
+        _ADD_COL = np.array(_ADD, dtype=np.uint64)[:, None]
     data = b"".join(texts)
     b = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
     n = len(b) - SHINGLE + 1
@@ -75,16 +81,19 @@ def signatures(texts: list[bytes]) -> Any:
         for j in range(SHINGLE):
             h = h * prime + b[j : j + n]
         h = h[valid]
-        mul = np.array(_MUL, dtype=np.uint64)
-        add = np.array(_ADD, dtype=np.uint64)
-        x = h[:, None] * mul[None, :] + add[None, :]
-        x ^= x >> np.uint64(29)
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(32)
+        # permutations x shingles, so the per-text minimum reduces along contiguous rows
+        # (much faster than reducing along axis 0); in-place steps, one temporary
+        x = np.multiply(_MUL_COL, h[None, :])
+        x += _ADD_COL
+        t = np.right_shift(x, np.uint64(29))
+        x ^= t
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        np.right_shift(x, np.uint64(32), out=t)
+        x ^= t
     # every text has at least one shingle, so the first valid shingle of text i is at
     # starts[i] - (number of invalid positions before it)
     first = np.searchsorted(np.flatnonzero(valid), starts)
-    return np.minimum.reduceat(x, first, axis=0)
+    return np.ascontiguousarray(np.minimum.reduceat(x, first, axis=1).T)
 
 
 def signature(text: str) -> Any | None:
@@ -139,8 +148,10 @@ class NearDup:
         self.checked += 1
         found = False
         tried: set[int] = set()
+        raw = sig.tobytes()
+        width = len(raw) // BANDS
         for band in range(BANDS):
-            key = sig[band * ROWS : (band + 1) * ROWS].tobytes()
+            key = raw[band * width : (band + 1) * width]
             table = self._bands[band]
             other = table.get(key)
             if other is None:
