@@ -34,7 +34,7 @@ TensorFlow TensorBundle / SavedModel / checkpoint state, Keras .keras / .h5.
 Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable."""
     examples = ("ckptrescue probe runs/exp1/ --reference runs/exp1/step_900.pt --json",)
     output_type = ProbeOutput
-    args = (ArgSpec("paths", "list", required=True, item="string", positional=True,
+    args = (ArgSpec("paths", "list", required=True, item="location", positional=True,
                     metavar="PATH|URL",
                     help="Checkpoint files, checkpoint directories or run directories (all "
                          "probed); s3://, az://, gs:// URLs are probed in place (ranged reads)."),
@@ -101,7 +101,7 @@ when nothing at all could be recovered."""
     examples = ("ckptrescue salvage /evidence/step_1200.pt /recovery/step_1200 --fill-from "
                 "step_1100.pt",)
     output_type = SalvageOutput
-    args = (ArgSpec("checkpoint", "string", positional=True, metavar="PATH|URL",
+    args = (ArgSpec("checkpoint", "location", positional=True, metavar="PATH|URL",
                     help="The damaged checkpoint (a file, a step directory, or an s3://, "
                          "az://, gs:// URL read in place)."),
             ArgSpec("probed", "list", cli=False,
@@ -110,7 +110,7 @@ when nothing at all could be recovered."""
             ArgSpec("out_dir", "path", positional=True,
                     help="New recovery directory (not next to the input, not on a read-only "
                          "mount)."),
-            ArgSpec("fill_from", "string", metavar="PATH|URL",
+            ArgSpec("fill_from", "location", metavar="PATH|URL",
                     help="Take lost tensors from this reference checkpoint (for a multi-rank "
                          "step: an earlier complete step; missing ranks' shards are taken from "
                          "the same ranks there)."),
@@ -198,7 +198,7 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
     examples = ("ckptrescue rank runs/exp1 --load --json",
                 "ckptrescue rank runs/exp1 --eval 'python eval.py {checkpoint}' --eval-min 0.7")
     output_type = RankOutput
-    args = (ArgSpec("run_dir", "string", required=True, positional=True, metavar="DIR|URL",
+    args = (ArgSpec("run_dir", "location", required=True, positional=True, metavar="DIR|URL",
                     help="A run directory holding checkpoints (or an s3://, az://, gs:// "
                          "prefix, probed in place)."),
             ArgSpec("load", "boolean", default=False,

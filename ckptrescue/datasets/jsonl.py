@@ -25,6 +25,8 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
     pos = 0
     index = 0
     deep: list[int] = []  # 1-based numbers of lines too deeply nested to parse
+    last: tuple[bytes, bool] | None = None  # a run of identical lines (a bomb repeats one)
+    last_problem: str | None = None
     while True:
         line = fh.readline(MAX_LINE + 1)  # type: ignore[call-arg]
         if not line:
@@ -36,7 +38,12 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
             _skip_line(fh)
             break
         body = line.rstrip(b"\r\n")
-        problem = _problem(body, line.endswith(b"\n"))
+        key = (body, line.endswith(b"\n"))
+        if key == last:
+            problem = last_problem  # the same bytes give the same verdict
+        else:
+            problem = _problem(*key)
+            last, last_problem = key, problem
         if problem is _TOO_DEEP:
             deep.append(index + 1)
         elif problem:

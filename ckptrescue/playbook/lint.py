@@ -119,7 +119,7 @@ def _literal_type_problem(kind: str, value: Any) -> str | None:
         return f"must be a whole number (got {value!r})"
     if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
         return f"must be a number (got {value!r})"
-    if kind in {"path", "string", "s3_url"} and not isinstance(value, str):
+    if kind in {"path", "location", "string", "s3_url"} and not isinstance(value, str):
         return f"must be text (got {value!r})"
     if kind == "s3_url" and isinstance(value, str) and value and not value.startswith("s3://"):
         return f"must be an s3:// URL (got {value!r})"

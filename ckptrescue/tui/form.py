@@ -47,7 +47,8 @@ def form_field(spec: ArgSpec) -> FormField:
         label += " [advanced]"
     initial = "" if spec.default in (None, "") else str(spec.default)
     picker = EVIDENCE_TYPES.get(spec.type) or (EVIDENCE_TYPES["path"]
-                                               if spec.item == "path" and spec.type == "list"
+                                               if spec.item in ("path", "location")
+                                               and spec.type == "list"
                                                else None)
     return FormField(spec=spec, label=label, placeholder=spec.type, initial=initial,
                      picker=picker)

@@ -51,6 +51,7 @@ EVIDENCE_TYPES = {
     "block_device": "devices",
     "image": "devices",
     "path": "paths",
+    "location": "paths",  # a path, or an object-store URL typed in
     "file": "paths",
     "directory": "paths",
 }
