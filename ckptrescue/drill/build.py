@@ -195,6 +195,9 @@ def full_incident_params(result: DrillResult) -> dict[str, Any]:
         "source": str(result.image), "image_dest": str(dest), "checkpoints": "run",
         "simulate_bad_map": str(result.badsectors_map), "known_good": str(result.known_good),
         "retries": 1,
+        # the "volume" the incident is about: the disk (here its image); triage names only the
+        # processes with files open on it, never every writer on the host
+        "volume": str(result.image),
     }
     if result.s3:
         params.update({

@@ -80,6 +80,23 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
     shown = json.dumps({k: v for k, v in model.items() if k not in (
         "commands", "refusals", "evidence", "manifest", "verification", "tool_versions")})
     assert "mnt-mount" not in shown and str(case) not in shown
+    # the TUI's tree puts every probed checkpoint under its evidence item
+    from ckptrescue.tui.viewmodel import group_checkpoints
+
+    groups = group_checkpoints(model, [], [])
+    placed = {c["path"] for g in groups if g.detail.get("id") == "E002" for c in g.checkpoints}
+    assert len(placed) == len(model["checkpoints"]), [g.label for g in groups]
+    # triage spoke only about the drill's volume: no writer elsewhere on the host is a finding
+    assert not [f for sev in model["findings_by_severity"].values() for f in sev
+                if f["code"] == "TR001"]
+    # the case handed to other tools: CASE/UCO that the CASE project's validator accepts
+    exported = tmp_path / "case.jsonld"
+    assert subprocess.run([EXE, "report", str(case), "--format", "case-uco", "-o",
+                           str(exported)], capture_output=True, timeout=600).returncode == 0
+    validate = Path(sys.executable).with_name("case_validate")
+    res = subprocess.run([str(validate), "--built-version", "case-1.5.0", str(exported)],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0 and "Conforms: True" in res.stdout, res.stdout[-2000:]
     expected = dict(info["expected"]["verdicts"])
     for rel, verdict in expected.items():
         match = [v for p, v in verdicts.items() if p == rel or p.startswith(rel + "/")]
