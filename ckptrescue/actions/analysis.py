@@ -68,8 +68,11 @@ numeric ranges (docs/profiles.md). Streaming; the profile is JSON (-o), kept in 
 Compare two profiles (or the shards of one) with `dataset compare`."""
     examples = ("ckptrescue dataset profile /data/train -o train.profile.json --jobs 2",)
     output_type = DatasetProfileOutput
-    args = (ArgSpec("dir", "path", required=True, positional=True, cli_name="directory",
-                    help="Dataset directory (read only)."),
+    args = (ArgSpec("dir", "location", required=True, positional=True, cli_name="directory",
+                    metavar="DIR|URL",
+                    help="Dataset directory, or an s3://, az://, gs:// prefix read in place "
+                         "(read only)."),
+            ArgSpec("endpoint_url", "string", help="Object-store endpoint (emulators)."),
             ArgSpec("output", "path", short="-o", help="Write the profile JSON here."),
             ArgSpec("fields", "list", metavar="FIELD",
                     help="Profile only these fields (repeat the option)."),
@@ -101,7 +104,15 @@ Compare two profiles (or the shards of one) with `dataset compare`."""
                                    tokenizer=args.get("tokenizer") or None,
                                    sample=args.get("sample"), progress=tick)
 
-        profile = yield from ctx.blocking(work, label="shards", unit="shards")
+        from ckptrescue.actions.in_place import in_place
+
+        with in_place([str(args["dir"])], args.get("endpoint_url")) as (local, views):
+            source = args["dir"]
+            args = {**args, "dir": local[0]}
+            profile = yield from ctx.blocking(work, label="shards", unit="shards")
+            audit = views.accounting()
+        if views.opened:
+            profile.root = str(source)
         if args.get("output"):
             save(profile, Path(args["output"]))
         data = profile.to_json()
@@ -110,7 +121,7 @@ Compare two profiles (or the shards of one) with `dataset compare`."""
             f" -> {args['output']}" if args.get("output") else "")
         yield ctx.output(answer)
         return ActionResult(outputs={"profile": data, "output": args.get("output"),
-                                     "answer": answer}, summary=answer)
+                                     "answer": answer}, summary=answer, audit=audit)
 
 
 class DatasetCompare(Action):

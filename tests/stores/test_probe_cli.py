@@ -65,3 +65,19 @@ def test_salvage_a_damaged_object_in_place(fuse_ok: None, kit: Any, checkpoints:
     assert codes.count("SV001") == 1 and codes.count("SV002") == 1  # recorded once
     assert [r["details"]["objects_read"] for r in opened.records("store.read")] == [1]
     assert kit.state() == before
+
+
+def test_profile_a_dataset_prefix_in_place(fuse_ok: None, kit: Any, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for shard in range(2):
+        kit.put(f"data/part-{shard}.jsonl", "".join(
+            json.dumps({"id": i, "label": i % 3, "text": f"record {i}"}) + "\n"
+            for i in range(shard * 50, shard * 50 + 50)).encode())
+    out = tmp_path / "p.json"
+    result = invoke("dataset", "profile", kit.url("data/"), "-o", str(out), *_args(kit))
+    assert result.returncode == 0, result.stderr
+    profile = json.loads(out.read_text())
+    assert profile["root"].startswith(f"{kit.scheme}://")
+    assert sorted(s["path"] for s in profile["shards"]) == ["part-0.jsonl", "part-1.jsonl"]
+    assert sum(s["records"] for s in profile["shards"]) == 100
