@@ -60,9 +60,12 @@ def watch(
     from ckptrescue.case import Case
     from ckptrescue.cli.from_action import step_error
     from ckptrescue.datasets.s3dataset import is_s3
-    from ckptrescue.errors import ExitCode
+    from ckptrescue.errors import EvidenceError, ExitCode
     from ckptrescue.events import StepFinished
 
+    if not is_s3(source) and not Path(source).is_dir():
+        raise EvidenceError(f"{source}: not a directory (watch a dataset directory or an "
+                            "s3:// prefix)")
     case = Case.open_or_create(case_dir, title=f"watch {source}")
     base: dict[str, Any] = {"source": source, "state": str(state),
                             "manifest": str(manifest) if manifest else None,

@@ -149,3 +149,12 @@ def test_the_state_may_not_live_inside_the_source(tmp_path: Path) -> None:
                     str(root / "state.db"), "--passes", "1")
     assert result.returncode == 2 and "outside" in result.stderr
     assert not (root / "state.db").exists()
+
+
+def test_a_missing_source_is_a_one_line_error_and_no_case_is_made(tmp_path: Path) -> None:
+    from cli_helpers import invoke
+
+    result = invoke("watch", str(tmp_path / "nope"), "--case", str(tmp_path / "case"),
+                    "--state", str(tmp_path / "w.db"), "--passes", "1")
+    assert result.returncode == 2 and "not a directory" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "case").exists()
