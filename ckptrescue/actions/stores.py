@@ -28,6 +28,19 @@ def _options(args: dict[str, Any]) -> Any:
     return StoreOptions(endpoint_url=args.get("endpoint_url") or None)
 
 
+def _writable(ctx: StepContext, target: str) -> None:
+    """A local destination must not be evidence, the case's records, a device or a system
+    tree (the guard's identity rules, as for every tool output)."""
+    from ckptrescue import guard
+    from ckptrescue.errors import RefusedError
+
+    context = guard.GuardContext(evidence_paths=tuple(ctx.case.evidence_paths()),
+                                 protected_paths=tuple(ctx.case.protected_paths()))
+    reason = context.writes_forbidden(target)
+    if reason:
+        raise RefusedError(f"{target}: {reason}")
+
+
 def _result(kind: str, url: str, result: Any, ok: bool, answer: str) -> ActionResult:
     findings = findings_of(result)
     data = result.to_json() if hasattr(result, "to_json") else {}
@@ -135,6 +148,7 @@ Never writes to the store."""
 
         if not args.get("dest"):
             raise UsageError("store preserve: give --dest DIR (a local folder)")
+        _writable(ctx, str(args["dest"]))
         result = yield from ctx.blocking(lambda p: preserve(
             args["url"], Path(args["dest"]), all_versions=bool(args["all_versions"]),
             options=_options(args)))
@@ -172,6 +186,7 @@ checksums (written as .partial, renamed only when it verifies). Never into the s
 
         if not args.get("to"):
             raise UsageError("store restore: give --to DIR (a local folder)")
+        _writable(ctx, str(args["to"]))
         result = yield from ctx.blocking(lambda p: restore(
             args["url"], Path(args["to"]), version=args.get("version"),
             known_good_manifest=args.get("known_good_manifest"), options=_options(args)))

@@ -52,3 +52,15 @@ def test_store_commands_end_to_end(kit: Any, checkpoints: dict, tmp_path: Path,
     missing = invoke("store", "preserve", url, *_args(kit))
     assert missing.returncode == 2 and "--dest" in missing.stderr
     assert kit.state() == before
+
+
+def test_preserve_and_restore_never_write_to_system_trees_devices_or_evidence(
+        tmp_path: Path) -> None:
+    case = tmp_path / "case"
+    assert invoke("case", "new", str(case), "--title", "store").returncode == 0
+    refused = invoke("store", "preserve", "s3://bkt/run/", "--dest", "/etc/ckptrescue-x")
+    assert refused.returncode == 3 and "/etc" in refused.stderr
+    refused = invoke("store", "restore", "s3://bkt/run/a.pt", "--to", str(case / "audit.jsonl"),
+                     "--version", "1", "--case", str(case))
+    assert refused.returncode == 3
+    assert not Path("/etc/ckptrescue-x").exists()
