@@ -15,3 +15,17 @@ def progress_adapter(progress: Any) -> Any:
         except (TypeError, ValueError):
             pass
     return callback
+
+
+def refuse_unsafe_output(case: Any, target: str) -> None:
+    """An output the kit writes itself (a list, a profile, a state file, a restored copy) must
+    pass the guard's identity rules like every tool output: never evidence, the case's own
+    records, a device or a system tree."""
+    from ckptrescue import guard
+    from ckptrescue.errors import RefusedError
+
+    context = guard.GuardContext(evidence_paths=tuple(case.evidence_paths()),
+                                 protected_paths=tuple(case.protected_paths()))
+    reason = context.writes_forbidden(str(target))
+    if reason:
+        raise RefusedError(f"{target}: {reason}")

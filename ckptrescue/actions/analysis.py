@@ -89,8 +89,12 @@ Compare two profiles (or the shards of one) with `dataset compare`."""
         return [f"profile every shard under {args['dir']}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.actions._util import refuse_unsafe_output
         from ckptrescue.profiles.build import profile_dataset
         from ckptrescue.profiles.profile import save
+
+        if args.get("output"):
+            refuse_unsafe_output(ctx.case, str(args["output"]))
 
         def work(p: Any) -> Any:
             done = [0]

@@ -61,9 +61,12 @@ WebDataset shard list and sample filter, a Hugging Face datasets filter (docs/da
         root = Path(args["dir"])
         out = Path(args["output"])
         paths = Path(args["paths"]) if args.get("paths") else out.with_suffix(".paths")
+        from ckptrescue.actions._util import refuse_unsafe_output
+
         for target in (out, paths):
             if _inside(target, root):
                 raise UsageError(f"{target}: inside the dataset; write the list elsewhere")
+            refuse_unsafe_output(ctx.case, str(target))
         audits = [_read_json(p) for p in args.get("audit") or []]
         verifies = [_read_json(p) for p in args.get("verify") or []]
         if not audits and not verifies:

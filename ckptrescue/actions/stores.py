@@ -29,16 +29,9 @@ def _options(args: dict[str, Any]) -> Any:
 
 
 def _writable(ctx: StepContext, target: str) -> None:
-    """A local destination must not be evidence, the case's records, a device or a system
-    tree (the guard's identity rules, as for every tool output)."""
-    from ckptrescue import guard
-    from ckptrescue.errors import RefusedError
+    from ckptrescue.actions._util import refuse_unsafe_output
 
-    context = guard.GuardContext(evidence_paths=tuple(ctx.case.evidence_paths()),
-                                 protected_paths=tuple(ctx.case.protected_paths()))
-    reason = context.writes_forbidden(target)
-    if reason:
-        raise RefusedError(f"{target}: {reason}")
+    refuse_unsafe_output(ctx.case, target)
 
 
 def _result(kind: str, url: str, result: Any, ok: bool, answer: str) -> ActionResult:

@@ -44,6 +44,11 @@ class WatchPass(Action):
             raise UsageError(f"{state_path}: the watch state must live outside {source}")
         only = [p.encode("utf-8", "surrogateescape") for p in args["paths"]] \
             if args.get("paths") else None
+        from ckptrescue.actions._util import refuse_unsafe_output
+
+        for target in (state_path, args.get("prometheus_textfile")):
+            if target:
+                refuse_unsafe_output(ctx.case, str(target))
         state = WatchState(state_path, source)
         try:
             result = yield from ctx.blocking(lambda p: run_pass(
