@@ -4,16 +4,24 @@ Objects are listed and streamed through SHA-256 with the kit's read-only client 
 written to disk or to the bucket); names in the manifest are keys relative to the prefix, so
 the same manifest audits a local copy or the bucket. With ``--scheduler`` each Dask worker opens
 its own read-only client and hashes its share of the keys where they live (in S3).
+
+An audit first asks the store (HeadObject with ``ChecksumMode=ENABLED``): an object whose stored
+SHA-256 is a full-object hash is checked against the manifest without reading it; only objects
+without one (no checksum, another algorithm, a COMPOSITE multipart checksum) are downloaded.
+The manifest records SHA-256 only, so stored CRCs are not used.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +60,8 @@ class S3Object:
     key: str
     size: int
     mtime_ns: int
+    # ChecksumAlgorithm from the listing; None when the store did not say
+    algorithms: tuple[str, ...] | None = None
 
 
 def _client(endpoint_url: str | None) -> Any:
@@ -77,21 +87,37 @@ def list_objects(url: str, *, endpoint_url: str | None = None) -> tuple[str, lis
                 if key.endswith("/"):
                     continue  # a "folder" marker object
                 mtime = obj["LastModified"].timestamp()
+                algs = obj.get("ChecksumAlgorithm")
                 out.append(S3Object(key[len(prefix):].encode(), key, int(obj["Size"]),
-                                    int(mtime * 1e9)))
+                                    int(mtime * 1e9),
+                                    None if algs is None else tuple(str(a).upper()
+                                                                    for a in algs)))
     except Exception as exc:  # botocore errors become one-line kit errors
         raise translate_error(exc, url) from exc
     return parsed.bucket, sorted(out, key=lambda o: o.rel)
 
 
+def _stats_of(client: Any) -> Any:
+    """The kit client's :func:`~ckptrescue.s3.client.stats` (None for another client)."""
+    from ckptrescue.s3.client import stats
+
+    try:
+        return stats(client)
+    except TypeError:
+        return None
+
+
 def hash_object(client: Any, bucket: str, obj: S3Object) -> ManifestEntry | UnreadableFile:
     digest = hashlib.sha256()
     size = 0
+    counter = _stats_of(client)
     try:
         body = client.get_object(Bucket=bucket, Key=obj.key)["Body"]
         for block in body.iter_chunks(_CHUNK):
             digest.update(block)
             size += len(block)
+            if counter is not None:
+                counter.add_bytes(len(block))
     except Exception as exc:  # a read error of one object is a row, not the end of the run
         return UnreadableFile(obj.rel, f"{type(exc).__name__}: {exc}", size)
     return ManifestEntry(obj.rel, size, obj.mtime_ns, digest.hexdigest())
@@ -159,11 +185,131 @@ def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None
     return result
 
 
+STORED = "stored-sha256"
+DOWNLOADED = "downloaded"
+_PARTS_SUFFIX = re.compile(r"-\d+$")
+
+
+def full_object_sha256(head: dict[str, Any]) -> str | None:
+    """Hex SHA-256 of the whole object from a HeadObject (``ChecksumMode=ENABLED``) response,
+    or None when the store holds none we can trust as a hash of the whole object.
+
+    ``ChecksumType`` FULL_OBJECT is trusted, COMPOSITE never (a hash of part hashes). Without a
+    ``ChecksumType`` (older stores; moto on single-part objects) the value counts as full-object
+    only for a single-part object: no ``-N`` on the value or the ETag, no PartsCount (S3 has no
+    full-object SHA-256 for multipart uploads)."""
+    value = head.get("ChecksumSHA256")
+    if not isinstance(value, str):
+        return None
+    ctype = head.get("ChecksumType")
+    if ctype is not None and str(ctype).upper() != "FULL_OBJECT":
+        return None
+    if ctype is None:
+        etag = str(head.get("ETag") or "").strip().strip('"')
+        if _PARTS_SUFFIX.search(value) or _PARTS_SUFFIX.search(etag) or head.get("PartsCount"):
+            return None
+    try:
+        raw = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == 32 else None
+
+
+def stored_sha256(client: Any, bucket: str, obj: S3Object) -> tuple[str, int] | None:
+    """(hex SHA-256, size) of ``obj`` as the store records it, without reading the object."""
+    if obj.algorithms is not None and "SHA256" not in obj.algorithms:
+        return None  # the listing already says there is no stored SHA-256
+    try:
+        head = client.head_object(Bucket=bucket, Key=obj.key, ChecksumMode="ENABLED")
+    except Exception:  # noqa: BLE001 - the download then says what is wrong with the object
+        return None
+    sha = full_object_sha256(head)
+    if sha is None:
+        return None
+    return sha, int(head.get("ContentLength", obj.size))
+
+
+Verified = tuple[ManifestEntry | UnreadableFile, str]
+
+
+def _audit_batch(endpoint_url: str | None, bucket: str, batch: list[S3Object],
+                 use_stored: bool) -> tuple[list[Verified], int]:
+    """Each object checked by its stored SHA-256 or downloaded; and the bytes downloaded."""
+    from ckptrescue.s3.client import stats
+
+    client = _client(endpoint_url)  # each worker its own read-only client
+    out: list[Verified] = []
+    for obj in batch:
+        found = stored_sha256(client, bucket, obj) if use_stored else None
+        if found is not None:
+            out.append((ManifestEntry(obj.rel, found[1], obj.mtime_ns, found[0]), STORED))
+        else:
+            out.append((hash_object(client, bucket, obj), DOWNLOADED))
+    return out, stats(client).bytes_downloaded
+
+
+def _audit_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str | None,
+               endpoint_url: str | None, use_stored: bool,
+               tracker: Tracker) -> Iterator[tuple[list[Verified], int]]:
+    batches = [objects[i:i + 64] for i in range(0, len(objects), 64)]
+
+    def done(results: tuple[list[Verified], int]) -> tuple[list[Verified], int]:
+        for outcome, _how in results[0]:
+            tracker.add(files=1, nbytes=getattr(outcome, "size", 0) or 0)
+        return results
+
+    if scheduler:
+        from ckptrescue.datasets.cluster import connect
+
+        client = connect(scheduler)
+        try:
+            futures = [client.submit(_audit_batch, endpoint_url, bucket, b, use_stored,
+                                     pure=False) for b in batches]
+            for fut in futures:
+                yield done(fut.result())
+        finally:
+            client.close()
+        return
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for results in pool.map(lambda b: _audit_batch(endpoint_url, bucket, b, use_stored),
+                                batches):
+            yield done(results)
+
+
+@dataclass
+class S3AuditResult(AuditResult):
+    """An audit of an ``s3://`` prefix: also how each object was verified (``stored-sha256``:
+    the store's full-object SHA-256, nothing read; ``downloaded``: read and hashed) and how many
+    object bytes were downloaded in all (the read-only clients' ``stats()``)."""
+
+    verified: dict[bytes, str] = field(default_factory=dict)
+    bytes_downloaded: int = 0
+
+    def answer(self) -> str:
+        text = super().answer()
+        if self.quick:
+            return text
+        stored = sum(1 for how in self.verified.values() if how == STORED)
+        return (f"{text}; {stored} checked against the store's SHA-256, "
+                f"{len(self.verified) - stored} downloaded ({self.bytes_downloaded} bytes read)")
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        for row, audited in zip(out["files"], self.files, strict=True):
+            if audited.rel in self.verified:
+                row["verified"] = self.verified[audited.rel]
+        out["bytes_downloaded"] = self.bytes_downloaded
+        return out
+
+
 def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
              jobs: int | None = None, scheduler: str | None = None,
              progress: ProgressFn | None = None,
-             endpoint_url: str | None = None) -> AuditResult:
-    """Audit the objects under ``url`` against ``manifest`` (statuses as for a directory)."""
+             endpoint_url: str | None = None, use_stored: bool = True) -> S3AuditResult:
+    """Audit the objects under ``url`` against ``manifest`` (statuses as for a directory).
+
+    Objects whose store holds a full-object SHA-256 are checked against it without being read
+    (``use_stored=False`` downloads everything); the others are downloaded and hashed."""
     url = normalise(url)
     started = time.monotonic()
     expected, has_sizes = load_expected(manifest)
@@ -171,7 +317,7 @@ def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
         raise UsageError(f"{manifest}: --quick needs the JSON-lines sidecar (sizes)")
     bucket, objects = list_objects(url, endpoint_url=endpoint_url)
     present = {o.rel: o for o in objects}
-    result = AuditResult(root=url, manifest=str(manifest), quick=quick)
+    result = S3AuditResult(root=url, manifest=str(manifest), quick=quick)
     rows: list[AuditRow] = []
     todo: list[S3Object] = []
     for rel, exp in sorted(expected.items()):
@@ -186,24 +332,38 @@ def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
         else:
             todo.append(found)
     tracker = Tracker(len(todo), sum(o.size for o in todo), progress)
-    for outcome in _hash_all(bucket, todo, jobs=jobs or 8, scheduler=scheduler,
-                             endpoint_url=endpoint_url, tracker=tracker):
-        exp = expected[outcome.rel]
-        if isinstance(outcome, UnreadableFile):
-            rows.append(AuditRow(outcome.rel, "unreadable", exp.sha256, None,
-                                 offset=outcome.offset, error=outcome.error))
-        elif outcome.sha256 == exp.sha256:
-            rows.append(AuditRow(outcome.rel, "ok", exp.sha256, outcome.sha256))
-        else:
-            status = "corrupted" if exp.size in (None, outcome.size) else "changed"
-            rows.append(AuditRow(outcome.rel, status, exp.sha256, outcome.sha256))
+    for batch, downloaded in _audit_all(bucket, todo, jobs=jobs or 8, scheduler=scheduler,
+                                        endpoint_url=endpoint_url, use_stored=use_stored,
+                                        tracker=tracker):
+        result.bytes_downloaded += downloaded
+        for outcome, how in batch:
+            exp = expected[outcome.rel]
+            result.verified[outcome.rel] = how
+            if isinstance(outcome, UnreadableFile):
+                rows.append(AuditRow(outcome.rel, "unreadable", exp.sha256, None,
+                                     offset=outcome.offset, error=outcome.error))
+            elif outcome.sha256 == exp.sha256.lower():
+                rows.append(AuditRow(outcome.rel, "ok", exp.sha256, outcome.sha256))
+            else:
+                status = "corrupted" if exp.size in (None, outcome.size) else "changed"
+                reason = "the store's SHA-256 differs" if how == STORED else ""
+                rows.append(AuditRow(outcome.rel, status, exp.sha256, outcome.sha256,
+                                     reason=reason))
     tracker.finish()
     rows += [AuditRow(o.rel, "new", None, None) for rel, o in present.items()
              if rel not in expected]
     result.files = sorted(rows, key=lambda r: r.rel)
     result.elapsed_s = time.monotonic() - started
+    stored = sum(1 for how in result.verified.values() if how == STORED)
+    if not quick:
+        result.notes.append(f"{stored} object(s) checked against the store's full-object "
+                            f"SHA-256 without reading them; {len(result.verified) - stored} "
+                            f"downloaded ({result.bytes_downloaded} bytes)")
     result.record("manifest.audit", {"root": url, "manifest": str(manifest),
-                                     "counts": result.counts, "quick": quick})
+                                     "counts": result.counts, "quick": quick,
+                                     "stored_sha256": stored,
+                                     "downloaded": len(result.verified) - stored,
+                                     "bytes_downloaded": result.bytes_downloaded})
     return result
 
 
