@@ -368,12 +368,15 @@ class ManifestBuildOutput(StepOutputs):
 
 @dataclass
 class ManifestAuditOutput(StepOutputs):
-    json_keys = ("files", "counts", "quick", "answer")
+    json_keys = ("files", "counts", "quick", "sample", "answer")
     files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Per file: path, status, expected, actual (offset when unreadable)."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Files per status."))
     quick: bool = field(default=False, metadata=doc("Size and mtime only."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
+    sample: dict[str, Any] | None = field(default=None, metadata=doc(
+        "A sampled audit (--sample) only: seed, size, population, bad, upper_bound_95 (exact "
+        "one-sided Clopper-Pearson), statement."))
     reasons: dict[str, str] = field(default_factory=dict, metadata=doc(
         "Why, per path, where the audit says (not in --json)."))
     notes: list[str] = field(default_factory=list, metadata=doc("Notes (not in --json)."))
@@ -510,3 +513,33 @@ class DeviceHealthOutput(StepOutputs):
     device: bool = field(default=False, metadata=doc("A block device (else skipped)."))
     health: dict[str, Any] = field(default_factory=dict, metadata=doc(
         "disk, smartctl (parsed -x -j), nvme_smart_log, nvme_error_log."))
+
+
+@dataclass
+class ManifestUpdateOutput(StepOutputs):
+    root: str = field(default="", metadata=doc("The dataset directory."))
+    manifest: str = field(default="", metadata=doc("The manifest rewritten."))
+    sidecar: str = field(default="", metadata=doc("Its JSON-lines sidecar."))
+    previous: str = field(default="", metadata=doc(
+        "Where the old manifest was kept (MANIFEST.prev, its sidecar MANIFEST.prev.jsonl)."))
+    files: int = field(default=0, metadata=doc("Files in the updated manifest."))
+    hashed: int = field(default=0, metadata=doc("Files hashed (new or changed)."))
+    reused: int = field(default=0, metadata=doc("Entries reused (size, mtime, inode unchanged)."))
+    bytes_hashed: int = field(default=0, metadata=doc("Bytes hashed."))
+    new: list[str] = field(default_factory=list, metadata=doc("Files not in the old manifest."))
+    changed: list[str] = field(default_factory=list, metadata=doc(
+        "Files whose size, mtime or inode changed (re-hashed)."))
+    deleted: list[str] = field(default_factory=list, metadata=doc(
+        "Entries dropped: their files are gone."))
+    unreadable: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Unreadable files (left out): path, error, offset."))
+    skipped: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Entries skipped: path, reason."))
+    inode_checked: bool = field(default=True, metadata=doc(
+        "False when the old sidecar recorded no inodes (size and mtime compared only)."))
+    elapsed_s: float = field(default=0.0, metadata=doc("Seconds."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable

@@ -1,4 +1,4 @@
-"""``ckptrescue manifest build|audit``, ``dataset verify`` and ``recover``: training-data
+"""``ckptrescue manifest build|audit|update``, ``dataset verify`` and ``recover``: training-data
 integrity, generated from the manifest.*, dataset.verify and recover actions. Results go to
 stdout, progress to stderr."""
 
@@ -19,6 +19,7 @@ from ckptrescue.outputs import (
     DatasetVerifyOutput,
     ManifestAuditOutput,
     ManifestBuildOutput,
+    ManifestUpdateOutput,
     QuarantineOutput,
     RecoverOutput,
 )
@@ -71,10 +72,38 @@ def render_audit(result: StepResult) -> int:
                 say(f"{row['status'].upper():<11} {_display(row['path'])}"
                     + (f"  ({reason})" if reason else ""))
         say("counts: " + ", ".join(f"{k}={v}" for k, v in out.counts.items()))
+        if out.sample:
+            say(f"sample: seed {out.sample['seed']}, {out.sample['size']:,} of "
+                f"{out.sample['population']:,} files hashed")
         say(out.answer)
     for note in out.notes:
         sys.stderr.write(f"note: {note}\n")
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
+def render_update(result: StepResult) -> int:
+    out: ManifestUpdateOutput = result.out
+    for s in out.skipped:
+        sys.stderr.write(f"skipped: {_display(s['path'])}: {s['reason']}\n")
+    for u in out.unreadable:
+        sys.stderr.write(f"UNREADABLE: {_display(u['path'])}: {u['error']} at offset "
+                         f"{u['offset']}\n")
+    if result.options[JSON]:
+        emit_json(result.outputs)
+    else:
+        for path in out.deleted:
+            say(f"DELETED  {_display(path)}  (entry dropped)")
+        if not out.inode_checked:
+            say("note: the old sidecar recorded no inodes: size and mtime compared only")
+        say(f"hashed {out.hashed} ({len(out.new)} new, {len(out.changed)} changed), reused "
+            f"{out.reused}; old manifest kept as {out.previous}")
+        say(out.answer)
+    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
+def update_interrupted(args: dict[str, Any]) -> str:
+    return (f"ckptrescue: interrupted; {args['manifest']} was not changed: run the same command "
+            "again")
 
 
 def verify_lines(out: DatasetVerifyOutput) -> list[str]:
@@ -174,9 +203,12 @@ BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS,),
                        JSON),
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
 AUDIT = Command("manifest.audit", render_audit, extras=(NO_PROGRESS,),
-                order=("dir", "manifest", "quick", "jobs", "scheduler", "no_progress",
+                order=("dir", "manifest", "quick", "sample", "seed", "jobs", "scheduler", "no_progress",
                        "endpoint_url", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"] or a.get("quick")))
+UPDATE = Command("manifest.update", render_update, extras=(NO_PROGRESS,),
+                 order=("dir", "manifest", "jobs", "scheduler", "no_progress", CASE, JSON),
+                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=update_interrupted)
 VERIFY = Command("dataset.verify", render_verify)
 RECOVER = Command("recover", render_recover)
 
@@ -184,6 +216,7 @@ RECOVER = Command("recover", render_recover)
 def register(app: typer.Typer) -> None:
     add_command(manifest_app, "build", BUILD)
     add_command(manifest_app, "audit", AUDIT)
+    add_command(manifest_app, "update", UPDATE)
     add_command(dataset_app, "verify", VERIFY)
     add_command(dataset_app, "profile", Command("dataset.profile", render_profile))
     add_command(dataset_app, "compare", Command("dataset.compare", render_compare))

@@ -3,7 +3,9 @@
 Statuses: ``ok``; ``corrupted`` (same size, different SHA-256: bit rot); ``changed`` (size
 differs: truncated, extended or rewritten); ``missing``; ``new`` (not in the manifest);
 ``unreadable`` (an I/O error, with the offset of the first bad block). ``quick`` compares size and
-mtime from the JSON-lines sidecar only, reads no content, and says so.
+mtime from the JSON-lines sidecar only, reads no content, and says so. ``sample`` stats every
+file (missing and size-changed files are always reported) but hashes only a seeded sample of the
+rest, and states the result as a 95% Clopper-Pearson upper bound (``sampling.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ckptrescue.datasets.manifest import (
     sidecar_path,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
+from ckptrescue.datasets.sampling import SampleStats, draw, sample_size
 from ckptrescue.datasets.walk import (
     FileEntry,
     display,
@@ -79,6 +82,7 @@ class AuditResult(Recorded):
     files: list[AuditRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    sample: SampleStats | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -104,6 +108,18 @@ class AuditResult(Recorded):
         else:
             parts = ", ".join(f"{c[s]} {s}" for s in DAMAGED if c[s])
             text = f"{mode}{bad} of {listed} files in the manifest do not match ({parts})"
+        if self.sample is not None:
+            return self._sampled_answer(c)
+        if c["new"]:
+            text += f"; {c['new']} new file(s) not in the manifest"
+        return text
+
+    def _sampled_answer(self, c: dict[str, int]) -> str:
+        assert self.sample is not None
+        text = f"SAMPLED (seed {self.sample.seed}): {self.sample.statement()}"
+        stat_bad = [f"{c[s]} {s}" for s in ("missing", "changed") if c[s]]
+        if stat_bad:
+            text += "; every file stat'ed: " + ", ".join(stat_bad)
         if c["new"]:
             text += f"; {c['new']} new file(s) not in the manifest"
         return text
@@ -128,8 +144,11 @@ class AuditResult(Recorded):
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": [row.to_json() for row in self.files], "counts": self.counts,
-                "quick": self.quick, "answer": self.answer()}
+        out = {"files": [row.to_json() for row in self.files], "counts": self.counts,
+               "quick": self.quick, "answer": self.answer()}
+        if self.sample is not None:
+            out["sample"] = self.sample.to_json()
+        return out
 
 
 def load_expected(manifest: str | os.PathLike[str]) -> tuple[dict[bytes, Expected], bool]:
@@ -174,11 +193,21 @@ def audit(
     scheduler: str | None = None,
     progress: ProgressFn | None = None,
     endpoint_url: str | None = None,
+    sample: str | float | None = None,
+    seed: int = 0,
 ) -> AuditResult:
-    """Audit ``dir`` against ``manifest`` (read-only)."""
+    """Audit ``dir`` against ``manifest`` (read-only).
+
+    ``sample`` (``"1%"``, ``0.01`` or a count): hash only a sample drawn with ``seed`` from the
+    manifest's files that are present with their recorded size; every file is still stat'ed.
+    """
     from ckptrescue.datasets.s3dataset import audit_s3, is_s3
 
+    if sample is not None and quick:
+        raise UsageError("--sample and --quick do not go together (quick reads no content)")
     if is_s3(dir):
+        if sample is not None:
+            raise UsageError("--sample audits local directories only")
         return audit_s3(str(dir), manifest, quick=quick, jobs=jobs, scheduler=scheduler,
                         progress=progress, endpoint_url=endpoint_url)
     root = Path(dir)
@@ -204,11 +233,26 @@ def audit(
         if found is None:
             why = "" if safe_relative(rel) else "the name leads outside DIR; never opened"
             rows.append(AuditRow(rel, "missing", exp.sha256, None, reason=why))
+        elif sample is not None and exp.size is not None and exp.size != found.size:
+            rows.append(AuditRow(rel, "changed", exp.sha256, None,
+                                 reason=f"size {exp.size} -> {found.size} (stat)"))
         elif quick:
             rows.append(_quick_row(exp, found))
         else:
             to_hash.append(found)
     new = [f for rel, f in present.items() if rel not in expected]
+    if sample is not None:
+        # new files are stat'ed, not hashed. The draw is from the manifest's names in order, so
+        # a seed draws the same entries from the same manifest whatever happened to the tree;
+        # drawn entries already missing or changed by the stat are reported as such and are not
+        # part of the sample (the bound is about the files still present with their size)
+        rows += [AuditRow(f.rel, "new", None, None) for f in new]
+        names = sorted(expected)
+        drawn_names = set(draw(names, sample_size(len(names), sample), seed))
+        population = len(to_hash)
+        to_hash = [f for f in to_hash if f.rel in drawn_names]
+        result.sample = SampleStats(seed=seed, size=len(to_hash), population=population, bad=0)
+        new = []
     if quick:
         rows += [AuditRow(f.rel, "new", None, None) for f in new]
     else:
@@ -218,11 +262,19 @@ def audit(
                               scheduler=scheduler, tracker=tracker, formats=False):
             rows.append(_full_row(expected.get(item.rel), item))
         tracker.finish()
+    if result.sample is not None:
+        drawn = {f.rel for f in to_hash}
+        bad = [r for r in rows if r.rel in drawn and r.status in ("corrupted", "unreadable")]
+        result.sample = SampleStats(seed=seed, size=len(drawn),
+                                    population=result.sample.population, bad=len(bad),
+                                    unreadable=sum(r.status == "unreadable" for r in bad))
     result.files = sorted(rows, key=lambda r: r.rel)
     result.elapsed_s = time.monotonic() - started
     result.record("manifest.audit", {"root": result.root, "manifest": result.manifest,
                                      "quick": quick, "counts": result.counts,
-                                     "answer": result.answer()})
+                                     "answer": result.answer(),
+                                     **({"sample": result.sample.to_json()}
+                                        if result.sample is not None else {})})
     return result
 
 

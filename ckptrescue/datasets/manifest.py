@@ -41,8 +41,8 @@ from ckptrescue.errors import EvidenceError, UsageError
 # stay importable from here
 __all__ = [
     "PARTIAL_SUFFIX", "SIDECAR_SUFFIX", "ManifestEntry", "ManifestResult", "UnreadableFile",
-    "build_manifest", "default_jobs", "hash_entries", "hash_entry", "hash_many", "partial_path",
-    "read_jsonl_entries", "sidecar_path",
+    "build_manifest", "check_paths", "default_jobs", "hash_entries", "hash_entry", "hash_many",
+    "partial_path", "read_jsonl_entries", "sidecar_path",
 ]
 
 
@@ -55,7 +55,8 @@ def hash_entry(root: bytes, entry: FileEntry, tracker: Tracker | None = None, *,
     if outcome.sha256 is None:
         return UnreadableFile(entry.rel, outcome.error or "read failed", outcome.error_offset)
     fmt = detect(entry.rel, outcome.head) if formats else "other"
-    return ManifestEntry(entry.rel, outcome.size, entry.mtime_ns, outcome.sha256, fmt)
+    return ManifestEntry(entry.rel, outcome.size, entry.mtime_ns, outcome.sha256, fmt,
+                         entry.inode)
 
 
 def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True
@@ -64,7 +65,7 @@ def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True
     return [hash_entry(root, e, formats=formats) for e in entries]
 
 
-def _check_paths(root: Path, out: Path) -> None:
+def check_paths(root: Path, out: Path) -> None:
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")
     real_root = os.path.realpath(root)
@@ -99,7 +100,7 @@ def build_manifest(
         return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,
                                  progress=progress, endpoint_url=endpoint_url)
     root, out_path = Path(dir), Path(out)
-    _check_paths(root, out_path)
+    check_paths(root, out_path)
     started = time.monotonic()
     jobs = jobs or default_jobs()
     listing = walk(root)

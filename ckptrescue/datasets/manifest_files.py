@@ -31,9 +31,11 @@ class ManifestEntry:
     mtime_ns: int
     sha256: str
     format: str = "other"
+    # local files only: ``manifest update`` re-hashes a file whose inode changed
+    inode: int | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "path": to_json_path(self.rel),
             "size": self.size,
             "mtime": self.mtime_ns / 1e9,
@@ -41,14 +43,19 @@ class ManifestEntry:
             "sha256": self.sha256,
             "format": self.format,
         }
+        if self.inode is not None:
+            out["inode"] = self.inode
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ManifestEntry:
         mtime_ns = data.get("mtime_ns")
         if mtime_ns is None:
             mtime_ns = int(float(data.get("mtime", 0)) * 1e9)
+        inode = data.get("inode")
         return cls(from_json_path(str(data["path"])), int(data["size"]), int(mtime_ns),
-                   str(data["sha256"]).lower(), str(data.get("format", "other")))
+                   str(data["sha256"]).lower(), str(data.get("format", "other")),
+                   int(inode) if inode is not None else None)
 
 
 @dataclass(frozen=True)

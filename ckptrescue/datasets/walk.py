@@ -23,6 +23,8 @@ class FileEntry:
     rel: bytes
     size: int
     mtime_ns: int
+    # the inode, when the walk saw one (``manifest update`` re-hashes a file whose inode changed)
+    inode: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def walk(root: str | os.PathLike[str] | bytes, *,
             if stat.S_ISDIR(st.st_mode):
                 stack.append(rel)
             elif stat.S_ISREG(st.st_mode):
-                result.files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
+                result.files.append(FileEntry(rel, st.st_size, st.st_mtime_ns, st.st_ino))
             elif stat.S_ISLNK(st.st_mode):
                 _symlink(entry.path, rel, real_root, excluded, result)
             else:
@@ -124,7 +126,7 @@ def _symlink(path: bytes, rel: bytes, real_root: bytes, excluded: set[tuple[int,
     if stat.S_ISDIR(st.st_mode):
         result.skipped.append(Skipped(rel, "symlink to a directory, not followed"))
     elif stat.S_ISREG(st.st_mode):
-        result.files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
+        result.files.append(FileEntry(rel, st.st_size, st.st_mtime_ns, st.st_ino))
     else:
         result.skipped.append(Skipped(rel, f"symlink to {_kind(st.st_mode)}, not hashed"))
 

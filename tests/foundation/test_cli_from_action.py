@@ -39,10 +39,10 @@ def generated_commands() -> dict[str, Any]:
 def test_every_action_with_a_command_line_is_generated() -> None:
     described = {name for name, cls in registry().items() if cls.description}
     assert described == set(generated_commands())
-    # the eleven that forked on --case, the ten that needed it, and the ten added since
+    # the eleven that forked on --case, the ten that needed it, and the eleven added since
     # (trainstate, gate, dataset profile/compare/quarantine, store verify/history/preflight/
-    # preserve/restore)
-    assert len(described) == 31
+    # preserve/restore, manifest update)
+    assert len(described) == 32
 
 
 def test_no_command_module_forks_around_the_engine() -> None:

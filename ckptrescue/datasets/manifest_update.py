@@ -1,0 +1,255 @@
+"""``manifest update``: bring a manifest up to date, hashing only what changed.
+
+A file is re-hashed when it is new, or when its size, mtime or inode differs from what the
+manifest's JSON-lines sidecar recorded (a sidecar written before inodes were recorded compares
+size and mtime only); every other entry is reused. Entries of files that are gone are dropped
+and listed. The new manifest and sidecar are written to temporary files in the manifest's
+directory, fsynced and renamed over the old ones; the old pair is kept as ``MANIFEST.prev`` and
+``MANIFEST.prev.jsonl``. An update that is interrupted leaves the old manifest as it was.
+DIR is never written to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.datasets import sha256sum_format
+from ckptrescue.datasets.manifest import check_paths, hash_many
+from ckptrescue.datasets.manifest_files import (
+    ManifestEntry,
+    UnreadableFile,
+    default_jobs,
+    read_jsonl_entries,
+    sidecar_path,
+)
+from ckptrescue.datasets.progress import ProgressFn, Tracker
+from ckptrescue.datasets.walk import FileEntry, Skipped, display, shown_path, to_json_path, walk
+from ckptrescue.errors import UsageError
+from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+
+PREV_SUFFIX = ".prev"
+
+
+def prev_path(manifest: str | os.PathLike[str]) -> Path:
+    return Path(str(manifest) + PREV_SUFFIX)
+
+
+@dataclass
+class UpdateResult(Recorded):
+    """What ``update_manifest`` hashed, reused and dropped."""
+
+    root: str
+    manifest_path: str
+    sidecar_path: str
+    previous_path: str
+    files: int = 0
+    hashed: int = 0
+    reused: int = 0
+    bytes_hashed: int = 0
+    new: list[bytes] = field(default_factory=list)
+    changed: list[bytes] = field(default_factory=list)
+    deleted: list[bytes] = field(default_factory=list)
+    unreadable: list[UnreadableFile] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    inode_checked: bool = True
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable
+
+    def answer(self) -> str:
+        text = (f"{self.files} files in {self.manifest_path}: {self.hashed} hashed "
+                f"({len(self.new)} new, {len(self.changed)} changed), {self.reused} reused, "
+                f"{len(self.deleted)} deleted entries dropped")
+        if self.unreadable:
+            text += f"; {len(self.unreadable)} unreadable (left out)"
+        return text
+
+    def findings(self) -> list[Finding]:
+        out = [Finding("MF005", Severity.ERROR,
+                       f"{display(u.rel)}: unreadable ({u.error}) at offset {u.offset}",
+                       evidence=shown_path(self.root, u.rel), offset=u.offset,
+                       source="manifest.update", details={"error": u.error})
+               for u in self.unreadable]
+        out += [Finding("MF006", Severity.INFO, f"{display(s.rel)}: skipped: {s.reason}",
+                        evidence=shown_path(self.root, s.rel), source="manifest.update")
+                for s in self.skipped]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "manifest": self.manifest_path,
+            "sidecar": self.sidecar_path,
+            "previous": self.previous_path,
+            "files": self.files,
+            "hashed": self.hashed,
+            "reused": self.reused,
+            "bytes_hashed": self.bytes_hashed,
+            "new": [to_json_path(r) for r in self.new],
+            "changed": [to_json_path(r) for r in self.changed],
+            "deleted": [to_json_path(r) for r in self.deleted],
+            "unreadable": [u.to_json() for u in self.unreadable],
+            "skipped": [{"path": to_json_path(s.rel), "reason": s.reason}
+                        for s in self.skipped],
+            "inode_checked": self.inode_checked,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "answer": self.answer(),
+        }
+
+
+def _unchanged(prev: ManifestEntry, now: FileEntry) -> bool:
+    if prev.size != now.size or prev.mtime_ns != now.mtime_ns:
+        return False
+    return prev.inode is None or now.inode is None or prev.inode == now.inode
+
+
+def update_manifest(
+    dir: str | os.PathLike[str],
+    manifest: str | os.PathLike[str],
+    *,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+) -> UpdateResult:
+    """Update ``manifest`` (and its sidecar) for the files under ``dir`` now."""
+    root, out = Path(dir), Path(manifest)
+    if "://" in str(dir):
+        raise UsageError(f"{dir}: manifest update works on local directories only")
+    check_paths(root, out)
+    side = sidecar_path(out)
+    if not out.is_file():
+        raise UsageError(f"{out}: manifest not found (write one with `manifest build`)")
+    if not side.is_file():
+        raise UsageError(f"{side}: no JSON-lines sidecar: the sizes and mtimes an update "
+                         "compares are not recorded (run `manifest build` once)")
+    started = time.monotonic()
+    old = {e.rel: e for e in read_jsonl_entries(side)}
+    listing = walk(root)
+    result = UpdateResult(root=str(root), manifest_path=str(out), sidecar_path=str(side),
+                          previous_path=str(prev_path(out)), skipped=listing.skipped)
+    result.inode_checked = all(e.inode is not None for e in old.values())
+    keep: dict[bytes, ManifestEntry] = {}
+    todo: list[FileEntry] = []
+    for f in listing.files:
+        prev = old.get(f.rel)
+        if prev is not None and _unchanged(prev, f):
+            keep[f.rel] = prev if prev.inode is not None or f.inode is None else \
+                ManifestEntry(prev.rel, prev.size, prev.mtime_ns, prev.sha256, prev.format,
+                              f.inode)
+            continue
+        (result.changed if prev is not None else result.new).append(f.rel)
+        todo.append(f)
+    present = {f.rel for f in listing.files}
+    result.deleted = sorted(rel for rel in old if rel not in present)
+    result.reused = len(keep)
+    tracker = Tracker(len(todo), sum(f.size for f in todo), progress, cancel=cancel)
+    for item in hash_many(os.fsencode(root), todo, jobs=jobs or default_jobs(),
+                          scheduler=scheduler, tracker=tracker):
+        if isinstance(item, ManifestEntry):
+            keep[item.rel] = item
+            result.hashed += 1
+            result.bytes_hashed += item.size
+        else:
+            result.unreadable.append(item)
+    tracker.finish()
+    result.unreadable.sort(key=lambda u: u.rel)
+    entries = sorted(keep.values(), key=lambda e: e.rel)
+    result.files = len(entries)
+    _replace_outputs(out, entries)
+    result.elapsed_s = time.monotonic() - started
+    _record(result)
+    return result
+
+
+def _write_temp(target: Path, chunks: Iterable[bytes]) -> Path:
+    """Write ``chunks`` to a new temporary file beside ``target``, fsynced; returns its path."""
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for chunk in chunks:
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def _copy_temp(source: Path, target: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with source.open("rb") as src, os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:
+    """Keep the old pair as ``.prev``, then rename the new pair over the old one.
+
+    Every file is complete and fsynced before any rename; until the last rename, ``out`` is the
+    old manifest, so an interruption anywhere leaves a manifest that is either wholly the old
+    one or wholly the new one (the sidecar is renamed first: an audit joins a sidecar row to a
+    manifest line only when their SHA-256 agree)."""
+    side = sidecar_path(out)
+    prev = prev_path(out)
+    temps: list[Path] = []
+    try:
+        temps.append(_copy_temp(out, prev))
+        temps.append(_copy_temp(side, sidecar_path(prev)))
+        temps.append(_write_temp(side, (json.dumps(e.to_json()).encode() + b"\n"
+                                        for e in entries)))
+        temps.append(_write_temp(out, (sha256sum_format.format_line(e.sha256, e.rel)
+                                       for e in entries)))
+        prev_tmp, prev_side_tmp, side_tmp, out_tmp = temps
+        os.replace(prev_tmp, prev)
+        os.replace(prev_side_tmp, sidecar_path(prev))
+        os.replace(side_tmp, side)
+        os.replace(out_tmp, out)
+        temps.clear()
+        _fsync_dir(out.parent)
+    finally:
+        for t in temps:
+            t.unlink(missing_ok=True)
+
+
+def _record(result: UpdateResult) -> None:
+    artifacts = [
+        result.store(ArtifactData.of_file(result.manifest_path,
+                                          name=Path(result.manifest_path).name, kind="manifest")),
+        result.store(ArtifactData.of_file(result.sidecar_path,
+                                          name=Path(result.sidecar_path).name,
+                                          kind="manifest-sidecar")),
+    ]
+    summary = result.to_json()
+    for key in ("new", "changed", "deleted", "skipped"):
+        summary[key] = len(summary[key])
+    summary["deleted_paths"] = [to_json_path(r) for r in result.deleted[:1000]]
+    result.record("manifest.update", summary, artifacts=artifacts)
