@@ -19,6 +19,7 @@ from typing import Any
 
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.model import Finding, Severity
+from ckptrescue.s3.history import HistoryResult
 from ckptrescue.s3.manifest import expected_sha256, load_manifest
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.integrity import compare, digest_of
@@ -72,18 +73,10 @@ class KeyHistory:
 
 
 @dataclass
-class StoreHistoryResult:
-    url: str
-    keys: list[KeyHistory] = field(default_factory=list)
+class StoreHistoryResult(HistoryResult):
+    """The S3 history result's shape (``to_json``, ``key``) with the object stores' codes."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"keys": [k.to_json() for k in self.keys]}
-
-    def key(self, key: str) -> KeyHistory:
-        for item in self.keys:
-            if item.key == key:
-                return item
-        raise KeyError(key)
+    keys: list[KeyHistory] = field(default_factory=list)  # type: ignore[assignment]
 
     def findings(self) -> list[Finding]:
         out = []

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from f1_build import copy  # noqa: F401 - the one copy helper both builds share
 
 REPO = Path(__file__).resolve().parents[2]
 LIBS = {"lightning": "lightning", "accelerate": "accelerate", "orbax": "orbax-checkpoint",
@@ -37,15 +38,6 @@ def built(lib: str) -> Path:
         assert proc.returncode == 0, proc.stderr[-3000:]
         (out / ".done").write_text(version)
     return out
-
-
-def copy(src: Path, dst: Path) -> Path:
-    if src.is_dir():
-        shutil.copytree(src, dst, symlinks=True)
-    else:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
-    return dst
 
 
 def oracle(code: str, *args: str) -> subprocess.CompletedProcess[str]:
