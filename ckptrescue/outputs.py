@@ -368,7 +368,8 @@ class ManifestBuildOutput(StepOutputs):
 
 @dataclass
 class ManifestAuditOutput(StepOutputs):
-    json_keys = ("files", "counts", "quick", "sample", "answer")
+    json_keys = ("files", "counts", "quick", "sample", "answer", "bytes_downloaded", "state",
+                 "resumed", "files_omitted")
     files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Per file: path, status, expected, actual (offset when unreadable)."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Files per status."))
@@ -377,12 +378,26 @@ class ManifestAuditOutput(StepOutputs):
     sample: dict[str, Any] | None = field(default=None, metadata=doc(
         "A sampled audit (--sample) only: seed, size, population, bad, upper_bound_95 (exact "
         "one-sided Clopper-Pearson), statement."))
+    bytes_downloaded: int | None = field(default=None, metadata=doc(
+        "s3:// audits only: bytes read from the store (0 when every object was checked against "
+        "its stored full-object SHA-256)."))
+    state: str | None = field(default=None, metadata=doc(
+        "The audit state database (SQLite) holding every row; rerunning the same audit resumes "
+        "from it."))
+    resumed: int = field(default=0, metadata=doc(
+        "Files whose result was taken from an interrupted earlier run of the same audit."))
+    files_omitted: int = field(default=0, metadata=doc(
+        "ok rows left out of `files` (large audits list damaged and new files only; every row "
+        "is in `state`)."))
     reasons: dict[str, str] = field(default_factory=dict, metadata=doc(
         "Why, per path, where the audit says (not in --json)."))
     notes: list[str] = field(default_factory=list, metadata=doc("Notes (not in --json)."))
 
     @property
     def ok(self) -> bool:
+        bad = ("corrupted", "changed", "missing", "unreadable", "new")
+        if self.counts:
+            return not any(self.counts.get(s) for s in bad)
         return all(row.get("status") == "ok" for row in self.files)
 
 
@@ -408,6 +423,15 @@ class RecoverOutput(StepOutputs):
         "Per damaged file: path, damage, status, source, sha256, reason, tried."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("recovered, unrecoverable."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
+    plan: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "With --plan: the swap-back plan, one entry per recovered file: path, target (the "
+        "damaged file in DIR), replacement (the verified copy), source (snapshot or object "
+        "version), sha256, size, and the command the operator runs; the kit never applies it."))
+    plan_file: str | None = field(default=None, metadata=doc(
+        "With --plan: the plan written as JSON (and a shell script beside it, for review)."))
+    clean_view: str | None = field(default=None, metadata=doc(
+        "With --clean-view: a tree of symlinks to verified files only (intact originals and "
+        "recovered copies), with its own manifest, for the rerun to train on."))
 
     @property
     def ok(self) -> bool:

@@ -1,6 +1,6 @@
-"""``ckptrescue manifest build|audit|update``, ``dataset verify`` and ``recover``: training-data
-integrity, generated from the manifest.*, dataset.verify and recover actions. Results go to
-stdout, progress to stderr."""
+"""``ckptrescue manifest build|audit|update`` and ``dataset ...``: training-data integrity,
+generated from the manifest.* and dataset.* actions. Results go to stdout, progress to
+stderr."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from ckptrescue.outputs import (
     ManifestBuildOutput,
     ManifestUpdateOutput,
     QuarantineOutput,
-    RecoverOutput,
 )
 
 manifest_app = typer.Typer(help="Checksum manifests of dataset directories (sha256sum format).",
@@ -134,28 +133,6 @@ def render_verify(result: StepResult) -> int:
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 
-def recover_lines(out: RecoverOutput) -> list[str]:
-    lines = []
-    for r in out.files:
-        if r["status"] == "recovered":
-            lines.append(f"RECOVERED     {_display(r['path'])}  ({r['damage']}) from "
-                         f"{r['source']}")
-        else:
-            lines.append(f"UNRECOVERABLE {_display(r['path'])}  ({r['damage']}): {r['reason']}")
-    return lines
-
-
-def render_recover(result: StepResult) -> int:
-    out: RecoverOutput = result.out
-    if result.options[JSON]:
-        emit_json(result.outputs)
-    else:
-        for line in recover_lines(out):
-            say(line)
-        say(out.answer)
-    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
-
-
 def render_profile(result: StepResult) -> int:
     out: DatasetProfileOutput = result.out
     if result.options[JSON]:
@@ -204,13 +181,12 @@ BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS,),
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
 AUDIT = Command("manifest.audit", render_audit, extras=(NO_PROGRESS,),
                 order=("dir", "manifest", "quick", "sample", "seed", "jobs", "scheduler", "no_progress",
-                       "endpoint_url", CASE, JSON),
+                       "endpoint_url", "use_stored", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"] or a.get("quick")))
 UPDATE = Command("manifest.update", render_update, extras=(NO_PROGRESS,),
                  order=("dir", "manifest", "jobs", "scheduler", "no_progress", CASE, JSON),
                  quiet=lambda a, o: bool(o["no_progress"]), interrupted=update_interrupted)
 VERIFY = Command("dataset.verify", render_verify)
-RECOVER = Command("recover", render_recover)
 
 
 def register(app: typer.Typer) -> None:
@@ -223,4 +199,3 @@ def register(app: typer.Typer) -> None:
     add_command(dataset_app, "quarantine", Command("dataset.quarantine", render_quarantine))
     app.add_typer(manifest_app, name="manifest")
     app.add_typer(dataset_app, name="dataset")
-    add_command(app, "recover", RECOVER)

@@ -195,11 +195,14 @@ def audit(
     endpoint_url: str | None = None,
     sample: str | float | None = None,
     seed: int = 0,
+    use_stored: bool = True,
 ) -> AuditResult:
     """Audit ``dir`` against ``manifest`` (read-only).
 
     ``sample`` (``"1%"``, ``0.01`` or a count): hash only a sample drawn with ``seed`` from the
     manifest's files that are present with their recorded size; every file is still stat'ed.
+    ``use_stored=False`` (s3:// only) downloads every object instead of trusting the store's
+    full-object SHA-256.
     """
     from ckptrescue.datasets.s3dataset import audit_s3, is_s3
 
@@ -209,7 +212,7 @@ def audit(
         if sample is not None:
             raise UsageError("--sample audits local directories only")
         return audit_s3(str(dir), manifest, quick=quick, jobs=jobs, scheduler=scheduler,
-                        progress=progress, endpoint_url=endpoint_url)
+                        progress=progress, endpoint_url=endpoint_url, use_stored=use_stored)
     root = Path(dir)
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")
