@@ -2,7 +2,8 @@
 
 1. ``manifest build`` over SIZE MiB of files (default 512; the issue's figure is 2048) with
    --jobs 1 and --jobs 2, against ``sha256sum`` over the same files (page cache warm for both).
-   Goal from the issue: >= 3x sha256sum with one job, >= 6x with two.
+   Goal from the issue: >= 3.4x sha256sum with one job, >= 6.5x with two (on a quiet machine);
+   plain hashlib on one core is measured in the same run as the per-core limit.
 2. ``manifest audit`` of N small files (default 20,000; the issue's figure is 100,000), files/s,
    against ``sha256sum -c`` of the same manifest.
 
@@ -13,6 +14,7 @@ Env: CKPTRESCUE_BENCH_DATASET_MIB, CKPTRESCUE_BENCH_AUDIT_FILES override the def
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import subprocess
@@ -43,6 +45,16 @@ def _warm(root: Path) -> None:
                     pass
 
 
+def _hashlib_pass(root: Path, names: list[str]) -> None:
+    """Plain hashlib SHA-256 of every file, one thread: what one core can hash."""
+    buf = bytearray(MiB)
+    for name in names:
+        digest = hashlib.sha256()
+        with (root / name).open("rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                digest.update(memoryview(buf)[:n])
+
+
 def bench_build(work: Path, size_mib: int, file_mib: int) -> None:
     root = work / "big"
     root.mkdir()
@@ -57,14 +69,18 @@ def bench_build(work: Path, size_mib: int, file_mib: int) -> None:
     names = sorted(p.name for p in root.iterdir())
     t_ref = _timed(lambda: subprocess.run(["sha256sum", *names], cwd=root, check=True,
                                           stdout=subprocess.DEVNULL))
+    t_core = _timed(lambda: _hashlib_pass(root, names))
     print(f"manifest build over {n} files, {total} MiB (page cache warm)")
     print(f"  sha256sum           {t_ref:7.2f} s  {total / t_ref:8.0f} MiB/s  (anchor 1.00x)")
+    print(f"  hashlib, one core   {t_core:7.2f} s  {total / t_core:8.0f} MiB/s  "
+          f"ratio {t_ref / t_core:5.2f}x  (the per-core limit)")
     for jobs in (1, 2):
         out = work / f"m{jobs}.sha256"
         t = _timed(lambda out=out, jobs=jobs: build_manifest(root, out, jobs=jobs))
-        goal = {1: 3.0, 2: 6.0}[jobs]
+        goal = {1: 3.4, 2: 6.5}[jobs]
         print(f"  ckptrescue --jobs {jobs} {t:7.2f} s  {total / t:8.0f} MiB/s  "
-              f"ratio {t_ref / t:5.2f}x  (goal >= {goal:.0f}x)")
+              f"ratio {t_ref / t:5.2f}x  (goal >= {goal}x)  "
+              f"{t_core / t / jobs:5.2f} of {jobs} core(s)' hashlib limit")
     same = (work / "m1.sha256").read_bytes() == subprocess.run(
         ["sha256sum", *names], cwd=root, check=True, capture_output=True).stdout
     print(f"  manifest identical to sha256sum output: {same}")

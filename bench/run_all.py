@@ -18,7 +18,8 @@ ORDER = ["startup", "checkpoints", "families", "tensorflow", "tensorbundle_index
 # CKPTRESCUE_BENCH_SIZE=large: the sizes the issues name, passed on in each script's own knob
 LARGE = {"CKPT_BENCH_MIB": "1024", "CKPTRESCUE_BENCH_TF_MIB": "1024",
          "CKPTRESCUE_BENCH_DATASET_MIB": "2048", "CKPTRESCUE_BENCH_AUDIT_FILES": "100000",
-         "S3_BENCH_N": "5000"}
+         "S3_BENCH_N": "5000", "CKPTRESCUE_BENCH_SCALE_FILES": "1000000",
+         "CKPTRESCUE_BENCH_DASK_MIB": "2048"}
 
 
 def main() -> int:
