@@ -33,6 +33,10 @@ class ManifestEntry:
     format: str = "other"
     # local files only: ``manifest update`` re-hashes a file whose inode changed
     inode: int | None = field(default=None, compare=False)
+    # objects only: the ETag and version id of the exact object version that was hashed
+    # (``manifest update s3://`` re-hashes an object whose ETag, version or size changed)
+    etag: str | None = field(default=None, compare=False)
+    version_id: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -45,6 +49,10 @@ class ManifestEntry:
         }
         if self.inode is not None:
             out["inode"] = self.inode
+        if self.etag is not None:
+            out["etag"] = self.etag
+        if self.version_id is not None:
+            out["version_id"] = self.version_id
         return out
 
     @classmethod
@@ -55,7 +63,12 @@ class ManifestEntry:
         inode = data.get("inode")
         return cls(from_json_path(str(data["path"])), int(data["size"]), int(mtime_ns),
                    str(data["sha256"]).lower(), str(data.get("format", "other")),
-                   int(inode) if inode is not None else None)
+                   int(inode) if inode is not None else None,
+                   _opt_str(data.get("etag")), _opt_str(data.get("version_id")))
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 @dataclass(frozen=True)

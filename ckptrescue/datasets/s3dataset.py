@@ -62,6 +62,7 @@ class S3Object:
     mtime_ns: int
     # ChecksumAlgorithm from the listing; None when the store did not say
     algorithms: tuple[str, ...] | None = None
+    etag: str | None = None
 
 
 def _client(endpoint_url: str | None) -> Any:
@@ -91,10 +92,15 @@ def list_objects(url: str, *, endpoint_url: str | None = None) -> tuple[str, lis
                 out.append(S3Object(key[len(prefix):].encode(), key, int(obj["Size"]),
                                     int(mtime * 1e9),
                                     None if algs is None else tuple(str(a).upper()
-                                                                    for a in algs)))
+                                                                    for a in algs),
+                                    _etag(obj.get("ETag"))))
     except Exception as exc:  # botocore errors become one-line kit errors
         raise translate_error(exc, url) from exc
     return parsed.bucket, sorted(out, key=lambda o: o.rel)
+
+
+def _etag(value: Any) -> str | None:
+    return None if value is None else str(value).strip().strip('"')
 
 
 def _stats_of(client: Any) -> Any:
@@ -112,7 +118,9 @@ def hash_object(client: Any, bucket: str, obj: S3Object) -> ManifestEntry | Unre
     size = 0
     counter = _stats_of(client)
     try:
-        body = client.get_object(Bucket=bucket, Key=obj.key)["Body"]
+        response = client.get_object(Bucket=bucket, Key=obj.key)
+        etag, version = _etag(response.get("ETag")), response.get("VersionId")
+        body = response["Body"]
         for block in body.iter_chunks(_CHUNK):
             digest.update(block)
             size += len(block)
@@ -120,7 +128,12 @@ def hash_object(client: Any, bucket: str, obj: S3Object) -> ManifestEntry | Unre
                 counter.add_bytes(len(block))
     except Exception as exc:  # a read error of one object is a row, not the end of the run
         return UnreadableFile(obj.rel, f"{type(exc).__name__}: {exc}", size)
-    return ManifestEntry(obj.rel, size, obj.mtime_ns, digest.hexdigest())
+    # the ETag and version of what was read (the GET's, not the listing's: the object may have
+    # been overwritten in between)
+    modified = response.get("LastModified")
+    mtime_ns = int(modified.timestamp() * 1e9) if modified is not None else obj.mtime_ns
+    return ManifestEntry(obj.rel, size, mtime_ns, digest.hexdigest(), etag=etag,
+                         version_id=None if version in (None, "null") else str(version))
 
 
 def _hash_batch(endpoint_url: str | None, bucket: str,

@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import invoke
 
 from fixtures.datasets import flip_byte, tfrecord_offsets, tree_digest
+from fixtures.det import det_bytes
 
 CLI = [sys.executable, "-m", "ckptrescue"]
 
@@ -80,14 +81,13 @@ def test_manifest_inside_dir_is_refused_with_a_hint(dataset) -> None:
 def test_ctrl_c_then_the_same_command_resumes(tmp_path: Path) -> None:
     """A real SIGINT while a large (sparse) file is being hashed; the rerun takes over the files
     finished before the interruption and hashes only the rest."""
-    import os
     import signal
     import time
 
     root = tmp_path / "ds"
     root.mkdir()
     for i in range(5):
-        (root / f"a{i}.bin").write_bytes(os.urandom(4096))
+        (root / f"a{i}.bin").write_bytes(det_bytes(4096, 1, i))
     with (root / "zz-big.bin").open("wb") as fh:
         fh.truncate(3 << 30)  # sparse: reads are zeros, hashing takes seconds
     out = tmp_path / "m.sha256"

@@ -15,6 +15,7 @@ from ckptrescue.datasets import manifest_update
 from ckptrescue.datasets.manifest import build_manifest, sidecar_path
 from ckptrescue.datasets.manifest_update import prev_path, update_manifest
 from ckptrescue.errors import UsageError
+from fixtures.det import det_bytes
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def built(tmp_path: Path) -> tuple[Path, Path]:
     for i in range(30):
         d = root / f"d{i % 3}"
         d.mkdir(parents=True, exist_ok=True)
-        (d / f"f{i:03d}.bin").write_bytes(os.urandom(100 + i))
+        (d / f"f{i:03d}.bin").write_bytes(det_bytes(100 + i, 1, i))
     manifest = tmp_path / "out" / "ds.sha256"
     build_manifest(root, manifest, jobs=2)
     return root, manifest

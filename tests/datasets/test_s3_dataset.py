@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.det import det_bytes
+
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
 FILES = {"train/shard-000.tar": 70_000, "train/shard-001.tar": 5_000, "val/part.jsonl": 1_234,
          "README": 10}
@@ -29,7 +31,7 @@ def bucket(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         client = server.writer_client()
         client.create_bucket(Bucket="data")
         for name, size in FILES.items():
-            body = os.urandom(size)
+            body = det_bytes(size, 1, name)
             (local / name).parent.mkdir(parents=True, exist_ok=True)
             (local / name).write_bytes(body)
             client.put_object(Bucket="data", Key=f"ds/{name}", Body=body)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ckptrescue.datasets.s3dataset import DOWNLOADED, STORED, audit_s3, full_object_sha256
+from fixtures.det import det_bytes
 
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
 MiB = 1 << 20
@@ -69,7 +70,7 @@ def _multipart(writer, key: str, parts: list[bytes], **create) -> None:  # noqa:
 def test_fifty_objects_with_stored_sha256_are_audited_without_a_byte_read(server,
                                                                          tmp_path: Path) -> None:
     writer = server.writer_client()
-    objects = {f"shard-{i:03d}.bin": os.urandom(1000 + i) for i in range(50)}
+    objects = {f"shard-{i:03d}.bin": det_bytes(1000 + i, 1, i) for i in range(50)}
     _put(writer, "sha", objects, ChecksumAlgorithm="SHA256")
     manifest = _manifest(tmp_path / "sha.sha256", objects)
 
@@ -88,7 +89,18 @@ def test_fifty_objects_with_stored_sha256_are_audited_without_a_byte_read(server
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert {f["verified"] for f in out["files"]} == {STORED}
-    assert "(0 bytes read)" in out["answer"]
+    assert "(0 bytes read)" in out["answer"] and out["bytes_downloaded"] == 0
+
+    # --no-stored-checksums: the responder does not trust the store; every byte is read
+    res = subprocess.run([EXE, "manifest", "audit", "s3://sums/sha", str(manifest), "--json",
+                          "--endpoint-url", server.endpoint_url, "--no-progress",
+                          "--no-stored-checksums"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert {f["verified"] for f in out["files"]} == {DOWNLOADED}
+    assert out["bytes_downloaded"] == sum(len(b) for b in objects.values())
+    assert out["counts"]["ok"] == 50
 
     # overwritten: same size (corrupted) and another size (changed); still nothing read
     same = bytearray(objects["shard-007.bin"])
@@ -114,8 +126,8 @@ def test_fifty_objects_with_stored_sha256_are_audited_without_a_byte_read(server
 
 def test_objects_without_a_stored_sha256_are_downloaded_and_verified(server,
                                                                      tmp_path: Path) -> None:
-    bare = {f"bare-{i}.bin": os.urandom(2000 + i) for i in range(5)}     # no checksum at all
-    crc = {f"crc-{i}.bin": os.urandom(3000 + i) for i in range(5)}       # boto3's default CRC32
+    bare = {f"bare-{i}.bin": det_bytes(2000 + i, 2, i) for i in range(5)}     # no checksum at all
+    crc = {f"crc-{i}.bin": det_bytes(3000 + i, 3, i) for i in range(5)}       # boto3's default CRC32
     _put(server.writer_client(default_checksums=False), "plain", bare)
     _put(server.writer_client(), "plain", crc)
     manifest = _manifest(tmp_path / "plain.sha256", {**bare, **crc})
@@ -138,10 +150,10 @@ def test_objects_without_a_stored_sha256_are_downloaded_and_verified(server,
 
 def test_a_composite_multipart_sha256_is_not_trusted(server, tmp_path: Path) -> None:
     writer = server.writer_client()
-    parts = [os.urandom(5 * MiB), os.urandom(1234)]
+    parts = [det_bytes(5 * MiB, 4), det_bytes(1234, 5)]
     _multipart(writer, "mpu/implicit.bin", parts)                            # type left default
     _multipart(writer, "mpu/composite.bin", parts, ChecksumType="COMPOSITE")  # type explicit
-    small = {"single.bin": os.urandom(100)}
+    small = {"single.bin": det_bytes(100, 6)}
     _put(writer, "mpu", small, ChecksumAlgorithm="SHA256")
     whole = b"".join(parts)
     manifest = _manifest(tmp_path / "mpu.sha256",
@@ -157,8 +169,8 @@ def test_a_composite_multipart_sha256_is_not_trusted(server, tmp_path: Path) -> 
 def test_workers_audit_against_stored_checksums_too(server, tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
     writer = server.writer_client()
-    stored = {f"s{i}.bin": os.urandom(500) for i in range(3)}
-    bare = {f"b{i}.bin": os.urandom(700) for i in range(2)}
+    stored = {f"s{i}.bin": det_bytes(500, 7, i) for i in range(3)}
+    bare = {f"b{i}.bin": det_bytes(700, 8, i) for i in range(2)}
     _put(writer, "dask", stored, ChecksumAlgorithm="SHA256")
     _put(server.writer_client(default_checksums=False), "dask", bare)
     manifest = _manifest(tmp_path / "dask.sha256", {**stored, **bare})

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ckptrescue.datasets import sha256sum_format as fmt
 from ckptrescue.datasets.audit import audit
 from ckptrescue.datasets.manifest import build_manifest
+from fixtures.det import det_bytes
 
 ODD_NAMES = [b"plain.txt", b"with space.bin", b"new\nline", b"back\\slash", b"cr\rname",
              b"not-utf8-\xff\xfe.bin", b"both\\and\nnewline", b"tab\there"]
@@ -47,7 +48,7 @@ def _odd_tree(root: Path) -> None:
     (root / "sub").mkdir()
     for i, name in enumerate(ODD_NAMES):
         with open(os.path.join(os.fsencode(root), b"sub", name), "wb") as fh:
-            fh.write(os.urandom(100 + i))
+            fh.write(det_bytes(100 + i, 1, i))
 
 
 @pytest.mark.needs_tool("sha256sum")

@@ -4,7 +4,6 @@ stdout/stderr as artifacts, minimal environment, secrets redacted."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from ckptrescue.case import Case
 from ckptrescue.effects.runner import Secret, SubprocessRunner, ToolCall
 from ckptrescue.errors import ToolMissingError
+from fixtures.det import det_bytes
 
 
 def _records(case: Case, action: str) -> list[dict]:
@@ -54,7 +54,7 @@ def test_timeout_kills_the_process_group(case: Case) -> None:
 
 def test_output_cap_truncates_and_flags(case: Case, tmp_path: Path) -> None:
     big = tmp_path / "big.bin"
-    big.write_bytes(os.urandom(300_000))
+    big.write_bytes(det_bytes(300_000, 1))
     result = SubprocessRunner(case).run(ToolCall.of("cat", str(big), max_output_bytes=10_000))
     assert result.truncated
     assert len(case.read_artifact(result.stdout_sha256)) == 10_000

@@ -17,6 +17,7 @@ from ckptrescue.playbook import load
 from ckptrescue.playbook.lint import lint
 from ckptrescue.playbook.schema import json_schema
 from ckptrescue.playbook.validate import schema_problems
+from fixtures.det import det_bytes
 
 SHIPPED = load.shipped()
 
@@ -153,7 +154,7 @@ def test_preserve_block_device_images_with_simulated_bad_sectors(tmp_path: Path)
 def test_preserve_mounted_fs_copies_and_verifies(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     (tree / "run").mkdir(parents=True)
-    (tree / "run" / "a.bin").write_bytes(os.urandom(10000))
+    (tree / "run" / "a.bin").write_bytes(det_bytes(10000, 1))
     (tree / "notes.txt").write_text("hello")
     img = tmp_path / "vol.img"
     with open(img, "wb") as fh:
@@ -192,7 +193,7 @@ def s3(tmp_path: Path):  # noqa: ANN201
         local = tmp_path / "local"
         local.mkdir()
         for name in ("a.bin", "b.bin"):
-            data = os.urandom(3000)
+            data = det_bytes(3000, 2, name)
             (local / name).write_bytes(data)
             client.put_object(Bucket="ckpts", Key=f"run/{name}", Body=data,
                               ChecksumAlgorithm="SHA256")

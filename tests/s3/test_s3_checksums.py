@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import zlib
 
 import pytest
 
 from ckptrescue.s3 import checksums as c
+from fixtures.det import det_bytes
 
 CHECK = b"123456789"
 
@@ -36,12 +36,12 @@ def test_crc_check_values_as_integers():
 
 def test_pure_crc64nvme_agrees_with_awscrt_incrementally():
     awscrt = pytest.importorskip("awscrt.checksums")
-    data = os.urandom(4096)
+    data = det_bytes(4096, 1)
     assert c.crc64nvme_pure(data[1000:], c.crc64nvme_pure(data[:1000])) == awscrt.crc64nvme(data)
 
 
 def test_composite_and_etag_recipes():
-    data = os.urandom(300)
+    data = det_bytes(300, 2)
     sizes = [128, 128, 44]
     parts = [data[:128], data[128:256], data[256:]]
     inner = b"".join(hashlib.sha256(p).digest() for p in parts)
@@ -64,7 +64,7 @@ def test_one_part_multipart_is_still_composite():
 
 
 def test_digestset_one_pass_matches_recipes_with_odd_chunking():
-    data = os.urandom(10_000)
+    data = det_bytes(10_000, 3)
     sizes = [4096, 4096, 1808]
     ds = c.DigestSet(full=["SHA256", "CRC64NVME"], per_part=["SHA256", "MD5", "CRC32C"],
                      part_sizes=sizes)

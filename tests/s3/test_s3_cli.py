@@ -4,14 +4,15 @@ session's moto server over HTTP: JSON shapes, exit codes, one-line errors, parti
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from s3_testlib import MiB, put_multipart, run, tree_sha256, write_local
 
+from fixtures.det import det_bytes
+
 
 def test_verify_json_shape_and_exit_code(s3server, writer, bucket, tmp_path):
-    parts = [os.urandom(5 * MiB), os.urandom(1000)]
+    parts = [det_bytes(5 * MiB, 1), det_bytes(1000, 2)]
     put_multipart(writer, bucket, "run/model.pt", parts)
     writer.put_object(Bucket=bucket, Key="run/meta.json", Body=b"{}", ChecksumAlgorithm="SHA256")
     local = tmp_path / "local"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 
 import pytest
 
@@ -20,13 +19,14 @@ from ckptrescue.errors import RefusedError
 from ckptrescue.s3.client import stats
 from ckptrescue.s3.history import history
 from ckptrescue.s3.restore import restore
+from fixtures.det import det_bytes
 
 KEY = "ckpt/model.pt"
 
 
 @pytest.fixture
 def incident(writer, versioned_bucket, tmp_path):
-    good = os.urandom(64 * 1024)
+    good = det_bytes(64 * 1024, 1)
     bad = bytearray(good)
     bad[40_000] ^= 0x10
     v1 = writer.put_object(Bucket=versioned_bucket, Key=KEY, Body=good,

@@ -4,11 +4,10 @@ unknown checksum type, guessed part sizes, and unverifiable objects."""
 
 from __future__ import annotations
 
-import os
-
 from ckptrescue.s3 import checksums as c
 from ckptrescue.s3.integrity import ObjectHead, PartLayout, guess_part_sizes, make_plan
 from ckptrescue.s3.objects import _validate_part_values
+from fixtures.det import det_bytes
 
 MiB = 1 << 20
 
@@ -20,7 +19,7 @@ def run(plan, data):
 
 
 def test_object_parts_with_per_part_crc32c_names_the_part():
-    data = bytearray(os.urandom(3000))
+    data = bytearray(det_bytes(3000, 1))
     sizes = [1000, 1000, 1000]
     parts = [c.raw_digest("CRC32C", bytes(data[i:i + 1000])) for i in (0, 1000, 2000)]
     head = ObjectHead(bucket="b", key="k", size=3000, etag='"x-3"', checksums={
@@ -38,7 +37,7 @@ def test_object_parts_with_per_part_crc32c_names_the_part():
 
 
 def test_part_values_echoing_the_object_value_are_dropped():
-    data = os.urandom(2000)
+    data = det_bytes(2000, 2)
     value = c.composite("SHA256", data, [1000, 1000])
     head = ObjectHead(bucket="b", key="k", size=2000, checksums={
         "SHA256": c.ChecksumValue("SHA256", value, 2)})
@@ -49,7 +48,7 @@ def test_part_values_echoing_the_object_value_are_dropped():
 
 
 def test_unknown_type_multipart_crc32_tries_both_forms():
-    data = os.urandom(5000)
+    data = det_bytes(5000, 3)
     full = c.full_object("CRC32", data)
     head = ObjectHead(bucket="b", key="k", size=5000, etag='"abc-2"',
                       checksums={"CRC32": c.ChecksumValue("CRC32", full)})
@@ -63,7 +62,7 @@ def test_unknown_type_multipart_crc32_tries_both_forms():
 
 
 def test_multipart_etag_with_guessed_8mib_parts():
-    data = os.urandom(8 * MiB + 10)
+    data = det_bytes(8 * MiB + 10, 4)
     etag = c.etag_multipart(data, [8 * MiB, 10])
     assert [8 * MiB, 10] in guess_part_sizes(len(data), 2)
     head = ObjectHead(bucket="b", key="k", size=len(data), etag=f'"{etag}"')

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 
 from s3_testlib import MiB, put_multipart
 
@@ -11,6 +10,7 @@ from ckptrescue.action import from_library
 from ckptrescue.engine import record
 from ckptrescue.s3.preflight import preflight
 from ckptrescue.s3.preserve import preserve
+from fixtures.det import det_bytes
 
 
 def test_preflight_verdicts(writer, bucket, options, case):
@@ -40,7 +40,7 @@ def test_preflight_verdicts(writer, bucket, options, case):
 def test_preserve_all_versions_verified_hashed_inventoried(writer, versioned_bucket, options,
                                                             case):
     b = versioned_bucket
-    parts = [os.urandom(5 * MiB), os.urandom(999)]
+    parts = [det_bytes(5 * MiB, 1), det_bytes(999, 2)]
     put_multipart(writer, b, "run/model.pt", parts)
     writer.put_object(Bucket=b, Key="run/model.pt", Body=b"v2", ChecksumAlgorithm="CRC32C")
     writer.put_object(Bucket=b, Key="run/lie.bin", Body=b"payload", ChecksumAlgorithm="SHA256",

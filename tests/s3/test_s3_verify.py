@@ -6,8 +6,6 @@ parts + a small last part); local copies are written next to them, then altered 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from s3_testlib import MiB, put_multipart, tree_sha256, write_local
 
@@ -15,6 +13,7 @@ from ckptrescue.action import from_library
 from ckptrescue.engine import record
 from ckptrescue.s3.client import stats
 from ckptrescue.s3.verify import VerifyFailed, verify_prefix
+from fixtures.det import det_bytes
 
 
 def _by_key(result):
@@ -23,7 +22,7 @@ def _by_key(result):
 
 def test_single_part_sha256_match_and_nothing_downloaded(tmp_path, writer, bucket, options,
                                                           reader):
-    data = os.urandom(3000)
+    data = det_bytes(3000, 1)
     writer.put_object(Bucket=bucket, Key="run/a.bin", Body=data, ChecksumAlgorithm="SHA256")
     write_local(tmp_path, "a.bin", data)
     before = tree_sha256(tmp_path)
@@ -38,7 +37,7 @@ def test_single_part_sha256_match_and_nothing_downloaded(tmp_path, writer, bucke
 
 def test_multipart_composite_unequal_parts_and_one_byte_difference_names_the_part(
         tmp_path, writer, bucket, options):
-    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(1 * MiB + 123)]
+    parts = [det_bytes(5 * MiB, 2), det_bytes(5 * MiB, 3), det_bytes(1 * MiB + 123, 4)]
     put_multipart(writer, bucket, "ckpt/model.pt", parts, algorithm="SHA256")
     put_multipart(writer, bucket, "ckpt/copy.pt", parts, algorithm="SHA256")
     write_local(tmp_path, "model.pt", b"".join(parts))
@@ -58,7 +57,7 @@ def test_multipart_composite_unequal_parts_and_one_byte_difference_names_the_par
 
 
 def test_one_part_multipart_is_verified_as_composite(tmp_path, writer, bucket, options):
-    data = os.urandom(2 * MiB)
+    data = det_bytes(2 * MiB, 5)
     put_multipart(writer, bucket, "p/one.bin", [data], algorithm="SHA256")
     write_local(tmp_path, "one.bin", data)
     obj = _by_key(verify_prefix(f"s3://{bucket}/p", tmp_path, client_options=options))["one.bin"]
@@ -67,7 +66,7 @@ def test_one_part_multipart_is_verified_as_composite(tmp_path, writer, bucket, o
 
 
 def test_crc64nvme_full_object_multipart(tmp_path, writer, bucket, options):
-    parts = [os.urandom(5 * MiB), os.urandom(4321)]
+    parts = [det_bytes(5 * MiB, 6), det_bytes(4321, 7)]
     put_multipart(writer, bucket, "f/x.bin", parts, algorithm="CRC64NVME",
                   checksum_type="FULL_OBJECT")
     write_local(tmp_path, "x.bin", b"".join(parts))
@@ -86,7 +85,7 @@ def test_crc64nvme_full_object_multipart(tmp_path, writer, bucket, options):
 
 def test_etag_only_multipart(tmp_path, s3server, bucket, options):
     plain = s3server.writer_client(default_checksums=False)
-    parts = [os.urandom(5 * MiB), os.urandom(777)]
+    parts = [det_bytes(5 * MiB, 8), det_bytes(777, 9)]
     put_multipart(plain, bucket, "e/old.bin", parts, algorithm=None)
     head = plain.head_object(Bucket=bucket, Key="e/old.bin", ChecksumMode="ENABLED")
     assert not [k for k in head if k.startswith("Checksum")]  # really ETag-only
@@ -97,7 +96,7 @@ def test_etag_only_multipart(tmp_path, s3server, bucket, options):
 
 
 def test_stored_checksum_that_does_not_match_the_content(tmp_path, writer, bucket, options):
-    data = os.urandom(1000)
+    data = det_bytes(1000, 10)
     wrong = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="  # moto stores it unvalidated
     writer.put_object(Bucket=bucket, Key="w/lie.bin", Body=data, ChecksumAlgorithm="SHA256",
                       ChecksumSHA256=wrong)
@@ -132,7 +131,7 @@ def test_missing_on_either_side_and_size_difference(tmp_path, writer, bucket, op
 
 def test_kms_object_is_unverifiable_until_downloaded(tmp_path, s3server, bucket, options, reader):
     plain = s3server.writer_client(default_checksums=False)
-    data = os.urandom(5000)
+    data = det_bytes(5000, 11)
     plain.put_object(Bucket=bucket, Key="k/enc.bin", Body=data, ServerSideEncryption="aws:kms")
     write_local(tmp_path, "enc.bin", data)
     obj = _by_key(verify_prefix(f"s3://{bucket}/k", tmp_path, client_options=options,

@@ -4,7 +4,6 @@ with the source's SHA-256 identical before and after, and the documented JSON sh
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -12,6 +11,7 @@ from cli_helpers import invoke, run_cli
 
 from ckptrescue.parsers import ddrescue_mapfile
 from fixtures import storage as fx
+from fixtures.det import det_bytes
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "mkfs.xfs", "rsync")]
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -24,7 +24,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_whole_flow_through_the_cli(tmp_path, shm_dir, no_leftovers):
     img = fx.make_fs(shm_dir / "src.img", "xfs")
-    payload = os.urandom(4 << 20)
+    payload = det_bytes(4 << 20, 1)
     fx.put_files(img, "xfs", {"ckpt/shard-0.bin": payload})
     fx.make_dirty(img, "xfs")
     exts = fx.fiemap_physical(img, "xfs", "ckpt/shard-0.bin")

@@ -13,6 +13,7 @@ from ckptrescue.storage.copy import copy_tree
 from ckptrescue.storage.extract import extract
 from ckptrescue.storage.mounting import mounted
 from fixtures import storage as fx
+from fixtures.det import det_bytes
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("rsync", "mkfs.ext4")]
 
@@ -22,7 +23,7 @@ def ext4_with_files(shm_dir):
     img = fx.make_fs(shm_dir / "e.img", "ext4")
     with fx.rw_mounted(img, "ext4") as mnt:
         (mnt / "data").mkdir()
-        (mnt / "data" / "a.bin").write_bytes(os.urandom(300_000))
+        (mnt / "data" / "a.bin").write_bytes(det_bytes(300_000, 1))
         os.link(mnt / "data" / "a.bin", mnt / "data" / "a-hardlink.bin")
         os.setxattr(mnt / "data" / "a.bin", "user.origin", b"run-7")
         with open(mnt / "data" / "sparse.bin", "wb") as fh:

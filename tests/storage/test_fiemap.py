@@ -7,11 +7,12 @@ import os
 
 from ckptrescue.storage import fiemap
 from ckptrescue.storage.locate import map_files
+from fixtures.det import det_bytes
 
 
 def _write(path, size):
     with open(path, "wb") as fh:
-        fh.write(os.urandom(size))
+        fh.write(det_bytes(size, 1))
         fh.flush()
         os.fsync(fh.fileno())
 

@@ -6,7 +6,6 @@ so the same-media check passes. Bad sectors are simulated with ddrescue's test m
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from ckptrescue.errors import RefusedError, ToolFailedError
 from ckptrescue.parsers import ddrescue_mapfile
 from ckptrescue.storage.imaging import image
 from fixtures import storage as fx
+from fixtures.det import det_bytes
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "mkfs.xfs")]
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "mkfs.x
 @pytest.fixture
 def xfs_src(shm_dir):
     img = fx.make_fs(shm_dir / "src.img", "xfs")
-    fx.put_files(img, "xfs", {"data/blob.bin": os.urandom(3 << 20)})
+    fx.put_files(img, "xfs", {"data/blob.bin": det_bytes(3 << 20, 1)})
     return img
 
 

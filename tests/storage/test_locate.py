@@ -7,8 +7,6 @@ zip local header (zipfile + struct) and the file's physical extents from `filefr
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from ckptrescue.parsers import ddrescue_mapfile
@@ -16,6 +14,7 @@ from ckptrescue.storage import locate_offline
 from ckptrescue.storage.imaging import image
 from ckptrescue.storage.locate import locate
 from fixtures import storage as fx
+from fixtures.det import det_bytes
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "mkfs.xfs", "filefrag")]
 
@@ -29,7 +28,7 @@ def _build(shm_dir, tmp_path, fstype, fs_size=None):
     data_off, size = next(v for k, v in members.items() if "/data/" in k and v[1] == 512 * 256 * 4)
     img = fx.make_fs(shm_dir / f"{fstype}.img", fstype, size=fs_size)
     fx.put_files(img, fstype, {"run/step-100/model.pt": ckpt,
-                               "run/other.bin": os.urandom(2 << 20)})
+                               "run/other.bin": det_bytes(2 << 20, 1)})
     # two 512-byte sectors in the middle of the target tensor's bytes
     file_lo = data_off + (size // 2 // 512) * 512 - (data_off % 512)
     file_hi = file_lo + 1024
@@ -79,7 +78,7 @@ def test_offline_fallback_agrees_with_fiemap(fstype, case, shm_dir, tmp_path, no
 
 def test_partitioned_image_subtracts_the_partition_start(case, shm_dir, tmp_path, no_leftovers):
     img = fx.make_partitioned_ext4(shm_dir / "disk.img")
-    data = os.urandom(1 << 20)
+    data = det_bytes(1 << 20, 2)
     fx.put_files_partition(img, {"ckpt/model.bin": data})
     # filefrag on the mounted partition: physical offsets inside the partition
     line = next(ln for ln in (shm_dir / "disk.img.filefrag").read_text().splitlines()
@@ -123,7 +122,7 @@ def test_unmountable_ext4_falls_back_to_debugfs_on_a_backup_superblock(case, shm
 def test_reflinked_clone_is_reported_for_both_owners(case, shm_dir, tmp_path, no_leftovers):
     img = fx.make_fs(shm_dir / "r.img", "xfs")
     with fx.rw_mounted(img, "xfs") as mnt:
-        (mnt / "a.bin").write_bytes(os.urandom(1 << 20))
+        (mnt / "a.bin").write_bytes(det_bytes(1 << 20, 3))
         import subprocess
 
         subprocess.run(["cp", "--reflink=always", str(mnt / "a.bin"), str(mnt / "b.bin")],
@@ -143,7 +142,7 @@ def test_locate_on_a_kit_mount_takes_the_partition_start_from_the_mount(case, sh
     from ckptrescue.storage.mounting import mounted
 
     img = fx.make_partitioned_ext4(shm_dir / "disk.img")
-    fx.put_files_partition(img, {"f.bin": os.urandom(1 << 20)})
+    fx.put_files_partition(img, {"f.bin": det_bytes(1 << 20, 4)})
     line = next(ln for ln in (shm_dir / "disk.img.filefrag").read_text().splitlines()
                 if ln.strip().startswith("0:"))
     fs_phys = int(line.split(":")[2].split("..")[0].strip())
@@ -196,8 +195,8 @@ def test_two_partitions_one_unmountable_falls_back_to_xfs_db_for_it(case, shm_di
     xfs_size = size - p2 * 512
     with fx.part_loop(img, p2 * 512, xfs_size) as dev:
         fx.sh("mkfs.xfs", "-q", "-f", dev)
-    ext_ex = fx.put_files_at(img, p1 * 512, n1 * 512, "ext4", {"a/one.bin": os.urandom(1 << 20)})
-    xfs_ex = fx.put_files_at(img, p2 * 512, xfs_size, "xfs", {"b/two.bin": os.urandom(1 << 20)})
+    ext_ex = fx.put_files_at(img, p1 * 512, n1 * 512, "ext4", {"a/one.bin": det_bytes(1 << 20, 5)})
+    xfs_ex = fx.put_files_at(img, p2 * 512, xfs_size, "xfs", {"b/two.bin": det_bytes(1 << 20, 6)})
     bad1 = p1 * 512 + ext_ex["a/one.bin"][0][1] + 4096
     bad2 = p2 * 512 + xfs_ex["b/two.bin"][0][1] + 8192
     mapfile = tmp_path / "d.map"

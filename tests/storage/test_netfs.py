@@ -20,6 +20,7 @@ from ckptrescue.storage import filesystem, netfs, triage
 from ckptrescue.storage.netfs import StorageIdentity, check_tail, decide, parse_source
 from ckptrescue.storage.samedisk import Sameness
 from fixtures import storage as fx
+from fixtures.det import det_bytes
 
 Id = StorageIdentity
 fs = frozenset
@@ -285,7 +286,7 @@ def test_check_tail_ok_short_eio_and_beyond() -> None:
 
 def test_tail_check_on_a_real_file(tmp_path: Path) -> None:
     f = tmp_path / "ckpt.bin"
-    f.write_bytes(os.urandom(10000))
+    f.write_bytes(det_bytes(10000, 1))
     before = f.stat().st_atime_ns
     res = netfs.tail_check(f)
     assert res.ok and res.size == 10000 and res.got == 4096
@@ -441,7 +442,7 @@ def test_sshfs_source_identity_and_same_storage(tmp_path: Path) -> None:
     local_dest = tmp_path / "copy"
     local_dest.mkdir()
     with fx.small_tmpfs("4m") as export, _sshd(tmp_path) as (port, key):
-        (export / "step-300.pt").write_bytes(os.urandom(6000))
+        (export / "step-300.pt").write_bytes(det_bytes(6000, 2))
         with _sshfs(port, key, export, mnt) as pid:
             ident = netfs.storage_identity(mnt / "step-300.pt")
             assert ident.kind == "fuse" and ident.fstype == "fuse.sshfs"
@@ -473,8 +474,8 @@ def test_fuse_eio_on_the_last_block_is_nf002(tmp_path: Path) -> None:
         pytest.skip("needs /dev/fuse")
     src = tmp_path / "src"
     src.mkdir()
-    (src / "good.bin").write_bytes(os.urandom(9000))
-    (src / "bad.bin").write_bytes(os.urandom(9000))
+    (src / "good.bin").write_bytes(det_bytes(9000, 3))
+    (src / "bad.bin").write_bytes(det_bytes(9000, 4))
     with fx.faulty_mount(src, {"bad.bin": [(8500, 8600)]}) as mnt:
         ident = netfs.storage_identity(mnt)
         assert ident.kind == "fuse" and not ident.remote and ident.daemon_pid is not None

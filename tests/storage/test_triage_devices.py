@@ -16,7 +16,7 @@ WRITER = """
 import os, sys, time
 with open(sys.argv[1], "wb") as fh:
     while True:
-        fh.write(os.urandom(65536)); fh.flush(); os.fsync(fh.fileno()); time.sleep(0.02)
+        fh.write(b"w" * 65536); fh.flush(); os.fsync(fh.fileno()); time.sleep(0.02)
 """
 
 

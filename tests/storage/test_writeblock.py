@@ -23,6 +23,7 @@ from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError
 from ckptrescue.storage import writeblock
 from fixtures import storage as fx
+from fixtures.det import det_bytes
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "dd")]
 SIZE = 8 << 20
@@ -40,7 +41,7 @@ def ro_flag(dev: str) -> str:
 def source_image(shm_dir: Path) -> Path:
     """Random bytes in RAM (so that an image destination in tmp_path is on other media)."""
     img = shm_dir / "evidence.img"
-    img.write_bytes(os.urandom(SIZE))
+    img.write_bytes(det_bytes(SIZE, 1))
     return img
 
 
@@ -81,7 +82,7 @@ def test_guard_off_root_writes_fail_on_write_blocked_device_and_immutable_image(
     from ckptrescue.storage.imaging import image
 
     control_img = source_image.with_name("control.img")
-    control_img.write_bytes(os.urandom(SIZE))
+    control_img.write_bytes(det_bytes(SIZE, 2))
     with fx.loop(source_image, read_only=False) as dev, \
             fx.loop(control_img, read_only=False) as control:
         assert ro_flag(dev) == "0"

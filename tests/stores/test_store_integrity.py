@@ -20,6 +20,7 @@ from ckptrescue.stores.integrity import verify
 from ckptrescue.stores.preflight import preflight
 from ckptrescue.stores.preserve import preserve, restore
 from fixtures import stores as fs
+from fixtures.det import det_bytes
 
 # ---- integrity ---------------------------------------------------------------------------------
 
@@ -32,7 +33,7 @@ def test_azure_content_md5_mismatch_named(request, monkeypatch):
 
     kit = make_kit("az", request, monkeypatch)
     container = kit.writer.get_container_client(kit.bucket)
-    good, bad = os.urandom(300_000), os.urandom(200_000)
+    good, bad = det_bytes(300_000, 1), det_bytes(200_000, 2)
     container.upload_blob("c/good.bin", good)
     blob = container.get_blob_client("c/bad.bin")
     blob.stage_block("YjE=", bad[:100_000])
@@ -71,7 +72,7 @@ def test_gcs_md5_and_crc32c_mismatch_named(request, monkeypatch):
     corruption, staged by a proxy: fake-gcs-server recomputes hashes on upload): OS001 with
     both values named; the same object read directly matches."""
     kit = make_kit("gs", request, monkeypatch)
-    data = os.urandom(500_000)
+    data = det_bytes(500_000, 3)
     kit.put("g/model.bin", data)
     kit.put("g/other.bin", b"fine")
     before = kit.state()
@@ -109,7 +110,7 @@ def test_gcs_composite_object_has_crc32c(request, monkeypatch):
 
 def test_s3_content_verify_delegates(request, monkeypatch):
     kit = make_kit("s3", request, monkeypatch)
-    data = os.urandom(1000)
+    data = det_bytes(1000, 4)
     wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
     kit.writer.put_object(Bucket=kit.bucket, Key="k/bad", Body=data, ChecksumAlgorithm="SHA256",
                           ChecksumSHA256=wrong)
@@ -130,7 +131,7 @@ def _manifest(tmp_path, key, data):  # noqa: ANN001, ANN202
 def test_azure_history_snapshots_known_good_and_restore(request, monkeypatch, tmp_path):
     kit = make_kit("az", request, monkeypatch)
     container = kit.writer.get_container_client(kit.bucket)
-    v1, v2 = os.urandom(10_000), os.urandom(10_000)
+    v1, v2 = det_bytes(10_000, 5), det_bytes(10_000, 6)
     blob = container.upload_blob("h/model.pt", v1)
     snap = blob.create_snapshot()["snapshot"]
     container.upload_blob("h/model.pt", v2, overwrite=True)
@@ -154,7 +155,7 @@ def test_azure_history_snapshots_known_good_and_restore(request, monkeypatch, tm
 
 def test_gcs_generations_known_good_and_restore(request, monkeypatch, tmp_path):
     kit = make_kit("gs", request, monkeypatch)
-    v1, v2, v3 = (os.urandom(5000) for _ in range(3))
+    v1, v2, v3 = (det_bytes(5000, 7, v) for v in range(3))
     for data in (v1, v2, v3):
         kit.put("h/model.pt", data)
     before = kit.state()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 from ckptrescue.checkpoint import ProbeOptions, Verdict
 from ckptrescue.formats.tensorbundle import TensorBundleFormat
 from fixtures import tensorflow as tfx
+from fixtures.det import det_bytes
 
 
 def test_random_index_damage_is_detected_without_crashing(copy_of) -> None:
@@ -31,8 +31,8 @@ def test_random_index_damage_is_detected_without_crashing(copy_of) -> None:
 
 
 def test_garbage_named_like_a_checkpoint(tmp_path: Path) -> None:
-    (tmp_path / "x.index").write_bytes(os.urandom(4096))
-    (tmp_path / "x.data-00000-of-00001").write_bytes(os.urandom(4096))
+    (tmp_path / "x.index").write_bytes(det_bytes(4096, 1))
+    (tmp_path / "x.data-00000-of-00001").write_bytes(det_bytes(4096, 2))
     report = TensorBundleFormat.probe(tmp_path / "x.index", ProbeOptions())
     assert report.verdict is not Verdict.INTACT
     assert TensorBundleFormat.detect(tmp_path / "x.index")  # by name + shard: a damaged bundle
