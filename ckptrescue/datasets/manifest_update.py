@@ -123,11 +123,23 @@ def update_manifest(
     scheduler: str | None = None,
     progress: ProgressFn | None = None,
     cancel: threading.Event | None = None,
+    endpoint_url: str | None = None,
 ) -> UpdateResult:
-    """Update ``manifest`` (and its sidecar) for the files under ``dir`` now."""
+    """Update ``manifest`` (and its sidecar) for the files under ``dir`` now.
+
+    ``dir`` may be ``s3://bucket/prefix``: objects are compared by size and ETag
+    (``s3_manifest_update``)."""
+    from ckptrescue.datasets.s3dataset import is_s3
+
+    if is_s3(dir):
+        from ckptrescue.datasets.s3_manifest_update import update_manifest_s3
+
+        return update_manifest_s3(str(dir), str(manifest), jobs=jobs, scheduler=scheduler,
+                                  progress=progress, endpoint_url=endpoint_url, cancel=cancel)
     root, out = Path(dir), Path(manifest)
     if "://" in str(dir):
-        raise UsageError(f"{dir}: manifest update works on local directories only")
+        raise UsageError(f"{dir}: manifest update works on local directories and s3:// "
+                         "prefixes only")
     check_paths(root, out)
     side = sidecar_path(out)
     if not out.is_file():
