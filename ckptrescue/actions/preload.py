@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.errors import UsageError
 from ckptrescue.events import Event
 from ckptrescue.outputs import GateOutput, QuarantineOutput
 
@@ -108,7 +109,10 @@ class Gate(Action):
 Check a dataset slice against its manifest, or a checkpoint, before a job starts; exit 0 means
 go. A dataset (with --manifest): every manifest entry under DIR (or under each --only prefix)
 present with the manifest's size, then a seeded sample of files hashed in full (--sample: a
-fraction below 1 or a file count; a fresh seed per launch unless --seed, recorded). A
+fraction below 1 or a file count; a fresh seed per launch unless --seed, recorded). An
+s3:// prefix: one listing instead of the stats, sampled objects checked against their stored
+full-object SHA-256 without a byte read (downloaded only when the store holds none), objects
+whose ETag changed since the manifest always checked (--strict-mtime: refused). A
 checkpoint (file or directory, no --manifest): the static probe (structure, every CRC, pickle
 safety, shard/rank completeness) must say intact (--allow-suspect: or suspect).
 
@@ -117,8 +121,9 @@ ckptrescue.verified_load.load_verified for a torch.load that verifies first."""
     examples = ("ckptrescue gate /data/train --manifest /data/train.sha256 --sample 0.01",
                 "ckptrescue gate ckpt/global_step1200 && torchrun train.py --resume")
     output_type = GateOutput
-    args = (ArgSpec("target", "path", required=True, positional=True,
-                    help="Dataset directory (with --manifest) or checkpoint."),
+    args = (ArgSpec("target", "location", required=True, positional=True,
+                    help="Dataset directory or s3://bucket/prefix (with --manifest), or "
+                         "checkpoint."),
             ArgSpec("manifest", "path", short="-m", help="The dataset's sha256 manifest."),
             ArgSpec("sample", "number", default=0.01,
                     help="Files hashed in full: a fraction (< 1) or a count (>= 1)."),
@@ -128,7 +133,9 @@ ckptrescue.verified_load.load_verified for a torch.load that verifies first."""
             ArgSpec("strict_mtime", "boolean", default=False,
                     help="Also require the manifest's mtimes."),
             ArgSpec("allow_suspect", "boolean", default=False,
-                    help="A numerically suspect checkpoint passes."))
+                    help="A numerically suspect checkpoint passes."),
+            ArgSpec("endpoint_url", "string",
+                    help="S3-compatible endpoint (for an s3:// dataset)."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         what = "dataset" if args.get("manifest") else "checkpoint"
@@ -137,11 +144,16 @@ ckptrescue.verified_load.load_verified for a torch.load that verifies first."""
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.gate import gate_checkpoint, gate_dataset
 
+        target = str(args["target"])
+        if "://" in target and not (args.get("manifest") and target.startswith("s3://")):
+            raise UsageError(f"{target}: gate takes s3:// prefixes with --manifest only",
+                             hint="a checkpoint in an object store: ckptrescue probe URL")
         if args.get("manifest"):
             result = yield from ctx.blocking(lambda p: gate_dataset(
                 args["target"], args["manifest"], sample=float(args.get("sample") or 0),
                 seed=args.get("seed"), only=args.get("only") or (),
-                strict_mtime=bool(args.get("strict_mtime"))))
+                strict_mtime=bool(args.get("strict_mtime")),
+                endpoint_url=args.get("endpoint_url") or None))
         else:
             result = yield from ctx.blocking(lambda p: gate_checkpoint(
                 args["target"], allow_suspect=bool(args.get("allow_suspect"))))
