@@ -13,6 +13,7 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 CHUNK = 1 << 20
 PROBE_BLOCK = 4096
@@ -28,6 +29,8 @@ class HashOutcome:
     error: str | None = None
     error_offset: int | None = None
     head: bytes = b""
+    # the extra checksums asked for, in S3's form (Base64 of the big-endian digest)
+    checksums: dict[str, str] | None = None
 
     @property
     def unreadable(self) -> bool:
@@ -49,10 +52,38 @@ def locate_read_error(fd: int, start: int, length: int, *, block: int = PROBE_BL
     return start
 
 
+CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32")
+
+
+def checksum_hashers(names: tuple[str, ...]) -> dict[str, Any]:
+    """Streaming hashers for ``names`` (S3's algorithm names; see :data:`CHECKSUMS`)."""
+    from ckptrescue.errors import UsageError
+    from ckptrescue.s3.checksums import new_hasher
+
+    out: dict[str, Any] = {}
+    for name in names:
+        alg = name.upper()
+        if alg not in CHECKSUMS:
+            raise UsageError(f"--checksums {name}: not one of {', '.join(CHECKSUMS)}")
+        if alg == "CRC64NVME":
+            try:
+                import awscrt.checksums  # noqa: F401 - the pure-Python fallback is far too slow
+            except ImportError as exc:
+                from ckptrescue.errors import ToolMissingError
+
+                raise ToolMissingError("--checksums CRC64NVME needs awscrt, which is not "
+                                       "installed", hint="pip install 'ckptrescue[s3]'") from exc
+        out[alg] = new_hasher(alg)
+    return out
+
+
 def hash_file(path: str | bytes, *, chunk: int = CHUNK,
-              on_bytes: Callable[[int], None] | None = None) -> HashOutcome:
-    """Hash ``path``; ``head`` keeps its first bytes (for format detection)."""
+              on_bytes: Callable[[int], None] | None = None,
+              checksums: tuple[str, ...] = ()) -> HashOutcome:
+    """Hash ``path``; ``head`` keeps its first bytes (for format detection); ``checksums``
+    (CRC64NVME, CRC32C, CRC32) are computed in the same pass, in S3's Base64 form."""
     digest = hashlib.sha256()
+    extra = checksum_hashers(checksums) if checksums else {}
     head = b""
     buf = _buffer(chunk)
     view = memoryview(buf)
@@ -81,11 +112,20 @@ def hash_file(path: str | bytes, *, chunk: int = CHUNK,
             if size < HEAD_BYTES:
                 head = (head + bytes(view[: min(n, HEAD_BYTES)]))[:HEAD_BYTES]
             digest.update(view[:n])
+            if extra:
+                block = bytes(view[:n])
+                for hasher in extra.values():
+                    hasher.update(block)
             size += n
             if on_bytes is not None:
                 on_bytes(n)
     finally:
         os.close(fd)
+    if extra:
+        import base64
+
+        sums = {alg: base64.b64encode(h.digest()).decode("ascii") for alg, h in extra.items()}
+        return HashOutcome(digest.hexdigest(), size, head=head, checksums=sums)
     return HashOutcome(digest.hexdigest(), size, head=head)
 
 

@@ -37,6 +37,9 @@ class ManifestEntry:
     # (``manifest update s3://`` re-hashes an object whose ETag, version or size changed)
     etag: str | None = field(default=None, compare=False)
     version_id: str | None = field(default=None, compare=False)
+    # ``manifest build --checksums``: CRCs of the same bytes in S3's Base64 form, so an audit
+    # of the uploaded objects can compare the store's own full-object CRC without a download
+    checksums: dict[str, str] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -53,6 +56,8 @@ class ManifestEntry:
             out["etag"] = self.etag
         if self.version_id is not None:
             out["version_id"] = self.version_id
+        if self.checksums:
+            out["checksums"] = dict(sorted(self.checksums.items()))
         return out
 
     @classmethod
@@ -64,11 +69,18 @@ class ManifestEntry:
         return cls(from_json_path(str(data["path"])), int(data["size"]), int(mtime_ns),
                    str(data["sha256"]).lower(), str(data.get("format", "other")),
                    int(inode) if inode is not None else None,
-                   _opt_str(data.get("etag")), _opt_str(data.get("version_id")))
+                   _opt_str(data.get("etag")), _opt_str(data.get("version_id")),
+                   _checksums(data.get("checksums")))
 
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _checksums(value: Any) -> dict[str, str] | None:
+    if not isinstance(value, dict):
+        return None
+    return {str(k).upper(): str(v) for k, v in value.items() if isinstance(v, str)} or None
 
 
 @dataclass(frozen=True)
