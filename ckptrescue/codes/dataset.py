@@ -36,4 +36,6 @@ CODES = {
                              "verified"),
     "RC002": (Severity.ERROR, "A damaged or missing file could not be recovered: no backup "
                               "version matches the manifest"),
+    "RC003": (Severity.INFO, "A swap-back plan was written: verified replacements and a script "
+                             "for the operator to apply (the kit never writes in place)"),
 }

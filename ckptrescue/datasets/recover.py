@@ -12,6 +12,10 @@ equals the manifest's. Sources:
 Each recovered file is streamed into ``RECOVERY_DIR/<path>`` through a temporary name, hashed on
 the way, renamed only when the hash matches, then read back and hashed again. DIR is never
 written to; RECOVERY_DIR may not overlap DIR or the snapshots.
+
+``plan`` (``--plan PATH``) also writes the swap-back plan and its script for the operator, and
+``clean_view`` (``--clean-view VIEW``) a symlink tree of verified files with its manifest, for the
+rerun (``recover_plan.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ from typing import IO, Any
 from ckptrescue.datasets.audit import DAMAGED, AuditResult, Expected, audit, load_expected
 from ckptrescue.datasets.hashing import hash_file
 from ckptrescue.datasets.manifest import default_jobs
+from ckptrescue.datasets.recover_plan import (
+    Outcome,
+    check_outputs,
+    write_clean_view,
+    write_plan,
+)
 from ckptrescue.datasets.walk import (
     display,
     from_json_path,
@@ -39,7 +49,7 @@ from ckptrescue.datasets.walk import (
     to_json_path,
 )
 from ckptrescue.errors import CkptRescueError, UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 
 _CHUNK = 1 << 20
 OK_OUTCOME = "matches the manifest; copied and verified"
@@ -79,6 +89,17 @@ class RecoverResult(Recorded):
     source: str
     to: str
     files: list[RecoverRow] = field(default_factory=list)
+    # --plan: the swap-back plan (entries), where it and its script were written, what they say
+    plan: list[dict[str, Any]] | None = None
+    plan_file: str | None = None
+    plan_script: str | None = None
+    plan_sha256: str | None = None
+    plan_unrecoverable: list[dict[str, Any]] = field(default_factory=list)
+    # --clean-view: the symlink tree, its manifest, and what was left out of it
+    clean_view: str | None = None
+    clean_view_manifest: str | None = None
+    clean_view_files: int = 0
+    clean_view_left_out: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def recovered(self) -> list[RecoverRow]:
@@ -94,11 +115,21 @@ class RecoverResult(Recorded):
 
     def answer(self) -> str:
         if not self.files:
-            return "nothing to recover: every file matches the manifest"
+            return "nothing to recover: every file matches the manifest" + self._extras()
         text = (f"recovered {len(self.recovered)} of {len(self.files)} damaged or missing files "
                 f"into {self.to}")
         if self.unrecovered:
             text += f"; {len(self.unrecovered)} could not be recovered"
+        return text + self._extras()
+
+    def _extras(self) -> str:
+        text = ""
+        if self.plan_file is not None:
+            text += (f"; swap-back plan for {len(self.plan or [])} file(s): {self.plan_file} "
+                     f"(script {self.plan_script}, not applied)")
+        if self.clean_view is not None:
+            text += (f"; clean view of {self.clean_view_files} verified file(s): "
+                     f"{self.clean_view} ({len(self.clean_view_left_out)} left out)")
         return text
 
     def lines(self) -> list[str]:
@@ -108,6 +139,13 @@ class RecoverResult(Recorded):
                 out.append(f"RECOVERED     {display(r.rel)}  ({r.damage}) from {r.source}")
             else:
                 out.append(f"UNRECOVERABLE {display(r.rel)}  ({r.damage}): {r.reason}")
+        for left in self.clean_view_left_out:
+            out.append(f"LEFT OUT      {display(from_json_path(left['path']))}: {left['reason']}")
+        if self.plan_file is not None:
+            out.append(f"plan:   {self.plan_file}")
+            out.append(f"script: {self.plan_script} (review, then: bash SCRIPT [DATASET-ROOT])")
+        if self.clean_view is not None:
+            out.append(f"clean view: {self.clean_view} (manifest {self.clean_view_manifest})")
         return out
 
     def findings(self) -> list[Finding]:
@@ -124,6 +162,16 @@ class RecoverResult(Recorded):
                                    f"{display(r.rel)}: not recoverable: {r.reason}",
                                    evidence=shown_path(self.root, r.rel), source="recover",
                                    details={"tried": [a.to_json() for a in r.tried]}))
+        if self.plan_file is not None:
+            out.append(Finding("RC003", Severity.INFO,
+                               f"swap-back plan for {len(self.plan or [])} verified "
+                               f"replacement(s) written to {self.plan_file}; apply it with "
+                               f"{self.plan_script} (the kit never writes in place)",
+                               evidence=self.plan_file, evidence_sha256=self.plan_sha256,
+                               source="recover",
+                               details={"script": self.plan_script, "root": self.root,
+                                        "entries": len(self.plan or []),
+                                        "unrecoverable": len(self.plan_unrecoverable)}))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -131,7 +179,18 @@ class RecoverResult(Recorded):
                 "files": [r.to_json() for r in self.files],
                 "counts": {"recovered": len(self.recovered),
                            "unrecoverable": len(self.unrecovered)},
-                "answer": self.answer()}
+                "answer": self.answer(), **self._outputs_json()}
+
+    def _outputs_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.plan_file is not None:
+            out.update(plan=self.plan or [], plan_file=self.plan_file,
+                       plan_script=self.plan_script, plan_unrecoverable=self.plan_unrecoverable)
+        if self.clean_view is not None:
+            out.update(clean_view=self.clean_view, clean_view_manifest=self.clean_view_manifest,
+                       clean_view_files=self.clean_view_files,
+                       clean_view_left_out=self.clean_view_left_out)
+        return out
 
 
 # -- candidate versions --------------------------------------------------------------------------
@@ -286,6 +345,8 @@ def recover(
     endpoint_url: str | None = None,
     audit_report: str | os.PathLike[str] | AuditResult | None = None,
     jobs: int | None = None,
+    plan: str | os.PathLike[str] | None = None,
+    clean_view: str | os.PathLike[str] | None = None,
 ) -> RecoverResult:
     """Recover every damaged or missing file of ``dir`` from ``source`` into ``to``.
 
@@ -294,6 +355,13 @@ def recover(
     it, ``dir`` is audited first. ``jobs`` files are recovered at once (default: 8 from S3, where
     latency dominates; the CPU count from snapshots). ``evidence``: paths ``to`` must not
     overlap (the case's evidence). The result carries its ``dataset.recover`` record.
+
+    ``plan``: write the swap-back plan (JSON) there and its bash script beside it
+    (``recover_plan.write_plan``); ``clean_view``: make that directory a symlink tree of the
+    verified files, with its manifest ``VIEW.sha256`` beside it. Both are refused (before any
+    work) inside DIR, the snapshots or the evidence, or on a replacement path; the clean view
+    also needs a full audit (not --quick, not --sample) to know which files are good. Each
+    adds its own record and artifacts (the plan and script; the view's manifest and sidecar).
     """
     root, dest = Path(dir), Path(to)
     src = str(source)
@@ -306,7 +374,16 @@ def recover(
         if _overlap(str(dest), ev):
             raise UsageError(f"{dest}: overlaps the evidence {ev}")
     expected, _ = load_expected(manifest)
-    targets = _targets(root, manifest, expected, audit_report)
+    verdicts = _verdicts(root, manifest, expected, audit_report)
+    targets = verdicts.targets
+    check_outputs(root=str(root), source=src, to=str(dest), targets=[rel for rel, _ in targets],
+                  plan=str(plan) if plan is not None else None,
+                  clean_view=str(clean_view) if clean_view is not None else None,
+                  evidence=evidence)
+    if clean_view is not None and verdicts.partial:
+        raise UsageError(f"--clean-view needs a full audit: {verdicts.partial}",
+                         hint="run `manifest audit` without --quick/--sample, or leave out "
+                              "--from-audit")
     origin = open_source(src, endpoint_url=endpoint_url, targets=len(targets))
     result = RecoverResult(root=str(root), source=src, to=str(dest))
     if targets:
@@ -320,27 +397,92 @@ def recover(
                                       "recovered": len(result.recovered),
                                       "unrecoverable": len(result.unrecovered),
                                       "answer": result.answer()})
+    outcomes = [Outcome(r.rel, r.damage, r.recovered, r.source, expected[r.rel].sha256, r.reason)
+                for r in result.files]
+    if plan is not None:
+        _plan(result, plan, manifest, outcomes)
+    if clean_view is not None:
+        _view(result, clean_view, expected, verdicts.ok)
     return result
 
 
-def _targets(root: Path, manifest: str | os.PathLike[str], expected: dict[bytes, Expected],
-             report: str | os.PathLike[str] | AuditResult | None) -> list[tuple[bytes, str]]:
-    """(name, damage) of every file to recover, in name order."""
+def _plan(result: RecoverResult, plan: str | os.PathLike[str],
+          manifest: str | os.PathLike[str], outcomes: list[Outcome]) -> None:
+    written = write_plan(plan, root=result.root, to=result.to, source=result.source,
+                         manifest=str(manifest), outcomes=outcomes)
+    result.plan, result.plan_file, result.plan_script = (written.entries, written.plan_file,
+                                                         written.script)
+    result.plan_unrecoverable = written.unrecoverable
+    shas = [result.store(ArtifactData.of_bytes(written.plan_bytes, name=Path(written.plan_file).name,
+                                               kind="recover.swap-back-plan")),
+            result.store(ArtifactData.of_bytes(written.script_bytes, name=Path(written.script).name,
+                                               kind="recover.swap-back-script"))]
+    result.plan_sha256 = shas[0]
+    result.record("dataset.recover.plan", {"plan": written.plan_file, "script": written.script,
+                                           "plan_sha256": shas[0], "script_sha256": shas[1],
+                                           "entries": len(written.entries),
+                                           "unrecoverable": len(written.unrecoverable)},
+                  artifacts=shas)
+
+
+def _view(result: RecoverResult, view: str | os.PathLike[str], expected: dict[bytes, Expected],
+          ok: set[bytes]) -> None:
+    damage = {r.rel: (f"{r.damage}, not recovered: {r.reason}" if not r.recovered else r.damage)
+              for r in result.files}
+    written = write_clean_view(view, root=result.root, to=result.to,
+                               expected={rel: e.sha256 for rel, e in expected.items()},
+                               ok=ok, recovered={r.rel for r in result.recovered}, damage=damage)
+    result.clean_view, result.clean_view_manifest = written.view, written.manifest
+    result.clean_view_files, result.clean_view_left_out = written.files, written.left_out
+    shas = [result.store(ArtifactData.of_file(written.manifest, name=Path(written.manifest).name,
+                                              kind="recover.clean-view-manifest")),
+            result.store(ArtifactData.of_file(written.sidecar, name=Path(written.sidecar).name,
+                                              kind="recover.clean-view-sidecar"))]
+    result.record("dataset.recover.clean_view",
+                  {"view": written.view, "manifest": written.manifest, "files": written.files,
+                   "from_dataset": written.from_dataset, "from_recovery": written.from_recovery,
+                   "left_out": written.left_out}, artifacts=shas)
+
+
+@dataclass
+class _Verdicts:
+    """What the audit said: the files to recover (name, damage, in name order), the files it
+    found ok, and why it does not vouch for every other file ('' for a full audit)."""
+
+    targets: list[tuple[bytes, str]]
+    ok: set[bytes]
+    partial: str = ""
+
+
+def _verdicts(root: Path, manifest: str | os.PathLike[str], expected: dict[bytes, Expected],
+              report: str | os.PathLike[str] | AuditResult | None) -> _Verdicts:
     if report is None:
         report = audit(root, manifest)
     if isinstance(report, AuditResult):
-        return [(row.rel, row.status) for row in report.damaged()]
-    try:
-        data = json.loads(Path(report).read_text())
-        rows = [(from_json_path(str(r["path"])), str(r["status"])) for r in data["files"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{report}: not the JSON of `manifest audit --json` ({exc})") from exc
+        rows = [(row.rel, row.status) for row in report.files]
+        quick, sampled = report.quick, report.sample is not None
+        omitted = int(getattr(report, "files_omitted", 0) or 0)
+    else:
+        try:
+            data = json.loads(Path(report).read_text())
+            rows = [(from_json_path(str(r["path"])), str(r["status"])) for r in data["files"]]
+            quick, sampled = bool(data.get("quick")), data.get("sample") is not None
+            omitted = int(data.get("files_omitted") or 0)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(f"{report}: not the JSON of `manifest audit --json` ({exc})") \
+                from exc
     targets = sorted((rel, status) for rel, status in rows if status in DAMAGED)
     unknown = [rel for rel, _ in targets if rel not in expected]
     if unknown:
         raise UsageError(f"{report}: {display(unknown[0])} is not in the manifest {manifest}",
                          hint="use the audit report made with this manifest")
-    return targets
+    ok = {rel for rel, status in rows if status == "ok"}
+    if omitted:  # a large audit lists damaged and new files only: the others were ok
+        listed = {rel for rel, _ in rows}
+        ok |= {rel for rel in expected if rel not in listed}
+    partial = ("a quick audit compares sizes and mtimes only" if quick
+               else "a sampled audit hashed only part of the files" if sampled else "")
+    return _Verdicts(targets, ok, partial)
 
 
 def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource | S3Source,

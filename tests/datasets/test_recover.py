@@ -4,8 +4,10 @@ bringing back exactly the damaged files, verified, never writing into DIR."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -146,7 +148,7 @@ def test_recover_from_a_versioned_s3_bucket(incident, tmp_path: Path, per_key_li
         to = tmp_path / "from-s3"
         before = tree_digest(root)
         result = recover(root, manifest=manifest, source="s3://backups/ds", to=to,
-                         endpoint_url=server.endpoint_url)
+                         endpoint_url=server.endpoint_url, plan=tmp_path / "plan.json")
         assert tree_digest(root) == before
     assert result.ok, result.lines()
     assert {r.rel.decode() for r in result.recovered} == DAMAGED
@@ -157,6 +159,12 @@ def test_recover_from_a_versioned_s3_bucket(incident, tmp_path: Path, per_key_li
     assert "differs from the manifest" in tf.tried[0].outcome  # the newest (damaged) version
     assert "versionId=" in tf.source
     assert by["text/captions.jsonl"].tried[0].outcome == "delete marker"
+    # the swap-back plan names the object version each replacement came from
+    plan = {e["path"]: e for e in json.loads((tmp_path / "plan.json").read_text())["entries"]}
+    assert set(plan) == DAMAGED
+    for rel, e in plan.items():
+        assert e["source"] == by[rel].source and e["source"].startswith(f"s3://backups/ds/{rel}?")
+        assert e["sha256"] == good[rel] and e["size"] == (snaps / "2024-02-01" / rel).stat().st_size
 
 
 def test_a_manifest_name_leading_outside_is_never_followed(incident, tmp_path: Path) -> None:
@@ -169,3 +177,35 @@ def test_a_manifest_name_leading_outside_is_never_followed(incident, tmp_path: P
     row = next(r for r in result.files if r.rel == b"../escaped.bin")
     assert not row.recovered and "outside" in row.reason
     assert not outside.exists() and not (tmp_path / "escaped.bin").exists()
+
+
+def test_the_swap_back_script_repairs_a_copy_of_the_incident(incident, tmp_path: Path) -> None:
+    root, manifest, snaps, good = incident
+    before, snaps_before = tree_digest(root), tree_digest(snaps)
+    to, plan = tmp_path / "recovered", tmp_path / "swap-back.json"
+    result = recover(root, manifest=manifest, source=snaps, to=to, plan=plan,
+                     clean_view=tmp_path / "clean")
+    assert result.ok and result.plan_file == str(plan)
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy, symlinks=True)
+    damaged_check = subprocess.run(["sha256sum", "-c", "--quiet", str(manifest)], cwd=copy,
+                                   capture_output=True, check=False)
+    assert damaged_check.returncode == 1  # the copy starts out damaged
+    applied = subprocess.run(["bash", str(tmp_path / "swap-back.sh"), str(copy)],
+                             capture_output=True, text=True, check=False, timeout=120)
+    assert applied.returncode == 0, applied.stderr
+    assert "4 installed, 0 already in place" in applied.stdout
+    fixed = subprocess.run(["sha256sum", "-c", "--strict", str(manifest)], cwd=copy,
+                           capture_output=True, text=True, check=False)
+    assert fixed.returncode == 0, fixed.stdout
+    assert fixed.stdout.count(": OK\n") == 9
+    # the clean view: 5 intact files from DIR, 4 recovered ones, all passing sha256sum -c
+    view_check = subprocess.run(["sha256sum", "-c", "--strict", str(tmp_path / "clean.sha256")],
+                                cwd=tmp_path / "clean", capture_output=True, text=True,
+                                check=False)
+    assert view_check.returncode == 0 and view_check.stdout.count(": OK\n") == 9
+    for rel in DAMAGED:
+        assert os.readlink(tmp_path / "clean" / rel) == str(to / rel)
+        assert _sha(copy / rel) == good[rel]
+    assert os.readlink(tmp_path / "clean" / "README.txt") == str(root / "README.txt")
+    assert tree_digest(root) == before and tree_digest(snaps) == snaps_before
