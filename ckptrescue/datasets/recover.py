@@ -408,8 +408,12 @@ def recover(
 
 def _plan(result: RecoverResult, plan: str | os.PathLike[str],
           manifest: str | os.PathLike[str], outcomes: list[Outcome]) -> None:
-    written = write_plan(plan, root=result.root, to=result.to, source=result.source,
-                         manifest=str(manifest), outcomes=outcomes)
+    try:
+        written = write_plan(plan, root=result.root, to=result.to, source=result.source,
+                             manifest=str(manifest), outcomes=outcomes)
+    except OSError as exc:  # the replacements stay; a rerun finds them already recovered
+        raise CkptRescueError(f"{plan}: cannot write the swap-back plan: "
+                              f"{exc.strerror or exc}") from exc
     result.plan, result.plan_file, result.plan_script = (written.entries, written.plan_file,
                                                          written.script)
     result.plan_unrecoverable = written.unrecoverable
@@ -429,9 +433,14 @@ def _view(result: RecoverResult, view: str | os.PathLike[str], expected: dict[by
           ok: set[bytes]) -> None:
     damage = {r.rel: (f"{r.damage}, not recovered: {r.reason}" if not r.recovered else r.damage)
               for r in result.files}
-    written = write_clean_view(view, root=result.root, to=result.to,
-                               expected={rel: e.sha256 for rel, e in expected.items()},
-                               ok=ok, recovered={r.rel for r in result.recovered}, damage=damage)
+    try:
+        written = write_clean_view(view, root=result.root, to=result.to,
+                                   expected={rel: e.sha256 for rel, e in expected.items()},
+                                   ok=ok, recovered={r.rel for r in result.recovered},
+                                   damage=damage)
+    except OSError as exc:
+        raise CkptRescueError(f"{view}: cannot write the clean view: "
+                              f"{exc.strerror or exc}") from exc
     result.clean_view, result.clean_view_manifest = written.view, written.manifest
     result.clean_view_files, result.clean_view_left_out = written.files, written.left_out
     shas = [result.store(ArtifactData.of_file(written.manifest, name=Path(written.manifest).name,

@@ -72,6 +72,7 @@ def test_recover_from_snapshots_brings_back_exactly_the_damaged_files(incident,
     assert tar.tried[0].source == "snapshot 2024-03-01" and "size" in tar.tried[0].outcome
     assert by["text/captions.jsonl"].source == "snapshot 2024-03-01"
     assert {f.code for f in result.findings()} == {"RC001"}
+    assert not {"plan", "plan_file", "clean_view"} & set(result.to_json())  # only when asked
 
 
 def test_what_cannot_be_recovered_is_reported(incident, tmp_path: Path, case) -> None:

@@ -192,6 +192,38 @@ def test_a_replacement_changed_after_the_plan_is_never_installed(hostile,
     assert tree_digest(copy) == before  # stopped at the first file: nothing touched
 
 
+@pytest.mark.parametrize("signal", ["TERM", "KILL"])
+def test_an_interrupted_apply_never_leaves_a_half_written_file(hostile, tmp_path: Path,
+                                                               signal: str) -> None:
+    """The script is killed after the first copy reached its temporary name, before the rename
+    (a ``sync`` on PATH that signals the script): the target keeps its old bytes; TERM runs the
+    cleanup trap, KILL leaves only the dot-named temporary; a rerun finishes the job."""
+    root, manifest, snaps = hostile["root"], hostile["manifest"], hostile["snaps"]
+    recover(root, manifest=manifest, source=snaps, to=tmp_path / "r", plan=tmp_path / "p.json")
+    copy = _copy(root, tmp_path / "copy")
+    first = sorted({*HOSTILE, b"plain/a.bin"})[0]  # missing in the copy: its name stays free
+    assert first == b"-dir/-x" and not os.path.lexists(_p(copy, first))
+    before = tree_digest(copy)
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "sync").write_text(f"#!/bin/sh\nkill -{signal} $PPID\nsleep 1\n")
+    (fake / "sync").chmod(0o755)
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "LC_ALL": "C"}
+    killed = subprocess.run(["bash", str(tmp_path / "p.sh"), str(copy)], capture_output=True,
+                            timeout=60, check=False, env=env)
+    assert killed.returncode != 0
+    assert not os.path.lexists(_p(copy, first))
+    extra = _names_under(copy) - _names_under(root)
+    if signal == "TERM":
+        assert extra == set() and tree_digest(copy) == before
+    else:
+        [leftover] = extra
+        assert leftover.startswith(b"-dir/.ckptrescue-swap.")
+    done = _run(["bash", str(tmp_path / "p.sh"), str(copy)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _run(["sha256sum", "-c", "--quiet", str(manifest)], copy).returncode == 0
+
+
 def test_a_target_directory_leading_outside_the_root_is_refused(hostile,
                                                                 tmp_path: Path) -> None:
     root, manifest, snaps = hostile["root"], hostile["manifest"], hostile["snaps"]
