@@ -1,23 +1,55 @@
 """Fan-out over an existing Dask cluster (``--scheduler ADDRESS``, the ``[cluster]`` extra).
 
-Files are grouped into batches of similar byte count; each batch runs on a worker, which reads
-the files where they live (the workers must see DIR at the same path: a shared filesystem).
+Files are grouped into batches by byte volume (:func:`plan_batches`): the batch size comes from
+the total bytes and the worker threads the cluster has (about :data:`BATCHES_PER_THREAD` batches
+per thread, between :data:`MIN_BATCH_BYTES` and :data:`MAX_BATCH_BYTES`), so a slow or lost
+worker costs little; many tiny files are grouped by bytes too, with only a safety cap of
+:data:`MAX_BATCH_FILES` files so one task's result stays small. A file larger than the batch size
+is a batch of its own (a whole-file SHA-256 cannot be split). Each batch runs on a worker, which
+reads the files where they live (the workers must see DIR at the same path: a shared filesystem).
 Results come back as plain dataclasses and merge into the same outputs as a local run.
+
+Worker loss: a batch that was running (or whose result was held) on a worker that dies is re-run
+on another worker by the scheduler (``distributed.scheduler.allowed-failures`` deaths per batch
+before it gives up); every batch's result is taken exactly once, as it arrives, and released on
+the cluster at once. When no worker is left for :data:`NO_WORKER_GRACE_S` seconds, when a batch
+keeps killing its workers, or when the scheduler goes away, the run stops with a one-line
+:class:`RemoteError` (what was yielded so far stays yielded: ``manifest build`` keeps it in its
+partial file for the rerun).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
 import os
 import re
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ckptrescue.datasets.walk import FileEntry
-from ckptrescue.errors import RemoteError, ToolMissingError, UsageError
+from ckptrescue.errors import CkptRescueError, RemoteError, ToolMissingError, UsageError
 
 T = TypeVar("T")
+# the local thread pool's grouping (``batches``) defaults
 BATCH_BYTES = 256 << 20
 BATCH_FILES = 512
+# the cluster plan (``plan_batches``): batches per worker thread, byte floor and ceiling, file cap
+BATCHES_PER_THREAD = 8
+MIN_BATCH_BYTES = 64 << 20
+MAX_BATCH_BYTES = 2 << 30
+MAX_BATCH_FILES = 10_000
+# seconds the client waits to connect, and to reconnect after losing the scheduler
+CONNECT_TIMEOUT_S = 20.0
+# seconds the run waits for a worker (at the start, or after the last one is gone) before it
+# gives up; seconds between two looks at the cluster while waiting for results
+NO_WORKER_GRACE_S = 60.0
+POLL_S = 1.0
+# batches in flight per worker thread (the rest wait on the client: scheduler memory stays flat
+# on trees of millions of files)
+IN_FLIGHT_PER_THREAD = 4
 
 
 def batches(entries: list[FileEntry], *, max_bytes: int = BATCH_BYTES,
@@ -37,6 +69,40 @@ def batches(entries: list[FileEntry], *, max_bytes: int = BATCH_BYTES,
     return out
 
 
+def batch_bytes(total_bytes: int, threads: int, *, per_thread: int = BATCHES_PER_THREAD,
+                floor: int = MIN_BATCH_BYTES, ceiling: int = MAX_BATCH_BYTES) -> int:
+    """Target bytes per batch: ``total / (threads * per_thread)`` clamped to [floor, ceiling]."""
+    want = math.ceil(total_bytes / (max(1, threads) * max(1, per_thread)))
+    return max(floor, min(ceiling, want))
+
+
+def plan_batches(entries: Sequence[FileEntry], threads: int, *,
+                 per_thread: int = BATCHES_PER_THREAD, floor: int = MIN_BATCH_BYTES,
+                 ceiling: int = MAX_BATCH_BYTES,
+                 max_files: int = MAX_BATCH_FILES) -> list[list[FileEntry]]:
+    """Split ``entries`` into batches of about :func:`batch_bytes` bytes for ``threads`` threads.
+
+    Files stay in walk order inside a batch (neighbours in a directory travel together); a file
+    larger than the target is a batch of its own; no batch has more than ``max_files`` files.
+    Batches come largest first, so that big files start early and do not make the tail.
+    """
+    target = batch_bytes(sum(e.size for e in entries), threads, per_thread=per_thread,
+                         floor=floor, ceiling=ceiling)
+    out: list[list[FileEntry]] = []
+    cur: list[FileEntry] = []
+    size = 0
+    for e in entries:
+        if cur and (len(cur) >= max_files or size + e.size > target):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(e)
+        size += e.size
+    if cur:
+        out.append(cur)
+    out.sort(key=lambda b: -sum(e.size for e in b))  # stable: walk order among equals
+    return out
+
+
 _ADDRESS = re.compile(r"^((tcp|tls|ucx|ws|wss|inproc)://)?[^\s:/]+(:\d+)?$|"
                       r"^(tcp|tls|ucx|ws|wss)://\[[0-9a-fA-F:]+\](:\d+)?$")
 
@@ -53,7 +119,7 @@ def _client(address: str) -> Any:
             hint="pip install 'ckptrescue[cluster]'  (or: pip install 'dask[distributed]')",
         ) from exc
     try:
-        return Client(address, timeout="20s", set_as_default=False)
+        return Client(address, timeout=f"{CONNECT_TIMEOUT_S:g}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise RemoteError(f"cannot reach the Dask scheduler at {address}: {exc}") from exc
 
@@ -63,16 +129,99 @@ def connect(address: str) -> Any:
     return _client(address)
 
 
+def _threads(client: Any, address: str) -> int:
+    """Worker threads on the cluster now (0 when the scheduler cannot be asked)."""
+    try:
+        return int(sum(client.nthreads().values()))
+    except Exception as exc:  # noqa: BLE001 - any failure to ask is a lost scheduler
+        if client.status in ("closing", "closed", "connecting"):
+            raise _lost_scheduler(address) from exc
+        raise RemoteError(f"the Dask scheduler at {address} did not answer: {exc}") from exc
+
+
+def _lost_scheduler(address: str) -> RemoteError:
+    return RemoteError(f"lost the connection to the Dask scheduler at {address}",
+                       hint="files finished so far are kept; rerun to resume")
+
+
+def _wait_for_workers(client: Any, address: str, grace: float, what: str) -> int:
+    """Threads on the cluster, waiting up to ``grace`` seconds for a first worker."""
+    deadline = time.monotonic() + grace
+    while True:
+        threads = _threads(client, address)
+        if threads:
+            return threads
+        if client.status != "running" and client.status != "connecting":
+            raise _lost_scheduler(address)
+        if time.monotonic() >= deadline:
+            raise RemoteError(f"the Dask cluster at {address} {what} (waited {grace:g} s)",
+                              hint="files finished so far are kept; rerun to resume")
+        time.sleep(min(POLL_S, max(0.05, deadline - time.monotonic())))
+
+
+def _batch_error(exc: BaseException, batch: list[FileEntry], address: str,
+                 client: Any) -> CkptRescueError:
+    """The one-line error for a batch that did not come back."""
+    from distributed import KilledWorker
+
+    first = os.fsdecode(batch[0].rel) if batch else "?"
+    if isinstance(exc, KilledWorker):
+        return RemoteError(
+            f"a batch of {len(batch)} file(s) from {first} was on {exc.allowed_failures + 1} "
+            "Dask workers that all died while running it",
+            hint="a file in it may exhaust a worker's memory, or workers are being killed; "
+                 "the scheduler gives up after distributed.scheduler.allowed-failures deaths")
+    if client.status != "running" or type(exc).__name__ in ("CancelledError",
+                                                            "FutureCancelledError"):
+        return _lost_scheduler(address)
+    if isinstance(exc, ImportError):
+        return RemoteError(f"a Dask worker cannot run the batch: {exc}",
+                           hint="install ckptrescue (same version) on every worker")
+    return RemoteError(f"a Dask worker failed on the batch from {first}: "
+                       f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _quiet_client_logs() -> Iterator[None]:
+    """Dask's own client-side log lines (rescheduling, reconnecting) stay off stderr while the
+    run says what matters in one line; CKPTRESCUE_DEBUG=1 keeps them."""
+    if os.environ.get("CKPTRESCUE_DEBUG"):
+        yield
+        return
+    names = ["distributed", *(n for n in logging.root.manager.loggerDict
+                              if n.startswith("distributed."))]
+    saved = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
+
+
 def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], root: bytes,
                 entries: list[FileEntry]) -> Iterator[list[T]]:
-    """Run ``fn(root, batch)`` for every batch on the cluster; yield results as they finish."""
+    """Run ``fn(root, batch)`` for every batch on the cluster; yield results as they finish.
+
+    Every batch's result is yielded exactly once, also when workers die and batches are re-run.
+    """
     if not entries:
         return
     client = _client(address)
     from distributed import as_completed
 
+    quiet = _quiet_client_logs()
+    quiet.__enter__()
     try:
-        seen = client.run(os.path.isdir, root)
+        threads = _wait_for_workers(client, address, NO_WORKER_GRACE_S, "has no workers")
+        try:
+            seen = client.run(os.path.isdir, root)
+        except CkptRescueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a worker or the scheduler went away here
+            raise RemoteError(f"the Dask cluster at {address} could not be asked about "
+                              f"{os.fsdecode(root)}: {type(exc).__name__}: {exc}") from exc
         blind = sorted(w for w, ok in seen.items() if not ok)
         if not seen:
             raise RemoteError(f"the Dask cluster at {address} has no workers")
@@ -81,8 +230,56 @@ def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], r
                               + ", ".join(blind[:3]),
                               hint="workers read files where they live: mount DIR at the same "
                                    "path on every worker")
-        futures = [client.submit(fn, root, b, pure=False) for b in batches(entries)]
-        for fut in as_completed(futures, loop=client.loop):
-            yield fut.result()
+        todo = iter(plan_batches(entries, threads, per_thread=BATCHES_PER_THREAD,
+                                 floor=MIN_BATCH_BYTES, ceiling=MAX_BATCH_BYTES,
+                                 max_files=MAX_BATCH_FILES))
+        # results are fetched on the client's event loop as batches finish; this loop only takes
+        # them, keeps the window full and looks at the cluster every POLL_S seconds
+        ac = as_completed(loop=client.loop, with_results=True, raise_errors=False)
+        pending: dict[Any, list[FileEntry]] = {}
+
+        def top_up(threads: int) -> None:
+            new = []
+            while len(pending) < max(2, threads * IN_FLIGHT_PER_THREAD):
+                batch = next(todo, None)
+                if batch is None:
+                    break
+                fut = client.submit(fn, root, batch, pure=False)
+                pending[fut] = batch
+                new.append(fut)
+            if new:
+                ac.update(new)
+
+        top_up(threads)
+        last_look = last_worker_seen = time.monotonic()
+        while pending:
+            if not ac.has_ready():
+                with ac.thread_condition:
+                    ac.thread_condition.wait(timeout=POLL_S)
+            for fut, result in ac.next_batch(block=False):
+                batch = pending.pop(fut)
+                if fut.status != "finished":
+                    exc = result[1] if isinstance(result, tuple) else result
+                    raise _batch_error(exc, batch, address, client) from None
+                fut.release()  # the result leaves the worker's memory now
+                yield result
+            now = time.monotonic()
+            if now - last_look >= POLL_S or not ac.has_ready():
+                if client.status not in ("running", "connecting"):
+                    raise _lost_scheduler(address)
+                if now - last_look >= POLL_S:
+                    last_look = now
+                    threads = _threads(client, address)
+                    if threads:
+                        last_worker_seen = now
+                    elif now - last_worker_seen > NO_WORKER_GRACE_S:
+                        raise RemoteError(f"every Dask worker of {address} is gone (none for "
+                                          f"{NO_WORKER_GRACE_S:g} s)",
+                                          hint="files finished so far are kept; rerun to "
+                                               "resume")
+            top_up(threads)
     finally:
-        client.close()
+        try:
+            client.close()
+        finally:
+            quiet.__exit__(None, None, None)
