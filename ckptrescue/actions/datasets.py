@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, from_library
@@ -77,7 +78,14 @@ Exit 0 when every file matches, 1 otherwise.
 
 --sample 1% (or a file count) stats every file (missing and size-changed files are always
 reported) and hashes only a seeded sample of the rest; the answer is a 95% confidence bound
-(exact Clopper-Pearson) on the share of corrupted files. Local directories only."""
+(exact Clopper-Pearson) on the share of corrupted files. Local directories only.
+
+A local audit keeps its state in an SQLite database, MANIFEST.audit.sqlite beside the manifest
+(or --state PATH; never inside DIR), committed as files finish: memory stays flat on trees of
+millions of files, and rerunning the same audit (same DIR, same manifest bytes, same mode) after
+Ctrl-C, a kill or a lost Dask worker re-hashes only files not finished before or whose size,
+mtime or inode changed since. A completed state is kept (it holds every row); the next run starts
+over and reads the data again. Above 100,000 files, --json lists only the rows that are not ok."""
     examples = ("ckptrescue manifest audit /data/imagenet /cases/INC-7/imagenet.sha256 --json",
                 "ckptrescue manifest audit /data/imagenet imagenet.sha256 --sample 1% --seed 7")
     output_type = ManifestAuditOutput
@@ -98,6 +106,12 @@ reported) and hashes only a seeded sample of the rest; the answer is a 95% confi
                     help="s3:// only: download and hash every object, even those whose store "
                          "holds a full-object SHA-256 (by default those are checked without "
                          "being read)."),
+            ArgSpec("state", "path", metavar="PATH",
+                    help="Audit state database (SQLite; default: MANIFEST.audit.sqlite beside "
+                         "the manifest; never inside DIR). An unfinished run of the same audit "
+                         "there is resumed."),
+            ArgSpec("restart", "boolean", default=False,
+                    help="Start over, discarding an unfinished audit in the state."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -108,19 +122,37 @@ reported) and hashes only a seeded sample of the rest; the answer is a 95% confi
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.audit import audit
+        from ckptrescue.datasets.s3dataset import is_s3
+        from ckptrescue.datasets.walk import to_json_path
 
+        state = args.get("state") or None
+        if not is_s3(args["dir"]):
+            from ckptrescue.actions._util import refuse_unsafe_output
+            from ckptrescue.datasets.audit_state import check_location, default_path
+
+            target = Path(state) if state else default_path(args["manifest"])
+            check_location(target, args["dir"], default=not state)  # never inside DIR
+            refuse_unsafe_output(ctx.case, str(target))
+        elif state or args.get("restart"):
+            from ckptrescue.errors import UsageError
+
+            raise UsageError("--state and --restart are for local directories (an s3:// "
+                             "audit keeps no state)")
         result = yield from ctx.blocking(lambda p: audit(
             args["dir"], args["manifest"], quick=bool(args["quick"]),
             jobs=args.get("jobs"), scheduler=args.get("scheduler"),
             progress=files_progress(p), endpoint_url=args.get("endpoint_url") or None,
             sample=args.get("sample") or None, seed=int(args.get("seed") or 0),
-            use_stored=args.get("use_stored", True) is not False),
+            use_stored=args.get("use_stored", True) is not False, state=state,
+            restart=bool(args.get("restart")), cancel=ctx.cancel),
             label="auditing")
         out = result.to_json()
         audited = from_library(result, ", ".join(f"{k} {v}" for k, v in
                                                  sorted(out.get("counts", {}).items())))
-        audited.outputs["reasons"] = {row["path"]: f.reason for row, f in
-                                      zip(out["files"], result.files, strict=True) if f.reason}
+        # by name, from the rows the result holds (the listed ones: every row, or above
+        # LIST_ALL_MAX files the rows that are not ok, which are the ones with reasons)
+        audited.outputs["reasons"] = {to_json_path(f.rel): f.reason for f in result.files
+                                      if f.reason}
         audited.outputs["notes"] = list(result.notes)
         return audited
 

@@ -70,7 +70,11 @@ def render_audit(result: StepResult) -> int:
                 reason = out.reasons.get(row["path"], "")
                 say(f"{row['status'].upper():<11} {_display(row['path'])}"
                     + (f"  ({reason})" if reason else ""))
+        if out.files_omitted:
+            say(f"{out.files_omitted:,} ok files not listed (every row is in {out.state})")
         say("counts: " + ", ".join(f"{k}={v}" for k, v in out.counts.items()))
+        if out.resumed:
+            say(f"resumed {out.resumed:,} files from {out.state}")
         if out.sample:
             say(f"sample: seed {out.sample['seed']}, {out.sample['size']:,} of "
                 f"{out.sample['population']:,} files hashed")
@@ -179,10 +183,22 @@ BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS,),
                 order=("dir", "output", "jobs", "scheduler", "no_progress", "endpoint_url", CASE,
                        JSON),
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
+def audit_interrupted(args: dict[str, Any]) -> str:
+    from ckptrescue.datasets.audit_state import default_path
+    from ckptrescue.datasets.s3dataset import is_s3
+
+    if is_s3(args["dir"]):
+        return "ckptrescue: interrupted (an s3:// audit keeps no state: it starts over)"
+    state = args.get("state") or default_path(args["manifest"])
+    return (f"ckptrescue: interrupted; finished files are kept in {state}: run the same "
+            "command again to resume")
+
+
 AUDIT = Command("manifest.audit", render_audit, extras=(NO_PROGRESS,),
-                order=("dir", "manifest", "quick", "sample", "seed", "jobs", "scheduler", "no_progress",
-                       "endpoint_url", "use_stored", CASE, JSON),
-                quiet=lambda a, o: bool(o["no_progress"] or a.get("quick")))
+                order=("dir", "manifest", "quick", "sample", "seed", "state", "restart", "jobs",
+                       "scheduler", "no_progress", "endpoint_url", "use_stored", CASE, JSON),
+                quiet=lambda a, o: bool(o["no_progress"] or a.get("quick")),
+                interrupted=audit_interrupted)
 UPDATE = Command("manifest.update", render_update, extras=(NO_PROGRESS,),
                  order=("dir", "manifest", "jobs", "scheduler", "no_progress", CASE, JSON),
                  quiet=lambda a, o: bool(o["no_progress"]), interrupted=update_interrupted)

@@ -6,17 +6,30 @@ differs: truncated, extended or rewritten); ``missing``; ``new`` (not in the man
 mtime from the JSON-lines sidecar only, reads no content, and says so. ``sample`` stats every
 file (missing and size-changed files are always reported) but hashes only a seeded sample of the
 rest, and states the result as a 95% Clopper-Pearson upper bound (``sampling.py``).
+
+A local audit keeps its state on disk (``audit_state.py``, SQLite): memory stays bounded however
+many files there are, and an interrupted audit resumes without re-hashing finished files. Above
+:data:`LIST_ALL_MAX` files, ``to_json()`` lists only the rows that are not ``ok`` (every row is in
+the state) and says how many ok rows it left out.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckptrescue.datasets import sha256sum_format
+from ckptrescue.datasets.audit_state import (
+    AuditState,
+    Identity,
+    check_location,
+    default_path,
+    manifest_id,
+)
 from ckptrescue.datasets.manifest import (
     PARTIAL_SUFFIX,
     ManifestEntry,
@@ -27,14 +40,12 @@ from ckptrescue.datasets.manifest import (
     sidecar_path,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
-from ckptrescue.datasets.sampling import SampleStats, draw, sample_size
+from ckptrescue.datasets.sampling import SampleStats, draw, parse_sample, sample_size
 from ckptrescue.datasets.walk import (
     FileEntry,
     display,
-    safe_relative,
     shown_path,
     to_json_path,
-    walk,
 )
 from ckptrescue.errors import EvidenceError, UsageError
 from ckptrescue.model import Finding, Recorded, Severity
@@ -44,6 +55,8 @@ DAMAGED = ("corrupted", "changed", "missing", "unreadable")
 _CODES = {"corrupted": ("MF001", Severity.ERROR), "changed": ("MF002", Severity.WARNING),
           "missing": ("MF003", Severity.ERROR), "new": ("MF004", Severity.INFO),
           "unreadable": ("MF005", Severity.ERROR)}
+# audits of more files than this list only the rows that are not ok (to_json, findings)
+LIST_ALL_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -83,9 +96,18 @@ class AuditResult(Recorded):
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     sample: SampleStats | None = None
+    # the state database holding every row (local audits), how many files' hashes were taken
+    # from an interrupted earlier run, and how many ok rows ``files`` leaves out
+    state: str | None = None
+    resumed: int = 0
+    files_omitted: int = 0
+    # counts per status when ``files`` does not hold every row (from the state)
+    stored_counts: dict[str, int] | None = field(default=None, repr=False)
 
     @property
     def counts(self) -> dict[str, int]:
+        if self.stored_counts is not None:
+            return {s: int(self.stored_counts.get(s, 0)) for s in STATUSES}
         counts = dict.fromkeys(STATUSES, 0)
         for row in self.files:
             counts[row.status] += 1
@@ -93,7 +115,8 @@ class AuditResult(Recorded):
 
     @property
     def ok(self) -> bool:
-        return all(row.status == "ok" for row in self.files)
+        c = self.counts
+        return not any(c[s] for s in STATUSES if s != "ok")
 
     def damaged(self) -> list[AuditRow]:
         return [row for row in self.files if row.status in DAMAGED]
@@ -144,8 +167,12 @@ class AuditResult(Recorded):
         return out
 
     def to_json(self) -> dict[str, Any]:
-        out = {"files": [row.to_json() for row in self.files], "counts": self.counts,
-               "quick": self.quick, "answer": self.answer()}
+        """Every row, or above :data:`LIST_ALL_MAX` files the rows that are not ok
+        (``files_omitted``: the ok rows left out; ``counts`` is always complete)."""
+        out: dict[str, Any] = {"files": [row.to_json() for row in self.files],
+                               "counts": self.counts, "quick": self.quick,
+                               "answer": self.answer(), "state": self.state,
+                               "resumed": self.resumed, "files_omitted": self.files_omitted}
         if self.sample is not None:
             out["sample"] = self.sample.to_json()
         return out
@@ -196,13 +223,18 @@ def audit(
     sample: str | float | None = None,
     seed: int = 0,
     use_stored: bool = True,
+    state: str | os.PathLike[str] | None = None,
+    restart: bool = False,
+    cancel: threading.Event | None = None,
 ) -> AuditResult:
     """Audit ``dir`` against ``manifest`` (read-only).
 
     ``sample`` (``"1%"``, ``0.01`` or a count): hash only a sample drawn with ``seed`` from the
     manifest's files that are present with their recorded size; every file is still stat'ed.
     ``use_stored=False`` (s3:// only) downloads every object instead of trusting the store's
-    full-object SHA-256.
+    full-object SHA-256. ``state``: the state database (default ``MANIFEST.audit.sqlite``,
+    never inside ``dir``); an unfinished run of the same audit there is resumed unless
+    ``restart``. ``cancel`` set stops the audit as Ctrl-C does (finished rows stay committed).
     """
     from ckptrescue.datasets.s3dataset import audit_s3, is_s3
 
@@ -216,69 +248,120 @@ def audit(
     root = Path(dir)
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")
+    if not Path(manifest).is_file():
+        raise UsageError(f"{manifest}: manifest not found")
+    return _audit_local(root, Path(manifest), quick=quick, jobs=jobs, scheduler=scheduler,
+                        progress=progress, sample=sample, seed=seed, state=state,
+                        restart=restart, cancel=cancel)
+
+
+def state_identity(root: str | os.PathLike[str], manifest: str | os.PathLike[str], *,
+                   quick: bool = False, sample: str | float | None = None,
+                   seed: int = 0) -> Identity:
+    """What makes two runs the same audit: DIR's real path, the manifest's bytes, the mode."""
+    if quick:
+        mode = "quick"
+    elif sample is not None:
+        value, fraction = parse_sample(sample)
+        mode = f"sample:{value!r}:{'fraction' if fraction else 'count'}:{int(seed)}"
+    else:
+        mode = "full"
+    return Identity(os.path.realpath(root), manifest_id(manifest), mode)
+
+
+def _audit_local(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
+                 scheduler: str | None, progress: ProgressFn | None,
+                 sample: str | float | None, seed: int, state: str | os.PathLike[str] | None,
+                 restart: bool, cancel: threading.Event | None) -> AuditResult:
     started = time.monotonic()
-    expected, has_sizes = load_expected(manifest)
+    state_path = Path(state) if state is not None else default_path(manifest)
+    check_location(state_path, root, default=state is None)
+    identity = state_identity(root, manifest, quick=quick, sample=sample, seed=seed)
+    store = AuditState.open(state_path, identity, restart=restart, default=state is None)
+    try:
+        return _run(store, identity, root, manifest, quick=quick, jobs=jobs,
+                    scheduler=scheduler, progress=progress, sample=sample, seed=seed,
+                    cancel=cancel, started=started)
+    finally:
+        store.close()
+
+
+def _cancelled(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise KeyboardInterrupt("cancelled")
+
+
+def _run(store: AuditState, identity: Identity, root: Path, manifest: Path, *, quick: bool,
+         jobs: int | None, scheduler: str | None, progress: ProgressFn | None,
+         sample: str | float | None, seed: int, cancel: threading.Event | None,
+         started: float) -> AuditResult:
+    mode = identity.mode.split(":", 1)[0]
+    has_sizes = store.import_manifest(manifest, identity)
     if quick and not has_sizes:
         raise UsageError(f"{manifest}: --quick needs the JSON-lines sidecar "
                          f"({sidecar_path(manifest).name}) that holds sizes and mtimes")
-    result = AuditResult(root=str(root), manifest=str(manifest), quick=quick)
+    _cancelled(cancel)
+    result = AuditResult(root=str(root), manifest=str(manifest), quick=quick,
+                         state=str(store.path))
+    result.notes += store.notes
     if not has_sizes:
         result.notes.append("no sidecar: sizes unknown, every hash mismatch is called corrupted")
-    exclude = [manifest, sidecar_path(manifest), str(manifest) + PARTIAL_SUFFIX]
-    listing = walk(root, exclude=exclude)
-    present = {f.rel: f for f in listing.files}
-    for s in listing.skipped:
+    exclude = [manifest, sidecar_path(manifest), Path(str(manifest) + PARTIAL_SUFFIX),
+               *store.excluded()]
+    store.record_walk(root, exclude)
+    _cancelled(cancel)
+    for s in store.skipped():
         result.notes.append(f"{display(s.rel)}: skipped: {s.reason}")
-    rows: list[AuditRow] = []
-    to_hash: list[FileEntry] = []
-    for rel, exp in expected.items():
-        found = present.get(rel)
-        if found is None:
-            why = "" if safe_relative(rel) else "the name leads outside DIR; never opened"
-            rows.append(AuditRow(rel, "missing", exp.sha256, None, reason=why))
-        elif sample is not None and exp.size is not None and exp.size != found.size:
-            rows.append(AuditRow(rel, "changed", exp.sha256, None,
-                                 reason=f"size {exp.size} -> {found.size} (stat)"))
-        elif quick:
-            rows.append(_quick_row(exp, found))
-        else:
-            to_hash.append(found)
-    new = [f for rel, f in present.items() if rel not in expected]
     if sample is not None:
-        # new files are stat'ed, not hashed. The draw is from the manifest's names in order, so
-        # a seed draws the same entries from the same manifest whatever happened to the tree;
-        # drawn entries already missing or changed by the stat are reported as such and are not
-        # part of the sample (the bound is about the files still present with their size)
-        rows += [AuditRow(f.rel, "new", None, None) for f in new]
-        names = sorted(expected)
-        drawn_names = set(draw(names, sample_size(len(names), sample), seed))
-        population = len(to_hash)
-        to_hash = [f for f in to_hash if f.rel in drawn_names]
-        result.sample = SampleStats(seed=seed, size=len(to_hash), population=population, bad=0)
-        new = []
-    if quick:
-        rows += [AuditRow(f.rel, "new", None, None) for f in new]
-    else:
-        to_hash += new
-        tracker = Tracker(len(to_hash), sum(f.size for f in to_hash), progress)
-        for item in hash_many(os.fsencode(root), to_hash, jobs=jobs or default_jobs(),
-                              scheduler=scheduler, tracker=tracker, formats=False):
-            rows.append(_full_row(expected.get(item.rel), item))
+        # the draw is from the manifest's names in order (random.sample over positions draws
+        # the same entries as over the names themselves), so a seed draws the same entries from
+        # the same manifest whatever happened to the tree; drawn entries already missing or
+        # changed by the stat are reported as such and are not part of the sample
+        n = store.expected_count()
+        store.mark_drawn(random_positions(n, sample_size(n, sample), seed))
+    files, nbytes, resumed = store.hash_plan(mode)
+    result.resumed = resumed
+    if files:
+        tracker = Tracker(files, nbytes, progress, cancel=cancel)
+        writer = store.writer()
+        root_b = os.fsencode(root)
+        try:
+            for chunk in store.todo_chunks(mode):
+                by_rel = {f.rel: f for f in chunk}
+                for item in hash_many(root_b, chunk, jobs=jobs or default_jobs(),
+                                      scheduler=scheduler, tracker=tracker, formats=False):
+                    writer.add(by_rel[item.rel], item)
+                _cancelled(cancel)
+        finally:
+            writer.close()
         tracker.finish()
-    if result.sample is not None:
-        drawn = {f.rel for f in to_hash}
-        bad = [r for r in rows if r.rel in drawn and r.status in ("corrupted", "unreadable")]
-        result.sample = SampleStats(seed=seed, size=len(drawn),
-                                    population=result.sample.population, bad=len(bad),
-                                    unreadable=sum(r.status == "unreadable" for r in bad))
-    result.files = sorted(rows, key=lambda r: r.rel)
+    store.compute_result(mode)
+    counts = store.counts()
+    total = sum(counts.values())
+    list_all = total <= LIST_ALL_MAX
+    result.files = [AuditRow(bytes(rel), status, want, got, offset, error, reason)
+                    for rel, status, want, got, offset, error, reason
+                    in store.result_rows(ok_too=list_all)]
+    result.stored_counts = counts
+    result.files_omitted = 0 if list_all else counts.get("ok", 0)
+    if sample is not None:
+        size, population, bad, unreadable = store.sample_stats()
+        result.sample = SampleStats(seed=seed, size=size, population=population, bad=bad,
+                                    unreadable=unreadable)
     result.elapsed_s = time.monotonic() - started
     result.record("manifest.audit", {"root": result.root, "manifest": result.manifest,
                                      "quick": quick, "counts": result.counts,
-                                     "answer": result.answer(),
+                                     "answer": result.answer(), "state": result.state,
+                                     "resumed": result.resumed,
                                      **({"sample": result.sample.to_json()}
                                         if result.sample is not None else {})})
     return result
+
+
+def random_positions(n: int, k: int, seed: int) -> list[int]:
+    """The positions ``sampling.draw`` picks from ``n`` name-sorted entries: ``random.sample``
+    chooses by position only, so this is ``draw(names, k, seed)`` without holding the names."""
+    return draw(range(n), k, seed)
 
 
 def _quick_row(exp: Expected, found: FileEntry) -> AuditRow:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +96,58 @@ def walk(root: str | os.PathLike[str] | bytes, *,
     result.files.sort(key=lambda f: f.rel)
     result.skipped.sort(key=lambda s: s.rel)
     return result
+
+
+def iter_walk(root: str | os.PathLike[str] | bytes, *,
+              exclude: Iterable[str | bytes | os.PathLike[str]] = ()
+              ) -> Iterator[FileEntry | Skipped]:
+    """The same files and skips as :func:`walk`, yielded as they are found, in no particular
+    order: nothing per file is kept (for trees of millions of files; sort elsewhere)."""
+    for item in scan(root, exclude=exclude):
+        yield item if isinstance(item, Skipped) else FileEntry(*item)
+
+
+def scan(root: str | os.PathLike[str] | bytes, *,
+         exclude: Iterable[str | bytes | os.PathLike[str]] = ()
+         ) -> Iterator[tuple[bytes, int, int, int] | Skipped]:
+    """:func:`iter_walk` with each regular file as a plain ``(rel, size, mtime_ns, inode)``
+    tuple (the fast path of the audit's walk into its state database)."""
+    root_b = os.fsencode(root)
+    real_root = os.path.realpath(root_b)
+    excluded = _identities(exclude)
+    stack: list[bytes] = [b""]
+    is_dir, is_reg, is_lnk = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK
+    while stack:
+        rel_dir = stack.pop()
+        prefix = rel_dir + b"/" if rel_dir else b""
+        try:
+            it = os.scandir(join(root_b, rel_dir) if rel_dir else root_b)
+        except OSError as exc:
+            yield Skipped(rel_dir or b".", f"cannot list directory: {exc.strerror}")
+            continue
+        with it:
+            for entry in it:
+                rel = prefix + entry.name
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError as exc:
+                    yield Skipped(rel, f"cannot stat: {exc.strerror}")
+                    continue
+                mode = st.st_mode
+                if excluded and (st.st_dev, st.st_ino) in excluded:
+                    continue
+                if is_reg(mode):
+                    yield rel, st.st_size, st.st_mtime_ns, st.st_ino
+                elif is_dir(mode):
+                    stack.append(rel)
+                elif is_lnk(mode):
+                    side = WalkResult()
+                    _symlink(entry.path, rel, real_root, excluded, side)
+                    for f in side.files:
+                        yield f.rel, f.size, f.mtime_ns, f.inode or 0
+                    yield from side.skipped
+                else:
+                    yield Skipped(rel, f"{_kind(mode)}, not hashed")
 
 
 def _identities(paths: Iterable[str | bytes | os.PathLike[str]]) -> set[tuple[int, int]]:
