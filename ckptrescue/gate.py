@@ -131,10 +131,10 @@ def gate_s3(url: str, manifest: str | os.PathLike[str], *, sample: float = DEFAU
     from ckptrescue.datasets.audit import load_expected
     from ckptrescue.datasets.manifest_files import read_jsonl_entries, sidecar_path
     from ckptrescue.datasets.s3dataset import (
-        _client,
         hash_object,
         list_objects,
         normalise,
+        read_client,
         stored_sha256,
     )
     from ckptrescue.s3.client import stats
@@ -178,7 +178,7 @@ def gate_s3(url: str, manifest: str | os.PathLike[str], *, sample: float = DEFAU
             present.append((e, obj))
     rng = random.Random(seed)  # noqa: S311 - reproducible from the recorded seed, by design
     chosen = rng.sample(present, _sample_size(len(present), sample)) + rewritten
-    client = _client(endpoint_url)
+    client = read_client(endpoint_url)
     for e, obj in chosen:
         rel = os.fsdecode(e.rel)
         result.hashed.append(rel)

@@ -424,14 +424,26 @@ class RecoverOutput(StepOutputs):
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("recovered, unrecoverable."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
     plan: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "With --plan: the swap-back plan, one entry per recovered file: path, target (the "
-        "damaged file in DIR), replacement (the verified copy), source (snapshot or object "
-        "version), sha256, size, and the command the operator runs; the kit never applies it."))
+        "With --plan: the swap-back plan, one entry per recovered file: path, damage, target "
+        "(the damaged file in DIR, or where the missing file belongs), replacement (the verified "
+        "copy), source (snapshot or object version), sha256, size, expected_sha256, and command "
+        "(the script's line for it); the kit never applies it."))
     plan_file: str | None = field(default=None, metadata=doc(
         "With --plan: the plan written as JSON (and a shell script beside it, for review)."))
     clean_view: str | None = field(default=None, metadata=doc(
         "With --clean-view: a tree of symlinks to verified files only (intact originals and "
         "recovered copies), with its own manifest, for the rerun to train on."))
+    plan_script: str | None = field(default=None, metadata=doc(
+        "With --plan: the bash script written beside the plan (PLAN.sh), for review; run it as "
+        "`bash PLAN.sh [DATASET-ROOT]`."))
+    plan_unrecoverable: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "With --plan: files with no verified replacement: path, damage, reason."))
+    clean_view_manifest: str | None = field(default=None, metadata=doc(
+        "With --clean-view: the view's manifest VIEW.sha256 (sidecar VIEW.sha256.jsonl)."))
+    clean_view_files: int = field(default=0, metadata=doc(
+        "With --clean-view: files linked in the view."))
+    clean_view_left_out: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "With --clean-view: files neither ok nor recovered, left out: path, reason."))
 
     @property
     def ok(self) -> bool:

@@ -25,16 +25,16 @@ def recover_lines(out: RecoverOutput) -> list[str]:
                          f"{r['source']}")
         else:
             lines.append(f"UNRECOVERABLE {_display(r['path'])}  ({r['damage']}): {r['reason']}")
-    for left in out.extra.get("clean_view_left_out") or []:
+    for left in out.clean_view_left_out:
         lines.append(f"LEFT OUT      {_display(left['path'])}: {left['reason']}")
     if out.plan_file:
         lines.append(f"plan:       {out.plan_file} ({len(out.plan)} replacement(s))")
-        script = out.extra.get("plan_script")
+        script = out.plan_script
         lines.append(f"script:     {script} (review it, then: bash {script} [DATASET-ROOT]; "
                      "the kit never runs it)")
     if out.clean_view:
-        lines.append(f"clean view: {out.clean_view} ({out.extra.get('clean_view_files', 0)} "
-                     f"verified file(s); manifest {out.extra.get('clean_view_manifest')})")
+        lines.append(f"clean view: {out.clean_view} ({out.clean_view_files} "
+                     f"verified file(s); manifest {out.clean_view_manifest})")
     return lines
 
 

@@ -180,9 +180,9 @@ def update_manifest(
     result.unreadable.sort(key=lambda u: u.rel)
     entries = sorted(keep.values(), key=lambda e: e.rel)
     result.files = len(entries)
-    _replace_outputs(out, entries)
+    replace_outputs(out, entries)
     result.elapsed_s = time.monotonic() - started
-    _record(result)
+    record_update(result)
     return result
 
 
@@ -223,7 +223,7 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:
+def replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:
     """Keep the old pair as ``.prev``, then rename the new pair over the old one.
 
     Every file is complete and fsynced before any rename; until the last rename, ``out`` is the
@@ -252,7 +252,7 @@ def _replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:
             t.unlink(missing_ok=True)
 
 
-def _record(result: UpdateResult) -> None:
+def record_update(result: UpdateResult) -> None:
     artifacts = [
         result.store(ArtifactData.of_file(result.manifest_path,
                                           name=Path(result.manifest_path).name, kind="manifest")),

@@ -24,12 +24,12 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.manifest_update import (
     UpdateResult,
-    _record,
-    _replace_outputs,
     prev_path,
+    record_update,
+    replace_outputs,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
-from ckptrescue.datasets.s3dataset import S3Object, _hash_all, list_objects, normalise
+from ckptrescue.datasets.s3dataset import S3Object, hash_all, list_objects, normalise
 from ckptrescue.errors import UsageError
 
 
@@ -75,7 +75,7 @@ def update_manifest_s3(url: str, manifest: str, *, jobs: int | None = None,
     result.deleted = sorted(rel for rel in old if rel not in present)
     result.reused = len(keep)
     tracker = Tracker(len(todo), sum(o.size for o in todo), progress, cancel=cancel)
-    for item in _hash_all(bucket, todo, jobs=jobs or max(4, default_jobs()), scheduler=scheduler,
+    for item in hash_all(bucket, todo, jobs=jobs or max(4, default_jobs()), scheduler=scheduler,
                           endpoint_url=endpoint_url, tracker=tracker):
         if isinstance(item, ManifestEntry):
             keep[item.rel] = item
@@ -87,7 +87,7 @@ def update_manifest_s3(url: str, manifest: str, *, jobs: int | None = None,
     result.unreadable.sort(key=lambda u: u.rel)
     entries = sorted(keep.values(), key=lambda e: e.rel)
     result.files = len(entries)
-    _replace_outputs(out, entries)
+    replace_outputs(out, entries)
     result.elapsed_s = time.monotonic() - started
-    _record(result)
+    record_update(result)
     return result

@@ -65,7 +65,7 @@ class S3Object:
     etag: str | None = None
 
 
-def _client(endpoint_url: str | None) -> Any:
+def read_client(endpoint_url: str | None) -> Any:
     from ckptrescue.s3.client import make_client
 
     return make_client(endpoint_url=endpoint_url)
@@ -78,7 +78,7 @@ def list_objects(url: str, *, endpoint_url: str | None = None) -> tuple[str, lis
 
     parsed = parse_s3_url(url)
     prefix = parsed.key if not parsed.key or parsed.key.endswith("/") else parsed.key + "/"
-    client = _client(endpoint_url)
+    client = read_client(endpoint_url)
     out: list[S3Object] = []
     try:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=parsed.bucket,
@@ -138,11 +138,11 @@ def hash_object(client: Any, bucket: str, obj: S3Object) -> ManifestEntry | Unre
 
 def _hash_batch(endpoint_url: str | None, bucket: str,
                 batch: list[S3Object]) -> list[ManifestEntry | UnreadableFile]:
-    client = _client(endpoint_url)  # each worker its own read-only client
+    client = read_client(endpoint_url)  # each worker its own read-only client
     return [hash_object(client, bucket, o) for o in batch]
 
 
-def _hash_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str | None,
+def hash_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str | None,
               endpoint_url: str | None,
               tracker: Tracker) -> Iterator[ManifestEntry | UnreadableFile]:
     batches = [objects[i:i + 64] for i in range(0, len(objects), 64)]
@@ -182,7 +182,7 @@ def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None
     tracker = Tracker(len(objects), sum(o.size for o in objects), progress)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     entries = []
-    for outcome in _hash_all(bucket, objects, jobs=jobs, scheduler=scheduler,
+    for outcome in hash_all(bucket, objects, jobs=jobs, scheduler=scheduler,
                              endpoint_url=endpoint_url, tracker=tracker):
         if isinstance(outcome, ManifestEntry):
             entries.append(outcome)
@@ -250,7 +250,7 @@ def _audit_batch(endpoint_url: str | None, bucket: str, batch: list[S3Object],
     """Each object checked by its stored SHA-256 or downloaded; and the bytes downloaded."""
     from ckptrescue.s3.client import stats
 
-    client = _client(endpoint_url)  # each worker its own read-only client
+    client = read_client(endpoint_url)  # each worker its own read-only client
     out: list[Verified] = []
     for obj in batch:
         found = stored_sha256(client, bucket, obj) if use_stored else None
