@@ -52,7 +52,7 @@ from ckptrescue.datasets.manifest_files import (
 from ckptrescue.datasets.walk import FileEntry, Skipped, safe_relative, scan
 from ckptrescue.errors import UsageError
 
-SCHEMA = 1
+SCHEMA = 2
 STATE_SUFFIX = ".audit.sqlite"
 COMMIT_ROWS = 64  # a hash row is committed at most this many rows ...
 COMMIT_SECONDS = 1.0  # ... or this many seconds after it finished
@@ -65,8 +65,8 @@ _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS expected (rel BLOB PRIMARY KEY, sha256 TEXT NOT NULL, size INTEGER,
     mtime_ns INTEGER, drawn INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS present (rel BLOB PRIMARY KEY, size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL, inode INTEGER) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS present (rel BLOB NOT NULL, size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL, inode INTEGER);
 CREATE TABLE IF NOT EXISTS skipped (rel BLOB, reason TEXT);
 CREATE TABLE IF NOT EXISTS hashed (rel BLOB PRIMARY KEY, size INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL, inode INTEGER, sha256 TEXT, nbytes INTEGER, error TEXT,
@@ -251,29 +251,46 @@ class AuditState:
                              "VALUES (?, ?, ?, ?)",
                              ((e.rel, e.sha256, e.size, e.mtime_ns)
                               for e in read_jsonl_entries(manifest)))
-            else:
+            elif not has_sizes:
                 self._insert("INSERT OR REPLACE INTO expected (rel, sha256) VALUES (?, ?)",
                              _text_entries(manifest))
-                if has_sizes:
-                    self._import_sidecar(side)
+            else:
+                # names and hashes from the text, sizes and mtimes from the sidecar where it
+                # agrees on the hash: both into temporary tables, joined once into expected
+                conn = self.conn
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS text_rows (rel BLOB, sha256 TEXT)")
+                conn.execute("DELETE FROM text_rows")
+                self._insert("INSERT INTO text_rows (rel, sha256) VALUES (?, ?)",
+                             _text_entries(manifest))
+                self._load_sidecar(side)
+                conn.execute("INSERT OR REPLACE INTO expected (rel, sha256, size, mtime_ns) "
+                             "SELECT t.rel, t.sha256, s.size, s.mtime_ns FROM text_rows t "
+                             "LEFT JOIN side_rows s ON s.rel = t.rel AND s.sha256 = t.sha256 "
+                             "ORDER BY t.rowid")
+                conn.execute("DELETE FROM text_rows")
+                conn.execute("DELETE FROM side_rows")
             self.set_meta(imported=identity.manifest)
         return has_sizes
 
-    def _import_sidecar(self, side: Path) -> None:
-        """Sizes and mtimes from the sidecar, for entries whose SHA-256 it agrees with.
+    def _load_sidecar(self, side: Path) -> None:
+        """The sidecar's (name, sha256, size, mtime) into the temporary ``side_rows`` (the last
+        line of a name wins, as a dict would).
 
         Plain lines (the kit's own: ASCII, no escapes) are decoded by SQLite's JSON functions;
         a line with an escape (a name that is not plain ASCII) or of another shape goes through
         ``ManifestEntry.from_json`` as before."""
         conn = self.conn
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS side_raw (j TEXT)")
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS side_rows (rel BLOB PRIMARY KEY, "
+                     "sha256 TEXT, size INTEGER, mtime_ns INTEGER) WITHOUT ROWID")
         conn.execute("DELETE FROM side_raw")
+        conn.execute("DELETE FROM side_rows")
         odd: list[bytes] = []
 
         def apply_odd() -> None:
-            conn.executemany("UPDATE expected SET size = ?, mtime_ns = ? WHERE rel = ? AND "
-                             "sha256 = ?", [(e.size, e.mtime_ns, e.rel, e.sha256)
-                                            for e in _entries(odd)])
+            conn.executemany("INSERT OR REPLACE INTO side_rows (rel, sha256, size, mtime_ns) "
+                             "VALUES (?, ?, ?, ?)", [(e.rel, e.sha256, e.size, e.mtime_ns)
+                                                     for e in _entries(odd)])
             odd.clear()
 
         def plain() -> Iterator[tuple[str]]:
@@ -306,21 +323,27 @@ class AuditState:
 
     # -- the walk -------------------------------------------------------------------------------
     def record_walk(self, root: Path, exclude: Iterable[str | os.PathLike[str]]) -> None:
-        files: list[tuple[bytes, int, int, int]] = []
+        """The walk of DIR into ``present`` (appended in walk order, indexed by name after:
+        cheaper than inserting into a name-ordered tree as the walk goes)."""
         skipped: list[tuple[bytes, str]] = []
-        sql = "INSERT OR REPLACE INTO present (rel, size, mtime_ns, inode) VALUES (?, ?, ?, ?)"
-        with self.transaction():
+
+        def files() -> Iterator[tuple[bytes, int, int, int]]:
             for item in scan(root, exclude=exclude):
                 if type(item) is tuple:
-                    files.append(item)
-                    if len(files) >= INSERT_CHUNK:
-                        self.conn.executemany(sql, files)
-                        files.clear()
+                    yield item
                 else:
                     assert isinstance(item, Skipped)
                     skipped.append((item.rel, item.reason))
-            self.conn.executemany(sql, files)
+
+        with self.transaction():
+            self.conn.execute("DROP INDEX IF EXISTS present_rel")
+            self.conn.execute("DELETE FROM present")
+            self.conn.execute("DELETE FROM skipped")
+            # executemany pulls the walk one file at a time: nothing per file is kept here
+            self.conn.executemany("INSERT INTO present (rel, size, mtime_ns, inode) "
+                                  "VALUES (?, ?, ?, ?)", files())
             self.conn.executemany("INSERT INTO skipped (rel, reason) VALUES (?, ?)", skipped)
+            self.conn.execute("CREATE UNIQUE INDEX present_rel ON present (rel)")
 
     def skipped(self) -> Iterator[Skipped]:
         for rel, reason in self.conn.execute("SELECT rel, reason FROM skipped ORDER BY rel"):
@@ -543,11 +566,10 @@ class _Transaction:
 _SIDECAR_PLAIN = ("json_valid(j) AND json_type(j, '$.path') = 'text' AND "
                   "json_type(j, '$.size') = 'integer' AND json_type(j, '$.sha256') = 'text' AND "
                   "json_type(j, '$.mtime_ns') = 'integer'")
-_SIDECAR_SQL = ("UPDATE expected SET size = s.size, mtime_ns = s.mtime_ns FROM (SELECT "
-                "CAST(json_extract(j, '$.path') AS BLOB) AS rel, json_extract(j, '$.size') AS "
-                "size, json_extract(j, '$.mtime_ns') AS mtime_ns, "
-                "lower(json_extract(j, '$.sha256')) AS sha256 FROM side_raw WHERE "
-                f"{_SIDECAR_PLAIN}) AS s WHERE expected.rel = s.rel AND expected.sha256 = s.sha256")
+_SIDECAR_SQL = ("INSERT OR REPLACE INTO side_rows (rel, sha256, size, mtime_ns) SELECT "
+                "CAST(json_extract(j, '$.path') AS BLOB), lower(json_extract(j, '$.sha256')), "
+                "json_extract(j, '$.size'), json_extract(j, '$.mtime_ns') FROM side_raw WHERE "
+                f"{_SIDECAR_PLAIN} ORDER BY rowid")
 
 
 def _entries(lines: list[bytes]) -> Iterator[ManifestEntry]:

@@ -418,3 +418,25 @@ def test_above_the_threshold_only_damaged_rows_are_listed(small_tree, tmp_path,
                    str(tmp_path / "c.sqlite"))
     assert "CORRUPTED   d2/f0002.bin  (same size, different SHA-256)" in human.stdout
     assert "38 ok files not listed" in human.stdout
+
+
+def test_sidecar_import_keeps_odd_names(tmp_path) -> None:
+    """Names the sidecar escapes (not UTF-8, non-ASCII, backslash, quote, newline) get their
+    sizes and mtimes too: a quick audit sees them all ok, then sees the one whose mtime moved."""
+    root = tmp_path / "ds"
+    root.mkdir()
+    names = [b"plain.bin", b"caf\xc3\xa9.bin", b"raw\xff\xfe.bin", b"back\\slash.bin",
+             b'quote".bin', b"new\nline.bin", b"./dot.bin"[2:]]
+    for i, name in enumerate(names):
+        with open(os.path.join(os.fsencode(root), name), "wb") as fh:
+            fh.write(_content(i, 100 + i))
+    manifest = tmp_path / "odd.sha256"
+    build_manifest(root, manifest, jobs=1)
+    quick = _audit_checked(root, manifest, quick=True, state=tmp_path / "q.sqlite")
+    assert quick.ok and quick.counts["ok"] == len(names)
+    victim = os.path.join(os.fsencode(root), b"raw\xff\xfe.bin")
+    st = os.stat(victim)
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    again = _audit_checked(root, manifest, quick=True, state=tmp_path / "q.sqlite")
+    assert {r.rel: r.reason for r in again.files if r.status != "ok"} == {
+        b"raw\xff\xfe.bin": "same size, mtime differs"}
