@@ -59,6 +59,7 @@ COMMIT_SECONDS = 1.0  # ... or this many seconds after it finished
 INSERT_CHUNK = 4096  # rows per executemany while streaming the manifest and the walk
 HASH_CHUNK_FILES = 8192  # files handed to hash_many at once (its input is a list)
 HASH_CHUNK_BYTES = 4 << 30
+CACHE_KIB = 8192  # SQLite's page cache (and sorter) limit for this connection
 _SIDE_FILES = ("-wal", "-shm", "-journal")
 
 _TABLES = """
@@ -162,7 +163,7 @@ class AuditState:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA cache_size=-32768")  # 32 MiB: the page cache stays bounded
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # the page cache stays bounded
             conn.execute("PRAGMA temp_store=FILE")
             state = cls(path, conn, fd)
             state._start(identity, restart=restart, existed=existed)
@@ -187,6 +188,10 @@ class AuditState:
         same = (meta.get("root"), meta.get("manifest"), meta.get("mode")) == (
             identity.root, identity.manifest, identity.mode)
         unfinished = meta.get("status") == "running"
+        if unfinished and not same:
+            # an unfinished run that hashed nothing (a quick audit, a manifest that failed to
+            # import) holds nothing worth keeping
+            unfinished = self.conn.execute("SELECT 1 FROM hashed LIMIT 1").fetchone() is not None
         if unfinished and not same and not restart:
             held = Identity(meta.get("root", "?"), meta.get("manifest", "?"),
                             meta.get("mode", "?"))

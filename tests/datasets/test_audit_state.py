@@ -440,3 +440,14 @@ def test_sidecar_import_keeps_odd_names(tmp_path) -> None:
     again = _audit_checked(root, manifest, quick=True, state=tmp_path / "q.sqlite")
     assert {r.rel: r.reason for r in again.files if r.status != "ok"} == {
         b"raw\xff\xfe.bin": "same size, mtime differs"}
+
+
+def test_a_state_left_by_a_failed_import_does_not_block_the_fixed_manifest(small_tree,
+                                                                           tmp_path) -> None:
+    root, manifest = small_tree
+    good = manifest.read_bytes()
+    manifest.write_bytes(good + b"not a manifest line\n")
+    with pytest.raises(UsageError, match="not a sha256sum manifest"):
+        audit(root, manifest)
+    manifest.write_bytes(good)
+    assert _audit_checked(root, manifest).ok
