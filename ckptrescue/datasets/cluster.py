@@ -50,6 +50,8 @@ POLL_S = 1.0
 # batches in flight per worker thread (the rest wait on the client: scheduler memory stays flat
 # on trees of millions of files)
 IN_FLIGHT_PER_THREAD = 4
+# polls without a result after which finished batches are fetched directly
+STALL_POLLS = 10
 
 
 def batches(entries: list[FileEntry], *, max_bytes: int = BATCH_BYTES,
@@ -181,6 +183,23 @@ def _batch_error(exc: BaseException, batch: list[FileEntry], address: str,
                        f"{type(exc).__name__}: {exc}")
 
 
+class _Batch:
+    """A batch as one opaque argument: Dask does not walk its thousands of entries on submit."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[FileEntry]) -> None:
+        self.entries = entries
+
+    def __reduce__(self) -> tuple[type[_Batch], tuple[list[FileEntry]]]:
+        return (_Batch, (self.entries,))
+
+
+def _run_batch(fn: Callable[[bytes, list[FileEntry]], list[T]], root: bytes,
+               batch: _Batch) -> list[T]:
+    return fn(root, batch.entries)
+
+
 @contextlib.contextmanager
 def _quiet_client_logs() -> Iterator[None]:
     """Dask's own client-side log lines (rescheduling, reconnecting) stay off stderr while the
@@ -188,8 +207,10 @@ def _quiet_client_logs() -> Iterator[None]:
     if os.environ.get("CKPTRESCUE_DEBUG"):
         yield
         return
-    names = ["distributed", *(n for n in logging.root.manager.loggerDict
-                              if n.startswith("distributed."))]
+    # tornado.application and asyncio carry the tracebacks of the client's background tasks
+    # (a result being fetched when the scheduler went away)
+    names = ["distributed", "tornado.application", "asyncio",
+             *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]
     saved = {n: logging.getLogger(n).level for n in names}
     for n in names:
         logging.getLogger(n).setLevel(logging.CRITICAL + 1)
@@ -244,24 +265,27 @@ def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], r
                 batch = next(todo, None)
                 if batch is None:
                     break
-                fut = client.submit(fn, root, batch, pure=False)
+                fut = client.submit(_run_batch, fn, root, _Batch(batch), pure=False)
                 pending[fut] = batch
                 new.append(fut)
             if new:
                 ac.update(new)
 
         top_up(threads)
-        last_look = last_worker_seen = time.monotonic()
+        last_look = last_worker_seen = last_result = time.monotonic()
         while pending:
-            if not ac.has_ready():
-                with ac.thread_condition:
+            with ac.thread_condition:  # checked under the lock: no wake-up is missed
+                if not ac.has_ready():
                     ac.thread_condition.wait(timeout=POLL_S)
             for fut, result in ac.next_batch(block=False):
-                batch = pending.pop(fut)
+                batch = pending.pop(fut, None)
+                if batch is None:  # taken already by the stall fallback below
+                    continue
                 if fut.status != "finished":
                     exc = result[1] if isinstance(result, tuple) else result
                     raise _batch_error(exc, batch, address, client) from None
                 fut.release()  # the result leaves the worker's memory now
+                last_result = time.monotonic()
                 yield result
             now = time.monotonic()
             if now - last_look >= POLL_S or not ac.has_ready():
@@ -277,6 +301,20 @@ def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], r
                                           f"{NO_WORKER_GRACE_S:g} s)",
                                           hint="files finished so far are kept; rerun to "
                                                "resume")
+            if now - last_result > STALL_POLLS * POLL_S:
+                # a result whose background fetch failed (a connection reset) is never queued:
+                # take finished batches directly; each still comes out once (pending decides)
+                for fut in [f for f in pending if f.status == "finished"]:
+                    try:
+                        result = fut.result(timeout=POLL_S)
+                    except TimeoutError:
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - every remote failure: one line
+                        raise _batch_error(exc, pending[fut], address, client) from exc
+                    pending.pop(fut)
+                    fut.release()
+                    last_result = time.monotonic()
+                    yield result
             top_up(threads)
     finally:
         try:
