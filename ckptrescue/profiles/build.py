@@ -15,13 +15,13 @@ from typing import Any
 from ckptrescue.datasets.shardcheck import UnreadableAt
 from ckptrescue.datasets.walk import FileEntry, join, to_json_path, walk
 from ckptrescue.errors import EvidenceError, UsageError
-from ckptrescue.profiles import arrays
+from ckptrescue.profiles import arrays, batch
 from ckptrescue.profiles.minhash import NearDup
 from ckptrescue.profiles.profile import DatasetProfile, ProfileOptions, ShardProfile
 from ckptrescue.profiles.readers import FORMATS, ReadState, open_records, shard_format
 from ckptrescue.profiles.sketches import DupSample
 from ckptrescue.profiles.tokens import TokenCounter, Tokenizer, describe, resolve
-from ckptrescue.profiles.values import ROOT_FIELD, record_hash, text_of
+from ckptrescue.profiles.values import ROOT_FIELD
 from ckptrescue.profiles.vector import add_rows
 
 
@@ -47,7 +47,7 @@ def profile_shard(path: str | os.PathLike[str] | bytes, *, fields: Sequence[str]
                        sample)
     state = ReadState()
     try:
-        for item in open_records(raw, state, fields=fields):
+        for item in open_records(raw, state, fields=fields, batches=True):
             if not builder.add(item):
                 break
     except UnreadableAt as exc:
@@ -64,6 +64,9 @@ def profile_shard(path: str | os.PathLike[str] | bytes, *, fields: Sequence[str]
 
 
 class _Builder:
+    """Adds records to a shard profile in blocks of :data:`~.batch.BATCH_RECORDS` (a fixed
+    count, so the blocks, and the profile, depend only on the shard's records)."""
+
     def __init__(self, prof: ShardProfile, tokens: TokenCounter | None,
                  fields: set[str] | None, sample: int | None) -> None:
         self.prof = prof
@@ -72,27 +75,112 @@ class _Builder:
         self.limit = sample
         self.dups = DupSample()
         self.near = NearDup()
+        self.pending: list[Any] = []
+        self.raw = False  # pending holds parsed JSON values (not flattened)
+        self.arrow: list[Any] = []  # Arrow record batches not profiled yet
+        self.arrow_rows = 0
 
     def add(self, item: Any) -> bool:
-        """Profile one record (or a chunk of array rows); False when the sample is complete."""
+        """Profile one record (or a block of records or array rows); False when the sample is
+        complete."""
+        if isinstance(item, batch.ArrowBatch):
+            return self._arrow(item.batch)
+        self._arrow_flush()
         if isinstance(item, arrays.ArrayChunk):
             return self._chunk(item)
+        if isinstance(item, batch.JsonBlock):
+            return self._block(item.values)
+        if self.raw:
+            self._flush()
         if self.limit is not None and self.prof.records >= self.limit:
             return False
-        rec = item if self.fields is None else {k: v for k, v in item.items() if k in self.fields}
         self.prof.records += 1
-        for name, value in rec.items():
-            if not self.prof.accepts(name):
-                self.prof.overflow_fields += 1
-                continue
-            self.prof.field_stats(name).add(value, self.tokens)
-        h = record_hash(rec)
-        self.dups.add(h)
-        self.prof.record_hashes.add(h)
-        text = text_of(rec)
-        if text:
-            self.near.add(text)
+        self.pending.append(item)
+        if len(self.pending) >= batch.BATCH_RECORDS:
+            self._flush()
         return True
+
+    def _block(self, values: list[Any]) -> bool:
+        if not self.raw:
+            self._flush()
+            self.raw = True
+        if self.limit is not None:
+            left = self.limit - self.prof.records
+            if left <= 0:
+                return False
+            values = values[:left]
+        self.prof.records += len(values)
+        self.pending.extend(values)
+        while len(self.pending) >= batch.BATCH_RECORDS:  # blocks of a fixed record count
+            self._flush(batch.BATCH_RECORDS)
+        return True
+
+    def _flush(self, count: int | None = None) -> None:
+        if count is None:
+            records, self.pending = self.pending, []
+        else:
+            records, self.pending = self.pending[:count], self.pending[count:]
+        raw = self.raw
+        if count is None:
+            self.raw = False
+        if not records:
+            return
+        hashes, columns = batch.profile_records(self.prof, records, self.tokens, raw,
+                                                self.fields)
+        self._hashes(hashes)
+        if not self.near.full:
+            self.near.add_many([t for t in batch.texts_of(columns, len(records)) if t])
+
+    def _hashes(self, hashes: Any) -> None:
+        self.dups.add_many(hashes)
+        self.prof.record_hashes.add_many(hashes)
+
+    def _arrow(self, rb: Any) -> bool:
+        """Queue an Arrow record batch; blocks of exactly BATCH_RECORDS rows are profiled (the
+        reader's batch sizes do not change the profile)."""
+        self._flush()
+        if self.limit is not None:
+            left = self.limit - self.prof.records - self.arrow_rows
+            if left <= 0:
+                return False
+            if rb.num_rows > left:
+                rb = rb.slice(0, left)
+        if rb.num_rows:
+            self.arrow.append(rb)
+            self.arrow_rows += rb.num_rows
+        while self.arrow_rows >= batch.BATCH_RECORDS:
+            self._arrow_flush(batch.BATCH_RECORDS)
+        return True
+
+    def _arrow_flush(self, count: int | None = None) -> None:
+        if not self.arrow_rows:
+            return
+        import pyarrow as pa
+
+        table = pa.Table.from_batches(self.arrow)
+        count = self.arrow_rows if count is None else count
+        block = table.slice(0, count).combine_chunks()
+        rest = table.slice(count)
+        self.arrow = rest.combine_chunks().to_batches() if rest.num_rows else []
+        self.arrow_rows = rest.num_rows
+        rbs = block.to_batches()
+        rb = rbs[0] if len(rbs) == 1 else pa.RecordBatch.from_pylist([], schema=block.schema)
+        self._arrow_block(rb)
+
+    def _arrow_block(self, rb: Any) -> None:
+        n = rb.num_rows
+        done = batch.profile_arrow(self.prof, rb, self.fields, self.tokens)
+        if done is None:  # the row path, as one block
+            self._flush()
+            self.pending = batch.rows_of(rb)
+            self.prof.records += n
+            self._flush()
+            return
+        self.prof.records += n
+        hashes, texts = done
+        self._hashes(hashes)
+        if not self.near.full:
+            self.near.add_many([t for t in batch.arrow_texts(texts, n) if t])
 
     def _chunk(self, chunk: arrays.ArrayChunk) -> bool:
         rows = chunk.rows
@@ -105,15 +193,18 @@ class _Builder:
             for row in rows.tolist():
                 self.add(dict(zip(rows.dtype.names, row, strict=True)))
             return True
+        import numpy as np
+
+        self._flush()
         n = int(rows.shape[0])
         self.prof.records += n
         add_rows(self.prof.field_stats(ROOT_FIELD), rows)
-        for h in arrays.row_hashes(rows):
-            self.dups.add(h)
-            self.prof.record_hashes.add(h)
+        self._hashes(np.array(arrays.row_hashes(rows), dtype=np.uint64))
         return True
 
     def finish(self) -> None:
+        self._flush()
+        self._arrow_flush()
         self.near.finish()
         self.prof.dup_sampled = self.dups.sampled
         self.prof.dup_count = self.dups.duplicates

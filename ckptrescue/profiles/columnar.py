@@ -31,17 +31,29 @@ def arrow_types(schema: Any) -> dict[str, str]:
     return {f.name: str(f.type) for f in schema}
 
 
-def iter_parquet(fh: IO[bytes], columns: Sequence[str] | None) -> Iterator[dict[str, Any]]:
+def parquet_batches(fh: IO[bytes], columns: Sequence[str] | None) -> Iterator[Any]:
+    """The Parquet file's Arrow record batches (``columns``: only those top-level columns)."""
     pa = _pyarrow()
     pf = pa.parquet.ParquetFile(fh)
     names = set(pf.schema_arrow.names)
     cols = [c for c in columns if c in names] if columns is not None else None
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols):
+    yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=cols, use_threads=False)
+
+
+def iter_parquet(fh: IO[bytes], columns: Sequence[str] | None) -> Iterator[dict[str, Any]]:
+    for batch in parquet_batches(fh, columns):
         for row in batch.to_pylist():
             yield flatten(row)
 
 
 def iter_arrow(fh: IO[bytes], columns: Sequence[str] | None) -> Iterator[dict[str, Any]]:
+    for batch in arrow_batches(fh, columns):
+        for row in batch.to_pylist():
+            yield flatten(row)
+
+
+def arrow_batches(fh: IO[bytes], columns: Sequence[str] | None) -> Iterator[Any]:
+    """The Arrow IPC file's (or stream's) record batches."""
     pa = _pyarrow()
     head = fh.read(6)
     fh.seek(0)
@@ -52,5 +64,4 @@ def iter_arrow(fh: IO[bytes], columns: Sequence[str] | None) -> Iterator[dict[st
         if columns is not None:
             keep = [c for c in columns if c in batch.schema.names]
             batch = batch.select(keep)
-        for row in batch.to_pylist():
-            yield flatten(row)
+        yield batch

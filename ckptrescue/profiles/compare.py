@@ -99,6 +99,10 @@ def compare(baseline: DatasetProfile, current: DatasetProfile | None = None, *,
     shards of ``baseline`` that deviate from the rest of it (``shards``; ``current`` unused
     unless given, then its shards are the ones compared)."""
     th = thresholds or Thresholds()
+    if current is not None and current.sketches != baseline.sketches:
+        raise UsageError(f"profiles of different sketch versions (baseline {baseline.sketches}, "
+                         f"current {current.sketches}) do not compare: profile both with the "
+                         "same ckptrescue version")
     result = CompareResult(mode=mode, thresholds=th)
     if mode == "versions":
         if current is None:

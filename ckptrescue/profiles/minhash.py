@@ -25,31 +25,12 @@ JACCARD = 0.8
 MAX_TEXT = 8192
 CAPACITY = 20_000
 _MASK = (1 << 64) - 1
-_PRIME = 0x100000001B3  # FNV-64 prime as the polynomial base
 
 
-def _splitmix(state: int) -> tuple[int, int]:
-    state = (state + 0x9E3779B97F4A7C15) & _MASK
-    z = state
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return state, z ^ (z >> 31)
-
-
-def _constants() -> tuple[list[int], list[int]]:
-    state = 0x636B7074726573  # "ckptres": the fixed seed
-    mul, add = [], []
-    for _ in range(PERMUTATIONS):
-        state, a = _splitmix(state)
-        state, b = _splitmix(state)
-        mul.append(a | 1)
-        add.append(b)
-    return mul, add
-
-
-_MUL, _ADD = _constants()
-_MUL_COL: Any = None  # the constants as numpy columns, made on first use (numpy is lazy)
-_ADD_COL: Any = None
+_SEED = 0x636B7074726573  # "ckptres": the fixed seed of the shingle mix
+_VALUE_BITS = 52               # a bin's value: the low 52 bits of the shingle's mixed hash
+_BIN_SHIFT = 64 - 6            # its bin: the top 6 bits (PERMUTATIONS == 64 bins)
+_EMPTY = (1 << 64) - 1
 
 
 def normalise(text: str) -> bytes:
@@ -58,42 +39,73 @@ def normalise(text: str) -> bytes:
     return " ".join(text.lower().split()).encode("utf-8", "surrogatepass")[:MAX_TEXT]
 
 
-def signatures(texts: list[bytes]) -> Any:
-    """MinHash signatures (uint64, one row per text) of normalised texts of at least
-    :data:`SHINGLE` bytes, computed together (one numpy pass over their concatenation)."""
+def normalise_many(texts: list[str]) -> tuple[Any, Any]:
+    """(bytes, lengths) of :func:`normalise` of every text, concatenated."""
     import numpy as np
 
-    global _MUL_COL, _ADD_COL
-    if _MUL_COL is None:
-        _MUL_COL = np.array(_MUL, dtype=np.uint64)[:, None]
-        _ADD_COL = np.array(_ADD, dtype=np.uint64)[:, None]
-    data = b"".join(texts)
-    b = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
-    n = len(b) - SHINGLE + 1
-    h = np.zeros(n, dtype=np.uint64)
-    prime = np.uint64(_PRIME)
-    lengths = np.array([len(t) for t in texts], dtype=np.int64)
+    parts = [normalise(t) for t in texts]
+    return (np.frombuffer(b"".join(parts), dtype=np.uint8),
+            np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))
+
+
+def signatures(texts: list[bytes]) -> Any:
+    """:func:`signatures_of` a list of normalised texts."""
+    import numpy as np
+
+    return signatures_of(np.frombuffer(b"".join(texts), dtype=np.uint8),
+                         np.array([len(t) for t in texts], dtype=np.int64))
+
+
+def signatures_of(data: Any, lengths: Any) -> Any:
+    """MinHash signatures (uint64, one row per text) of normalised texts of at least
+    :data:`SHINGLE` bytes, computed together (one numpy pass over their concatenation).
+
+    One-permutation MinHash: every shingle hash is mixed once (SplitMix64's finaliser with a
+    fixed seed); its top bits pick one of :data:`PERMUTATIONS` bins and each bin keeps the
+    smallest low-bit value. An empty bin (short texts) borrows the value of the next non-empty
+    bin to its right, circularly, plus its distance times 2**52 (densification by rotation,
+    Shrivastava and Li 2014), so equal positions still estimate the Jaccard similarity."""
+    import numpy as np
+
+    count = len(lengths)
+    n = len(data) - SHINGLE + 1
     ends = np.cumsum(lengths)
-    starts = ends - lengths
-    owner = np.repeat(np.arange(len(texts)), lengths)[:n]
-    valid = np.arange(n) + SHINGLE <= ends[owner]  # the shingle lies inside its own text
+    owner = np.repeat(np.arange(count, dtype=np.int64), lengths)[:n]
+    # the shingle lies inside its own text: not one of a text's last SHINGLE - 1 positions
+    valid = np.ones(n, dtype=bool)
+    tails = (ends[:, None] - np.arange(1, SHINGLE)).ravel()
+    valid[tails[tails < n]] = False
+    # shingle i is bytes i..i+4: the low 40 bits of the little-endian word at byte i
+    buf = np.concatenate([np.asarray(data, dtype=np.uint8), np.zeros(8, dtype=np.uint8)])
+    words = np.ndarray((n,), dtype="<u8", buffer=buf, offset=0, strides=(1,))
+    x = (words[valid] & np.uint64((1 << (8 * SHINGLE)) - 1)).astype(np.uint64, copy=False)
+    owner = owner[valid]
     with np.errstate(over="ignore"):
-        for j in range(SHINGLE):
-            h = h * prime + b[j : j + n]
-        h = h[valid]
-        # permutations x shingles, so the per-text minimum reduces along contiguous rows
-        # (much faster than reducing along axis 0); in-place steps, one temporary
-        x = np.multiply(_MUL_COL, h[None, :])
-        x += _ADD_COL
-        t = np.right_shift(x, np.uint64(29))
-        x ^= t
+        x += np.uint64(_SEED)
+        x ^= x >> np.uint64(30)
         x *= np.uint64(0xBF58476D1CE4E5B9)
-        np.right_shift(x, np.uint64(32), out=t)
-        x ^= t
-    # every text has at least one shingle, so the first valid shingle of text i is at
-    # starts[i] - (number of invalid positions before it)
-    first = np.searchsorted(np.flatnonzero(valid), starts)
-    return np.ascontiguousarray(np.minimum.reduceat(x, first, axis=1).T)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    slot = owner * PERMUTATIONS + (x >> np.uint64(_BIN_SHIFT)).astype(np.int64)
+    value = x & np.uint64((1 << _VALUE_BITS) - 1)
+    sig = np.full(count * PERMUTATIONS, _EMPTY, dtype=np.uint64)
+    np.minimum.at(sig, slot, value)
+    sig = sig.reshape(count, PERMUTATIONS)
+    empty = sig == np.uint64(_EMPTY)
+    if empty.any():
+        # bin j takes the first non-empty bin j + t (circularly) plus t * 2**52
+        filled = sig.copy()
+        todo = empty.copy()
+        t = 0
+        while todo.any() and t < PERMUTATIONS:  # (a text with no shingle stays empty)
+            t += 1
+            src = np.roll(sig, -t, axis=1)
+            take = todo & ~np.roll(empty, -t, axis=1)
+            filled[take] = src[take] + np.uint64(t << _VALUE_BITS)
+            todo &= ~take
+        sig = filled
+    return np.ascontiguousarray(sig)
 
 
 def signature(text: str) -> Any | None:
@@ -107,21 +119,27 @@ BATCH_BYTES = 32 << 10
 
 @dataclass
 class NearDup:
-    """Streaming near-duplicate counter over the first :data:`CAPACITY` records with text.
+    """Near-duplicate counter over the first :data:`CAPACITY` records with text.
 
-    Texts are buffered and signed in batches; call :meth:`finish` at the end of the shard.
+    Texts are buffered and signed in batches; :meth:`finish` (at the end of the shard) finds,
+    for every record, the earlier records that share one of its LSH bands (in each band, the
+    first record that had that band: as a streaming band table would) and counts the record as
+    a near duplicate when one of them has an estimated Jaccard of at least :data:`JACCARD`.
     """
 
     capacity: int = CAPACITY
     checked: int = 0
     near: int = 0
-    _bands: list[dict[bytes, int]] = field(default_factory=lambda: [{} for _ in range(BANDS)])
     _sigs: list[Any] = field(default_factory=list)
     _pending: list[bytes] = field(default_factory=list)
     _pending_bytes: int = 0
 
+    @property
+    def full(self) -> bool:
+        return self.checked + len(self._pending) >= self.capacity
+
     def add(self, text: str) -> None:
-        if self.checked + len(self._pending) >= self.capacity:
+        if self.full:
             return
         data = normalise(text)
         if len(data) < SHINGLE:
@@ -131,34 +149,64 @@ class NearDup:
         if self._pending_bytes >= BATCH_BYTES or len(self._pending) >= 512:
             self._flush()
 
+    def add_many(self, texts: list[str]) -> None:
+        """:meth:`add` every text of a block (normalised together)."""
+        import numpy as np
+
+        if self._pending:
+            self._flush()
+        left = self.capacity - self.checked
+        if left <= 0 or not texts:
+            return
+        data, lengths = normalise_many(texts)
+        ok = np.flatnonzero(lengths >= SHINGLE)[:left]
+        if not ok.size:
+            return
+        if ok.size < len(lengths):
+            owner = np.repeat(np.arange(len(lengths)), lengths)
+            keep = np.zeros(len(lengths), dtype=bool)
+            keep[ok] = True
+            data = data[keep[owner]]
+            lengths = lengths[ok]
+        self._sigs.append(signatures_of(data, lengths))
+        self.checked += int(ok.size)
+
     def finish(self) -> None:
         if self._pending:
             self._flush()
+        self.near = _near_count(self._sigs)
 
     def _flush(self) -> None:
         sigs = signatures(self._pending)
+        self.checked += len(self._pending)
         self._pending = []
         self._pending_bytes = 0
-        for sig in sigs:
-            self._one(sig)
+        self._sigs.append(sigs)
 
-    def _one(self, sig: Any) -> None:
-        index = len(self._sigs)
-        self._sigs.append(sig)
-        self.checked += 1
-        found = False
-        tried: set[int] = set()
-        raw = sig.tobytes()
-        width = len(raw) // BANDS
-        for band in range(BANDS):
-            key = raw[band * width : (band + 1) * width]
-            table = self._bands[band]
-            other = table.get(key)
-            if other is None:
-                table[key] = index
-            elif not found and other not in tried:
-                tried.add(other)
-                if float((self._sigs[other] == sig).mean()) >= JACCARD:
-                    found = True
-        if found:
-            self.near += 1
+
+def _near_count(blocks: list[Any]) -> int:
+    """Records (rows of the signature blocks, in order) near-duplicating an earlier one."""
+    import numpy as np
+
+    from ckptrescue.profiles.vhash import mix64
+
+    if not blocks:
+        return 0
+    sigs = np.ascontiguousarray(np.concatenate(blocks))
+    n = len(sigs)
+    order = np.arange(n)
+    found = np.zeros(n, dtype=bool)
+    for band in range(BANDS):
+        # the band's key: its ROWS values mixed into one uint64 (a collision, at odds of
+        # about n**2 / 2**64, could only hide a candidate, never make one)
+        keys = np.zeros(n, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for r in range(band * ROWS, (band + 1) * ROWS):
+                keys = mix64(keys * np.uint64(0x100000001B3) + sigs[:, r])
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        cand = first[inverse.ravel()]
+        idx = np.flatnonzero((cand < order) & ~found)
+        if idx.size:
+            same = (sigs[idx] == sigs[cand[idx]]).sum(axis=1) / PERMUTATIONS
+            found[idx[same >= JACCARD]] = True
+    return int(found.sum())

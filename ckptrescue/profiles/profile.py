@@ -19,6 +19,11 @@ from ckptrescue.profiles.fieldstats import FieldStats
 from ckptrescue.profiles.sketches import BottomK
 
 SCHEMA = "ckptrescue.profile/1"
+# How the sketches were computed (the JSON keys are those of SCHEMA): 1 = record by record
+# (BLAKE2b record hashes, k-permutation MinHash); 2 = by blocks of records (vectorised record
+# hashes, one-permutation MinHash, per-block moments and top-k). Hashes and near-duplicate
+# counts of two versions do not compare, so `compare` refuses profiles of different versions.
+SKETCHES = 2
 MAX_FIELDS = 256
 
 
@@ -129,6 +134,7 @@ class DatasetProfile:
     root: str
     shards: list[ShardProfile] = field(default_factory=list)
     options: ProfileOptions = field(default_factory=ProfileOptions)
+    sketches: int = SKETCHES
 
     def shard(self, path: str) -> ShardProfile | None:
         return next((s for s in self.shards if s.path == path), None)
@@ -141,7 +147,8 @@ class DatasetProfile:
         return merge_shards(self.shards)
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "root": self.root, "options": self.options.to_json(),
+        return {"schema": SCHEMA, "sketches": self.sketches, "root": self.root,
+                "options": self.options.to_json(),
                 "records": self.records,
                 "shards": [s.to_json() for s in sorted(self.shards, key=lambda s: s.path)]}
 
@@ -154,7 +161,7 @@ class DatasetProfile:
             raise UsageError(f"profile schema {schema} is not supported (this kit reads {SCHEMA})")
         options = ProfileOptions.from_json(d["options"])
         return cls(str(d["root"]), [ShardProfile.from_json(s, options) for s in d["shards"]],
-                   options)
+                   options, int(d.get("sketches", 1)))
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False, allow_nan=False) + "\n"

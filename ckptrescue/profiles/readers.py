@@ -58,8 +58,11 @@ def shard_format(name: bytes | str, head: bytes, fh: IO[bytes]) -> tuple[str, st
 
 
 def open_records(path: str | bytes, state: ReadState, *,
-                 fields: Sequence[str] | None = None) -> Iterator[Any]:
+                 fields: Sequence[str] | None = None, batches: bool = False) -> Iterator[Any]:
     """Yield the records of the shard at ``path``; ``state`` says what else was seen.
+
+    ``batches``: Parquet and Arrow shards yield :class:`~ckptrescue.profiles.batch.ArrowBatch`
+    blocks of records instead of one dict per record.
 
     Raises :class:`ToolMissingError` when a needed optional library is missing and
     :class:`~ckptrescue.datasets.shardcheck.UnreadableAt` on an I/O error.
@@ -77,7 +80,7 @@ def open_records(path: str | bytes, state: ReadState, *,
             return
         stream: Any = Decompressed(fh, kind) if kind is not None else fh
         try:
-            yield from _records(fmt, stream, state, fields)
+            yield from _records(fmt, stream, state, fields, batches)
         except LimitReached as exc:
             state.stopped = str(exc)
         except UnreadableAt:
@@ -98,9 +101,22 @@ def open_records(path: str | bytes, state: ReadState, *,
                     state.stopped = f"{kind} stream damaged: {error}"
 
 
-def _records(fmt: str, fh: Any, state: ReadState, fields: Sequence[str] | None) -> Iterator[Any]:
-    if fmt == "jsonl":
-        yield from _jsonl(fh, state)
+def _records(fmt: str, fh: Any, state: ReadState, fields: Sequence[str] | None,
+             batches: bool) -> Iterator[Any]:
+    if fmt == "jsonl" and batches:
+        from ckptrescue.profiles.batch import JsonBlock
+
+        for values in _jsonl(fh, state, raw=True):
+            yield JsonBlock(values)
+    elif fmt == "jsonl":
+        for values in _jsonl(fh, state, raw=False):
+            yield from values
+    elif fmt in ("parquet", "arrow") and batches:
+        from ckptrescue.profiles.batch import ArrowBatch
+
+        read = columnar.parquet_batches if fmt == "parquet" else columnar.arrow_batches
+        for b in read(fh, fields):
+            yield ArrowBatch(b)
     elif fmt == "parquet":
         yield from columnar.iter_parquet(fh, fields)
     elif fmt == "arrow":
@@ -115,20 +131,84 @@ def _records(fmt: str, fh: Any, state: ReadState, fields: Sequence[str] | None) 
         yield from arrays.iter_chunks(fh)
 
 
-def _jsonl(fh: Any, state: ReadState) -> Iterator[dict[str, Any]]:
+READ_BYTES = 1 << 20
+_STRIP = " \t\n\r\x0b\x0c"  # what bytes.strip() strips
+
+
+def _jsonl(fh: Any, state: ReadState, raw: bool) -> Iterator[list[Any]]:
+    """One record per non-blank line: ``json.loads(line.strip())``, read by blocks of lines;
+    yields each block's records (flattened, or as parsed when ``raw``)."""
+    carry = b""
     while True:
-        line = fh.readline(MAX_LINE + 1)
-        if not line:
+        chunk = fh.read(READ_BYTES)
+        if not chunk:
+            if len(carry) > MAX_LINE:
+                state.stopped = f"a line longer than {MAX_LINE} bytes"
+                return
+            if carry:
+                yield _lines(carry, state, raw)
             return
-        if len(line) > MAX_LINE and not line.endswith(b"\n"):
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            if len(carry) > MAX_LINE:
+                state.stopped = f"a line longer than {MAX_LINE} bytes"
+                return
+            continue
+        first = data.find(b"\n")
+        if first > MAX_LINE:  # only the first line of a block can have grown that long
             state.stopped = f"a line longer than {MAX_LINE} bytes"
             return
-        body = line.strip()
+        carry = data[cut + 1:]
+        yield _lines(data[: cut + 1], state, raw)
+
+
+def _lines(block: bytes, state: ReadState, raw: bool) -> list[Any]:
+    """The records of a block of whole lines. A block of UTF-8 without NUL or BOM characters
+    (what json.loads of each line's bytes would decode as UTF-8) is decoded once and each line
+    scanned by json's own scanner (what json.loads does, without its per-call overhead);
+    otherwise line by line with json.loads."""
+    out: list[Any] = []
+    add = out.append
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text or "\ufeff" in text:
+        for line_b in block.split(b"\n"):
+            body = line_b.strip()
+            if not body:
+                continue
+            try:
+                value = json.loads(body)
+            except (ValueError, RecursionError):
+                state.unparsed += 1
+                continue
+            add(value)
+        return out if raw else list(map(flatten, out))
+    scan = _scanner()
+    for line in text.split("\n"):
+        body = line.strip(_STRIP)
         if not body:
             continue
         try:
-            value = json.loads(body)
-        except (ValueError, RecursionError):
+            value, end = scan(body, 0)
+        except (StopIteration, ValueError, RecursionError):
             state.unparsed += 1
             continue
-        yield flatten(value)
+        if end != len(body):  # "Extra data" (the body has no trailing whitespace)
+            state.unparsed += 1
+            continue
+        add(value)
+    return out if raw else list(map(flatten, out))
+
+
+_SCAN: Any = None
+
+
+def _scanner() -> Any:
+    global _SCAN
+    if _SCAN is None:
+        _SCAN = json.JSONDecoder().scan_once
+    return _SCAN

@@ -66,6 +66,33 @@ class Moments:
         if self.max is None or x > self.max:
             self.max = x
 
+    @classmethod
+    def of(cls, values: Any) -> Moments:
+        """The moments of a block of finite float64 values (numpy array). Sums are
+        :func:`math.fsum` (correctly rounded), so the result does not depend on the order of
+        the values or on the machine."""
+        import numpy as np
+
+        x = np.asarray(values, dtype=np.float64).ravel()
+        n = int(x.size)
+        if not n:
+            return cls()
+        try:
+            mean = math.fsum(x.tolist()) / n
+            d = x - mean
+            m2 = math.fsum((d * d).tolist())
+        except OverflowError:  # values near the float limit: Welford's update, in order
+            out = cls()
+            for v in x.tolist():
+                out.add(v)
+            return out
+        if not math.isfinite(m2):
+            out = cls()
+            for v in x.tolist():
+                out.add(v)
+            return out
+        return cls(n, mean, m2, float(x.min()), float(x.max()))
+
     def add_block(self, n: int, mean: float, m2: float, lo: float, hi: float) -> None:
         """Merge the moments of a block of ``n`` values (Chan et al.)."""
         self.merge(Moments(n, mean, m2, lo, hi))
@@ -170,6 +197,28 @@ class TopK:
         self.decrements += cut
         self.counts = {key: c - cut for key, c in self.counts.items() if c > cut}
 
+    def add_counts(self, counts: dict[str, int], dropped: list[int] | None = None) -> None:
+        """Add exact counts of a block of values at once (a Misra-Gries merge of the block's
+        exact sketch: every count stays low by at most ``decrements``).
+
+        ``dropped``: the counts of further new keys of the block, left out by the caller
+        because the merge's shrink is certain to remove them (each at most the (k+1)-th
+        largest count of the block, and not counted yet): the result is the same as with them.
+        """
+        for key, c in counts.items():
+            self.total += c
+            self.counts[key] = self.counts.get(key, 0) + c
+        if dropped:
+            self.total += sum(dropped)
+            ordered = sorted([*self.counts.values(), *dropped], reverse=True)
+            cut = ordered[self.k] if len(ordered) > self.k else 0
+            if cut > 0:
+                self.decrements += cut
+                self.counts = {key: c - cut for key, c in self.counts.items() if c > cut}
+            return
+        if len(self.counts) > self.k:
+            self._shrink()
+
     def merge(self, other: TopK) -> None:
         self.total += other.total
         self.decrements += other.decrements
@@ -222,6 +271,22 @@ class DupSample:
             self.limit >>= 1
             self.seen = {k: c for k, c in self.seen.items() if k < self.limit}
 
+    def add_many(self, hashes: Any) -> None:
+        """Add a uint64 array of record hashes (the same state as adding them one by one: the
+        final limit depends only on the set of hashes seen)."""
+        import numpy as np
+
+        arr = np.asarray(hashes, dtype=np.uint64)
+        if self.limit < _FULL:
+            arr = arr[arr < np.uint64(self.limit)]
+        keys, counts = np.unique(arr, return_counts=True)
+        seen = self.seen
+        for k, c in zip(keys.tolist(), counts.tolist(), strict=True):
+            seen[k] = seen.get(k, 0) + c
+        while len(self.seen) > self.capacity:
+            self.limit >>= 1
+            self.seen = {k: c for k, c in self.seen.items() if k < self.limit}
+
     def merge(self, other: DupSample) -> None:
         self.limit = min(self.limit, other.limit)
         for k, c in other.seen.items():
@@ -262,6 +327,18 @@ class BottomK:
             self.hashes.discard(self._max)
             self.hashes.add(h)
             self._max = max(self.hashes)
+
+    def add_many(self, hashes: Any) -> None:
+        """Add a uint64 array of hashes (the k smallest distinct of old and new are kept)."""
+        import numpy as np
+
+        small = np.unique(np.asarray(hashes, dtype=np.uint64))[: self.k].tolist()
+        if self._max >= 0 and len(self.hashes) >= self.k:
+            small = [h for h in small if h < self._max]
+        if not small:
+            return
+        self.hashes = set(sorted(self.hashes.union(small))[: self.k])
+        self._max = max(self.hashes)
 
     def merge(self, other: BottomK) -> None:
         self.hashes = set(sorted(self.hashes | other.hashes)[: self.k])

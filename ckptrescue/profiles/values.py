@@ -29,17 +29,24 @@ class Opaque:
 
 def flatten(record: Any) -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; a non-mapping record -> ``{"$": record}``."""
-    if not isinstance(record, Mapping):
+    if type(record) is not dict and not isinstance(record, Mapping):
         return {ROOT_FIELD: record}
+    if type(record) is dict and all(type(k) is str for k in record) and not any(
+            type(v) not in _LEAVES for v in record.values()):
+        return record  # nothing to flatten (a record of JSON scalars and lists)
     out: dict[str, Any] = {}
     _flatten_into(out, "", record, 0)
     return out
 
 
+# values that are never mappings (no isinstance(Mapping) check needed)
+_LEAVES = frozenset({str, int, float, bool, type(None), list, bytes})
+
+
 def _flatten_into(out: dict[str, Any], prefix: str, value: Mapping[str, Any], depth: int) -> None:
     for key, v in value.items():
         name = f"{prefix}{key}"
-        if isinstance(v, Mapping) and v and depth + 1 < FLATTEN_DEPTH:
+        if type(v) not in _LEAVES and isinstance(v, Mapping) and v and depth + 1 < FLATTEN_DEPTH:
             _flatten_into(out, name + ".", v, depth + 1)
         else:
             out[name] = v
@@ -94,11 +101,11 @@ def category_key(value: Any) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str) and len(value) <= CATEGORY_MAX_CHARS:
-        return _quote(value)
+        return quote(value)
     return None
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -108,11 +115,11 @@ def record_hash(fields: Mapping[str, Any]) -> int:
     for name in sorted(fields):
         h.update(b"\x00k")
         h.update(name.encode("utf-8", "surrogatepass"))
-        _feed(h, fields[name], 0)
+        feed(h, fields[name], 0)
     return int.from_bytes(h.digest(), "big")
 
 
-def _feed(h: Any, value: Any, depth: int) -> None:
+def feed(h: Any, value: Any, depth: int) -> None:
     if value is None:
         h.update(b"\x00n")
     elif isinstance(value, bool):
@@ -137,12 +144,12 @@ def _feed(h: Any, value: Any, depth: int) -> None:
         h.update(b"\x00{")
         for k in sorted(value, key=str):
             h.update(b"\x00k" + str(k).encode("utf-8", "surrogatepass"))
-            _feed(h, value[k], depth + 1)
+            feed(h, value[k], depth + 1)
         h.update(b"\x00}")
     elif isinstance(value, list | tuple) and depth < 64:
         h.update(b"\x00[")
         for v in value:
-            _feed(h, v, depth + 1)
+            feed(h, v, depth + 1)
         h.update(b"\x00]")
     elif hasattr(value, "dtype") and hasattr(value, "tobytes"):
         h.update(b"\x00a" + str(value.dtype).encode() + str(value.shape).encode())
@@ -179,7 +186,7 @@ def number(value: Any) -> float | None:
         try:
             return float(value)
         except OverflowError:
-            return math.copysign(math.inf, value)
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, float):
         return value
     return None
