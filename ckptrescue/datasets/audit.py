@@ -25,6 +25,8 @@ from typing import Any
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.audit_state import (
+    CLUSTER_CHUNK_FILES,
+    HASH_CHUNK_FILES,
     AuditState,
     Identity,
     check_location,
@@ -324,7 +326,8 @@ def _run(store: AuditState, identity: Identity, root: Path, manifest: Path, *, q
         writer = store.writer()
         root_b = os.fsencode(root)
         try:
-            for chunk in store.todo_chunks(mode):
+            chunk_files = CLUSTER_CHUNK_FILES if scheduler else HASH_CHUNK_FILES
+            for chunk in store.todo_chunks(mode, files=chunk_files):
                 by_rel = {f.rel: f for f in chunk}
                 for item in hash_many(root_b, chunk, jobs=jobs or default_jobs(),
                                       scheduler=scheduler, tracker=tracker, formats=False):

@@ -57,7 +57,8 @@ STATE_SUFFIX = ".audit.sqlite"
 COMMIT_ROWS = 64  # a hash row is committed at most this many rows ...
 COMMIT_SECONDS = 1.0  # ... or this many seconds after it finished
 INSERT_CHUNK = 4096  # rows per executemany while streaming the manifest and the walk
-HASH_CHUNK_FILES = 8192  # files handed to hash_many at once (its input is a list)
+HASH_CHUNK_FILES = 8192  # files handed to hash_many at once (its input is a list) ...
+CLUSTER_CHUNK_FILES = 65536  # ... and to a Dask cluster (each call plans and submits anew)
 HASH_CHUNK_BYTES = 4 << 30
 CACHE_KIB = 8192  # SQLite's page cache (and sorter) limit for this connection
 _SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -397,14 +398,15 @@ class AuditState:
         total = self.conn.execute(f"SELECT count(*) FROM ({sql})").fetchone()
         return int(left[0]), int(left[1]), int(total[0]) - int(left[0])
 
-    def todo_chunks(self, mode: str) -> Iterator[list[FileEntry]]:
+    def todo_chunks(self, mode: str, *, files: int = HASH_CHUNK_FILES
+                    ) -> Iterator[list[FileEntry]]:
         """The files still to hash, in name order, in lists of bounded length and bytes."""
         sql = (f"SELECT t.rel, t.size, t.mtime_ns, t.inode FROM ({self._todo_sql(mode)}) t "
                f"WHERE t.rel > ? AND NOT EXISTS (SELECT 1 FROM hashed h, present p "
                f"WHERE p.rel = t.rel AND {_VALID}) ORDER BY t.rel LIMIT ?")
         after = b""
         while True:
-            rows = self.conn.execute(sql, (after, HASH_CHUNK_FILES)).fetchall()
+            rows = self.conn.execute(sql, (after, files)).fetchall()
             if not rows:
                 return
             chunk: list[FileEntry] = []

@@ -451,3 +451,29 @@ def test_a_state_left_by_a_failed_import_does_not_block_the_fixed_manifest(small
         audit(root, manifest)
     manifest.write_bytes(good)
     assert _audit_checked(root, manifest).ok
+
+
+def test_scheduler_audit_resumes_from_the_rows_the_cluster_sent(tmp_path, slow_progress) -> None:
+    """--scheduler: rows arrive from a real Dask cluster and are committed as they arrive; an
+    interrupted run resumes from them and ends as the local uninterrupted audit does."""
+    distributed = pytest.importorskip("distributed")
+    root = tmp_path / "ds"
+    _make_tree(root, 60, 8192)
+    manifest = tmp_path / "ds.sha256"
+    build_manifest(root, manifest, jobs=2)
+    flip_byte(root / "d2" / "f0057.bin", 100)
+    state = tmp_path / "st.sqlite"
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None,
+                                       memory_limit="1GiB")
+    try:
+        committed = _interrupted(root, manifest, state, 5, scheduler=cluster.scheduler_address)
+        assert 0 < committed < 60
+        resumed = _audit_checked(root, manifest, state=state,
+                                 scheduler=cluster.scheduler_address)
+    finally:
+        cluster.close()
+    local = _audit_checked(root, manifest, state=tmp_path / "local.sqlite", jobs=2)
+    assert resumed.resumed == committed
+    assert resumed.to_json()["files"] == local.to_json()["files"]
+    assert resumed.counts["corrupted"] == 1 and resumed.counts["ok"] == 59
