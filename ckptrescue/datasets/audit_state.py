@@ -78,6 +78,8 @@ CREATE TABLE IF NOT EXISTS result (rel BLOB PRIMARY KEY, status TEXT NOT NULL, e
     WITHOUT ROWID;
 """
 
+_OUR_TABLES = {"meta", "expected", "present", "skipped", "hashed", "result"}
+
 # a hash row counts for the current walk only when the file still has the size, mtime and inode
 # it had when it was hashed
 _VALID = "h.rel = p.rel AND h.size = p.size AND h.mtime_ns = p.mtime_ns AND h.inode IS p.inode"
@@ -182,10 +184,18 @@ class AuditState:
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         if existed and tables and "meta" not in tables:
             raise sqlite3.DatabaseError("no meta table")
+        if "meta" in tables:
+            old = self.meta().get("schema")
+            if old != str(SCHEMA):
+                if old is None or not (tables <= _OUR_TABLES):
+                    raise sqlite3.DatabaseError("not a ckptrescue audit state")
+                # a state written by another version of the kit: nothing in it can be resumed
+                for table in sorted(tables):
+                    self.conn.execute(f"DROP TABLE {table}")
+                self.notes.append(f"{self.path} held an audit state of another kit version "
+                                  f"(schema {old}); it was replaced")
         self.conn.executescript(_TABLES)
         meta = self.meta()
-        if meta and meta.get("schema") != str(SCHEMA):
-            raise sqlite3.DatabaseError(f"schema {meta.get('schema')}, this kit writes {SCHEMA}")
         same = (meta.get("root"), meta.get("manifest"), meta.get("mode")) == (
             identity.root, identity.manifest, identity.mode)
         unfinished = meta.get("status") == "running"

@@ -477,3 +477,27 @@ def test_scheduler_audit_resumes_from_the_rows_the_cluster_sent(tmp_path, slow_p
     assert resumed.resumed == committed
     assert resumed.to_json()["files"] == local.to_json()["files"]
     assert resumed.counts["corrupted"] == 1 and resumed.counts["ok"] == 59
+
+
+def test_a_foreign_database_is_refused_and_an_old_state_replaced(small_tree, tmp_path) -> None:
+    root, manifest = small_tree
+    foreign = tmp_path / "app.sqlite"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.execute("INSERT INTO users VALUES ('alice')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(UsageError, match="refusing to overwrite"):
+        audit(root, manifest, state=foreign)
+    conn = sqlite3.connect(foreign)
+    assert conn.execute("SELECT name FROM users").fetchall() == [("alice",)]
+    conn.close()
+    old = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    conn.execute("INSERT INTO meta VALUES ('schema', '0'), ('status', 'running')")
+    conn.execute("CREATE TABLE hashed (rel BLOB PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    result = _audit_checked(root, manifest, state=old)
+    assert result.ok and any("another kit version" in n for n in result.notes)
