@@ -59,7 +59,7 @@ def add_dist(stats: FieldStats, measure: str, values: Any) -> None:
     d.moments.merge(Moments.of(x))
 
 
-def _unquote(key: str) -> str:
+def unquote(key: str) -> str:
     """The text a ``values.quote`` key was made from."""
     return re.sub(r"\\(.)", r"\1", key[1:-1], flags=re.S)
 
@@ -77,7 +77,7 @@ def add_top(top: TopK, keys: list[Any], counts: list[int], text: bool) -> None:
         top.add_counts({keyfn(k): c for k, c in zip(keys, counts, strict=True)})
         return
     if text:
-        known: set[Any] = {_unquote(q) for q in top.counts if q.startswith('"')}
+        known: set[Any] = {unquote(q) for q in top.counts if q.startswith('"')}
     else:
         known = {int(q) for q in top.counts if q.lstrip("-").isdigit()}
     kept: dict[str, int] = {}
@@ -88,6 +88,36 @@ def add_top(top: TopK, keys: list[Any], counts: list[int], text: bool) -> None:
         else:
             dropped.append(c)
     top.add_counts(kept, dropped)
+
+
+def add_top_arrow(top: TopK, value_counts: Any, text: bool) -> None:
+    """:func:`add_top` of the result of ``pyarrow.compute.value_counts`` (string or int64
+    values), converting to Python only the values the merge may keep."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = value_counts.field("values")
+    counts = value_counts.field("counts").to_numpy(zero_copy_only=False)
+    if len(values) + len(top.counts) <= top.k or len(counts) <= top.k:
+        add_top(top, values.to_pylist(), counts.tolist(), text)
+        return
+    cut = int(np.sort(counts)[::-1][top.k])
+    if cut <= 0:
+        add_top(top, values.to_pylist(), counts.tolist(), text)
+        return
+    if text:
+        known: list[Any] = [unquote(q) for q in top.counts if q.startswith('"')]
+    else:
+        known = [int(q) for q in top.counts if q.lstrip("-").isdigit()]
+    keep = counts > cut
+    if known:
+        keep |= pc.is_in(values, value_set=pa.array(known, type=values.type)).to_numpy(
+            zero_copy_only=False)
+    keyfn = quote if text else str
+    top.add_counts({keyfn(k): int(c) for k, c in zip(values.filter(pa.array(keep)).to_pylist(),
+                                                     counts[keep].tolist(), strict=True)},
+                   counts[~keep].tolist())
 
 
 def _add_numbers(stats: FieldStats, x: Any) -> None:
@@ -322,6 +352,23 @@ def profile_records(prof: Any, records: list[Any], tokens: TokenCounter | None,
 # tests/profiles/test_block_profiles.py checks it against this Python's str.isspace)
 WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003"
               "\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_MAYBE_SPACE_BYTES = {c.encode()[0] for c in WHITESPACE}  # a space character's first byte
+
+
+class _Table:
+    """A 256-entry bool table of :data:`_MAYBE_SPACE_BYTES`, made on first use (numpy)."""
+
+    value: Any = None
+
+    def __getitem__(self, index: Any) -> Any:
+        if _Table.value is None:
+            import numpy as np
+
+            _Table.value = np.array([b in _MAYBE_SPACE_BYTES for b in range(256)], dtype=bool)
+        return _Table.value[index]
+
+
+_MAYBE_SPACE = _Table()
 
 
 def _flat_arrow(prefix: str, name: str, arr: Any, depth: int, out: list[tuple[str, Any]],
@@ -399,8 +446,17 @@ def _arrow_binary(stats: FieldStats | None, arr: Any, text: bool,
         stats.add_type("str" if text else "bytes", n - nulls)
     lengths = np.diff(off)
     if text:
-        trimmed = pc.binary_length(pc.utf8_trim(arr, characters=WHITESPACE))
-        blank = (trimmed.fill_null(1).to_numpy(zero_copy_only=False) == 0)
+        blank = np.zeros(n, dtype=bool)
+        # a blank string is empty or starts with a space character: only those are trimmed
+        first = np.zeros(n, dtype=np.uint8)
+        some = lengths > 0
+        first[some] = data[off[:-1][some]]
+        maybe = valid & (~some | _MAYBE_SPACE[first])
+        if maybe.any():
+            idx = np.flatnonzero(maybe)
+            trimmed = pc.binary_length(pc.utf8_trim(arr.take(pa.array(idx)),
+                                                    characters=WHITESPACE))
+            blank[idx] = trimmed.to_numpy(zero_copy_only=False) == 0
     else:
         blank = lengths == 0
     keep = valid & ~blank
@@ -409,12 +465,16 @@ def _arrow_binary(stats: FieldStats | None, arr: Any, text: bool,
         return h
     add_dist(stats, "bytes", lengths[keep])
     if text:
-        short = pc.less_equal(pc.utf8_length(arr), CATEGORY_MAX_CHARS).fill_null(False)
-        mask = pa.array(keep & short.to_numpy(zero_copy_only=False))
-        vc = pc.value_counts(arr.filter(mask))
-        if len(vc):
-            add_top(stats.top, vc.field("values").to_pylist(), vc.field("counts").to_pylist(),
-                    True)
+        # at most 64 characters: at most 64 bytes surely, more than 256 bytes surely not
+        short = keep & (lengths <= CATEGORY_MAX_CHARS)
+        unsure = keep & (lengths > CATEGORY_MAX_CHARS) & (lengths <= 4 * CATEGORY_MAX_CHARS)
+        if unsure.any():
+            idx = np.flatnonzero(unsure)
+            chars = pc.utf8_length(arr.take(pa.array(idx))).to_numpy(zero_copy_only=False)
+            short[idx] = chars <= CATEGORY_MAX_CHARS
+        if short.any():
+            vc = pc.value_counts(arr.filter(pa.array(short)))
+            add_top_arrow(stats.top, vc, True)
         if tokens is not None:
             vals = arr.filter(pa.array(keep)).to_pylist()
             add_dist(stats, "tokens", np.array([tokens(s) for s in vals], dtype=np.float64))
@@ -449,14 +509,14 @@ def _arrow_numeric(stats: FieldStats | None, arr: Any, kind: str) -> Any:
         x = x[valid]
     if n - nulls:
         stats.add_type(kind, n - nulls)
-    if kind in ("bool", "int"):
+    if kind == "bool":
         vc = pc.value_counts(arr.drop_null())
         keys, counts = vc.field("values").to_pylist(), vc.field("counts").to_pylist()
-        if kind == "bool":
-            stats.top.add_counts({"true" if k else "false": c
-                                  for k, c in zip(keys, counts, strict=True)})
-            return h
-        add_top(stats.top, keys, counts, False)
+        stats.top.add_counts({"true" if k else "false": c
+                              for k, c in zip(keys, counts, strict=True)})
+        return h
+    if kind == "int":
+        add_top_arrow(stats.top, pc.value_counts(arr.cast(pa.int64()).drop_null()), False)
         x = x.astype(np.float64)
     _add_numbers(stats, x)
     return h

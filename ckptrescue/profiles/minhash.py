@@ -1,12 +1,15 @@
 """Near-duplicate records: MinHash signatures over byte shingles, LSH bands, fixed seeds.
 
 A record's text (lower-cased, whitespace collapsed, the first :data:`MAX_TEXT` bytes) is cut into
-overlapping :data:`SHINGLE`-byte shingles, each hashed with a polynomial rolling hash (64-bit
-wrap-around integer arithmetic, so the same everywhere). :data:`PERMUTATIONS` bijective mixes of
-those hashes, with constants derived from fixed seeds, give the signature: the share of equal
-positions in two signatures estimates the Jaccard similarity of their shingle sets. The
-signature is cut into :data:`BANDS` bands; a record whose band matches an earlier record's is a
-candidate, and a near duplicate when the estimated Jaccard is at least :data:`JACCARD`.
+overlapping :data:`SHINGLE`-byte shingles; each shingle (its 5 bytes as an integer) is mixed once
+by SplitMix64's finaliser with a fixed seed (64-bit wrap-around integer arithmetic, so the same
+everywhere). One-permutation MinHash: the top 6 bits of the mix pick one of
+:data:`PERMUTATIONS` bins, each bin keeps its smallest value, and empty bins are filled by
+rotation; the share of equal positions in two signatures estimates the Jaccard similarity of
+their shingle sets. The signature is cut into :data:`BANDS` bands; a record whose band matches
+an earlier record's is a candidate, and a near duplicate when the estimated Jaccard is at least
+:data:`JACCARD`. Signatures are computed for blocks of texts at once (numpy) and the bands
+matched for the whole shard at the end.
 
 Memory is bounded: signatures are kept for the first :data:`CAPACITY` records with text; the
 rate is measured over those (``checked`` says how many).
@@ -24,9 +27,6 @@ ROWS = PERMUTATIONS // BANDS
 JACCARD = 0.8
 MAX_TEXT = 8192
 CAPACITY = 20_000
-_MASK = (1 << 64) - 1
-
-
 _SEED = 0x636B7074726573  # "ckptres": the fixed seed of the shingle mix
 _VALUE_BITS = 52               # a bin's value: the low 52 bits of the shingle's mixed hash
 _BIN_SHIFT = 64 - 6            # its bin: the top 6 bits (PERMUTATIONS == 64 bins)
@@ -70,27 +70,32 @@ def signatures_of(data: Any, lengths: Any) -> Any:
     count = len(lengths)
     n = len(data) - SHINGLE + 1
     ends = np.cumsum(lengths)
-    owner = np.repeat(np.arange(count, dtype=np.int64), lengths)[:n]
-    # the shingle lies inside its own text: not one of a text's last SHINGLE - 1 positions
-    valid = np.ones(n, dtype=bool)
-    tails = (ends[:, None] - np.arange(1, SHINGLE)).ravel()
-    valid[tails[tails < n]] = False
     # shingle i is bytes i..i+4: the low 40 bits of the little-endian word at byte i
     buf = np.concatenate([np.asarray(data, dtype=np.uint8), np.zeros(8, dtype=np.uint8)])
     words = np.ndarray((n,), dtype="<u8", buffer=buf, offset=0, strides=(1,))
-    x = (words[valid] & np.uint64((1 << (8 * SHINGLE)) - 1)).astype(np.uint64, copy=False)
-    owner = owner[valid]
+    x = np.bitwise_and(words, np.uint64((1 << (8 * SHINGLE)) - 1), dtype=np.uint64)
     with np.errstate(over="ignore"):
         x += np.uint64(_SEED)
-        x ^= x >> np.uint64(30)
+        t = x >> np.uint64(30)
+        x ^= t
         x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
+        np.right_shift(x, np.uint64(27), out=t)
+        x ^= t
         x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-    slot = owner * PERMUTATIONS + (x >> np.uint64(_BIN_SHIFT)).astype(np.int64)
-    value = x & np.uint64((1 << _VALUE_BITS) - 1)
-    sig = np.full(count * PERMUTATIONS, _EMPTY, dtype=np.uint64)
-    np.minimum.at(sig, slot, value)
+        np.right_shift(x, np.uint64(31), out=t)
+        x ^= t
+    # slot = text * PERMUTATIONS + bin; a text's last SHINGLE - 1 positions (shingles that run
+    # into the next text) go to a spare slot past the end
+    np.right_shift(x, np.uint64(_BIN_SHIFT), out=t)
+    slot = t.view(np.int64)
+    slot += np.repeat(np.arange(0, count * PERMUTATIONS, PERMUTATIONS, dtype=np.int64),
+                      lengths)[:n]
+    tails = (ends[:, None] - np.arange(1, SHINGLE)).ravel()
+    slot[tails[tails < n]] = count * PERMUTATIONS
+    x &= np.uint64((1 << _VALUE_BITS) - 1)
+    sig = np.full(count * PERMUTATIONS + 1, _EMPTY, dtype=np.uint64)
+    np.minimum.at(sig, slot, x)
+    sig = sig[:-1]
     sig = sig.reshape(count, PERMUTATIONS)
     empty = sig == np.uint64(_EMPTY)
     if empty.any():
@@ -196,13 +201,15 @@ def _near_count(blocks: list[Any]) -> int:
     n = len(sigs)
     order = np.arange(n)
     found = np.zeros(n, dtype=bool)
+    # each band's key: its ROWS values mixed into one uint64 (a collision, at odds of about
+    # n**2 / 2**64, could hide a candidate or add one the Jaccard check rejects)
+    rows = sigs.reshape(n, BANDS, ROWS)
+    band_keys = np.zeros((n, BANDS), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for r in range(ROWS):
+            band_keys = mix64(band_keys * np.uint64(0x100000001B3) + rows[:, :, r])
     for band in range(BANDS):
-        # the band's key: its ROWS values mixed into one uint64 (a collision, at odds of
-        # about n**2 / 2**64, could only hide a candidate, never make one)
-        keys = np.zeros(n, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for r in range(band * ROWS, (band + 1) * ROWS):
-                keys = mix64(keys * np.uint64(0x100000001B3) + sigs[:, r])
+        keys = band_keys[:, band]
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         cand = first[inverse.ravel()]
         idx = np.flatnonzero((cand < order) & ~found)

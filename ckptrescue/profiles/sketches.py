@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -279,10 +280,13 @@ class DupSample:
         arr = np.asarray(hashes, dtype=np.uint64)
         if self.limit < _FULL:
             arr = arr[arr < np.uint64(self.limit)]
-        keys, counts = np.unique(arr, return_counts=True)
+        counted = Counter(arr.tolist())
         seen = self.seen
-        for k, c in zip(keys.tolist(), counts.tolist(), strict=True):
-            seen[k] = seen.get(k, 0) + c
+        if seen.keys().isdisjoint(counted):
+            seen.update(counted)
+        else:
+            for k, c in counted.items():
+                seen[k] = seen.get(k, 0) + c
         while len(self.seen) > self.capacity:
             self.limit >>= 1
             self.seen = {k: c for k, c in self.seen.items() if k < self.limit}
@@ -332,7 +336,10 @@ class BottomK:
         """Add a uint64 array of hashes (the k smallest distinct of old and new are kept)."""
         import numpy as np
 
-        small = np.unique(np.asarray(hashes, dtype=np.uint64))[: self.k].tolist()
+        arr = np.asarray(hashes, dtype=np.uint64)
+        if self._max >= 0 and len(self.hashes) >= self.k:
+            arr = arr[arr < np.uint64(self._max)]
+        small = np.unique(arr)[: self.k].tolist()
         if self._max >= 0 and len(self.hashes) >= self.k:
             small = [h for h in small if h < self._max]
         if not small:

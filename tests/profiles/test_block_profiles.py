@@ -306,7 +306,9 @@ def _records(seed: int, n: int) -> list[dict[str, Any]]:
     for i in range(n):
         out.append({
             "id": f"r{i:05d}", "label": int(rng.below(5)) if rng.below(9) else None,
-            "text": [" ", "", "hello there " * (1 + rng.below(9)), "é and ü " * 3][rng.below(4)],
+            "text": [" ", "", "hello there " * (1 + rng.below(9)), "é and ü " * 3, "\u3000\u2028",
+                     "\x85", " a", "\x1c", "é" * (30 + rng.below(50)), "x" * (60 + rng.below(9)),
+                     "\u2000b"][rng.below(11)],
             "score": (rng.below(20000) - 10000) / 1000 if rng.below(7) else None,
             "flag": bool(rng.below(2)), "blob": bytes(rng.below(6)),
             "tags": ["a"] * rng.below(3),
@@ -404,3 +406,28 @@ def test_whitespace_is_what_str_strip_strips() -> None:
 
     assert "".join(
         c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()) == batch.WHITESPACE
+
+
+def test_add_top_arrow_equals_adding_every_key() -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = SplitMix(14)
+    for text in (True, False):
+        a, b = TopK(k=8), TopK(k=8)
+        for _ in range(60):
+            vals: list[Any] = []
+            for _ in range(rng.below(60)):
+                v = rng.below(3) if rng.below(2) else rng.below(300)
+                vals.append((['a"', "b\\", "c"][v] if v < 3 else f"t{v}") if text else v - 150)
+            if not vals:
+                continue
+            vc = pc.value_counts(pa.array(vals, type=pa.string() if text else pa.int64()))
+            batch.add_top_arrow(a, vc, text)
+            counted: dict[str, int] = {}
+            for v in vals:
+                key = quote(v) if text else str(v)
+                counted[key] = counted.get(key, 0) + 1
+            b.add_counts(counted)
+            assert a.to_json() == b.to_json()
+        assert not a.exact
