@@ -588,6 +588,45 @@ def arrow_texts(columns: list[Column], n: int) -> Iterator[str]:
     return texts_of(cols, n)
 
 
+_ASCII_SPACE = "".join(c for c in WHITESPACE if c < "\x80")
+
+
+def arrow_normalised_texts(columns: list[Column]) -> tuple[Any, Any] | None:
+    """``minhash.normalise(text_of(record))`` of every record, computed in Arrow: (bytes,
+    lengths), or None unless every text column is a plain string array of ASCII text (where
+    ``ascii_lower`` is ``str.lower`` and the ASCII space characters are all of
+    ``str.split``'s)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ckptrescue.profiles.minhash import MAX_TEXT
+
+    if not columns:
+        return None
+    arrays = []
+    for _name, _rows, arr in sorted(columns, key=lambda c: c[0]):
+        if not isinstance(arr, pa.Array) or not (pa.types.is_string(arr.type)
+                                                 or pa.types.is_large_string(arr.type)):
+            return None
+        if pc.all(pc.string_is_ascii(arr)).as_py() not in (True, None):
+            return None
+        arrays.append(arr.cast(pa.large_string()))
+    if len(arrays) == 1:
+        joined = arrays[0]
+    else:
+        joined = pc.binary_join_element_wise(*arrays, pa.scalar("\n", pa.large_string()),
+                                             null_handling="skip")
+    text = pc.ascii_lower(joined)
+    text = pc.replace_substring_regex(text, pattern=f"[{_ASCII_SPACE}]+", replacement=" ")
+    text = pc.utf8_slice_codeunits(pc.ascii_trim(text, characters=" "), 0, MAX_TEXT)
+    text = text.fill_null("")
+    data, off = _binary_parts(text)
+    import numpy as np
+
+    lengths = np.diff(off)
+    return data[off[0]: off[-1]], lengths
+
+
 def rows_of(batch: Any) -> list[dict[str, Any]]:
     """The row path: the batch's records as flattened dicts."""
     return [flatten(row) for row in batch.to_pylist()]

@@ -180,7 +180,11 @@ class _Builder:
         hashes, texts = done
         self._hashes(hashes)
         if not self.near.full:
-            self.near.add_many([t for t in batch.arrow_texts(texts, n) if t])
+            normalised = batch.arrow_normalised_texts(texts)
+            if normalised is not None:
+                self.near.add_normalised(*normalised)
+            else:
+                self.near.add_many([t for t in batch.arrow_texts(texts, n) if t])
 
     def _chunk(self, chunk: arrays.ArrayChunk) -> bool:
         rows = chunk.rows

@@ -156,14 +156,23 @@ class NearDup:
 
     def add_many(self, texts: list[str]) -> None:
         """:meth:`add` every text of a block (normalised together)."""
-        import numpy as np
-
         if self._pending:
             self._flush()
         left = self.capacity - self.checked
         if left <= 0 or not texts:
             return
-        data, lengths = normalise_many(texts)
+        self.add_normalised(*normalise_many(texts))
+
+    def add_normalised(self, data: Any, lengths: Any) -> None:
+        """Add texts already normalised (concatenated bytes and their lengths); those shorter
+        than a shingle are skipped, as :meth:`add` skips them."""
+        import numpy as np
+
+        if self._pending:
+            self._flush()
+        left = self.capacity - self.checked
+        if left <= 0 or not len(lengths):
+            return
         ok = np.flatnonzero(lengths >= SHINGLE)[:left]
         if not ok.size:
             return

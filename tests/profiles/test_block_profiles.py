@@ -431,3 +431,44 @@ def test_add_top_arrow_equals_adding_every_key() -> None:
             b.add_counts(counted)
             assert a.to_json() == b.to_json()
         assert not a.exact
+
+
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_arrow_normalised_texts_equal_normalise_of_text_of(ascii_only: bool) -> None:
+    import pyarrow as pa
+
+    rng = SplitMix(15)
+    parts = ["Hello", "WORLD", " ", "\t", "\x0b", "\x1c", "\r\n", "a" * 40, "Zz"]
+    if not ascii_only:
+        parts += ["\u3000", "Ärger", "İ", "ΣΑΣ"]
+    cols: dict[str, list[Any]] = {"b": [], "a": [], "c": []}
+    for i in range(600):
+        for name in cols:
+            if rng.below(9) == 0:
+                cols[name].append(None)
+            else:
+                cols[name].append("".join(parts[rng.below(len(parts))]
+                                          for _ in range(rng.below(6 if i % 50 else 900))))
+    columns = [(name, None, pa.array(vals, pa.string())) for name, vals in cols.items()]
+    got = batch.arrow_normalised_texts(columns)
+    if not ascii_only:
+        assert got is None
+        return
+    assert got is not None
+    data, lengths = got
+    want = [minhash.normalise(t) for t in batch.texts_of(
+        [(n, None, v) for n, v in cols.items()], 600)]
+    assert bytes(data) == b"".join(want) and lengths.tolist() == [len(w) for w in want]
+    assert max(lengths.tolist()) == minhash.MAX_TEXT
+
+
+def test_near_duplicates_alike_in_jsonl_and_parquet(tmp_path: Path) -> None:
+    from fixtures.profiles import jsonl_line, shard_records, write_parquet
+
+    recs = shard_records(3, 1, 3000)
+    recs += [dict(r, id=r["id"] + "x") for r in recs[:400]]  # near copies (the id differs)
+    (tmp_path / "a.jsonl").write_text("".join(jsonl_line(r) for r in recs))
+    write_parquet(tmp_path / "a.parquet", recs)
+    j, p = profile_shard(tmp_path / "a.jsonl"), profile_shard(tmp_path / "a.parquet")
+    assert (j.near_checked, j.near_count) == (p.near_checked, p.near_count)
+    assert p.near_checked == 3400 and 380 <= p.near_count <= 400
