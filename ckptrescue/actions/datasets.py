@@ -35,6 +35,11 @@ def files_progress(progress: Any) -> Any:
     return callback
 
 
+def _split(values: Any) -> tuple[str, ...]:
+    """``--checksums a,b --checksums c`` -> ("a", "b", "c")."""
+    return tuple(p.strip() for v in values or () for p in str(v).split(",") if p.strip())
+
+
 class ManifestBuild(Action):
     name = "manifest.build"
     summary = "SHA-256 manifest of every file (sha256sum -c compatible + JSON lines)"
@@ -53,6 +58,11 @@ stored), with keys relative to the prefix as names."""
                     help=_SOURCE_HELP),
             ArgSpec("output", "path", required=True, short="-o",
                     help="Manifest to write (outside DIR); OUT.jsonl is written beside it."),
+            ArgSpec("checksums", "list", metavar="ALG",
+                    help="Also record these CRCs of each file in the sidecar, in S3's form "
+                         "(CRC64NVME, CRC32C, CRC32; repeat or comma-separate): an audit of "
+                         "the uploaded objects then checks them against the store's own "
+                         "full-object CRC without downloading."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -64,7 +74,8 @@ stored), with keys relative to the prefix as names."""
         result = yield from ctx.blocking(lambda p: build_manifest(
             args["dir"], args["output"], jobs=args.get("jobs"), scheduler=args.get("scheduler"),
             progress=files_progress(p), cancel=ctx.cancel,
-            endpoint_url=args.get("endpoint_url") or None), label="hashing")
+            endpoint_url=args.get("endpoint_url") or None,
+            checksums=_split(args.get("checksums"))), label="hashing")
         return from_library(result, f"manifest {args['output']}")
 
 

@@ -180,8 +180,8 @@ def render_quarantine(result: StepResult) -> int:
 
 
 BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS,),
-                order=("dir", "output", "jobs", "scheduler", "no_progress", "endpoint_url", CASE,
-                       JSON),
+                order=("dir", "output", "checksums", "jobs", "scheduler", "no_progress",
+                       "endpoint_url", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
 def audit_interrupted(args: dict[str, Any]) -> str:
     from ckptrescue.datasets.audit_state import default_path

@@ -27,12 +27,20 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ckptrescue.datasets.walk import FileEntry
 from ckptrescue.errors import CkptRescueError, RemoteError, ToolMissingError, UsageError
 
 T = TypeVar("T")
+
+
+class HasSize(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+E = TypeVar("E", bound=HasSize)
 # the local thread pool's grouping (``batches``) defaults
 BATCH_BYTES = 256 << 20
 BATCH_FILES = 512
@@ -78,10 +86,10 @@ def batch_bytes(total_bytes: int, threads: int, *, per_thread: int = BATCHES_PER
     return max(floor, min(ceiling, want))
 
 
-def plan_batches(entries: Sequence[FileEntry], threads: int, *,
+def plan_batches(entries: Sequence[E], threads: int, *,
                  per_thread: int = BATCHES_PER_THREAD, floor: int = MIN_BATCH_BYTES,
                  ceiling: int = MAX_BATCH_BYTES,
-                 max_files: int = MAX_BATCH_FILES) -> list[list[FileEntry]]:
+                 max_files: int = MAX_BATCH_FILES) -> list[list[E]]:
     """Split ``entries`` into batches of about :func:`batch_bytes` bytes for ``threads`` threads.
 
     Files stay in walk order inside a batch (neighbours in a directory travel together); a file
@@ -90,8 +98,8 @@ def plan_batches(entries: Sequence[FileEntry], threads: int, *,
     """
     target = batch_bytes(sum(e.size for e in entries), threads, per_thread=per_thread,
                          floor=floor, ceiling=ceiling)
-    out: list[list[FileEntry]] = []
-    cur: list[FileEntry] = []
+    out: list[list[E]] = []
+    cur: list[E] = []
     size = 0
     for e in entries:
         if cur and (len(cur) >= max_files or size + e.size > target):
@@ -131,7 +139,7 @@ def connect(address: str) -> Any:
     return _client(address)
 
 
-def _threads(client: Any, address: str) -> int:
+def worker_threads(client: Any, address: str) -> int:
     """Worker threads on the cluster now (0 when the scheduler cannot be asked)."""
     try:
         return int(sum(client.nthreads().values()))
@@ -150,7 +158,7 @@ def _wait_for_workers(client: Any, address: str, grace: float, what: str) -> int
     """Threads on the cluster, waiting up to ``grace`` seconds for a first worker."""
     deadline = time.monotonic() + grace
     while True:
-        threads = _threads(client, address)
+        threads = worker_threads(client, address)
         if threads:
             return threads
         if client.status != "running" and client.status != "connecting":
@@ -293,7 +301,7 @@ def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], r
                     raise _lost_scheduler(address)
                 if now - last_look >= POLL_S:
                     last_look = now
-                    threads = _threads(client, address)
+                    threads = worker_threads(client, address)
                     if threads:
                         last_worker_seen = now
                     elif now - last_worker_seen > NO_WORKER_GRACE_S:

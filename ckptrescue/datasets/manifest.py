@@ -48,21 +48,22 @@ __all__ = [
 
 # -- hashing one file: shared by the thread pool and the Dask workers ---------------------------
 def hash_entry(root: bytes, entry: FileEntry, tracker: Tracker | None = None, *,
-               formats: bool = True) -> ManifestEntry | UnreadableFile:
+               formats: bool = True,
+               checksums: tuple[str, ...] = ()) -> ManifestEntry | UnreadableFile:
     path = join(root, entry.rel)
     on_bytes = (lambda n: tracker.add(nbytes=n)) if tracker is not None else None
-    outcome = hash_file(path, on_bytes=on_bytes)
+    outcome = hash_file(path, on_bytes=on_bytes, checksums=checksums)
     if outcome.sha256 is None:
         return UnreadableFile(entry.rel, outcome.error or "read failed", outcome.error_offset)
     fmt = detect(entry.rel, outcome.head) if formats else "other"
     return ManifestEntry(entry.rel, outcome.size, entry.mtime_ns, outcome.sha256, fmt,
-                         entry.inode)
+                         entry.inode, checksums=outcome.checksums)
 
 
-def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True
-                 ) -> list[ManifestEntry | UnreadableFile]:
+def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True,
+                 checksums: tuple[str, ...] = ()) -> list[ManifestEntry | UnreadableFile]:
     """Hash a batch sequentially (the unit of work sent to a cluster worker)."""
-    return [hash_entry(root, e, formats=formats) for e in entries]
+    return [hash_entry(root, e, formats=formats, checksums=checksums) for e in entries]
 
 
 def check_paths(root: Path, out: Path) -> None:
@@ -87,18 +88,23 @@ def build_manifest(
     progress: ProgressFn | None = None,
     endpoint_url: str | None = None,
     cancel: threading.Event | None = None,
+    checksums: tuple[str, ...] = (),
 ) -> ManifestResult:
     """Hash every file under ``dir`` into ``out`` (sha256sum format) and ``out.jsonl``.
 
     ``dir`` may be an ``s3://bucket/prefix``: the objects are hashed where they live.
     ``cancel`` set stops a local build as Ctrl-C does (KeyboardInterrupt; finished files stay
-    in the partial file for the resume).
+    in the partial file for the resume). ``checksums`` (CRC64NVME, CRC32C, CRC32) are computed
+    in the same pass and recorded in the sidecar, in S3's form, so that an audit of the uploaded
+    objects can use the store's own CRCs.
     """
     from ckptrescue.datasets.s3dataset import build_manifest_s3, is_s3
 
+    checksums = normal_checksums(checksums)
     if is_s3(dir):
         return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,
-                                 progress=progress, endpoint_url=endpoint_url)
+                                 progress=progress, endpoint_url=endpoint_url,
+                                 checksums=checksums)
     root, out_path = Path(dir), Path(out)
     check_paths(root, out_path)
     started = time.monotonic()
@@ -110,7 +116,8 @@ def build_manifest(
         previous = {e.rel: e for e in read_jsonl_entries(partial)}
         for f in listing.files:
             prev = previous.get(f.rel)
-            if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns:
+            if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns \
+                    and set(prev.checksums or ()) >= set(checksums):
                 done[f.rel] = prev
     todo = [f for f in listing.files if f.rel not in done]
     result = ManifestResult(root=str(root), manifest_path=str(out_path),
@@ -126,7 +133,8 @@ def build_manifest(
             log.truncate(0)
         elif _ends_torn(partial):
             log.write(b"\n")
-        for outcome in hash_many(root_b, todo, jobs=jobs, scheduler=scheduler, tracker=tracker):
+        for outcome in hash_many(root_b, todo, jobs=jobs, scheduler=scheduler, tracker=tracker,
+                                 checksums=checksums):
             if isinstance(outcome, ManifestEntry):
                 done[outcome.rel] = outcome
                 result.bytes_hashed += outcome.size
@@ -145,12 +153,12 @@ def build_manifest(
 
 
 def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str | None,
-              formats: bool = True,
-              tracker: Tracker) -> Iterable[ManifestEntry | UnreadableFile]:
+              formats: bool = True, tracker: Tracker,
+              checksums: tuple[str, ...] = ()) -> Iterable[ManifestEntry | UnreadableFile]:
     if scheduler:
         from ckptrescue.datasets.cluster import map_batches
 
-        fn = functools.partial(hash_entries, formats=formats)
+        fn = functools.partial(hash_entries, formats=formats, checksums=checksums)
         for batch_result in map_batches(scheduler, fn, root, todo):
             for item in batch_result:
                 tracker.add(files=1, nbytes=item.size if isinstance(item, ManifestEntry) else 0)
@@ -158,7 +166,7 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
         return
     if jobs == 1:
         for f in todo:
-            item = hash_entry(root, f, tracker, formats=formats)
+            item = hash_entry(root, f, tracker, formats=formats, checksums=checksums)
             tracker.add(files=1)
             yield item
         return
@@ -170,7 +178,7 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sha256") as pool:
         pending: deque[Future[list[ManifestEntry | UnreadableFile]]] = deque()
         for group in groups:
-            pending.append(pool.submit(_hash_group, root, group, tracker, formats))
+            pending.append(pool.submit(_hash_group, root, group, tracker, formats, checksums))
             if len(pending) >= jobs * 4:
                 break
         while pending:
@@ -179,12 +187,22 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
                 yield item
             group = next(groups, None)
             if group is not None:
-                pending.append(pool.submit(_hash_group, root, group, tracker, formats))
+                pending.append(pool.submit(_hash_group, root, group, tracker, formats,
+                                           checksums))
 
 
-def _hash_group(root: bytes, group: list[FileEntry], tracker: Tracker,
-                formats: bool) -> list[ManifestEntry | UnreadableFile]:
-    return [hash_entry(root, e, tracker, formats=formats) for e in group]
+def _hash_group(root: bytes, group: list[FileEntry], tracker: Tracker, formats: bool,
+                checksums: tuple[str, ...]) -> list[ManifestEntry | UnreadableFile]:
+    return [hash_entry(root, e, tracker, formats=formats, checksums=checksums) for e in group]
+
+
+def normal_checksums(names: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """``--checksums`` names, upper case, deduplicated, checked (one-line error otherwise)."""
+    from ckptrescue.datasets.hashing import checksum_hashers
+
+    out = tuple(dict.fromkeys(str(n).strip().upper() for n in names or () if str(n).strip()))
+    checksum_hashers(out)  # unknown names and a missing awscrt fail here, before any work
+    return out
 
 
 def _ends_torn(path: Path) -> bool:

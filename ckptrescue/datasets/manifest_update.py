@@ -109,6 +109,15 @@ class UpdateResult(Recorded):
         }
 
 
+def recorded_checksums(entries: Iterable[ManifestEntry]) -> tuple[str, ...]:
+    """The CRC algorithms the manifest's entries carry (``manifest build --checksums``)."""
+    names: set[str] = set()
+    for e in entries:
+        if e.checksums:
+            names.update(e.checksums)
+    return tuple(sorted(names))
+
+
 def _unchanged(prev: ManifestEntry, now: FileEntry) -> bool:
     if prev.size != now.size or prev.mtime_ns != now.mtime_ns:
         return False
@@ -153,14 +162,17 @@ def update_manifest(
     result = UpdateResult(root=str(root), manifest_path=str(out), sidecar_path=str(side),
                           previous_path=str(prev_path(out)), skipped=listing.skipped)
     result.inode_checked = all(e.inode is not None for e in old.values())
+    # the CRCs the manifest records are kept up to date on the files hashed again
+    checksums = recorded_checksums(old.values())
     keep: dict[bytes, ManifestEntry] = {}
     todo: list[FileEntry] = []
     for f in listing.files:
         prev = old.get(f.rel)
-        if prev is not None and _unchanged(prev, f):
+        if prev is not None and _unchanged(prev, f) and \
+                set(prev.checksums or ()) >= set(checksums):
             keep[f.rel] = prev if prev.inode is not None or f.inode is None else \
                 ManifestEntry(prev.rel, prev.size, prev.mtime_ns, prev.sha256, prev.format,
-                              f.inode)
+                              f.inode, checksums=prev.checksums)
             continue
         (result.changed if prev is not None else result.new).append(f.rel)
         todo.append(f)
@@ -169,7 +181,7 @@ def update_manifest(
     result.reused = len(keep)
     tracker = Tracker(len(todo), sum(f.size for f in todo), progress, cancel=cancel)
     for item in hash_many(os.fsencode(root), todo, jobs=jobs or default_jobs(),
-                          scheduler=scheduler, tracker=tracker):
+                          scheduler=scheduler, tracker=tracker, checksums=checksums):
         if isinstance(item, ManifestEntry):
             keep[item.rel] = item
             result.hashed += 1

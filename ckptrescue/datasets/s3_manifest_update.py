@@ -26,6 +26,7 @@ from ckptrescue.datasets.manifest_update import (
     UpdateResult,
     prev_path,
     record_update,
+    recorded_checksums,
     replace_outputs,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
@@ -60,14 +61,16 @@ def update_manifest_s3(url: str, manifest: str, *, jobs: int | None = None,
     result = UpdateResult(root=url, manifest_path=str(out), sidecar_path=str(side),
                           previous_path=str(prev_path(out)))
     result.inode_checked = False  # objects have no inodes: ETag (or LastModified) instead
+    checksums = recorded_checksums(old.values())
     keep: dict[bytes, ManifestEntry] = {}
     todo: list[S3Object] = []
     for obj in objects:
         prev = old.get(obj.rel)
-        if prev is not None and unchanged(prev, obj):
+        if prev is not None and unchanged(prev, obj) and \
+                set(prev.checksums or ()) >= set(checksums):
             keep[obj.rel] = prev if prev.etag is not None else ManifestEntry(
                 prev.rel, prev.size, prev.mtime_ns, prev.sha256, prev.format,
-                etag=obj.etag, version_id=prev.version_id)
+                etag=obj.etag, version_id=prev.version_id, checksums=prev.checksums)
             continue
         (result.changed if prev is not None else result.new).append(obj.rel)
         todo.append(obj)
@@ -76,7 +79,7 @@ def update_manifest_s3(url: str, manifest: str, *, jobs: int | None = None,
     result.reused = len(keep)
     tracker = Tracker(len(todo), sum(o.size for o in todo), progress, cancel=cancel)
     for item in hash_all(bucket, todo, jobs=jobs or max(4, default_jobs()), scheduler=scheduler,
-                          endpoint_url=endpoint_url, tracker=tracker):
+                          endpoint_url=endpoint_url, tracker=tracker, checksums=checksums):
         if isinstance(item, ManifestEntry):
             keep[item.rel] = item
             result.hashed += 1

@@ -113,8 +113,12 @@ def _stats_of(client: Any) -> Any:
         return None
 
 
-def hash_object(client: Any, bucket: str, obj: S3Object) -> ManifestEntry | UnreadableFile:
+def hash_object(client: Any, bucket: str, obj: S3Object,
+                checksums: tuple[str, ...] = ()) -> ManifestEntry | UnreadableFile:
+    from ckptrescue.datasets.hashing import checksum_hashers
+
     digest = hashlib.sha256()
+    extra = checksum_hashers(checksums) if checksums else {}
     size = 0
     counter = _stats_of(client)
     try:
@@ -123,6 +127,8 @@ def hash_object(client: Any, bucket: str, obj: S3Object) -> ManifestEntry | Unre
         body = response["Body"]
         for block in body.iter_chunks(_CHUNK):
             digest.update(block)
+            for hasher in extra.values():
+                hasher.update(block)
             size += len(block)
             if counter is not None:
                 counter.add_bytes(len(block))
@@ -132,36 +138,46 @@ def hash_object(client: Any, bucket: str, obj: S3Object) -> ManifestEntry | Unre
     # been overwritten in between)
     modified = response.get("LastModified")
     mtime_ns = int(modified.timestamp() * 1e9) if modified is not None else obj.mtime_ns
+    sums = {alg: base64.b64encode(h.digest()).decode("ascii") for alg, h in extra.items()}
     return ManifestEntry(obj.rel, size, mtime_ns, digest.hexdigest(), etag=etag,
-                         version_id=None if version in (None, "null") else str(version))
+                         version_id=None if version in (None, "null") else str(version),
+                         checksums=sums or None)
 
 
-def _hash_batch(endpoint_url: str | None, bucket: str,
-                batch: list[S3Object]) -> list[ManifestEntry | UnreadableFile]:
+def _hash_batch(endpoint_url: str | None, bucket: str, batch: list[S3Object],
+                checksums: tuple[str, ...] = ()) -> list[ManifestEntry | UnreadableFile]:
     client = read_client(endpoint_url)  # each worker its own read-only client
-    return [hash_object(client, bucket, o) for o in batch]
+    return [hash_object(client, bucket, o, checksums) for o in batch]
 
 
 def hash_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str | None,
-              endpoint_url: str | None,
-              tracker: Tracker) -> Iterator[ManifestEntry | UnreadableFile]:
-    batches = [objects[i:i + 64] for i in range(0, len(objects), 64)]
+              endpoint_url: str | None, tracker: Tracker,
+              checksums: tuple[str, ...] = ()) -> Iterator[ManifestEntry | UnreadableFile]:
     if scheduler:
-        from ckptrescue.datasets.cluster import connect
+        from distributed import as_completed
+
+        from ckptrescue.datasets.cluster import connect, plan_batches, worker_threads
 
         client = connect(scheduler)
         try:
-            futures = [client.submit(_hash_batch, endpoint_url, bucket, b, pure=False)
-                       for b in batches]
-            for fut in futures:
+            # by byte volume, as for files; objects are fetched one by one, so a batch holds at
+            # most 1,000 of them (a small object costs a round trip, not bytes)
+            planned = plan_batches(objects, max(1, worker_threads(client, scheduler)),
+                                   max_files=1000)
+            futures = [client.submit(_hash_batch, endpoint_url, bucket, b, checksums,
+                                     pure=False) for b in planned]
+            for fut in as_completed(futures, loop=client.loop):
                 for outcome in fut.result():
                     tracker.add(files=1, nbytes=getattr(outcome, "size", 0) or 0)
                     yield outcome
+                fut.release()
         finally:
             client.close()
         return
+    batches = [objects[i:i + 64] for i in range(0, len(objects), 64)]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for results in pool.map(lambda b: _hash_batch(endpoint_url, bucket, b), batches):
+        for results in pool.map(lambda b: _hash_batch(endpoint_url, bucket, b, checksums),
+                                batches):
             for outcome in results:
                 tracker.add(files=1, nbytes=getattr(outcome, "size", 0) or 0)
                 yield outcome
@@ -169,7 +185,8 @@ def hash_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str 
 
 def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None = None,
                       scheduler: str | None = None, progress: ProgressFn | None = None,
-                      endpoint_url: str | None = None) -> ManifestResult:
+                      endpoint_url: str | None = None,
+                      checksums: tuple[str, ...] = ()) -> ManifestResult:
     """SHA-256 of every object under ``url`` into ``out`` (sha256sum format) + ``out.jsonl``."""
     url = normalise(url)
     out_path = Path(out)
@@ -183,7 +200,7 @@ def build_manifest_s3(url: str, out: str | os.PathLike[str], *, jobs: int | None
     out_path.parent.mkdir(parents=True, exist_ok=True)
     entries = []
     for outcome in hash_all(bucket, objects, jobs=jobs, scheduler=scheduler,
-                             endpoint_url=endpoint_url, tracker=tracker):
+                            endpoint_url=endpoint_url, tracker=tracker, checksums=checksums):
         if isinstance(outcome, ManifestEntry):
             entries.append(outcome)
             result.bytes_hashed += outcome.size
