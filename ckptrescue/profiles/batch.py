@@ -236,7 +236,7 @@ Column = tuple[str, Any, list[Any]]  # name, row indices (None: every row), valu
 def columns_of(records: list[dict[str, Any]]) -> list[Column]:
     """The (flattened) records' fields as columns, in the order fields are first seen."""
     first = records[0].keys()
-    if all(r.keys() == first for r in records):
+    if set(map(type, records)) == {dict} and all(map(first.__eq__, map(dict.keys, records))):
         return [(k, None, list(map(operator.itemgetter(k), records))) for k in first]
     cols: dict[str, tuple[list[int], list[Any]]] = {}
     for i, r in enumerate(records):
@@ -259,7 +259,7 @@ def _expand(name: str, vals: list[Any], depth: int, out: list[Column]) -> bool:
     if kinds != {dict} or depth + 1 >= FLATTEN_DEPTH:
         return False
     keys = vals[0].keys()
-    if not keys or not all(v.keys() == keys for v in vals) \
+    if not keys or not all(map(keys.__eq__, map(dict.keys, vals))) \
             or not all(type(k) is str for k in keys):
         return False
     return all(_expand(f"{name}.{k}", list(map(operator.itemgetter(k), vals)), depth + 1, out)
@@ -272,9 +272,9 @@ _LEAF_TYPES = frozenset({str, int, float, bool, type(None), list})
 def raw_columns(values: list[Any]) -> list[Column]:
     """:func:`columns_of` the flattened records of parsed JSON values, flattening whole
     columns at once when every record has the same fields (else record by record)."""
-    if type(values[0]) is dict:
+    if set(map(type, values)) == {dict}:
         first = values[0].keys()
-        if all(type(v) is dict and v.keys() == first for v in values) \
+        if all(map(first.__eq__, map(dict.keys, values))) \
                 and all(type(k) is str for k in first):
             out: list[Column] = []
             if all(_expand(k, list(map(operator.itemgetter(k), values)), 0, out)
@@ -307,9 +307,9 @@ class RecordHashes:
 
 def texts_of(columns: list[Column], n: int) -> Iterator[str]:
     """Every record's text (its str values joined in field-name order: ``values.text_of``)."""
-    cols = sorted((c for c in columns if any(isinstance(v, str) for v in c[2])),
+    cols = sorted((c for c in columns if any(issubclass(k, str) for k in set(map(type, c[2])))),
                   key=lambda c: c[0])
-    if all(c[1] is None and all(type(v) is str for v in c[2]) for c in cols):
+    if all(c[1] is None and set(map(type, c[2])) == {str} for c in cols):
         if not cols:
             yield from ("" for _ in range(n))
             return
