@@ -124,26 +124,29 @@ def gate_s3(url: str, manifest: str | os.PathLike[str], *, sample: float = DEFAU
             seed: int | None = None, only: Sequence[str] = (), strict_mtime: bool = False,
             endpoint_url: str | None = None) -> GateResult:
     """The gate for an ``s3://`` prefix: one listing instead of a stat per file, then the
-    sampled objects checked against their stored full-object SHA-256 (no bytes read) or
-    downloaded and hashed when the store holds none. An object whose ETag differs from the one
+    sampled objects checked against their stored full-object SHA-256, or a stored CRC the
+    manifest also recorded (no bytes read), or downloaded and hashed when the store holds
+    neither. An object whose ETag differs from the one
     the manifest's sidecar recorded was written again since: with ``strict_mtime`` that is a
     problem, otherwise it is always verified, in addition to the sample."""
     from ckptrescue.datasets.audit import load_expected
     from ckptrescue.datasets.manifest_files import read_jsonl_entries, sidecar_path
     from ckptrescue.datasets.s3dataset import (
+        check_stored,
         hash_object,
         list_objects,
         normalise,
         read_client,
-        stored_sha256,
     )
     from ckptrescue.s3.client import stats
 
     url = normalise(url)
     expected, _has_sizes = load_expected(manifest)
     side = sidecar_path(manifest)
-    etags = ({e.rel: e.etag for e in read_jsonl_entries(side) if e.etag} if side.is_file()
-             else {})
+    recorded = list(read_jsonl_entries(side)) if side.is_file() else []
+    etags = {e.rel: e.etag for e in recorded if e.etag}
+    crcs = {e.rel: e.checksums for e in recorded if e.checksums}
+    del recorded
     prefixes = [os.fsencode(p.rstrip("/")) for p in only]
     entries = [e for rel, e in sorted(expected.items())
                if not prefixes or any(rel == p or rel.startswith(p + b"/") for p in prefixes)]
@@ -182,9 +185,9 @@ def gate_s3(url: str, manifest: str | os.PathLike[str], *, sample: float = DEFAU
     for e, obj in chosen:
         rel = os.fsdecode(e.rel)
         result.hashed.append(rel)
-        found = stored_sha256(client, bucket, obj)
+        found = check_stored(client, bucket, obj, (e.sha256, crcs.get(e.rel) or {}))
         if found is not None:
-            actual: str | None = found[0]
+            actual: str | None = found[0].sha256
         else:
             outcome = hash_object(client, bucket, obj)
             actual = getattr(outcome, "sha256", None)

@@ -8,7 +8,10 @@ its own read-only client and hashes its share of the keys where they live (in S3
 An audit first asks the store (HeadObject with ``ChecksumMode=ENABLED``): an object whose stored
 SHA-256 is a full-object hash is checked against the manifest without reading it; only objects
 without one (no checksum, another algorithm, a COMPOSITE multipart checksum) are downloaded.
-The manifest records SHA-256 only, so stored CRCs are not used.
+A manifest built with ``--checksums`` also records CRCs (CRC64NVME, CRC32C, CRC32): an object
+whose store holds a full-object CRC of an algorithm the manifest recorded, with the same value,
+is checked without being read too (a CRC that differs makes the object downloaded and hashed,
+so the row carries its real SHA-256).
 """
 
 from __future__ import annotations
@@ -245,43 +248,100 @@ def full_object_sha256(head: dict[str, Any]) -> str | None:
     return raw.hex() if len(raw) == 32 else None
 
 
+def full_object_crc(head: dict[str, Any], algorithm: str) -> str | None:
+    """The store's full-object ``algorithm`` CRC (S3's Base64 form) from a HeadObject, or None.
+
+    Same rule as :func:`full_object_sha256`: ``FULL_OBJECT`` is trusted, ``COMPOSITE`` never,
+    no type only for a single-part object (CRC64NVME is always full-object on AWS, also for
+    multipart uploads)."""
+    value = head.get(f"Checksum{algorithm}")
+    if not isinstance(value, str):
+        return None
+    ctype = head.get("ChecksumType")
+    if ctype is not None and str(ctype).upper() != "FULL_OBJECT":
+        return None
+    if ctype is None:
+        etag = str(head.get("ETag") or "").strip().strip('"')
+        if _PARTS_SUFFIX.search(value) or _PARTS_SUFFIX.search(etag) or head.get("PartsCount"):
+            return None
+    return value.strip()
+
+
+def _head(client: Any, bucket: str, obj: S3Object) -> dict[str, Any] | None:
+    try:
+        return dict(client.head_object(Bucket=bucket, Key=obj.key, ChecksumMode="ENABLED"))
+    except Exception:  # noqa: BLE001 - the download then says what is wrong with the object
+        return None
+
+
 def stored_sha256(client: Any, bucket: str, obj: S3Object) -> tuple[str, int] | None:
     """(hex SHA-256, size) of ``obj`` as the store records it, without reading the object."""
     if obj.algorithms is not None and "SHA256" not in obj.algorithms:
         return None  # the listing already says there is no stored SHA-256
-    try:
-        head = client.head_object(Bucket=bucket, Key=obj.key, ChecksumMode="ENABLED")
-    except Exception:  # noqa: BLE001 - the download then says what is wrong with the object
-        return None
-    sha = full_object_sha256(head)
-    if sha is None:
+    head = _head(client, bucket, obj)
+    sha = full_object_sha256(head) if head is not None else None
+    if head is None or sha is None:
         return None
     return sha, int(head.get("ContentLength", obj.size))
 
 
 Verified = tuple[ManifestEntry | UnreadableFile, str]
+# what the manifest recorded for an object: (hex SHA-256, {CRC algorithm: S3 Base64 value})
+Wanted = tuple[str, dict[str, str]]
+
+
+def check_stored(client: Any, bucket: str, obj: S3Object,
+                 want: Wanted | None) -> tuple[ManifestEntry, str] | None:
+    """The object checked by what its store holds, without reading it: its full-object SHA-256
+    (the entry carries the store's hash, whatever it is), else a full-object CRC the manifest
+    also recorded and that matches (the entry then carries the manifest's SHA-256, vouched for
+    by the CRC). None: nothing stored to compare, or a CRC that differs — download and hash."""
+    crcs = (want[1] if want is not None else {}) or {}
+    if obj.algorithms is not None and "SHA256" not in obj.algorithms \
+            and not set(crcs) & set(obj.algorithms):
+        return None  # the listing already says the store holds nothing we can use
+    head = _head(client, bucket, obj)
+    if head is None:
+        return None
+    size = int(head.get("ContentLength", obj.size))
+    sha = full_object_sha256(head)
+    if sha is not None:
+        return ManifestEntry(obj.rel, size, obj.mtime_ns, sha), STORED
+    for alg, value in sorted(crcs.items()):
+        stored = full_object_crc(head, alg)
+        if stored is not None and want is not None and stored == value:
+            return ManifestEntry(obj.rel, size, obj.mtime_ns, want[0]), f"stored-{alg.lower()}"
+    return None
 
 
 def _audit_batch(endpoint_url: str | None, bucket: str, batch: list[S3Object],
-                 use_stored: bool) -> tuple[list[Verified], int]:
-    """Each object checked by its stored SHA-256 or downloaded; and the bytes downloaded."""
+                 use_stored: bool, wanted: dict[bytes, Wanted] | None = None
+                 ) -> tuple[list[Verified], int]:
+    """Each object checked by a stored checksum or downloaded; and the bytes downloaded."""
     from ckptrescue.s3.client import stats
 
     client = read_client(endpoint_url)  # each worker its own read-only client
     out: list[Verified] = []
     for obj in batch:
-        found = stored_sha256(client, bucket, obj) if use_stored else None
+        found = check_stored(client, bucket, obj, (wanted or {}).get(obj.rel)) \
+            if use_stored else None
         if found is not None:
-            out.append((ManifestEntry(obj.rel, found[1], obj.mtime_ns, found[0]), STORED))
+            out.append(found)
         else:
             out.append((hash_object(client, bucket, obj), DOWNLOADED))
     return out, stats(client).bytes_downloaded
 
 
 def _audit_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str | None,
-               endpoint_url: str | None, use_stored: bool,
-               tracker: Tracker) -> Iterator[tuple[list[Verified], int]]:
+               endpoint_url: str | None, use_stored: bool, tracker: Tracker,
+               wanted: dict[bytes, Wanted] | None = None
+               ) -> Iterator[tuple[list[Verified], int]]:
     batches = [objects[i:i + 64] for i in range(0, len(objects), 64)]
+
+    def wanted_of(batch: list[S3Object]) -> dict[bytes, Wanted] | None:
+        if not wanted:
+            return None
+        return {o.rel: wanted[o.rel] for o in batch if o.rel in wanted}
 
     def done(results: tuple[list[Verified], int]) -> tuple[list[Verified], int]:
         for outcome, _how in results[0]:
@@ -294,15 +354,15 @@ def _audit_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: st
         client = connect(scheduler)
         try:
             futures = [client.submit(_audit_batch, endpoint_url, bucket, b, use_stored,
-                                     pure=False) for b in batches]
+                                     wanted_of(b), pure=False) for b in batches]
             for fut in futures:
                 yield done(fut.result())
         finally:
             client.close()
         return
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for results in pool.map(lambda b: _audit_batch(endpoint_url, bucket, b, use_stored),
-                                batches):
+        for results in pool.map(lambda b: _audit_batch(endpoint_url, bucket, b, use_stored,
+                                                       wanted_of(b)), batches):
             yield done(results)
 
 
@@ -320,8 +380,11 @@ class S3AuditResult(AuditResult):
         if self.quick:
             return text
         stored = sum(1 for how in self.verified.values() if how == STORED)
-        return (f"{text}; {stored} checked against the store's SHA-256, "
-                f"{len(self.verified) - stored} downloaded ({self.bytes_downloaded} bytes read)")
+        by_crc = sum(1 for how in self.verified.values() if how.startswith("stored-crc"))
+        crc = f", {by_crc} against a stored CRC" if by_crc else ""
+        return (f"{text}; {stored} checked against the store's SHA-256{crc}, "
+                f"{len(self.verified) - stored - by_crc} downloaded "
+                f"({self.bytes_downloaded} bytes read)")
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -362,9 +425,10 @@ def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
         else:
             todo.append(found)
     tracker = Tracker(len(todo), sum(o.size for o in todo), progress)
+    wanted = _recorded_crcs(manifest, expected) if use_stored and todo else None
     for batch, downloaded in _audit_all(bucket, todo, jobs=jobs or 8, scheduler=scheduler,
                                         endpoint_url=endpoint_url, use_stored=use_stored,
-                                        tracker=tracker):
+                                        tracker=tracker, wanted=wanted):
         result.bytes_downloaded += downloaded
         for outcome, how in batch:
             exp = expected[outcome.rel]
@@ -376,7 +440,8 @@ def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
                 rows.append(AuditRow(outcome.rel, "ok", exp.sha256, outcome.sha256))
             else:
                 status = "corrupted" if exp.size in (None, outcome.size) else "changed"
-                reason = "the store's SHA-256 differs" if how == STORED else ""
+                reason = "the store's SHA-256 differs" if how == STORED else (
+                    "the store's CRC differs" if how.startswith("stored-") else "")
                 rows.append(AuditRow(outcome.rel, status, exp.sha256, outcome.sha256,
                                      reason=reason))
     tracker.finish()
@@ -385,16 +450,36 @@ def audit_s3(url: str, manifest: str | os.PathLike[str], *, quick: bool = False,
     result.files = sorted(rows, key=lambda r: r.rel)
     result.elapsed_s = time.monotonic() - started
     stored = sum(1 for how in result.verified.values() if how == STORED)
+    by_crc = sum(1 for how in result.verified.values() if how.startswith("stored-crc"))
+    downloaded = len(result.verified) - stored - by_crc
     if not quick:
         result.notes.append(f"{stored} object(s) checked against the store's full-object "
-                            f"SHA-256 without reading them; {len(result.verified) - stored} "
-                            f"downloaded ({result.bytes_downloaded} bytes)")
+                            f"SHA-256 and {by_crc} against a stored CRC the manifest also "
+                            f"records, without reading them; {downloaded} downloaded "
+                            f"({result.bytes_downloaded} bytes)")
     result.record("manifest.audit", {"root": url, "manifest": str(manifest),
                                      "counts": result.counts, "quick": quick,
-                                     "stored_sha256": stored,
-                                     "downloaded": len(result.verified) - stored,
+                                     "stored_sha256": stored, "stored_crc": by_crc,
+                                     "downloaded": downloaded,
                                      "bytes_downloaded": result.bytes_downloaded})
     return result
+
+
+def _recorded_crcs(manifest: str | os.PathLike[str],
+                   expected: dict[bytes, Any]) -> dict[bytes, Wanted] | None:
+    """The CRCs the manifest's sidecar recorded (``manifest build --checksums``), joined to the
+    manifest's SHA-256 (a sidecar row whose SHA-256 disagrees with the manifest is ignored)."""
+    from ckptrescue.datasets.manifest_files import read_jsonl_entries, sidecar_path
+
+    side = Path(manifest) if str(manifest).endswith(".jsonl") else sidecar_path(manifest)
+    if not side.is_file():
+        return None
+    out: dict[bytes, Wanted] = {}
+    for e in read_jsonl_entries(side):
+        exp = expected.get(e.rel)
+        if e.checksums and exp is not None and exp.sha256.lower() == e.sha256:
+            out[e.rel] = (exp.sha256.lower(), e.checksums)
+    return out or None
 
 
 ProgressCallback = Callable[..., None]
