@@ -170,7 +170,7 @@ over and reads the data again. Above 100,000 files, --json lists only the rows t
 
 class ManifestUpdate(Action):
     name = "manifest.update"
-    summary = "Update a manifest: hash only new files and files whose size/mtime/inode changed"
+    summary = "Update a manifest: hash only new and changed files (size/mtime/inode, or ETag)"
     description = """
 Bring a manifest up to date, hashing only new files and files whose size, mtime or inode
 differs from what its JSON-lines sidecar recorded; every other entry is reused.
@@ -178,14 +178,18 @@ differs from what its JSON-lines sidecar recorded; every other entry is reused.
 Entries of deleted files are dropped and listed. The new manifest and sidecar are written to
 temporary files beside them, fsynced and renamed into place; the old ones are kept as
 MANIFEST.prev and MANIFEST.prev.jsonl. An interrupted update leaves the old manifest as it
-was. Local directories only."""
-    examples = ("ckptrescue manifest update /data/imagenet /cases/INC-7/imagenet.sha256",)
+was. CRCs the manifest records (build --checksums) are computed for the files hashed again.
+
+DIR may also be s3://bucket/prefix: an object is read again when it is new or its size or
+ETag changed (LastModified for a sidecar without ETags)."""
+    examples = ("ckptrescue manifest update /data/imagenet /cases/INC-7/imagenet.sha256",
+                "ckptrescue manifest update s3://training/imagenet/ imagenet.sha256")
     output_type = ManifestUpdateOutput
-    args = (ArgSpec("dir", "path", required=True, positional=True, cli_name="directory",
-                    help=_DIR_HELP),
+    args = (ArgSpec("dir", "location", required=True, positional=True, cli_name="directory",
+                    help=_SOURCE_HELP),
             ArgSpec("manifest", "path", required=True, positional=True,
                     help="Manifest to update (outside DIR; needs its .jsonl sidecar)."),
-            _JOBS, _SCHEDULER)
+            _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"update {args['manifest']} for {args['dir']} (hash only new and changed "
@@ -196,7 +200,8 @@ was. Local directories only."""
 
         result = yield from ctx.blocking(lambda p: update_manifest(
             args["dir"], args["manifest"], jobs=args.get("jobs"),
-            scheduler=args.get("scheduler"), progress=files_progress(p), cancel=ctx.cancel),
+            scheduler=args.get("scheduler"), progress=files_progress(p), cancel=ctx.cancel,
+            endpoint_url=args.get("endpoint_url") or None),
             label="hashing")
         return from_library(result, f"manifest {args['manifest']} updated")
 

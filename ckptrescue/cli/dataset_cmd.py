@@ -200,7 +200,8 @@ AUDIT = Command("manifest.audit", render_audit, extras=(NO_PROGRESS,),
                 quiet=lambda a, o: bool(o["no_progress"] or a.get("quick")),
                 interrupted=audit_interrupted)
 UPDATE = Command("manifest.update", render_update, extras=(NO_PROGRESS,),
-                 order=("dir", "manifest", "jobs", "scheduler", "no_progress", CASE, JSON),
+                 order=("dir", "manifest", "jobs", "scheduler", "no_progress", "endpoint_url",
+                        CASE, JSON),
                  quiet=lambda a, o: bool(o["no_progress"]), interrupted=update_interrupted)
 VERIFY = Command("dataset.verify", render_verify)
 

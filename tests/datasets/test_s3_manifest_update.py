@@ -104,3 +104,22 @@ def test_versioned_bucket_records_the_version_read(server, tmp_path: Path) -> No
     result = update_manifest("s3://ver/ds/", manifest, endpoint_url=server.endpoint_url)
     assert result.changed == [b"a.bin"]
     assert json.loads(sidecar_path(manifest).read_text())["version_id"] == put2["VersionId"]
+
+
+def test_the_command_line_updates_a_prefix(server, tmp_path: Path) -> None:  # noqa: ANN001
+    import subprocess
+    import sys
+
+    writer = server.writer_client()
+    _fill(writer, "cli")
+    manifest = tmp_path / "ds.sha256"
+    build_manifest("s3://cli/ds/", manifest, endpoint_url=server.endpoint_url)
+    writer.put_object(Bucket="cli", Key="ds/extra.bin", Body=det_bytes(77, "extra"))
+    exe = str(Path(sys.executable).with_name("ckptrescue"))
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    res = subprocess.run([exe, "manifest", "update", "s3://cli/ds/", str(manifest), "--json",
+                          "--no-progress", "--endpoint-url", server.endpoint_url],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["new"] == ["extra.bin"] and out["hashed"] == 1 and out["reused"] == len(NAMES)
