@@ -466,7 +466,10 @@ class _Verdicts:
 def _verdicts(root: Path, manifest: str | os.PathLike[str], expected: dict[bytes, Expected],
               report: str | os.PathLike[str] | AuditResult | None) -> _Verdicts:
     if report is None:
-        report = audit(root, manifest)
+        # the audit's state goes to a private temporary directory: beside the manifest may be
+        # read-only media (an audit to resume is `manifest audit`, then --from-audit)
+        with tempfile.TemporaryDirectory(prefix="ckptrescue-recover-audit-") as tmp:
+            report = audit(root, manifest, state=os.path.join(tmp, "audit.sqlite"))
     if isinstance(report, AuditResult):
         rows = [(row.rel, row.status) for row in report.files]
         quick, sampled = report.quick, report.sample is not None

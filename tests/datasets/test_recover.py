@@ -210,3 +210,27 @@ def test_the_swap_back_script_repairs_a_copy_of_the_incident(incident, tmp_path:
         assert _sha(copy / rel) == good[rel]
     assert os.readlink(tmp_path / "clean" / "README.txt") == str(root / "README.txt")
     assert tree_digest(root) == before and tree_digest(snaps) == snaps_before
+
+
+def test_a_manifest_on_read_only_media_still_recovers(incident, tmp_path: Path) -> None:
+    """The audit inside recover keeps its state in a private temporary directory, never beside
+    a manifest that may sit on read-only media (here a read-only bind mount)."""
+    root, manifest, snaps, good = incident
+    media = tmp_path / "media"
+    media.mkdir()
+    shutil.copy(manifest, media / "m.sha256")
+    shutil.copy(f"{manifest}.jsonl", media / "m.sha256.jsonl")
+    if subprocess.run(["mount", "--bind", str(media), str(media)], capture_output=True,
+                      check=False, timeout=60).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(media)], check=True, timeout=60,
+                       capture_output=True)
+        before = tree_digest(root)
+        result = recover(root, manifest=media / "m.sha256", source=snaps,
+                         to=tmp_path / "out")
+        assert result.ok and {r.rel.decode() for r in result.recovered} == DAMAGED
+        assert sorted(p.name for p in media.iterdir()) == ["m.sha256", "m.sha256.jsonl"]
+        assert tree_digest(root) == before
+    finally:
+        subprocess.run(["umount", str(media)], check=False, timeout=60)
