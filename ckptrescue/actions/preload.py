@@ -111,7 +111,8 @@ go. A dataset (with --manifest): every manifest entry under DIR (or under each -
 present with the manifest's size, then a seeded sample of files hashed in full (--sample: a
 fraction below 1 or a file count; a fresh seed per launch unless --seed, recorded). An
 s3:// prefix: one listing instead of the stats, sampled objects checked against their stored
-full-object SHA-256 without a byte read (downloaded only when the store holds none), objects
+full-object SHA-256, or a stored CRC the manifest recorded (build --checksums), without a byte
+read (downloaded only when the store holds neither), objects
 whose ETag changed since the manifest always checked (--strict-mtime: refused). A
 checkpoint (file or directory, no --manifest): the static probe (structure, every CRC, pickle
 safety, shard/rank completeness) must say intact (--allow-suspect: or suspect).
