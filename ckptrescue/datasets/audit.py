@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -274,6 +275,20 @@ def _audit_local(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
                  sample: str | float | None, seed: int, state: str | os.PathLike[str] | None,
                  restart: bool, cancel: threading.Event | None) -> AuditResult:
     started = time.monotonic()
+    if quick and state is None:
+        return _quick_audit(root, manifest, restart=restart, cancel=cancel, started=started)
+    return _state_audit(root, manifest, quick=quick, jobs=jobs, scheduler=scheduler,
+                        progress=progress, sample=sample, seed=seed, state=state,
+                        restart=restart, cancel=cancel, started=started)
+
+
+def _state_audit(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
+                 scheduler: str | None, progress: ProgressFn | None,
+                 sample: str | float | None, seed: int, state: str | os.PathLike[str] | None,
+                 restart: bool, cancel: threading.Event | None, started: float,
+                 report_state: bool = True) -> AuditResult:
+    """The audit through the state database (every full and sampled audit; a quick audit
+    given ``state``, or whose manifest is not sorted by name)."""
     state_path = Path(state) if state is not None else default_path(manifest)
     check_location(state_path, root, default=state is None)
     identity = state_identity(root, manifest, quick=quick, sample=sample, seed=seed)
@@ -281,9 +296,60 @@ def _audit_local(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
     try:
         return _run(store, identity, root, manifest, quick=quick, jobs=jobs,
                     scheduler=scheduler, progress=progress, sample=sample, seed=seed,
-                    cancel=cancel, started=started)
+                    cancel=cancel, started=started, report_state=report_state)
     finally:
         store.close()
+
+
+def _quick_audit(root: Path, manifest: Path, *, restart: bool,
+                 cancel: threading.Event | None, started: float) -> AuditResult:
+    """A quick audit without ``state``: the sorted merge of the walk and the manifest
+    (``quick_merge.py``); no state database is written (``state`` is null). A manifest not
+    sorted by name is audited through a temporary state database instead, said in the notes."""
+    from ckptrescue.datasets.quick_merge import NotSorted, quick_merge
+
+    if not manifest.name.endswith(".jsonl") and not sidecar_path(manifest).is_file():
+        raise UsageError(f"{manifest}: --quick needs the JSON-lines sidecar "
+                         f"({sidecar_path(manifest).name}) that holds sizes and mtimes")
+    _cancelled(cancel)
+    notes: list[str] = []
+    if restart:
+        notes.append("--restart: a quick audit without --state keeps no state, there was "
+                     "nothing to restart")
+    exclude = [manifest, sidecar_path(manifest), Path(str(manifest) + PARTIAL_SUFFIX)]
+    try:
+        outcome = quick_merge(root, manifest, exclude, list_max=LIST_ALL_MAX, cancel=cancel)
+    except NotSorted as exc:
+        with tempfile.TemporaryDirectory(prefix="ckptrescue-quick-") as tmp:
+            result = _state_audit(root, manifest, quick=True, jobs=None, scheduler=None,
+                                  progress=None, sample=None, seed=0,
+                                  state=Path(tmp) / "quick.audit.sqlite", restart=False,
+                                  cancel=cancel, started=started, report_state=False)
+        result.notes[:0] = [*notes, f"{exc}: the manifest is not sorted by name, so the quick "
+                            "audit went through a temporary state database (deleted after) "
+                            "instead of the sorted merge"]
+        return result
+    result = AuditResult(root=str(root), manifest=str(manifest), quick=True, state=None)
+    result.notes += notes
+    for s in sorted(outcome.skipped, key=lambda s: s.rel):
+        result.notes.append(f"{display(s.rel)}: skipped: {s.reason}")
+    result.files = [AuditRow(rel, status, want, got, None, None, reason)
+                    for rel, status, want, got, reason in outcome.rows]
+    result.stored_counts = {s: n for s, n in outcome.counts.items() if n}
+    result.files_omitted = 0 if outcome.listed_all else outcome.counts["ok"]
+    return _finish(result, started)
+
+
+def _finish(result: AuditResult, started: float) -> AuditResult:
+    """Elapsed time and the ``manifest.audit`` record, the same for every local audit."""
+    result.elapsed_s = time.monotonic() - started
+    result.record("manifest.audit", {"root": result.root, "manifest": result.manifest,
+                                     "quick": result.quick, "counts": result.counts,
+                                     "answer": result.answer(), "state": result.state,
+                                     "resumed": result.resumed,
+                                     **({"sample": result.sample.to_json()}
+                                        if result.sample is not None else {})})
+    return result
 
 
 def _cancelled(cancel: threading.Event | None) -> None:
@@ -294,7 +360,7 @@ def _cancelled(cancel: threading.Event | None) -> None:
 def _run(store: AuditState, identity: Identity, root: Path, manifest: Path, *, quick: bool,
          jobs: int | None, scheduler: str | None, progress: ProgressFn | None,
          sample: str | float | None, seed: int, cancel: threading.Event | None,
-         started: float) -> AuditResult:
+         started: float, report_state: bool = True) -> AuditResult:
     mode = identity.mode.split(":", 1)[0]
     has_sizes = store.import_manifest(manifest, identity)
     if quick and not has_sizes:
@@ -349,14 +415,9 @@ def _run(store: AuditState, identity: Identity, root: Path, manifest: Path, *, q
         size, population, bad, unreadable = store.sample_stats()
         result.sample = SampleStats(seed=seed, size=size, population=population, bad=bad,
                                     unreadable=unreadable)
-    result.elapsed_s = time.monotonic() - started
-    result.record("manifest.audit", {"root": result.root, "manifest": result.manifest,
-                                     "quick": quick, "counts": result.counts,
-                                     "answer": result.answer(), "state": result.state,
-                                     "resumed": result.resumed,
-                                     **({"sample": result.sample.to_json()}
-                                        if result.sample is not None else {})})
-    return result
+    if not report_state:
+        result.state = None  # a temporary database, gone when the audit returns
+    return _finish(result, started)
 
 
 def random_positions(n: int, k: int, seed: int) -> list[int]:

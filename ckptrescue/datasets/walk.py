@@ -150,6 +150,78 @@ def scan(root: str | os.PathLike[str] | bytes, *,
                     yield Skipped(rel, f"{_kind(mode)}, not hashed")
 
 
+def sorted_scan(root: str | os.PathLike[str] | bytes, *,
+                exclude: Iterable[str | bytes | os.PathLike[str]] = ()
+                ) -> Iterator[tuple[bytes, int, int, int] | Skipped]:
+    """:func:`scan` with the regular files yielded in plain bytewise order of their relative
+    names (the order ``manifest build`` writes), without collecting the tree.
+
+    Within each directory the entries are sorted by name bytes, a directory's name with a
+    ``/`` appended: the depth-first order is then the bytewise order of the full relative names
+    (``a.txt`` < ``a/b`` because ``.`` < ``/``). Held at once: one sorted listing per level of
+    the current path (memory grows with depth and the widest directory, not with the tree).
+    Skips are yielded as they are found, in no particular order."""
+    root_b = os.fsencode(root)
+    real_root = os.path.realpath(root_b)
+    excluded = _identities(exclude)
+    skips: list[Skipped] = []
+    stack = [iter(_sorted_dir(root_b, b"", real_root, excluded, skips))]
+    while stack:
+        if skips:
+            yield from skips
+            skips.clear()
+        for _key, rel, size, mtime_ns, inode in stack[-1]:
+            if size < 0:  # a directory: its files come next, in order
+                stack.append(iter(_sorted_dir(join(root_b, rel), rel, real_root, excluded,
+                                              skips)))
+                break
+            yield rel, size, mtime_ns, inode
+        else:
+            stack.pop()
+    yield from skips
+
+
+def _sorted_dir(abs_dir: bytes, rel_dir: bytes, real_root: bytes,
+                excluded: set[tuple[int, int]], skips: list[Skipped]
+                ) -> list[tuple[bytes, bytes, int, int, int]]:
+    """One directory's entries as (sort key, rel, size, mtime_ns, inode), sorted; a
+    subdirectory has size -1 and its name + ``/`` as key. Skips go to ``skips``."""
+    prefix = rel_dir + b"/" if rel_dir else b""
+    try:
+        it = os.scandir(abs_dir)
+    except OSError as exc:
+        skips.append(Skipped(rel_dir or b".", f"cannot list directory: {exc.strerror}"))
+        return []
+    items: list[tuple[bytes, bytes, int, int, int]] = []
+    append = items.append
+    is_dir, is_reg, is_lnk = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK
+    with it:
+        for entry in it:
+            name = entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                skips.append(Skipped(prefix + name, f"cannot stat: {exc.strerror}"))
+                continue
+            mode = st.st_mode
+            if excluded and (st.st_dev, st.st_ino) in excluded:
+                continue
+            if is_reg(mode):
+                append((name, prefix + name, st.st_size, st.st_mtime_ns, st.st_ino))
+            elif is_dir(mode):
+                append((name + b"/", prefix + name, -1, 0, 0))
+            elif is_lnk(mode):
+                side = WalkResult()
+                _symlink(entry.path, prefix + name, real_root, excluded, side)
+                for f in side.files:
+                    append((name, f.rel, f.size, f.mtime_ns, f.inode or 0))
+                skips.extend(side.skipped)
+            else:
+                skips.append(Skipped(prefix + name, f"{_kind(mode)}, not hashed"))
+    items.sort()
+    return items
+
+
 def _identities(paths: Iterable[str | bytes | os.PathLike[str]]) -> set[tuple[int, int]]:
     """(device, inode) of each path that exists: how excluded files are recognised."""
     out = set()

@@ -1,0 +1,311 @@
+"""The quick audit (``manifest audit --quick``) as a streaming sorted merge: no state database.
+
+``manifest build`` writes the manifest and its JSON-lines sidecar sorted by the name bytes, and
+:func:`~ckptrescue.datasets.walk.sorted_scan` walks DIR in that same order without collecting
+the tree. Both are read as streams and merged: a name in both is ``ok`` or ``changed`` (size and
+mtime compared), only in the manifest ``missing``, only in DIR ``new``. Memory is bounded by the
+depth and the widest directory of DIR plus the rows that are not ok (a result lists those
+anyway); ok rows are spooled (to a temporary file past a few MiB) only while the audit may still
+end up with at most :data:`~ckptrescue.datasets.audit.LIST_ALL_MAX` files, which lists every row.
+
+The rows are exactly those of the state-database path (``audit_state.py``'s quick SQL): the
+manifest's entries with sizes and mtimes from the sidecar where it agrees on the SHA-256 (the
+last line of a name wins), names that lead outside DIR reported missing and never opened.
+
+A manifest or sidecar that is not strictly sorted by name (a foreign or hand-edited one, a
+repeated name) raises :class:`NotSorted` as soon as it is seen; the caller then audits through
+the state database instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import operator
+import re
+import struct
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from ckptrescue.datasets import sha256sum_format
+from ckptrescue.datasets.manifest_files import ManifestEntry, sidecar_path
+from ckptrescue.datasets.walk import Skipped, safe_relative, sorted_scan
+from ckptrescue.errors import UsageError
+
+SPOOL_MEMORY = 4 << 20  # ok rows kept in memory up to this many bytes, then in a temporary file
+_OK_HEAD = struct.Struct("<Iqq")  # name length, size, mtime_ns
+_CANCEL_EVERY = 4096
+
+# the kit's own sidecar lines (json.dumps of ManifestEntry.to_json: printable ASCII, no escape)
+# are parsed by this pattern; any other line goes through json.loads as read_jsonl_entries does
+_CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7e]*"
+_STR = rb'"' + _CHARS + rb'"'
+_INT = rb"-?(?:0|[1-9][0-9]*)"
+_NUM = _INT + rb"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_SIDE_LINE = re.compile(
+    rb'\{"path": "(' + _CHARS + rb')", "size": (' + _INT + rb'), "mtime": ' + _NUM
+    + rb', "mtime_ns": (' + _INT + rb'), "sha256": "(' + _CHARS + rb')", "format": ' + _STR
+    + rb'(?:, "inode": ' + _INT + rb")?(?:, \"etag\": " + _STR + rb")?(?:, \"version_id\": "
+    + _STR + rb")?\}\n")
+
+# the same lines, found all at once in a block of whole lines (one match per line at most: a
+# block whose match count equals its line count is all kit lines)
+_SIDE_BLOCK = re.compile(
+    rb'(?m)^\{"path": "(' + _CHARS + rb')", "size": (' + _INT + rb'), "mtime": ' + _NUM
+    + rb', "mtime_ns": (' + _INT + rb'), "sha256": "([0-9a-f]*)", "format": ' + _STR
+    + rb'(?:, "inode": ' + _INT + rb")?(?:, \"etag\": " + _STR + rb")?(?:, \"version_id\": "
+    + _STR + rb")?\}\n")
+# plain sha256sum lines (lowercase hash, two spaces, a name without CR that needs no "./"
+# normalising); any other line goes through audit_state's per-line parse
+_TEXT_BLOCK = re.compile(rb"(?m)^([0-9a-f]{64})  ([^\r\n]+)\n")
+_TEXT_LINE = re.compile(rb"([0-9a-fA-F]{64})  ([^\r\n]+)\n?")
+BLOCK = 1 << 20
+
+# (rel, sha256 as bytes, size, mtime_ns)
+Expected = tuple[bytes, bytes, int | None, int | None]
+
+
+class NotSorted(Exception):  # noqa: N818 - a condition, not an error the user sees
+    """The manifest, its sidecar (or, defensively, the walk) is not strictly sorted by name."""
+
+
+@dataclass
+class MergeOutcome:
+    """What the merge found: counts per status, the rows to list, the skips."""
+
+    counts: dict[str, int]
+    rows: list[tuple[bytes, str, str | None, str | None, str]] = field(default_factory=list)
+    listed_all: bool = True
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def _blocks(path: Path) -> Iterator[tuple[bytes, bool]]:
+    """Blocks of whole lines (each ending in a newline), then the unterminated tail if any
+    (second value True)."""
+    with path.open("rb") as fh:
+        tail = b""
+        while chunk := fh.read(BLOCK):
+            chunk = tail + chunk
+            cut = chunk.rfind(b"\n") + 1
+            tail = chunk[cut:]
+            if cut:
+                yield chunk[:cut], False
+        if tail:
+            yield tail, True
+
+
+def _side_line(raw: bytes) -> Expected | None:
+    """One sidecar line (with its newline) as ``read_jsonl_entries`` reads it; None if bad."""
+    m = _SIDE_LINE.fullmatch(raw)
+    if m is not None:
+        rel, size, mtime_ns, sha = m.group(1, 2, 3, 4)
+        return rel, sha.lower(), int(size), int(mtime_ns)
+    try:
+        e = ManifestEntry.from_json(json.loads(raw))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return e.rel, e.sha256.encode("utf-8", "surrogatepass"), e.size, e.mtime_ns
+
+
+def sidecar_rows(path: Path) -> Iterator[Expected]:
+    """(rel, sha256, size, mtime_ns) of each line of a JSON-lines sidecar, as
+    ``read_jsonl_entries`` reads them (a torn last line ends it, a bad line is passed over),
+    strictly increasing by name or :class:`NotSorted`."""
+    last: bytes | None = None
+    for block, torn in _blocks(path):
+        if torn:
+            return
+        found = _SIDE_BLOCK.findall(block)
+        if len(found) == block.count(b"\n"):
+            rows: list[Expected] = [(rel, sha, int(size), int(mtime_ns))
+                                    for rel, size, mtime_ns, sha in found]
+        else:
+            rows = [r for r in map(_side_line, block.splitlines(keepends=True))
+                    if r is not None]
+        if not rows:
+            continue
+        names = [r[0] for r in rows]
+        if (last is not None and names[0] <= last) or not _increasing(names):
+            raise NotSorted(f"{path.name}: a name out of order or repeated")
+        last = names[-1]
+        yield from rows
+
+
+def _increasing(names: list[bytes]) -> bool:
+    return all(map(operator.lt, names, itertools.islice(names, 1, None)))
+
+
+def text_rows(manifest: Path) -> Iterator[tuple[bytes, bytes]]:
+    """(normalised name, sha256) of every line of a sha256sum manifest, exactly as
+    ``audit_state._text_entries`` reads them, strictly increasing by name or
+    :class:`NotSorted`."""
+    last: bytes | None = None
+    lineno = 0
+    for block, _torn in _blocks(manifest):
+        found = _TEXT_BLOCK.findall(block)
+        lines = block.count(b"\n")
+        if found and len(found) == lines and b"  ./" not in block and b"\r" not in block:
+            rows = [(name, sha) for sha, name in found]
+        else:
+            rows = list(_text_lines(block, lineno, manifest))
+        lineno += lines
+        if not rows:
+            continue
+        names = [r[0] for r in rows]
+        if (last is not None and names[0] <= last) or not _increasing(names):
+            raise NotSorted(f"{manifest.name}: a name out of order or repeated")
+        last = names[-1]
+        yield from rows
+
+
+def _text_lines(block: bytes, lineno: int, manifest: Path) -> Iterator[tuple[bytes, bytes]]:
+    try:
+        for lineno, raw in enumerate(block.splitlines(keepends=True), start=lineno + 1):  # noqa: B020, PLR1704
+            fast = _TEXT_LINE.fullmatch(raw)
+            if fast is not None and not raw.startswith(b"\\"):
+                name = fast.group(2)
+                yield _norm(name), fast.group(1).lower()
+                continue
+            line = sha256sum_format.parse_line(raw[:-1] if raw.endswith(b"\n") else raw,
+                                               lineno)
+            if line is not None:
+                yield _norm(line.name), line.sha256.encode("ascii")
+    except sha256sum_format.ManifestSyntaxError as exc:
+        raise UsageError(f"{manifest}: not a sha256sum manifest: {exc}") from exc
+
+
+def _norm(name: bytes) -> bytes:
+    while name.startswith(b"./"):
+        name = name[2:]
+    return name
+
+
+def expected_rows(manifest: Path) -> Iterator[Expected]:
+    """The manifest's entries in name order with sizes and mtimes (the sidecar's, where it
+    agrees on the SHA-256; else None), or :class:`NotSorted`."""
+    if manifest.name.endswith(".jsonl"):
+        yield from sidecar_rows(manifest)
+        return
+    side = sidecar_rows(sidecar_path(manifest))
+    s = next(side, None)
+    for rel, sha in text_rows(manifest):
+        while s is not None and s[0] < rel:
+            s = next(side, None)
+        if s is not None and s[0] == rel and s[1] == sha:
+            yield rel, sha, s[2], s[3]
+        else:
+            yield rel, sha, None, None
+
+
+class _OkSpool:
+    """The ok rows, in order, while every row may still be listed (bounded memory)."""
+
+    def __init__(self) -> None:
+        self.fh: IO[bytes] | None = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)  # noqa: SIM115
+
+    def add(self, rel: bytes, size: int, mtime_ns: int) -> None:
+        assert self.fh is not None
+        self.fh.write(_OK_HEAD.pack(len(rel), size, mtime_ns) + rel)
+
+    def drop(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+
+    def read(self) -> Iterator[tuple[bytes, int, int]]:
+        assert self.fh is not None
+        fh = self.fh
+        fh.seek(0)
+        head = _OK_HEAD.size
+        while raw := fh.read(head):
+            n, size, mtime_ns = _OK_HEAD.unpack(raw)
+            yield fh.read(n), size, mtime_ns
+
+
+def quick_merge(root: Path, manifest: Path, exclude: list[Path], *, list_max: int,
+                cancel: threading.Event | None = None) -> MergeOutcome:
+    """Merge the walk of ``root`` with the manifest's entries (both in name order)."""
+    bad: list[tuple[bytes, str, str | None, str | None, str]] = []
+    skipped: list[Skipped] = []
+    spool: _OkSpool | None = _OkSpool()
+    ok = changed = missing = new = 0
+    try:
+        expected = expected_rows(manifest)
+        exp = next(expected, None)
+        last = b""
+        for item in sorted_scan(root, exclude=exclude):
+            if type(item) is not tuple:
+                assert isinstance(item, Skipped)
+                skipped.append(item)
+                continue
+            rel, size, mtime_ns, _ino = item
+            if rel <= last:
+                raise NotSorted("the walk is not in name order")
+            last = rel
+            while exp is not None and exp[0] < rel:
+                bad.append(_missing(exp))
+                missing += 1
+                exp = next(expected, None)
+            if exp is not None and exp[0] == rel:
+                if exp[2] == size and exp[3] == mtime_ns:
+                    ok += 1
+                    if spool is not None:
+                        spool.add(rel, size, mtime_ns)
+                else:
+                    bad.append((rel, "changed", f"size={exp[2]} mtime_ns={exp[3]}",
+                                f"size={size} mtime_ns={mtime_ns}",
+                                "size differs" if exp[2] != size
+                                else "same size, mtime differs"))
+                    changed += 1
+                exp = next(expected, None)
+            else:
+                bad.append((rel, "new", None, None, ""))
+                new += 1
+            if not (ok + changed + new) % _CANCEL_EVERY:
+                if cancel is not None and cancel.is_set():
+                    raise KeyboardInterrupt("cancelled")
+                if spool is not None and ok + changed + missing + new > list_max:
+                    spool.drop()
+                    spool = None
+        while exp is not None:
+            bad.append(_missing(exp))
+            missing += 1
+            exp = next(expected, None)
+        if spool is not None and ok + changed + missing + new > list_max:
+            spool.drop()
+            spool = None
+        counts = {"ok": ok, "changed": changed, "missing": missing, "new": new}
+        outcome = MergeOutcome(counts, skipped=skipped, listed_all=spool is not None)
+        outcome.rows = _interleave(spool, bad) if spool is not None else bad
+        return outcome
+    finally:
+        if spool is not None:
+            spool.drop()
+
+
+def _missing(exp: Expected) -> tuple[bytes, str, str | None, str | None, str]:
+    rel = exp[0]
+    reason = "" if safe_relative(rel) else "the name leads outside DIR; never opened"
+    return rel, "missing", exp[1].decode("utf-8", "surrogatepass"), None, reason
+
+
+def _interleave(spool: _OkSpool, bad: list[tuple[bytes, str, str | None, str | None, str]]
+                ) -> list[tuple[bytes, str, str | None, str | None, str]]:
+    """The ok rows from the spool and the other rows, both in name order, in name order."""
+    out: list[tuple[bytes, str, str | None, str | None, str]] = []
+    i = 0
+    for rel, size, mtime_ns in spool.read():
+        while i < len(bad) and bad[i][0] < rel:
+            out.append(bad[i])
+            i += 1
+        text = f"size={size} mtime_ns={mtime_ns}"
+        out.append((rel, "ok", text, text, ""))
+    out += bad[i:]
+    return out
+
+
+__all__ = ["MergeOutcome", "NotSorted", "expected_rows", "quick_merge", "sidecar_rows"]
