@@ -219,8 +219,16 @@ def _near_count(blocks: list[Any]) -> int:
             band_keys = mix64(band_keys * np.uint64(0x100000001B3) + rows[:, :, r])
     for band in range(BANDS):
         keys = band_keys[:, band]
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        cand = first[inverse.ravel()]
+        # the first record with each key (the smallest index of its group: whatever order
+        # the sort leaves equal keys in)
+        by_key = np.argsort(keys)
+        sk = keys[by_key]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(sk[1:], sk[:-1], out=new[1:])
+        first = np.minimum.reduceat(by_key, np.flatnonzero(new))
+        cand = np.empty(n, dtype=np.int64)
+        cand[by_key] = first[np.cumsum(new) - 1]
         idx = np.flatnonzero((cand < order) & ~found)
         if idx.size:
             same = (sigs[idx] == sigs[cand[idx]]).sum(axis=1) / PERMUTATIONS
