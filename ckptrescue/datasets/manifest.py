@@ -14,10 +14,12 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from ckptrescue.datasets import build_store
+from ckptrescue.datasets.build_store import BuildStore
 from ckptrescue.datasets.detect import detect
 from ckptrescue.datasets.hashing import hash_file
 from ckptrescue.datasets.manifest_files import (
@@ -25,16 +27,18 @@ from ckptrescue.datasets.manifest_files import (
     SIDECAR_SUFFIX,
     ManifestEntry,
     ManifestResult,
+    SidecarEntries,
+    StoredManifestResult,
     UnreadableFile,
     default_jobs,
     partial_path,
     read_jsonl_entries,
     record_manifest,
     sidecar_path,
-    write_outputs,
+    write_output_rows,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
-from ckptrescue.datasets.walk import FileEntry, join, walk
+from ckptrescue.datasets.walk import FileEntry, join
 from ckptrescue.errors import EvidenceError, UsageError
 
 # the records and file helpers live in manifest_files (shared with the S3 builder); these names
@@ -109,46 +113,71 @@ def build_manifest(
     check_paths(root, out_path)
     started = time.monotonic()
     jobs = jobs or default_jobs()
-    listing = walk(root)
-    partial = partial_path(out_path)
-    done: dict[bytes, ManifestEntry] = {}
-    if partial.exists():
-        previous = {e.rel: e for e in read_jsonl_entries(partial)}
-        for f in listing.files:
-            prev = previous.get(f.rel)
-            if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns \
-                    and set(prev.checksums or ()) >= set(checksums):
-                done[f.rel] = prev
-    todo = [f for f in listing.files if f.rel not in done]
-    result = ManifestResult(root=str(root), manifest_path=str(out_path),
-                            sidecar_path=str(sidecar_path(out_path)), skipped=listing.skipped,
-                            resumed=len(done), jobs=jobs, scheduler=scheduler)
-    tracker = Tracker(len(todo), sum(f.size for f in todo), progress, cancel=cancel)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    store = BuildStore.create(out_path, root)
+    try:
+        result = _build_local(store, root, out_path, jobs=jobs, scheduler=scheduler,
+                              progress=progress, cancel=cancel, checksums=checksums)
+    finally:
+        store.remove()
+    result.elapsed_s = time.monotonic() - started
+    record_manifest(result)
+    return result
+
+
+def _build_local(store: BuildStore, root: Path, out_path: Path, *, jobs: int,
+                 scheduler: str | None, progress: ProgressFn | None,
+                 cancel: threading.Event | None,
+                 checksums: tuple[str, ...]) -> StoredManifestResult:
+    """The local build over its scratch store (see :mod:`build_store`): walk streamed in,
+    the partial file joined for the resume, the rest hashed in chunks read from SQL, the
+    outputs written from one ordered scan. Nothing per file stays in Python."""
+    skipped = store.load_walk(root, cancel)
+    partial = partial_path(out_path)
+    resumed = store.resume_from(partial, checksums) if partial.exists() else 0
+    files_left, bytes_left = store.todo_totals()
+    result = StoredManifestResult(root=str(root), manifest_path=str(out_path),
+                                  sidecar_path=str(sidecar_path(out_path)), skipped=skipped,
+                                  resumed=resumed, jobs=jobs, scheduler=scheduler)
+    tracker = Tracker(files_left, bytes_left, progress, cancel=cancel)
     root_b = os.fsencode(root)
+    writer = store.writer()
+    chunk_files = (build_store.CLUSTER_CHUNK_FILES if scheduler
+                   else build_store.HASH_CHUNK_FILES)
     with partial.open("ab") as log:
         # a partial file with nothing usable is emptied; a usable one is appended to, so that a
         # second interruption still keeps everything finished so far
-        if not done:
+        if not resumed:
             log.truncate(0)
         elif _ends_torn(partial):
             log.write(b"\n")
-        for outcome in hash_many(root_b, todo, jobs=jobs, scheduler=scheduler, tracker=tracker,
-                                 checksums=checksums):
-            if isinstance(outcome, ManifestEntry):
-                done[outcome.rel] = outcome
-                result.bytes_hashed += outcome.size
-                log.write(json.dumps(outcome.to_json()).encode() + b"\n")
-                log.flush()
-            else:
-                result.unreadable.append(outcome)
+        for chunk in store.todo_chunks(chunk_files):
+            for outcome in hash_many(root_b, chunk, jobs=jobs, scheduler=scheduler,
+                                     tracker=tracker, checksums=checksums):
+                if isinstance(outcome, ManifestEntry):
+                    line = json.dumps(outcome.to_json()).encode()
+                    result.bytes_hashed += outcome.size
+                    log.write(line + b"\n")
+                    log.flush()
+                    writer.add(outcome, line)
+                else:
+                    result.unreadable.append(outcome)
+    writer.flush()
     tracker.finish()
-    result.entries = sorted(done.values(), key=lambda e: e.rel)
     result.unreadable.sort(key=lambda u: u.rel)
-    write_outputs(out_path, result.entries)
+    counts: dict[str, int] = {}
+
+    def rows() -> Iterator[tuple[bytes, str, bytes]]:
+        for rel, sha256, size, fmt, line in store.finished():
+            result.files += 1
+            result.nbytes += size
+            counts[fmt] = counts.get(fmt, 0) + 1
+            yield rel, sha256, line
+
+    write_output_rows(out_path, rows())
+    result.format_counts = counts
+    result.entries = SidecarEntries(sidecar_path(out_path), result.files)  # type: ignore[assignment]
     partial.unlink()
-    result.elapsed_s = time.monotonic() - started
-    record_manifest(result)
     return result
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import Skipped, display, from_json_path, shown_path, to_json_path
@@ -216,3 +216,93 @@ def record_manifest(result: ManifestResult) -> None:
     summary = result.to_json()
     summary["skipped"] = len(result.skipped)
     result.record("manifest.build", summary, artifacts=artifacts)
+
+
+# -- a build too large to hold: its entries stay in the sidecar --------------------------------
+class SidecarEntries(Sequence[ManifestEntry]):
+    """A finished build's entries, read from its sidecar each time they are iterated (nothing
+    per file is held: a local build of 100 million files returns this, not a list)."""
+
+    def __init__(self, sidecar: Path, count: int) -> None:
+        self.sidecar = sidecar
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[ManifestEntry]:
+        return read_jsonl_entries(self.sidecar)
+
+    @overload
+    def __getitem__(self, index: int) -> ManifestEntry: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ManifestEntry]: ...
+
+    def __getitem__(self, index: int | slice) -> ManifestEntry | list[ManifestEntry]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        for i, entry in enumerate(self):
+            if i == index:
+                return entry
+        raise IndexError(index)
+
+
+@dataclass
+class StoredManifestResult(ManifestResult):
+    """A :class:`ManifestResult` whose totals were counted while the outputs were written and
+    whose ``entries`` are read back from the sidecar on demand (the local build's result)."""
+
+    files: int = 0
+    nbytes: int = 0
+    format_counts: dict[str, int] = field(default_factory=dict)
+
+    def formats(self) -> dict[str, int]:
+        return dict(sorted(self.format_counts.items()))
+
+    def answer(self) -> str:
+        text = (f"{self.files} files ({self.nbytes} bytes) in {self.manifest_path}; "
+                f"{len(self.unreadable)} unreadable, {len(self.skipped)} skipped")
+        if self.resumed:
+            text += f"; {self.resumed} taken over from the interrupted build"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "manifest": self.manifest_path,
+            "sidecar": self.sidecar_path,
+            "files": self.files,
+            "bytes": self.nbytes,
+            "bytes_hashed": self.bytes_hashed,
+            "resumed": self.resumed,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "jobs": self.jobs,
+            "scheduler": self.scheduler,
+            "formats": self.formats(),
+            "unreadable": [u.to_json() for u in self.unreadable],
+            "skipped": [{"path": to_json_path(s.rel), "reason": s.reason} for s in self.skipped],
+            "answer": self.answer(),
+        }
+
+
+def write_output_rows(out: Path, rows: Iterable[tuple[bytes, str, bytes]]) -> None:
+    """:func:`write_outputs` from a stream of (name, sha256, sidecar line without its newline)
+    in name order: both files written in one pass, each fsynced and moved into place (the
+    sidecar first, as :func:`write_outputs` does)."""
+    tmp = out.with_name(out.name + ".tmp")
+    side = sidecar_path(out)
+    side_tmp = side.with_name(side.name + ".tmp")
+    with tmp.open("wb") as text, side_tmp.open("wb") as sfh:
+        for rel, sha256, line in rows:
+            text.write(sha256sum_format.format_line(sha256, rel))
+            sfh.write(line + b"\n")
+        for fh in (text, sfh):
+            fh.flush()
+            os.fsync(fh.fileno())
+    side_tmp.replace(side)
+    tmp.replace(out)
