@@ -588,18 +588,14 @@ def arrow_texts(columns: list[Column], n: int) -> Iterator[str]:
     return texts_of(cols, n)
 
 
-_ASCII_SPACE = "".join(c for c in WHITESPACE if c < "\x80")
-
-
 def arrow_normalised_texts(columns: list[Column]) -> tuple[Any, Any] | None:
-    """``minhash.normalise(text_of(record))`` of every record, computed in Arrow: (bytes,
-    lengths), or None unless every text column is a plain string array of ASCII text (where
-    ``ascii_lower`` is ``str.lower`` and the ASCII space characters are all of
-    ``str.split``'s)."""
+    """``minhash.normalise(text_of(record))`` of every record: (bytes, lengths), the texts
+    joined by Arrow and normalised by :func:`~.minhash.normalise_ascii`; None unless every
+    text column is a plain string array of ASCII text."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ckptrescue.profiles.minhash import MAX_TEXT
+    from ckptrescue.profiles.minhash import normalise_ascii
 
     if not columns:
         return None
@@ -608,23 +604,17 @@ def arrow_normalised_texts(columns: list[Column]) -> tuple[Any, Any] | None:
         if not isinstance(arr, pa.Array) or not (pa.types.is_string(arr.type)
                                                  or pa.types.is_large_string(arr.type)):
             return None
-        if pc.all(pc.string_is_ascii(arr)).as_py() not in (True, None):
-            return None
+        data, off = _binary_parts(arr)
+        if off[-1] > off[0] and int(data[off[0]: off[-1]].max()) >= 0x80:
+            return None  # not ASCII (null slots hold no bytes)
         arrays.append(arr.cast(pa.large_string()))
     if len(arrays) == 1:
         joined = arrays[0]
     else:
         joined = pc.binary_join_element_wise(*arrays, pa.scalar("\n", pa.large_string()),
                                              null_handling="skip")
-    text = pc.ascii_lower(joined)
-    text = pc.replace_substring_regex(text, pattern=f"[{_ASCII_SPACE}]+", replacement=" ")
-    text = pc.utf8_slice_codeunits(pc.ascii_trim(text, characters=" "), 0, MAX_TEXT)
-    text = text.fill_null("")
-    data, off = _binary_parts(text)
-    import numpy as np
-
-    lengths = np.diff(off)
-    return data[off[0]: off[-1]], lengths
+    data, off = _binary_parts(joined.fill_null(""))
+    return normalise_ascii(data, off)
 
 
 def rows_of(batch: Any) -> list[dict[str, Any]]:

@@ -39,10 +39,68 @@ def normalise(text: str) -> bytes:
     return " ".join(text.lower().split()).encode("utf-8", "surrogatepass")[:MAX_TEXT]
 
 
-def normalise_many(texts: list[str]) -> tuple[Any, Any]:
-    """(bytes, lengths) of :func:`normalise` of every text, concatenated."""
+_ASCII_TABLE: Any = None
+
+
+def normalise_ascii(data: Any, offsets: Any) -> tuple[Any, Any]:
+    """(bytes, lengths) of :func:`normalise` of every segment ``data[offsets[i]:offsets[i+1]]``
+    of ASCII text, with numpy: lower case and every space character (``str.isspace``) to a
+    space by one table, leading and trailing runs dropped, inner runs cut to one space, the
+    first :data:`MAX_TEXT` bytes kept."""
     import numpy as np
 
+    global _ASCII_TABLE
+    if _ASCII_TABLE is None:
+        table = [ord(chr(b).lower()) if b < 128 else b for b in range(256)]
+        for b in range(128):
+            if chr(b).isspace():
+                table[b] = 32
+        _ASCII_TABLE = bytes(table)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    d = np.frombuffer(np.asarray(data, dtype=np.uint8)[lo:hi].tobytes().translate(_ASCII_TABLE),
+                      dtype=np.uint8)
+    starts, ends = offsets[:-1] - lo, offsets[1:] - lo
+    some = ends > starts
+    size = hi - lo
+    first_byte = np.zeros(size + 1, dtype=bool)
+    first_byte[starts[some]] = True
+    last_byte = np.zeros(size + 1, dtype=bool)
+    last_byte[ends[some] - 1] = True
+    sp = d == 32
+    prev_sp = np.zeros(size, dtype=bool)
+    prev_sp[1:] = sp[:-1]
+    next_sp = np.zeros(size, dtype=bool)
+    next_sp[:-1] = sp[1:]
+    firsts = np.flatnonzero(sp & (first_byte[:size] | ~prev_sp))  # a run of spaces begins
+    lasts = np.flatnonzero(sp & (last_byte[:size] | ~next_sp))  # ... and ends (same order)
+    inner = ~first_byte[firsts] & ~last_byte[lasts]  # neither leading nor trailing
+    keep = ~sp
+    keep[firsts[inner]] = True
+    out = d[keep]
+    # each segment's length less its dropped spaces (few: a sorted search per drop)
+    dropped = np.flatnonzero(~keep)
+    lengths = (ends - starts) - np.bincount(np.searchsorted(ends, dropped, side="right"),
+                                             minlength=len(starts))[: len(starts)]
+    if lengths.size and int(lengths.max()) > MAX_TEXT:
+        new_start = np.cumsum(lengths) - lengths
+        owner = np.repeat(np.arange(len(lengths)), lengths)
+        out = out[np.arange(len(out)) - new_start[owner] < MAX_TEXT]
+        lengths = np.minimum(lengths, MAX_TEXT)
+    return out, lengths
+
+
+def normalise_many(texts: list[str]) -> tuple[Any, Any]:
+    """(bytes, lengths) of :func:`normalise` of every text, concatenated (ASCII texts by
+    :func:`normalise_ascii`, all at once)."""
+    import numpy as np
+
+    joined = "".join(texts)
+    if joined.isascii():
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)),
+                  out=offsets[1:])
+        return normalise_ascii(np.frombuffer(joined.encode("ascii"), dtype=np.uint8), offsets)
     parts = [normalise(t) for t in texts]
     return (np.frombuffer(b"".join(parts), dtype=np.uint8),
             np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))

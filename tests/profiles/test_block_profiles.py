@@ -472,3 +472,32 @@ def test_near_duplicates_alike_in_jsonl_and_parquet(tmp_path: Path) -> None:
     j, p = profile_shard(tmp_path / "a.jsonl"), profile_shard(tmp_path / "a.parquet")
     assert (j.near_checked, j.near_count) == (p.near_checked, p.near_count)
     assert p.near_checked == 3400 and 380 <= p.near_count <= 400
+
+
+def test_normalise_ascii_equals_normalise() -> None:
+    import numpy as np
+
+    rng = SplitMix(16)
+    alphabet = "aB \t\n\x0b\x0c\r\x1c\x1d\x1e\x1fZz.9"
+    for _ in range(200):
+        texts = ["".join(alphabet[rng.below(len(alphabet))] for _ in range(rng.below(25)))
+                 for _ in range(1 + rng.below(8))]
+        if rng.below(10) == 0:
+            texts.append("Q" * 9000 + "  a ")
+        raw = "".join(texts).encode("ascii")
+        offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])])
+        data, lengths = minhash.normalise_ascii(np.frombuffer(raw, dtype=np.uint8), offsets)
+        want = [minhash.normalise(t) for t in texts]
+        assert bytes(data) == b"".join(want) and lengths.tolist() == [len(w) for w in want]
+
+
+def test_normalise_many_equals_normalise() -> None:
+    rng = SplitMix(17)
+    alphabet = ["Ab", " ", "\t", "\x1c", "\u3000", "İ", "ΣΑΣ ", "x" * 70]
+    for ascii_only in (True, False):
+        for _ in range(50):
+            texts = ["".join(alphabet[rng.below(4 if ascii_only else len(alphabet))]
+                             for _ in range(rng.below(12))) for _ in range(1 + rng.below(9))]
+            data, lengths = minhash.normalise_many(texts)
+            want = [minhash.normalise(t) for t in texts]
+            assert bytes(data) == b"".join(want) and lengths.tolist() == [len(w) for w in want]
