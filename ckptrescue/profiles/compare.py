@@ -101,8 +101,8 @@ def compare(baseline: DatasetProfile, current: DatasetProfile | None = None, *,
     th = thresholds or Thresholds()
     if current is not None and current.sketches != baseline.sketches:
         raise UsageError(f"profiles of different sketch versions (baseline {baseline.sketches}, "
-                         f"current {current.sketches}) do not compare: profile both with the "
-                         "same ckptrescue version")
+                         f"current {current.sketches}) do not compare: profile both with this "
+                         "ckptrescue version")
     result = CompareResult(mode=mode, thresholds=th)
     if mode == "versions":
         if current is None:
