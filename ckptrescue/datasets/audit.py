@@ -42,6 +42,7 @@ from ckptrescue.datasets.manifest import (
     sidecar_path,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
+from ckptrescue.datasets.quick_merge import NotSorted, quick_merge
 from ckptrescue.datasets.sampling import SampleStats, parse_sample, sample_size
 from ckptrescue.datasets.walk import (
     display,
@@ -306,8 +307,6 @@ def _quick_audit(root: Path, manifest: Path, *, restart: bool,
     """A quick audit without ``state``: the sorted merge of the walk and the manifest
     (``quick_merge.py``); no state database is written (``state`` is null). A manifest not
     sorted by name is audited through a temporary state database instead, said in the notes."""
-    from ckptrescue.datasets.quick_merge import NotSorted, quick_merge
-
     if not manifest.name.endswith(".jsonl") and not sidecar_path(manifest).is_file():
         raise UsageError(f"{manifest}: --quick needs the JSON-lines sidecar "
                          f"({sidecar_path(manifest).name}) that holds sizes and mtimes")

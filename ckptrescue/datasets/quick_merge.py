@@ -26,6 +26,7 @@ import re
 import struct
 import tempfile
 import threading
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +34,12 @@ from typing import IO
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.manifest_files import ManifestEntry, sidecar_path
-from ckptrescue.datasets.walk import Skipped, safe_relative, sorted_scan
+from ckptrescue.datasets.walk import Skipped, safe_relative, sorted_files
 from ckptrescue.errors import UsageError
 
 SPOOL_MEMORY = 4 << 20  # ok rows kept in memory up to this many bytes, then in a temporary file
-_OK_HEAD = struct.Struct("<Iqq")  # name length, size, mtime_ns
-_CANCEL_EVERY = 4096
+_CHUNK_HEAD = struct.Struct("<QQ")  # rows, bytes of the names
+_CANCEL_MASK = 4095  # every 4,096 files: the cancel flag, and the ok rows spooled
 
 # the kit's own sidecar lines (json.dumps of ManifestEntry.to_json: printable ASCII, no escape)
 # are parsed by this pattern; any other line goes through json.loads as read_jsonl_entries does
@@ -52,18 +53,22 @@ _SIDE_LINE = re.compile(
     + rb'(?:, "inode": ' + _INT + rb")?(?:, \"etag\": " + _STR + rb")?(?:, \"version_id\": "
     + _STR + rb")?\}\n")
 
-# the same lines, found all at once in a block of whole lines (one match per line at most: a
-# block whose match count equals its line count is all kit lines)
+# the same lines, found all at once in a block of whole lines that holds printable ASCII and
+# newlines only, no backslash (so a ``[^"]`` run is a JSON string without escapes); at most one
+# match per line, so a block whose match count equals its line count is all kit lines, each
+# matched whole (a match spanning a newline would leave a line without one)
 _SIDE_BLOCK = re.compile(
-    rb'(?m)^\{"path": "(' + _CHARS + rb')", "size": (' + _INT + rb'), "mtime": ' + _NUM
-    + rb', "mtime_ns": (' + _INT + rb'), "sha256": "([0-9a-f]*)", "format": ' + _STR
-    + rb'(?:, "inode": ' + _INT + rb")?(?:, \"etag\": " + _STR + rb")?(?:, \"version_id\": "
-    + _STR + rb")?\}\n")
+    rb'(?m)^\{"path": "([^"]*)", "size": (' + _INT + rb'), "mtime": ' + _NUM
+    + rb', "mtime_ns": (' + _INT + rb'), "sha256": "([^"]{64})", "format": "[^"]*"'
+    + rb'(?:, "inode": ' + _INT + rb')?(?:, "etag": "[^"]*")?(?:, "version_id": "[^"]*")?'
+    + rb"\}\n")
+_PRINTABLE = bytes(range(0x20, 0x7F)) + b"\n"
+_LOWER_HEX = b"0123456789abcdef"
 # plain sha256sum lines (lowercase hash, two spaces, a name without CR that needs no "./"
 # normalising); any other line goes through audit_state's per-line parse
 _TEXT_BLOCK = re.compile(rb"(?m)^([0-9a-f]{64})  ([^\r\n]+)\n")
 _TEXT_LINE = re.compile(rb"([0-9a-fA-F]{64})  ([^\r\n]+)\n?")
-BLOCK = 1 << 20
+BLOCK = 1 << 18
 
 # (rel, sha256 as bytes, size, mtime_ns)
 Expected = tuple[bytes, bytes, int | None, int | None]
@@ -83,19 +88,28 @@ class MergeOutcome:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def _blocks(path: Path) -> Iterator[tuple[bytes, bool]]:
-    """Blocks of whole lines (each ending in a newline), then the unterminated tail if any
-    (second value True)."""
-    with path.open("rb") as fh:
-        tail = b""
-        while chunk := fh.read(BLOCK):
-            chunk = tail + chunk
-            cut = chunk.rfind(b"\n") + 1
-            tail = chunk[cut:]
-            if cut:
-                yield chunk[:cut], False
-        if tail:
-            yield tail, True
+def _blocks(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """Blocks of whole lines (each ending in a newline) from ``fh``'s position, then the
+    unterminated tail if any (second value True)."""
+    tail = b""
+    while chunk := fh.read(BLOCK):
+        chunk = tail + chunk
+        cut = chunk.rfind(b"\n") + 1
+        tail = chunk[cut:]
+        if cut:
+            yield chunk[:cut], False
+    if tail:
+        yield tail, True
+
+
+def _lines(block: bytes) -> list[bytes]:
+    """The lines of a block, each with its newline (split on newlines only, as a file is read
+    line by line: a carriage return is part of a line)."""
+    parts = block.split(b"\n")
+    out = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
 
 
 def _side_line(raw: bytes) -> Expected | None:
@@ -111,27 +125,40 @@ def _side_line(raw: bytes) -> Expected | None:
     return e.rel, e.sha256.encode("utf-8", "surrogatepass"), e.size, e.mtime_ns
 
 
-def sidecar_rows(path: Path) -> Iterator[Expected]:
-    """(rel, sha256, size, mtime_ns) of each line of a JSON-lines sidecar, as
-    ``read_jsonl_entries`` reads them (a torn last line ends it, a bad line is passed over),
-    strictly increasing by name or :class:`NotSorted`."""
+def _side_blocks(path: Path) -> Iterator[tuple[list[Expected], bool]]:
+    """The sidecar's rows a block at a time, as ``read_jsonl_entries`` reads them (a torn last
+    line ends it, a bad line is passed over), strictly increasing by name or
+    :class:`NotSorted`. Second value: every line of the block is the kit's own, with a
+    64-digit lowercase hash and a name that is not empty and does not start with ``./``."""
     last: bytes | None = None
-    for block, torn in _blocks(path):
-        if torn:
-            return
-        found = _SIDE_BLOCK.findall(block)
-        if len(found) == block.count(b"\n"):
-            rows: list[Expected] = [(rel, sha, int(size), int(mtime_ns))
-                                    for rel, size, mtime_ns, sha in found]
-        else:
-            rows = [r for r in map(_side_line, block.splitlines(keepends=True))
-                    if r is not None]
-        if not rows:
-            continue
-        names = [r[0] for r in rows]
-        if (last is not None and names[0] <= last) or not _increasing(names):
-            raise NotSorted(f"{path.name}: a name out of order or repeated")
-        last = names[-1]
+    with path.open("rb") as fh:
+        for block, torn in _blocks(fh):
+            if torn:
+                return
+            found = []
+            if b"\\" not in block and not block.translate(None, _PRINTABLE):
+                found = _SIDE_BLOCK.findall(block)
+            plain = len(found) == block.count(b"\n") and not b"".join(
+                [f[3] for f in found]).translate(None, _LOWER_HEX)
+            if plain:
+                rows: list[Expected] = [(rel, sha, int(size), int(mtime_ns))
+                                        for rel, size, mtime_ns, sha in found]
+            else:
+                rows = [r for r in map(_side_line, _lines(block)) if r is not None]
+            if not rows:
+                continue
+            names = [r[0] for r in rows]
+            if (last is not None and names[0] <= last) or not _increasing(names):
+                raise NotSorted(f"{path.name}: a name out of order or repeated")
+            last = names[-1]
+            yield rows, (plain and b'{"path": "./' not in block
+                         and b'{"path": ""' not in block)
+
+
+def sidecar_rows(path: Path) -> Iterator[Expected]:
+    """(rel, sha256, size, mtime_ns) of each line of a JSON-lines sidecar (see
+    :func:`_side_blocks`)."""
+    for rows, _plain in _side_blocks(path):
         yield from rows
 
 
@@ -139,13 +166,13 @@ def _increasing(names: list[bytes]) -> bool:
     return all(map(operator.lt, names, itertools.islice(names, 1, None)))
 
 
-def text_rows(manifest: Path) -> Iterator[tuple[bytes, bytes]]:
-    """(normalised name, sha256) of every line of a sha256sum manifest, exactly as
+def text_rows(fh: IO[bytes], manifest: Path, *, lineno: int = 0, last: bytes | None = None
+              ) -> Iterator[tuple[bytes, bytes]]:
+    """(normalised name, sha256) of every line of a sha256sum manifest from ``fh``'s position
+    (``lineno`` lines before it, the last named ``last``), exactly as
     ``audit_state._text_entries`` reads them, strictly increasing by name or
     :class:`NotSorted`."""
-    last: bytes | None = None
-    lineno = 0
-    for block, _torn in _blocks(manifest):
+    for block, _torn in _blocks(fh):
         found = _TEXT_BLOCK.findall(block)
         lines = block.count(b"\n")
         if found and len(found) == lines and b"  ./" not in block and b"\r" not in block:
@@ -164,7 +191,7 @@ def text_rows(manifest: Path) -> Iterator[tuple[bytes, bytes]]:
 
 def _text_lines(block: bytes, lineno: int, manifest: Path) -> Iterator[tuple[bytes, bytes]]:
     try:
-        for lineno, raw in enumerate(block.splitlines(keepends=True), start=lineno + 1):  # noqa: B020, PLR1704
+        for lineno, raw in enumerate(_lines(block), start=lineno + 1):  # noqa: B020, PLR1704
             fast = _TEXT_LINE.fullmatch(raw)
             if fast is not None and not raw.startswith(b"\\"):
                 name = fast.group(2)
@@ -187,12 +214,47 @@ def _norm(name: bytes) -> bytes:
 def expected_rows(manifest: Path) -> Iterator[Expected]:
     """The manifest's entries in name order with sizes and mtimes (the sidecar's, where it
     agrees on the SHA-256; else None), or :class:`NotSorted`."""
+    for rows in expected_blocks(manifest):
+        yield from rows
+
+
+def expected_blocks(manifest: Path) -> Iterator[list[Expected]]:
+    """:func:`expected_rows` in lists (a block of the sidecar each, or :data:`_JOIN_ROWS`).
+
+    While the sidecar's blocks are the kit's own lines and the manifest's next bytes are exactly
+    the ``sha256sum`` lines of the same names and hashes, the manifest is compared, not parsed;
+    from the first difference on, both are parsed and joined by name."""
     if manifest.name.endswith(".jsonl"):
-        yield from sidecar_rows(manifest)
+        for rows, _plain in _side_blocks(manifest):
+            yield rows
         return
-    side = sidecar_rows(sidecar_path(manifest))
+    blocks = _side_blocks(sidecar_path(manifest))
+    lineno = 0
+    last: bytes | None = None
+    with manifest.open("rb") as text:
+        side: Iterator[Expected] = iter(())
+        for rows, plain in blocks:
+            if plain:
+                want = b"".join([r[1] + b"  " + r[0] + b"\n" for r in rows])
+                pos = text.tell()
+                if text.read(len(want)) == want:
+                    yield rows
+                    lineno += len(rows)
+                    last = rows[-1][0]
+                    continue
+                text.seek(pos)
+            side = itertools.chain(rows, itertools.chain.from_iterable(r for r, _ in blocks))
+            break
+        joined = _join(text_rows(text, manifest, lineno=lineno, last=last), side)
+        while chunk := list(itertools.islice(joined, _JOIN_ROWS)):
+            yield chunk
+
+
+_JOIN_ROWS = 4096
+def _join(text: Iterator[tuple[bytes, bytes]], side: Iterator[Expected]) -> Iterator[Expected]:
+    """Each manifest entry with the sidecar's size and mtime of the same name and hash."""
     s = next(side, None)
-    for rel, sha in text_rows(manifest):
+    for rel, sha in text:
         while s is not None and s[0] < rel:
             s = next(side, None)
         if s is not None and s[0] == rel and s[1] == sha:
@@ -202,28 +264,39 @@ def expected_rows(manifest: Path) -> Iterator[Expected]:
 
 
 class _OkSpool:
-    """The ok rows, in order, while every row may still be listed (bounded memory)."""
+    """The ok rows, in order, while every row may still be listed: gathered in lists of
+    :data:`_SPOOL_ROWS` and written packed (sizes and mtimes as int64 arrays, names joined by
+    NUL, which no file name holds) to a file kept in memory up to :data:`SPOOL_MEMORY`."""
 
     def __init__(self) -> None:
         self.fh: IO[bytes] | None = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)  # noqa: SIM115
+        self.rows: list[tuple[bytes, int, int]] = []
 
-    def add(self, rel: bytes, size: int, mtime_ns: int) -> None:
-        assert self.fh is not None
-        self.fh.write(_OK_HEAD.pack(len(rel), size, mtime_ns) + rel)
+    def flush(self) -> None:
+        rows, self.rows = self.rows, []
+        if not rows or self.fh is None:
+            return
+        names = b"\0".join([r[0] for r in rows])
+        numbers = array("q", [r[1] for r in rows] + [r[2] for r in rows]).tobytes()
+        self.fh.write(_CHUNK_HEAD.pack(len(rows), len(names)) + numbers + names)
 
     def drop(self) -> None:
+        self.rows = []
         if self.fh is not None:
             self.fh.close()
             self.fh = None
 
     def read(self) -> Iterator[tuple[bytes, int, int]]:
+        self.flush()
         assert self.fh is not None
         fh = self.fh
         fh.seek(0)
-        head = _OK_HEAD.size
-        while raw := fh.read(head):
-            n, size, mtime_ns = _OK_HEAD.unpack(raw)
-            yield fh.read(n), size, mtime_ns
+        while head := fh.read(_CHUNK_HEAD.size):
+            count, nbytes = _CHUNK_HEAD.unpack(head)
+            numbers = array("q")
+            numbers.frombytes(fh.read(16 * count))
+            names = fh.read(nbytes).split(b"\0")
+            yield from zip(names, numbers[:count], numbers[count:], strict=True)
 
 
 def quick_merge(root: Path, manifest: Path, exclude: list[Path], *, list_max: int,
@@ -232,17 +305,14 @@ def quick_merge(root: Path, manifest: Path, exclude: list[Path], *, list_max: in
     bad: list[tuple[bytes, str, str | None, str | None, str]] = []
     skipped: list[Skipped] = []
     spool: _OkSpool | None = _OkSpool()
-    ok = changed = missing = new = 0
+    ok_rows: list[tuple[bytes, int, int]] | None = spool.rows if spool is not None else None
+    ok = changed = missing = new = walked = 0
     try:
-        expected = expected_rows(manifest)
+        expected = itertools.chain.from_iterable(expected_blocks(manifest))
         exp = next(expected, None)
         last = b""
-        for item in sorted_scan(root, exclude=exclude):
-            if type(item) is not tuple:
-                assert isinstance(item, Skipped)
-                skipped.append(item)
-                continue
-            rel, size, mtime_ns, _ino = item
+        for _key, rel, size, mtime_ns, _ino in sorted_files(root, exclude=exclude,
+                                                             skips=skipped):
             if rel <= last:
                 raise NotSorted("the walk is not in name order")
             last = rel
@@ -253,8 +323,8 @@ def quick_merge(root: Path, manifest: Path, exclude: list[Path], *, list_max: in
             if exp is not None and exp[0] == rel:
                 if exp[2] == size and exp[3] == mtime_ns:
                     ok += 1
-                    if spool is not None:
-                        spool.add(rel, size, mtime_ns)
+                    if ok_rows is not None:
+                        ok_rows.append((rel, size, mtime_ns))
                 else:
                     bad.append((rel, "changed", f"size={exp[2]} mtime_ns={exp[3]}",
                                 f"size={size} mtime_ns={mtime_ns}",
@@ -265,12 +335,17 @@ def quick_merge(root: Path, manifest: Path, exclude: list[Path], *, list_max: in
             else:
                 bad.append((rel, "new", None, None, ""))
                 new += 1
-            if not (ok + changed + new) % _CANCEL_EVERY:
+            walked += 1
+            if not walked & _CANCEL_MASK:
                 if cancel is not None and cancel.is_set():
                     raise KeyboardInterrupt("cancelled")
-                if spool is not None and ok + changed + missing + new > list_max:
-                    spool.drop()
-                    spool = None
+                if spool is not None:
+                    if ok + changed + missing + new > list_max:
+                        spool.drop()
+                        spool = ok_rows = None
+                    else:
+                        spool.flush()
+                        ok_rows = spool.rows
         while exp is not None:
             bad.append(_missing(exp))
             missing += 1

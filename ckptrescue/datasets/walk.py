@@ -161,24 +161,33 @@ def sorted_scan(root: str | os.PathLike[str] | bytes, *,
     (``a.txt`` < ``a/b`` because ``.`` < ``/``). Held at once: one sorted listing per level of
     the current path (memory grows with depth and the widest directory, not with the tree).
     Skips are yielded as they are found, in no particular order."""
-    root_b = os.fsencode(root)
-    real_root = os.path.realpath(root_b)
-    excluded = _identities(exclude)
     skips: list[Skipped] = []
-    stack = [iter(_sorted_dir(root_b, b"", real_root, excluded, skips))]
-    while stack:
+    for item in sorted_files(root, exclude=exclude, skips=skips):
         if skips:
             yield from skips
             skips.clear()
-        for _key, rel, size, mtime_ns, inode in stack[-1]:
-            if size < 0:  # a directory: its files come next, in order
-                stack.append(iter(_sorted_dir(join(root_b, rel), rel, real_root, excluded,
-                                              skips)))
+        yield item[1:]
+    yield from skips
+
+
+def sorted_files(root: str | os.PathLike[str] | bytes, *,
+                 exclude: Iterable[str | bytes | os.PathLike[str]] = (),
+                 skips: list[Skipped]) -> Iterator[tuple[bytes, bytes, int, int, int]]:
+    """:func:`sorted_scan`'s files as ``(sort key, rel, size, mtime_ns, inode)``, the skips
+    appended to ``skips`` as they are found (the quick audit's merge reads these)."""
+    root_b = os.fsencode(root)
+    real_root = os.path.realpath(root_b)
+    excluded = _identities(exclude)
+    stack = [iter(_sorted_dir(root_b, b"", real_root, excluded, skips))]
+    while stack:
+        for item in stack[-1]:
+            if item[2] < 0:  # a directory: its files come next, in order
+                stack.append(iter(_sorted_dir(join(root_b, item[1]), item[1], real_root,
+                                              excluded, skips)))
                 break
-            yield rel, size, mtime_ns, inode
+            yield item
         else:
             stack.pop()
-    yield from skips
 
 
 def _sorted_dir(abs_dir: bytes, rel_dir: bytes, real_root: bytes,

@@ -254,3 +254,8 @@ def test_many_files_across_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     merged, stored = _both(root, manifest, tmp_path)
     assert _view(merged) == _view(stored)
     assert merged.counts["ok"] == 2499 and merged.counts["missing"] == 1
+    # a hand-added line mid-manifest: compared blocks up to it, parsed and joined after it
+    _add_entries(manifest, [b"d20/f0500.bin-hand-added"])
+    merged, stored = _both(root, manifest, tmp_path)
+    assert _view(merged) == _view(stored)
+    assert merged.counts["ok"] == 2499 and merged.counts["missing"] == 2
