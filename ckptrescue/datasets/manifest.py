@@ -4,6 +4,11 @@ Writes ``OUT`` in ``sha256sum -c`` format (names relative to DIR, so ``cd DIR &&
 OUT`` checks it) and ``OUT.jsonl``, one JSON object per file: path, size, mtime, sha256, format.
 While it runs, finished files are appended to ``OUT.partial.jsonl``; a build that was interrupted
 picks them up again (same size and mtime) instead of rehashing. DIR is never written to.
+
+Memory stays flat in the number of files: the walk, the resume join and the finished entries
+live in a scratch SQLite database beside OUT (``OUT.build.sqlite``, see :mod:`build_store`;
+removed when the build ends), the files are hashed in chunks read from it in name order, and
+the two outputs are written from one ordered scan of it.
 """
 
 from __future__ import annotations
