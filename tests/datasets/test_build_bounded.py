@@ -16,7 +16,9 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -220,3 +222,39 @@ def test_python_peak_allocation_does_not_grow_with_the_files(
     peak_big = _peak_build(big, tmp_path / "b.sha256")
     assert _lines(tmp_path / "b.sha256") == 20000
     assert peak_big < peak_small + 1_000_000, (peak_small, peak_big)
+
+
+def test_scheduler_build_in_several_chunks_equals_sha256sum_and_resumes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--scheduler: the files go to the cluster one chunk per map_batches call (3 chunks here);
+    the manifest is sha256sum's output, and a partial file is taken over as locally."""
+    distributed = pytest.importorskip("distributed")
+    from ckptrescue.datasets import build_store, cluster
+
+    monkeypatch.setattr(build_store, "CLUSTER_CHUNK_FILES", 50)
+    calls: list[int] = []
+    real_map = cluster.map_batches
+
+    def counted(address: str, fn: Any, root: bytes, entries: list[Any]) -> Iterator[Any]:
+        calls.append(len(entries))  # the real map_batches runs
+        return real_map(address, fn, root, entries)
+
+    monkeypatch.setattr(cluster, "map_batches", counted)
+    root = tmp_path / "ds"
+    names = [f"p{i % 3}/s {i:03d}.bin".encode() for i in range(180)] + HOSTILE[:8]
+    _make(root, names)
+    before = tree_digest(root)
+    local = tmp_path / "local.sha256"
+    build_manifest(root, local, jobs=1)
+    lines = sidecar_path(local).read_bytes().splitlines(keepends=True)
+    out = tmp_path / "remote.sha256"
+    partial_path(out).write_bytes(b"".join(lines[:70]))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None,
+                                  memory_limit="1GiB") as lc:
+        result = build_manifest(root, out, scheduler=lc.scheduler_address)
+    assert result.resumed == 70 and result.to_json()["files"] == len(names)
+    assert calls == [50, 50, len(names) - 170]
+    assert out.read_bytes() == local.read_bytes() == _sha256sum(root, names)
+    assert sidecar_path(out).read_bytes() == sidecar_path(local).read_bytes()
+    assert not store_path(out).exists() and tree_digest(root) == before
