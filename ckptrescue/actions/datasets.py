@@ -96,7 +96,12 @@ A local audit keeps its state in an SQLite database, MANIFEST.audit.sqlite besid
 millions of files, and rerunning the same audit (same DIR, same manifest bytes, same mode) after
 Ctrl-C, a kill or a lost Dask worker re-hashes only files not finished before or whose size,
 mtime or inode changed since. A completed state is kept (it holds every row); the next run starts
-over and reads the data again. Above 100,000 files, --json lists only the rows that are not ok."""
+over and reads the data again. Above 100,000 files, --json lists only the rows that are not ok.
+
+--quick keeps no state (unless --state is given): it walks DIR in name order and merges the walk
+with the manifest and its sidecar line by line (both sorted by name, as manifest build writes
+them), in memory bounded by the depth and the widest directory. A manifest not sorted by name is
+compared through a temporary state database instead (said in the notes)."""
     examples = ("ckptrescue manifest audit /data/imagenet /cases/INC-7/imagenet.sha256 --json",
                 "ckptrescue manifest audit /data/imagenet imagenet.sha256 --sample 1% --seed 7")
     output_type = ManifestAuditOutput
@@ -120,9 +125,17 @@ over and reads the data again. Above 100,000 files, --json lists only the rows t
             ArgSpec("state", "path", metavar="PATH",
                     help="Audit state database (SQLite; default: MANIFEST.audit.sqlite beside "
                          "the manifest; never inside DIR). An unfinished run of the same audit "
-                         "there is resumed."),
+                         "there is resumed. A --quick audit keeps no state unless this is "
+                         "given."),
             ArgSpec("restart", "boolean", default=False,
-                    help="Start over, discarding an unfinished audit in the state."),
+                    help="Start over, discarding an unfinished audit in the state (a --quick "
+                         "audit without --state has none: a note says so)."),
+            ArgSpec("follow_into", "list", item="path", metavar="PATH",
+                    flag="--follow-links-into",
+                    help="Also follow symlinks to regular files inside PATH (repeat the "
+                         "option), not only inside DIR: audit a clean view made by recover "
+                         "--clean-view with --follow-links-into DIR --follow-links-into "
+                         "RECOVERY_DIR. Local directories only."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -138,12 +151,13 @@ over and reads the data again. Above 100,000 files, --json lists only the rows t
 
         state = args.get("state") or None
         if not is_s3(args["dir"]):
-            from ckptrescue.actions._util import refuse_unsafe_output
-            from ckptrescue.datasets.audit_state import check_location, default_path
+            if state or not args.get("quick"):  # a --quick audit without --state writes none
+                from ckptrescue.actions._util import refuse_unsafe_output
+                from ckptrescue.datasets.audit_state import check_location, default_path
 
-            target = Path(state) if state else default_path(args["manifest"])
-            check_location(target, args["dir"], default=not state)  # never inside DIR
-            refuse_unsafe_output(ctx.case, str(target))
+                target = Path(state) if state else default_path(args["manifest"])
+                check_location(target, args["dir"], default=not state)  # never inside DIR
+                refuse_unsafe_output(ctx.case, str(target))
         elif state or args.get("restart"):
             from ckptrescue.errors import UsageError
 
@@ -155,7 +169,8 @@ over and reads the data again. Above 100,000 files, --json lists only the rows t
             progress=files_progress(p), endpoint_url=args.get("endpoint_url") or None,
             sample=args.get("sample") or None, seed=int(args.get("seed") or 0),
             use_stored=args.get("use_stored", True) is not False, state=state,
-            restart=bool(args.get("restart")), cancel=ctx.cancel),
+            restart=bool(args.get("restart")), cancel=ctx.cancel,
+            follow_into=list(args.get("follow_into") or ())),
             label="auditing")
         out = result.to_json()
         audited = from_library(result, ", ".join(f"{k} {v}" for k, v in

@@ -195,8 +195,9 @@ def audit_interrupted(args: dict[str, Any]) -> str:
 
 
 AUDIT = Command("manifest.audit", render_audit, extras=(NO_PROGRESS,),
-                order=("dir", "manifest", "quick", "sample", "seed", "state", "restart", "jobs",
-                       "scheduler", "no_progress", "endpoint_url", "use_stored", CASE, JSON),
+                order=("dir", "manifest", "quick", "sample", "seed", "state", "restart",
+                       "follow_into", "jobs", "scheduler", "no_progress", "endpoint_url",
+                       "use_stored", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"] or a.get("quick")),
                 interrupted=audit_interrupted)
 UPDATE = Command("manifest.update", render_update, extras=(NO_PROGRESS,),

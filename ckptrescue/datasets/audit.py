@@ -20,6 +20,7 @@ import random
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,7 @@ def audit(
     state: str | os.PathLike[str] | None = None,
     restart: bool = False,
     cancel: threading.Event | None = None,
+    follow_into: Iterable[str | os.PathLike[str]] = (),
 ) -> AuditResult:
     """Audit ``dir`` against ``manifest`` (read-only).
 
@@ -237,12 +239,20 @@ def audit(
     full-object SHA-256. ``state``: the state database (default ``MANIFEST.audit.sqlite``,
     never inside ``dir``); an unfinished run of the same audit there is resumed unless
     ``restart``. ``cancel`` set stops the audit as Ctrl-C does (finished rows stay committed).
+    ``quick`` without ``state`` keeps no state: the walk and the manifest are merged in name
+    order (``quick_merge.py``; ``state`` is None in the result, ``restart`` has nothing to do);
+    with ``state`` it goes through that state database as a full audit does.
+    ``follow_into``: directories a symlink in ``dir`` may lead into besides ``dir`` itself (a
+    clean view's links into DIR and the recovery directory); local directories only.
     """
     from ckptrescue.datasets.s3dataset import audit_s3, is_s3
 
     if sample is not None and quick:
         raise UsageError("--sample and --quick do not go together (quick reads no content)")
+    follow = [str(p) for p in follow_into]
     if is_s3(dir):
+        if follow:
+            raise UsageError("--follow-links-into is for local directories")
         if sample is not None:
             raise UsageError("--sample audits local directories only")
         return audit_s3(str(dir), manifest, quick=quick, jobs=jobs, scheduler=scheduler,
@@ -252,9 +262,12 @@ def audit(
         raise EvidenceError(f"{root}: not a directory")
     if not Path(manifest).is_file():
         raise UsageError(f"{manifest}: manifest not found")
+    for p in follow:
+        if not Path(p).is_dir():
+            raise UsageError(f"{p}: --follow-links-into needs a directory")
     return _audit_local(root, Path(manifest), quick=quick, jobs=jobs, scheduler=scheduler,
                         progress=progress, sample=sample, seed=seed, state=state,
-                        restart=restart, cancel=cancel)
+                        restart=restart, cancel=cancel, follow_into=follow)
 
 
 def state_identity(root: str | os.PathLike[str], manifest: str | os.PathLike[str], *,
@@ -274,20 +287,23 @@ def state_identity(root: str | os.PathLike[str], manifest: str | os.PathLike[str
 def _audit_local(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
                  scheduler: str | None, progress: ProgressFn | None,
                  sample: str | float | None, seed: int, state: str | os.PathLike[str] | None,
-                 restart: bool, cancel: threading.Event | None) -> AuditResult:
+                 restart: bool, cancel: threading.Event | None,
+                 follow_into: list[str]) -> AuditResult:
     started = time.monotonic()
     if quick and state is None:
-        return _quick_audit(root, manifest, restart=restart, cancel=cancel, started=started)
+        return _quick_audit(root, manifest, restart=restart, cancel=cancel, started=started,
+                            follow_into=follow_into)
     return _state_audit(root, manifest, quick=quick, jobs=jobs, scheduler=scheduler,
                         progress=progress, sample=sample, seed=seed, state=state,
-                        restart=restart, cancel=cancel, started=started)
+                        restart=restart, cancel=cancel, started=started,
+                        follow_into=follow_into)
 
 
 def _state_audit(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
                  scheduler: str | None, progress: ProgressFn | None,
                  sample: str | float | None, seed: int, state: str | os.PathLike[str] | None,
                  restart: bool, cancel: threading.Event | None, started: float,
-                 report_state: bool = True) -> AuditResult:
+                 follow_into: list[str], report_state: bool = True) -> AuditResult:
     """The audit through the state database (every full and sampled audit; a quick audit
     given ``state``, or whose manifest is not sorted by name)."""
     state_path = Path(state) if state is not None else default_path(manifest)
@@ -297,13 +313,15 @@ def _state_audit(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
     try:
         return _run(store, identity, root, manifest, quick=quick, jobs=jobs,
                     scheduler=scheduler, progress=progress, sample=sample, seed=seed,
-                    cancel=cancel, started=started, report_state=report_state)
+                    cancel=cancel, started=started, follow_into=follow_into,
+                    report_state=report_state)
     finally:
         store.close()
 
 
 def _quick_audit(root: Path, manifest: Path, *, restart: bool,
-                 cancel: threading.Event | None, started: float) -> AuditResult:
+                 cancel: threading.Event | None, started: float,
+                 follow_into: list[str]) -> AuditResult:
     """A quick audit without ``state``: the sorted merge of the walk and the manifest
     (``quick_merge.py``); no state database is written (``state`` is null). A manifest not
     sorted by name is audited through a temporary state database instead, said in the notes."""
@@ -317,13 +335,15 @@ def _quick_audit(root: Path, manifest: Path, *, restart: bool,
                      "nothing to restart")
     exclude = [manifest, sidecar_path(manifest), Path(str(manifest) + PARTIAL_SUFFIX)]
     try:
-        outcome = quick_merge(root, manifest, exclude, list_max=LIST_ALL_MAX, cancel=cancel)
+        outcome = quick_merge(root, manifest, exclude, list_max=LIST_ALL_MAX, cancel=cancel,
+                              follow_into=follow_into)
     except NotSorted as exc:
         with tempfile.TemporaryDirectory(prefix="ckptrescue-quick-") as tmp:
             result = _state_audit(root, manifest, quick=True, jobs=None, scheduler=None,
                                   progress=None, sample=None, seed=0,
                                   state=Path(tmp) / "quick.audit.sqlite", restart=False,
-                                  cancel=cancel, started=started, report_state=False)
+                                  cancel=cancel, started=started, follow_into=follow_into,
+                                  report_state=False)
         result.notes[:0] = [*notes, f"{exc}: the manifest is not sorted by name, so the quick "
                             "audit went through a temporary state database (deleted after) "
                             "instead of the sorted merge"]
@@ -359,7 +379,7 @@ def _cancelled(cancel: threading.Event | None) -> None:
 def _run(store: AuditState, identity: Identity, root: Path, manifest: Path, *, quick: bool,
          jobs: int | None, scheduler: str | None, progress: ProgressFn | None,
          sample: str | float | None, seed: int, cancel: threading.Event | None,
-         started: float, report_state: bool = True) -> AuditResult:
+         started: float, follow_into: list[str], report_state: bool = True) -> AuditResult:
     mode = identity.mode.split(":", 1)[0]
     has_sizes = store.import_manifest(manifest, identity)
     if quick and not has_sizes:
@@ -373,7 +393,7 @@ def _run(store: AuditState, identity: Identity, root: Path, manifest: Path, *, q
         result.notes.append("no sidecar: sizes unknown, every hash mismatch is called corrupted")
     exclude = [manifest, sidecar_path(manifest), Path(str(manifest) + PARTIAL_SUFFIX),
                *store.excluded()]
-    store.record_walk(root, exclude)
+    store.record_walk(root, exclude, follow_into)
     _cancelled(cancel)
     for s in store.skipped():
         result.notes.append(f"{display(s.rel)}: skipped: {s.reason}")

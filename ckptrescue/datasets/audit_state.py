@@ -338,13 +338,14 @@ class AuditState:
             self.conn.executemany(sql, chunk)
 
     # -- the walk -------------------------------------------------------------------------------
-    def record_walk(self, root: Path, exclude: Iterable[str | os.PathLike[str]]) -> None:
+    def record_walk(self, root: Path, exclude: Iterable[str | os.PathLike[str]],
+                    follow_into: Iterable[str | os.PathLike[str]] = ()) -> None:
         """The walk of DIR into ``present`` (appended in walk order, indexed by name after:
         cheaper than inserting into a name-ordered tree as the walk goes)."""
         skipped: list[tuple[bytes, str]] = []
 
         def files() -> Iterator[tuple[bytes, int, int, int]]:
-            for item in scan(root, exclude=exclude):
+            for item in scan(root, exclude=exclude, follow_into=follow_into):
                 if type(item) is tuple:
                     yield item
                 else:

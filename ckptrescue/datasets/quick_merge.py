@@ -22,12 +22,13 @@ from __future__ import annotations
 import itertools
 import json
 import operator
+import os
 import re
 import struct
 import tempfile
 import threading
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -300,8 +301,10 @@ class _OkSpool:
 
 
 def quick_merge(root: Path, manifest: Path, exclude: list[Path], *, list_max: int,
-                cancel: threading.Event | None = None) -> MergeOutcome:
-    """Merge the walk of ``root`` with the manifest's entries (both in name order)."""
+                cancel: threading.Event | None = None,
+                follow_into: Sequence[str | os.PathLike[str]] = ()) -> MergeOutcome:
+    """Merge the walk of ``root`` with the manifest's entries (both in name order);
+    ``follow_into`` as :func:`~ckptrescue.datasets.walk.walk` takes it."""
     bad: list[tuple[bytes, str, str | None, str | None, str]] = []
     skipped: list[Skipped] = []
     spool: _OkSpool | None = _OkSpool()
@@ -312,6 +315,7 @@ def quick_merge(root: Path, manifest: Path, exclude: list[Path], *, list_max: in
         exp = next(expected, None)
         last = b""
         for _key, rel, size, mtime_ns, _ino in sorted_files(root, exclude=exclude,
+                                                             follow_into=follow_into,
                                                              skips=skipped):
             if rel <= last:
                 raise NotSorted("the walk is not in name order")

@@ -2,9 +2,9 @@
 
 Names are bytes relative to the root (as ``sha256sum`` sees them, so odd names survive). A symlink
 is followed only when it resolves to a regular file inside the root (what ``sha256sum`` would read
-under that name); symlinks that lead out of the root, dangle, or point at directories are skipped
-and said so. FIFOs, sockets and device nodes are skipped: reading them would block or read a
-device, not a dataset file.
+under that name), or inside one of the directories given as ``follow_into``; symlinks that lead
+out of those, dangle, or point at directories are skipped and said so. FIFOs, sockets and device
+nodes are skipped: reading them would block or read a device, not a dataset file.
 """
 
 from __future__ import annotations
@@ -60,10 +60,14 @@ def _inside(path: bytes, root: bytes) -> bool:
 
 
 def walk(root: str | os.PathLike[str] | bytes, *,
-         exclude: Iterable[str | bytes | os.PathLike[str]] = ()) -> WalkResult:
-    """Every regular file under ``root`` (sorted by name), and what was skipped and why."""
+         exclude: Iterable[str | bytes | os.PathLike[str]] = (),
+         follow_into: Iterable[str | bytes | os.PathLike[str]] = ()) -> WalkResult:
+    """Every regular file under ``root`` (sorted by name), and what was skipped and why.
+
+    ``follow_into``: more directories a symlink may lead into (their real paths), besides
+    ``root`` itself: e.g. a clean view's links into DIR and the recovery directory."""
     root_b = os.fsencode(root)
-    real_root = os.path.realpath(root_b)
+    real_root = _roots(root_b, follow_into)
     excluded = _identities(exclude)
     result = WalkResult()
     stack: list[bytes] = [b""]
@@ -99,21 +103,23 @@ def walk(root: str | os.PathLike[str] | bytes, *,
 
 
 def iter_walk(root: str | os.PathLike[str] | bytes, *,
-              exclude: Iterable[str | bytes | os.PathLike[str]] = ()
+              exclude: Iterable[str | bytes | os.PathLike[str]] = (),
+              follow_into: Iterable[str | bytes | os.PathLike[str]] = ()
               ) -> Iterator[FileEntry | Skipped]:
     """The same files and skips as :func:`walk`, yielded as they are found, in no particular
     order: nothing per file is kept (for trees of millions of files; sort elsewhere)."""
-    for item in scan(root, exclude=exclude):
+    for item in scan(root, exclude=exclude, follow_into=follow_into):
         yield item if isinstance(item, Skipped) else FileEntry(*item)
 
 
 def scan(root: str | os.PathLike[str] | bytes, *,
-         exclude: Iterable[str | bytes | os.PathLike[str]] = ()
+         exclude: Iterable[str | bytes | os.PathLike[str]] = (),
+         follow_into: Iterable[str | bytes | os.PathLike[str]] = ()
          ) -> Iterator[tuple[bytes, int, int, int] | Skipped]:
     """:func:`iter_walk` with each regular file as a plain ``(rel, size, mtime_ns, inode)``
     tuple (the fast path of the audit's walk into its state database)."""
     root_b = os.fsencode(root)
-    real_root = os.path.realpath(root_b)
+    real_root = _roots(root_b, follow_into)
     excluded = _identities(exclude)
     stack: list[bytes] = [b""]
     is_dir, is_reg, is_lnk = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK
@@ -151,7 +157,8 @@ def scan(root: str | os.PathLike[str] | bytes, *,
 
 
 def sorted_scan(root: str | os.PathLike[str] | bytes, *,
-                exclude: Iterable[str | bytes | os.PathLike[str]] = ()
+                exclude: Iterable[str | bytes | os.PathLike[str]] = (),
+                follow_into: Iterable[str | bytes | os.PathLike[str]] = ()
                 ) -> Iterator[tuple[bytes, int, int, int] | Skipped]:
     """:func:`scan` with the regular files yielded in plain bytewise order of their relative
     names (the order ``manifest build`` writes), without collecting the tree.
@@ -162,7 +169,7 @@ def sorted_scan(root: str | os.PathLike[str] | bytes, *,
     the current path (memory grows with depth and the widest directory, not with the tree).
     Skips are yielded as they are found, in no particular order."""
     skips: list[Skipped] = []
-    for item in sorted_files(root, exclude=exclude, skips=skips):
+    for item in sorted_files(root, exclude=exclude, follow_into=follow_into, skips=skips):
         if skips:
             yield from skips
             skips.clear()
@@ -172,11 +179,12 @@ def sorted_scan(root: str | os.PathLike[str] | bytes, *,
 
 def sorted_files(root: str | os.PathLike[str] | bytes, *,
                  exclude: Iterable[str | bytes | os.PathLike[str]] = (),
+                 follow_into: Iterable[str | bytes | os.PathLike[str]] = (),
                  skips: list[Skipped]) -> Iterator[tuple[bytes, bytes, int, int, int]]:
     """:func:`sorted_scan`'s files as ``(sort key, rel, size, mtime_ns, inode)``, the skips
     appended to ``skips`` as they are found (the quick audit's merge reads these)."""
     root_b = os.fsencode(root)
-    real_root = os.path.realpath(root_b)
+    real_root = _roots(root_b, follow_into)
     excluded = _identities(exclude)
     stack = [iter(_sorted_dir(root_b, b"", real_root, excluded, skips))]
     while stack:
@@ -190,7 +198,7 @@ def sorted_files(root: str | os.PathLike[str] | bytes, *,
             stack.pop()
 
 
-def _sorted_dir(abs_dir: bytes, rel_dir: bytes, real_root: bytes,
+def _sorted_dir(abs_dir: bytes, rel_dir: bytes, real_root: tuple[bytes, ...],
                 excluded: set[tuple[int, int]], skips: list[Skipped]
                 ) -> list[tuple[bytes, bytes, int, int, int]]:
     """One directory's entries as (sort key, rel, size, mtime_ns, inode), sorted; a
@@ -243,10 +251,17 @@ def _identities(paths: Iterable[str | bytes | os.PathLike[str]]) -> set[tuple[in
     return out
 
 
-def _symlink(path: bytes, rel: bytes, real_root: bytes, excluded: set[tuple[int, int]],
-             result: WalkResult) -> None:
+def _roots(root_b: bytes, follow_into: Iterable[str | bytes | os.PathLike[str]]
+           ) -> tuple[bytes, ...]:
+    """The real paths a followed symlink may lead into: the root's, then ``follow_into``'s."""
+    return (os.path.realpath(root_b),
+            *(os.path.realpath(os.fsencode(p)) for p in follow_into))
+
+
+def _symlink(path: bytes, rel: bytes, real_root: tuple[bytes, ...],
+             excluded: set[tuple[int, int]], result: WalkResult) -> None:
     target = os.path.realpath(path)
-    if not _inside(target, real_root):
+    if not any(_inside(target, r) for r in real_root):
         result.skipped.append(Skipped(rel, "symlink leading out of the directory, not followed"))
         return
     try:

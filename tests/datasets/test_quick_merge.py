@@ -20,6 +20,7 @@ from ckptrescue.datasets.audit_state import default_path
 from ckptrescue.datasets.manifest import build_manifest, sidecar_path
 from ckptrescue.datasets.quick_merge import NotSorted, expected_rows
 from ckptrescue.datasets.walk import Skipped, scan, sorted_scan
+from ckptrescue.errors import UsageError
 from fixtures.det import det_bytes
 
 # names sorting around '/', '.', '-', ' ' and each other; odd bytes; deep nesting
@@ -259,3 +260,85 @@ def test_many_files_across_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     merged, stored = _both(root, manifest, tmp_path)
     assert _view(merged) == _view(stored)
     assert merged.counts["ok"] == 2499 and merged.counts["missing"] == 2
+
+
+def test_a_bad_manifest_line_is_the_same_error_both_ways(tmp_path: Path) -> None:
+    root, manifest = _hostile(tmp_path)
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    lines.insert(len(lines) // 2, b"this is not a manifest line\n")
+    manifest.write_bytes(b"".join(lines))
+    messages = []
+    for state in (None, tmp_path / "forced.sqlite"):
+        with pytest.raises(UsageError, match="not a sha256sum manifest") as err:
+            audit(root, manifest, quick=True, state=state)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert f"line {len(lines) // 2 + 1}" in messages[0]
+
+
+def test_a_clean_view_is_audited_through_its_links(tmp_path: Path) -> None:
+    """``recover --clean-view`` makes absolute links into DIR and RECOVERY_DIR: audited as a
+    tree they all lead out (every entry missing); with --follow-links-into both, all ok."""
+    from cli_helpers import invoke
+
+    from ckptrescue.datasets.recover import recover
+
+    root = tmp_path / "ds"
+    names = [b"a/one.bin", b"a/two.bin", b"odd name\n.bin", b"raw\xff.bin", b"b/c/deep.bin"]
+    for i, rel in enumerate(names):
+        _write(root, rel, det_bytes(300 + 11 * i, "view", i))
+    manifest = tmp_path / "m.sha256"
+    build_manifest(root, manifest, jobs=1)
+    snaps = tmp_path / "snapshots"
+    snap = snaps / "2024-05-01"
+    for rel in names:
+        with open(_p(root, rel), "rb") as fh:
+            _write(snap, rel, fh.read())
+    with open(_p(root, b"a/two.bin"), "r+b") as fh:  # damaged, then recovered from the snapshot
+        fh.write(b"\x00\x01")
+    before = evidence_digest(root)
+    to, view = tmp_path / "recovered", tmp_path / "clean" / "view"
+    result = recover(root, manifest=manifest, source=snaps, to=to, clean_view=view)
+    assert result.clean_view_files == len(names)
+    assert os.readlink(_p(view, b"a/two.bin")) == _p(to, b"a/two.bin")
+    view_manifest = Path(result.clean_view_manifest or "")
+    view_before = evidence_digest(view)
+    for quick in (False, True):
+        alone = audit(view, view_manifest, quick=quick, state=tmp_path / "v.sqlite")
+        assert alone.counts["missing"] == len(names)
+        assert sum("symlink leading out of the directory" in n for n in alone.notes) == len(names)
+        followed = audit(view, view_manifest, quick=quick, follow_into=[root, to],
+                         state=None if quick else tmp_path / "v.sqlite")
+        assert followed.ok and followed.counts["ok"] == len(names), followed.files
+        # only into the directories given: DIR alone leaves the recovered file's link out
+        partial = audit(view, view_manifest, quick=quick, follow_into=[root],
+                        state=tmp_path / "p.sqlite", restart=True)
+        assert {r.rel: r.status for r in partial.files if r.status != "ok"} == {
+            b"a/two.bin": "missing"}
+    proc = invoke("manifest", "audit", str(view), str(view_manifest), "--follow-links-into",
+                  str(root), "--follow-links-into", str(to), "--state",
+                  str(tmp_path / "cli.sqlite"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["counts"]["ok"] == len(names)
+    assert evidence_digest(root) == before and evidence_digest(view) == view_before
+
+
+def test_cli_quick_audit_keeps_no_state_even_with_the_manifest_inside_dir(tmp_path: Path
+                                                                          ) -> None:
+    from cli_helpers import invoke
+
+    root = tmp_path / "ds"
+    for i in range(30):
+        _write(root, b"d%d/f%02d.bin" % (i % 4, i), det_bytes(40 + i, "cli", i))
+    built = tmp_path / "m.sha256"
+    build_manifest(root, built, jobs=1)
+    sidecar_path(built).rename(sidecar_path(root / "m.sha256"))
+    manifest = built.rename(root / "m.sha256")
+    before = evidence_digest(root)
+    proc = invoke("manifest", "audit", str(root), str(manifest), "--quick", "--restart", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["state"] is None and out["resumed"] == 0 and out["counts"]["ok"] == 30
+    assert evidence_digest(root) == before  # no state file written beside the manifest in DIR
+    refused = invoke("manifest", "audit", str(root), str(manifest), "--json")
+    assert refused.returncode != 0 and "inside DIR" in refused.stderr + refused.stdout
