@@ -9,6 +9,7 @@ nodes are skipped: reading them would block or read a device, not a dataset file
 
 from __future__ import annotations
 
+import operator
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -198,6 +199,9 @@ def sorted_files(root: str | os.PathLike[str] | bytes, *,
             stack.pop()
 
 
+_first = operator.itemgetter(0)
+
+
 def _sorted_dir(abs_dir: bytes, rel_dir: bytes, real_root: tuple[bytes, ...],
                 excluded: set[tuple[int, int]], skips: list[Skipped]
                 ) -> list[tuple[bytes, bytes, int, int, int]]:
@@ -235,7 +239,7 @@ def _sorted_dir(abs_dir: bytes, rel_dir: bytes, real_root: tuple[bytes, ...],
                 skips.extend(side.skipped)
             else:
                 skips.append(Skipped(prefix + name, f"{_kind(mode)}, not hashed"))
-    items.sort()
+    items.sort(key=_first)  # the keys are unique: comparing them alone is enough
     return items
 
 
