@@ -9,12 +9,18 @@ anyway); ok rows are spooled (to a temporary file past a few MiB) only while the
 end up with at most :data:`~ckptrescue.datasets.audit.LIST_ALL_MAX` files, which lists every row.
 
 The rows are exactly those of the state-database path (``audit_state.py``'s quick SQL): the
-manifest's entries with sizes and mtimes from the sidecar where it agrees on the SHA-256 (the
-last line of a name wins), names that lead outside DIR reported missing and never opened.
+manifest's entries with sizes and mtimes from the sidecar where it agrees on the SHA-256, names
+that lead outside DIR reported missing and never opened.
+
+Cost per file, besides the walk: the sidecar is read a block of lines at a time; a block of
+printable ASCII is matched by one pattern of the kit's own line shape (any other line goes
+through ``json.loads`` as ``read_jsonl_entries`` reads it), and while the manifest's next bytes
+are exactly the ``sha256sum`` lines of the sidecar block's names and hashes they are compared,
+not parsed (from the first difference on, the manifest is parsed and joined by name).
 
 A manifest or sidecar that is not strictly sorted by name (a foreign or hand-edited one, a
 repeated name) raises :class:`NotSorted` as soon as it is seen; the caller then audits through
-the state database instead.
+a temporary state database instead (``audit._quick_audit``).
 """
 
 from __future__ import annotations
