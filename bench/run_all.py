@@ -19,7 +19,7 @@ ORDER = ["startup", "checkpoints", "families", "tensorflow", "tensorbundle_index
 LARGE = {"CKPT_BENCH_MIB": "1024", "CKPTRESCUE_BENCH_TF_MIB": "1024",
          "CKPTRESCUE_BENCH_DATASET_MIB": "2048", "CKPTRESCUE_BENCH_AUDIT_FILES": "100000",
          "S3_BENCH_N": "5000", "CKPTRESCUE_BENCH_SCALE_FILES": "1000000",
-         "CKPTRESCUE_BENCH_DASK_MIB": "2048"}
+         "CKPTRESCUE_BENCH_DASK_MIB": "2048", "CKPTRESCUE_BENCH_BUILD_FILES": "1000000"}
 
 
 def main() -> int:
