@@ -415,20 +415,7 @@ class AuditState:
         sql = (f"SELECT t.rel, t.size, t.mtime_ns, t.inode FROM ({self._todo_sql(mode)}) t "
                f"WHERE t.rel > ? AND NOT EXISTS (SELECT 1 FROM hashed h, present p "
                f"WHERE p.rel = t.rel AND {_VALID}) ORDER BY t.rel LIMIT ?")
-        after = b""
-        while True:
-            rows = self.conn.execute(sql, (after, files)).fetchall()
-            if not rows:
-                return
-            chunk: list[FileEntry] = []
-            nbytes = 0
-            for rel, size, mtime_ns, inode in rows:
-                chunk.append(FileEntry(bytes(rel), size, mtime_ns, inode))
-                nbytes += size
-                if nbytes >= HASH_CHUNK_BYTES:
-                    break
-            after = chunk[-1].rel
-            yield chunk
+        return entry_chunks(self.conn, sql, files=files, max_bytes=HASH_CHUNK_BYTES)
 
     def writer(self) -> HashWriter:
         return HashWriter(self.conn)
@@ -643,3 +630,24 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 __all__ = ["AuditState", "Identity", "check_location", "default_path", "describe", "manifest_id"]
+
+
+def entry_chunks(conn: sqlite3.Connection, sql: str, *, files: int,
+                 max_bytes: int) -> Iterator[list[FileEntry]]:
+    """Pages of ``sql`` (``SELECT rel, size, mtime_ns, inode ... WHERE rel > ? ... ORDER BY rel
+    LIMIT ?``) as FileEntry lists of at most ``files`` entries, cut after ``max_bytes``."""
+    after = b""
+    while True:
+        rows = conn.execute(sql, (after, files)).fetchall()
+        if not rows:
+            return
+        chunk: list[FileEntry] = []
+        nbytes = 0
+        for rel, size, mtime_ns, inode in rows:
+            chunk.append(FileEntry(bytes(rel), size, mtime_ns, inode))
+            nbytes += size
+            if nbytes >= max_bytes:
+                break
+        del rows
+        after = chunk[-1].rel
+        yield chunk

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ckptrescue.datasets.audit_state import entry_chunks
 from ckptrescue.datasets.manifest_files import ManifestEntry, read_jsonl_entries
 from ckptrescue.datasets.walk import FileEntry, Skipped, scan
 from ckptrescue.errors import UsageError
@@ -180,21 +181,7 @@ class BuildStore:
         """The files still to hash, in name order, in lists of bounded length and bytes."""
         sql = ("SELECT w.rel, w.size, w.mtime_ns, w.inode FROM walk w WHERE w.rel > ? AND "
                "NOT EXISTS (SELECT 1 FROM done d WHERE d.rel = w.rel) ORDER BY w.rel LIMIT ?")
-        after = b""
-        while True:
-            rows = self.conn.execute(sql, (after, files)).fetchall()
-            if not rows:
-                return
-            chunk: list[FileEntry] = []
-            nbytes = 0
-            for rel, size, mtime_ns, inode in rows:
-                chunk.append(FileEntry(bytes(rel), size, mtime_ns, inode))
-                nbytes += size
-                if nbytes >= HASH_CHUNK_BYTES:
-                    break
-            del rows
-            after = chunk[-1].rel
-            yield chunk
+        return entry_chunks(self.conn, sql, files=files, max_bytes=HASH_CHUNK_BYTES)
 
     def writer(self) -> DoneWriter:
         return DoneWriter(self.conn)

@@ -180,8 +180,17 @@ def update_manifest(
     result.deleted = sorted(rel for rel in old if rel not in present)
     result.reused = len(keep)
     tracker = Tracker(len(todo), sum(f.size for f in todo), progress, cancel=cancel)
-    for item in hash_many(os.fsencode(root), todo, jobs=jobs or default_jobs(),
-                          scheduler=scheduler, tracker=tracker, checksums=checksums):
+    hashed = hash_many(os.fsencode(root), todo, jobs=jobs or default_jobs(),
+                       scheduler=scheduler, tracker=tracker, checksums=checksums)
+    return finish_update(result, keep, hashed, tracker, out, started)
+
+
+def finish_update(result: UpdateResult, keep: dict[bytes, ManifestEntry],
+                  hashed: Iterable[ManifestEntry | UnreadableFile], tracker: Tracker, out: Path,
+                  started: float) -> UpdateResult:
+    """Take the hashed entries in, replace the manifest, record the update (shared with the
+    object-store update)."""
+    for item in hashed:
         if isinstance(item, ManifestEntry):
             keep[item.rel] = item
             result.hashed += 1

@@ -24,10 +24,9 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.manifest_update import (
     UpdateResult,
+    finish_update,
     prev_path,
-    record_update,
     recorded_checksums,
-    replace_outputs,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.s3dataset import S3Object, hash_all, list_objects, normalise
@@ -78,19 +77,6 @@ def update_manifest_s3(url: str, manifest: str, *, jobs: int | None = None,
     result.deleted = sorted(rel for rel in old if rel not in present)
     result.reused = len(keep)
     tracker = Tracker(len(todo), sum(o.size for o in todo), progress, cancel=cancel)
-    for item in hash_all(bucket, todo, jobs=jobs or max(4, default_jobs()), scheduler=scheduler,
-                          endpoint_url=endpoint_url, tracker=tracker, checksums=checksums):
-        if isinstance(item, ManifestEntry):
-            keep[item.rel] = item
-            result.hashed += 1
-            result.bytes_hashed += item.size
-        else:
-            result.unreadable.append(item)
-    tracker.finish()
-    result.unreadable.sort(key=lambda u: u.rel)
-    entries = sorted(keep.values(), key=lambda e: e.rel)
-    result.files = len(entries)
-    replace_outputs(out, entries)
-    result.elapsed_s = time.monotonic() - started
-    record_update(result)
-    return result
+    hashed = hash_all(bucket, todo, jobs=jobs or max(4, default_jobs()), scheduler=scheduler,
+                      endpoint_url=endpoint_url, tracker=tracker, checksums=checksums)
+    return finish_update(result, keep, hashed, tracker, out, started)

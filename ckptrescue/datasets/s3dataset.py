@@ -225,35 +225,26 @@ _PARTS_SUFFIX = re.compile(r"-\d+$")
 
 def full_object_sha256(head: dict[str, Any]) -> str | None:
     """Hex SHA-256 of the whole object from a HeadObject (``ChecksumMode=ENABLED``) response,
-    or None when the store holds none we can trust as a hash of the whole object.
-
-    ``ChecksumType`` FULL_OBJECT is trusted, COMPOSITE never (a hash of part hashes). Without a
-    ``ChecksumType`` (older stores; moto on single-part objects) the value counts as full-object
-    only for a single-part object: no ``-N`` on the value or the ETag, no PartsCount (S3 has no
-    full-object SHA-256 for multipart uploads)."""
-    value = head.get("ChecksumSHA256")
-    if not isinstance(value, str):
+    or None when the store holds none we can trust as a hash of the whole object (the rule:
+    :func:`full_object_crc`; S3 has no full-object SHA-256 for multipart uploads)."""
+    value = full_object_crc(head, "SHA256")
+    if value is None:
         return None
-    ctype = head.get("ChecksumType")
-    if ctype is not None and str(ctype).upper() != "FULL_OBJECT":
-        return None
-    if ctype is None:
-        etag = str(head.get("ETag") or "").strip().strip('"')
-        if _PARTS_SUFFIX.search(value) or _PARTS_SUFFIX.search(etag) or head.get("PartsCount"):
-            return None
     try:
-        raw = base64.b64decode(value.strip(), validate=True)
+        raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         return None
     return raw.hex() if len(raw) == 32 else None
 
 
 def full_object_crc(head: dict[str, Any], algorithm: str) -> str | None:
-    """The store's full-object ``algorithm`` CRC (S3's Base64 form) from a HeadObject, or None.
+    """The store's full-object ``Checksum<algorithm>`` (S3's Base64 form) from a HeadObject,
+    or None.
 
-    Same rule as :func:`full_object_sha256`: ``FULL_OBJECT`` is trusted, ``COMPOSITE`` never,
-    no type only for a single-part object (CRC64NVME is always full-object on AWS, also for
-    multipart uploads)."""
+    ``ChecksumType`` FULL_OBJECT is trusted, COMPOSITE never (a hash of part hashes). Without a
+    ``ChecksumType`` (older stores; moto on single-part objects) the value counts as full-object
+    only for a single-part object: no ``-N`` on the value or the ETag, no PartsCount.
+    (CRC64NVME is always full-object on AWS, also for multipart uploads.)"""
     value = head.get(f"Checksum{algorithm}")
     if not isinstance(value, str):
         return None
