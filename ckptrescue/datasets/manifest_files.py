@@ -135,10 +135,16 @@ class ManifestResult(Recorded):
             counts[e.format] = counts.get(e.format, 0) + 1
         return dict(sorted(counts.items()))
 
+    def file_count(self) -> int:
+        return len(self.entries)
+
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.entries)
+
     def answer(self) -> str:
-        size = sum(e.size for e in self.entries)
-        text = (f"{len(self.entries)} files ({size} bytes) in {self.manifest_path}; "
-                f"{len(self.unreadable)} unreadable, {len(self.skipped)} skipped")
+        text = (f"{self.file_count()} files ({self.total_bytes()} bytes) in "
+                f"{self.manifest_path}; {len(self.unreadable)} unreadable, "
+                f"{len(self.skipped)} skipped")
         if self.resumed:
             text += f"; {self.resumed} taken over from the interrupted build"
         return text
@@ -148,8 +154,8 @@ class ManifestResult(Recorded):
             "root": self.root,
             "manifest": self.manifest_path,
             "sidecar": self.sidecar_path,
-            "files": len(self.entries),
-            "bytes": sum(e.size for e in self.entries),
+            "files": self.file_count(),
+            "bytes": self.total_bytes(),
             "bytes_hashed": self.bytes_hashed,
             "resumed": self.resumed,
             "elapsed_s": round(self.elapsed_s, 3),
@@ -264,30 +270,11 @@ class StoredManifestResult(ManifestResult):
     def formats(self) -> dict[str, int]:
         return dict(sorted(self.format_counts.items()))
 
-    def answer(self) -> str:
-        text = (f"{self.files} files ({self.nbytes} bytes) in {self.manifest_path}; "
-                f"{len(self.unreadable)} unreadable, {len(self.skipped)} skipped")
-        if self.resumed:
-            text += f"; {self.resumed} taken over from the interrupted build"
-        return text
+    def file_count(self) -> int:
+        return self.files
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "manifest": self.manifest_path,
-            "sidecar": self.sidecar_path,
-            "files": self.files,
-            "bytes": self.nbytes,
-            "bytes_hashed": self.bytes_hashed,
-            "resumed": self.resumed,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "jobs": self.jobs,
-            "scheduler": self.scheduler,
-            "formats": self.formats(),
-            "unreadable": [u.to_json() for u in self.unreadable],
-            "skipped": [{"path": to_json_path(s.rel), "reason": s.reason} for s in self.skipped],
-            "answer": self.answer(),
-        }
+    def total_bytes(self) -> int:
+        return self.nbytes
 
 
 def write_output_rows(out: Path, rows: Iterable[tuple[bytes, str, bytes]]) -> None:
