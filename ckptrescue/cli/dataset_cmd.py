@@ -46,13 +46,18 @@ def build_interrupted(args: dict[str, Any]) -> str:
             f"{partial_path(args['output'])}: run the same command again to resume")
 
 
-def render_build(result: StepResult) -> int:
-    out: ManifestBuildOutput = result.out
-    for s in out.skipped:
+def _warn_left_out(skipped: list[dict[str, Any]], unreadable: list[dict[str, Any]]) -> None:
+    """Files a build or update skipped or could not read, on stderr."""
+    for s in skipped:
         sys.stderr.write(f"skipped: {_display(s['path'])}: {s['reason']}\n")
-    for u in out.unreadable:
+    for u in unreadable:
         sys.stderr.write(f"UNREADABLE: {_display(u['path'])}: {u['error']} at offset "
                          f"{u['offset']}\n")
+
+
+def render_build(result: StepResult) -> int:
+    out: ManifestBuildOutput = result.out
+    _warn_left_out(out.skipped, out.unreadable)
     if result.options[JSON]:
         emit_json(result.outputs)
     else:
@@ -86,11 +91,7 @@ def render_audit(result: StepResult) -> int:
 
 def render_update(result: StepResult) -> int:
     out: ManifestUpdateOutput = result.out
-    for s in out.skipped:
-        sys.stderr.write(f"skipped: {_display(s['path'])}: {s['reason']}\n")
-    for u in out.unreadable:
-        sys.stderr.write(f"UNREADABLE: {_display(u['path'])}: {u['error']} at offset "
-                         f"{u['offset']}\n")
+    _warn_left_out(out.skipped, out.unreadable)
     if result.options[JSON]:
         emit_json(result.outputs)
     else:

@@ -194,8 +194,8 @@ def load_expected(manifest: str | os.PathLike[str]) -> tuple[dict[bytes, Expecte
         lines = list(sha256sum_format.parse_manifest(path.read_bytes()))
     except sha256sum_format.ManifestSyntaxError as exc:
         raise UsageError(f"{path}: not a sha256sum manifest: {exc}") from exc
-    expected = {line.name: Expected(_norm(line.name), line.sha256) for line in lines}
-    expected = {_norm(k): v for k, v in expected.items()}
+    expected = {line.name: Expected(sha256sum_format.plain_name(line.name), line.sha256) for line in lines}
+    expected = {sha256sum_format.plain_name(k): v for k, v in expected.items()}
     side = sidecar_path(path)
     if not side.is_file():
         return expected, False
@@ -206,12 +206,6 @@ def load_expected(manifest: str | os.PathLike[str]) -> tuple[dict[bytes, Expecte
             expected[rel] = Expected(rel, exp.sha256, extra.size, extra.mtime_ns)
     return expected, True
 
-
-def _norm(name: bytes) -> bytes:
-    """Names as sha256sum users write them: ``./a/b`` and ``a/b`` are the same file."""
-    while name.startswith(b"./"):
-        name = name[2:]
-    return name
 
 
 def audit(

@@ -597,21 +597,16 @@ def _text_entries(manifest: Path) -> Iterator[tuple[bytes, str]]:
                 if fast is not None and not raw.startswith(b"\\"):
                     name = fast.group(2)
                     if name.startswith(b"./"):
-                        name = _norm(name)
+                        name = sha256sum_format.plain_name(name)
                     yield name, fast.group(1).decode("ascii").lower()
                     continue
                 line = sha256sum_format.parse_line(raw[:-1] if raw.endswith(b"\n") else raw,
                                                    lineno)
                 if line is not None:
-                    yield _norm(line.name), line.sha256
+                    yield sha256sum_format.plain_name(line.name), line.sha256
     except sha256sum_format.ManifestSyntaxError as exc:
         raise UsageError(f"{manifest}: not a sha256sum manifest: {exc}") from exc
 
-
-def _norm(name: bytes) -> bytes:
-    while name.startswith(b"./"):
-        name = name[2:]
-    return name
 
 
 def _now() -> str:

@@ -62,11 +62,11 @@ IN_FLIGHT_PER_THREAD = 4
 STALL_POLLS = 10
 
 
-def batches(entries: list[FileEntry], *, max_bytes: int = BATCH_BYTES,
-            max_files: int = BATCH_FILES) -> list[list[FileEntry]]:
+def batches(entries: Sequence[E], *, max_bytes: int = BATCH_BYTES,
+            max_files: int = BATCH_FILES) -> list[list[E]]:
     """Consecutive groups of at most ``max_files`` files or about ``max_bytes`` bytes."""
-    out: list[list[FileEntry]] = []
-    cur: list[FileEntry] = []
+    out: list[list[E]] = []
+    cur: list[E] = []
     size = 0
     for e in entries:
         if cur and (len(cur) >= max_files or size + e.size > max_bytes):
@@ -98,17 +98,7 @@ def plan_batches(entries: Sequence[E], threads: int, *,
     """
     target = batch_bytes(sum(e.size for e in entries), threads, per_thread=per_thread,
                          floor=floor, ceiling=ceiling)
-    out: list[list[E]] = []
-    cur: list[E] = []
-    size = 0
-    for e in entries:
-        if cur and (len(cur) >= max_files or size + e.size > target):
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(e)
-        size += e.size
-    if cur:
-        out.append(cur)
+    out = batches(entries, max_bytes=target, max_files=max_files)
     out.sort(key=lambda b: -sum(e.size for e in b))  # stable: walk order among equals
     return out
 

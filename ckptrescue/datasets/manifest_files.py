@@ -210,15 +210,19 @@ def write_outputs(out: Path, entries: list[ManifestEntry]) -> None:
     tmp.replace(out)
 
 
-def record_manifest(result: ManifestResult) -> None:
-    """The ``manifest.build`` record and the two files as artifacts, for the engine."""
-    artifacts = [
-        result.store(ArtifactData.of_file(result.manifest_path,
-                                          name=Path(result.manifest_path).name, kind="manifest")),
-        result.store(ArtifactData.of_file(result.sidecar_path,
-                                          name=Path(result.sidecar_path).name,
+def manifest_artifacts(result: Recorded, manifest_path: str, sidecar_path: str) -> list[Any]:
+    """The manifest and its sidecar stored as the step's artifacts (build and update)."""
+    return [
+        result.store(ArtifactData.of_file(manifest_path, name=Path(manifest_path).name,
+                                          kind="manifest")),
+        result.store(ArtifactData.of_file(sidecar_path, name=Path(sidecar_path).name,
                                           kind="manifest-sidecar")),
     ]
+
+
+def record_manifest(result: ManifestResult) -> None:
+    """The ``manifest.build`` record and the two files as artifacts, for the engine."""
+    artifacts = manifest_artifacts(result, result.manifest_path, result.sidecar_path)
     summary = result.to_json()
     summary["skipped"] = len(result.skipped)
     result.record("manifest.build", summary, artifacts=artifacts)

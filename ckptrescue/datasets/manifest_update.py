@@ -29,13 +29,14 @@ from ckptrescue.datasets.manifest_files import (
     ManifestEntry,
     UnreadableFile,
     default_jobs,
+    manifest_artifacts,
     read_jsonl_entries,
     sidecar_path,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, Skipped, display, shown_path, to_json_path, walk
 from ckptrescue.errors import UsageError
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import Finding, Recorded, Severity
 
 PREV_SUFFIX = ".prev"
 
@@ -109,6 +110,17 @@ class UpdateResult(Recorded):
         }
 
 
+def require_manifest(out: Path, compared: str) -> Path:
+    """The sidecar of ``out``; one-line errors when the manifest or its sidecar is missing."""
+    side = sidecar_path(out)
+    if not out.is_file():
+        raise UsageError(f"{out}: manifest not found (write one with `manifest build`)")
+    if not side.is_file():
+        raise UsageError(f"{side}: no JSON-lines sidecar: the {compared} an update "
+                         "compares are not recorded (run `manifest build` once)")
+    return side
+
+
 def recorded_checksums(entries: Iterable[ManifestEntry]) -> tuple[str, ...]:
     """The CRC algorithms the manifest's entries carry (``manifest build --checksums``)."""
     names: set[str] = set()
@@ -150,12 +162,7 @@ def update_manifest(
         raise UsageError(f"{dir}: manifest update works on local directories and s3:// "
                          "prefixes only")
     check_paths(root, out)
-    side = sidecar_path(out)
-    if not out.is_file():
-        raise UsageError(f"{out}: manifest not found (write one with `manifest build`)")
-    if not side.is_file():
-        raise UsageError(f"{side}: no JSON-lines sidecar: the sizes and mtimes an update "
-                         "compares are not recorded (run `manifest build` once)")
+    side = require_manifest(out, "sizes and mtimes")
     started = time.monotonic()
     old = {e.rel: e for e in read_jsonl_entries(side)}
     listing = walk(root)
@@ -274,13 +281,7 @@ def replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:
 
 
 def record_update(result: UpdateResult) -> None:
-    artifacts = [
-        result.store(ArtifactData.of_file(result.manifest_path,
-                                          name=Path(result.manifest_path).name, kind="manifest")),
-        result.store(ArtifactData.of_file(result.sidecar_path,
-                                          name=Path(result.sidecar_path).name,
-                                          kind="manifest-sidecar")),
-    ]
+    artifacts = manifest_artifacts(result, result.manifest_path, result.sidecar_path)
     summary = result.to_json()
     for key in ("new", "changed", "deleted", "skipped"):
         summary[key] = len(summary[key])

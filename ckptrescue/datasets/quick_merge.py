@@ -202,20 +202,15 @@ def _text_lines(block: bytes, lineno: int, manifest: Path) -> Iterator[tuple[byt
             fast = _TEXT_LINE.fullmatch(raw)
             if fast is not None and not raw.startswith(b"\\"):
                 name = fast.group(2)
-                yield _norm(name), fast.group(1).lower()
+                yield sha256sum_format.plain_name(name), fast.group(1).lower()
                 continue
             line = sha256sum_format.parse_line(raw[:-1] if raw.endswith(b"\n") else raw,
                                                lineno)
             if line is not None:
-                yield _norm(line.name), line.sha256.encode("ascii")
+                yield sha256sum_format.plain_name(line.name), line.sha256.encode("ascii")
     except sha256sum_format.ManifestSyntaxError as exc:
         raise UsageError(f"{manifest}: not a sha256sum manifest: {exc}") from exc
 
-
-def _norm(name: bytes) -> bytes:
-    while name.startswith(b"./"):
-        name = name[2:]
-    return name
 
 
 def expected_rows(manifest: Path) -> Iterator[Expected]:

@@ -20,17 +20,16 @@ from ckptrescue.datasets.manifest_files import (
     ManifestEntry,
     default_jobs,
     read_jsonl_entries,
-    sidecar_path,
 )
 from ckptrescue.datasets.manifest_update import (
     UpdateResult,
     finish_update,
     prev_path,
     recorded_checksums,
+    require_manifest,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.s3dataset import S3Object, hash_all, list_objects, normalise
-from ckptrescue.errors import UsageError
 
 
 def unchanged(prev: ManifestEntry, now: S3Object) -> bool:
@@ -48,12 +47,7 @@ def update_manifest_s3(url: str, manifest: str, *, jobs: int | None = None,
                        cancel: threading.Event | None = None) -> UpdateResult:
     url = normalise(url)
     out = Path(manifest)
-    side = sidecar_path(out)
-    if not out.is_file():
-        raise UsageError(f"{out}: manifest not found (write one with `manifest build`)")
-    if not side.is_file():
-        raise UsageError(f"{side}: no JSON-lines sidecar: the sizes and ETags an update "
-                         "compares are not recorded (run `manifest build` once)")
+    side = require_manifest(out, "sizes and ETags")
     started = time.monotonic()
     old = {e.rel: e for e in read_jsonl_entries(side)}
     bucket, objects = list_objects(url, endpoint_url=endpoint_url)

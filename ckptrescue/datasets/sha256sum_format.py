@@ -65,6 +65,13 @@ def unescape_name(text: bytes) -> bytes:
     return bytes(out)
 
 
+def plain_name(name: bytes) -> bytes:
+    """Names as sha256sum users write them: ``./a/b`` and ``a/b`` are the same file."""
+    while name.startswith(b"./"):
+        name = name[2:]
+    return name
+
+
 def format_line(sha256: str, name: bytes) -> bytes:
     """One ``sha256sum`` output line for ``name`` (ends in a newline)."""
     if needs_escape(name):
