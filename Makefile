@@ -68,7 +68,7 @@ demo: setup
 	    --title "drill: training run will not resume" -P $(DEMO_DIR)/drill/params.json || rc=$$?; \
 	if [ $$rc -gt 1 ]; then echo "demo: the playbook failed (exit $$rc)" >&2; exit $$rc; fi; \
 	$(VENV)/bin/ckptrescue report $(DEMO_DIR)/case --format html -o $(DEMO_DIR)/report.html; \
-	echo; echo "answer: $$($(VENV)/bin/python -m ckptrescue.answer $(DEMO_DIR)/case)"; \
+	echo; echo "answer: $$($(VENV)/bin/python -m ckptrescue.engine.answer $(DEMO_DIR)/case)"; \
 	echo "report: $$(realpath $(DEMO_DIR)/report.html)"
 
 FUZZ_CASES ?= 100000

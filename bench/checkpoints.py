@@ -32,9 +32,10 @@ CHILD_PROBE = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
-from ckptrescue.probes.checkpoints import probe_paths
-import ckptrescue.formats.torch_zip, ckptrescue.formats.numeric, numpy  # import baseline
-from ckptrescue.probes.checkpoints import formats
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
+import ckptrescue.checkpoints.formats.torch_zip, numpy  # import baseline
+import ckptrescue.checkpoints.formats.numeric
+from ckptrescue.checkpoints.probes.checkpoints import formats
 formats()
 def hwm():
     for line in open("/proc/self/status"):
@@ -101,7 +102,7 @@ def build(path: Path, mib: int) -> None:
 def main() -> None:
     mib = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("CKPT_BENCH_MIB", 1024))
     sys.path.insert(0, str(REPO))
-    from ckptrescue.formats import zipwalk
+    from ckptrescue.checkpoints.formats import zipwalk
 
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-") as tmp:
         path = Path(tmp) / "bench.pt"

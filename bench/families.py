@@ -31,8 +31,8 @@ import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 what, path, jobs = sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
-from ckptrescue.probes.checkpoints import formats, probe_paths
-from ckptrescue.rank import rank
+from ckptrescue.checkpoints.probes.checkpoints import formats, probe_paths
+from ckptrescue.checkpoints.rank import rank
 formats()
 def hwm():
     for line in open("/proc/self/status"):

@@ -7,7 +7,7 @@ in the same run, with a warm page cache and on one core:
 
 * anchor: a plain read of the same files — ``json.loads`` of every line (JSONL),
   ``pyarrow.parquet.read_table(use_threads=False)`` (Parquet);
-* ``ckptrescue.profiles.build.profile_dataset(root, jobs=1)`` (profiles of sketch version
+* ``ckptrescue.datasets.profiles.build.profile_dataset(root, jobs=1)`` (profiles of sketch version
   ``profile.SKETCHES``: statistics computed by blocks of records).
 
 Each side runs twice, interleaved; the run with the least CPU time counts.
@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ckptrescue.profiles.build import profile_dataset, profile_shard  # noqa: E402
+from ckptrescue.datasets.profiles.build import profile_dataset, profile_shard  # noqa: E402
 from fixtures.profiles import jsonl_line, shard_records, write_parquet  # noqa: E402
 
 GOAL = 0.5

@@ -4,7 +4,7 @@ Both run in the same process against the same moto server (127.0.0.1, real HTTP)
 objects, each carrying a server-side SHA256. Printed: the time of each, the ratio (goal >= 5x),
 and the object bytes verify downloaded (must be 0).
 
-The server runs in its own process (``python -m ckptrescue.s3.localserver``) so that its CPU time
+The server runs in its own process (``python -m ckptrescue.stores.s3.localserver``) so that its CPU time
 does not compete with the client's for one interpreter lock. On 127.0.0.1 there is no network, so
 a fixed per-request delay (``S3_BENCH_LATENCY_MS``, default 20 ms, a typical same-region S3
 HEAD round trip) stands in for it: the benchmark measures what concurrency buys a responder on a
@@ -30,13 +30,13 @@ def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("S3_BENCH_N", "5000"))
     latency = float(os.environ.get("S3_BENCH_LATENCY_MS", "20"))
     workers = int(os.environ.get("S3_BENCH_WORKERS", "16"))
-    from ckptrescue.s3.client import ClientOptions, make_client, stats
-    from ckptrescue.s3.localserver import LocalS3, check_moto_checksum_support
-    from ckptrescue.s3.verify import verify_prefix
+    from ckptrescue.stores.s3.client import ClientOptions, make_client, stats
+    from ckptrescue.stores.s3.localserver import LocalS3, check_moto_checksum_support
+    from ckptrescue.stores.s3.verify import verify_prefix
 
     check_moto_checksum_support()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ckptrescue.s3.localserver", "--latency-ms", str(latency)],
+        [sys.executable, "-m", "ckptrescue.stores.s3.localserver", "--latency-ms", str(latency)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdin is not None
     server = LocalS3(endpoint_url=proc.stdout.readline().strip())

@@ -32,11 +32,11 @@ def main() -> int:
     latency = float(os.environ.get("S3_BENCH_LATENCY_MS", "20"))
     size = int(os.environ.get("S3_BENCH_OBJECT_BYTES", "4096"))
     from ckptrescue.datasets.s3dataset import audit_s3
-    from ckptrescue.s3.localserver import LocalS3, check_moto_checksum_support
+    from ckptrescue.stores.s3.localserver import LocalS3, check_moto_checksum_support
 
     check_moto_checksum_support()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ckptrescue.s3.localserver", "--latency-ms", str(latency)],
+        [sys.executable, "-m", "ckptrescue.stores.s3.localserver", "--latency-ms", str(latency)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdin is not None
     server = LocalS3(endpoint_url=proc.stdout.readline().strip())

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 
 def bench_imaging(size_mib: int) -> None:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage.imaging import image
 
     if os.geteuid() != 0:

@@ -28,7 +28,7 @@ def main() -> int:
     large = os.environ.get("CKPTRESCUE_BENCH_SIZE") == "large"
     mib = int(os.environ.get("STORES_BENCH_MIB", "1024" if large else "256"))
     latency = float(os.environ.get("STORES_BENCH_LATENCY_MS", "20"))
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
     from ckptrescue.stores import StoreOptions, open_store, open_view
     from fixtures import stores as fs
 

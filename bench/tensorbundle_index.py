@@ -60,7 +60,7 @@ _PROBE = r"""
 import json, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 import numpy  # noqa: F401 - imported by the numeric scan; excluded like TF's import
 t1 = time.perf_counter()
 [report] = probe_paths([Path(sys.argv[1])])

@@ -46,8 +46,8 @@ _VERIFY = r"""
 import json, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from ckptrescue.checkpoint import ProbeOptions
-from ckptrescue.formats.tensorbundle import probe_bundle
+from ckptrescue.checkpoints.base import ProbeOptions
+from ckptrescue.checkpoints.formats.tensorbundle import probe_bundle
 t1 = time.perf_counter()
 report = probe_bundle(Path(sys.argv[1]), ProbeOptions(numeric=sys.argv[2] == "1"))
 t2 = time.perf_counter()

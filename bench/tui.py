@@ -48,7 +48,7 @@ from pathlib import Path
 from ckptrescue.tui.app import make_app
 case = None
 if sys.argv[1] != "-":
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     case = Case.open(Path(sys.argv[1]))
 app = make_app(case, cases_root=Path(sys.argv[2]))
 seen = {}
@@ -75,7 +75,7 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, dict[str, object
 def main() -> int:
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("TUI_BENCH_REPEAT",
                                                                             "5"))
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     exe = str(Path(sys.executable).with_name("ckptrescue"))
     with tempfile.TemporaryDirectory(prefix="ckptrescue-bench-tui-") as tmp:

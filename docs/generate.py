@@ -72,11 +72,11 @@ def schema() -> str:
 
 
 def step_outputs() -> str:
-    """One table per action: the typed record its steps' outputs hold (ckptrescue/outputs.py)."""
+    """One table per action: the typed record its steps' outputs hold (ckptrescue/engine/outputs.py)."""
     from ckptrescue.actions import registry
 
     lines = ["# Step outputs", "",
-             "Generated from `ckptrescue/outputs.py` by `docs/generate.py`; do not edit by hand.",
+             "Generated from `ckptrescue/engine/outputs.py` by `docs/generate.py`; do not edit by hand.",
              "Each action's steps store their outputs as a JSON artifact of this record type;",
              "playbooks refer to them as `${step_id.field}`, and the CLI, `answer.py`, the",
              "report and the TUI read them by type. Keys not listed are kept as they are.", ""]

@@ -54,8 +54,8 @@ def build_run(run: Path) -> None:
 
 
 def build_case(root: Path) -> object:
-    from ckptrescue import engine
-    from ckptrescue.case import Case
+    from ckptrescue.engine import executor as engine
+    from ckptrescue.record.case import Case
 
     run = root / "run7"
     build_run(run)

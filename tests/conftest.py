@@ -47,7 +47,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def case(tmp_path: Path):  # noqa: ANN201
     """A fresh case directory."""
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     return Case.create(tmp_path / "case", title="test case", examiner="pytest")
 

@@ -1,7 +1,7 @@
 """Built-in engine actions, registered in one place.
 
 Each module in this package defines ``ACTIONS``: classes derived from
-:class:`ckptrescue.action.Action`. :func:`registry` collects them by name. Playbooks, the CLI
+:class:`ckptrescue.engine.action.Action`. :func:`registry` collects them by name. Playbooks, the CLI
 and the TUI refer to actions only by these names — never to shell text.
 """
 
@@ -13,7 +13,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ckptrescue.action import Action
+    from ckptrescue.engine.action import Action
 
 
 @cache

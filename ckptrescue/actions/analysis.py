@@ -8,10 +8,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.events import Event
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import DatasetCompareOutput, DatasetProfileOutput, TrainStateOutput
 from ckptrescue.model import Finding, Severity
-from ckptrescue.outputs import DatasetCompareOutput, DatasetProfileOutput, TrainStateOutput
 
 SPOT_SHARDS = 5  # spot checks drawn for at most this many flagged shards
 
@@ -41,7 +41,7 @@ Exit 0 when nothing is found, 1 otherwise."""
         return [f"compare consecutive checkpoints under {args['run_dir']} (static reads)"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.trainstate.analysis import analyse, run_checkpoints
+        from ckptrescue.datasets.trainstate.analysis import analyse, run_checkpoints
 
         result = yield from ctx.blocking(
             lambda p: analyse(run_checkpoints(Path(args["run_dir"])), progress=p),
@@ -90,8 +90,8 @@ Compare two profiles (or the shards of one) with `dataset compare`."""
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.actions._util import refuse_unsafe_output
-        from ckptrescue.profiles.build import profile_dataset
-        from ckptrescue.profiles.profile import save
+        from ckptrescue.datasets.profiles.build import profile_dataset
+        from ckptrescue.datasets.profiles.profile import save
 
         if args.get("output"):
             refuse_unsafe_output(ctx.case, str(args["output"]))
@@ -159,8 +159,8 @@ Exit 0 when nothing deviates, 1 otherwise."""
                 f"{args['baseline'] if args.get('current') else 'the rest of its shards'}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.datasets.profiles.compare import compare
         from ckptrescue.errors import UsageError
-        from ckptrescue.profiles.compare import compare
 
         mode = args.get("mode") or "versions"
         if mode not in ("versions", "shards"):
@@ -185,15 +185,15 @@ Exit 0 when nothing deviates, 1 otherwise."""
 
 
 def _profile_of(path: str) -> Any:
-    from ckptrescue.profiles.build import profile_dataset
-    from ckptrescue.profiles.profile import load
+    from ckptrescue.datasets.profiles.build import profile_dataset
+    from ckptrescue.datasets.profiles.profile import load
 
     return profile_dataset(path) if Path(path).is_dir() else load(path)
 
 
 def _spot_checks(result: Any, baseline: Any, current: Any, *, seed: int,
                  k: int) -> list[dict[str, Any]]:
-    from ckptrescue.profiles.spotcheck import sample_records
+    from ckptrescue.datasets.profiles.spotcheck import sample_records
 
     if k <= 0:
         return []

@@ -6,11 +6,11 @@ import shlex
 from collections.abc import Generator
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
 from ckptrescue.effects.runner import ToolCall
-from ckptrescue.events import Event, GateReached
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.events import Event, GateReached
+from ckptrescue.engine.outputs import CaseVerifyOutput, CollectLogsOutput, ConfirmOutput, ExecOutput
 from ckptrescue.model import AuditEvent, Finding, Severity
-from ckptrescue.outputs import CaseVerifyOutput, CollectLogsOutput, ConfirmOutput, ExecOutput
 
 
 class Confirm(Action):
@@ -110,7 +110,7 @@ class CollectLogs(Action):
             ArgSpec("k8s_context", "string", help="kubectl context."))
 
     def _calls(self, args: dict[str, Any]) -> list[tuple[str, ...]]:
-        from ckptrescue.collect.host import Kube, Window, tool_calls
+        from ckptrescue.storage.collect.host import Kube, Window, tool_calls
 
         k8s = Kube(str(args["k8s_namespace"]), tuple(p for p in args.get("pods") or () if p),
                    args.get("k8s_context") or None) if args.get("k8s_namespace") else None
@@ -130,7 +130,7 @@ class CollectLogs(Action):
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         import shutil
 
-        from ckptrescue.collect.host import SYSTEM_LOGS, read_logs
+        from ckptrescue.storage.collect.host import SYSTEM_LOGS, read_logs
 
         collected: dict[str, Any] = {}
         for argv in self._calls(args):

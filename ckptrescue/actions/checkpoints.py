@@ -8,7 +8,8 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import (
+from ckptrescue.actions.in_place import in_place
+from ckptrescue.engine.action import (
     Action,
     ActionResult,
     ArgSpec,
@@ -17,11 +18,10 @@ from ckptrescue.action import (
     from_library,
     with_findings,
 )
-from ckptrescue.actions.in_place import in_place
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import ProbeOutput, RankOutput, SalvageOutput
 from ckptrescue.errors import CkptRescueError, UsageError
-from ckptrescue.events import Event
 from ckptrescue.model import AuditEvent
-from ckptrescue.outputs import ProbeOutput, RankOutput, SalvageOutput
 
 
 class Probe(Action):
@@ -63,7 +63,7 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
         return lines
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.probes.checkpoints import probe_paths, probe_records
+        from ckptrescue.checkpoints.probes.checkpoints import probe_paths, probe_records
 
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
         with in_place(paths, args.get("endpoint_url")) as (local, views):
@@ -133,7 +133,7 @@ when nothing at all could be recovered."""
                 + (f", filling from {args['fill_from']}" if args.get("fill_from") else "")]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.salvage import salvage
+        from ckptrescue.checkpoints.salvage import salvage
 
         targets = self._targets(args)
         base = Path(args.get("out_dir") or ctx.work_dir("salvage"))
@@ -232,7 +232,7 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
         lines = [f"probe and rank every checkpoint under {args['run_dir']}"
                  + (" (with sandboxed real loads)" if args.get("load") else "")]
         if args.get("eval"):
-            from ckptrescue.probes.evalhook import argv_template
+            from ckptrescue.checkpoints.probes.evalhook import argv_template
 
             lines.append("run " + shlex.join(argv_template(args["eval"]))
                          + " confined (read-only filesystem, no network) on resumable "
@@ -240,8 +240,8 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
         return lines
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.probes.checkpoints import probe_records
-        from ckptrescue.rank import rank
+        from ckptrescue.checkpoints.probes.checkpoints import probe_records
+        from ckptrescue.checkpoints.rank import rank
 
         probed = any(issubclass(a, Probe) for a in ctx.plan_actions)
         case = ctx.case  # read only (sandboxed loads); the records travel on the result
@@ -277,7 +277,7 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
 def _eval_accept(args: dict[str, Any], case: Any, evals: list[Any]) -> Any:
     """``rank``'s ``accept``: the responder's eval of one candidate (its result kept in
     ``evals``); passes when the eval passes."""
-    from ckptrescue.probes.evalhook import argv_template, run_eval
+    from ckptrescue.checkpoints.probes.evalhook import argv_template, run_eval
 
     template = argv_template(args["eval"])
     opts = {"timeout_s": float(args.get("eval_timeout") or 600.0),

@@ -7,10 +7,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import DrillLoadOutput
 from ckptrescue.errors import UsageError
-from ckptrescue.events import Event
-from ckptrescue.outputs import DrillLoadOutput
 
 
 class DrillLoad(Action):

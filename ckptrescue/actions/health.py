@@ -8,9 +8,9 @@ import stat
 from collections.abc import Generator
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.events import Event
-from ckptrescue.outputs import DeviceHealthOutput
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import DeviceHealthOutput
 
 
 class DeviceHealth(Action):

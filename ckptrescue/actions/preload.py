@@ -8,10 +8,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import GateOutput, QuarantineOutput
 from ckptrescue.errors import UsageError
-from ckptrescue.events import Event
-from ckptrescue.outputs import GateOutput, QuarantineOutput
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -30,10 +30,10 @@ class DatasetQuarantine(Action):
 Write the quarantine list of a dataset: every file a manifest audit found corrupted, changed,
 missing or unreadable, and every bad record `dataset verify` named (JSONL line, TFRecord
 record, Parquet row group; a tar shard whole when its bad member names no sample), as JSON
-(schema ckptrescue.quarantine/1) and as a plain list of whole bad files. Sources: --audit and
+(schema ckptrescue.datasets.quarantine/1) and as a plain list of whole bad files. Sources: --audit and
 --verify JSON files (the commands' --json output), else every audit and verify of the case.
 
-Training reads it with ckptrescue.quarantine: a torch Dataset/IterableDataset wrapper, a
+Training reads it with ckptrescue.datasets.quarantine: a torch Dataset/IterableDataset wrapper, a
 WebDataset shard list and sample filter, a Hugging Face datasets filter (docs/datasets.md)."""
     examples = ("ckptrescue dataset quarantine /data/train --case /cases/INC-7 "
                 "-o /cases/INC-7/quarantine.json",
@@ -54,10 +54,10 @@ WebDataset shard list and sample filter, a Hugging Face datasets filter (docs/da
         return [f"quarantine list of {args['dir']} -> {args['output']}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.answer import outputs_of
+        from ckptrescue.datasets.quarantine.listing import build
+        from ckptrescue.engine.answer import outputs_of
+        from ckptrescue.engine.outputs import DatasetVerifyOutput, ManifestAuditOutput
         from ckptrescue.errors import UsageError
-        from ckptrescue.outputs import DatasetVerifyOutput, ManifestAuditOutput
-        from ckptrescue.quarantine.listing import build
 
         root = Path(args["dir"])
         out = Path(args["output"])
@@ -117,8 +117,8 @@ whose ETag changed since the manifest always checked (--strict-mtime: refused). 
 checkpoint (file or directory, no --manifest): the static probe (structure, every CRC, pickle
 safety, shard/rank completeness) must say intact (--allow-suspect: or suspect).
 
-In Python: ckptrescue.gate.gate_dataset / gate_checkpoint, and
-ckptrescue.verified_load.load_verified for a torch.load that verifies first."""
+In Python: ckptrescue.datasets.gate.gate_dataset / gate_checkpoint, and
+ckptrescue.checkpoints.verified_load.load_verified for a torch.load that verifies first."""
     examples = ("ckptrescue gate /data/train --manifest /data/train.sha256 --sample 0.01",
                 "ckptrescue gate ckpt/global_step1200 && torchrun train.py --resume")
     output_type = GateOutput
@@ -143,7 +143,7 @@ ckptrescue.verified_load.load_verified for a torch.load that verifies first."""
         return [f"gate the {what} {args['target']}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.gate import gate_checkpoint, gate_dataset
+        from ckptrescue.datasets.gate import gate_checkpoint, gate_dataset
 
         target = str(args["target"])
         if "://" in target and not (args.get("manifest") and target.startswith("s3://")):

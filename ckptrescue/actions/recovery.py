@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, from_library
-from ckptrescue.events import Event
-from ckptrescue.outputs import RecoverOutput
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import RecoverOutput
 
 _DIR_HELP = "Dataset directory (read only, never written)."
 

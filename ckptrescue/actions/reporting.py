@@ -6,10 +6,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.events import Event
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import ReportOutput
 from ckptrescue.model import ArtifactData
-from ckptrescue.outputs import ReportOutput
 
 
 class Report(Action):

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from ckptrescue.action import (
+from ckptrescue.actions._util import progress_adapter
+from ckptrescue.engine.action import (
     Action,
     ActionResult,
     ArgSpec,
@@ -17,9 +18,8 @@ from ckptrescue.action import (
     records_of,
     with_findings,
 )
-from ckptrescue.actions._util import progress_adapter
-from ckptrescue.events import Event
-from ckptrescue.outputs import (
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import (
     S3HistoryOutput,
     S3PreflightOutput,
     S3PreserveOutput,
@@ -39,7 +39,7 @@ _COMMON = (
 
 
 def _options(args: dict[str, Any]) -> Any:
-    from ckptrescue.s3.client import ClientOptions
+    from ckptrescue.stores.s3.client import ClientOptions
 
     return ClientOptions(endpoint_url=args.get("endpoint_url") or None,
                          profile=args.get("profile") or None, region=args.get("region") or None,
@@ -73,7 +73,7 @@ Exit 0 when everything matches, 1 on a mismatch or a missing file/object."""
                 f"{_endpoint(args)}; hash {args['local_dir']} locally"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.s3.verify import VerifyFailed, verify_prefix
+        from ckptrescue.stores.s3.verify import VerifyFailed, verify_prefix
 
         try:
             result = yield from ctx.blocking(lambda p: verify_prefix(
@@ -117,7 +117,7 @@ class S3History(Action):
                 f"{args['url']}{_endpoint(args)}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.s3.history import history
+        from ckptrescue.stores.s3.history import history
 
         result = yield from ctx.blocking(lambda p: history(
             args["url"], client_options=_options(args), manifest=args.get("manifest") or None,
@@ -147,7 +147,7 @@ Exit 0 when versioning and Object Lock keep immutable versions, 1 otherwise (cop
         return [f"GetBucketVersioning + GetObjectLockConfiguration for {args['url']}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.s3.preflight import preflight
+        from ckptrescue.stores.s3.preflight import preflight
 
         result = preflight(args["url"], client_options=_options(args))
         yield ctx.output(str(result.to_json()))
@@ -173,7 +173,7 @@ A mismatch is a finding; bytes are kept as received, hashed and inventoried."""
                 "CASE/evidence, hashed and inventoried"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.s3.preserve import preserve
+        from ckptrescue.stores.s3.preserve import preserve
 
         result = yield from ctx.blocking(lambda p: preserve(
             args["url"], case=ctx.case, all_versions=bool(args["all_versions"]),
@@ -206,7 +206,7 @@ class S3Restore(Action):
                 "bucket), verified"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.s3.restore import restore
+        from ckptrescue.stores.s3.restore import restore
 
         to = args.get("to") or str(ctx.work_dir("recovery"))
         result = yield from ctx.blocking(lambda p: restore(

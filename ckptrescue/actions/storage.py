@@ -7,10 +7,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.actions._util import progress_adapter
-from ckptrescue.events import Event
-from ckptrescue.outputs import (
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import (
     CopyOutput,
     ExtractOutput,
     FsInspectOutput,

@@ -10,10 +10,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext, findings_of
-from ckptrescue.events import Event
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, findings_of
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import StoreResultOutput
 from ckptrescue.model import AuditEvent, Severity
-from ckptrescue.outputs import StoreResultOutput
 
 _URL = ArgSpec("url", "string", required=True, positional=True, metavar="URL",
                help="s3://BUCKET/KEY, az://ACCOUNT/CONTAINER/BLOB (or https://ACCOUNT.blob."

@@ -7,9 +7,9 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.action import Action, ActionResult, ArgSpec, StepContext
-from ckptrescue.events import Event
-from ckptrescue.outputs import WatchPassOutput
+from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.events import Event
+from ckptrescue.engine.outputs import WatchPassOutput
 
 
 class WatchPass(Action):
@@ -32,10 +32,10 @@ class WatchPass(Action):
         return [f"watch pass over {args['source']}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.datasets.watch.alerts import post_webhook, write_textfile
+        from ckptrescue.datasets.watch.passes import run_pass
+        from ckptrescue.datasets.watch.state import WatchState
         from ckptrescue.errors import UsageError
-        from ckptrescue.watch.alerts import post_webhook, write_textfile
-        from ckptrescue.watch.passes import run_pass
-        from ckptrescue.watch.state import WatchState
 
         source = str(args["source"])
         state_path = Path(args["state"]).absolute()

@@ -30,7 +30,7 @@ def new(
 
         ckptrescue case new /cases/INC-042 --title "run 7 will not resume" --examiner alice
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     case = Case.create(case_dir, title=title, examiner=examiner)
     if as_json:
@@ -47,7 +47,7 @@ def show(case_dir: CaseArg, as_json: JsonOpt = False) -> None:
 
         ckptrescue case show /cases/INC-042 --json
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     summary = Case.open(case_dir).summary()
     if as_json:
@@ -81,7 +81,7 @@ def verify(
 
         ckptrescue case verify /cases/INC-042 --expect-head 3f1c...e9
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     report = Case.open(case_dir).verify(expect_head=expect_head)
     if as_json:
@@ -106,7 +106,7 @@ def seal(case_dir: CaseArg, as_json: JsonOpt = False) -> None:
 
         ckptrescue case seal /cases/INC-042
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     head = Case.open(case_dir).seal()
     if as_json:

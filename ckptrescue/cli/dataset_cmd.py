@@ -9,11 +9,10 @@ from typing import Any
 
 import typer
 
-from ckptrescue.action import ArgSpec
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
-from ckptrescue.errors import ExitCode
-from ckptrescue.outputs import (
+from ckptrescue.engine.action import ArgSpec
+from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
     DatasetProfileOutput,
     DatasetVerifyOutput,
@@ -22,6 +21,7 @@ from ckptrescue.outputs import (
     ManifestUpdateOutput,
     QuarantineOutput,
 )
+from ckptrescue.errors import ExitCode
 
 manifest_app = typer.Typer(help="Checksum manifests of dataset directories (sha256sum format).",
                            no_args_is_help=True)

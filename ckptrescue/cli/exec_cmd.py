@@ -8,16 +8,16 @@ from typing import Any
 
 import typer
 
-from ckptrescue.action import ArgSpec
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json
+from ckptrescue.engine.action import ArgSpec
+from ckptrescue.engine.outputs import ExecOutput
 from ckptrescue.errors import ExitCode
-from ckptrescue.outputs import ExecOutput
 
 
 def dry_run(args: dict[str, Any], options: dict[str, Any], plan: Any) -> int | None:
     """``--dry-run``: show what would run, run nothing."""
-    from ckptrescue import engine
+    from ckptrescue.engine import executor as engine
 
     if not options["dry_run"]:
         return None

@@ -34,11 +34,11 @@ from ckptrescue.cli.options import CaseDirOpt, JsonOpt, OptionalCaseOpt
 from ckptrescue.errors import ExitCode, ToolFailedError
 
 if TYPE_CHECKING:
-    from ckptrescue.action import Action, ArgSpec
-    from ckptrescue.case import Case
-    from ckptrescue.engine import Plan
+    from ckptrescue.engine.action import Action, ArgSpec
+    from ckptrescue.engine.executor import Plan
+    from ckptrescue.engine.outputs import StepOutputs
     from ckptrescue.model import Finding
-    from ckptrescue.outputs import StepOutputs
+    from ckptrescue.record.case import Case
 
 CASE = "case"  # the names of the two common options in ``Command.order``
 JSON = "json"
@@ -230,7 +230,7 @@ def split_values(command: Command, action: type[Action],
 @contextmanager
 def open_case(mode: str, case_dir: Path | None, *, title: str) -> Iterator[Case]:
     """The case a command records into: ``--case``, or a temporary one removed afterwards."""
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     if case_dir is not None:
         yield Case.open_or_create(case_dir, title=title) if mode == "create" \
@@ -254,9 +254,9 @@ def step_error(status: str, error: str | None, exit_code: int | None, hint: str 
 
 
 def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> int:
-    from ckptrescue import engine
     from ckptrescue.cli.render import EventPrinter
-    from ckptrescue.events import FindingEmitted, StepFinished, StepProgress
+    from ckptrescue.engine import executor as engine
+    from ckptrescue.engine.events import FindingEmitted, StepFinished, StepProgress
 
     args, options = split_values(command, action, values)
     if command.check is not None:

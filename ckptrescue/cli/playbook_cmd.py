@@ -139,11 +139,11 @@ def run(
 
         ckptrescue playbook run probe-checkpoints --case /cases/INC-042 -p run_dir=/mnt/ckpts
     """
-    from ckptrescue import engine
-    from ckptrescue.case import Case
     from ckptrescue.cli.render import EventPrinter
-    from ckptrescue.events import RunFinished, StepFinished
+    from ckptrescue.engine import executor as engine
+    from ckptrescue.engine.events import RunFinished, StepFinished
     from ckptrescue.playbook import params
+    from ckptrescue.record.case import Case
 
     given = params.load_file(params_file) if params_file else {}
     given.update(params.parse_assignments(param or []))

@@ -7,8 +7,8 @@ import typer
 
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, info, say
+from ckptrescue.engine.outputs import ProbeOutput, RankOutput, SalvageOutput
 from ckptrescue.errors import ExitCode
-from ckptrescue.outputs import ProbeOutput, RankOutput, SalvageOutput
 
 
 def render_probe(result: StepResult) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ckptrescue.events import (
+from ckptrescue.engine.events import (
     Event,
     FindingEmitted,
     GateReached,

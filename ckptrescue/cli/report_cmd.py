@@ -11,7 +11,7 @@ import typer
 from ckptrescue.cli.output import info
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 
 def report(
@@ -34,7 +34,7 @@ def report(
 
         ckptrescue report /cases/INC-042 --format html -o /cases/INC-042/report.html
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.report.render import check_output, render
 
     case = Case.open(case_dir)

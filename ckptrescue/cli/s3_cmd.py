@@ -1,6 +1,6 @@
 """``ckptrescue s3 verify|history|preflight|preserve|restore``: generated from the s3.* actions.
 
-Every command reads through the read-only client (ckptrescue.s3.client): the kit never writes to
+Every command reads through the read-only client (ckptrescue.stores.s3.client): the kit never writes to
 a bucket. Connection options: --endpoint-url, --profile, --region, --checksum-when, plus the
 standard AWS environment variables (AWS_ENDPOINT_URL, AWS_PROFILE, AWS_REGION, credentials).
 """
@@ -11,17 +11,17 @@ from typing import Any
 
 import typer
 
-from ckptrescue.action import ArgSpec
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, info, say
-from ckptrescue.errors import ExitCode
-from ckptrescue.outputs import (
+from ckptrescue.engine.action import ArgSpec
+from ckptrescue.engine.outputs import (
     S3HistoryOutput,
     S3PreflightOutput,
     S3PreserveOutput,
     S3RestoreOutput,
     S3VerifyOutput,
 )
+from ckptrescue.errors import ExitCode
 
 s3_app = typer.Typer(help="S3 integrity: server-side checksums, version history, known-good "
                           "restore. Read-only: never writes to a bucket.", no_args_is_help=True)

@@ -11,8 +11,7 @@ import typer
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.options import JsonOpt
 from ckptrescue.cli.output import emit_json, info, say
-from ckptrescue.errors import ExitCode
-from ckptrescue.outputs import (
+from ckptrescue.engine.outputs import (
     CopyOutput,
     ExtractOutput,
     FsInspectOutput,
@@ -21,6 +20,7 @@ from ckptrescue.outputs import (
     MountOutput,
     TriageOutput,
 )
+from ckptrescue.errors import ExitCode
 
 fs_app = typer.Typer(help="Filesystem state, read-only (XFS, ext4, ZFS, device health).",
                      no_args_is_help=True)

@@ -7,8 +7,8 @@ import typer
 
 from ckptrescue.cli.from_action import Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
+from ckptrescue.engine.outputs import StoreResultOutput
 from ckptrescue.errors import ExitCode
-from ckptrescue.outputs import StoreResultOutput
 
 store_app = typer.Typer(help="Object stores (S3, Azure Blob, GCS), read-only: checksums, "
                              "versions, retention, preserve and restore into local folders.",

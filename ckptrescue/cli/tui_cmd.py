@@ -24,7 +24,7 @@ def tui(
 
         ckptrescue tui --case /cases/INC-042
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     case = None
     if case_dir is not None:

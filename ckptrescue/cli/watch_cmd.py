@@ -56,12 +56,12 @@ def watch(
             --manifest /data/train.sha256 --webhook http://alerts:9000/hook \\
             --prometheus-textfile /var/lib/node_exporter/ckptrescue.prom
     """
-    from ckptrescue import engine
-    from ckptrescue.case import Case
     from ckptrescue.cli.from_action import step_error
     from ckptrescue.datasets.s3dataset import is_s3
+    from ckptrescue.engine import executor as engine
+    from ckptrescue.engine.events import StepFinished
     from ckptrescue.errors import EvidenceError, ExitCode
-    from ckptrescue.events import StepFinished
+    from ckptrescue.record.case import Case
 
     if not is_s3(source) and not Path(source).is_dir():
         raise EvidenceError(f"{source}: not a directory (watch a dataset directory or an "
@@ -74,7 +74,7 @@ def watch(
                             if prometheus_textfile else None}
     collector = None
     if not is_s3(source):
-        from ckptrescue.watch.local import ChangeCollector
+        from ckptrescue.datasets.watch.local import ChangeCollector
 
         collector = ChangeCollector(source)
     done = 0

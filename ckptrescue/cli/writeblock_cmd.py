@@ -33,7 +33,7 @@ def status(case_dir: OptionalCaseOpt = None, as_json: JsonOpt = False) -> None:
         ckptrescue writeblock status --case /cases/INC-042
         ckptrescue writeblock status --json
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage import writeblock
 
     rows = writeblock.status(Case.open(case_dir) if case_dir is not None else None)
@@ -73,7 +73,7 @@ def release(
         ckptrescue writeblock release /dev/sdb --case /cases/INC-042
         ckptrescue writeblock release /cases/INC-042/images/sdb.img --case /cases/INC-042
     """
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage import writeblock
 
     records = writeblock.release(target, Case.open(case_dir))

@@ -1,4 +1,4 @@
-"""Codes emitted for multi-rank checkpoint families (``ckptrescue/families/``): the generic
+"""Codes emitted for multi-rank checkpoint families (``ckptrescue/checkpoints/families/``): the generic
 completeness and cross-rank rules, run-level pointers, DeepSpeed and Megatron-LM / NeMo.
 FM050-FM099 (FSDP/DCP, Lightning, Accelerate, Orbax) live in ``codes/family_more.py``.
 

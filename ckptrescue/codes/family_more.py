@@ -1,5 +1,5 @@
 """Codes emitted for the FSDP/DCP, Lightning, Accelerate and Orbax families
-(``ckptrescue/families/{fsdp,lightning,accelerate,orbax}.py``): FM050-FM099. The generic codes
+(``ckptrescue/checkpoints/families/{fsdp,lightning,accelerate,orbax}.py``): FM050-FM099. The generic codes
 (a missing rank FM001, a rank from another step FM002, disagreeing optimizer counters FM004, a
 torn rank file FM007, pointers FM020-FM023) are in ``codes/family.py``.
 

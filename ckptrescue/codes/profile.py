@@ -1,4 +1,4 @@
-"""Codes emitted by dataset profiles and their comparison (DP, ``ckptrescue.profiles``).
+"""Codes emitted by dataset profiles and their comparison (DP, ``ckptrescue.datasets.profiles``).
 
 DP001-DP049 are reserved for profiles. Each flag names the shard, field, test, statistic,
 effect size and threshold in its details (docs/profiles.md).

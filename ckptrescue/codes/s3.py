@@ -1,4 +1,4 @@
-"""Codes emitted by the S3 integrity commands (``ckptrescue.s3``)."""
+"""Codes emitted by the S3 integrity commands (``ckptrescue.stores.s3``)."""
 
 from ckptrescue.model import Severity
 

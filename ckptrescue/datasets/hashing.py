@@ -58,7 +58,7 @@ CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32")
 def checksum_hashers(names: tuple[str, ...]) -> dict[str, Any]:
     """Streaming hashers for ``names`` (S3's algorithm names; see :data:`CHECKSUMS`)."""
     from ckptrescue.errors import UsageError
-    from ckptrescue.s3.checksums import new_hasher
+    from ckptrescue.stores.s3.checksums import new_hasher
 
     out: dict[str, Any] = {}
     for name in names:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import IO
 
+from ckptrescue.checkpoints.formats.jsondepth import too_deep
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome
-from ckptrescue.formats.jsondepth import too_deep
 
 MAX_LINE = 64 << 20
 # json.loads recurses once per level (RecursionError near 1000); deeper lines are not parsed

@@ -263,8 +263,8 @@ class S3Source:
     PER_KEY_LIMIT = 1000
 
     def __init__(self, url: str, *, endpoint_url: str | None = None, targets: int = 0) -> None:
-        from ckptrescue.s3.client import make_client
-        from ckptrescue.s3.urls import parse_s3_url
+        from ckptrescue.stores.s3.client import make_client
+        from ckptrescue.stores.s3.urls import parse_s3_url
 
         parsed = parse_s3_url(url)
         self.bucket = parsed.bucket
@@ -274,7 +274,7 @@ class S3Source:
         self.versions: dict[str, list[Any]] = {}
         self.listed_all = targets > self.PER_KEY_LIMIT
         if self.listed_all:
-            from ckptrescue.s3.objects import list_versions
+            from ckptrescue.stores.s3.objects import list_versions
 
             listing_prefix = self.prefix + "/" if self.prefix else ""
             self.versions = list_versions(self.client, self.bucket, listing_prefix)
@@ -284,7 +284,7 @@ class S3Source:
 
     def _versions_of(self, key: str) -> list[Any]:
         if not self.listed_all and key not in self.versions:
-            from ckptrescue.s3.objects import list_versions
+            from ckptrescue.stores.s3.objects import list_versions
 
             self.versions[key] = list_versions(self.client, self.bucket, key,
                                                exact=True).get(key, [])
@@ -313,7 +313,7 @@ class S3Source:
             yield Candidate(label, entry.size, self._downloader(key, entry.version_id))
 
     def _downloader(self, key: str, version_id: str) -> Opener:
-        from ckptrescue.s3.objects import download_verified
+        from ckptrescue.stores.s3.objects import download_verified
 
         def write_to(dest: IO[bytes]) -> str | None:
             got = download_verified(self.client, self.bucket, key, dest, version_id=version_id)

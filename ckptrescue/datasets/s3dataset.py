@@ -69,15 +69,15 @@ class S3Object:
 
 
 def read_client(endpoint_url: str | None) -> Any:
-    from ckptrescue.s3.client import make_client
+    from ckptrescue.stores.s3.client import make_client
 
     return make_client(endpoint_url=endpoint_url)
 
 
 def list_objects(url: str, *, endpoint_url: str | None = None) -> tuple[str, list[S3Object]]:
     """(bucket, objects under the prefix) with keys relative to the prefix."""
-    from ckptrescue.s3.client import translate_error
-    from ckptrescue.s3.urls import parse_s3_url
+    from ckptrescue.stores.s3.client import translate_error
+    from ckptrescue.stores.s3.urls import parse_s3_url
 
     parsed = parse_s3_url(url)
     prefix = parsed.key if not parsed.key or parsed.key.endswith("/") else parsed.key + "/"
@@ -107,8 +107,8 @@ def _etag(value: Any) -> str | None:
 
 
 def _stats_of(client: Any) -> Any:
-    """The kit client's :func:`~ckptrescue.s3.client.stats` (None for another client)."""
-    from ckptrescue.s3.client import stats
+    """The kit client's :func:`~ckptrescue.stores.s3.client.stats` (None for another client)."""
+    from ckptrescue.stores.s3.client import stats
 
     try:
         return stats(client)
@@ -309,7 +309,7 @@ def _audit_batch(endpoint_url: str | None, bucket: str, batch: list[S3Object],
                  use_stored: bool, wanted: dict[bytes, Wanted] | None = None
                  ) -> tuple[list[Verified], int]:
     """Each object checked by a stored checksum or downloaded; and the bytes downloaded."""
-    from ckptrescue.s3.client import stats
+    from ckptrescue.stores.s3.client import stats
 
     client = read_client(endpoint_url)  # each worker its own read-only client
     out: list[Verified] = []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.checkpoint import CheckpointReport, ProbeOptions, formats
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, formats
 from ckptrescue.drill import faults, xfsimage
 from ckptrescue.errors import UsageError
 
@@ -211,7 +211,7 @@ def full_incident_params(result: DrillResult) -> dict[str, Any]:
 def _seed_bucket(out: Path, run: Path, pristine: Path, found: list[dict[str, Any]]
                  ) -> dict[str, Any]:
     from ckptrescue.drill import s3daemon
-    from ckptrescue.s3.localserver import DUMMY_CREDENTIALS
+    from ckptrescue.stores.s3.localserver import DUMMY_CREDENTIALS
 
     info = s3daemon.spawn(out)
     import boto3

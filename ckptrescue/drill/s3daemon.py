@@ -66,7 +66,7 @@ def stop(state_dir: Path) -> bool:
 
 
 def main() -> None:
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     state_dir = Path(sys.argv[1])
     server = start_local_s3()

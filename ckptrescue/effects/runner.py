@@ -34,7 +34,7 @@ from ckptrescue.errors import ToolMissingError
 from ckptrescue.guard import attachments as guard_attachments
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024

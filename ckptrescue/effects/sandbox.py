@@ -42,7 +42,7 @@ from ckptrescue.effects.confine import PROC_READ_ONLY  # the child is root there
 from ckptrescue.effects.runner import SubprocessRunner
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 BWRAP = "bwrap"
 CHILD_MAX_FILE = 4 << 30  # a .keras load unpacks its weights file

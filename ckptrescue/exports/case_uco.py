@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ckptrescue.audit import GENESIS, verify_lines
 from ckptrescue.exports.records import canonical_text, describe_record, iso_utc, parse_time
+from ckptrescue.record.audit import GENESIS, verify_lines
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 CASE_VERSION = "case-1.5.0"  # the ontology version case_validate checks this export against
 

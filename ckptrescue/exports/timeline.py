@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ckptrescue.audit import verify_lines
 from ckptrescue.exports.records import describe_record, iso_utc, parse_time
+from ckptrescue.record.audit import verify_lines
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 # Timesketch's mandatory fields, then ours; attributes never take these names.
 CORE_FIELDS = ("message", "datetime", "timestamp", "timestamp_desc")
@@ -455,7 +455,7 @@ def _cloudtrail_event(event: dict[str, Any], bucket: str, key: str, order: tuple
 def _cloudtrail_file_events(case: Case, sha: str, seq: int) -> Iterator[TimelineEvent]:
     """Raw CloudTrail files kept in the case: every event, not only S3 data events."""
     from ckptrescue.errors import CkptRescueError
-    from ckptrescue.s3 import cloudtrail
+    from ckptrescue.stores.s3 import cloudtrail
 
     try:
         raw_events = list(cloudtrail.iter_records(case.artifact_path(sha)))

@@ -13,12 +13,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from ckptrescue import __version__, provenance
-from ckptrescue.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
-from ckptrescue.audit import utc_now
-from ckptrescue.case import Case
-from ckptrescue.model import Severity
-from ckptrescue.outputs import (
+from ckptrescue import __version__
+from ckptrescue.engine.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
+from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
     ImageOutput,
     LocateOutput,
@@ -27,6 +24,10 @@ from ckptrescue.outputs import (
     S3VerifyOutput,
     TrainStateOutput,
 )
+from ckptrescue.model import Severity
+from ckptrescue.record import provenance
+from ckptrescue.record.audit import utc_now
+from ckptrescue.record.case import Case
 
 SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
 _MAP_WIDTH = 900

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.case import Case
 from ckptrescue.errors import UsageError
+from ckptrescue.record.case import Case
 from ckptrescue.report import model as report_model
 from ckptrescue.resources import data_dir
 

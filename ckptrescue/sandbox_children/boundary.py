@@ -137,7 +137,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 
 def allowed_globals() -> frozenset[str]:
     """The exact qualified globals an unpickler in the child may resolve."""
-    from ckptrescue.formats import pickle_scan
+    from ckptrescue.checkpoints.formats import pickle_scan
 
     return frozenset(pickle_scan.exact_allowed_globals())
 

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.sandbox_children import boundary
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
-    from ckptrescue.checkpoint import CheckpointReport
+    from ckptrescue.checkpoints.base import CheckpointReport
+    from ckptrescue.record.case import Case
 
 TF_FORMATS = ("tf-tensorbundle", "tf-savedmodel")
 PROGRESS = "progress"
@@ -113,8 +113,8 @@ def _in_progress(progress: str) -> str | None:
 
 def apply_result(report: CheckpointReport, result: dict[str, Any]) -> None:
     """Record one prefix's TF outcome on its report: ``report.load`` + an LD finding."""
+    from ckptrescue.checkpoints.probes.checkpoint_load import disagree
     from ckptrescue.model import Finding, Severity
-    from ckptrescue.probes.checkpoint_load import disagree
 
     report.load = {"status": "ok" if result.get("list_ok") and not result.get("errors")
                    else "error", "loader": "tensorflow", "result": result}
@@ -149,7 +149,7 @@ def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
                             timeout_s=timeout_s, inputs=inputs, keep=[PROGRESS])
         done_text = outcome.files.get(PROGRESS, "")
         if outcome.status in ("blocked", "sandbox-unavailable"):
-            from ckptrescue.probes.checkpoint_load import record_outcome
+            from ckptrescue.checkpoints.probes.checkpoint_load import record_outcome
 
             culprit = _in_progress(done_text) if outcome.status == "blocked" else None
             for prefix in [culprit] if culprit in todo else list(todo):
@@ -174,7 +174,7 @@ def load_reports(reports: list[CheckpointReport], *, case: Case | None = None,
                 + (f" ({outcome.signal_name})" if outcome.signal_name else "")
                 + " while reading this checkpoint", evidence=r.path, source="tf_load",
                 details=outcome.to_json()))
-            from ckptrescue.probes.checkpoint_load import disagree
+            from ckptrescue.checkpoints.probes.checkpoint_load import disagree
 
             disagree(r, f"TensorFlow's reader child {outcome.status}")
         if culprit not in victims:

@@ -19,7 +19,7 @@ from ckptrescue.storage import sysfs
 from ckptrescue.storage.loops import attach_slice
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 # blkid TYPE of a volume manager's member -> the module that reads the volumes inside it
 VOLUME_MANAGERS: dict[str, str] = {"LVM2_member": "ckptrescue.storage.lvm"}

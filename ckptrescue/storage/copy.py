@@ -24,7 +24,7 @@ from ckptrescue.storage import filesystem, netfs, samedisk, sysfs, walk, writebl
 from ckptrescue.storage.filesystem import CopySources
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 RSYNC_FLAGS = ("-aHAXS", "--numeric-ids", "-x")
 

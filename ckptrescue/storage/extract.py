@@ -21,7 +21,7 @@ from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.storage.copy import sha256_stream
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 COMPANION_PATTERNS = (
     "config.json", "*config*.json", "generation_config.json", "tokenizer*", "special_tokens_map.json",
@@ -90,8 +90,8 @@ def _copy(src: Path, dst: Path) -> str:
 
 
 def extract(mountpoint: str | Path, to: str | Path, *, case: Case) -> ExtractResult:
-    from ckptrescue.checkpoint import Verdict
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.base import Verdict
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     root = Path(mountpoint).resolve()
     dest = Path(to).resolve()

@@ -2,7 +2,7 @@
 
 Each module in ``ckptrescue/storage/filesystems/`` whose name does not start with ``_`` may define
 ``FILESYSTEMS = [Class, ...]``; :func:`registry` imports them lazily (like
-``ckptrescue.checkpoint.formats()``). A class derives from :class:`Filesystem` and overrides the
+``ckptrescue.checkpoints.base.formats()``). A class derives from :class:`Filesystem` and overrides the
 hooks it has something to say in; the defaults are what the verbs do for a filesystem they know
 nothing about (mount ``ro``, no checks, no offline mapping). See ``filesystems/_example.py``.
 
@@ -32,7 +32,7 @@ from ckptrescue.effects.runner import SubprocessRunner, ToolCall, ToolResult
 from ckptrescue.model import Finding, Severity
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage.hits import LocateResult, RangeHits
     from ckptrescue.storage.mount_state import MountResult
 

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.errors import UsageError
 from ckptrescue.model import Finding, Recorded, Severity
-from ckptrescue.parsers import nvme, smartctl
 from ckptrescue.storage import filesystem, samedisk, sysfs
 from ckptrescue.storage.candidates import pick_filesystem
 from ckptrescue.storage.filesystem import inspect_finding, run_tool
 from ckptrescue.storage.loops import attached
+from ckptrescue.storage.parsers import nvme, smartctl
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 _run = run_tool
 _f = inspect_finding

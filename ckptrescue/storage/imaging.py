@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.case import sha256_file
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Recorded, Severity
-from ckptrescue.parsers import ddrescue_mapfile
+from ckptrescue.record.case import sha256_file
 from ckptrescue.storage import netfs, samedisk, sysfs
+from ckptrescue.storage.parsers import ddrescue_mapfile
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 # called as on_progress(done=BYTES_TRIED, total=DOMAIN_BYTES, summary=MAPFILE_SUMMARY_DICT)
 ProgressFn = Callable[..., None]

@@ -7,7 +7,7 @@
    FS_IOC_FIEMAP; each range intersecting an extent gives ``(path, file_offset, length)``.
    Shared (reflinked) extents are reported for every owner; extents without a physical address
    (inline, delalloc) are skipped.
-4. Files that were hit are probed with ``ckptrescue.probes.checkpoints.probe_paths``; tensors
+4. Files that were hit are probed with ``ckptrescue.checkpoints.probes.checkpoints.probe_paths``; tensors
    whose ``[offset, offset+length)`` in that file intersect a hit are named.
 5. When the image does not mount, the filesystem maps blocks with its own tools
    (``locate_offline``: XFS ``xfs_db -r``, ext2/3/4 ``debugfs``).
@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.errors import EvidenceError, ToolFailedError, ToolMissingError, UsageError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.parsers import ddrescue_mapfile
 from ckptrescue.storage import fiemap, filesystem, mounting, walk
 from ckptrescue.storage.hits import FileHit, LocateResult, RangeHits, merge
+from ckptrescue.storage.parsers import ddrescue_mapfile
 
 __all__ = ["FileHit", "LocateResult", "RangeHits", "locate", "map_files", "tensor_names"]
 _merge = merge  # compatibility
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
     from ckptrescue.effects.runner import SubprocessRunner
+    from ckptrescue.record.case import Case
 
 
 def map_files(root: Path, ranges: list[tuple[int, int]], *, offset: int = 0,
@@ -92,9 +92,9 @@ def tensor_names(case: Case | None, root: Path, ranges: list[RangeHits], *,
     if not files:
         return "no files hit"
     try:
-        from ckptrescue.probes.checkpoints import probe_paths
+        from ckptrescue.checkpoints.probes.checkpoints import probe_paths
     except ImportError:
-        return "unavailable (ckptrescue.probes.checkpoints.probe_paths is not installed)"
+        return "unavailable (ckptrescue.checkpoints.probes.checkpoints.probe_paths is not installed)"
     reports = []
     failed = []
     for p, f in files.items():  # one at a time: a failure must not lose the other answers

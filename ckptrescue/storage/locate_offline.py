@@ -20,7 +20,7 @@ from ckptrescue.storage.hits import LocateResult
 from ckptrescue.storage.loops import attached
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage.filesystem import OfflineMap
 
 

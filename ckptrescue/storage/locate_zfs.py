@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
-from ckptrescue.parsers import zpool_events
 from ckptrescue.storage import walk
+from ckptrescue.storage.parsers import zpool_events
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage.locate import LocateResult
 
 CHECKSUM_CLASSES = ("ereport.fs.zfs.checksum", "ereport.fs.zfs.io")

@@ -21,7 +21,7 @@ from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError
 from ckptrescue.storage import sysfs
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 
 @contextlib.contextmanager

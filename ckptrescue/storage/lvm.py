@@ -29,7 +29,7 @@ def candidates(runner: SubprocessRunner, info: dict[str, Any], pv_node: str,
     """Logical volumes of the LVM2 PV on ``pv_node`` (read without LVM or device-mapper): each
     LV that lies in one contiguous range of this PV gets its own read-only loop device; the
     others are listed in ``info["unmapped_lvs"]``."""
-    from ckptrescue.parsers import lvm_metadata
+    from ckptrescue.storage.parsers import lvm_metadata
 
     try:
         pv = lvm_metadata.read_pv(read_at(pv_node))

@@ -15,8 +15,8 @@ from ckptrescue.model import Finding, Recorded
 from ckptrescue.storage.loops import release
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
     from ckptrescue.effects.runner import SubprocessRunner
+    from ckptrescue.record.case import Case
 
 
 @dataclass

@@ -50,7 +50,7 @@ from ckptrescue.storage.mount_state import (
 )
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 __all__ = ["EVIDENCE_MOUNT_OPTIONS", "FsCandidate", "MountResult", "attach",
            "attached", "blkid", "filesystems", "mount", "mount_state", "mounted",

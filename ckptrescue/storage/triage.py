@@ -25,7 +25,7 @@ from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.storage import sysfs
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 WRITE_MODES = {"w", "a", "r+", "a+", "w+"}
 TRAINING_WORDS = ("torchrun", "deepspeed", "accelerate", "horovodrun", "torch.distributed",

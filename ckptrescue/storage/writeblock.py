@@ -31,7 +31,7 @@ from ckptrescue.errors import CaseError, RefusedError, UsageError
 from ckptrescue.storage import sysfs
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 ACTION = "safety.kernel"
 BLOCK = "block-device-readonly"

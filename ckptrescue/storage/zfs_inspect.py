@@ -12,9 +12,9 @@ from typing import Any
 
 from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.model import Finding, Severity
-from ckptrescue.parsers import zfs_get, zpool_events, zpool_status
 from ckptrescue.storage import sysfs
 from ckptrescue.storage.filesystem import inspect_finding, run_tool
+from ckptrescue.storage.parsers import zfs_get, zpool_events, zpool_status
 
 _run = run_tool
 _f = inspect_finding
@@ -26,7 +26,7 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
     ZFS tools and kernel module exist — the pool's live state when it is imported here
     (``zpool status -vP`` and ``-j``, ``zpool events -v``, ``zfs get``), or else what an
     import scan of this member would find (``zpool import -d MEMBER``: imports nothing)."""
-    from ckptrescue.parsers import zfs_label
+    from ckptrescue.storage.parsers import zfs_label
 
     facts: dict[str, Any] = {}
     out: list[Finding] = []
@@ -77,7 +77,7 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
     js = _run(runner, "zpool", "status", "-j", "--json-int", "-vP", pool,
               purpose="zfs pool status (JSON, OpenZFS >= 2.3)")
     if js.returncode == 0:
-        from ckptrescue.parsers import zpool_json
+        from ckptrescue.storage.parsers import zpool_json
 
         try:
             pools = zpool_json.parse(js.stdout) or pools

@@ -15,7 +15,7 @@ from ckptrescue.storage.loops import attach
 from ckptrescue.storage.mount_state import MountResult, release_or_keep
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage.filesystem import MountRequest
 
 

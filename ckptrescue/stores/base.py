@@ -3,7 +3,7 @@
 A :class:`Store` lists objects and their versions, reads an object's metadata, reads byte ranges
 of one pinned version, and streams whole versions. It has no method that writes, and each backend
 builds its SDK client so that every request passes one choke point that refuses anything outside
-the backend's ``READ_OPERATIONS`` before it is sent (S3: ``ckptrescue.s3.client.make_client``;
+the backend's ``READ_OPERATIONS`` before it is sent (S3: ``ckptrescue.stores.s3.client.make_client``;
 Azure: :class:`ckptrescue.stores.azure.ReadOnlyTransport`; GCS:
 :class:`ckptrescue.stores.gcs.ReadOnlySession`). The choke point also counts the operations.
 """
@@ -169,7 +169,7 @@ def open_store(url: str | StoreUrl, options: StoreOptions | None = None) -> Stor
     target = parse_store_url(url) if isinstance(url, str) else url
     options = options or StoreOptions()
     if target.scheme == "s3":
-        from ckptrescue.stores.s3 import S3Store
+        from ckptrescue.stores.s3.backend import S3Store
 
         return S3Store(target, options)
     if target.scheme == "az":

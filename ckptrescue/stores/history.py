@@ -1,5 +1,5 @@
 """Version history of Azure blobs and GCS objects with the last known-good version from a
-manifest — the result shape of ``ckptrescue.s3.history`` (``s3://`` URLs go there as they are).
+manifest — the result shape of ``ckptrescue.stores.s3.history`` (``s3://`` URLs go there as they are).
 
 * Azure: blob versions (when the account keeps them), snapshots, and soft-deleted blobs (listed
   with ``include=deleted``; never undeleted: a soft-deleted blob cannot be read without undelete,
@@ -19,10 +19,10 @@ from typing import Any
 
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.s3.history import HistoryResult
-from ckptrescue.s3.manifest import expected_sha256, load_manifest
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.integrity import compare, digest_of
+from ckptrescue.stores.s3.history import HistoryResult
+from ckptrescue.stores.s3.manifest import expected_sha256, load_manifest
 from ckptrescue.stores.urls import parse_store_url
 
 
@@ -150,7 +150,7 @@ def history(url: str, *, manifest: Path | str | dict[str, str] | None = None,
     target = parse_store_url(url)
     store = store or open_store(target, options)
     if target.scheme == "s3":
-        from ckptrescue.s3.history import history as s3_history
+        from ckptrescue.stores.s3.history import history as s3_history
 
         return s3_history(str(target), manifest=manifest,
                           client=store.client)  # type: ignore[attr-defined]

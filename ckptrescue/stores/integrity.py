@@ -1,5 +1,5 @@
 """Integrity of Azure Blob and GCS objects against the values the store keeps, side by side
-with S3 (``ckptrescue.s3``, used as is for ``s3://`` URLs).
+with S3 (``ckptrescue.stores.s3``, used as is for ``s3://`` URLs).
 
 * Azure: the blob's ``Content-MD5`` (``x-ms-blob-content-md5``). ``Put Blob`` validates it on
   upload; ``Put Block List`` stores whatever the client sent, or nothing: a blob committed from
@@ -178,8 +178,8 @@ def verify(url: str, local_dir: Path | str | None = None, *,
            options: StoreOptions | None = None, store: Store | None = None) -> Any:
     """Check every object at or under an ``az://``/``gs://`` URL against its stored values:
     streamed (no ``local_dir``) or against local files paired by relative key. ``s3://`` URLs
-    go to ``ckptrescue.s3.verify.verify_prefix`` (with ``local_dir``) or to
-    ``ckptrescue.s3.objects.download_verified`` per object."""
+    go to ``ckptrescue.stores.s3.verify.verify_prefix`` (with ``local_dir``) or to
+    ``ckptrescue.stores.s3.objects.download_verified`` per object."""
     target = parse_store_url(url)
     store = store or open_store(target, options)
     prefix, objects, exact = store.resolve()
@@ -212,8 +212,8 @@ def verify(url: str, local_dir: Path | str | None = None, *,
 
 def _verify_s3(store: Store, url: str, prefix: str, objects: list[ObjectInfo],
                local_dir: Path | str | None) -> Any:
-    from ckptrescue.s3.objects import download_verified
-    from ckptrescue.s3.verify import verify_prefix
+    from ckptrescue.stores.s3.objects import download_verified
+    from ckptrescue.stores.s3.verify import verify_prefix
 
     client = store.client  # type: ignore[attr-defined]
     if local_dir is not None:

@@ -6,7 +6,7 @@
   keeps versions; versioning itself is a management-plane setting the kit does not call).
 * GCS: object versioning, retention policy and bucket lock (``isLocked``), soft-delete policy,
   object retention mode.
-* S3: ``ckptrescue.s3.preflight`` as it is.
+* S3: ``ckptrescue.stores.s3.preflight`` as it is.
 
 Verdicts as for S3: ``immutable``, ``versioned``, ``unprotected``, ``unknown``.
 """
@@ -105,7 +105,7 @@ def preflight(url: str, *, options: StoreOptions | None = None,
     target = parse_store_url(url)
     store = store or open_store(target, options)
     if target.scheme == "s3":
-        from ckptrescue.s3.preflight import preflight as s3_preflight
+        from ckptrescue.stores.s3.preflight import preflight as s3_preflight
 
         return s3_preflight(f"s3://{target.bucket}",
                             client=store.client)  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@ never into the store.
 
 ``preserve(url, dest)`` streams every object (``all_versions``: every readable version) once,
 hashing and verifying on the way (Azure/GCS: :func:`ckptrescue.stores.integrity.compare`; S3:
-``ckptrescue.s3.objects.download_verified``), and lays out ``dest`` as::
+``ckptrescue.stores.s3.objects.download_verified``), and lays out ``dest`` as::
 
     objects/sha256/ab/abcdef…        content-addressed, read-only: the evidence
     layout/<key>                     hard link to it under the object's own key
@@ -25,9 +25,9 @@ from typing import Any
 
 from ckptrescue.errors import CkptRescueError, RefusedError, UsageError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.s3.manifest import expected_sha256, load_manifest
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.integrity import Digest, compare
+from ckptrescue.stores.s3.manifest import expected_sha256, load_manifest
 from ckptrescue.stores.urls import parse_store_url
 
 
@@ -52,7 +52,7 @@ def fetch(store: Store, obj: ObjectInfo, fh: Any) -> tuple[str, dict[str, Any], 
     digest = Digest()
     tee = _Tee(fh, digest)
     if store.url.scheme == "s3":
-        from ckptrescue.s3.objects import download_verified
+        from ckptrescue.stores.s3.objects import download_verified
 
         got = download_verified(store.client, store.url.bucket, obj.key,  # type: ignore[attr-defined]
                                 tee, version_id=obj.version)
@@ -234,7 +234,7 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
     target = parse_store_url(url, need_key=True)
     store = store or open_store(target, options)
     if target.scheme == "s3":
-        from ckptrescue.s3.restore import restore as s3_restore
+        from ckptrescue.stores.s3.restore import restore as s3_restore
 
         if version is None and known_good_manifest is None:
             raise UsageError("s3 restore: give --version or --known-good --manifest")

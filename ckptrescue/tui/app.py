@@ -20,7 +20,7 @@ from textual.binding import Binding, BindingType
 if TYPE_CHECKING:
     from textual.screen import Screen
 
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 CSS = """
 Screen { background: $surface; }
@@ -153,7 +153,7 @@ def make_app(case: Case | None, runner: Any = None, *,
              cases_root: Path | None = None) -> CkptRescueApp:
     """The TUI for ``case`` (None: start at the open/create screen).
 
-    ``runner`` is passed to :func:`ckptrescue.engine.run` (None: the guarded subprocess runner);
+    ``runner`` is passed to :func:`ckptrescue.engine.executor.run` (None: the guarded subprocess runner);
     ``cases_root`` is where the start screen lists and proposes case directories.
     """
     return CkptRescueApp(case, runner, cases_root=cases_root)

@@ -12,12 +12,12 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.action import ArgSpec
+from ckptrescue.engine.action import ArgSpec
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui.scenarios import EVIDENCE_TYPES
 
 if TYPE_CHECKING:
-    from ckptrescue.action import Action
+    from ckptrescue.engine.action import Action
     from ckptrescue.playbook.schema import Parameter, Playbook
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from textual.message import Message
 
-from ckptrescue.events import Event, StepProgress
+from ckptrescue.engine.events import Event, StepProgress
 
 
 class EngineEvent(Message):
-    """One event yielded by :func:`ckptrescue.engine.run`."""
+    """One event yielded by :func:`ckptrescue.engine.executor.run`."""
 
     def __init__(self, event: Event) -> None:
         super().__init__()

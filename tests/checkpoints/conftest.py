@@ -50,7 +50,7 @@ def tree_hash(path: Path) -> str:
 
 def probe1(path: Path, **kw):
     """Probe a path that holds exactly one checkpoint."""
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     reports = probe_paths([path], **kw)
     assert len(reports) == 1, [r.path for r in reports]

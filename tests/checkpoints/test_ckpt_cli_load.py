@@ -7,7 +7,7 @@ import json
 
 from cli_helpers import run_cli
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import checkpoints as fx
 
 from .conftest import probe1, tree_hash
@@ -63,9 +63,9 @@ def test_rank_and_salvage_cli(base, tmp_path):
 def test_probe_records_in_case(base, case, tmp_path):
     """The probe writes nothing itself; its records, recorded by the engine's one writer, are
     the start, each finding and each checkpoint's summary."""
-    from ckptrescue.action import ActionResult
-    from ckptrescue.engine import record
-    from ckptrescue.probes.checkpoints import probe_paths, probe_records
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths, probe_records
+    from ckptrescue.engine.action import ActionResult
+    from ckptrescue.engine.executor import record
 
     bad = fx.copy(base["zip"], tmp_path / "c.pt")
     off, _ = fx.zip_data_offset(bad, fx.zip_member(bad, "data/2"))
@@ -106,7 +106,7 @@ def test_load_dcp_and_safetensors_in_sandbox(base):
 
 
 def test_load_crash_is_a_finding(base, tmp_path, monkeypatch):
-    from ckptrescue.probes import checkpoint_load
+    from ckptrescue.checkpoints.probes import checkpoint_load
 
     r = probe1(base["safetensors"])
     checkpoint_load.load_in_sandbox(r, memory_mb=64, timeout_s=60)  # torch cannot even start

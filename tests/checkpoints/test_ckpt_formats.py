@@ -11,7 +11,7 @@ import json
 import os
 import struct
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import checkpoints as fx
 
 from .conftest import probe1
@@ -173,7 +173,7 @@ def test_dcp(base, tmp_path):
 
 
 def test_run_directory_walk_groups_companions(base, tmp_path):
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     run = tmp_path / "run"
     run.mkdir()
@@ -197,7 +197,7 @@ def test_salvage_dcp_and_hf(base, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     res = salvage(base["dcp"], tmp_path / "out-dcp")
     got = load_file(str(tmp_path / "out-dcp" / "dcp.salvaged.safetensors"))

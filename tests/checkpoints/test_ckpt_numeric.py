@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import checkpoints as fx
 
 from .conftest import probe1
@@ -152,7 +152,7 @@ def test_peak_memory_does_not_grow_with_size(tmp_path):
     from fixtures.checkpoints import exact_tensor
 
     code = ("import sys;from pathlib import Path;"
-            "from ckptrescue.probes.checkpoints import probe_paths, formats;formats();"
+            "from ckptrescue.checkpoints.probes.checkpoints import probe_paths, formats;formats();"
             "import numpy\n"
             "def hwm():\n"
             "    return int(next(l for l in open('/proc/self/status') "

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptrescue.checkpoint import Verdict
-from ckptrescue.formats import pickle_scan
+from ckptrescue.checkpoints.base import Verdict
+from ckptrescue.checkpoints.formats import pickle_scan
 from fixtures import checkpoints as fx
 
 from .conftest import probe1, tree_hash
@@ -34,14 +34,14 @@ def test_os_system_payload_is_unsafe_and_inert(tmp_path, legacy):
     assert pk and "posix.system" in pk[0].title
     assert not marker.exists()
 
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.rank import rank
 
     res = rank(run)
     assert res.to_json() == {"checkpoints": [{"path": str(run / "step_5.pt"),
                                               "verdict": "unsafe"}], "resume_from": None}
     assert not marker.exists()
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     out = salvage(evil, tmp_path / "out")
     assert out.recovered == ["model.w"] and out.source_verdict == "unsafe"

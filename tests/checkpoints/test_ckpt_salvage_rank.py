@@ -33,7 +33,7 @@ def raw(t):
 def test_salvage_bit_flipped_zip_is_bit_exact(base, tmp_path):
     import torch
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     ev = tmp_path / "evidence"
     ev.mkdir()
@@ -58,7 +58,7 @@ def test_salvage_bit_flipped_zip_is_bit_exact(base, tmp_path):
 def test_salvage_truncated_with_fill_from(base, tmp_path):
     import torch
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     ev = tmp_path / "evidence"
     ev.mkdir()
@@ -84,7 +84,7 @@ def test_salvage_truncated_with_fill_from(base, tmp_path):
 def test_salvage_views_and_legacy(tmp_path):
     import torch
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     w = torch.arange(20.0).reshape(4, 5)
     src = tmp_path / "in"
@@ -97,7 +97,7 @@ def test_salvage_views_and_legacy(tmp_path):
 
 
 def test_salvage_refuses_next_to_input_and_read_only(base, tmp_path):
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     ev = tmp_path / "evidence"
     ev.mkdir()
@@ -110,8 +110,8 @@ def test_salvage_refuses_next_to_input_and_read_only(base, tmp_path):
 
 @pytest.mark.privileged
 def test_salvage_refuses_read_only_mount(base, tmp_path):
+    from ckptrescue.checkpoints.salvage import salvage
     from ckptrescue.effects.runner import SubprocessRunner
-    from ckptrescue.salvage import salvage
 
     mnt = tmp_path / "ro"
     mnt.mkdir()
@@ -127,7 +127,7 @@ def test_salvage_refuses_read_only_mount(base, tmp_path):
 
 
 def test_rank_run_directory(base, tmp_path):
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.rank import rank
 
     run = tmp_path / "run"
     run.mkdir()
@@ -157,8 +157,8 @@ def test_salvage_rebuilds_lost_tensor_map_from_sibling(base, tmp_path):
     """data.pkl bit-flipped (names lost); a sibling of the same run rebuilds the map."""
     import torch
 
+    from ckptrescue.checkpoints.salvage import salvage
     from ckptrescue.errors import UsageError
-    from ckptrescue.salvage import salvage
 
     ev = tmp_path / "evidence"
     ev.mkdir()
@@ -190,8 +190,8 @@ def test_stale_index_tensor_in_another_shard_is_found_not_lost(base, tmp_path):
     takes the tensor from the shard that really holds it."""
     import torch
 
-    from ckptrescue.probes.checkpoints import probe_paths
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.salvage import salvage
 
     ev = fx.copy(base["hf"], tmp_path / "stale")
     index_path = ev / "model.safetensors.index.json"

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import checkpoints as fx
 
 from .conftest import probe1, torch_changed, tree_hash
@@ -135,7 +135,7 @@ def test_zeroed_local_header_of_a_record(base, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     res = salvage(bad, tmp_path / "out", allow_next_to_input=True)
     assert res.lost == []
@@ -191,7 +191,7 @@ def test_big_endian_archive(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
     from fixtures.checkpoints import exact_tensor
 
     w = exact_tensor(64, 8, seed=1, scale_log2=-15)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import zlib
 
-from ckptrescue.formats import crc32 as crc_module
-from ckptrescue.formats.crc32 import crc32
+from ckptrescue.checkpoints.formats import crc32 as crc_module
+from ckptrescue.checkpoints.formats.crc32 import crc32
 
 
 def _bytes(n: int) -> bytes:

@@ -83,8 +83,8 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def test_rank_resumes_from_newest_checkpoint_that_passes_the_eval(run_dir, tmp_path):
-    from ckptrescue.probes.evalhook import run_eval
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.probes.evalhook import run_eval
+    from ckptrescue.checkpoints.rank import rank
 
     evalpy = script(tmp_path, "eval.py", TORCH_EVAL)
     before = tree_hash(run_dir)
@@ -118,8 +118,8 @@ def test_cli_rank_eval_json_human_and_audit(run_dir, tmp_path):
     has one line per evaluated checkpoint; the case holds a ``checkpoint.eval`` record each."""
     from typer.testing import CliRunner
 
-    from ckptrescue.case import Case
     from ckptrescue.cli.main import app
+    from ckptrescue.record.case import Case
 
     evalpy = script(tmp_path, "eval.py", TORCH_EVAL)
     damaged = fx.copy(run_dir / "step_100.pt", run_dir / "step_400.pt")
@@ -176,7 +176,7 @@ def _procs_with(token: str) -> list[int]:
 
 
 def test_eval_timeout_kills_the_whole_process_tree(run_dir, tmp_path):
-    from ckptrescue.probes.evalhook import run_eval
+    from ckptrescue.checkpoints.probes.evalhook import run_eval
 
     token = f"ckptrescue-eval-sleeper-{uuid.uuid4().hex}"
     sleeper = script(tmp_path, f"{token}.py", f"""
@@ -221,7 +221,7 @@ ESCAPES = {
 @pytest.mark.parametrize("kind", sorted(ESCAPES))
 def test_eval_cannot_write_outside_scratch_or_reach_the_network(kind, run_dir, tmp_path,
                                                                   listener):
-    from ckptrescue.probes.evalhook import run_eval
+    from ckptrescue.checkpoints.probes.evalhook import run_eval
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -249,7 +249,7 @@ def test_eval_cannot_write_outside_scratch_or_reach_the_network(kind, run_dir, t
 
 
 def test_eval_past_the_memory_limit_is_an_error(run_dir, tmp_path):
-    from ckptrescue.probes.evalhook import run_eval
+    from ckptrescue.checkpoints.probes.evalhook import run_eval
 
     hog = script(tmp_path, "hog.py", """
         blocks = [bytearray(64 << 20) for _ in range(16)]  # 1 GiB
@@ -263,8 +263,8 @@ def test_eval_past_the_memory_limit_is_an_error(run_dir, tmp_path):
 
 
 def test_metric_parsing_and_argv_template():
+    from ckptrescue.checkpoints.probes.evalhook import argv_template, parse_metric
     from ckptrescue.errors import UsageError
-    from ckptrescue.probes.evalhook import argv_template, parse_metric
 
     assert parse_metric('loss 3\n{"metric": 0.5}\n') == 0.5
     assert parse_metric("acc\n0.75\n\n") == 0.75

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 from cli_helpers import run_cli
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.probes.checkpoints import discover, probe_one, probe_paths
-from ckptrescue.salvage import salvage
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one, probe_paths
+from ckptrescue.checkpoints.salvage import salvage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -270,8 +270,8 @@ def _h5_mutants(seed: bytes) -> dict[str, bytes]:
 _PROBE_H5 = r"""
 import json, sys
 from pathlib import Path
-from ckptrescue.checkpoint import ProbeOptions
-from ckptrescue.probes.checkpoints import discover, probe_one
+from ckptrescue.checkpoints.base import ProbeOptions
+from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
 for p in sys.argv[1:]:
     [(fmt, root)] = discover([Path(p)])
     r = probe_one(fmt, root, ProbeOptions(numeric=False))
@@ -318,7 +318,7 @@ def test_dataset_shards_are_not_a_sharded_checkpoint(tmp_path: Path) -> None:
     reports = probe_paths([run], numeric=False)
     assert [(Path(r.path).name, r.format) for r in reports] == [
         ("model.safetensors", "safetensors")]
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.rank import rank
 
     result = rank(run)
     assert [Path(c.path).name for c in result.checkpoints] == ["step_1"]

@@ -37,7 +37,7 @@ def _checkpoint(tmp_path):
 
 
 def test_probe_names_the_tensor_behind_an_io_error(fuse_ok, tmp_path):
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     src, bad = _checkpoint(tmp_path)
     before = fx.sha256(src / "model.pt")
@@ -71,7 +71,7 @@ def test_safetensors_without_checksums_still_names_the_unreadable_tensor(fuse_ok
     """safetensors records no checksums: only the I/O error itself can tell."""
     pytest.importorskip("torch")
     st = pytest.importorskip("safetensors.torch")
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     src = tmp_path / "src"
     src.mkdir()
@@ -91,7 +91,7 @@ def test_safetensors_without_checksums_still_names_the_unreadable_tensor(fuse_ok
 
 
 def test_unreadable_ranges_are_merged_and_sorted():
-    from ckptrescue.formats.tolerant_read import merge_ranges
+    from ckptrescue.checkpoints.formats.tolerant_read import merge_ranges
 
     assert merge_ranges([(8200, 8208), (8192, 12288), (8192, 8300), (0, 10)]) == [
         (0, 10), (8192, 12288)]

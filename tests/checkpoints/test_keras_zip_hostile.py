@@ -13,7 +13,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 
 from .conftest import probe1
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import pickle_corpus
 
 from .conftest import probe1

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ckptrescue.checkpoint import Verdict
-from ckptrescue.formats import pickle_ops, pickle_scan
+from ckptrescue.checkpoints.base import Verdict
+from ckptrescue.checkpoints.formats import pickle_ops, pickle_scan
 
 from .conftest import probe1
 
@@ -244,7 +244,7 @@ def test_accelerate_random_states_are_fine(tmp_path):
         pickle.dump({"scale": 2.0 ** 16, "growth": 2.0}, fh)
     with open(run / "optimizer.pkl", "wb") as fh:
         fh.write(b"\x80\x04cposix\nsystem\nX\x04\x00\x00\x00trueR.")
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     verdicts = {r.path.rsplit("/", 1)[-1]: r.verdict for r in probe_paths([run])}
     assert verdicts["random_states_0.pkl"] is Verdict.INTACT, verdicts

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import malicious as mal
 
 from .conftest import probe1
@@ -161,8 +161,8 @@ def test_namespaces_alone_keep_the_host_unchanged(tmp_path, listener, kind):
 def test_file_swapped_after_the_scan_is_blocked_and_unsafe(tmp_path, listener):
     """A .metadata replaced between the static scan and the load (or any payload the scan
     missed): the probe maps the sandbox's ``blocked`` to LD005 and verdict ``unsafe``."""
-    from ckptrescue.probes.checkpoint_load import load_in_sandbox
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.probes.checkpoint_load import load_in_sandbox
+    from ckptrescue.checkpoints.rank import rank
 
     run = tmp_path / "run"
     marker = tmp_path / "MARKER"
@@ -202,8 +202,8 @@ def test_loader_disagreeing_with_intact_makes_it_unreadable(tmp_path, monkeypatc
     """torch refuses a zip whose ``version`` record says 99; with the static version rule
     switched off (standing in for any rule the static checks do not know) they see nothing
     wrong. With --load the verdict is ``unreadable`` (LD007) and rank never recommends it."""
-    from ckptrescue.formats import torch_zip_view
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.formats import torch_zip_view
+    from ckptrescue.checkpoints.rank import rank
 
     monkeypatch.setattr(torch_zip_view, "_version_problem", lambda fh, rec: None)
 
@@ -262,7 +262,7 @@ def test_real_dcp_metadata_uses_only_the_exact_list(tmp_path):
 
     import torch.distributed.checkpoint as dcp
 
-    from ckptrescue.formats import pickle_scan
+    from ckptrescue.checkpoints.formats import pickle_scan
 
     for name, state in _real_dcp_states().items():
         d = tmp_path / name
@@ -277,7 +277,7 @@ def test_real_dcp_metadata_uses_only_the_exact_list(tmp_path):
 
 
 def test_exact_lists_have_no_prefixes_and_classify_danger():
-    from ckptrescue.formats import pickle_scan
+    from ckptrescue.checkpoints.formats import pickle_scan
 
     assert not hasattr(pickle_scan, "DCP_ALLOWED_MODULES")
     for name in ("torch.distributed.checkpoint.filesystem.os.system",
@@ -307,8 +307,8 @@ def test_cli_rank_load_never_recommends_what_the_loader_refuses(tmp_path, monkey
     import torch
     from typer.testing import CliRunner
 
+    from ckptrescue.checkpoints.formats import torch_zip_view
     from ckptrescue.cli.main import app
-    from ckptrescue.formats import torch_zip_view
 
     run = tmp_path / "run"
     run.mkdir()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import zipfile
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import malicious as mal
 
 from .conftest import probe1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.checkpoint import Verdict
+from ckptrescue.checkpoints.base import Verdict
 from fixtures import malicious as mal
 
 from . import ziphostile as zh
@@ -117,7 +117,7 @@ def test_run_directory_with_a_hostile_file_is_probed_to_the_end(base_bytes, tmp_
                 for c in json.loads(p.stdout)["checkpoints"]}
     assert verdicts["step_1.pt"] == verdicts["step_4.pt"] == "intact"
     assert verdicts["step_2.pt"] != "intact" and verdicts["step_3.pt"] != "intact"
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.rank import rank
 
     result = rank(run)
     assert result.resume_from == str(run / "step_4.pt")

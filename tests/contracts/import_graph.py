@@ -115,7 +115,8 @@ def all_imports() -> Iterator[Import]:
 
 
 def within(module: str, prefix: str) -> bool:
-    """``module`` is ``prefix`` or inside it (``ckptrescue.formats.zipwalk`` in ``formats``)."""
+    """``module`` is ``prefix`` or inside it (``ckptrescue.checkpoints.formats.zipwalk`` in
+    ``ckptrescue.checkpoints.formats``)."""
     return module == prefix or module.startswith(prefix + ".")
 
 

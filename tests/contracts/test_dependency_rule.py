@@ -27,20 +27,17 @@ from import_graph import (
 
 # Lowest first. A module imports package modules of its own layer or of a layer before it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("model", "errors", "checkpoint", "codes", "resources")),
-    ("pure", ("formats", "families", "parsers", "guard")),
-    ("effects", ("effects", "case", "audit")),
-    ("capabilities", ("storage", "s3", "stores", "datasets", "probes", "salvage", "rank",
-                      "trainstate", "profiles", "quarantine", "gate", "watch", "collect",
-                      "verified_load", "sandbox_children")),
-    ("engine", ("engine", "action", "actions", "outputs", "events", "playbook", "answer",
-                "report", "exports", "provenance", "case_outputs")),
+    ("core", ("model", "errors", "checkpoints.base", "codes", "resources")),
+    ("pure", ("checkpoints.formats", "checkpoints.families", "storage.parsers", "guard")),
+    ("effects", ("effects", "record")),
+    ("capabilities", ("checkpoints", "stores", "storage", "datasets", "sandbox_children")),
+    ("engine", ("engine", "actions", "playbook", "report", "exports", "record.provenance")),
     ("adapters", ("cli", "tui", "drill", "__main__")),
 )
 
 # (importer, imported, why): the only imports of a later layer, each inside a function.
 UPWARD_ALLOWED: tuple[tuple[str, str, str], ...] = (
-    ("ckptrescue.checkpoint", "ckptrescue.formats",
+    ("ckptrescue.checkpoints.base", "ckptrescue.checkpoints.formats",
      "checkpoint.formats() is the format registry: it discovers the plugins when called"),
 )
 
@@ -62,11 +59,12 @@ ONLY_IN: dict[str, tuple[str, ...]] = {
     "jinja2": ("report",),
     # real ML loaders run only in the sandbox child; the drill builds its own checkpoints
     # ... and the two helpers a TRAINING JOB imports: load after verifying, skip quarantined
-    "torch": ("sandbox_children", "drill", "verified_load", "quarantine.torch_data"),
+    "torch": ("sandbox_children", "drill", "checkpoints.verified_load",
+              "datasets.quarantine.torch_data"),
     "tensorflow": ("sandbox_children", "drill"),
     "keras": ("sandbox_children", "drill"),
-    "safetensors": ("sandbox_children", "drill", "verified_load"),
-    "boto3": ("s3", "drill"), "botocore": ("s3", "drill"), "moto": ("s3",),
+    "safetensors": ("sandbox_children", "drill", "checkpoints.verified_load"),
+    "boto3": ("stores.s3", "drill"), "botocore": ("stores.s3", "drill"), "moto": ("stores.s3",),
     # the object-store SDKs and the FUSE view behind their one read-only choke point each
     "azure": ("stores",), "google": ("stores",), "fuse": ("stores",),
     # evidence is never unpickled in-process (formats.pickle_scan reads pickles statically)
@@ -82,8 +80,14 @@ CLI_ENTRY = "ckptrescue.cli.main"
 # ---- helpers ---------------------------------------------------------------------------------
 
 def _top(module: str) -> str:
-    """``ckptrescue.formats.zipwalk`` -> ``formats``; the package itself -> ``""``."""
-    return module.split(".")[1] if module.count(".") else ""
+    """The LAYERS member that holds ``module``: the longest one it is within
+    (``ckptrescue.checkpoints.formats.zipwalk`` -> ``checkpoints.formats``); the package itself
+    -> ``""``; a module under no member -> its first component."""
+    if not module.count("."):
+        return ""
+    rel = module.split(".", 1)[1]
+    members = [m for _name, ms in LAYERS for m in ms if within(rel, m)]
+    return max(members, key=len) if members else rel.split(".")[0]
 
 
 def _layer(module: str) -> int:
@@ -156,12 +160,12 @@ def test_the_checks_see_imports_inside_functions_and_relative_ones() -> None:
             from ckptrescue.cli import main
         def probe():
             import subprocess
-            from ..effects import runner
+            from ...effects import runner
             class Inner:
                 def load(self):
                     import torch.serialization
         """)
-    found = list(scan_source("ckptrescue.formats.zipwalk", source))
+    found = list(scan_source("ckptrescue.checkpoints.formats.zipwalk", source))
     assert [(i.target, i.in_function, i.type_checking) for i in found[1:]] == [
         ("ckptrescue.cli.main", False, True), ("subprocess", True, False),
         ("ckptrescue.effects.runner", True, False), ("torch.serialization", True, False)]
@@ -172,8 +176,8 @@ def test_the_checks_see_imports_inside_functions_and_relative_ones() -> None:
 
 def test_the_import_scan_sees_the_package() -> None:
     found = {(i.importer, i.target, i.in_function) for i in all_imports()}
-    assert ("ckptrescue.checkpoint", "ckptrescue.formats", True) in found
-    assert any(i.in_function and i.importer == "ckptrescue.engine" for i in all_imports())
+    assert ("ckptrescue.checkpoints.base", "ckptrescue.checkpoints.formats", True) in found
+    assert any(i.in_function and i.importer == "ckptrescue.engine.executor" for i in all_imports())
     assert len(modules()) > 150
 
 

@@ -29,10 +29,10 @@ def imported_after(module: str) -> set[str]:
 
 
 @pytest.mark.parametrize("module", ["ckptrescue.model", "ckptrescue.guard",
-                                    "ckptrescue.checkpoint", "ckptrescue.parsers",
-                                    "ckptrescue.formats.torch_zip",
-                                    "ckptrescue.formats.pickle_scan",
-                                    "ckptrescue.formats.tensorbundle"])
+                                    "ckptrescue.checkpoints.base", "ckptrescue.storage.parsers",
+                                    "ckptrescue.checkpoints.formats.torch_zip",
+                                    "ckptrescue.checkpoints.formats.pickle_scan",
+                                    "ckptrescue.checkpoints.formats.tensorbundle"])
 def test_core_is_pure(module: str) -> None:
     loaded = imported_after(module)
     bad = sorted(m for m in loaded for f in FORBIDDEN_FOR_CORE if m == f or m.startswith(f + "."))
@@ -40,14 +40,14 @@ def test_core_is_pure(module: str) -> None:
 
 
 def test_all_formats_are_pure() -> None:
-    loaded = imported_after("ckptrescue.checkpoint; from ckptrescue.checkpoint import formats; "
+    loaded = imported_after("ckptrescue.checkpoints.base; from ckptrescue.checkpoints.base import formats; "
                             "formats()")
     bad = sorted(m for m in loaded for f in FORBIDDEN_FOR_CORE if m == f or m.startswith(f + "."))
     assert not bad, f"format discovery pulls in {bad}"
 
 
 def test_engine_has_no_ui() -> None:
-    loaded = imported_after("ckptrescue.engine; from ckptrescue.actions import registry; "
+    loaded = imported_after("ckptrescue.engine.executor; from ckptrescue.actions import registry; "
                             "registry()")
     bad = sorted(m for m in loaded for f in FORBIDDEN_FOR_ENGINE
                  if m == f or m.startswith(f + "."))

@@ -25,14 +25,14 @@ from import_graph import (
 # (importer, imported module, private name): modules this slice does not own (formats,
 # playbook and guard have other owners); each is theirs to rename or move.
 ALLOWED: frozenset[tuple[str, str, str]] = frozenset({
-    ("ckptrescue.formats.numeric_small", "ckptrescue.formats.numeric", "_from_bits"),
-    ("ckptrescue.formats.numeric_small", "ckptrescue.formats.numeric", "_MIN_ELEMENTS"),
-    *(("ckptrescue.formats.pickle_scan", "ckptrescue.formats.pickle_policy", n)
+    *(("ckptrescue.checkpoints.formats.numeric_small", "ckptrescue.checkpoints.formats.numeric", n)
+      for n in ("_from_bits", "_MIN_ELEMENTS")),
+    *(("ckptrescue.checkpoints.formats.pickle_scan", "ckptrescue.checkpoints.formats.pickle_policy", n)
       for n in ("_ALLOWED_EXACT", "_REBUILD_FUNCTIONS", "_TORCH_CLASSES", "_TORCH_DTYPE_NAMES")),
-    *(("ckptrescue.formats.torch_zip", "ckptrescue.formats.torch_zip_records", n)
+    *(("ckptrescue.checkpoints.formats.torch_zip", "ckptrescue.checkpoints.formats.torch_zip_records", n)
       for n in ("_Bounded", "_alignment", "_byteorder", "_check_record",
                 "_check_serialization_id", "_declared_sizes", "_read_pickle")),
-    ("ckptrescue.formats.torch_zip_view", "ckptrescue.formats.miniz_rules", "_lower"),
+    ("ckptrescue.checkpoints.formats.torch_zip_view", "ckptrescue.checkpoints.formats.miniz_rules", "_lower"),
     ("ckptrescue.playbook.validate", "ckptrescue.playbook.load", "_line_map"),
     # a private module from the parent package: guard.tools._base.Subcommands
     ("ckptrescue.guard.check", "ckptrescue.guard.tools._base", "Subcommands"),
@@ -111,13 +111,13 @@ def test_the_check_sees_every_spelling() -> None:
         "from .numeric import _from_bits\n"
         "from ckptrescue.actions._util import from_library\n"
         "from ckptrescue.datasets import manifest as m\n"
-        "import ckptrescue.probes.checkpoints\n"
+        "import ckptrescue.checkpoints.probes.checkpoints\n"
         "def f():\n"
         "    m._ends_torn(None)\n"
-        "    ckptrescue.probes.checkpoints._claims(None)\n"
+        "    ckptrescue.checkpoints.probes.checkpoints._claims(None)\n"
         "    m.__name__\n"
     )
-    module = "ckptrescue.formats.zipwalk"
+    module = "ckptrescue.checkpoints.formats.zipwalk"
     uses = private_uses(module, ast.parse(source), list(scan_source(module, source)))
     assert sorted((s.rpartition(".")[2], n) for _i, s, n, _l in uses) == [
         ("_util", "from_library"), ("checkpoints", "_claims"), ("manifest", "_ends_torn"),

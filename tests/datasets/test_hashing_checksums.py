@@ -13,7 +13,7 @@ import pytest
 
 from ckptrescue.datasets.hashing import hash_file
 from ckptrescue.errors import UsageError
-from ckptrescue.s3.checksums import crc64nvme_pure
+from ckptrescue.stores.s3.checksums import crc64nvme_pure
 from fixtures.det import det_bytes
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.action import from_library
 from ckptrescue.datasets.manifest import build_manifest, partial_path, sidecar_path
 from ckptrescue.datasets.progress import Progress
-from ckptrescue.engine import record
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record
 from ckptrescue.errors import UsageError
 from fixtures.datasets import tree_digest
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.action import from_library
 from ckptrescue.datasets.manifest import build_manifest
 from ckptrescue.datasets.recover import recover
-from ckptrescue.engine import record
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record
 from ckptrescue.errors import UsageError
 from fixtures.datasets import flip_byte, tfrecord_offsets, tree_digest, truncate
 
@@ -128,7 +128,7 @@ def test_recovery_dir_may_not_overlap_the_dataset(incident) -> None:
 def test_recover_from_a_versioned_s3_bucket(incident, tmp_path: Path, per_key_limit: int,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptrescue.datasets.recover import S3Source
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     monkeypatch.setattr(S3Source, "PER_KEY_LIMIT", per_key_limit)
     root, manifest, snaps, good = incident

@@ -21,7 +21,7 @@ FILES = {"train/shard-000.tar": 70_000, "train/shard-001.tar": 5_000, "val/part.
 
 @pytest.fixture(scope="module")
 def bucket(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

@@ -19,7 +19,7 @@ NAMES = [f"shard-{i:03d}.bin" for i in range(12)]
 
 @pytest.fixture
 def server():  # noqa: ANN201
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

@@ -24,7 +24,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def server():  # noqa: ANN201
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.datasets.gate import gate_dataset
 from ckptrescue.datasets.manifest import build_manifest, sidecar_path
 from ckptrescue.datasets.s3dataset import DOWNLOADED, STORED, audit_s3
-from ckptrescue.gate import gate_dataset
 from fixtures.det import det_bytes
 
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
@@ -28,7 +28,7 @@ UPLOADS = {"a.bin": "CRC64NVME", "b.bin": "CRC32C", "c.bin": "CRC32", "d.bin": "
 
 @pytest.fixture
 def uploaded(tmp_path: Path):  # noqa: ANN201
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

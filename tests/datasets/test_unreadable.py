@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.action import from_library
 from ckptrescue.datasets.audit import audit
 from ckptrescue.datasets.manifest import build_manifest
 from ckptrescue.datasets.recover import recover
 from ckptrescue.datasets.verify import verify_dataset
-from ckptrescue.engine import record
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record
 from fixtures.datasets import flip_byte, tfrecord_offsets, truncate
 
 VICTIM = "arrays/embeddings.npy"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.action import from_library
 from ckptrescue.datasets import tarshards
 from ckptrescue.datasets.crc32c import masked_crc32c
 from ckptrescue.datasets.verify import verify_dataset
-from ckptrescue.engine import record
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record
 from fixtures.datasets import (
     flip_byte,
     tar_member_offsets,

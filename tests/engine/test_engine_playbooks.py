@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke
 
-from ckptrescue import engine
-from ckptrescue.case import Case
+from ckptrescue.engine import executor as engine
+from ckptrescue.engine.events import GateReached, RunFinished, StepFinished, StepSkipped, StepStarted
 from ckptrescue.errors import PlaybookError
-from ckptrescue.events import GateReached, RunFinished, StepFinished, StepSkipped, StepStarted
 from ckptrescue.playbook import load
 from ckptrescue.playbook.lint import lint
+from ckptrescue.record.case import Case
 
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue import engine
-from ckptrescue.case import Case
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall, ToolResult
+from ckptrescue.engine import executor as engine
+from ckptrescue.record.case import Case
 
 
 class RecordingRunner(SubprocessRunner):

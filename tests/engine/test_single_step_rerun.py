@@ -8,9 +8,9 @@ from pathlib import Path
 
 from cli_helpers import invoke
 
-from ckptrescue import engine
-from ckptrescue.case import Case
-from ckptrescue.events import StepFinished, StepSkipped
+from ckptrescue.engine import executor as engine
+from ckptrescue.engine.events import StepFinished, StepSkipped
+from ckptrescue.record.case import Case
 
 
 def test_same_exec_argv_three_times_runs_three_times(tmp_path: Path) -> None:

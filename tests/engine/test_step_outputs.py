@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.actions import registry
-from ckptrescue.answer import latest_checkpoints, outputs_of
-from ckptrescue.case import Case
-from ckptrescue.outputs import ProbeOutput, RankOutput, StepOutputs
+from ckptrescue.engine.answer import latest_checkpoints, outputs_of
+from ckptrescue.engine.outputs import ProbeOutput, RankOutput, StepOutputs
+from ckptrescue.record.case import Case
 
 
 def test_every_action_declares_its_output_type() -> None:

@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 from exports_testlib import HOSTILE_KEY, HOSTILE_LOG, cloudtrail_event, write_safetensors
 
-from ckptrescue.action import from_library
-from ckptrescue.case import Case
-from ckptrescue.engine import record
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record
+from ckptrescue.record.case import Case
 
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
     from ckptrescue.effects.runner import SubprocessRunner, ToolCall
-    from ckptrescue.probes.checkpoints import probe_paths
-    from ckptrescue.s3.client import ClientOptions
-    from ckptrescue.s3.history import history
-    from ckptrescue.s3.localserver import start_local_s3
-    from ckptrescue.s3.preserve import preserve
+    from ckptrescue.stores.s3.client import ClientOptions
+    from ckptrescue.stores.s3.history import history
+    from ckptrescue.stores.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.preserve import preserve
 
     root = tmp_path_factory.mktemp("incident")
     evidence = root / "evidence"
@@ -36,8 +36,8 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     case = Case.create(root / "case", title="run 7 checkpoints", examiner="alice")
     case.ensure_evidence(evidence, how="examined in place (read-only)")
-    from ckptrescue.action import ActionResult
-    from ckptrescue.probes.checkpoints import probe_records
+    from ckptrescue.checkpoints.probes.checkpoints import probe_records
+    from ckptrescue.engine.action import ActionResult
 
     reports = probe_paths([evidence], case=case)
     record(case, ActionResult(audit=probe_records([evidence], reports), findings_recorded=True))

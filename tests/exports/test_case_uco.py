@@ -153,7 +153,7 @@ def test_a_broken_chain_is_said_and_nothing_after_it_exported(incident: dict[str
                                                               tmp_path: Path) -> None:
     import shutil
 
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     copy = tmp_path / "copy"
     shutil.copytree(incident["case"].root, copy)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from f2_build import built, copy, oracle
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.families.accelerate import AccelerateFamily
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.families.accelerate import AccelerateFamily
 
 
 def codes(report) -> dict[str, list[list[str]]]:  # noqa: ANN001

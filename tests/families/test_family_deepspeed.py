@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from f1_build import built, codes, copy, oracle
 
-from ckptrescue.checkpoint import Verdict
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.base import Verdict
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
 pytest.importorskip("deepspeed")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from f1_build import codes
 
-from ckptrescue.checkpoint import Verdict
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.base import Verdict
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 from fixtures.families import deepspeed_pipe as writer
 
 torch = pytest.importorskip("torch")

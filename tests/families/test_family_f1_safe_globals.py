@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from f1_build import built
 
-from ckptrescue.checkpoint import ProbeOptions
-from ckptrescue.families.deepspeed import DeepSpeedFamily
-from ckptrescue.families.megatron import MegatronDistFamily, MegatronFamily
-from ckptrescue.formats.pickle_policy import dangerous
-from ckptrescue.formats.torch_zip import TorchZipFormat
+from ckptrescue.checkpoints.base import ProbeOptions
+from ckptrescue.checkpoints.families.deepspeed import DeepSpeedFamily
+from ckptrescue.checkpoints.families.megatron import MegatronDistFamily, MegatronFamily
+from ckptrescue.checkpoints.formats.pickle_policy import dangerous
+from ckptrescue.checkpoints.formats.torch_zip import TorchZipFormat
 
 
 def resolve(qualname: str) -> object | None:

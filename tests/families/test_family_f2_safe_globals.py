@@ -8,10 +8,10 @@ import importlib
 
 import pytest
 
-from ckptrescue.families.accelerate import AccelerateFamily
-from ckptrescue.families.fsdp import FsdpDcpFamily
-from ckptrescue.families.lightning import LightningFamily
-from ckptrescue.families.orbax import OrbaxFamily
+from ckptrescue.checkpoints.families.accelerate import AccelerateFamily
+from ckptrescue.checkpoints.families.fsdp import FsdpDcpFamily
+from ckptrescue.checkpoints.families.lightning import LightningFamily
+from ckptrescue.checkpoints.families.orbax import OrbaxFamily
 
 
 def resolve(qualname: str) -> object | None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from f2_build import built, copy, oracle
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.families.fsdp import FsdpDcpFamily
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.families.fsdp import FsdpDcpFamily
 
 
 def codes(report) -> dict[str, list[list[str]]]:  # noqa: ANN001
@@ -87,7 +87,7 @@ def test_uncommitted_step(mut: Path) -> None:
 
 
 def test_rank_picks_newest_complete_step(mut: Path) -> None:
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.rank import rank
 
     (mut / "step-3" / "__0_0.distcp").unlink()
     assert Path(rank(mut).resume_from or "").name == "step-2"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from f2_build import built, copy, oracle
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.families.lightning import LightningFamily
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.families.lightning import LightningFamily
 
 
 def codes(report) -> dict[str, list[list[str]]]:  # noqa: ANN001

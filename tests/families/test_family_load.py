@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from f1_build import built, codes, copy, oracle
 
-from ckptrescue.checkpoint import Verdict
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.base import Verdict
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
 pytest.importorskip("torch")
 OPT0 = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
@@ -67,7 +67,7 @@ def test_deepspeed_step_loads_with_its_exact_globals(ds: Path) -> None:
     f = next(f for f in r.findings if f.code == "LD001")
     assert f.details["rank_files"] == 3
     assert f.details["registered"] == sorted(
-        __import__("ckptrescue.families.deepspeed", fromlist=["x"]).DeepSpeedFamily
+        __import__("ckptrescue.checkpoints.families.deepspeed", fromlist=["x"]).DeepSpeedFamily
         .allowed_globals)
 
 
@@ -126,8 +126,8 @@ def test_rank_the_real_loader_refuses_is_named(ds: Path, tmp_path: Path) -> None
 
 
 def test_library_missing_in_sandbox_skips_never_widens(ds: Path) -> None:
-    from ckptrescue.families.deepspeed import DeepSpeedFamily
-    from ckptrescue.probes.family_load import load_family_step
+    from ckptrescue.checkpoints.families.deepspeed import DeepSpeedFamily
+    from ckptrescue.checkpoints.probes.family_load import load_family_step
 
     class Unknown(DeepSpeedFamily):
         allowed_globals = DeepSpeedFamily.allowed_globals | {"nosuchlib_f3.mod.Thing"}
@@ -144,7 +144,7 @@ def test_stand_ins_match_the_real_classes_without_importing_them() -> None:
     real members and values (the real library is imported in a child to compare)."""
     code = """
 import json, sys
-from ckptrescue.families import families
+from ckptrescue.checkpoints.families import families
 from ckptrescue.sandbox_children.safe_globals import resolve
 out = {}
 for fam in families():

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from f1_build import codes
 
-from ckptrescue.checkpoint import Verdict
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.base import Verdict
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 from fixtures.families import nemo as writer
 
 torch = pytest.importorskip("torch")
@@ -182,7 +182,7 @@ def test_sharded_weights(built: dict[str, Path], tmp_path: Path) -> None:
 def test_salvage_of_a_damaged_nemo_is_bit_exact(built: dict[str, Path], tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from ckptrescue.salvage import salvage
+    from ckptrescue.checkpoints.salvage import salvage
 
     ev = tmp_path / "ev"
     ev.mkdir()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from f2_build import built, copy, oracle
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.families.orbax import OrbaxFamily
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.families.orbax import OrbaxFamily
 
 
 def codes(report) -> dict[str, list[list[str]]]:  # noqa: ANN001
@@ -62,7 +62,7 @@ def test_committed_steps_intact_and_tmp_never_resumable(run: Path) -> None:
 
 
 def test_rank_resumes_from_newest_committed(run: Path) -> None:
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.rank import rank
 
     result = rank(run)
     assert Path(result.resume_from or "").name == "3"

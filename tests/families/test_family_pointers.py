@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from f1_build import built, copy
 
-from ckptrescue.probes.checkpoints import probe_paths
-from ckptrescue.rank import rank
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.rank import rank
 
 
 def pointer_findings(run: Path) -> list:  # noqa: ANN201

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from f1_build import built, copy
 
+from ckptrescue.checkpoints.salvage import salvage
 from ckptrescue.errors import UsageError
-from ckptrescue.salvage import salvage
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
@@ -63,7 +63,7 @@ def damaged_step(ds: Path, tmp_path: Path) -> tuple[Path, int]:
     flat fp32 partition flipped."""
     step = copy(ds / "zero2" / "global_step3", tmp_path / "run" / "global_step3")
     (step / OPT1).unlink()
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     rec = next(t for t in probe_paths([step])[0].tensors
                if t.name == f"zero_pp_rank_0_mp_rank_00/{FLAT}")
@@ -140,7 +140,7 @@ def test_fill_needs_same_name_shape_and_dtype(tmp_path: Path) -> None:
     """Synthetic DeepSpeed-layout steps (``fixtures/families/deepspeed_synth.py``): the fill step
     is complete but its partitions have another size (another run's layout): the damaged
     partitions are not filled (named, with the reason); the rest of the ranks recover."""
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
     from fixtures.families.deepspeed_synth import make_step
 
     step = make_step(tmp_path / "run", 4, 2)

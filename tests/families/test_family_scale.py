@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.checkpoint import Verdict
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.base import Verdict
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 from fixtures.families.deepspeed_synth import make_step
 
 torch = pytest.importorskip("torch")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.audit import verify_lines
-from ckptrescue.case import Case
 from ckptrescue.errors import CaseError
 from ckptrescue.model import Finding, Severity
+from ckptrescue.record.audit import verify_lines
+from ckptrescue.record.case import Case
 
 
 def _populated(tmp_path: Path) -> Case:
@@ -150,7 +150,7 @@ def test_unacknowledged_garbage_in_the_middle_is_broken(tmp_path: Path) -> None:
 _APPENDER = """
 import sys
 from pathlib import Path
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 case = Case.open(Path(sys.argv[1]))
 print("ready", flush=True)
 i = 0

@@ -130,14 +130,14 @@ class _Exit:
 
 
 def _records_of(root: Path) -> list[dict[str, Any]]:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     return list(Case.open(root).records())
 
 
 def test_a_failed_step_ends_the_command_with_its_own_error(tmp_path: Path) -> None:
+    from ckptrescue.checkpoints.salvage import salvage
     from ckptrescue.errors import CkptRescueError
-    from ckptrescue.salvage import salvage
 
     missing = tmp_path / "missing.pt"
     with pytest.raises(CkptRescueError) as direct:

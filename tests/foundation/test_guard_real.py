@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from ckptrescue import guard
-from ckptrescue.case import Case
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+from ckptrescue.record.case import Case
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("bwrap", "losetup", "mkfs.ext4")]
 CLI = str(Path(sys.executable).with_name("ckptrescue"))

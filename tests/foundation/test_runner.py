@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.case import Case
 from ckptrescue.effects.runner import Secret, SubprocessRunner, ToolCall
 from ckptrescue.errors import ToolMissingError
+from ckptrescue.record.case import Case
 from fixtures.det import det_bytes
 
 
@@ -119,7 +119,7 @@ def test_audit_record_has_required_fields(case: Case) -> None:
 
 _INTERRUPTED = """
 import sys
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 case = Case.open(sys.argv[1])
 print("ready", flush=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.case import Case
 from ckptrescue.effects.sandbox import run_child
+from ckptrescue.record.case import Case
 from ckptrescue.sandbox_children import confine
 
 needs_bwrap = pytest.mark.needs_tool("bwrap")

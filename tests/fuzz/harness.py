@@ -1,7 +1,7 @@
 """Runs fuzz cases through the kit's entry points in worker processes, with a time limit.
 
 One case = one mutant (``fixtures/fuzz/mutate.py``) written to a fresh directory and given to
-the library function behind the CLI: :func:`ckptrescue.probes.checkpoints.probe_paths` (+ the
+the library function behind the CLI: :func:`ckptrescue.checkpoints.probes.checkpoints.probe_paths` (+ the
 JSON ``ckptrescue probe --json`` prints) for checkpoints, :func:`verify_dataset` (+ its JSON,
 answer and findings) for datasets. The case is *total* when no exception escapes, every report
 carries a :class:`Verdict`, every file of the mutant is named by a report (checkpoints) or gets
@@ -98,8 +98,8 @@ class NotTotal(AssertionError):
 
 
 def _probe(case_dir: Path, files: dict[str, bytes], res: CaseResult, keep: bool) -> None:
-    from ckptrescue.checkpoint import Verdict
-    from ckptrescue.probes.checkpoints import probe_json, probe_paths
+    from ckptrescue.checkpoints.base import Verdict
+    from ckptrescue.checkpoints.probes.checkpoints import probe_json, probe_paths
 
     reports = probe_paths([case_dir])
     json.dumps(probe_json(reports, with_tensors=True))

@@ -102,8 +102,8 @@ def _failure_text(failures: dict[str, dict[str, list[str]]]) -> str:
 
 def test_seeds_are_intact() -> None:
     """Every seed itself is accepted (intact / ok): mutants start from valid files."""
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
     from ckptrescue.datasets.verify import verify_dataset
-    from ckptrescue.probes.checkpoints import probe_paths
 
     for name, (kind, _fmt) in seeds.SEEDS.items():
         d = seeds.SEEDS_DIR / name

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.datasets.gate import gate_checkpoint, gate_dataset
 from ckptrescue.datasets.manifest import build_manifest
-from ckptrescue.gate import gate_checkpoint, gate_dataset
 from fixtures.datasets import flip_byte, tree_digest, write_jsonl
 
 
@@ -64,7 +64,7 @@ def test_a_slice_that_matches_nothing_does_not_pass(dataset: tuple[Path, Path]) 
 
 def test_checkpoint_gate_and_verified_load(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from ckptrescue.verified_load import CheckpointRejected, load_verified
+    from ckptrescue.checkpoints.verified_load import CheckpointRejected, load_verified
     from fixtures.checkpoints import exact_tensor
 
     path = tmp_path / "step-1.pt"
@@ -86,7 +86,7 @@ def test_checkpoint_gate_and_verified_load(tmp_path: Path) -> None:
 
 def test_verified_load_refuses_an_unsafe_pickle(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from ckptrescue.verified_load import CheckpointRejected, load_verified
+    from ckptrescue.checkpoints.verified_load import CheckpointRejected, load_verified
     from fixtures.malicious import payload, torch_zip
 
     path = tmp_path / "evil.pt"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.datasets.gate import gate_dataset
 from ckptrescue.datasets.manifest import build_manifest
-from ckptrescue.gate import gate_dataset
 from fixtures.det import det_bytes
 
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
@@ -22,7 +22,7 @@ NAMES = [f"train/part-{i:02d}.bin" for i in range(16)]
 
 @pytest.fixture
 def store(tmp_path: Path):  # noqa: ANN201
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from test_shipped_playbooks import run_playbook
 
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 
 
 def test_collect_host_keeps_logs_and_cloudtrail(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_collect_host_keeps_logs_and_cloudtrail(tmp_path: Path) -> None:
 
 
 def test_a_raw_cloudtrail_file_is_kept_as_cloudtrail(tmp_path: Path) -> None:
-    from ckptrescue.collect.host import read_logs
+    from ckptrescue.storage.collect.host import read_logs
 
     trail = tmp_path / "trail.json.gz"
     trail.write_bytes(gzip.compress(json.dumps({"Records": [{

@@ -182,7 +182,7 @@ def test_preserve_mounted_fs_copies_and_verifies(tmp_path: Path) -> None:
 
 @pytest.fixture
 def s3(tmp_path: Path):  # noqa: ANN201
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     server = start_local_s3()
     try:

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
+from ckptrescue.datasets.profiles import batch, minhash, vhash
+from ckptrescue.datasets.profiles.build import _Builder, profile_shard
+from ckptrescue.datasets.profiles.compare import compare
+from ckptrescue.datasets.profiles.fieldstats import FieldStats
+from ckptrescue.datasets.profiles.profile import SKETCHES, DatasetProfile, ShardProfile, load, save
+from ckptrescue.datasets.profiles.readers import ReadState, _jsonl
+from ckptrescue.datasets.profiles.sketches import BottomK, DupSample, Moments, TopK
+from ckptrescue.datasets.profiles.values import Opaque, flatten, quote
 from ckptrescue.errors import UsageError
-from ckptrescue.profiles import batch, minhash, vhash
-from ckptrescue.profiles.build import _Builder, profile_shard
-from ckptrescue.profiles.compare import compare
-from ckptrescue.profiles.fieldstats import FieldStats
-from ckptrescue.profiles.profile import SKETCHES, DatasetProfile, ShardProfile, load, save
-from ckptrescue.profiles.readers import ReadState, _jsonl
-from ckptrescue.profiles.sketches import BottomK, DupSample, Moments, TopK
-from ckptrescue.profiles.values import Opaque, flatten, quote
 from fixtures.profiles import SplitMix
 
 MASK = (1 << 64) - 1

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.profiles.build import profile_dataset, profile_shard
-from ckptrescue.profiles.compare import compare
+from ckptrescue.datasets.profiles.build import profile_dataset, profile_shard
+from ckptrescue.datasets.profiles.compare import compare
 from fixtures import profiles as fx
 
 RECS = fx.shard_records(3, 0, 120)
@@ -143,8 +143,8 @@ def test_other_files_are_not_profiled(tmp_path: Path) -> None:
 
 
 def test_tokenizer_names(tmp_path: Path) -> None:
+    from ckptrescue.datasets.profiles.tokens import resolve
     from ckptrescue.errors import CkptRescueError
-    from ckptrescue.profiles.tokens import resolve
 
     counter = resolve("whitespace")
     assert counter is not None and counter("a b  c") == 3

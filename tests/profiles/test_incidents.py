@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.profiles.build import profile_dataset
-from ckptrescue.profiles.compare import CompareResult, compare
+from ckptrescue.datasets.profiles.build import profile_dataset
+from ckptrescue.datasets.profiles.compare import CompareResult, compare
 from fixtures import profiles as fx
 
 VICTIM = f"part-{fx.VICTIM:05d}.jsonl"
@@ -71,7 +71,7 @@ def test_versions_mode_names_the_test_effect_and_threshold(incident_root: Path) 
 
 
 def test_thresholds_are_configurable(incident_root: Path) -> None:
-    from ckptrescue.profiles.checks import Thresholds
+    from ckptrescue.datasets.profiles.checks import Thresholds
 
     prof = _profile(incident_root / "drift")
     assert compare(prof, mode="shards").findings

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.profiles.build import profile_dataset
+from ckptrescue.datasets.profiles.build import profile_dataset
 
 
 @pytest.fixture(scope="module")

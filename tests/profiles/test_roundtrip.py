@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.datasets.profiles.build import profile_dataset
+from ckptrescue.datasets.profiles.compare import compare
+from ckptrescue.datasets.profiles.profile import SCHEMA, DatasetProfile, load, save
 from ckptrescue.errors import UsageError
-from ckptrescue.profiles.build import profile_dataset
-from ckptrescue.profiles.compare import compare
-from ckptrescue.profiles.profile import SCHEMA, DatasetProfile, load, save
 from fixtures import profiles as fx
 
 

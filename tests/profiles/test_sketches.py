@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from ckptrescue.profiles import stats
-from ckptrescue.profiles.minhash import NearDup
-from ckptrescue.profiles.sketches import BottomK, DupSample, LogHistogram, Moments, TopK, bin_of
+from ckptrescue.datasets.profiles import stats
+from ckptrescue.datasets.profiles.minhash import NearDup
+from ckptrescue.datasets.profiles.sketches import BottomK, DupSample, LogHistogram, Moments, TopK, bin_of
 
 
 def test_bins_preserve_order_and_small_integers() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptrescue.profiles.build import profile_dataset
-from ckptrescue.profiles.compare import compare
-from ckptrescue.profiles.spotcheck import RECORD, redraw, sample_key, sample_records
+from ckptrescue.datasets.profiles.build import profile_dataset
+from ckptrescue.datasets.profiles.compare import compare
+from ckptrescue.datasets.profiles.spotcheck import RECORD, redraw, sample_key, sample_records
 from fixtures import profiles as fx
 
 VICTIM = f"part-{fx.VICTIM:05d}.jsonl"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.datasets.quarantine import Quarantine
+from ckptrescue.datasets.quarantine.listing import build
 from ckptrescue.datasets.verify import verify_dataset
-from ckptrescue.quarantine import Quarantine
-from ckptrescue.quarantine.listing import build
 from fixtures.datasets import tree_digest, truncate, write_jsonl, write_webdataset_tar
 
 
@@ -59,7 +59,7 @@ def test_an_audit_quarantines_whole_files(tmp_path: Path) -> None:
 
 def test_a_torch_dataset_wrapper_skips_the_bad_line(damaged: tuple[Path, dict]) -> None:
     torch_data = pytest.importorskip("torch.utils.data")
-    from ckptrescue.quarantine.torch_data import QuarantinedDataset, QuarantinedIterable
+    from ckptrescue.datasets.quarantine.torch_data import QuarantinedDataset, QuarantinedIterable
 
     root, verify = damaged
     q = build(str(root), verifies=[verify])
@@ -85,7 +85,7 @@ def test_a_torch_dataset_wrapper_skips_the_bad_line(damaged: tuple[Path, dict]) 
 
 def test_webdataset_pipeline_drops_bad_shards_and_samples(damaged: tuple[Path, dict]) -> None:
     wds = pytest.importorskip("webdataset")
-    from ckptrescue.quarantine.webdataset import sample_filter, shard_urls
+    from ckptrescue.datasets.quarantine.webdataset import sample_filter, shard_urls
 
     root, verify = damaged
     q = build(str(root), verifies=[verify])
@@ -101,7 +101,7 @@ def test_webdataset_pipeline_drops_bad_shards_and_samples(damaged: tuple[Path, d
 
 def test_hugging_face_filter_drops_the_bad_row(damaged: tuple[Path, dict]) -> None:
     datasets = pytest.importorskip("datasets")
-    from ckptrescue.quarantine.hf import hf_filter
+    from ckptrescue.datasets.quarantine.hf import hf_filter
 
     root, verify = damaged
     q = build(str(root), verifies=[verify])
@@ -124,6 +124,6 @@ def test_a_malformed_list_is_a_one_line_error(tmp_path: Path) -> None:
     bad.write_text('{"schema": "something-else"}')
     with pytest.raises(UsageError, match="not a quarantine list"):
         Quarantine.load(bad)
-    bad.write_text('{"schema": "ckptrescue.quarantine/1", "files": [{"nopath": 1}]}')
+    bad.write_text('{"schema": "ckptrescue.datasets.quarantine/1", "files": [{"nopath": 1}]}')
     with pytest.raises(UsageError, match="malformed"):
         Quarantine.load(bad)

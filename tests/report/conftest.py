@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest_cases import EVIL, EVIL_MD, add_step, make_full_case, make_hostile_case  # noqa: E402
 
-from ckptrescue.case import Case  # noqa: E402
+from ckptrescue.record.case import Case  # noqa: E402
 
 __all__ = ["EVIL", "EVIL_MD", "add_step"]
 

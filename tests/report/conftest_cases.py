@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ckptrescue.case import Case
 from ckptrescue.model import Finding, Severity
+from ckptrescue.record.case import Case
 
 EVIL = "<script>alert(1)</script>"
 # A name that would break Markdown if it reached a line start or a table unescaped.

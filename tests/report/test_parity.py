@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 from ckptrescue.report import model as report_model
 from ckptrescue.report.render import render
 

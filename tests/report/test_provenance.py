@@ -7,9 +7,9 @@ from pathlib import Path
 
 from conftest_cases import add_step
 
-from ckptrescue.answer import answer_line
-from ckptrescue.case import Case
-from ckptrescue.provenance import index
+from ckptrescue.engine.answer import answer_line
+from ckptrescue.record.case import Case
+from ckptrescue.record.provenance import index
 from ckptrescue.report import model as report_model
 from ckptrescue.report.render import render
 

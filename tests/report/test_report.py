@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke
 
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 from ckptrescue.report.render import render
 
 EVIL = "<script>alert(1)</script>"  # as in conftest.py's hostile_case

@@ -1,6 +1,6 @@
 """Fixtures for the S3 tests: one moto server per session, over real HTTP on 127.0.0.1.
 
-moto is started in-process (``ckptrescue.s3.localserver.start_local_s3``), which also checks that
+moto is started in-process (``ckptrescue.stores.s3.localserver.start_local_s3``), which also checks that
 moto computes CRC32C/CRC64NVME for real. Each test gets its own bucket; objects are written with a
 plain boto3 client (the kit's own client is read-only).
 """
@@ -18,7 +18,7 @@ _counter = itertools.count()
 
 @pytest.fixture(scope="session")
 def s3server():
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     server = start_local_s3()
     try:
@@ -47,13 +47,13 @@ def versioned_bucket(writer, bucket) -> str:
 
 @pytest.fixture
 def options(s3server):
-    from ckptrescue.s3.client import ClientOptions
+    from ckptrescue.stores.s3.client import ClientOptions
 
     return ClientOptions(endpoint_url=s3server.endpoint_url, region="us-east-1")
 
 
 @pytest.fixture
 def reader(options):
-    from ckptrescue.s3.client import make_client
+    from ckptrescue.stores.s3.client import make_client
 
     return make_client(options=options)

@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from ckptrescue.s3 import checksums as c
+from ckptrescue.stores.s3 import checksums as c
 from fixtures.det import det_bytes
 
 CHECK = b"123456789"

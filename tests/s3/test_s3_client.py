@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ckptrescue.errors import ExitCode, RefusedError
-from ckptrescue.s3.client import READ_OPERATIONS, make_client, stats
+from ckptrescue.stores.s3.client import READ_OPERATIONS, make_client, stats
 
 
 @pytest.mark.parametrize(("method", "kwargs"), [

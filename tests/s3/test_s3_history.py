@@ -13,12 +13,12 @@ import json
 
 import pytest
 
-from ckptrescue.action import from_library
-from ckptrescue.engine import record as record_step
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record as record_step
 from ckptrescue.errors import RefusedError
-from ckptrescue.s3.client import stats
-from ckptrescue.s3.history import history
-from ckptrescue.s3.restore import restore
+from ckptrescue.stores.s3.client import stats
+from ckptrescue.stores.s3.history import history
+from ckptrescue.stores.s3.restore import restore
 from fixtures.det import det_bytes
 
 KEY = "ckpt/model.pt"

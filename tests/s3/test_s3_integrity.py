@@ -4,9 +4,9 @@ unknown checksum type, guessed part sizes, and unverifiable objects."""
 
 from __future__ import annotations
 
-from ckptrescue.s3 import checksums as c
-from ckptrescue.s3.integrity import ObjectHead, PartLayout, guess_part_sizes, make_plan
-from ckptrescue.s3.objects import _validate_part_values
+from ckptrescue.stores.s3 import checksums as c
+from ckptrescue.stores.s3.integrity import ObjectHead, PartLayout, guess_part_sizes, make_plan
+from ckptrescue.stores.s3.objects import _validate_part_values
 from fixtures.det import det_bytes
 
 MiB = 1 << 20
@@ -85,7 +85,7 @@ def test_unverifiable_reasons():
 
 
 def test_aws_chunked_framing_stored_in_the_body_is_reported():
-    from ckptrescue.s3.integrity import aws_chunked_framing
+    from ckptrescue.stores.s3.integrity import aws_chunked_framing
 
     payload = b"hello world!"
     sig = "a" * 64

@@ -6,10 +6,10 @@ import hashlib
 
 from s3_testlib import MiB, put_multipart
 
-from ckptrescue.action import from_library
-from ckptrescue.engine import record
-from ckptrescue.s3.preflight import preflight
-from ckptrescue.s3.preserve import preserve
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record
+from ckptrescue.stores.s3.preflight import preflight
+from ckptrescue.stores.s3.preserve import preserve
 from fixtures.det import det_bytes
 
 

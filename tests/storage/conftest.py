@@ -21,7 +21,7 @@ def release_immutable(*roots: Path) -> None:
     """Give back what the kit made immutable under ``roots``: through ``writeblock release``
     of each case found there (audited), then, for anything left (a sealed case, a case
     elsewhere), by clearing the flag directly so that the directories can be removed."""
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage import writeblock
 
     for root in roots:

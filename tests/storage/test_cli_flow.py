@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from cli_helpers import invoke, run_cli
 
-from ckptrescue.parsers import ddrescue_mapfile
+from ckptrescue.storage.parsers import ddrescue_mapfile
 from fixtures import storage as fx
 from fixtures.det import det_bytes
 

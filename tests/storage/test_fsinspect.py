@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptrescue.action import from_library
-from ckptrescue.engine import record
+from ckptrescue.engine.action import from_library
+from ckptrescue.engine.executor import record
 from ckptrescue.storage.fsinspect import fs_inspect
 from fixtures import storage as fx
 

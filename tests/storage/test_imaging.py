@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ckptrescue.errors import RefusedError, ToolFailedError
-from ckptrescue.parsers import ddrescue_mapfile
 from ckptrescue.storage.imaging import image
+from ckptrescue.storage.parsers import ddrescue_mapfile
 from fixtures import storage as fx
 from fixtures.det import det_bytes
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from ckptrescue.parsers import ddrescue_mapfile
 from ckptrescue.storage import locate_offline
 from ckptrescue.storage.imaging import image
 from ckptrescue.storage.locate import locate
+from ckptrescue.storage.parsers import ddrescue_mapfile
 from fixtures import storage as fx
 from fixtures.det import det_bytes
 

@@ -13,9 +13,9 @@ import uuid
 import pytest
 
 from ckptrescue.errors import UsageError
-from ckptrescue.parsers import ddrescue_mapfile, lvm_metadata
 from ckptrescue.storage import mounting
 from ckptrescue.storage.locate import locate
+from ckptrescue.storage.parsers import ddrescue_mapfile, lvm_metadata
 from fixtures import storage as fx
 
 pytestmark = [pytest.mark.privileged,

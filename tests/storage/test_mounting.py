@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.action import ActionResult, from_library
-from ckptrescue.engine import record
+from ckptrescue.engine.action import ActionResult, from_library
+from ckptrescue.engine.executor import record
 from ckptrescue.errors import UsageError
 from ckptrescue.storage import sysfs
 from ckptrescue.storage.mounting import mount, mounted, umount, unmounted_record

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptrescue.parsers import (
+from ckptrescue.storage import fsinspect
+from ckptrescue.storage.parsers import (
     ddrescue_mapfile,
     debugfs,
     dumpe2fs,
@@ -18,7 +19,6 @@ from ckptrescue.parsers import (
     xfs_logprint,
     zpool_status,
 )
-from ckptrescue.storage import fsinspect
 
 T = Path(__file__).resolve().parents[2] / "fixtures" / "transcripts"
 

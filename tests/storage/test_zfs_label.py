@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptrescue.parsers import zfs_label
+from ckptrescue.storage.parsers import zfs_label
 from fixtures import storage as fx
 
 IMAGES = Path(__file__).resolve().parents[2] / "fixtures" / "transcripts" / "zfs" / "images"
@@ -135,7 +135,7 @@ def test_kit_on_a_zfs_member_without_the_zfs_module(tmp_path, no_leftovers):
             str(case))
     assert r.returncode == 2 and "not a ZFS member" in r.stderr
     # locate needs the import (ZFS itself maps bad bytes to files): a clear one-line failure
-    from ckptrescue.parsers import ddrescue_mapfile
+    from ckptrescue.storage.parsers import ddrescue_mapfile
 
     mapfile = tmp_path / "m.map"
     mapfile.write_text(ddrescue_mapfile.build_test_map(img.stat().st_size, [(8 << 20,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ckptrescue.parsers import zfs_get, zpool_events, zpool_json, zpool_status
 from ckptrescue.storage import fsinspect
+from ckptrescue.storage.parsers import zfs_get, zpool_events, zpool_json, zpool_status
 
 Z = Path(__file__).resolve().parents[2] / "fixtures" / "transcripts" / "zfs"
 OVERWRITTEN = [(5619712, 5750784), (7716864, 7847936), (10072064, 10203136)]

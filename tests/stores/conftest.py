@@ -58,7 +58,7 @@ def fakegcs() -> Iterator[fs.FakeGcs]:
 
 @pytest.fixture(scope="session")
 def motoserver() -> Iterator[Any]:
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     try:
         server = start_local_s3()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from cli_helpers import invoke
 
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 
 
 def _args(kit: Any) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from stores_testlib import make_kit
 
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 from ckptrescue.stores import open_view
 from ckptrescue.stores.view import open_mounts
 

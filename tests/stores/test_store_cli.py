@@ -41,7 +41,7 @@ def test_store_commands_end_to_end(kit: Any, checkpoints: dict, tmp_path: Path,
     layout = [p for p in dest.rglob("model.pt") if p.is_file()]
     assert layout and all(p.read_bytes() == data for p in layout)
     assert invoke("probe", str(layout[0])).returncode == 0  # the kit runs on the copy as is
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     [record] = [r["details"] for r in Case.open(case).records("store.preserved")]
     assert record["objects"][0]["sha256"]

@@ -12,8 +12,8 @@ import stat
 import pytest
 from stores_testlib import make_kit, sha256
 
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 from ckptrescue.errors import RefusedError
-from ckptrescue.probes.checkpoints import probe_paths
 from ckptrescue.stores import StoreOptions, open_store
 from ckptrescue.stores.history import history
 from ckptrescue.stores.integrity import verify

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import google_crc32c
 
-from ckptrescue.formats.protowire import encode_varint
-from ckptrescue.formats.sstable import MAGIC, mask
+from ckptrescue.checkpoints.formats.protowire import encode_varint
+from ckptrescue.checkpoints.formats.sstable import MAGIC, mask
 
 DT = {"float32": 1, "int32": 3, "int64": 9}
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import google_crc32c
 import pytest
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.formats.sstable import mask
-from ckptrescue.formats.tensorbundle import probe_bundle
-from ckptrescue.probes.checkpoints import discover, probe_one
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.formats.sstable import mask
+from ckptrescue.checkpoints.formats.tensorbundle import probe_bundle
+from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bundlewriter import Entry, write_bundle  # noqa: E402

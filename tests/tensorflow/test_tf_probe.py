@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.formats.tensorbundle import TensorBundleFormat
-from ckptrescue.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.formats.tensorbundle import TensorBundleFormat
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 from fixtures import tensorflow as tfx
 
 BN_VAR = "model/_functional/_operations/2/moving_variance/.ATTRIBUTES/VARIABLE_VALUE"
@@ -114,7 +114,7 @@ def test_state_file_pointing_at_missing_prefix(copy_of) -> None:
     assert missing.verdict is Verdict.INCOMPLETE
     assert "TC001" in codes(missing)
     assert reports["ckpt-2"].verdict is Verdict.INTACT
-    from ckptrescue.rank import rank
+    from ckptrescue.checkpoints.rank import rank
 
     ranked = rank(d)
     assert [(Path(c.path).name, str(c.verdict)) for c in ranked.checkpoints] == [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.formats.tensorbundle import TensorBundleFormat
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.formats.tensorbundle import TensorBundleFormat
 from fixtures import tensorflow as tfx
 from fixtures.det import det_bytes
 
@@ -39,7 +39,7 @@ def test_garbage_named_like_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_random_hdf5_and_keras_damage_never_raises(tf_originals: Path, tmp_path: Path) -> None:
-    from ckptrescue.probes.checkpoints import probe_paths
+    from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 
     rng = random.Random(1)  # seed 1 once produced a dataset with an unrepresentable float type
     for i in range(60):

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file
 
-from ckptrescue.checkpoint import ProbeOptions, Verdict
-from ckptrescue.formats.tensorbundle import TensorBundleFormat
-from ckptrescue.probes.checkpoints import probe_paths
-from ckptrescue.salvage import salvage
+from ckptrescue.checkpoints.base import ProbeOptions, Verdict
+from ckptrescue.checkpoints.formats.tensorbundle import TensorBundleFormat
+from ckptrescue.checkpoints.probes.checkpoints import probe_paths
+from ckptrescue.checkpoints.salvage import salvage
 from ckptrescue.sandbox_children.tf_load import load_reports
 from fixtures import tensorflow as tfx
 

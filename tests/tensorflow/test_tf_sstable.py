@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckptrescue.formats import protowire, sstable
-from ckptrescue.formats.tensorbundle_entries import decode_entry, decode_slice_key
-from ckptrescue.formats.tensorbundle_index import read_index
+from ckptrescue.checkpoints.formats import protowire, sstable
+from ckptrescue.checkpoints.formats.tensorbundle_entries import decode_entry, decode_slice_key
+from ckptrescue.checkpoints.formats.tensorbundle_index import read_index
 from fixtures import tensorflow as tfx
 
 

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from ckptrescue.trainstate.analysis import analyse, run_checkpoints  # noqa: E402
+from ckptrescue.datasets.trainstate.analysis import analyse, run_checkpoints  # noqa: E402
 from fixtures.trainstate import write_run  # noqa: E402
 
 

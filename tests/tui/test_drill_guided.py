@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import EXE, drive, screen_text, tree_labels, wait_for
 
-from ckptrescue.answer import answer_line, latest_checkpoints
-from ckptrescue.case import Case
+from ckptrescue.engine.answer import answer_line, latest_checkpoints
+from ckptrescue.record.case import Case
 
 
 def sha256(path: Path) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from conftest import EXE, drive, screen_text, tree_hash, tree_labels, wait_for
 
-from ckptrescue.answer import answer_line, latest_checkpoints
-from ckptrescue.case import Case
+from ckptrescue.engine.answer import answer_line, latest_checkpoints
+from ckptrescue.record.case import Case
 
 
 def cli_run(run_dir: Path, case_dir: Path) -> dict:

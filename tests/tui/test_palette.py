@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import drive, screen_text, wait_for
 
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 
 
 def test_palette_opens_report_and_theme_toggles(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from conftest import drive, wait_for
 
-from ckptrescue import engine
-from ckptrescue.case import Case
+from ckptrescue.engine import executor as engine
 from ckptrescue.playbook import load
+from ckptrescue.record.case import Case
 
 GATED = """\
 schema: 1

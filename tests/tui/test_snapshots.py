@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXED, wait_for
 
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 
 
 def fresh_case(name: str, title: str = "run 7 will not resume") -> Case:
@@ -27,7 +27,7 @@ def fresh_case(name: str, title: str = "run 7 will not resume") -> Case:
 
 def probed_case(run_dir: Path, name: str) -> Case:
     """A case where probe-checkpoints already ran (driven through the engine, as the CLI does)."""
-    from ckptrescue import engine
+    from ckptrescue.engine import executor as engine
 
     case = fresh_case(name)
     for _ in engine.run(engine.prepare("probe-checkpoints", {"run_dir": str(run_dir)}),

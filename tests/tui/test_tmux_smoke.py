@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import EXE
 
-from ckptrescue.answer import answer_line
-from ckptrescue.case import Case
+from ckptrescue.engine.answer import answer_line
+from ckptrescue.record.case import Case
 
 
 def capture(session: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 CHILD = r"""
 import json, sys
 from pathlib import Path
-from ckptrescue.case import Case
+from ckptrescue.record.case import Case
 from ckptrescue.tui.app import make_app
 app = make_app(Case.create(Path(sys.argv[1]), title="hygiene"))
 seen = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import drive, wait_for
 
-from ckptrescue.events import StepOutput, StepProgress
+from ckptrescue.engine.events import StepOutput, StepProgress
 from ckptrescue.playbook.schema import Parameter
 from ckptrescue.tui.viewmodel import (
     RateMeter,
@@ -161,8 +161,8 @@ def test_evidence_pickers_fill_the_field(tmp_path: Path) -> None:
     switches to browsing for an image file."""
     from textual.widgets import DirectoryTree, Input
 
-    from ckptrescue.case import Case
     from ckptrescue.playbook import load
+    from ckptrescue.record.case import Case
     from ckptrescue.tui.app import make_app
     from ckptrescue.tui.screens.params import ParamsScreen
     from ckptrescue.tui.screens.pickers import DevicePicker, PathPicker

@@ -14,7 +14,7 @@ if str(REPO) not in sys.path:
 
 @pytest.fixture(scope="module")
 def s3server():  # noqa: ANN201
-    from ckptrescue.s3.localserver import start_local_s3
+    from ckptrescue.stores.s3.localserver import start_local_s3
 
     server = start_local_s3()
     try:

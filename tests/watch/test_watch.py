@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import pytest
 
 from ckptrescue.datasets.manifest import build_manifest
-from ckptrescue.watch.passes import run_pass
-from ckptrescue.watch.state import WatchState
+from ckptrescue.datasets.watch.passes import run_pass
+from ckptrescue.datasets.watch.state import WatchState
 from fixtures.datasets import tree_digest, write_jsonl, write_webdataset_tar
 
 EXE = str(Path(sys.executable).with_name("ckptrescue"))
@@ -133,7 +133,7 @@ def test_the_command_watches_with_inotify_alerts_and_metrics(tmp_path: Path) -> 
     metrics = prom.read_text()
     assert 'ckptrescue_watch_bad_files{source="' in metrics
     assert "ckptrescue_watch_files_checked_total" in metrics and "} 5" in metrics
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
     opened = Case.open(case)
     assert [f.code for f in opened.findings()] == ["WA001"]

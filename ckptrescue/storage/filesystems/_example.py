@@ -60,7 +60,7 @@ from ckptrescue.model import Severity
 from ckptrescue.storage.filesystem import Facts, Filesystem, inspect_finding, run_tool
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 
 class ExampleFs(Filesystem):

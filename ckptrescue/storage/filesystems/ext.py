@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.model import Finding, Severity
-from ckptrescue.parsers import debugfs as dbg
-from ckptrescue.parsers import dumpe2fs
 from ckptrescue.storage.filesystem import (
     EVIDENCE_MOUNT_OPTIONS,
     Facts,
@@ -33,9 +31,11 @@ from ckptrescue.storage.filesystem import (
 from ckptrescue.storage.hits import FileHit, RangeHits, merge_all
 from ckptrescue.storage.locate_offline import blocks as block_pieces
 from ckptrescue.storage.locate_offline import run_text
+from ckptrescue.storage.parsers import debugfs as dbg
+from ckptrescue.storage.parsers import dumpe2fs
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 _run = run_tool
 _f = inspect_finding

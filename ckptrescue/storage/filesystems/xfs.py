@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.model import Finding, Severity
-from ckptrescue.parsers import xfs_db, xfs_logprint
 from ckptrescue.storage import sysfs
 from ckptrescue.storage.filesystem import (
     Facts,
@@ -33,9 +32,10 @@ from ckptrescue.storage.filesystem import (
 from ckptrescue.storage.hits import FileHit, RangeHits, merge_all
 from ckptrescue.storage.locate_offline import blocks as block_pieces
 from ckptrescue.storage.locate_offline import run_text
+from ckptrescue.storage.parsers import xfs_db, xfs_logprint
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
 
 _run = run_tool
 _f = inspect_finding

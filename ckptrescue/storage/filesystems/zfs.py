@@ -16,7 +16,7 @@ from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.storage.filesystem import CopySources, Facts, Filesystem, MountRequest
 
 if TYPE_CHECKING:
-    from ckptrescue.case import Case
+    from ckptrescue.record.case import Case
     from ckptrescue.storage.hits import LocateResult
     from ckptrescue.storage.mount_state import MountResult
 

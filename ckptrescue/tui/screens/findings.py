@@ -58,8 +58,8 @@ def spot_lines(spot: dict[str, Any]) -> list[str]:
 
 def load_case_data(case: Any) -> CaseDataLoaded:
     """Read the report model and what groups it (runs in a worker thread)."""
-    from ckptrescue.answer import outputs_of
-    from ckptrescue.outputs import MountOutput
+    from ckptrescue.engine.answer import outputs_of
+    from ckptrescue.engine.outputs import MountOutput
     from ckptrescue.report import model as report_model
 
     model = report_model.build(case)

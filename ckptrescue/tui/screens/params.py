@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Static
 
-from ckptrescue.action import ArgSpec
+from ckptrescue.engine.action import ArgSpec
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui import form
 
@@ -150,7 +150,7 @@ class ParamsScreen(Screen[None]):
 
     # -- on to the plan ---------------------------------------------------------------------------
     def action_preview(self) -> None:
-        from ckptrescue import engine
+        from ckptrescue.engine import executor as engine
         from ckptrescue.tui.screens.plan import PlanScreen
 
         bad = [f.name for f in self.fields.values() if not self._check(f)]

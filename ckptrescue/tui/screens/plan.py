@@ -12,12 +12,12 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Header, Static
 
 if TYPE_CHECKING:
-    from ckptrescue.engine import Plan
+    from ckptrescue.engine.executor import Plan
 
 
 def plan_lines(plan: Plan) -> list[str]:
     """The dry run as text (the same content as ``playbook run --dry-run``)."""
-    from ckptrescue import engine
+    from ckptrescue.engine import executor as engine
 
     lines = [f"playbook {plan.playbook.name}   run key {plan.run_key}", "parameters:"]
     for name, value in plan.params.items():

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from ckptrescue.events import (
+from ckptrescue.engine.events import (
     FindingEmitted,
     GateReached,
     RunFinished,
@@ -29,7 +29,7 @@ from ckptrescue.tui.widgets.progress import StepProgressPanel
 from ckptrescue.tui.widgets.steps import StepTable
 
 if TYPE_CHECKING:
-    from ckptrescue.engine import Plan
+    from ckptrescue.engine.executor import Plan
 
 RESUMABLE = {"cancelled", "stopped", "failed", "crashed"}
 
@@ -92,7 +92,7 @@ class RunScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine",
           description="Running playbook")
     def run_plan(self) -> None:
-        from ckptrescue import engine
+        from ckptrescue.engine import executor as engine
         from ckptrescue.errors import CkptRescueError
 
         worker = get_current_worker()

@@ -82,7 +82,7 @@ class StartScreen(Screen[None]):
         self.query_one("#start-error", Static).update(text)
 
     def action_open_case(self) -> None:
-        from ckptrescue.case import Case
+        from ckptrescue.record.case import Case
 
         path = self._path()
         if path is None:
@@ -96,7 +96,7 @@ class StartScreen(Screen[None]):
         self.app.set_case(case)  # type: ignore[attr-defined]
 
     def action_create_case(self) -> None:
-        from ckptrescue.case import Case
+        from ckptrescue.record.case import Case
 
         path = self._path()
         if path is None:

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from ckptrescue.events import StepProgress
+from ckptrescue.engine.events import StepProgress
 from ckptrescue.tui.viewmodel import RateMeter, progress_text
 
 

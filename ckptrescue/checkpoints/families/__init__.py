@@ -1,0 +1,46 @@
+"""Multi-rank checkpoint families (DeepSpeed, Megatron/NeMo, FSDP/DCP, Lightning, Accelerate,
+Orbax): one step = many rank files + metadata, verified as a whole (``families/base.py``).
+
+:func:`families` is the registry: every module of this package whose name does not start with
+``_`` may define ``FAMILIES = [cls, ...]``; they are returned sorted by ``priority``. A module
+that fails to import is skipped and recorded in :data:`SKIPPED_FAMILY_MODULES` (the others keep
+working). ``formats/families.py`` registers them as checkpoint formats.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckptrescue.checkpoints.families.base import Family
+
+SKIPPED_FAMILY_MODULES: dict[str, str] = {}
+
+
+@functools.cache
+def _discover() -> tuple[type[Family], ...]:
+    found: list[type[Family]] = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.name == "base":
+            continue
+        try:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+        except Exception as exc:  # noqa: BLE001 - one broken family must not stop the others
+            SKIPPED_FAMILY_MODULES[info.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        found.extend(getattr(module, "FAMILIES", []))
+    found.sort(key=lambda f: getattr(f, "priority", 5))
+    return tuple(found)
+
+
+def families() -> list[type[Family]]:
+    """Every registered family, sorted by priority (lazy discovery, cached)."""
+    return list(_discover())
+
+
+def by_name(name: str) -> type[Family] | None:
+    """The family whose ``name`` (the ``format`` in probe JSON) is ``name``."""
+    return next((f for f in _discover() if f.name == name), None)

@@ -1,0 +1,235 @@
+"""Hugging Face Accelerate ``checkpoint_N/`` directories (``Accelerator.save_state``).
+
+Layout (``accelerate/checkpointing.py`` ``save_accelerator_state``): ``model.safetensors`` /
+``pytorch_model.bin`` (``model_<i>.*`` for further models, or an HF sharded index),
+``optimizer.bin`` (``optimizer_<i>.bin``), ``scheduler.bin`` (``scheduler_<i>.bin``),
+``sampler.bin``, ``dl_state_dict.bin``, ``scaler.pt``, one ``random_states_<process>.pkl`` per
+process (``step`` = ``accelerator.step``, Python's, numpy's and torch's RNG states) and
+``custom_checkpoint_<i>.pkl`` per registered object. With ``automatic_checkpoint_naming`` the
+directories are ``checkpoints/checkpoint_<save_iteration>``; there is no pointer file (Accelerate
+resumes from the highest index).
+
+Accelerate records no world size. It is taken as the largest of: the RNG files' highest index
++ 1, the same in the sibling ``checkpoint_*`` directories, and ``scheduler.last_epoch / step``
+(``AcceleratedScheduler`` steps the wrapped scheduler once per process per optimizer step unless
+``split_batches``) — FM072 says it was inferred; a missing ``random_states_<r>.pkl`` is FM001.
+The RNG files' ``step`` must agree (FM002 names a rank file from another step); the optimizer's
+``param_groups[*].lr`` must equal the scheduler's ``_last_lr`` (FM071: optimizer and scheduler
+from different steps); Adam-style ``state.*.step`` counters must agree (FM004).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import Counter
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ckptrescue.checkpoints.base import CheckpointReport
+from ckptrescue.checkpoints.families import pickles
+from ckptrescue.checkpoints.families.base import (
+    Family,
+    Member,
+    MemberSummary,
+    StepLayout,
+    finding,
+    is_file,
+    listdir,
+)
+from ckptrescue.model import Finding
+
+_RNG = re.compile(r"^random_states_(\d+)\.pkl$")
+_CKPT = re.compile(r"^checkpoint_(\d+)$")
+_ROLES = [
+    (re.compile(r"^(?:model|pytorch_model)(?:_(\d+))?\.(?:safetensors|bin)$"), "model"),
+    (re.compile(r"^(?:model|pytorch_model)(?:_(\d+))?\.(?:safetensors|bin)\.index\.json$"),
+     "model"),
+    (re.compile(r"^optimizer(?:_(\d+))?\.bin$"), "optim"),
+    (re.compile(r"^scheduler(?:_(\d+))?\.bin$"), "scheduler"),
+    (re.compile(r"^sampler(?:_(\d+))?\.bin$"), "sampler"),
+    (re.compile(r"^dl_state_dict(?:_(\d+))?\.bin$"), "sampler"),
+    (re.compile(r"^scaler\.pt$"), "scaler"),
+    (re.compile(r"^custom_checkpoint_(\d+)\.pkl$"), "custom"),
+]
+
+
+def _role(name: str) -> tuple[str, str] | None:
+    m = _RNG.match(name)
+    if m:
+        return "rng", f"rank{int(m.group(1))}"
+    for pattern, role in _ROLES:
+        m = pattern.match(name)
+        if m:
+            idx = m.group(1) if m.groups() else None
+            label = {"optim": "optimizer"}.get(role, role)
+            return role, f"{label}_{idx}" if idx else label
+    return None
+
+
+def _rng_ranks(directory: Path) -> set[int]:
+    return {int(m.group(1)) for n in listdir(directory) if (m := _RNG.match(n))}
+
+
+def _is_step(directory: Path) -> bool:
+    names = listdir(directory)
+    return any(_RNG.match(n) for n in names) and any(
+        (r := _role(n)) is not None and r[0] in ("model", "optim") for n in names)
+
+
+def _scalar(rec: Any) -> float | None:
+    """A one-element tensor's value read from its bytes (Adam's ``step``)."""
+    fmt = {"float32": "<f", "float64": "<d", "int64": "<q", "int32": "<i"}.get(rec.dtype or "")
+    if fmt is None or rec.file is None or rec.offset is None or not rec.length:
+        return None
+    try:
+        with open(rec.file, "rb") as fh:
+            fh.seek(rec.offset)
+            raw = fh.read(struct.calcsize(fmt))
+    except OSError:
+        return None
+    return float(struct.unpack(fmt, raw)[0]) if len(raw) == struct.calcsize(fmt) else None
+
+
+class AccelerateFamily(Family):
+    """An Accelerate ``save_state`` directory (``accelerate``)."""
+
+    name: ClassVar[str] = "accelerate"
+    # Accelerate's own load (``accelerate/utils/other.py`` ``load``) adds TORCH_SAFE_GLOBALS to
+    # torch's weights-only list for the RNG files (numpy's RNG state is an ndarray):
+    allowed_globals: ClassVar[frozenset[str]] = frozenset({
+        "numpy._core.multiarray._reconstruct",  # np_core.multiarray._reconstruct (numpy >= 2)
+        "numpy.core.multiarray._reconstruct",  # the same under numpy < 2 (np.core)
+        "numpy.ndarray",  # np.ndarray
+        "numpy.dtype",  # np.dtype
+        "numpy.dtypes.UInt32DType",  # np.dtypes.UInt32DType (numpy >= 1.25)
+    })
+
+    @classmethod
+    def claim(cls, directory: Path) -> list[Path]:
+        if _is_step(directory):
+            return [directory]
+        out: list[Path] = []
+        for n in listdir(directory):
+            p = directory / n
+            if p.is_dir() and not p.is_symlink() and _is_step(p):
+                out.append(p)
+        return out
+
+    @classmethod
+    def step_of(cls, root: Path) -> int | None:
+        m = _CKPT.match(root.name)
+        return int(m.group(1)) if m else None
+
+    @classmethod
+    def layout(cls, root: Path) -> StepLayout:
+        members: list[Member] = []
+        for n in listdir(root):
+            role = _role(n)
+            if role is not None and is_file(root / n):
+                members.append(Member(root / n, role[1], role[0]))
+        present = _rng_ranks(root)
+        siblings = [_rng_ranks(root.parent / n) for n in listdir(root.parent)
+                    if n != root.name and _CKPT.match(n)]
+        world = max([max(present, default=-1) + 1] + [max(s, default=-1) + 1 for s in siblings])
+        world_from = "rng files" if world == max(present, default=-1) + 1 else "sibling steps"
+        expected = [Member(root / f"random_states_{r}.pkl", f"rank{r}", "rng")
+                    for r in range(world)]
+        findings: list[Finding] = []
+        roles = {m.role for m in members}
+        if "model" not in roles:
+            findings.append(finding("FM070", f"{root.name}: no model weights "
+                                    "(model.safetensors / pytorch_model.bin)", evidence=root,
+                                    ranks=["model"]))
+        if "optim" not in roles and "scheduler" in roles:
+            findings.append(finding("FM070", f"{root.name}: scheduler.bin without "
+                                    "optimizer.bin", evidence=root, ranks=["optimizer"]))
+        layout = StepLayout(cls.name, root, None, members, expected,
+                            {"processes": world} if world > 0 else {}, findings)
+        if world > 0 and world_from != "rng files":
+            findings.append(finding(
+                "FM072", f"{root.name}: {world} processes inferred from {world_from} "
+                "(Accelerate records no world size)", evidence=root,
+                details={"processes": world}))
+        return layout
+
+    @classmethod
+    def summarize(cls, member: Member, report: CheckpointReport) -> MemberSummary:
+        summary = super().summarize(member, report)
+        if member.role not in ("rng", "optim", "scheduler"):
+            return summary
+        root = pickles.data_pkl_root(member.path, report)
+        if member.role == "rng":
+            summary.step = pickles.as_int(pickles.top_level(root, ("step",)).get("step"))
+        elif member.role == "scheduler":
+            top = pickles.top_level(root, ("last_epoch", "_last_lr", "_step_count"))
+            summary.scalars["last_epoch"] = pickles.as_int(top.get("last_epoch"))
+            summary.scalars["last_lr"] = top.get("_last_lr")
+        else:
+            top = pickles.top_level(root, ("param_groups",))
+            groups = top.get("param_groups")
+            summary.scalars["lr"] = [g.get("lr") for g in groups if isinstance(g, dict)] \
+                if isinstance(groups, list) else None
+            steps = {rec.name: _scalar(rec) for rec in report.tensors
+                     if rec.name.startswith("state.") and rec.name.endswith(".step")}
+            summary.scalars["optimizer_steps"] = sorted({v for v in steps.values()
+                                                         if v is not None})
+        return summary
+
+    @classmethod
+    def check(cls, layout: StepLayout, summaries: list[MemberSummary]) -> list[Finding]:
+        out = super().check(layout, summaries)
+        rng = [s for s in summaries if s.member.role == "rng" and s.step is not None]
+        sched = next((s for s in summaries if s.member.rank == "scheduler"), None)
+        optim = next((s for s in summaries if s.member.rank == "optimizer"), None)
+        world = layout.world.get("processes", 0)
+        expected_step: int | None = None
+        last_epoch = sched.scalars.get("last_epoch") if sched else None
+        if rng:
+            votes = Counter(s.step for s in rng).most_common()
+            expected_step = votes[0][0]
+            if isinstance(last_epoch, int) and len(votes) > 1:
+                # the scheduler breaks a tie: last_epoch = step x processes
+                for step, _n in votes:
+                    if step and world and last_epoch == step * world:
+                        expected_step = step
+            if expected_step and isinstance(last_epoch, int) and last_epoch % expected_step == 0:
+                inferred = last_epoch // expected_step
+                have = {int(s.member.rank[4:]) for s in summaries if s.member.role == "rng"}
+                lost = [r for r in range(world, inferred) if r not in have]
+                if lost and inferred > world:
+                    out.append(finding(
+                        "FM001", f"{len(lost)} RNG file(s) missing: scheduler.last_epoch "
+                        f"{last_epoch} = step {expected_step} x {inferred} processes: "
+                        + ", ".join(f"random_states_{r}.pkl" for r in lost),
+                        evidence=layout.root, ranks=[f"rank{r}" for r in lost],
+                        details={"processes": inferred}))
+                    out.append(finding("FM072", f"{layout.root.name}: {inferred} processes "
+                                       "inferred from scheduler.last_epoch / step",
+                                       evidence=layout.root, details={"processes": inferred}))
+            for s in rng:
+                if s.step != expected_step:
+                    out.append(finding(
+                        "FM002", f"{s.member.rank} ({s.member.path.name}) records step {s.step}"
+                        f", the other ranks {expected_step}: an RNG file from another step",
+                        evidence=s.member.path, ranks=[s.member.rank],
+                        details={"recorded": s.step, "expected": expected_step}))
+        if sched and optim:
+            lr, last = optim.scalars.get("lr"), sched.scalars.get("last_lr")
+            if isinstance(lr, list) and isinstance(last, list) and lr and last and lr != last:
+                out.append(finding(
+                    "FM071", f"optimizer.bin learning rates {lr} != scheduler.bin _last_lr "
+                    f"{last}: optimizer and scheduler come from different steps",
+                    evidence=layout.root, ranks=["optimizer", "scheduler"],
+                    details={"optimizer_lr": lr, "scheduler_last_lr": last}))
+        for s in summaries:
+            steps = s.scalars.get("optimizer_steps") or []
+            if len(steps) > 1:
+                out.append(finding(
+                    "FM004", f"{s.member.path.name}: parameters' optimizer step counters "
+                    f"disagree ({', '.join(str(int(v)) for v in steps)})",
+                    evidence=s.member.path, ranks=[s.member.rank]))
+        return out
+
+
+FAMILIES = [AccelerateFamily]

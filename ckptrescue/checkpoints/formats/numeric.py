@@ -1,0 +1,355 @@
+"""Streaming numerical health of tensor bytes (pure: bytes in, statistics and findings out).
+
+A :class:`StorageScan` is fed the chunks of one storage / tensor byte range as the CRC pass
+reads them (so the file is read once), with bounded memory: counts, a running sum of squares,
+the few largest magnitudes (for exponent outliers), the first non-finite elements and the
+all-zero 4 KiB pages aligned to the file (torn writes). :func:`judge` turns a finished scan plus
+the tensor names into suspicions (reference/checkpoint-formats.md §6):
+
+* NaN/Inf counts (a few in an otherwise finite tensor: bit flip or torn write);
+* exponent outliers far above the tensor's RMS, with a flip-back candidate ("bit 30 of element
+  i; flipping it back gives 0.0123") when exactly one exponent bit returns the value to the bulk;
+* 4 KiB-aligned zero pages in a tensor that otherwise has almost no exact zeros;
+* invariants from names: Adam ``exp_avg_sq`` >= 0, BatchNorm ``running_var`` > 0,
+  ``num_batches_tracked`` >= 0.
+
+Needs numpy (a torch dependency); without it the scan is skipped and says so.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptrescue.checkpoints.formats import dtypes
+
+PAGE = 4096
+_ZERO_PAGE = bytes(PAGE)
+_TOPK = 8
+INVARIANT_NAMES = {"exp_avg_sq", "running_var", "num_batches_tracked"}
+
+
+@dataclass
+class NumericSummary:
+    """Statistics of one scanned byte range."""
+
+    dtype: str
+    count: int = 0
+    nan: int = 0
+    inf: int = 0
+    zeros: int = 0
+    negatives: int = 0
+    nonpositive: int = 0
+    rms_bulk: float | None = None
+    zero_pages: list[int] = field(default_factory=list)  # absolute offsets of all-zero pages
+    zeros_near_pages: int = 0  # exact zeros in the chunks holding zero pages (outside them)
+    elements_near_pages: int = 0
+    outliers: list[dict[str, Any]] = field(default_factory=list)
+    nonfinite_examples: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def _from_bits(bits: int, dtype: str) -> float:
+    if dtype == "float32":
+        return float(struct.unpack("<f", struct.pack("<I", bits))[0])
+    if dtype == "float64":
+        return float(struct.unpack("<d", struct.pack("<Q", bits))[0])
+    if dtype == "float16":
+        return float(struct.unpack("<e", struct.pack("<H", bits))[0])
+    return float(struct.unpack("<f", struct.pack("<I", bits << 16))[0])
+
+
+@dataclass(frozen=True)
+class _FloatLayout:
+    ucode: str  # unsigned view of one element
+    shift: int  # exponent field position
+    emask: int  # exponent field mask (all ones = Inf/NaN)
+    sign: int  # sign bit position
+    mant: int  # mantissa mask
+    gap: int  # exponent steps above the reference that make an outlier
+
+
+_LAYOUT = {
+    "float32": _FloatLayout("u4", 23, 0xFF, 31, 0x7FFFFF, 8),
+    "bfloat16": _FloatLayout("u2", 7, 0xFF, 15, 0x7F, 8),
+    "float16": _FloatLayout("u2", 10, 0x1F, 15, 0x3FF, 4),
+    "float64": _FloatLayout("u8", 52, 0x7FF, 63, (1 << 52) - 1, 8),
+}
+_REF_RANK = 3  # outliers are judged against the 3rd-largest magnitude (1-2 flips stand out)
+_MIN_ELEMENTS = 16
+
+
+class StorageScan:
+    """Accumulates statistics over consecutive chunks of one byte range.
+
+    Floats are read as unsigned integers: a histogram of the exponent field (one bincount per
+    chunk) gives NaN/Inf counts (all-ones exponent) and the magnitude distribution at
+    power-of-two resolution; the few largest finite values are kept with their index. An
+    outlier is a value whose exponent is at least ``gap`` steps (x256 for fp32/bf16/fp64, x16
+    for fp16) above the third-largest value's, and that one exponent-bit flip would bring back
+    among the ordinary values (reference §6 heuristics 2-3).
+    """
+
+    def __init__(self, dtype: str, *, start: int, length: int, big_endian: bool = False,
+                 names: list[str] | None = None) -> None:
+        self.dtype = dtype
+        # sign counts are only needed for tensors whose names carry an invariant
+        self.invariants = names is None or any(
+            n.rsplit(".", 1)[-1] in INVARIANT_NAMES for n in names)
+        self.start = start
+        self.end = start + length
+        self.big_endian = big_endian
+        self.summary = NumericSummary(dtype=dtype)
+        info = dtypes.lookup(dtype)
+        self.itemsize = info.itemsize if info else 1
+        self.kind = info.kind if info else "other"
+        self.layout = _LAYOUT.get(dtype)
+        self._carry = b""
+        self._page_ctx = [0, 0]  # exact zeros / elements around zero pages (same chunks)
+        self._index = 0
+        self._hist: Any = None
+        self._top: list[tuple[int, int, int]] = []  # (magnitude bits, index, raw bits) min-heap
+        self._np: Any = None
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - numpy ships with torch
+            self.summary.skipped = "numpy not installed"
+            return
+        self._np = np
+        if (self.kind == "float" and self.layout is None) or self.kind not in ("float", "int", "bool"):
+            self.summary.skipped = f"no numeric checks for {dtype}"
+        if self.layout is not None:
+            self._hist = np.zeros(self.layout.emask + 1, dtype=np.int64)
+
+    def feed(self, offset: int, data: bytes | memoryview) -> None:
+        """Add the bytes at absolute ``offset`` (chunks must arrive in order)."""
+        if self.summary.skipped:
+            return
+        buf = bytes(self._carry) + bytes(data) if self._carry else data
+        usable = len(buf) - len(buf) % self.itemsize
+        self._carry = bytes(buf[usable:])
+        if usable:
+            self._values(memoryview(buf)[:usable])
+        if self.kind == "float":
+            self._pages(offset, data)
+
+    def _pages(self, offset: int, data: bytes | memoryview) -> None:
+        """Find all-zero 4 KiB pages (file-aligned) fully inside the range.
+
+        Cheap: only pages whose first 8 bytes are zero are compared in full. For a chunk with a
+        zero page, the exact zeros elsewhere in the chunk are counted (a torn write leaves a
+        zero page among non-zero values; a sparse tensor has zeros all around).
+        """
+        np = self._np
+        lo = max(-(-offset // PAGE) * PAGE, -(-self.start // PAGE) * PAGE)
+        hi = min(offset + len(data), self.end)
+        if hi - lo < PAGE:
+            return
+        view = memoryview(data)
+        npages = (hi - lo) // PAGE
+        rel0 = lo - offset
+        heads = np.frombuffer(view[rel0:rel0 + npages * PAGE], dtype=np.uint64)[::PAGE // 8]
+        found = 0
+        for i in np.flatnonzero(heads == 0):
+            rel = rel0 + int(i) * PAGE
+            if view[rel:rel + PAGE] == _ZERO_PAGE:
+                self.summary.zero_pages.append(offset + rel)
+                found += 1
+        if found:
+            usable = len(view) - len(view) % self.itemsize
+            per = self.itemsize if self.itemsize in (2, 4, 8) else 1
+            arr = np.frombuffer(view[:usable], dtype=f"u{per}")
+            zeros = int(arr.size - np.count_nonzero(arr)) - found * PAGE // per
+            self._page_ctx[0] += max(zeros, 0)
+            self._page_ctx[1] += arr.size - found * PAGE // per
+
+    def _values(self, buf: memoryview) -> None:
+        np = self._np
+        s = self.summary
+        order = ">" if self.big_endian else "<"
+        lay = self.layout
+        base = self._index
+        if lay is None:  # integers and bools: invariant sign counts only
+            info = dtypes.lookup(self.dtype)
+            assert info is not None and info.numpy is not None
+            code = info.numpy if info.numpy in ("?", "i1", "u1") else order + info.numpy
+            arr = np.frombuffer(buf, dtype=code)
+            self._index += arr.size
+            s.count += arr.size
+            if self.kind == "int" and self.invariants:
+                s.negatives += int(np.count_nonzero(arr < 0)) if arr.dtype.kind == "i" else 0
+                s.nonpositive += int(np.count_nonzero(arr <= 0))
+            return
+        u = np.frombuffer(buf, dtype=order + lay.ucode)
+        n = u.size
+        self._index += n
+        s.count += n
+        magmask = (1 << lay.sign) - 1
+        inf_bits = lay.emask << lay.shift
+        mag = u & magmask
+        peak = int(mag.max()) if n else 0
+        nonfinite = None
+        if peak >= inf_bits:  # NaN / Inf present (rare): the slow path
+            nonfinite = mag >= inf_bits
+            idx = np.flatnonzero(nonfinite)
+            nans = int(np.count_nonzero(mag[idx] > inf_bits))
+            s.nan += nans
+            s.inf += idx.size - nans
+            for i in idx[: max(0, 8 - len(s.nonfinite_examples))]:
+                raw = int(u[i])
+                s.nonfinite_examples.append({"index": base + int(i),
+                                             "value": str(_from_bits(raw, self.dtype)),
+                                             "_raw": raw})
+        # A sparse exponent histogram (every 61st element) for the lower bulk bound.
+        sample = (u[::61] >> lay.shift) & lay.emask
+        self._hist += np.bincount(sample if lay.ucode != "u8" else sample.astype(np.intp),
+                                  minlength=lay.emask + 1)
+        if self.invariants:
+            signs = (u >> lay.sign).astype(bool)
+            nonzero = mag != 0
+            s.negatives += int(np.count_nonzero(signs & nonzero))
+            s.nonpositive += int(np.count_nonzero(signs | ~nonzero))
+        # the largest finite magnitudes (compared as integers: same order as the floats)
+        floor = self._top[0][0] if len(self._top) >= _TOPK else -1
+        if nonfinite is None and peak <= floor:
+            return
+        if floor < 0 and n > 64 * _TOPK:
+            # heap not full yet: a strided sample's largest values bound the chunk's top few
+            smp = mag[::16]
+            floor = int(np.partition(smp, smp.size - _TOPK)[smp.size - _TOPK]) - 1
+        pick = mag > floor
+        if nonfinite is not None:
+            pick &= ~nonfinite
+        cand = np.flatnonzero(pick)
+        if cand.size > _TOPK:
+            cand = cand[np.argpartition(mag[cand], cand.size - _TOPK)[cand.size - _TOPK:]]
+        for j in cand:
+            item = (int(mag[j]), base + int(j), int(u[j]))
+            if len(self._top) < _TOPK:
+                heapq.heappush(self._top, item)
+            elif item[0] > self._top[0][0]:
+                heapq.heapreplace(self._top, item)
+
+    def finish(self) -> NumericSummary:
+        """Close the scan: reference magnitude, outliers with flip-backs, non-finite flips."""
+        s = self.summary
+        s.zeros_near_pages, s.elements_near_pages = self._page_ctx
+        lay = self.layout
+        if s.skipped or lay is None or self._hist is None:
+            return s
+        hist = self._hist
+        s.zeros = int(hist[0])  # sampled: zeros and subnormals seen in the sample
+        top = sorted(self._top, reverse=True)
+        finite = s.count - s.nan - s.inf
+        if finite < _MIN_ELEMENTS or len(top) < _REF_RANK:
+            self._nonfinite_flips(None, None)
+            return s
+        np = self._np
+        # reference: the _REF_RANK-th largest magnitude; lower bulk bound: the sample's 1st
+        # percentile of normal values (or 40 binades below the reference)
+        ref_e = top[_REF_RANK - 1][0] >> lay.shift
+        normal = hist[1: lay.emask]
+        n_normal = int(normal.sum())
+        if n_normal:
+            low_e = 1 + int(np.searchsorted(normal.cumsum(), max(1, n_normal // 100)))
+        else:
+            low_e = max(1, ref_e - 40)
+        low_e = min(low_e, ref_e)
+        s.rms_bulk = _from_bits(ref_e << lay.shift, self.dtype)  # reference magnitude
+        exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
+        for mag, index, raw in sorted(self._top, reverse=True):
+            e = mag >> lay.shift
+            if e < ref_e + lay.gap or e >= lay.emask:
+                continue
+            entry: dict[str, Any] = {"index": index, "value": _from_bits(raw, self.dtype),
+                                     "byte_offset": self.start + index * self.itemsize,
+                                     "exponent_above_reference": e - ref_e}
+            flip = self._flip(raw, exp_bits, low_e, ref_e)
+            if flip is not None:
+                entry["flip_bit"], entry["repaired"] = flip
+            elif e < ref_e + 2 * lay.gap:
+                continue  # large but no single exponent bit explains it: plausible
+            s.outliers.append(entry)
+        self._nonfinite_flips(low_e, ref_e)
+        return s
+
+    def _nonfinite_flips(self, low_e: int | None, ref_e: int | None) -> None:
+        lay = self.layout
+        assert lay is not None
+        exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
+        for ex in self.summary.nonfinite_examples:
+            ex["byte_offset"] = self.start + ex["index"] * self.itemsize
+            raw = ex.pop("_raw", None)
+            if raw is not None and low_e is not None and ref_e is not None:
+                flip = self._flip(raw, exp_bits, low_e, ref_e)
+                if flip is not None:
+                    ex["flip_bit"], ex["repaired"] = flip
+
+    def _flip(self, raw: int, exp_bits: range, low_e: int, ref_e: int,
+              ) -> tuple[int, float] | None:
+        """The one exponent bit whose flip puts the value among the ordinary ones, if unique."""
+        lay = self.layout
+        assert lay is not None
+        hits = []
+        for b in exp_bits:
+            y = raw ^ (1 << b)
+            e = (y >> lay.shift) & lay.emask
+            if low_e <= e <= ref_e or (y & ((1 << lay.sign) - 1)) == 0:
+                hits.append((b, _from_bits(y, self.dtype)))
+        return hits[0] if len(hits) == 1 else None
+
+
+def _exp_width(lay: _FloatLayout) -> int:
+    return lay.emask.bit_length()
+
+
+@dataclass
+class Suspicion:
+    """A numeric reason to distrust a tensor."""
+
+    code: str
+    title: str
+    offset: int | None
+    length: int | None
+    details: dict[str, Any]
+
+
+def judge(summary: NumericSummary, names: list[str]) -> list[Suspicion]:
+    """Suspicions for one scanned range used by ``names`` (codes NM001-NM006)."""
+    out: list[Suspicion] = []
+    s = summary
+    if s.skipped or s.count == 0:
+        return out
+    label = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+    if s.nan or s.inf:
+        few = (s.nan + s.inf) <= max(4, s.count // 10_000)
+        out.append(Suspicion(
+            "NM001", f"{s.nan} NaN and {s.inf} Inf values in {label}"
+            + (" (a few in an otherwise finite tensor: bit flip or torn write)" if few else ""),
+            s.nonfinite_examples[0]["byte_offset"] if s.nonfinite_examples else None,
+            None, {"nan": s.nan, "inf": s.inf, "examples": s.nonfinite_examples}))
+    for o in s.outliers:
+        msg = f"exponent outlier {o['value']:.4g} at element {o['index']} of {label}"
+        if "flip_bit" in o:
+            msg += f" (probable flip of bit {o['flip_bit']}; flipped back: {o['repaired']:.6g})"
+        out.append(Suspicion("NM002", msg, o["byte_offset"], dtypes.BY_NAME[s.dtype].itemsize,
+                             {**o, "rms_bulk": s.rms_bulk}))
+    if s.zero_pages and s.elements_near_pages > 0 and \
+            s.zeros_near_pages <= s.elements_near_pages * 0.01:
+        out.append(Suspicion(
+            "NM003", f"{len(s.zero_pages)} zero-filled 4 KiB page(s) in {label} "
+            "(torn write?)", s.zero_pages[0], len(s.zero_pages) * PAGE,
+            {"pages": s.zero_pages[:64]}))
+    lower = [n.rsplit(".", 1)[-1] for n in names]
+    if any(n == "exp_avg_sq" for n in lower) and s.negatives:
+        out.append(Suspicion("NM004", f"{s.negatives} negative values in Adam exp_avg_sq "
+                             f"{label}", None, None, {"negatives": s.negatives}))
+    if any(n == "running_var" for n in lower) and s.nonpositive:
+        out.append(Suspicion("NM005", f"{s.nonpositive} values <= 0 in BatchNorm running_var "
+                             f"{label}", None, None, {"nonpositive": s.nonpositive}))
+    if any(n == "num_batches_tracked" for n in lower) and s.negatives:
+        out.append(Suspicion("NM006", f"negative num_batches_tracked in {label}", None, None,
+                             {"negatives": s.negatives}))
+    return out

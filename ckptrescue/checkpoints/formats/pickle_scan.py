@@ -1,0 +1,672 @@
+"""Static pickle inspection: an opcode interpreter that never imports and never calls anything.
+
+Used by the torch zip, legacy, DCP and standalone-pickle formats to learn what a pickle holds
+(globals, persistent storage references, tensors and their dotted names) without running it.
+The opcodes come from :mod:`ckptrescue.checkpoints.formats.pickle_ops`, which reads the bytes exactly as
+CPython's C unpickler does (framing, text arguments, lengths); this module applies the
+unpickler's stack, mark and memo semantics (``Modules/_pickle.c``) to an inert object graph:
+
+* ``GLOBAL``/``STACK_GLOBAL``/``INST`` produce a :class:`Global` (a name, nothing imported;
+  ``STACK_GLOBAL`` takes module and name from the stack, so memo ``GET``s are followed);
+  ``EXT1/2/4`` name an entry of copyreg's extension registry (recorded in ``ext_codes``);
+* ``REDUCE``/``NEWOBJ``/``NEWOBJ_EX``/``OBJ``/``INST`` produce a :class:`Call`, except for the
+  torch rebuild functions it understands, which become :class:`TensorRef`, dicts, tuples;
+* ``BINPERSID``/``PERSID`` produce a :class:`PersistentRef` (torch storages).
+
+An error stops the scan where the unpickler stops: everything named before it was resolved and
+called by the real unpickler, so the partial result is kept (``PickleScan.error``;
+``PickleError.partial``). Work is linear in the input, memory bounded (``MAX_MARKS``,
+``MAX_OBJECTS``; hitting one sets ``PickleScan.limit``). Policy (which globals are allowed)
+lives in :mod:`ckptrescue.checkpoints.formats.pickle_policy` and is re-exported here.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptrescue.checkpoints.formats import dtypes, pickle_ops
+from ckptrescue.checkpoints.formats.pickle_policy import (  # noqa: F401 - re-exported
+    _ALLOWED_EXACT,
+    _REBUILD_FUNCTIONS,
+    _TORCH_CLASSES,
+    _TORCH_DTYPE_NAMES,
+    ACCELERATE_RNG_ALLOWED,
+    DANGEROUS_MODULES,
+    DCP_ALLOWED_EXACT,
+    STANDALONE_ALLOWED,
+    WEIGHTS_ONLY_OPCODES,
+    accelerate_rng_allowed,
+    dangerous,
+    dcp_allowed,
+    exact_allowed_globals,
+    standalone_allowed,
+    weights_only_allowed,
+)
+
+MAX_PICKLE_BYTES = 512 * 1024 * 1024
+MAX_MARKS = 100_000  # open MARKs (nesting); no real pickle comes near
+MAX_OBJECTS = 4_000_000  # containers and values created
+_MAX_WALK_NODES = 2_000_000
+_MAX_DEPTH = 64
+
+
+def _compat_maps() -> tuple[dict[tuple[str, str], tuple[str, str]], dict[str, str]]:
+    import _compat_pickle
+
+    return dict(_compat_pickle.NAME_MAPPING), dict(_compat_pickle.IMPORT_MAPPING)
+
+
+_NAME_MAPPING, _IMPORT_MAPPING = _compat_maps()
+_BUILTIN_TYPES = (int, float, str, bytes, bytearray, bool, type(None), list, tuple, dict)
+
+
+class PickleError(Exception):
+    """The pickle could not be parsed; ``position`` is where parsing stopped."""
+
+    def __init__(self, message: str, position: int | None,
+                 partial: PickleScan | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+        self.partial = partial  # what was read before the error (its globals ran first)
+
+
+@dataclass(eq=False)
+class Global:
+    """A global the pickle names (never imported)."""
+
+    module: str
+    name: str
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+@dataclass(eq=False)
+class Call:
+    """An inert stand-in for ``func(*args)`` (REDUCE/NEWOBJ/OBJ/INST), plus any BUILD state."""
+
+    func: Any
+    args: tuple[Any, ...]
+    state: Any = None
+    items: list[Any] = field(default_factory=list)
+
+    @property
+    def qualname(self) -> str:
+        return self.func.qualname if isinstance(self.func, Global) else "?"
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """A field from the BUILD state (dict state or (dict, slots) state)."""
+        state = self.state
+        if isinstance(state, tuple) and len(state) == 2:
+            merged: dict[Any, Any] = {}
+            for part in state:
+                if isinstance(part, dict):
+                    merged.update(part)
+            state = merged
+        if isinstance(state, dict):
+            return state.get(name, default)
+        return default
+
+
+@dataclass(eq=False)
+class PersistentRef:
+    """A persistent id (torch: ``('storage', type, key, location, numel[, view])``)."""
+
+    pid: Any
+
+    @property
+    def is_storage(self) -> bool:
+        pid = self.pid
+        return isinstance(pid, tuple) and len(pid) >= 5 and pid[0] in ("storage", b"storage")
+
+    @property
+    def key(self) -> str:
+        return str(self.pid[2])
+
+    @property
+    def storage_dtype(self) -> str | None:
+        stype = self.pid[1]
+        if isinstance(stype, Global):
+            if stype.name in ("UntypedStorage", "TypedStorage"):
+                return None
+            return dtypes.STORAGE_CLASS.get(stype.name)
+        return None
+
+    @property
+    def numel(self) -> int | None:
+        value = self.pid[4]
+        return value if isinstance(value, int) else None
+
+    @property
+    def view(self) -> Any:
+        return self.pid[5] if len(self.pid) > 5 else None
+
+
+@dataclass(eq=False)
+class TensorRef:
+    """What ``_rebuild_tensor*`` would rebuild: a view of one storage."""
+
+    storage: PersistentRef
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str | None
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.size:
+            n *= s
+        return n
+
+    @property
+    def extent(self) -> int:
+        """Elements of the storage this view touches (from ``offset``)."""
+        if any(s == 0 for s in self.size):
+            return 0
+        return 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride, strict=False))
+
+
+class InertDict(dict):  # type: ignore[type-arg]
+    """A plain dict (EMPTY_DICT/DICT); BUILD on it fails as on a real dict."""
+
+    state: Any = None
+
+
+class InertObjDict(InertDict):
+    """The result of ``OrderedDict(...)``/``Counter(...)``: a dict that also takes BUILD."""
+
+
+class InertSet(list):  # type: ignore[type-arg]
+    """A set (EMPTY_SET); ADDITEMS adds to it."""
+
+
+class InertFrozenSet(tuple):  # type: ignore[type-arg]
+    """A frozenset (FROZENSET)."""
+
+
+@dataclass
+class PickleScan:
+    """Result of :func:`scan_pickle`."""
+
+    root: Any
+    globals: list[str]
+    end: int  # offset just past STOP, relative to the start of the scanned bytes
+    protocol: int | None
+    persistent_refs: list[PersistentRef]
+    dotted: set[str] = field(default_factory=set)  # globals named through an attribute path
+    raw_globals: list[tuple[str, str]] = field(default_factory=list)  # as find_class gets them
+    opcodes: set[str] = field(default_factory=set)
+    error: str | None = None  # where the unpickler stops (the globals before it ran)
+    error_position: int | None = None
+    limit: str | None = None  # a scan limit was hit (PK006)
+    frame_violations: list[tuple[int, str]] = field(default_factory=list)  # PK005
+    ext_codes: list[int] = field(default_factory=list)  # EXT1/2/4 (copyreg registry)
+
+    def unsafe_globals(self, allowed: Any = weights_only_allowed) -> list[str]:
+        """Globals not on the exact list ``allowed``; an attribute path (``GLOBAL 'torch.x
+        os.system'``, resolved by ``getattr`` chains) is never on a list."""
+        return sorted({g for g in self.globals if g in self.dotted or not allowed(g)})
+
+
+def _as_int_tuple(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, Call) and value.qualname == "torch.Size" and value.args:
+        value = value.args[0]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    return None
+
+
+def _dtype_name(value: Any) -> str | None:
+    if isinstance(value, Global) and value.module == "torch":
+        return dtypes.ALIASES.get(value.name, value.name)
+    return None
+
+
+def _build_tensor(func: Global, args: tuple[Any, ...]) -> Any:
+    """Inert result of a torch rebuild function (a TensorRef when understood)."""
+    name = func.name
+    if name in ("_rebuild_parameter", "_rebuild_parameter_with_state") and args:
+        return args[0]
+    if name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3") and len(args) >= 4:
+        storage, offset = args[0], args[1]
+        size, stride = _as_int_tuple(args[2]), _as_int_tuple(args[3])
+        if isinstance(storage, PersistentRef) and isinstance(offset, int) and size is not None \
+                and stride is not None and len(size) == len(stride):
+            dtype = storage.storage_dtype if storage.is_storage else None
+            if name == "_rebuild_tensor_v3" and len(args) >= 7:
+                dtype = _dtype_name(args[6]) or dtype
+            return TensorRef(storage, offset, size, stride, dtype)
+    return Call(func, args)
+
+
+
+def _hashable(key: Any) -> Any:
+    """Dict keys: plain scalars and stubs as themselves, anything else by identity (a deep
+    tuple is never hashed: hashing recurses)."""
+    if isinstance(key, (str, bytes, int, float, bool, type(None), Global, Call)):
+        return key
+    return ("<key>", id(key))
+
+
+def _unhashable(value: Any) -> bool:
+    return isinstance(value, (list, dict, bytearray)) and not isinstance(value, InertFrozenSet)
+
+
+def _is_stub(value: Any) -> bool:
+    """An object the real unpickler got from ``find_class``/a call: it accepts any operation."""
+    return isinstance(value, (Global, Call, PersistentRef, TensorRef, InertObjDict))
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Interpreter:
+    """Stack, mark and memo semantics of ``_pickle.c`` ``load()`` over an inert graph."""
+
+    def __init__(self, *, ext_registered: bool) -> None:
+        self.stack: list[Any] = []
+        self.metastack: list[list[Any]] = []
+        self.memo: dict[int, Any] = {}
+        self.globals: list[str] = []
+        self.raw: list[tuple[str, str]] = []
+        self.dotted: set[str] = set()
+        self.prefs: list[PersistentRef] = []
+        self.opcodes: set[str] = set()
+        self.ext_codes: list[int] = []
+        self.protocol: int | None = None
+        self.proto = 0
+        self.objects = 0
+        self.root: Any = None
+        self.ext_registered = ext_registered
+
+    # -- helpers -----------------------------------------------------------------------------
+    def push(self, value: Any) -> None:
+        self.objects += 1
+        if self.objects > MAX_OBJECTS:
+            raise _Limit(f"more than {MAX_OBJECTS} objects")
+        self.stack.append(value)
+
+    def pop(self) -> Any:
+        if not self.stack:
+            raise ValueError("unpickling stack underflow")
+        return self.stack.pop()
+
+    def top(self) -> Any:
+        if not self.stack:
+            raise ValueError("unpickling stack underflow")
+        return self.stack[-1]
+
+    def pop_mark(self) -> list[Any]:
+        if not self.metastack:
+            raise ValueError("could not find MARK")
+        items = self.stack
+        self.stack = self.metastack.pop()
+        return items
+
+    def add_global(self, module: str, name: str) -> Global:
+        self.raw.append((module, name))
+        if self.proto < 3:
+            module, name = _NAME_MAPPING.get((module, name), (module, name))
+            module = _IMPORT_MAPPING.get(module, module)
+        qual = f"{module}.{name}"
+        self.globals.append(qual)
+        if "." in name:
+            self.dotted.add(qual)
+        return Global(module, name)
+
+    def call(self, func: Any, args: Any) -> Any:
+        if not isinstance(args, tuple):
+            raise TypeError("argument list must be a tuple")
+        if not _is_stub(func):
+            raise TypeError(f"{type(func).__name__} object is not callable")
+        if isinstance(func, Global):
+            return _reduce(func, args)
+        return Call(func, args)
+
+    # -- one opcode --------------------------------------------------------------------------
+    def step(self, name: str, arg: Any) -> None:  # noqa: C901 - one branch per opcode
+        self.opcodes.add(name)
+        st = self.stack
+        if name in _PUSH_ARG:
+            self.push(arg)
+        elif name in _PUSH_CONST:
+            self.push(_PUSH_CONST[name]())
+        elif name == "PROTO":
+            self.protocol = self.proto = arg
+        elif name == "FRAME":
+            pass
+        elif name == "STOP":
+            self.root = self.pop()
+            raise _Stop
+        elif name == "MARK":
+            if len(self.metastack) >= MAX_MARKS:
+                raise _Limit(f"more than {MAX_MARKS} nested MARKs")
+            self.metastack.append(self.stack)
+            self.stack = []
+        elif name == "POP":
+            if st:
+                st.pop()
+            else:
+                self.pop_mark()
+        elif name == "POP_MARK":
+            self.pop_mark()
+        elif name == "DUP":
+            self.push(self.top())
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(name[-1])
+            if len(st) < n:
+                raise ValueError("unpickling stack underflow")
+            items = tuple(st[-n:])
+            del st[-n:]
+            self.push(items)
+        elif name in ("LIST", "TUPLE", "FROZENSET"):
+            items = self.pop_mark()
+            if name == "FROZENSET" and any(_unhashable(v) for v in items):
+                raise TypeError("unhashable type in FROZENSET")
+            self.push({"LIST": list, "TUPLE": tuple, "FROZENSET": InertFrozenSet}[name](items))
+        elif name == "DICT":
+            items = self.pop_mark()
+            d = InertDict()
+            _setitems(d, items)
+            self.push(d)
+        elif name == "APPEND":
+            value = self.pop()
+            _append(self.top(), [value])
+        elif name == "APPENDS":  # the target must exist below the MARK, even with no items
+            items = self.pop_mark()
+            target = self.top()
+            if items:
+                _append(target, items)
+        elif name == "ADDITEMS":
+            items = self.pop_mark()
+            target = self.top()
+            if items:
+                _additems(target, items)
+        elif name == "SETITEM":
+            if len(st) < 3:
+                raise ValueError("unpickling stack underflow")
+            value, key = st.pop(), st.pop()
+            _setitems(st[-1], [key, value])
+        elif name == "SETITEMS":
+            items = self.pop_mark()
+            self.top()  # CPython: stack underflow before the odd-count check
+            if len(items) % 2:
+                raise ValueError("odd number of items for SETITEMS")
+            if items:
+                _setitems(self.top(), items)
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if arg not in self.memo:
+                raise KeyError(f"Memo value not found at index {arg}")
+            self.push(self.memo[arg])
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            self.memo[arg] = self.top()
+        elif name == "MEMOIZE":
+            self.memo[len(self.memo)] = self.top()
+        elif name in ("GLOBAL", "INST"):
+            if name == "INST" and not self.metastack:
+                raise ValueError("could not find MARK")
+            g = self.add_global(*arg)
+            if name == "INST":
+                self.push(self.call(g, tuple(self.pop_mark())))
+            else:
+                self.push(g)
+        elif name == "STACK_GLOBAL":
+            gname, module = self.pop(), self.pop()
+            if type(gname) is not str or type(module) is not str:
+                raise TypeError("STACK_GLOBAL requires str")
+            self.push(self.add_global(module, gname))
+        elif name in ("EXT1", "EXT2", "EXT4"):
+            if arg <= 0:
+                raise ValueError("EXT specifies code <= 0")
+            self.ext_codes.append(arg)
+            if not self.ext_registered:
+                raise ValueError(f"unregistered extension code {arg}")
+            self.push(Global("copyreg._extension_registry", str(arg)))
+        elif name == "REDUCE":
+            args = self.pop()
+            func = self.pop()
+            self.push(self.call(func, args))
+        elif name in ("NEWOBJ", "NEWOBJ_EX"):
+            kwargs = self.pop() if name == "NEWOBJ_EX" else InertDict()
+            args = self.pop()
+            cls = self.pop()
+            if not isinstance(cls, Global):
+                raise TypeError(f"{name} class argument isn't a type object")
+            if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+                raise TypeError(f"{name} expected an arg tuple")
+            self.push(self.call(cls, args))
+        elif name == "OBJ":
+            items = self.pop_mark()
+            if not items:
+                raise ValueError("unpickling stack underflow")
+            self.push(self.call(items[0], tuple(items[1:])))
+        elif name == "BUILD":
+            state = self.pop()
+            _build(self.top(), state)
+        elif name in ("BINPERSID", "PERSID"):
+            ref = PersistentRef(self.pop() if name == "BINPERSID" else arg)
+            self.prefs.append(ref)
+            self.push(ref)
+        elif name == "READONLY_BUFFER":
+            if not isinstance(self.top(), (bytes, bytearray)):
+                raise TypeError("READONLY_BUFFER needs a buffer")
+        else:  # NEXT_BUFFER: no out-of-band buffers are ever given
+            raise ValueError("pickle stream refers to out-of-band data but no *buffers* "
+                             "argument was given")
+
+
+class _Limit(Exception):
+    pass
+
+
+_PUSH_ARG = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "STRING",
+             "BINSTRING", "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8",
+             "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "FLOAT", "BINFLOAT"}
+_PUSH_CONST: dict[str, Any] = {
+    "NONE": lambda: None, "NEWTRUE": lambda: True, "NEWFALSE": lambda: False,
+    "EMPTY_LIST": list, "EMPTY_TUPLE": tuple, "EMPTY_DICT": InertDict, "EMPTY_SET": InertSet,
+}
+
+
+def _reduce(func: Global, args: tuple[Any, ...]) -> Any:
+    """Inert result of calling a global: torch rebuilds become TensorRefs, the rest a Call."""
+    q = func.qualname
+    if func.module == "torch._utils" and func.name in _REBUILD_FUNCTIONS:
+        return _build_tensor(func, args)
+    if q in ("collections.OrderedDict", "collections.Counter"):
+        out = InertObjDict()
+        if args and isinstance(args[0], (list, tuple)):
+            for pair in args[0]:
+                if isinstance(pair, (list, tuple)) and len(pair) == 2:
+                    out[_hashable(pair[0])] = pair[1]
+        return out
+    if q == "torch.Size" and args:
+        tup = _as_int_tuple(args[0])
+        if tup is not None:
+            return tup
+    if q == "torch._tensor._rebuild_from_type_v2" and len(args) >= 3:
+        inner = args[0]
+        if isinstance(inner, Global):
+            inner_args = args[2] if isinstance(args[2], tuple) else ()
+            return _reduce(inner, inner_args)
+    return Call(func, args)
+
+
+def _append(target: Any, items: list[Any]) -> None:
+    if type(target) is list:
+        target.extend(items)
+    elif isinstance(target, Call):
+        target.items.extend(items)
+    elif not _is_stub(target):
+        raise AttributeError(f"{type(target).__name__} object has no attribute 'append'")
+
+
+def _additems(target: Any, items: list[Any]) -> None:
+    if isinstance(target, InertSet):
+        if any(_unhashable(v) for v in items):
+            raise TypeError("unhashable type in ADDITEMS")
+        target.extend(items)
+    elif not _is_stub(target):
+        raise AttributeError(f"{type(target).__name__} object has no attribute 'add'")
+
+
+def _setitems(target: Any, items: list[Any]) -> None:
+    if len(items) % 2:
+        raise ValueError("odd number of items for DICT/SETITEMS")
+    if isinstance(target, dict):
+        for i in range(0, len(items), 2):
+            if _unhashable(items[i]):
+                raise TypeError("unhashable dict key")
+            target[_hashable(items[i])] = items[i + 1]
+    elif isinstance(target, Call):
+        target.items.extend(items)
+    elif type(target) is list:
+        for i in range(0, len(items), 2):
+            key = items[i]
+            if type(key) not in (int, bool) or not -len(target) <= key < len(target):
+                raise IndexError("list assignment index out of range")
+            target[key] = items[i + 1]
+    elif not _is_stub(target):
+        raise TypeError(f"{type(target).__name__} object does not support item assignment")
+
+
+def _build(target: Any, state: Any) -> None:
+    if isinstance(target, (Call, InertObjDict)):
+        target.state = state
+        return
+    if _is_stub(target):
+        return
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    if state is not None or slots is not None:
+        raise AttributeError(f"{type(target).__name__} object has no attribute '__dict__'")
+
+
+def _read_all(data: bytes | io.BufferedIOBase | Any) -> tuple[bytes, Any, int]:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data), None, 0
+    base = data.tell()
+    return data.read(MAX_PICKLE_BYTES), data, base
+
+
+def _interpret(raw: bytes, mode: str, encoding: str, ext_registered: bool,
+               ) -> tuple[_Interpreter, pickle_ops.Source, str | None, int | None, str | None]:
+    it = _Interpreter(ext_registered=ext_registered)
+    src = pickle_ops.Source(raw, mode)
+    error: str | None = None
+    error_pos: int | None = None
+    limit: str | None = None
+    pos = 0
+    try:
+        for name, arg, op_pos in pickle_ops.read_ops(raw, source=src, encoding=encoding):
+            pos = op_pos
+            it.step(name, arg)
+        error, error_pos = "pickle ended without STOP", len(raw)
+    except _Stop:
+        pass
+    except pickle_ops.OpError as exc:
+        error, error_pos = str(exc), exc.position
+    except _Limit as exc:
+        limit, error, error_pos = str(exc), f"scan limit: {exc}", pos
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+            MemoryError) as exc:
+        error, error_pos = f"{type(exc).__name__}: {exc}", pos
+    return it, src, error, error_pos, limit
+
+
+def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: str = "stream",
+                encoding: str = "utf-8", partial: bool = False,
+                ext_registered: bool = True) -> PickleScan:
+    """Interpret one pickle (up to its STOP) without importing or calling anything.
+
+    ``data`` is bytes or a binary file positioned at the pickle; ``start`` is added to the
+    reported positions. ``mode`` is how the real loader feeds the unpickler (``"stream"``: a
+    ``BytesIO``, as ``torch.load`` does with ``data.pkl``; ``"memory"``: bytes or a peekable
+    file); when an opcode overruns its FRAME, the other model is scanned too and its globals
+    are added. On damage, raises :class:`PickleError` (position, and ``partial``: the scan up
+    to the error) unless ``partial=True``, which returns the scan with ``error`` set.
+    """
+    raw, stream, base = _read_all(data)
+    it, src, error, error_pos, limit = _interpret(raw, mode, encoding, ext_registered)
+    end = src.pos if error is None else (error_pos or 0)
+    scan = PickleScan(root=it.root, globals=it.globals, end=end, protocol=it.protocol,
+                      persistent_refs=it.prefs, dotted=it.dotted, raw_globals=it.raw,
+                      opcodes=it.opcodes, error=error,
+                      error_position=None if error_pos is None else error_pos + start,
+                      limit=limit, frame_violations=[(p + start, m) for p, m in src.violations],
+                      ext_codes=it.ext_codes)
+    if src.violations:
+        other = "memory" if mode == "stream" else "stream"
+        alt = _interpret(raw, other, encoding, ext_registered)[0]
+        for q in alt.globals:
+            if q not in scan.globals:
+                scan.globals.append(q)
+        scan.dotted |= alt.dotted
+        scan.ext_codes += alt.ext_codes
+    if stream is not None:
+        try:
+            stream.seek(base + scan.end)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+    if error is not None and not partial:
+        raise PickleError(error, scan.error_position, scan)
+    return scan
+
+
+def _key_str(key: Any) -> str:
+    if isinstance(key, tuple) and len(key) == 2 and key[0] == "<unhashable>":
+        return "?"
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "replace")
+    return str(key)
+
+
+def iter_named(root: Any) -> Iterator[tuple[str, Any]]:
+    """Yield ``(dotted_name, value)`` for every TensorRef and bare PersistentRef in the graph.
+
+    Iterative (no recursion limit), visits shared objects once per path but guards cycles;
+    bounded (depth 64, 2M nodes) against hostile pickles.
+    Dict keys become name parts, list/tuple items their index; an unknown object's BUILD state
+    is walked like a dict, its constructor args by index.
+    """
+    todo: list[tuple[str, Any, frozenset[int]]] = [("", root, frozenset())]
+    visited = 0
+    while todo:
+        path, obj, seen = todo.pop()
+        visited += 1
+        if visited > _MAX_WALK_NODES:
+            return
+        if len(seen) > _MAX_DEPTH:  # no checkpoint nests this deep; a hostile pickle might
+            continue
+        if isinstance(obj, (TensorRef, PersistentRef)):
+            yield path, obj
+            continue
+        if not isinstance(obj, (dict, list, tuple, Call)):
+            continue
+        oid = id(obj)
+        if oid in seen:
+            continue
+        seen = seen | {oid}
+        children: list[tuple[str, Any]] = []
+        if isinstance(obj, dict):
+            children = [(_key_str(k), v) for k, v in obj.items()]
+        elif isinstance(obj, (list, tuple)):
+            children = [(str(i), v) for i, v in enumerate(obj)]
+        else:
+            state = obj.state
+            if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):
+                state = state[0]
+            if isinstance(state, dict):
+                children.extend((_key_str(k), v) for k, v in state.items())
+            children.extend((str(i), v) for i, v in enumerate(obj.args))
+            items = obj.items
+            children.extend((str(i), v) for i, v in enumerate(items))
+        for key, child in reversed(children):
+            todo.append((f"{path}.{key}" if path else key, child, seen))

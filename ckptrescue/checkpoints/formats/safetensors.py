@@ -1,0 +1,241 @@
+"""safetensors files: header rules, byte coverage, truncation and numerics (reference §2).
+
+``[0:8)`` u64 LE header length N; ``[8:8+N)`` UTF-8 JSON (``{name: {dtype, shape,
+data_offsets}}`` + optional ``__metadata__``); then the byte buffer. Checked: header length cap
+(100 MB) and bounds, JSON, dtypes, ``prod(shape) x dtype size == end - begin``, overlaps, holes,
+``8 + N + last_end == file length`` (short = truncated: complete tensors stay salvageable).
+There is no checksum: payloads are checked numerically only.
+
+Detected from structure: a plausible N followed by optional spaces and ``{`` — independent of the
+file name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.formats import dtypes, numeric, tensormap, zipwalk
+from ckptrescue.checkpoints.formats.jsondepth import too_deep
+from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
+
+MAX_HEADER = 100_000_000
+# serde_json (the Rust loader's parser) refuses nesting deeper than 128; a valid header needs 3.
+MAX_DEPTH = 128
+
+
+class HeaderProblem(ValueError):
+    """The header is not what the safetensors loader accepts; ``code`` names the rule."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_header_text(text: bytes) -> dict[str, Any]:
+    """The header object, by the loader's rules (``safetensors/src/tensor.rs``): starts with
+    ``{``, UTF-8, JSON nested at most :data:`MAX_DEPTH` deep, an object; ``__metadata__`` (if
+    present and not null) maps strings to strings. Raises :class:`HeaderProblem`."""
+    if not text.startswith(b"{"):
+        raise HeaderProblem("ST002", "header does not start with '{' (the loader refuses it)")
+    deep = too_deep(text, MAX_DEPTH)
+    if deep is not None:
+        raise HeaderProblem("ST010", f"header JSON nested deeper than {MAX_DEPTH} levels "
+                            f"(at header byte {deep})")
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise HeaderProblem("ST002", f"header unreadable: {exc}") from exc
+    if not isinstance(header, dict):
+        raise HeaderProblem("ST002", "header is not a JSON object")
+    meta = header.get("__metadata__")
+    if meta is not None and not (isinstance(meta, dict) and all(
+            isinstance(v, str) for v in meta.values())):
+        raise HeaderProblem("ST011", "__metadata__ is not a map of strings to strings")
+    return header
+
+
+def read_header(path: Path) -> tuple[int, dict[str, Any]] | None:
+    """(N, parsed header) or None when the file does not parse as safetensors."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(8)
+            if len(raw) < 8:
+                return None
+            (n,) = struct.unpack("<Q", raw)
+            if n < 2 or n > MAX_HEADER:
+                return None
+            header = parse_header_text(fh.read(n))
+    except (OSError, ValueError):
+        return None
+    return n, header
+
+
+def _int(x: Any) -> int:
+    """A JSON integer as serde reads a ``usize`` (bools and floats are refused)."""
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x >= 1 << 64:
+        raise ValueError(f"{x!r} is not an unsigned 64-bit integer")
+    return x
+
+
+class SafetensorsFormat:
+    """A single safetensors file (``safetensors``)."""
+
+    name: ClassVar[str] = "safetensors"
+    priority: ClassVar[int] = 20
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        if not path.is_file():
+            return False
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(9 + 64)
+        except OSError:
+            return False
+        if len(raw) < 10:
+            return False
+        (n,) = struct.unpack_from("<Q", raw)
+        body = raw[8:].lstrip(b" ")
+        return 2 <= n <= MAX_HEADER and body.startswith(b"{") and (
+            body[1:2] in (b'"', b"}", b" ", b"\n"))
+
+    @classmethod
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+        spath = str(path)
+        report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
+                                  files=[spath])
+        size = os.path.getsize(path)
+        verdicts: list[Verdict] = []
+        with open_evidence(path) as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if n > MAX_HEADER:
+                report.findings.append(finding("ST001", f"header length {n} exceeds the "
+                                               f"loader's limit of {MAX_HEADER} bytes",
+                                               evidence=spath, offset=0, length=8))
+                report.verdict = Verdict.DAMAGED if 8 + n <= size else Verdict.TRUNCATED
+                return report
+            if 8 + n > size:
+                report.findings.append(finding("ST001", f"header length {n} runs past the end "
+                                               f"of the {size}-byte file", evidence=spath,
+                                               offset=0, length=8))
+                report.verdict = Verdict.TRUNCATED
+                return report
+            try:
+                header = parse_header_text(fh.read(n))
+            except HeaderProblem as exc:
+                report.findings.append(finding(exc.code, str(exc), evidence=spath, offset=8,
+                                               length=n))
+                report.verdict = Verdict.DAMAGED
+                return report
+            base = 8 + n
+            meta = header.pop("__metadata__", None)
+            if meta is not None:
+                report.extra["metadata"] = meta
+            entries: list[tuple[int, int, str]] = []
+            for name, entry in header.items():
+                rec = TensorRecord(name=name, file=spath)
+                report.tensors.append(rec)
+                try:
+                    code = entry["dtype"]
+                    if not isinstance(code, str):
+                        raise TypeError("dtype is not a string")
+                    shape = tuple(_int(x) for x in entry["shape"])
+                    begin, end = (_int(x) for x in entry["data_offsets"])
+                except (KeyError, TypeError, ValueError):
+                    rec.status = "damaged"
+                    rec.reasons.append("malformed header entry")
+                    report.findings.append(finding("ST003", f"{name}: malformed header entry",
+                                                   evidence=spath, tensors=[name]))
+                    continue
+                info = dtypes.BY_SAFETENSORS.get(code)
+                rec.shape, rec.offset, rec.length = shape, base + begin, end - begin
+                rec.dtype = info.name if info else code
+                rec.storage = name
+                numel = 1
+                for s in shape:
+                    numel *= s
+                if info is None and code not in dtypes.SAFETENSORS_SUBBYTE_BITS:
+                    rec.status = "damaged"
+                    rec.reasons.append(f"unknown dtype {code}")
+                    report.findings.append(finding("ST003", f"{name}: unknown dtype {code!r}",
+                                                   evidence=spath, tensors=[name]))
+                    continue
+                bits = info.itemsize * 8 if info else dtypes.SAFETENSORS_SUBBYTE_BITS[code]
+                if numel * bits % 8 or numel * bits // 8 != end - begin or begin > end \
+                        or begin < 0 or any(x < 0 for x in shape):
+                    rec.status = "damaged"
+                    rec.reasons.append("shape x dtype differs from the byte extent")
+                    report.findings.append(finding(
+                        "ST004", f"{name}: shape {list(shape)} x {code} is "
+                        f"{numel * bits / 8:g} bytes but data_offsets span {end - begin}",
+                        evidence=spath, offset=base + begin, length=end - begin,
+                        tensors=[name]))
+                entries.append((begin, end, name))
+            entries.sort()
+            cursor = 0
+            for begin, end, name in entries:
+                if begin < cursor:
+                    report.findings.append(finding("ST005", f"{name} overlaps the previous "
+                                                   "tensor", evidence=spath,
+                                                   offset=base + begin, tensors=[name]))
+                    verdicts.append(Verdict.DAMAGED)
+                elif begin > cursor:
+                    report.findings.append(finding("ST006", f"{begin - cursor} unused bytes "
+                                                   f"before {name}", evidence=spath,
+                                                   offset=base + cursor, length=begin - cursor))
+                    verdicts.append(Verdict.DAMAGED)
+                cursor = max(cursor, end)
+            if base + cursor > size:
+                report.findings.append(finding(
+                    "ST007", f"file is {size} bytes; the header needs {base + cursor}",
+                    evidence=spath, offset=size, length=base + cursor - size))
+                verdicts.append(Verdict.TRUNCATED)
+            elif base + cursor < size:
+                report.findings.append(finding("ST008", f"{size - base - cursor} bytes after "
+                                               "the last tensor", evidence=spath,
+                                               offset=base + cursor))
+                verdicts.append(Verdict.DAMAGED)
+            by_name = {r.name: r for r in report.tensors}
+            storages: dict[str, tensormap.StorageCheck] = {}
+            for begin, end, name in entries:
+                rec = by_name[name]
+                if rec.status != "ok":
+                    continue
+                if base + end > size:
+                    rec.status = "truncated"
+                    rec.reasons.append(f"file ends {base + end - size} bytes before its end")
+                    continue
+                rec.status = "unverified"
+                if options.numeric and rec.dtype in dtypes.BY_NAME:
+                    sc = tensormap.StorageCheck(key=name, file=spath, data_offset=base + begin,
+                                                dtype=rec.dtype, status="unverified")
+                    scan = numeric.StorageScan(rec.dtype, start=base + begin,
+                                               length=end - begin, names=[name])
+                    zipwalk.crc_range(fh, base + begin, end - begin, on_chunk=scan.feed,
+                                      crc=False)
+                    sc.summary = scan.finish()
+                    storages[name] = sc
+            report.findings.append(finding("ST009", "safetensors stores no checksums: payloads "
+                                           "verified numerically only", evidence=spath))
+            if storages:
+                report.findings.extend(tensormap.numeric_findings(storages, report.tensors,
+                                                                  spath))
+        tensormap.finalize(report, verdicts)
+        return report
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        for rec in report.tensors:
+            ok = rec.status in ("ok", "unverified", "suspect") and rec.offset is not None
+            yield rec, None if ok else ("; ".join(rec.reasons) or rec.status)
+
+
+FORMATS = [SafetensorsFormat]

@@ -1,0 +1,217 @@
+"""Legacy torch.save stream (pre-1.6, or ``_use_new_zipfile_serialization=False``).
+
+Layout (reference §1.1, §1.9): five pickles — magic number ``0x1950A86A20F9469CFC6C``, protocol
+version 1001, ``sys_info`` dict, the main object (storages as persistent ids
+``('storage', type, key, location, numel, view_metadata)``), the sorted storage-key list — then
+for each key in that order an ``int64 LE`` element count and ``count x itemsize`` raw bytes. No
+alignment, no checksums: payloads are verified by element counts and numerics only.
+
+Detected from structure: the first pickle must decode (statically) to the magic number.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.formats import dtypes, pickle_policy, pickle_scan, tensormap
+from ckptrescue.checkpoints.formats.pickle_verdict import judge
+from ckptrescue.checkpoints.formats.tensormap import StorageCheck, finding
+from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
+
+MAGIC = 0x1950A86A20F9469CFC6C
+_HEAD = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")
+
+
+class TorchLegacyFormat:
+    """Legacy (non-zip) torch.save stream (``torch-legacy``)."""
+
+    name: ClassVar[str] = "torch-legacy"
+    priority: ClassVar[int] = 30
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        if not path.is_file():
+            return False
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(_HEAD))
+        except OSError:
+            return False
+        return head == _HEAD
+
+    @classmethod
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+        spath = str(path)
+        report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
+                                  files=[spath])
+        verdicts: list[Verdict] = []
+        size = os.path.getsize(path)
+
+        def allowed(g: str) -> bool:
+            return pickle_scan.weights_only_allowed(g) or pickle_policy.extra_allowed(
+                g, options.extra_allowed)
+
+        with open(path, "rb") as fh:
+            scans: list[pickle_scan.PickleScan] = []
+            for i in range(5):
+                pos = fh.tell()
+                scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
+                label = f"legacy pickle {i + 1} of 5"
+                found, vs = judge(scan, spath, allowed=allowed, weights_only=True,
+                                  label=label)
+                report.findings.extend(found)
+                verdicts.extend(vs)
+                if scan.error:
+                    if i < 3:
+                        report.findings.append(finding("TL004", f"{label}: damaged",
+                                                       evidence=spath, offset=pos))
+                    break
+                scans.append(scan)
+                fh.seek(pos + scan.end)
+            _structure(scans, spath, report, verdicts)
+            report.extra["globals"] = sorted({g for s in scans for g in s.globals})
+            report.extra["unsafe_globals"] = sorted({
+                g for f in report.findings if f.code == "PK001"
+                for g in f.details.get("globals", [])})
+            if len(scans) < 4:
+                tensormap.finalize(report, verdicts)
+                return report
+            named = list(pickle_scan.iter_named(scans[3].root))
+            refs_by_key: dict[str, list[Any]] = {}
+            for _, ref in named:
+                pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
+                if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
+                    refs_by_key.setdefault(pref.key, []).append(ref)
+            for pref in scans[3].persistent_refs:
+                if pref.is_storage:
+                    refs_by_key.setdefault(pref.key, []).append(pref)
+            keys = [str(k) for k in scans[4].root] if len(scans) == 5 and \
+                isinstance(scans[4].root, list) else sorted(refs_by_key)
+            names_by_key: dict[str, list[str]] = {}
+            for nm, ref in named:
+                pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
+                if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
+                    names_by_key.setdefault(pref.key, []).append(nm)
+            storages: dict[str, StorageCheck] = {}
+            pos = fh.tell()
+            cut = False
+            for key in keys:
+                refs = refs_by_key.get(key, [])
+                prefs = [r for r in refs if isinstance(r, pickle_scan.PersistentRef)]
+                dtype = tensormap.storage_dtype(refs)
+                info = dtypes.lookup(dtype)
+                isz = info.itemsize if info else 1
+                sc = StorageCheck(key=key, file=spath, dtype=dtype,
+                                  declared=tensormap.declared_nbytes(prefs[0], dtype)
+                                  if prefs else None)
+                storages[key] = sc
+                if cut:
+                    sc.mark("truncated", "file ends before this storage")
+                    continue
+                raw = os.pread(fh.fileno(), 8, pos)
+                if len(raw) < 8:
+                    cut = True
+                    sc.mark("truncated", "file ends before this storage's element count")
+                    continue
+                (count,) = struct.unpack("<q", raw)
+                sc.data_offset = pos + 8
+                nbytes = count * isz
+                if sc.declared is not None and nbytes != sc.declared:
+                    sc.mark("damaged", f"element count {count} x {isz} bytes differs from "
+                            f"the pickle's {sc.declared} bytes")
+                    report.findings.append(finding("TL002", f"storage {key}: {sc.reasons[-1]}",
+                                                   evidence=spath, offset=pos, length=8))
+                    if count < 0 or nbytes > size:
+                        cut = True
+                        continue
+                tensormap.stream_check(fh, sc, length=nbytes, do_numeric=options.numeric,
+                                       want_crc=False, names=names_by_key.get(key, []))
+                if (sc.available or 0) < nbytes:
+                    sc.mark("truncated", f"only {sc.available} of {nbytes} bytes present")
+                    cut = True
+                elif sc.status == "ok":
+                    sc.status = "unverified"
+                pos = sc.data_offset + nbytes
+            if cut:
+                report.findings.append(finding("TL001", "legacy checkpoint truncated: "
+                                               "storages cut short", evidence=spath,
+                                               offset=size))
+                verdicts.append(Verdict.TRUNCATED)
+            elif pos < size:
+                report.findings.append(finding("TL005", f"{size - pos} bytes after the last "
+                                               "storage", evidence=spath, offset=pos,
+                                               length=size - pos))
+            for sc in storages.values():
+                if sc.status == "damaged":
+                    verdicts.append(Verdict.DAMAGED)
+            strides: dict[str, list[int]] = {}
+            report.tensors = tensormap.tensor_records(named, storages, strides)
+            report.extra["strides"] = strides
+            report.extra["storages"] = tensormap.storage_map(storages)
+            for rec in report.tensors:
+                if rec.status == "unverified":
+                    rec.checksum = None
+            report.findings.append(finding("TL003", "legacy format stores no checksums: "
+                                           "payloads verified numerically only", evidence=spath))
+            if options.numeric:
+                report.findings.extend(tensormap.numeric_findings(storages, report.tensors,
+                                                                  spath))
+        tensormap.finalize(report, verdicts)
+        return report
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        yield from tensormap_salvageable(report)
+
+
+def _structure(scans: list[pickle_scan.PickleScan], spath: str, report: CheckpointReport,
+               verdicts: list[Verdict]) -> None:
+    """``torch/serialization.py::_legacy_load``'s checks: magic, protocol 1001, persistent ids
+    ``('storage', type, key, location, numel, view)`` or ``('module', ...)``, and every key of
+    the last pickle a storage the main pickle created."""
+    problems: list[str] = []
+    if scans and (type(scans[0].root) is not int or scans[0].root != MAGIC):
+        report.findings.append(finding("TL004", "first pickle is not the legacy magic number",
+                                       evidence=spath, offset=0))
+        verdicts.append(Verdict.DAMAGED)
+    if len(scans) > 1 and (type(scans[1].root) is not int or scans[1].root != PROTOCOL_VERSION):
+        problems.append(f"protocol version {scans[1].root!r} is not {PROTOCOL_VERSION}")
+    keys: set[str] = set()
+    if len(scans) > 3:
+        for ref in scans[3].persistent_refs:
+            pid = ref.pid
+            kind = pid[0] if isinstance(pid, tuple) and pid else None
+            kind = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
+            if kind == "storage" and len(pid) == 6 and isinstance(pid[1], pickle_scan.Global) \
+                    and isinstance(pid[4], int):
+                keys.add(str(pid[2]))
+                view = pid[5]
+                if isinstance(view, tuple) and len(view) == 3:
+                    keys.add(str(view[0]))
+                elif view is not None:
+                    problems.append(f"storage {pid[2]!r}: view metadata {view!r} malformed")
+            elif kind != "module":
+                problems.append(f"persistent id {pid!r} is not a storage reference")
+    if len(scans) > 4:
+        listed = scans[4].root
+        if not isinstance(listed, list):
+            problems.append("the storage-key pickle is not a list")
+        else:
+            missing = [str(k) for k in listed if str(k) not in keys]
+            if missing:
+                problems.append("storage keys not created by the main pickle: "
+                                + ", ".join(missing[:10]))
+    if problems:
+        report.findings.append(finding("PK009", "legacy stream torch refuses: "
+                                       + "; ".join(problems[:5]), evidence=spath))
+        verdicts.append(Verdict.UNREADABLE)
+
+
+PROTOCOL_VERSION = 1001
+FORMATS = [TorchLegacyFormat]

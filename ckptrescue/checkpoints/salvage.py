@@ -1,0 +1,449 @@
+"""Salvage the intact tensors of a damaged checkpoint into a new safetensors file.
+
+``salvage(checkpoint, out_dir)`` probes the checkpoint (statically, never executing it), asks
+its format which tensors verify (optional format method ``iter_verified_tensors(path, report)``
+yielding ``(TensorRecord, reason_or_None)``; formats without it get the generic rule: tensors
+whose status is ok/unverified/suspect and whose bytes are located), and writes, streaming:
+
+* ``OUT_DIR/<name>.salvaged.safetensors`` — every recovered tensor, C-contiguous, with
+  ``__metadata__`` naming the source and the tensors filled from a reference;
+* ``OUT_DIR/salvage.json`` — ``{"recovered": [...], "lost": [{"name", "reason"}],
+  "filled": [...]}`` plus the source's verdict.
+
+A multi-rank family step (DeepSpeed ``global_stepN/``, Megatron ``iter_N/``, ...) is salvaged rank
+by rank into ``OUT_DIR/<rank label>/`` with one ``salvage.json`` for the step, and ``fill_from``
+is then an earlier complete step of the same family (``probes/family_salvage.py``).
+
+``fill_from`` takes lost tensors (same shape and dtype) from a reference checkpoint. The output
+directory must not be the input's directory or inside it (unless ``allow_next_to_input``) and
+must not be on a read-only mount (evidence is mounted read-only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ckptrescue.checkpoints.base import CheckpointReport, TensorRecord, Verdict
+from ckptrescue.checkpoints.formats import dtypes
+from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.errors import RefusedError, UsageError
+from ckptrescue.model import ArtifactData, Finding, Recorded
+
+if TYPE_CHECKING:
+    from ckptrescue.record.case import Case
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class SalvageResult(Recorded):
+    """What was recovered, lost and filled, and where it was written. The audit record
+    (``checkpoint.salvaged`` naming the stored ``salvage.json``) and the SV findings are
+    carried for the engine to record (:class:`~ckptrescue.model.Recorded`)."""
+
+    source: str
+    source_verdict: str
+    output: str | None
+    recovered: list[str] = field(default_factory=list)
+    lost: list[dict[str, str]] = field(default_factory=list)
+    filled: list[str] = field(default_factory=list)
+    fill_from: str | None = None
+    structure_from: str | None = None  # tensor map rebuilt from this sibling checkpoint
+    # numerically suspect in the probe: written apart (``suspect_output``), never "recovered"
+    suspect: list[dict[str, Any]] = field(default_factory=list)
+    suspect_output: str | None = None
+    # a loss no tensor name stands for (a truncated or incomplete source whose lost tensors
+    # cannot all be named, e.g. HDF5 groups past the cut)
+    unaccounted: str | None = None
+    findings: list[Finding] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def clean(self) -> bool:
+        """Every tensor came back verified: something recovered, nothing lost or suspect."""
+        return bool(self.recovered or self.filled) and not self.lost and not self.suspect \
+            and self.unaccounted is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "source_verdict": self.source_verdict,
+                "output": self.output, "recovered": self.recovered, "lost": self.lost,
+                "filled": self.filled, "fill_from": self.fill_from,
+                "structure_from": self.structure_from, "suspect": self.suspect,
+                "suspect_output": self.suspect_output, "unaccounted": self.unaccounted,
+                "clean": self.clean}
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.relative_to(parent)
+    except ValueError:
+        return False
+    return True
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_out_dir(checkpoint: Path, out_dir: Path, *, allow_next_to_input: bool) -> None:
+    """Refuse output locations that could touch evidence."""
+    src = checkpoint.resolve()
+    src_dir = src if src.is_dir() else src.parent
+    out = out_dir.resolve()
+    if not allow_next_to_input and _inside(out, src_dir):
+        raise RefusedError(f"{out_dir}: output would be written next to (or inside) the "
+                           f"input's directory {src_dir}",
+                           hint="choose a recovery location on other media, or pass "
+                           "--allow-next-to-input")
+    anc = _existing_ancestor(out)
+    if os.statvfs(anc).f_flag & os.ST_RDONLY:
+        raise RefusedError(f"{out_dir}: on a read-only mount (evidence?); refusing to write")
+
+
+def _rebuild_map(report: CheckpointReport, ref_path: Path) -> list[TensorRecord] | str:
+    """Names/dtypes/shapes from a sibling checkpoint whose storages have the same keys and
+    sizes; bytes (and their CRC status) from the damaged one."""
+    from ckptrescue.checkpoints.base import ProbeOptions
+    from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
+
+    found = discover([ref_path])
+    if len(found) != 1:
+        return "the reference must be exactly one checkpoint"
+    ref = probe_one(*found[0], ProbeOptions(numeric=False))
+    mine, theirs = report.extra["storages"], ref.extra.get("storages") or {}
+    if not theirs or not mine or not set(mine) <= set(theirs):
+        return "the reference's storage records differ (not a sibling of the same run)"
+    for key, st in theirs.items():
+        if st["length"] is not None and mine[key]["length"] is not None and \
+                st["length"] != mine[key]["length"]:
+            return f"storage {key} is {mine[key]['length']} bytes, {st['length']} in the reference"
+    out: list[TensorRecord] = []
+    for t in ref.tensors:
+        if t.storage not in theirs or t.offset is None or theirs[t.storage]["offset"] is None:
+            continue
+        if t.storage not in mine:
+            out.append(TensorRecord(name=t.name, dtype=t.dtype, shape=t.shape,
+                                    storage=t.storage, status="missing",
+                                    reasons=[f"storage record {t.storage} lost"]))
+            continue
+        st = mine[t.storage]
+        rel = t.offset - theirs[t.storage]["offset"]
+        rec = TensorRecord(name=t.name, dtype=t.dtype, shape=t.shape, file=st["file"],
+                           offset=st["offset"] + rel if st["offset"] is not None else None,
+                           length=t.length, storage=t.storage, status=st["status"],
+                           reasons=[f"storage {t.storage} {st['status']}",
+                                    "name/shape from the reference"])
+        out.append(rec)
+    report.extra["strides"] = ref.extra.get("strides", {})
+    return out
+
+
+def _default_verified(report: CheckpointReport) -> Iterator[tuple[TensorRecord, str | None]]:
+    for rec in report.tensors:
+        ok = rec.status in ("ok", "unverified", "suspect") and rec.offset is not None \
+            and rec.shape is not None
+        yield rec, None if ok else ("; ".join(rec.reasons) or rec.status)
+
+
+@dataclass
+class _Planned:
+    name: str
+    rec: TensorRecord
+    code: str
+    nbytes: int
+    strides: list[int] | None
+    filled: bool = False
+    big_endian: bool = False
+    reader: Any = None  # the format's read_tensor_bytes(path, report, rec), when it has one
+    root: Path | None = None
+    report: CheckpointReport | None = None
+
+
+def _plan(rec: TensorRecord, strides: dict[str, list[int]], *,
+          has_reader: bool = False) -> _Planned | str:
+    info = dtypes.lookup(rec.dtype)
+    if info is None or info.safetensors is None:
+        return f"dtype {rec.dtype} has no safetensors equivalent"
+    if rec.shape is None or (not has_reader and (rec.offset is None or rec.file is None)):
+        return "byte location unknown"
+    numel = 1
+    for s in rec.shape:
+        numel *= s
+    return _Planned(rec.name, rec, info.safetensors, numel * info.itemsize,
+                    strides.get(rec.name))
+
+
+def _copy(out: BinaryIO, p: _Planned) -> None:
+    """Write the tensor's C-contiguous little-endian bytes."""
+    rec = p.rec
+    if p.big_endian:
+        _copy_swapped(out, p)
+        return
+    if p.reader is not None:
+        written = 0
+        for block in p.reader(p.root, p.report, rec):
+            out.write(block)
+            written += len(block)
+        if written != p.nbytes:
+            raise UsageError(f"{rec.name}: format reader gave {written} of {p.nbytes} bytes")
+        return
+    assert rec.file is not None and rec.offset is not None
+    with open(rec.file, "rb") as src:
+        if p.strides is None:
+            done = 0
+            while done < p.nbytes:
+                data = os.pread(src.fileno(), min(CHUNK, p.nbytes - done), rec.offset + done)
+                if not data:
+                    raise UsageError(f"{rec.file}: short read at {rec.offset + done}")
+                out.write(data)
+                done += len(data)
+            return
+        import numpy as np
+
+        info = dtypes.lookup(rec.dtype)
+        assert info is not None and rec.length is not None and rec.shape is not None
+        raw = os.pread(src.fileno(), rec.length, rec.offset)
+        base = np.frombuffer(raw, dtype=f"u{info.itemsize}" if info.itemsize in (1, 2, 4, 8)
+                             else "u1")
+        view = np.lib.stride_tricks.as_strided(
+            base, shape=rec.shape, strides=[s * base.itemsize for s in p.strides])
+        out.write(np.ascontiguousarray(view).tobytes())
+
+
+def _copy_swapped(out: BinaryIO, p: _Planned) -> None:
+    """Big-endian source (torch ``byteorder`` = big): byte-swap each element while copying."""
+    import numpy as np
+
+    rec = p.rec
+    info = dtypes.lookup(rec.dtype)
+    assert info is not None and rec.file is not None and rec.offset is not None
+    size = info.itemsize
+    if info.kind == "complex":  # two floats per element, each swapped on its own
+        size //= 2
+    code = {1: "u1", 2: "u2", 4: "u4", 8: "u8"}[size]
+    with open(rec.file, "rb") as src:
+        if p.strides is None:
+            done = 0
+            step = CHUNK - CHUNK % info.itemsize
+            while done < p.nbytes:
+                data = os.pread(src.fileno(), min(step, p.nbytes - done), rec.offset + done)
+                if not data:
+                    raise UsageError(f"{rec.file}: short read at {rec.offset + done}")
+                out.write(np.frombuffer(data, dtype=">" + code).astype("<" + code).tobytes())
+                done += len(data)
+            return
+        assert rec.length is not None and rec.shape is not None
+        raw = os.pread(src.fileno(), rec.length, rec.offset)
+        base = np.frombuffer(raw, dtype=">" + code)
+        per = info.itemsize // size
+        view = np.lib.stride_tricks.as_strided(
+            base, shape=(*rec.shape, per), strides=[s * info.itemsize for s in p.strides]
+            + [size])
+        out.write(np.ascontiguousarray(view).astype("<" + code).tobytes())
+
+
+def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
+            case: Case | None = None, allow_next_to_input: bool = False) -> SalvageResult:
+    """Write the verified tensors of ``checkpoint`` into ``out_dir`` (see module docstring)."""
+    from ckptrescue.checkpoints.base import ProbeOptions
+    from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
+
+    checkpoint = Path(checkpoint).absolute()
+    if not checkpoint.exists() and Path(f"{checkpoint}.index").exists():
+        checkpoint = Path(f"{checkpoint}.index")  # a TensorFlow checkpoint named by its prefix
+    if not checkpoint.exists():
+        raise UsageError(f"{checkpoint}: no such checkpoint")
+    out_dir = Path(out_dir).absolute()
+    check_out_dir(checkpoint, out_dir, allow_next_to_input=allow_next_to_input)
+    if (out_dir / "salvage.json").exists():
+        raise UsageError(f"{out_dir}: already holds a salvage.json; salvage into a new directory "
+                         "so no earlier salvage report is overwritten")
+    if case is not None and any(_inside(out_dir, Path(p).resolve())
+                                for p in case.evidence_paths()):
+        raise RefusedError(f"{out_dir}: inside an evidence path of the case; refusing to write")
+    found = discover([checkpoint])
+    if len(found) != 1:
+        raise UsageError(f"{checkpoint}: salvage takes exactly one checkpoint "
+                         f"(found {len(found)})")
+    fmt, root = found[0]
+    if getattr(fmt, "family", False) and not getattr(fmt, "single_file", False):
+        # a multi-rank family step: per rank, fill from the same rank of an earlier step
+        from ckptrescue.checkpoints.probes.family_salvage import salvage_step
+
+        return salvage_step(fmt, root, out_dir, fill_from=fill_from, case=case)
+    # with the numeric scan: a tensor suspect in ``probe`` is suspect here (never laundered)
+    report = probe_one(fmt, root, ProbeOptions(numeric=True))
+    if report.verdict is Verdict.UNREADABLE or fmt is None:
+        raise UsageError(f"{checkpoint}: cannot be identified; nothing to salvage")
+    verified = getattr(fmt, "iter_verified_tensors", None)
+    result = SalvageResult(source=str(checkpoint), source_verdict=str(report.verdict),
+                           output=None, fill_from=str(fill_from) if fill_from else None)
+    if not report.tensors and report.extra.get("storages"):
+        # the tensor map is lost (pickle unreadable) but storage records verify on their own
+        if fill_from is None:
+            raise UsageError(f"{checkpoint}: tensor names are lost (pickle unreadable); "
+                             "nothing can be named", hint="pass --fill-from a sibling "
+                             "checkpoint of the same run to rebuild the tensor map")
+        rebuilt = _rebuild_map(report, Path(fill_from).absolute())
+        if isinstance(rebuilt, str):
+            raise UsageError(f"{checkpoint}: cannot rebuild the tensor map: {rebuilt}")
+        report.tensors = rebuilt
+        result.structure_from = str(fill_from)
+    pairs = list(verified(root, report) if verified else _default_verified(report))
+    strides = report.extra.get("strides", {})
+    planned: list[_Planned] = []
+    lost: dict[str, tuple[TensorRecord, str]] = {}
+    reader = getattr(fmt, "read_tensor_bytes", None)
+    for rec, reason in pairs:
+        if reason is None:
+            p = _plan(rec, strides, has_reader=reader is not None)
+            if isinstance(p, str):
+                lost[rec.name] = (rec, p)
+            else:
+                p.reader, p.root, p.report = reader, root, report
+                p.big_endian = report.extra.get("byteorder") == "big"
+                planned.append(p)
+        else:
+            lost[rec.name] = (rec, reason)
+    if fill_from is not None and lost:
+        ref_found = discover([Path(fill_from).absolute()])
+        if len(ref_found) != 1:
+            raise UsageError(f"{fill_from}: --fill-from takes exactly one checkpoint")
+        rfmt, rroot = ref_found[0]
+        ref = probe_one(rfmt, rroot, ProbeOptions(numeric=True))
+        rverified = getattr(rfmt, "iter_verified_tensors", None)
+        rpairs = {r.name: (r, why) for r, why in
+                  (rverified(rroot, ref) if rverified else _default_verified(ref))}
+        rstrides = ref.extra.get("strides", {})
+        for name in list(lost):
+            rec, _ = lost[name]
+            cand = rpairs.get(name)
+            if cand is None or cand[1] is not None or _is_suspect(cand[0], ref):
+                continue  # a suspect reference tensor is no fill
+            rrec = cand[0]
+            if rec.shape is not None and (rrec.shape != rec.shape or rrec.dtype != rec.dtype):
+                lost[name] = (rec, lost[name][1] + "; reference differs in shape/dtype")
+                continue
+            rreader = getattr(rfmt, "read_tensor_bytes", None)
+            p = _plan(rrec, rstrides, has_reader=rreader is not None)
+            if isinstance(p, str):
+                continue
+            p.reader, p.root, p.report = rreader, rroot, ref
+            p.big_endian = ref.extra.get("byteorder") == "big"
+            p.filled = True
+            planned.append(p)
+            result.filled.append(name)
+            del lost[name]
+    suspects = {p.name for p in planned if not p.filled and _is_suspect(p.rec, report)}
+    clean = sorted((p for p in planned if p.name not in suspects), key=lambda p: p.name)
+    apart = sorted((p for p in planned if p.name in suspects), key=lambda p: p.name)
+    meta = {"salvaged_from": str(checkpoint), "structure_from": result.structure_from or "",
+            "source_verdict": str(report.verdict),
+            "filled_from": str(fill_from) if fill_from else "",
+            "filled": json.dumps(sorted(result.filled))}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = checkpoint.parent.name if checkpoint.name.endswith(".index.json") else checkpoint.name
+    for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".index", ".keras", ".h5"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+    out_path = out_dir / f"{stem}.salvaged.safetensors"
+    suspect_path = out_dir / f"{stem}.suspect.safetensors"
+    for p in (out_path, suspect_path):
+        if p.exists():
+            raise UsageError(f"{p}: already exists; choose a new OUT_DIR")
+    _write(out_path, clean, meta)
+    result.output = str(out_path)
+    if apart:
+        _write(suspect_path, apart, {**meta, "suspect": "numerically suspect in the probe: "
+                                     "not a verified recovery"})
+        result.suspect_output = str(suspect_path)
+    result.recovered = sorted(p.name for p in clean if not p.filled)
+    result.suspect = [{"name": p.name, "reasons": _suspect_reasons(p.name, report)}
+                      for p in apart]
+    result.lost = [{"name": n, "reason": why} for n, (_, why) in sorted(lost.items())]
+    if report.verdict in (Verdict.TRUNCATED, Verdict.INCOMPLETE) and not result.lost:
+        result.unaccounted = (f"the source is {report.verdict}: what it lost cannot be named "
+                              "tensor by tensor (see the probe's findings)")
+    (out_dir / "salvage.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    sha = result.store(ArtifactData.of_bytes((out_dir / "salvage.json").read_bytes(),
+                                             name="salvage.json", kind="salvage-report"))
+    result.record("checkpoint.salvaged", {"source": str(checkpoint), "output": str(out_path),
+                                          "recovered": len(result.recovered),
+                                          "lost": [x["name"] for x in result.lost][:500],
+                                          "filled": result.filled[:500]}, artifacts=[sha])
+    result.findings_here()
+    result.findings.extend(salvage_findings(result, str(checkpoint), f"{out_path}",
+                                            f"{fill_from}"))
+    return result
+
+
+def salvage_findings(result: SalvageResult, evidence: str, written: str,
+                     filled_from: str) -> list[Finding]:
+    """SV001-SV005 for one salvage: what was recovered, lost, filled, set apart, or nothing."""
+    out = [finding("SV001", f"{len(result.recovered)} tensor(s) salvaged into {written}",
+                   evidence=evidence)]
+    if result.lost:
+        out.append(finding("SV002", f"{len(result.lost)} tensor(s) could not be salvaged",
+                           evidence=evidence, tensors=[x["name"] for x in result.lost][:500]))
+    if result.filled:
+        out.append(finding("SV003", f"{len(result.filled)} tensor(s) filled from {filled_from}",
+                           evidence=evidence, tensors=result.filled[:500]))
+    if result.suspect:
+        out.append(finding(
+            "SV004", f"{len(result.suspect)} tensor(s) numerically suspect: written apart "
+            f"to {result.suspect_output or 'the suspect file'}, not counted as recovered",
+            evidence=evidence, tensors=[x["name"] for x in result.suspect][:500]))
+    if not (result.recovered or result.filled):
+        out.append(finding("SV005", "no tensor could be salvaged"
+                           + (f" ({len(result.lost)} lost)" if result.lost else
+                              ": none could be named or verified"), evidence=evidence))
+    return out
+
+
+def _is_suspect(rec: TensorRecord, report: CheckpointReport) -> bool:
+    return rec.status == "suspect" or rec.name in report.suspect_tensors
+
+
+def _suspect_reasons(name: str, report: CheckpointReport) -> list[str]:
+    """The probe's numeric findings that name this tensor (code: title)."""
+    out = [f"{f.code}: {f.title}" for f in report.findings
+           if f.code.startswith(("NM", "RF004")) and name in f.tensors]
+    return out or ["numerically suspect in the probe"]
+
+
+def _write(out_path: Path, planned: list[_Planned], meta: dict[str, str]) -> None:
+    """One safetensors file of ``planned`` tensors, written to ``.partial`` then renamed."""
+    header: dict[str, Any] = {}
+    pos = 0
+    for p in planned:
+        header[p.name] = {"dtype": p.code, "shape": list(p.rec.shape or ()),
+                          "data_offsets": [pos, pos + p.nbytes]}
+        pos += p.nbytes
+    header["__metadata__"] = meta
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = out_path.with_suffix(".partial")
+    with open(tmp, "xb") as out:
+        out.write(len(text).to_bytes(8, "little"))
+        out.write(text)
+        for p in planned:
+            _copy(out, p)
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.rename(out_path)
+
+
+# Public names for the family salvage (``probes/family_salvage.py``): the same planning, copying and
+# writing rules as a single checkpoint, per rank file.
+Planned = _Planned
+plan_tensor = _plan
+default_verified = _default_verified
+write_safetensors = _write
+is_suspect = _is_suspect
+suspect_reasons = _suspect_reasons

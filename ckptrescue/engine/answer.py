@@ -1,0 +1,182 @@
+"""The one-line answer of an incident, computed from the case alone (pure over audit records).
+
+Used at the end of a run, by ``case show``-like summaries, the report's first line and the TUI.
+Example: ``resume from step-300; step-400 truncated; 2 tensors lost in step-200;
+1 checkpoint unsafe (posix.system)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.engine.case_outputs import outputs_of
+from ckptrescue.engine.outputs import (
+    DatasetCompareOutput,
+    ImageOutput,
+    LocateOutput,
+    ProbeOutput,
+    RankOutput,
+    S3HistoryOutput,
+    SalvageOutput,
+    TrainStateOutput,
+)
+
+if TYPE_CHECKING:
+    from ckptrescue.record.case import Case
+
+__all__ = ["answer_line", "latest_checkpoints", "outputs_of", "salvage_results"]
+
+def salvage_results(case: Case) -> list[dict[str, Any]]:
+    """Every salvage result (one per checkpoint), oldest first."""
+    return [r for out in outputs_of(case, SalvageOutput) for r in out.salvaged]
+
+
+def _name(path: str) -> str:
+    p = PurePath(path)
+    if p.name.endswith(".index.json") or p.name == ".metadata":
+        return p.parent.name  # a sharded/DCP checkpoint is named by its directory
+    return p.name or path
+
+
+def _order(path: str) -> tuple[int, str]:
+    """Newest first by the step number in the name, then by name."""
+    import re
+
+    nums = re.findall(r"\d+", PurePath(path).name if not path.endswith(".json")
+                      else PurePath(path).parent.name)
+    return (-int(nums[-1]) if nums else 0, path)
+
+
+def latest_checkpoints(case: Case) -> dict[str, dict[str, Any]]:
+    """The newest probe result per checkpoint path."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for out in outputs_of(case, ProbeOutput):
+        for ckpt in out.checkpoints:
+            by_path[ckpt["path"]] = ckpt
+    return by_path
+
+
+def _namer(case: Case, paths: list[str]) -> Any:
+    """Checkpoint names for the answer: the base name, or, when the checkpoints come from more
+    than one evidence item, ``E002:run/step-300.pt`` (two images may each hold a
+    ``run/step-100.pt``)."""
+    from ckptrescue.record import provenance
+
+    where = provenance.index(case)
+    items = {found.evidence_id for p in paths if (found := where.locate(p)) is not None}
+    if len(items) < 2:
+        return _name
+
+    def name(path: str) -> str:
+        found = where.locate(path)
+        return found.label if found else _name(path)
+    return name
+
+
+def answer_line(case: Case) -> str:
+    parts: list[str] = []
+    ranks = outputs_of(case, RankOutput)
+    _name = _namer(case, list(latest_checkpoints(case)) + [
+        r.resume_from for r in ranks[-1:] if r.resume_from])
+    if ranks:
+        resume = ranks[-1].resume_from
+        parts.append(f"resume from {_name(resume)}" if resume
+                     else "no checkpoint is safe to resume from")
+    unsafe: list[str] = []
+    lost: dict[str, int] = {}
+    for out in salvage_results(case):
+        n = len(out.get("lost", []))
+        if n:
+            lost[out.get("checkpoint", "?")] = n
+    for path, ckpt in sorted(latest_checkpoints(case).items(), key=lambda kv: _order(kv[0])):
+        verdict = ckpt.get("verdict")
+        name = _name(path)
+        if verdict in (None, "intact"):
+            continue
+        if verdict == "unsafe":
+            globs = sorted({g for f in ckpt.get("findings", [])
+                            for g in (f.get("details") or {}).get("globals", [])})
+            unsafe.append(f"{name} ({', '.join(globs[:3]) or 'unsafe pickle'})")
+            continue
+        if path in lost:
+            n = lost[path]
+            parts.append(f"{name} {verdict}: {n} tensor{'s' if n != 1 else ''} lost")
+            continue
+        names = ckpt.get("damaged_tensors", []) + ckpt.get("missing_tensors", []) \
+            + ckpt.get("suspect_tensors", [])
+        if names:
+            n = len(names)
+            parts.append(f"{name} {verdict}: {n} tensor{'s' if n != 1 else ''}")
+        else:
+            parts.append(f"{name} {verdict}")
+    if unsafe:
+        parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe: "
+                     f"{'; '.join(unsafe)}")
+    for image in outputs_of(case, ImageOutput)[-1:]:
+        bad = image.bad_ranges or []
+        if bad:
+            total = sum(end - start for start, end in bad)
+            parts.append(f"{total} bytes unreadable on the source in {len(bad)} range(s)")
+    for located in outputs_of(case, LocateOutput)[-1:]:
+        hit = sorted({t for r in located.ranges for f in r.get("files", [])
+                      for t in f.get("tensors", [])})
+        if hit:
+            parts.append(f"bad sectors hit {len(hit)} tensor{'s' if len(hit) != 1 else ''}")
+    for history in outputs_of(case, S3HistoryOutput)[-1:]:
+        for key in history.keys:
+            if key.get("known_good"):
+                parts.append(f"s3 {_name(key['key'])}: last known-good version "
+                             f"{key['known_good']}")
+    for state in outputs_of(case, TrainStateOutput)[-1:]:
+        if state.findings:
+            kinds = sorted({str(f.get("code")) for f in state.findings})
+            parts.append(f"training state: {len(state.findings)} finding(s) "
+                         f"({', '.join(kinds)}): {str(state.findings[0].get('title'))[:120]}")
+    for compared in outputs_of(case, DatasetCompareOutput)[-1:]:
+        if compared.compare.get("flagged"):
+            parts.append(f"dataset: {compared.answer}")
+    if not parts:
+        return _no_answer(case)
+    return "; ".join(parts)
+
+
+EXAMINING = {"probe", "rank", "image", "locate", "fs.inspect", "s3.verify", "s3.history",
+             "manifest.audit", "dataset.verify", "triage", "copy", "s3.preserve", "recover",
+             "salvage", "exec"}
+
+
+def _no_answer(case: Case) -> str:
+    """No damage to name: say whether anything was examined at all, or what failed."""
+    examined = False
+    failed: list[str] = []
+    for record in case.records("step.finished"):
+        d = record["details"]
+        if d.get("status") in {"ok", "findings"} and d.get("action") in EXAMINING:
+            examined = True
+        elif d.get("status") in {"failed", "refused"}:
+            failed.append(f"{d.get('step')} {d.get('status')}: {d.get('error') or ''}".strip())
+    serious = {(f.code, f.title, f.evidence, f.offset) for f in case.findings()
+               if f.severity.rank >= 2}
+    if serious:
+        return f"{len(serious)} serious finding(s); see the report"
+    if failed and not examined:
+        return "nothing could be examined: " + "; ".join(failed[-3:])
+    if not examined:
+        return "nothing examined yet"
+    if failed:
+        return "no damage found in what was examined; " + "; ".join(failed[-3:])
+    return "no damage found"
+
+
+def main() -> None:  # pragma: no cover - `python -m ckptrescue.engine.answer CASE`
+    import sys
+    from pathlib import Path
+
+    from ckptrescue.record.case import Case
+
+    print(answer_line(Case.open(Path(sys.argv[1]))))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

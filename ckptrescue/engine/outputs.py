@@ -1,0 +1,581 @@
+"""Typed step outputs: one record type per action, read by type, never by action-name strings.
+
+A step's outputs are stored as a JSON artifact (``engine.run``); each action names its record
+type (``Action.output_type``), and readers — the CLI's renderers, ``answer.py``, the report,
+the TUI — turn the stored JSON back into that type with ``from_json``. Keys a record does not
+declare are kept in ``extra`` so that ``to_json`` gives the stored JSON back unchanged, and a
+record from an older case (a key missing) loads with the field's default.
+
+``json_keys``, when set, is the documented ``--json`` shape of the command: the keys the CLI
+prints. A step may record more than that (e.g. ``locate`` keeps its notes and the ranges it
+could not map, which the human output shows and ``--json`` never did).
+
+``docs/step-outputs.md`` is generated from these classes by ``docs/generate.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+O = TypeVar("O", bound="StepOutputs")  # noqa: E741
+
+
+def doc(text: str) -> dict[str, str]:
+    """A field's documentation (its metadata; shown in docs/step-outputs.md)."""
+    return {"doc": text}
+
+
+@dataclass
+class StepOutputs:
+    """Base class: the outputs of a step of one action."""
+
+    json_keys: ClassVar[tuple[str, ...] | None] = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False,
+                                  metadata={"doc": ""})
+
+    @classmethod
+    def declared(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "extra"]
+
+    @classmethod
+    def from_json(cls: type[O], data: dict[str, Any] | None) -> O:
+        data = dict(data or {})
+        names = cls.declared()
+        known = {n: data[n] for n in names if n in data}
+        rest = {k: v for k, v in data.items() if k not in names}
+        return cls(**known, extra=rest)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {n: getattr(self, n) for n in self.declared()}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def public_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The command's documented ``--json`` shape of stored outputs ``data``."""
+        if cls.json_keys is None:
+            return data
+        return {k: data[k] for k in cls.json_keys if k in data}
+
+    @classmethod
+    def field_docs(cls) -> list[tuple[str, str, str]]:
+        """(name, type, meaning) of every declared field, for the generated docs."""
+        rows = []
+        for f in fields(cls):
+            if f.name == "extra":
+                continue
+            has_default = f.default is not MISSING or f.default_factory is not MISSING
+            rows.append((f.name, str(f.type) + ("" if has_default else " (required)"),
+                         str(f.metadata.get("doc", ""))))
+        return rows
+
+
+# ---- the foundation --------------------------------------------------------------------------
+
+@dataclass
+class ConfirmOutput(StepOutputs):
+    confirmed: bool = field(default=False, metadata=doc("The responder confirmed the gate."))
+
+
+@dataclass
+class ExecOutput(StepOutputs):
+    returncode: int | None = field(default=None, metadata=doc("The tool's exit status."))
+    stdout_sha256: str | None = field(default=None, metadata=doc("SHA-256 of the stdout artifact."))
+    stderr_sha256: str | None = field(default=None, metadata=doc("SHA-256 of the stderr artifact."))
+    stdout: str = field(default="", metadata=doc("The first 64 KiB of stdout (text)."))
+
+
+@dataclass
+class CollectLogsOutput(StepOutputs):
+    logs: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "Per tool run (dmesg, journalctl, sacct, scontrol, kubectl): argv, returncode, sha256 "
+        "of the captured artifact, bytes."))
+    files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per log file kept: path, kind (log:NAME or cloudtrail), size, offset, read, "
+        "truncated, sha256, error."))
+
+
+@dataclass
+class CaseVerifyOutput(StepOutputs):
+    ok: bool = field(default=False, metadata=doc("The audit chain and every artifact verify."))
+
+
+@dataclass
+class ReportOutput(StepOutputs):
+    path: str = field(default="", metadata=doc("Where the report was written."))
+    sha256: str = field(default="", metadata=doc(
+        "SHA-256 of the report (also stored as an artifact)."))
+    format: str = field(default="", metadata=doc("html, md or json."))
+
+
+@dataclass
+class DrillLoadOutput(StepOutputs):
+    image: str = field(default="", metadata=doc("The drill's disk image."))
+    badsectors_map: str = field(default="", metadata=doc(
+        "ddrescue test-mode map of its bad sectors."))
+    known_good_manifest: str = field(default="", metadata=doc(
+        "Manifest of the drill dataset's good state."))
+    endpoint_url: str = field(default="", metadata=doc("Local S3 endpoint ('' without S3)."))
+    bucket: str = field(default="", metadata=doc("Its bucket."))
+    s3_prefix_url: str = field(default="", metadata=doc(
+        "s3://bucket/prefix of the drill's objects."))
+    has_s3: bool = field(default=False, metadata=doc("The drill has an S3 part."))
+    faults: list[Any] = field(default_factory=list, metadata=doc("The faults the drill planted."))
+
+
+# ---- checkpoints -----------------------------------------------------------------------------
+
+@dataclass
+class ProbeOutput(StepOutputs):
+    checkpoints: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "One record per checkpoint: path, format, verdict, tensors_total, damaged_tensors, "
+        "suspect_tensors, missing_tensors, findings (code, severity, title, offset, length, "
+        "tensors, evidence, details), load (with --load), tensors (with --tensors)."))
+
+
+@dataclass
+class SalvageOutput(StepOutputs):
+    salvaged: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "One record per salvaged checkpoint: checkpoint, source, source_verdict, output, "
+        "recovered, lost (name, reason), filled, fill_from, structure_from, suspect (name, "
+        "reasons), suspect_output, unaccounted, clean."))
+    failed: list[dict[str, str]] = field(default_factory=list, metadata=doc(
+        "Checkpoints whose salvage failed: checkpoint, error."))
+
+    @staticmethod
+    def public_record(record: dict[str, Any]) -> dict[str, Any]:
+        """``salvage --json``: one record without the ``checkpoint`` key the step adds."""
+        return {k: v for k, v in record.items() if k != "checkpoint"}
+
+
+@dataclass
+class RankOutput(StepOutputs):
+    checkpoints: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Newest first: path, verdict."))
+    resume_from: str | None = field(default=None, metadata=doc(
+        "The newest checkpoint safe to resume from (None: none)."))
+
+
+# ---- block storage ---------------------------------------------------------------------------
+
+@dataclass
+class TriageOutput(StepOutputs):
+    volume: str | None = field(default=None, metadata=doc(
+        "The volume examined (None: every volume)."))
+    seconds: float = field(default=0.0, metadata=doc("The write-rate window."))
+    processes: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Processes of interest: pid, kind, cmdline, open_for_write, write_rate_bps, ..."))
+    writers: list[int] = field(default_factory=list, metadata=doc(
+        "Pids with files open for writing."))
+    kernel_messages: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Kernel-log lines of interest: kind, line."))
+    checklist: list[str] = field(default_factory=list, metadata=doc("The freeze checklist."))
+    findings: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The findings (JSON)."))
+    notes: list[str] = field(default_factory=list, metadata=doc(
+        "Notes on what could not be examined."))
+
+
+@dataclass
+class ImageOutput(StepOutputs):
+    image: str = field(default="", metadata=doc("The image file."))
+    mapfile: str = field(default="", metadata=doc("The ddrescue mapfile."))
+    image_sha256: str = field(default="", metadata=doc("SHA-256 of the image."))
+    size: int = field(default=0, metadata=doc("Size of the source in bytes."))
+    rescued_bytes: int = field(default=0, metadata=doc("Bytes read (the mapfile's '+' areas)."))
+    bad_ranges: list[list[int]] = field(default_factory=list, metadata=doc(
+        "Unreadable [start, end) byte ranges."))
+
+    @property
+    def finished(self) -> bool:
+        """Every byte of the source was read."""
+        return bool(self.size) and self.rescued_bytes == self.size and not self.bad_ranges
+
+
+@dataclass
+class CopyOutput(StepOutputs):
+    source: str = field(default="", metadata=doc("The mounted filesystem copied."))
+    dest: str = field(default="", metadata=doc("The destination directory."))
+    files: int = field(default=0, metadata=doc("Files copied."))
+    bytes: int = field(default=0, metadata=doc("Bytes copied."))
+    manifest_sha256: str = field(default="", metadata=doc("SHA-256 of the manifest artifact."))
+    verified: bool = field(default=False, metadata=doc(
+        "The rsync -c -n verify pass found no difference."))
+    differences: list[Any] = field(default_factory=list, metadata=doc(
+        "What the verify pass found different."))
+    unreadable: list[Any] = field(default_factory=list, metadata=doc(
+        "Files that could not be read."))
+    source_readonly: bool | None = field(default=None, metadata=doc(
+        "The source was mounted read-only."))
+    findings: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The findings (JSON)."))
+
+
+@dataclass
+class FsInspectOutput(StepOutputs):
+    target: str = field(default="", metadata=doc("The device or image inspected."))
+    device: str | None = field(default=None, metadata=doc(
+        "The node inspected (a partition, an LV, ...)."))
+    fstype: str | None = field(default=None, metadata=doc("blkid TYPE of the filesystem."))
+    facts: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "Filesystem facts (superblock, log state, ...)."))
+    health: dict[str, Any] = field(default_factory=dict, metadata=doc("SMART/NVMe health."))
+    findings: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The findings (JSON)."))
+    notes: list[str] = field(default_factory=list, metadata=doc("Notes."))
+
+
+@dataclass
+class MountOutput(StepOutputs):
+    mountpoint: str = field(default="", metadata=doc("Where it is mounted."))
+    device: str = field(default="", metadata=doc(
+        "The node mounted (a partition when the image is partitioned)."))
+    fstype: str = field(default="", metadata=doc("The filesystem type."))
+    options: str = field(default="", metadata=doc("The mount options."))
+    target: str = field(default="", metadata=doc("The image or device given."))
+    loop_device: str | None = field(default=None, metadata=doc(
+        "The read-only loop device attached."))
+    datasets: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "ZFS datasets: dataset, mounted, mountpoint, reason."))
+    findings: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The findings (JSON)."))
+
+
+@dataclass
+class UmountOutput(StepOutputs):
+    loop_device: str | None = field(default=None, metadata=doc("The loop device detached."))
+
+
+@dataclass
+class LocateOutput(StepOutputs):
+    json_keys = ("ranges",)
+    ranges: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Unreadable ranges: start, end, files (path, file_offset, length, tensors)."))
+    unmapped: list[list[Any]] = field(default_factory=list, metadata=doc(
+        "[start, end, why] of device ranges that could not be mapped (not in --json)."))
+    notes: list[str] = field(default_factory=list, metadata=doc("Notes (not in --json)."))
+
+
+@dataclass
+class ExtractOutput(StepOutputs):
+    mountpoint: str = field(default="", metadata=doc("The read-only mount."))
+    to: str = field(default="", metadata=doc("The recovery directory."))
+    extracted: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Copied checkpoints: checkpoint, format, files."))
+    left_behind: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Checkpoints not copied: checkpoint, verdict."))
+    findings: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The findings (JSON)."))
+
+
+# ---- object store ----------------------------------------------------------------------------
+
+@dataclass
+class S3VerifyOutput(StepOutputs):
+    objects: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per object: key, status, algorithm, detail."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc("Objects per status."))
+    errors: list[str] = field(default_factory=list, metadata=doc(
+        "Errors that stopped part of the comparison."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(o.get("status") in {"match", "unverifiable"}
+                                       for o in self.objects)
+
+
+@dataclass
+class S3HistoryOutput(StepOutputs):
+    keys: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per key: key, versions, known_good, anomalies (kind, message, version_ids), and with "
+        "a manifest manifest_sha256, known_good_by."))
+
+
+@dataclass
+class S3PreflightOutput(StepOutputs):
+    bucket: str = field(default="", metadata=doc("The bucket."))
+    region: str | None = field(default=None, metadata=doc("Its region."))
+    versioning: str | None = field(default=None, metadata=doc("Versioning status."))
+    mfa_delete: str | None = field(default=None, metadata=doc("MFA delete status."))
+    object_lock: str | None = field(default=None, metadata=doc("Object Lock status."))
+    default_retention: Any = field(default=None, metadata=doc("Default retention."))
+    verdict: str = field(default="", metadata=doc("immutable, or what is missing."))
+    warnings: list[str] = field(default_factory=list, metadata=doc("Warnings."))
+
+
+@dataclass
+class S3PreserveOutput(StepOutputs):
+    url: str = field(default="", metadata=doc("What was preserved."))
+    objects: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per object version: key, version_id, status, size, sha256, algorithm, detail, "
+        "evidence_id."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc("Objects per status."))
+    inventory_sha256: str | None = field(default=None, metadata=doc(
+        "SHA-256 of the inventory artifact."))
+
+    @property
+    def ok(self) -> bool:
+        return all(o.get("status") in {"match", "unverifiable"} for o in self.objects)
+
+
+@dataclass
+class S3RestoreOutput(StepOutputs):
+    url: str = field(default="", metadata=doc("The object."))
+    version_id: str | None = field(default=None, metadata=doc("The version restored."))
+    chosen_by: str | None = field(default=None, metadata=doc("How the version was chosen."))
+    path: str | None = field(default=None, metadata=doc("Where it was written."))
+    status: str = field(default="", metadata=doc("verified, or why not."))
+    size: int | None = field(default=None, metadata=doc("Bytes."))
+    sha256: str | None = field(default=None, metadata=doc("SHA-256 of what was written."))
+    algorithm: str | None = field(default=None, metadata=doc("The S3 checksum algorithm compared."))
+    detail: dict[str, Any] = field(default_factory=dict, metadata=doc("Details (message, ...)."))
+    manifest_sha256: str | None = field(default=None, metadata=doc(
+        "The manifest's hash for the key."))
+    object: Any = field(default=None, metadata=doc("The object's listing record."))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "verified"
+
+
+# ---- datasets --------------------------------------------------------------------------------
+
+@dataclass
+class ManifestBuildOutput(StepOutputs):
+    root: str = field(default="", metadata=doc("The dataset directory or s3:// prefix."))
+    manifest: str = field(default="", metadata=doc("The manifest written."))
+    sidecar: str = field(default="", metadata=doc("Its JSON-lines sidecar."))
+    files: int = field(default=0, metadata=doc("Files hashed."))
+    bytes: int = field(default=0, metadata=doc("Bytes of those files."))
+    bytes_hashed: int = field(default=0, metadata=doc("Bytes hashed by this run (not resumed)."))
+    resumed: int = field(default=0, metadata=doc("Files taken over from an interrupted build."))
+    elapsed_s: float = field(default=0.0, metadata=doc("Seconds."))
+    jobs: int | None = field(default=None, metadata=doc("Parallel jobs."))
+    scheduler: str | None = field(default=None, metadata=doc("Dask scheduler address."))
+    formats: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "Files per detected format."))
+    unreadable: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Unreadable files: path, error, offset."))
+    skipped: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Entries skipped: path, reason."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable
+
+
+@dataclass
+class ManifestAuditOutput(StepOutputs):
+    json_keys = ("files", "counts", "quick", "sample", "answer", "bytes_downloaded", "state",
+                 "resumed", "files_omitted")
+    files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per file: path, status, expected, actual (offset when unreadable)."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc("Files per status."))
+    quick: bool = field(default=False, metadata=doc("Size and mtime only."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+    sample: dict[str, Any] | None = field(default=None, metadata=doc(
+        "A sampled audit (--sample) only: seed, size, population, bad, upper_bound_95 (exact "
+        "one-sided Clopper-Pearson), statement."))
+    bytes_downloaded: int | None = field(default=None, metadata=doc(
+        "s3:// audits only: bytes read from the store (0 when every object was checked against "
+        "its stored full-object SHA-256)."))
+    state: str | None = field(default=None, metadata=doc(
+        "The audit state database (SQLite) holding every row; rerunning the same audit resumes "
+        "from it."))
+    resumed: int = field(default=0, metadata=doc(
+        "Files whose result was taken from an interrupted earlier run of the same audit."))
+    files_omitted: int = field(default=0, metadata=doc(
+        "ok rows left out of `files` (large audits list damaged and new files only; every row "
+        "is in `state`)."))
+    reasons: dict[str, str] = field(default_factory=dict, metadata=doc(
+        "Why, per path, where the audit says (not in --json)."))
+    notes: list[str] = field(default_factory=list, metadata=doc("Notes (not in --json)."))
+
+    @property
+    def ok(self) -> bool:
+        bad = ("corrupted", "changed", "missing", "unreadable", "new")
+        if self.counts:
+            return not any(self.counts.get(s) for s in bad)
+        return all(row.get("status") == "ok" for row in self.files)
+
+
+@dataclass
+class DatasetVerifyOutput(StepOutputs):
+    files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per file: path, format, status, bad_records (index, offset, key, problem), records, "
+        "note."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc("Files per status."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.get("status") in ("damaged", "unreadable") or (
+            f.get("status") == "unchecked" and f.get("format") != "other") for f in self.files)
+
+
+@dataclass
+class RecoverOutput(StepOutputs):
+    source: str = field(default="", metadata=doc("Snapshots directory or s3:// prefix."))
+    to: str = field(default="", metadata=doc("The recovery directory."))
+    files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per damaged file: path, damage, status, source, sha256, reason, tried."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc("recovered, unrecoverable."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+    plan: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "With --plan: the swap-back plan, one entry per recovered file: path, damage, target "
+        "(the damaged file in DIR, or where the missing file belongs), replacement (the verified "
+        "copy), source (snapshot or object version), sha256, size, expected_sha256, and command "
+        "(the script's line for it); the kit never applies it."))
+    plan_file: str | None = field(default=None, metadata=doc(
+        "With --plan: the plan written as JSON (and a shell script beside it, for review)."))
+    clean_view: str | None = field(default=None, metadata=doc(
+        "With --clean-view: a tree of symlinks to verified files only (intact originals and "
+        "recovered copies), with its own manifest, for the rerun to train on."))
+    plan_script: str | None = field(default=None, metadata=doc(
+        "With --plan: the bash script written beside the plan (PLAN.sh), for review; run it as "
+        "`bash PLAN.sh [DATASET-ROOT]`."))
+    plan_unrecoverable: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "With --plan: files with no verified replacement: path, damage, reason."))
+    clean_view_manifest: str | None = field(default=None, metadata=doc(
+        "With --clean-view: the view's manifest VIEW.sha256 (sidecar VIEW.sha256.jsonl)."))
+    clean_view_files: int = field(default=0, metadata=doc(
+        "With --clean-view: files linked in the view."))
+    clean_view_left_out: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "With --clean-view: files neither ok nor recovered, left out: path, reason."))
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.get("status") != "recovered" for f in self.files)
+
+
+@dataclass
+class TrainStateOutput(StepOutputs):
+    checkpoints: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The run's checkpoints in training order: path, step, format, verdict."))
+    tensors: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per tensor: name, intervals (from, to, rel_l2, max_abs_change, identical, elements, "
+        "nonfinite), sign_agreement, norms, frozen."))
+    scalars: dict[str, list[Any]] = field(default_factory=dict, metadata=doc(
+        "Per checkpoint: optimizer step counters, learning rates, scheduler last_epoch, "
+        "global step."))
+    skipped: dict[str, str] = field(default_factory=dict, metadata=doc(
+        "Tensors not compared, with the reason."))
+    findings: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "TS001-TS008 findings (also recorded in the case)."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class DatasetProfileOutput(StepOutputs):
+    profile: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "The dataset profile (schema ckptrescue.profile/1, docs/profiles.md)."))
+    output: str | None = field(default=None, metadata=doc("Where the profile was written."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class DatasetCompareOutput(StepOutputs):
+    compare: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "mode, thresholds, per_test_level, tests_run, answer, flagged checks (test, "
+        "statistic, p-value, effect sizes, threshold), findings, skipped."))
+    spot_checks: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per flagged shard (up to 5): seed, k, method, the sampled records of the flagged and "
+        "the reference shard with the values that drove the flag marked."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.compare.get("flagged")
+
+
+@dataclass
+class QuarantineOutput(StepOutputs):
+    quarantine: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "The quarantine list (schema ckptrescue.datasets.quarantine/1): files, records, sources."))
+    output: str | None = field(default=None, metadata=doc("The JSON list written."))
+    path_list: str | None = field(default=None, metadata=doc(
+        "The plain list of whole bad files written."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class GateOutput(StepOutputs):
+    target: str = field(default="", metadata=doc("The dataset directory or checkpoint gated."))
+    passed: bool = field(default=False, metadata=doc("True when the job may start."))
+    reason: str = field(default="", metadata=doc("The one-line reason."))
+    checked: int = field(default=0, metadata=doc("Files (or checkpoints) checked."))
+    hashed: list[str] = field(default_factory=list, metadata=doc(
+        "The sampled files hashed in full."))
+    hashed_bytes: int = field(default=0, metadata=doc("Bytes hashed."))
+    seed: int | None = field(default=None, metadata=doc("The sample's seed (redraw with it)."))
+    problems: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per problem: path, problem (and the worst finding for a checkpoint)."))
+
+
+@dataclass
+class WatchPassOutput(StepOutputs):
+    source: str = field(default="", metadata=doc("The watched directory or s3:// prefix."))
+    full: bool = field(default=False, metadata=doc("A full pass (else only inotify's paths)."))
+    files_total: int = field(default=0, metadata=doc("Files in the source."))
+    checked: int = field(default=0, metadata=doc("Files checked (new or changed)."))
+    new: int = field(default=0, metadata=doc("New files."))
+    changed: int = field(default=0, metadata=doc("Changed files."))
+    missing: int = field(default=0, metadata=doc("Files gone since the last pass."))
+    bytes_read: int = field(default=0, metadata=doc("Bytes read."))
+    elapsed_s: float = field(default=0.0, metadata=doc("Wall time of the pass."))
+    bad: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per bad file: path, code (WA001-WA005), problem."))
+    bad_total: int = field(default=0, metadata=doc("Files bad or gone in the whole state."))
+    notes: list[str] = field(default_factory=list, metadata=doc(
+        "Alerts that could not be delivered."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class StoreResultOutput(StepOutputs):
+    """The outputs of ``store verify|history|preflight|preserve|restore``: the library result's
+    JSON as it stands (``docs/stores.md`` describes each), plus the one-line answer."""
+
+    url: str = field(default="", metadata=doc("The object-store URL."))
+    ok: bool = field(default=True, metadata=doc("Nothing wrong was found."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+
+@dataclass
+class DeviceHealthOutput(StepOutputs):
+    target: str = field(default="", metadata=doc("The device asked about."))
+    device: bool = field(default=False, metadata=doc("A block device (else skipped)."))
+    health: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "disk, smartctl (parsed -x -j), nvme_smart_log, nvme_error_log."))
+
+
+@dataclass
+class ManifestUpdateOutput(StepOutputs):
+    root: str = field(default="", metadata=doc("The dataset directory."))
+    manifest: str = field(default="", metadata=doc("The manifest rewritten."))
+    sidecar: str = field(default="", metadata=doc("Its JSON-lines sidecar."))
+    previous: str = field(default="", metadata=doc(
+        "Where the old manifest was kept (MANIFEST.prev, its sidecar MANIFEST.prev.jsonl)."))
+    files: int = field(default=0, metadata=doc("Files in the updated manifest."))
+    hashed: int = field(default=0, metadata=doc("Files hashed (new or changed)."))
+    reused: int = field(default=0, metadata=doc("Entries reused (size, mtime, inode unchanged)."))
+    bytes_hashed: int = field(default=0, metadata=doc("Bytes hashed."))
+    new: list[str] = field(default_factory=list, metadata=doc("Files not in the old manifest."))
+    changed: list[str] = field(default_factory=list, metadata=doc(
+        "Files whose size, mtime or inode changed (re-hashed)."))
+    deleted: list[str] = field(default_factory=list, metadata=doc(
+        "Entries dropped: their files are gone."))
+    unreadable: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Unreadable files (left out): path, error, offset."))
+    skipped: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Entries skipped: path, reason."))
+    inode_checked: bool = field(default=True, metadata=doc(
+        "False when the old sidecar recorded no inodes (size and mtime compared only)."))
+    elapsed_s: float = field(default=0.0, metadata=doc("Seconds."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable

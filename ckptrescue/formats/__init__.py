@@ -1,1 +1,0 @@
-"""Pure checkpoint-format parsers. Each module may define ``FORMATS`` (see ckptrescue.checkpoint)."""
