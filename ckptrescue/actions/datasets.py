@@ -1,4 +1,5 @@
-"""Dataset actions: manifest.build, manifest.audit, manifest.update, dataset.verify."""
+"""Dataset actions: manifest.build, manifest.audit, manifest.update, manifest.diff,
+dataset.verify."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ckptrescue.engine.outputs import (
     DatasetVerifyOutput,
     ManifestAuditOutput,
     ManifestBuildOutput,
+    ManifestDiffOutput,
     ManifestUpdateOutput,
 )
 
@@ -221,6 +223,53 @@ ETag changed (LastModified for a sidecar without ETags)."""
         return from_library(result, f"manifest {args['manifest']} updated")
 
 
+class ManifestDiff(Action):
+    name = "manifest.diff"
+    summary = "Compare two manifests without reading data: added, removed, changed, renamed"
+    description = """
+Compare manifest OLD with manifest NEW (sha256sum format) without reading any data file.
+
+Each name is compared by its SHA-256: added (in NEW only), removed (in OLD only), changed (in
+both, another hash) and renamed (a name gone from OLD and a name new in NEW with the same hash).
+Exit 0 when the manifests agree, 1 when they differ.
+
+Memory stays flat in the number of entries: both manifests stream into a scratch SQLite
+database (removed at the end). Lines not in sha256sum format (a torn last line) are reported and
+left out, never guessed at.
+
+With -o OUT: OUT is a sha256sum manifest of NEW's added, changed and renamed entries (run
+`sha256sum -c OUT` in the new tree to verify just what changed) and OUT.changes.jsonl lists
+every change, removed entries included."""
+    examples = ("ckptrescue manifest diff imagenet-2024-05.sha256 imagenet-2024-06.sha256 "
+                "-o /cases/INC-7/changes.sha256",)
+    output_type = ManifestDiffOutput
+    args = (ArgSpec("old", "path", required=True, positional=True,
+                    help="The earlier manifest (sha256sum format)."),
+            ArgSpec("new", "path", required=True, positional=True,
+                    help="The later manifest (sha256sum format)."),
+            ArgSpec("output", "path", short="-o",
+                    help="Write the changes here as a sha256sum manifest (NEW's added, changed "
+                         "and renamed entries) and OUT.changes.jsonl beside it."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"compare manifest {args['old']} with {args['new']} (no data read)"
+                + (f" -> {args['output']}" if args.get("output") else "")]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.datasets.manifest_diff import diff_manifests
+
+        if args.get("output"):
+            from ckptrescue.actions._util import refuse_unsafe_output
+
+            refuse_unsafe_output(ctx.case, str(args["output"]))
+        result = yield from ctx.blocking(lambda p: diff_manifests(
+            args["old"], args["new"], output=args.get("output") or None, progress=p,
+            cancel=ctx.cancel), label="comparing")
+        return from_library(result, result.answer(),
+                            status="findings" if result.differs or result.bad_line_counts.get(
+                                "old") or result.bad_line_counts.get("new") else "ok")
+
+
 class DatasetVerify(Action):
     name = "dataset.verify"
     summary = "Container checks that need no manifest (TFRecord, tar, Parquet, JSONL, npy)"
@@ -247,4 +296,4 @@ every JSON line, .npy/.npz headers against sizes. Exit 1 when anything is damage
         return from_library(result, "verified")
 
 
-ACTIONS = [ManifestBuild, ManifestAudit, ManifestUpdate, DatasetVerify]
+ACTIONS = [ManifestBuild, ManifestAudit, ManifestUpdate, ManifestDiff, DatasetVerify]

@@ -18,6 +18,7 @@ from ckptrescue.engine.outputs import (
     DatasetVerifyOutput,
     ManifestAuditOutput,
     ManifestBuildOutput,
+    ManifestDiffOutput,
     ManifestUpdateOutput,
     QuarantineOutput,
 )
@@ -103,6 +104,30 @@ def render_update(result: StepResult) -> int:
             f"{out.reused}; old manifest kept as {out.previous}")
         say(out.answer)
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
+def render_diff(result: StepResult) -> int:
+    out: ManifestDiffOutput = result.out
+    if result.options[JSON]:
+        emit_json(result.outputs)
+    else:
+        for ch in out.changes:
+            if ch["status"] == "renamed":
+                say(f"RENAMED  {_display(ch['old_path'])} -> {_display(ch['path'])}")
+            else:
+                say(f"{ch['status'].upper():<8} {_display(ch['path'])}")
+        if out.changes_omitted:
+            say(f"{out.changes_omitted:,} more changes not listed"
+                + (f" (every change is in {out.changes_file})" if out.changes_file else
+                   " (write them all with -o OUT)"))
+        for bad in out.bad_lines:
+            sys.stderr.write(f"{bad['manifest'].upper()} line {bad['line']}: not in sha256sum "
+                             f"format ({bad['reason']}): left out\n")
+        if out.output:
+            say(f"changes written to {out.output} and {out.changes_file}")
+        say(out.answer)
+    bad = any(b for b in out.bad_lines)
+    return int(ExitCode.FINDINGS if out.differs or bad else ExitCode.OK)
 
 
 def update_interrupted(args: dict[str, Any]) -> str:
@@ -212,6 +237,7 @@ def register(app: typer.Typer) -> None:
     add_command(manifest_app, "build", BUILD)
     add_command(manifest_app, "audit", AUDIT)
     add_command(manifest_app, "update", UPDATE)
+    add_command(manifest_app, "diff", Command("manifest.diff", render_diff))
     add_command(dataset_app, "verify", VERIFY)
     add_command(dataset_app, "profile", Command("dataset.profile", render_profile))
     add_command(dataset_app, "compare", Command("dataset.compare", render_compare))

@@ -38,4 +38,13 @@ CODES = {
                               "version matches the manifest"),
     "RC003": (Severity.INFO, "A swap-back plan was written: verified replacements and a script "
                              "for the operator to apply (the kit never writes in place)"),
+    "MD001": (Severity.WARNING, "Manifest diff: entries whose SHA-256 changed between OLD and "
+                                "NEW"),
+    "MD002": (Severity.WARNING, "Manifest diff: entries in OLD only (removed)"),
+    "MD003": (Severity.INFO, "Manifest diff: entries in NEW only (added)"),
+    "MD004": (Severity.INFO, "Manifest diff: entries renamed (the same SHA-256 under a new path)"),
+    "MD005": (Severity.ERROR, "Manifest diff: lines not in sha256sum format (torn or foreign): "
+                              "their entries are not compared"),
+    "MD006": (Severity.WARNING, "Manifest diff: a name listed twice with different hashes (the "
+                                "last line is compared)"),
 }

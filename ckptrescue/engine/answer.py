@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.engine.capability_answers import EXAMINING as CAPABILITY_EXAMINING
+from ckptrescue.engine.capability_answers import capability_parts
 from ckptrescue.engine.case_outputs import outputs_of
 from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
@@ -136,6 +138,7 @@ def answer_line(case: Case) -> str:
     for compared in outputs_of(case, DatasetCompareOutput)[-1:]:
         if compared.compare.get("flagged"):
             parts.append(f"dataset: {compared.answer}")
+    parts += capability_parts(case)
     if not parts:
         return _no_answer(case)
     return "; ".join(parts)
@@ -143,7 +146,7 @@ def answer_line(case: Case) -> str:
 
 EXAMINING = {"probe", "rank", "image", "locate", "fs.inspect", "s3.verify", "s3.history",
              "manifest.audit", "dataset.verify", "triage", "copy", "s3.preserve", "recover",
-             "salvage", "exec"}
+             "salvage", "exec"} | CAPABILITY_EXAMINING
 
 
 def _no_answer(case: Case) -> str:

@@ -401,6 +401,36 @@ class ManifestAuditOutput(StepOutputs):
         return all(row.get("status") == "ok" for row in self.files)
 
 
+
+@dataclass
+class ManifestDiffOutput(StepOutputs):
+    old: str = field(default="", metadata=doc("The OLD manifest."))
+    new: str = field(default="", metadata=doc("The NEW manifest."))
+    output: str | None = field(default=None, metadata=doc(
+        "With -o: the sha256sum manifest of NEW's added, changed and renamed entries."))
+    changes_file: str | None = field(default=None, metadata=doc(
+        "With -o: OUT.changes.jsonl, every change (status, path, sha256, old_path, "
+        "old_sha256), removed entries included."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "added, removed, changed, renamed, unchanged."))
+    entries: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "Distinct names per manifest (old, new)."))
+    changes: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The first 1,000 changes in name order: status, path, sha256, old_path (renamed), "
+        "old_sha256."))
+    changes_omitted: int = field(default=0, metadata=doc(
+        "Changes not listed in `changes` (all are in the changes file)."))
+    bad_lines: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Lines not in sha256sum format (up to 20 per manifest): manifest, line, reason."))
+    duplicates: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Names listed twice with different hashes: manifest, path, hashes."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def differs(self) -> bool:
+        return any(self.counts.get(s) for s in ("added", "removed", "changed", "renamed"))
+
+
 @dataclass
 class DatasetVerifyOutput(StepOutputs):
     files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(

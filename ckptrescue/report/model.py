@@ -28,6 +28,7 @@ from ckptrescue.model import Severity
 from ckptrescue.record import provenance
 from ckptrescue.record.audit import utc_now
 from ckptrescue.record.case import Case
+from ckptrescue.report import capability_sections
 
 SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
 _MAP_WIDTH = 900
@@ -70,6 +71,7 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
      lambda m: bool(m["training_state"])),
     ("dataset_content", "Dataset content against its baseline", False,
      lambda m: bool(m["dataset_content"])),
+    ("manifest_diff", "Manifest to manifest", False, lambda m: bool(m["manifest_diff"])),
     ("bad_sectors", "Bad-sector map", False, lambda m: bool(m["bad_sector_map"])),
     ("s3", "Object store", False, lambda m: bool(m["s3_verify"] or m["s3_known_good"])),
     ("findings", "Findings", True, lambda m: any(m["findings_by_severity"].values())),
@@ -331,10 +333,11 @@ def build(case: Case) -> dict[str, Any]:
     model["multirank"] = _multirank(ranks[-1].to_json() if ranks else None)
     model["training_state"] = _training_state(outputs_of(case, TrainStateOutput))
     model["dataset_content"] = _dataset_content(outputs_of(case, DatasetCompareOutput))
+    model.update(capability_sections.build(case))
     # no mount point or scratch path reaches the reader outside the commands section
     for key in ("answer", "resume_from", "rank", "timeline", "findings_by_severity",
                 "checkpoints", "salvage", "bad_sector_map", "locate", "multirank",
-                "training_state"):
+                "training_state", *capability_sections.BUILDERS):
         if key in model:
             model[key] = where.relabel(model[key])
     model["findings_grouped"] = _group_findings(model["findings_by_severity"],

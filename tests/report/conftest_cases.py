@@ -111,6 +111,14 @@ def make_full_case(case: Case) -> Case:
                                            {"index": 4, "values": {EVIL: "text"},
                                             "marked": {}}]}}],
         "answer": "1 deviation(s) in 1 shard(s)"}, "compare")
+    add_step(case, "manifest.diff", {
+        "old": "/cases/old.sha256", "new": "/cases/new.sha256", "output": None,
+        "changes_file": None, "counts": {"added": 0, "removed": 0, "changed": 0, "renamed": 1,
+                                         "unchanged": 4},
+        "changes": [{"status": "renamed", "path": f"data/{EVIL_MD}", "sha256": "ab" * 32,
+                     "old_path": f"data/{EVIL}", "old_sha256": "ab" * 32}],
+        "changes_omitted": 0, "bad_lines": [], "duplicates": [],
+        "answer": "0 changed, 0 removed, 0 added, 1 renamed; 4 unchanged"}, "manifest-diff")
     case.log("safety.kernel", {"guarantee": "block-device-readonly", "target": "/dev/loop7",
                                "enforced": True, "how": "BLKROSET", "previous": "rw",
                                "by_kit": True})

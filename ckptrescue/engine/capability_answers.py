@@ -1,0 +1,25 @@
+"""The parts of the one-line answer that the responders' questions of issue #31 add: each the
+latest step of its action, read by type from the case (pure over audit records)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ckptrescue.engine.case_outputs import outputs_of
+from ckptrescue.engine.outputs import ManifestDiffOutput
+
+if TYPE_CHECKING:
+    from ckptrescue.record.case import Case
+
+# the actions whose steps examine evidence (the answer's "nothing examined yet" test)
+EXAMINING = {"manifest.diff"}
+
+
+def capability_parts(case: Case) -> list[str]:
+    """Answer parts, in a fixed order; nothing for a capability the case did not use or whose
+    latest step found nothing worth a line."""
+    parts: list[str] = []
+    for diff in outputs_of(case, ManifestDiffOutput)[-1:]:
+        if diff.differs or diff.bad_lines:
+            parts.append(f"manifest diff: {diff.answer}")
+    return parts

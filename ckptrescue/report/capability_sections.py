@@ -1,0 +1,64 @@
+"""The report sections of the responders' questions no other tool answers (issue #31): each one
+the latest step of its action, in one shape both templates render the same way
+(``reports/templates/table_section.*.j2``): ``answer``, ``facts`` ([label, value]),
+``tables`` ([{title, testid, columns, rows, more}]) and ``notes``.
+
+Pure over the case's step outputs (read by type); nothing is re-run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.engine.case_outputs import outputs_of
+from ckptrescue.engine.outputs import ManifestDiffOutput
+
+if TYPE_CHECKING:
+    from ckptrescue.record.case import Case
+
+ROWS = 50  # rows per table in the report (the JSON report's step outputs have them all)
+
+# (model key, report title): the order they appear in report/model.py SECTIONS
+TITLES = {
+    "manifest_diff": "Manifest to manifest",
+}
+
+
+def table(title: str, testid: str, columns: list[str], rows: list[list[Any]],
+          total: int | None = None) -> dict[str, Any]:
+    shown = [[("" if c is None else str(c)) for c in r] for r in rows[:ROWS]]
+    more = (total if total is not None else len(rows)) - len(shown)
+    return {"title": title, "testid": testid, "columns": columns, "rows": shown,
+            "more": max(more, 0)}
+
+
+def section(answer: str, *, facts: list[list[Any]] | None = None,
+            tables: list[dict[str, Any]] | None = None,
+            notes: list[str] | None = None) -> dict[str, Any]:
+    return {"answer": answer, "facts": [[str(a), str(b)] for a, b in facts or []],
+            "tables": [t for t in tables or [] if t["rows"]], "notes": list(notes or [])}
+
+
+def manifest_diff(case: Case) -> dict[str, Any] | None:
+    outs = outputs_of(case, ManifestDiffOutput)
+    if not outs:
+        return None
+    out = outs[-1]
+    rows = [[c["status"], c.get("old_path") or "", c["path"], (c.get("sha256") or
+             c.get("old_sha256") or "")[:16]] for c in out.changes]
+    facts = [["old", out.old], ["new", out.new]]
+    if out.output:
+        facts.append(["changes manifest", out.output])
+    notes = [f"line {b['line']} of the {b['manifest'].upper()} manifest is not in sha256sum "
+             f"format ({b['reason']}): left out" for b in out.bad_lines]
+    return section(out.answer, facts=facts, notes=notes, tables=[
+        table("", "manifest-diff", ["status", "renamed from", "path", "sha256 (first 16)"],
+              rows, len(out.changes) + out.changes_omitted)])
+
+
+BUILDERS = {"manifest_diff": manifest_diff}
+
+
+def build(case: Case) -> dict[str, dict[str, Any] | None]:
+    """Every capability section's model (None where the case holds no such step)."""
+    return {key: builder(case) for key, builder in BUILDERS.items()}
