@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ckptrescue.checkpoints.base import CheckpointReport, TensorRecord, Verdict
 from ckptrescue.checkpoints.formats import dtypes
 from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.effects import beneath
 from ckptrescue.errors import RefusedError, UsageError
 from ckptrescue.model import ArtifactData, Finding, Recorded
 
@@ -347,7 +348,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
             "source_verdict": str(report.verdict),
             "filled_from": str(fill_from) if fill_from else "",
             "filled": json.dumps(sorted(result.filled))}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    beneath.makedirs(out_dir, out_dir)
     stem = checkpoint.parent.name if checkpoint.name.endswith(".index.json") else checkpoint.name
     for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".index", ".keras", ".h5"):
         if stem.endswith(suffix):
@@ -355,7 +356,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     out_path = out_dir / f"{stem}.salvaged.safetensors"
     suspect_path = out_dir / f"{stem}.suspect.safetensors"
     for p in (out_path, suspect_path):
-        if p.exists():
+        if beneath.lexists(out_dir, p):
             raise UsageError(f"{p}: already exists; choose a new OUT_DIR")
     _write(out_path, clean, meta)
     result.output = str(out_path)
@@ -370,8 +371,9 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     if report.verdict in (Verdict.TRUNCATED, Verdict.INCOMPLETE) and not result.lost:
         result.unaccounted = (f"the source is {report.verdict}: what it lost cannot be named "
                               "tensor by tensor (see the probe's findings)")
-    (out_dir / "salvage.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    sha = result.store(ArtifactData.of_bytes((out_dir / "salvage.json").read_bytes(),
+    report_bytes = (json.dumps(result.to_json(), indent=2) + "\n").encode()
+    beneath.write_bytes(out_dir, out_dir / "salvage.json", report_bytes)
+    sha = result.store(ArtifactData.of_bytes(report_bytes,
                                              name="salvage.json", kind="salvage-report"))
     result.record("checkpoint.salvaged", {"source": str(checkpoint), "output": str(out_path),
                                           "recovered": len(result.recovered),
@@ -429,14 +431,14 @@ def _write(out_path: Path, planned: list[_Planned], meta: dict[str, str]) -> Non
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     tmp = out_path.with_suffix(".partial")
-    with open(tmp, "xb") as out:
+    with beneath.open_file(out_path.parent, tmp, "xb") as out:
         out.write(len(text).to_bytes(8, "little"))
         out.write(text)
         for p in planned:
             _copy(out, p)
         out.flush()
         os.fsync(out.fileno())
-    tmp.rename(out_path)
+    beneath.rename(out_path.parent, tmp, out_path)
 
 
 # Public names for the family salvage (``probes/family_salvage.py``): the same planning, copying and

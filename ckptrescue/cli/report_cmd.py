@@ -44,8 +44,9 @@ def report(
     if out is None or str(out) == "-":
         sys.stdout.write(text)
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    from ckptrescue.effects import beneath
+
+    beneath.write_text(out.parent, out, text)  # a name planted at OUT is replaced, not followed
     info(f"report written: {out.resolve()}")
 
 

@@ -48,7 +48,8 @@ from ckptrescue.datasets.walk import (
     shown_path,
     to_json_path,
 )
-from ckptrescue.errors import CkptRescueError, UsageError
+from ckptrescue.effects import beneath
+from ckptrescue.errors import CkptRescueError, RefusedError, UsageError
 from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 
 _CHUNK = 1 << 20
@@ -504,7 +505,14 @@ def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource
         row.reason = "the manifest name leads outside the directory; refused"
         return row
     final = join(os.fsencode(dest), rel)
-    if os.path.lexists(final):
+    try:
+        present = beneath.lexists(dest, final)
+        if not present:
+            beneath.makedirs(dest, os.path.dirname(final))  # noqa: PTH120 - bytes
+    except RefusedError as exc:
+        row.reason = exc.message
+        return row
+    if present:
         have = hash_file(final)
         if have.sha256 == want.sha256:
             row.recovered, row.source, row.sha256 = True, "already in the recovery directory", \
@@ -512,7 +520,6 @@ def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource
             return row
         row.reason = "the recovery directory already holds a different file at this path"
         return row
-    os.makedirs(os.path.dirname(final), exist_ok=True)  # noqa: PTH103, PTH120 - bytes
     for item in origin.candidates(rel):
         if isinstance(item, Attempt):
             row.tried.append(item)
@@ -520,7 +527,7 @@ def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource
         if want.size is not None and item.size is not None and item.size != want.size:
             row.tried.append(Attempt(item.label, f"size {item.size}, manifest says {want.size}"))
             continue
-        outcome = _copy_verified(item, want.sha256, final)
+        outcome = _copy_verified(item, want.sha256, final, dest)
         row.tried.append(Attempt(item.label, outcome))
         if outcome.startswith(OK_OUTCOME):
             row.recovered, row.source, row.sha256 = True, item.label, want.sha256
@@ -540,8 +547,12 @@ class _HashingWriter:
         return self.fh.write(data)
 
 
-def _copy_verified(item: Candidate, want: str, final: bytes) -> str:
-    fd, tmp = tempfile.mkstemp(prefix=b".recovering-", dir=os.path.dirname(final))
+def _copy_verified(item: Candidate, want: str, final: bytes, dest: Path) -> str:
+    tmp = join(os.path.dirname(final), b".recovering-" + os.urandom(8).hex().encode())  # noqa: PTH120
+    try:
+        fd = beneath.open_fd(dest, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except RefusedError as exc:
+        return exc.message
     try:
         with os.fdopen(fd, "wb") as fh:
             writer = _HashingWriter(fh)
@@ -557,9 +568,9 @@ def _copy_verified(item: Candidate, want: str, final: bytes) -> str:
         readback = hash_file(tmp)
         if readback.sha256 != want:
             return "the copy did not read back with the manifest's SHA-256"
-        os.rename(tmp, final)
+        beneath.rename(dest, tmp, final, replace=False)
         tmp = b""
         return OK_OUTCOME + (f" ({note})" if note else "")
     finally:
-        if tmp and os.path.lexists(tmp):
-            os.unlink(tmp)
+        if tmp:
+            beneath.unlink(dest, tmp, missing_ok=True)

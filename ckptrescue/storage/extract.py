@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.effects import beneath
 from ckptrescue.errors import RefusedError, UsageError
 from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.storage.copy import sha256_stream
@@ -70,15 +71,15 @@ def companions(files: list[Path]) -> list[Path]:
     return sorted(out - set(files))
 
 
-def _copy(src: Path, dst: Path) -> str:
-    """Stream-copy, hashing what is written; returns the SHA-256 of the bytes written."""
+def _copy(src: Path, dst: Path, dest_root: Path) -> str:
+    """Stream-copy, hashing what is written; returns the SHA-256 of the bytes written. ``dst``
+    is opened beneath ``dest_root`` (no symlink or '..' below it is followed)."""
     import hashlib
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
     fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOATIME", 0) | os.O_NOFOLLOW)
     try:
-        with open(dst, "xb") as out:
+        with beneath.open_file(dest_root, dst, "xb") as out:
             while block := os.read(fd, 1 << 20):
                 out.write(block)
                 h.update(block)
@@ -104,7 +105,7 @@ def extract(mountpoint: str | Path, to: str | Path, *, case: Case) -> ExtractRes
     from ckptrescue.storage import writeblock
 
     writeblock.protect_mount_source(root, case, purpose="extract source")
-    dest.mkdir(parents=True, exist_ok=True)
+    beneath.makedirs(dest, dest)
     reports = probe_paths([root], case=case)
     result = ExtractResult(str(root), str(dest))
     done: set[Path] = set()
@@ -124,7 +125,7 @@ def extract(mountpoint: str | Path, to: str | Path, *, case: Case) -> ExtractRes
                 continue
             done.add(src)
             relf = src.relative_to(root)
-            written = _copy(src, dest / relf)
+            written = _copy(src, dest / relf, dest)
             again_src, again_dst = sha256_stream(src), sha256_stream(dest / relf)
             if not written == again_src == again_dst:
                 result.findings.append(Finding("EX003", Severity.ERROR, f"{relf}: copy does not "

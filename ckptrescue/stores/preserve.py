@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptrescue.effects import beneath
 from ckptrescue.errors import CkptRescueError, RefusedError, UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
@@ -63,13 +64,13 @@ def fetch(store: Store, obj: ObjectInfo, fh: Any) -> tuple[str, dict[str, Any], 
     return status, detail, digest
 
 
-def _write_once(tmp: Path, final: Path) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists():
-        tmp.unlink()  # same content already preserved
+def _write_once(root: Path, tmp: Path, final: Path) -> None:
+    beneath.makedirs(root, final.parent)
+    if beneath.lexists(root, final):
+        beneath.unlink(root, tmp)  # same content already preserved
     else:
-        os.chmod(tmp, 0o444)
-        os.rename(tmp, final)
+        beneath.chmod(root, tmp, 0o444)
+        beneath.rename(root, tmp, final, replace=False)
 
 
 @dataclass
@@ -155,36 +156,35 @@ def preserve(url: str, dest: Path | str, *, all_versions: bool = False,
                 todo.append((info, False))
     result = StorePreserveResult(url=str(target), dest=str(dest))
     cas = dest / "objects" / "sha256"
-    cas.mkdir(parents=True, exist_ok=True)
+    beneath.makedirs(dest, cas)
     for obj, is_current in todo:
         rel = safe_relative(obj.key)
         tmp = cas / f".incoming-{os.getpid()}-{len(result.objects)}"
         try:
-            with open(tmp, "xb") as fh:
+            with beneath.open_file(dest, tmp, "xb") as fh:
                 status, detail, digest = fetch(store, obj, fh)
                 fh.flush()
                 os.fsync(fh.fileno())
         except CkptRescueError as exc:
-            tmp.unlink(missing_ok=True)
+            beneath.unlink(dest, tmp, missing_ok=True)
             result.objects.append(PreservedObject(obj.key, obj.version, "error", None, None,
                                                   dict(obj.hashes), {"message": exc.message}))
             continue
         sha = digest.values()["sha256"]
         blob = cas / sha[:2] / sha
-        _write_once(tmp, blob)
+        _write_once(dest, tmp, blob)
         if is_current:
             place = dest / "layout" / rel
         else:
             place = dest / "versions" / str(obj.version or "unknown") / rel
-        place.parent.mkdir(parents=True, exist_ok=True)
-        os.link(blob, place)
+        beneath.link(dest, blob, place)
         result.objects.append(PreservedObject(obj.key, obj.version, status, digest.size, sha,
                                               dict(obj.hashes), detail, str(place)))
     result.operations = dict(store.stats.operations)
     inventory = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
-    with open(dest / "inventory.json", "xb") as fh:
+    with beneath.open_file(dest, dest / "inventory.json", "xb") as fh:
         fh.write(inventory)
-    os.chmod(dest / "inventory.json", 0o444)
+    beneath.chmod(dest, dest / "inventory.json", 0o444)
     return result
 
 
@@ -265,11 +265,11 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
         obj = next((o for o in listed if o.version == version), None) or store.head(
             target.key, version)
     final = to / safe_relative(target.key)
-    if final.exists():
+    if beneath.lexists(to, final):
         raise RefusedError(f"{final}: already exists; restore never overwrites a file")
-    final.parent.mkdir(parents=True, exist_ok=True)
+    beneath.makedirs(to, final.parent)
     partial = final.with_name(f"{final.name}.{obj.version or 'current'}.partial")
-    with open(partial, "xb") as fh:
+    with beneath.open_file(to, partial, "xb") as fh:
         status, detail, digest = fetch(store, obj, fh)
         fh.flush()
         os.fsync(fh.fileno())
@@ -284,13 +284,13 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
             detail["manifest"] = f"SHA-256 {sha} differs from the manifest"
             status = "mismatch"
     dest = final if status == "verified" else final.with_name(final.name + ".unverified")
-    if dest.exists():
+    if beneath.lexists(to, dest):
         raise RefusedError(f"{dest}: already exists; restore never overwrites a file")
-    os.rename(partial, dest)
+    beneath.rename(to, partial, dest, replace=False)
     result = StoreRestoreResult(url=str(target), version=obj.version, path=str(dest),
                                 status=status, size=digest.size, sha256=sha, detail=detail,
                                 chosen_by=chosen_by, manifest_sha256=manifest_sha,
                                 object=obj.to_json())
-    with open(dest.with_name(dest.name + ".restore.json"), "xb") as fh:
+    with beneath.open_file(to, dest.with_name(dest.name + ".restore.json"), "xb") as fh:
         fh.write(json.dumps(result.to_json(), indent=2, sort_keys=True).encode())
     return result

@@ -30,6 +30,7 @@ from ckptrescue.checkpoints.salvage import (
     suspect_reasons,
     write_safetensors,
 )
+from ckptrescue.effects import beneath
 from ckptrescue.errors import UsageError
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def salvage_step(family: type[Family], root: Path, out_dir: Path, *,
     members = list(layout.members) + [m for m in layout.expected
                                       if m.path not in present and not m.path.exists()]
     shared = {x for x, n in Counter(m.rank for m in members).items() if n > 1}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    beneath.makedirs(out_dir, out_dir)
     verdicts: list[Verdict] = []
     for member in members:
         entry = _salvage_member(family, member, out_dir, fill, result, _label(member, shared))
@@ -182,7 +183,8 @@ def salvage_step(family: type[Family], root: Path, out_dir: Path, *,
            for f in info["files"]):
         result.unaccounted = ("rank file(s) missing or unreadable and nothing to fill them from: "
                               "their tensors cannot be named (see ranks)")
-    (out_dir / "salvage.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    beneath.write_text(out_dir, out_dir / "salvage.json",
+                       json.dumps(result.to_json(), indent=2) + "\n")
     _record(result, out_dir)
     return result
 
@@ -249,7 +251,7 @@ def _salvage_member(family: type[Family], member: Member, out_dir: Path, fill: _
     clean = sorted((p for p in planned if p.name not in suspects), key=lambda p: p.name)
     apart = sorted((p for p in planned if p.name in suspects), key=lambda p: p.name)
     rank_dir = out_dir / member.rank
-    rank_dir.mkdir(parents=True, exist_ok=True)
+    beneath.makedirs(out_dir, rank_dir)
     stem = _stem(member.path) if not member.path.is_dir() else member.path.name
     if member.role and len(list(rank_dir.glob(f"{stem}.salvaged.safetensors"))):
         stem = f"{stem}.{member.role}"
@@ -257,7 +259,7 @@ def _salvage_member(family: type[Family], member: Member, out_dir: Path, fill: _
             "step": str(result.step), "filled_from": result.fill_from or "",
             "filled": json.dumps(sorted(filled_from))}
     out_path = rank_dir / f"{stem}.salvaged.safetensors"
-    if out_path.exists():
+    if beneath.lexists(out_dir, out_path):
         raise UsageError(f"{out_path}: already exists; choose a new OUT_DIR")
     write_safetensors(out_path, clean, meta)
     entry["output"] = str(out_path)

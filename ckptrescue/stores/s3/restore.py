@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptrescue.effects import beneath
 from ckptrescue.errors import RefusedError, UsageError
 from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 from ckptrescue.stores.s3.client import ClientOptions, make_client
@@ -107,12 +108,12 @@ def restore(
         version = item.known_good
         chosen_by = "known-good"
     final = _safe_target(to, target.key)
-    if final.exists():
+    if beneath.lexists(to, final):
         raise RefusedError(f"{final}: already exists; restore never overwrites a file")
-    final.parent.mkdir(parents=True, exist_ok=True)
+    beneath.makedirs(to, final.parent)
     partial = final.with_name(f"{final.name}.{version}.partial")
     head = head_object(client, target.bucket, target.key, version)
-    with open(partial, "xb") as fh:
+    with beneath.open_file(to, partial, "xb") as fh:
         fetched = download_verified(client, target.bucket, target.key, fh, version_id=version,
                                     head=head)
         fh.flush()
@@ -129,15 +130,15 @@ def restore(
             detail["manifest"] = f"SHA-256 {fetched.sha256} differs from the manifest"
             status = "mismatch"
     dest = final if status == "verified" else final.with_name(final.name + ".unverified")
-    if dest.exists():
+    if beneath.lexists(to, dest):
         raise RefusedError(f"{dest}: already exists; restore never overwrites a file")
-    os.rename(partial, dest)
+    beneath.rename(to, partial, dest, replace=False)
     result = RestoreResult(
         url=str(target), version_id=version, path=str(dest), status=status, size=fetched.size,
         sha256=fetched.sha256, algorithm=check.algorithm, detail=detail,
         manifest_sha256=manifest_sha, chosen_by=chosen_by, object=head.to_json())
     record = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
-    with open(dest.with_name(dest.name + ".restore.json"), "xb") as fh:
+    with beneath.open_file(to, dest.with_name(dest.name + ".restore.json"), "xb") as fh:
         fh.write(record)
     if status == "verified":
         result.findings.append(Finding(

@@ -1,0 +1,361 @@
+"""Write only beneath a root: every path the kit writes (salvage, recover, restore, preserve,
+extraction, reports) is resolved *beneath* the directory the responder chose, so that no
+symlink, ``..`` or bind mount in a key, a member name or a pre-existing directory can lead
+outside it.
+
+The root itself is the responder's own choice and is opened as given. Below it, each directory
+component is opened with ``O_DIRECTORY | O_NOFOLLOW`` relative to its parent's descriptor
+(created with ``mkdirat`` when missing), and must lie on the root's filesystem; the last
+component is opened with ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)`` where the kernel has it (Linux 5.6+), else with
+``O_NOFOLLOW`` from its parent's descriptor — the same result: a symlink anywhere below the root
+is an error (``ELOOP``), never followed. A name holding ``..``, an empty component or a NUL is
+refused before anything is opened.
+
+Renames and hard links work between parent descriptors (``renameat``/``linkat``), which never
+follow the last component: a symlink planted at a file's own name is replaced, not written
+through. :func:`write_bytes` writes a temporary file and renames it, so a pre-existing hard
+link at the name is replaced, not written through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+from typing import IO, Any
+
+from ckptrescue.errors import RefusedError
+
+# linux/openat2.h
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+_SYS_OPENAT2 = 437  # the same number on every architecture (asm-generic and x86-64)
+_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+_openat2_state: dict[str, Any] = {}
+
+
+def _libc() -> Any:
+    if "libc" not in _openat2_state:
+        try:
+            _openat2_state["libc"] = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _openat2_state["libc"] = None
+    return _openat2_state["libc"]
+
+
+def openat2(dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = _RESOLVE) -> int:
+    """``openat2(2)``; raises ``OSError`` (``ENOSYS`` where the kernel or libc lacks it)."""
+    libc = _libc()
+    if libc is None or _openat2_state.get("missing"):
+        raise OSError(errno.ENOSYS, "openat2 unavailable")
+    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve)
+    fd = libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd),
+                      ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
+                      ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:
+            _openat2_state["missing"] = True
+        raise OSError(err, f"{path}: {os.strerror(err)}")
+    return int(fd)
+
+
+def has_openat2() -> bool:
+    """True when this kernel answers ``openat2`` (probed once on ``/``)."""
+    if "probed" not in _openat2_state:
+        rootfd = os.open("/", _DIR_FLAGS)
+        try:
+            os.close(openat2(rootfd, ".", os.O_RDONLY | os.O_DIRECTORY))
+            _openat2_state["probed"] = True
+        except OSError:
+            _openat2_state["probed"] = False
+        finally:
+            os.close(rootfd)
+    return bool(_openat2_state["probed"])
+
+
+def parts_beneath(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> list[str]:
+    """The components of ``path`` below ``root`` (``path`` absolute under ``root``, or
+    relative to it); refused when it leaves ``root`` lexically or holds ``..``, ``.`` tricks
+    or a NUL."""
+    root_p = PurePosixPath(os.path.abspath(os.fsdecode(root)))
+    raw = os.fsdecode(path)
+    if "\x00" in raw:
+        raise RefusedError(f"{raw!r}: a path holding a NUL byte is never written")
+    given = PurePosixPath(raw)
+    if given.is_absolute():
+        try:
+            rel = given.relative_to(root_p)
+        except ValueError:
+            raise RefusedError(f"{raw}: not beneath {root_p}; the kit writes only inside the "
+                               "destination it was given") from None
+    else:
+        rel = given
+    parts = [p for p in str(rel).split("/") if p not in ("", ".")]
+    for part in parts:
+        if part == "..":
+            raise RefusedError(f"{raw}: a name holding '..' is never written (it could lead "
+                               f"outside {root_p})")
+    return parts
+
+
+def _open_root(root: str | os.PathLike[str], create: bool) -> int:
+    root_s = os.path.abspath(os.fsdecode(root))
+    if create:
+        os.makedirs(root_s, exist_ok=True)
+    return os.open(root_s, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _refuse_symlink(root: str | os.PathLike[str], parts: list[str], exc: OSError) -> RefusedError:
+    shown = os.path.join(os.fsdecode(root), *parts)
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        why = "is a symlink or not a directory"
+    elif exc.errno == errno.EXDEV:
+        why = "is on another filesystem (a mount inside the destination)"
+    else:
+        why = os.strerror(exc.errno or 0)
+    return RefusedError(f"{shown}: {why}; the kit writes only beneath {os.fsdecode(root)}, "
+                        "never through a symlink, '..' or a mount")
+
+
+def mount_id(fd: int) -> int | None:
+    """The id of the mount an open descriptor lies on (``/proc/self/fdinfo``: ``mnt_id``); a
+    bind mount of the same filesystem has the same ``st_dev`` but another mount id."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _where(fd: int) -> tuple[int, int | None]:
+    return os.fstat(fd).st_dev, mount_id(fd)
+
+
+def _walk_dirs(rootfd: int, root: str | os.PathLike[str], dirs: list[str],
+               create: bool) -> int:
+    """A descriptor of ``root/dirs...`` opened component by component, never following a
+    symlink and never leaving the root's mount; the caller closes it."""
+    root_dev = _where(rootfd)
+    cur = os.dup(rootfd)
+    try:
+        for i, name in enumerate(dirs):
+            try:
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=cur)
+                try:
+                    nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
+                except OSError as exc:
+                    raise _refuse_symlink(root, dirs[: i + 1], exc) from exc
+            except OSError as exc:
+                raise _refuse_symlink(root, dirs[: i + 1], exc) from exc
+            if _where(nxt) != root_dev:
+                os.close(nxt)
+                raise _refuse_symlink(root, dirs[: i + 1], OSError(errno.EXDEV, "mount"))
+            os.close(cur)
+            cur = nxt
+        return cur
+    except BaseException:
+        os.close(cur)
+        raise
+
+
+@contextlib.contextmanager
+def _parent(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
+            create: bool) -> Iterator[tuple[int, str]]:
+    parts = parts_beneath(root, path)
+    if not parts:
+        raise RefusedError(f"{os.fsdecode(path)}: names the destination itself, not a file in it")
+    rootfd = _open_root(root, create)
+    try:
+        dirfd = _walk_dirs(rootfd, root, parts[:-1], create)
+    finally:
+        os.close(rootfd)
+    try:
+        yield dirfd, parts[-1]
+    finally:
+        os.close(dirfd)
+
+
+def _refuse_alias(root: str | os.PathLike[str], path: str | os.PathLike[str], dirfd: int,
+                  name: str, flags: int) -> None:
+    """Before opening an existing name to write: refuse a bind mount at the name (another
+    filesystem) and, when the open would write into the file (not ``O_EXCL``), a file with
+    other hard links (writing through it would change the other names too)."""
+    try:
+        st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    crossed = st.st_dev != os.fstat(dirfd).st_dev
+    if not crossed and not stat.S_ISLNK(st.st_mode):
+        try:  # a bind mount of the same filesystem onto the name: another mount id
+            probe = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+        except OSError:
+            probe = -1
+        if probe >= 0:
+            try:
+                crossed = mount_id(probe) != mount_id(dirfd)
+            finally:
+                os.close(probe)
+    if crossed:
+        raise _refuse_symlink(root, parts_beneath(root, path), OSError(errno.EXDEV, "mount"))
+    writes = flags & (os.O_WRONLY | os.O_RDWR) and not flags & os.O_EXCL
+    if writes and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise RefusedError(f"{os.fsdecode(path)}: has {st.st_nlink} hard links; the kit never "
+                           "writes through a name another file shares")
+
+
+def makedirs(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """``mkdir -p`` of ``path`` beneath ``root`` (``root`` itself is created as given)."""
+    parts = parts_beneath(root, path)
+    rootfd = _open_root(root, True)
+    try:
+        os.close(_walk_dirs(rootfd, root, parts, True))
+    finally:
+        os.close(rootfd)
+
+
+def open_fd(root: str | os.PathLike[str], path: str | os.PathLike[str], flags: int,
+            mode: int = 0o644, *, create_parents: bool = True) -> int:
+    """A descriptor of ``path`` opened beneath ``root`` (the last component is never a
+    symlink)."""
+    with _parent(root, path, create=create_parents) as (dirfd, name):
+        _refuse_alias(root, path, dirfd, name, flags)
+        try:
+            if has_openat2():
+                return openat2(dirfd, name, flags, mode)
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dirfd)
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV):
+                raise _refuse_symlink(root, parts_beneath(root, path), exc) from exc
+            raise
+
+
+_MODES = {"xb": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+          "wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+          "ab": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+          "rb": os.O_RDONLY, "r+b": os.O_RDWR}
+
+
+def open_file(root: str | os.PathLike[str], path: str | os.PathLike[str], mode: str = "xb",
+              *, perms: int = 0o644, create_parents: bool = True) -> IO[bytes]:
+    """``open(path, mode)`` beneath ``root`` (binary modes ``xb``, ``wb``, ``ab``, ``rb``,
+    ``r+b``); parent directories are created beneath the root unless told not to."""
+    if mode not in _MODES:
+        raise ValueError(f"beneath.open_file: unsupported mode {mode!r}")
+    fd = open_fd(root, path, _MODES[mode], perms, create_parents=create_parents)
+    return os.fdopen(fd, mode.replace("x", "w") if mode == "xb" else mode)
+
+
+def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data: bytes, *,
+                exclusive: bool = False, perms: int = 0o644) -> None:
+    """Write ``data`` to ``path`` beneath ``root`` through a temporary name and a rename, so
+    that a file (or hard link, or symlink) already at the name is replaced, never written
+    through; ``exclusive`` refuses an existing name."""
+    with _parent(root, path, create=True) as (dirfd, name):
+        if exclusive and _lexists_at(dirfd, name):
+            raise FileExistsError(errno.EEXIST, f"{os.fsdecode(path)}: already exists")
+        tmp = f".{name}.{os.getpid()}.partial"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     perms, dir_fd=dirfd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dirfd)
+            raise
+
+
+def write_text(root: str | os.PathLike[str], path: str | os.PathLike[str], text: str, *,
+               exclusive: bool = False) -> None:
+    write_bytes(root, path, text.encode("utf-8"), exclusive=exclusive)
+
+
+def _lexists_at(dirfd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def lexists(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` exists beneath ``root`` (a symlink counts; nothing is followed)."""
+    try:
+        with _parent(root, path, create=False) as (dirfd, name):
+            return _lexists_at(dirfd, name)
+    except FileNotFoundError:
+        return False
+
+
+def lstat(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> os.stat_result:
+    with _parent(root, path, create=False) as (dirfd, name):
+        return os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+
+
+def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
+           dst: str | os.PathLike[str], *, replace: bool = True) -> None:
+    """``rename(src, dst)``, both beneath ``root``; ``replace=False`` refuses an existing
+    ``dst``."""
+    with _parent(root, src, create=False) as (sfd, sname), \
+            _parent(root, dst, create=True) as (dfd, dname):
+        if not replace and _lexists_at(dfd, dname):
+            raise FileExistsError(errno.EEXIST, f"{os.fspath(dst)}: already exists")
+        os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+
+
+def link(root: str | os.PathLike[str], src: str | os.PathLike[str],
+         dst: str | os.PathLike[str]) -> None:
+    """A hard link ``dst`` to ``src``, both beneath ``root`` (the source is never followed)."""
+    with _parent(root, src, create=False) as (sfd, sname), \
+            _parent(root, dst, create=True) as (dfd, dname):
+        os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+
+
+def unlink(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
+           missing_ok: bool = False) -> None:
+    try:
+        with _parent(root, path, create=False) as (dirfd, name):
+            os.unlink(name, dir_fd=dirfd)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def chmod(root: str | os.PathLike[str], path: str | os.PathLike[str], mode: int) -> None:
+    """``chmod`` of a regular file beneath ``root`` (through its descriptor: no symlink)."""
+    fd = open_fd(root, path, os.O_RDONLY, create_parents=False)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RefusedError(f"{os.fsdecode(path)}: not a regular file")
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)

@@ -1,0 +1,141 @@
+"""Writing beneath a root: no symlink, '..' or mount below the destination leads outside it,
+with openat2 and with the component-by-component walk the kit falls back to."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ckptrescue.effects import beneath
+from ckptrescue.errors import RefusedError
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "walk":
+        monkeypatch.setattr(beneath, "has_openat2", lambda: False)
+    elif not beneath.has_openat2():
+        pytest.skip("this kernel has no openat2")
+    return str(request.param)
+
+
+def _outside(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"evidence")
+    return outside
+
+
+def test_symlinked_directory_inside_the_root_is_never_followed(tmp_path: Path,
+                                                                resolver: str) -> None:
+    outside = _outside(tmp_path)
+    root = tmp_path / "to"
+    root.mkdir()
+    (root / "p").symlink_to(outside)
+    with pytest.raises(RefusedError, match="symlink"):
+        beneath.open_file(root, root / "p" / "ok.txt", "xb")
+    with pytest.raises(RefusedError, match="symlink"):
+        beneath.makedirs(root, root / "p" / "deeper")
+    with pytest.raises(RefusedError):
+        beneath.write_bytes(root, root / "p" / "ok.txt.restore.json", b"{}")
+    assert sorted(os.listdir(outside)) == ["precious"]
+
+
+def test_dotdot_and_absolute_names_are_refused(tmp_path: Path, resolver: str) -> None:
+    outside = _outside(tmp_path)
+    root = tmp_path / "to"
+    for name in ("../outside/x", "a/../../outside/x", "a/b/../../../outside/precious"):
+        with pytest.raises(RefusedError, match=r"'\.\.'"):
+            beneath.open_file(root, root / name, "wb")
+    with pytest.raises(RefusedError, match="not beneath"):
+        beneath.open_file(root, outside / "x", "xb")
+    with pytest.raises(RefusedError, match="NUL"):
+        beneath.open_file(root, "a\x00b", "xb")
+    assert (outside / "precious").read_bytes() == b"evidence"
+    assert sorted(os.listdir(outside)) == ["precious"]
+
+
+def test_a_symlink_at_the_name_itself_is_replaced_not_followed(tmp_path: Path,
+                                                                resolver: str) -> None:
+    outside = _outside(tmp_path)
+    root = tmp_path / "to"
+    root.mkdir()
+    (root / "report.md").symlink_to(outside / "precious")
+    with pytest.raises(RefusedError):
+        beneath.open_file(root, root / "report.md", "wb")
+    beneath.write_text(root, root / "report.md", "# report\n")
+    assert not (root / "report.md").is_symlink()
+    assert (root / "report.md").read_text() == "# report\n"
+    assert (outside / "precious").read_bytes() == b"evidence"
+
+
+def test_a_hard_link_at_the_name_is_replaced_not_written_through(tmp_path: Path,
+                                                                  resolver: str) -> None:
+    outside = _outside(tmp_path)
+    root = tmp_path / "to"
+    root.mkdir()
+    os.link(outside / "precious", root / "out.json")
+    with pytest.raises(RefusedError, match="hard links"):
+        beneath.open_file(root, root / "out.json", "wb")
+    beneath.write_bytes(root, root / "out.json", b"new")
+    assert (root / "out.json").read_bytes() == b"new"
+    assert (outside / "precious").read_bytes() == b"evidence"
+
+
+def test_rename_and_link_stay_beneath(tmp_path: Path, resolver: str) -> None:
+    outside = _outside(tmp_path)
+    root = tmp_path / "to"
+    with beneath.open_file(root, root / "a" / "b" / "f.partial", "xb") as fh:
+        fh.write(b"data")
+    beneath.rename(root, root / "a/b/f.partial", root / "a/b/f")
+    beneath.link(root, root / "a/b/f", root / "c/f")
+    assert (root / "c" / "f").read_bytes() == b"data"
+    (root / "d").symlink_to(outside)
+    with pytest.raises(RefusedError):
+        beneath.rename(root, root / "a/b/f", root / "d/f")
+    with pytest.raises(RefusedError):
+        beneath.link(root, root / "a/b/f", root / "d/f")
+    with pytest.raises(FileExistsError):
+        beneath.rename(root, root / "a/b/f", root / "c/f", replace=False)
+    assert beneath.lexists(root, root / "d")
+    assert not beneath.lexists(root, root / "nope" / "x")
+    beneath.chmod(root, root / "c/f", 0o444)
+    assert (root / "c" / "f").stat().st_mode & 0o777 == 0o444
+    assert sorted(os.listdir(outside)) == ["precious"]
+
+
+@pytest.mark.privileged
+def test_a_bind_mount_inside_the_root_is_not_crossed(tmp_path: Path, resolver: str) -> None:
+    import subprocess  # the test makes its own mount, outside the kit
+
+    outside = _outside(tmp_path)
+    root = tmp_path / "to"
+    (root / "m").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(outside), str(root / "m")], check=True)
+    (root / "f").write_bytes(b"mine")
+    subprocess.run(["mount", "--bind", str(outside / "precious"), str(root / "f")], check=True)
+    try:
+        with pytest.raises(RefusedError, match=r"another filesystem|mount"):
+            beneath.open_file(root, root / "m" / "new", "xb")
+        with pytest.raises(RefusedError, match=r"another filesystem|mount"):
+            beneath.open_file(root, root / "f", "wb")
+    finally:
+        subprocess.run(["umount", str(root / "m")], check=True)
+        subprocess.run(["umount", str(root / "f")], check=True)
+    assert (outside / "precious").read_bytes() == b"evidence"
+    assert sorted(os.listdir(outside)) == ["precious"]
+
+
+def test_a_report_replaces_a_symlink_planted_at_its_name(case, tmp_path: Path) -> None:
+    from ckptrescue.report.render import write
+
+    outside = _outside(tmp_path)
+    out_dir = tmp_path / "reports"
+    out_dir.mkdir()
+    (out_dir / "report.md").symlink_to(outside / "precious")
+    write(case, out_dir / "report.md", "md")
+    assert not (out_dir / "report.md").is_symlink()
+    assert (out_dir / "report.md").read_text().startswith("#")
+    assert (outside / "precious").read_bytes() == b"evidence"
