@@ -4,13 +4,12 @@ stderr."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import typer
 
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
-from ckptrescue.cli.output import emit_json, say
+from ckptrescue.cli.output import emit_json, info, say
 from ckptrescue.engine.action import ArgSpec
 from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
@@ -50,10 +49,9 @@ def build_interrupted(args: dict[str, Any]) -> str:
 def _warn_left_out(skipped: list[dict[str, Any]], unreadable: list[dict[str, Any]]) -> None:
     """Files a build or update skipped or could not read, on stderr."""
     for s in skipped:
-        sys.stderr.write(f"skipped: {_display(s['path'])}: {s['reason']}\n")
+        info(f"skipped: {_display(s['path'])}: {s['reason']}")
     for u in unreadable:
-        sys.stderr.write(f"UNREADABLE: {_display(u['path'])}: {u['error']} at offset "
-                         f"{u['offset']}\n")
+        info(f"UNREADABLE: {_display(u['path'])}: {u['error']} at offset {u['offset']}")
 
 
 def render_build(result: StepResult) -> int:
@@ -86,7 +84,7 @@ def render_audit(result: StepResult) -> int:
                 f"{out.sample['population']:,} files hashed")
         say(out.answer)
     for note in out.notes:
-        sys.stderr.write(f"note: {note}\n")
+        info(f"note: {note}")
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import inspect
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,6 +30,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ckptrescue.cli.options import CaseDirOpt, JsonOpt, OptionalCaseOpt
+from ckptrescue.cli.output import info
+from ckptrescue.display import shown_tree
 from ckptrescue.errors import ExitCode, ToolFailedError
 
 if TYPE_CHECKING:
@@ -284,7 +285,7 @@ def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> in
             printer.close()
             if command.interrupted is None:
                 raise
-            sys.stderr.write(command.interrupted(args) + "\n")
+            info(command.interrupted(args))
             raise typer.Exit(int(ExitCode.INTERRUPT)) from None
         printer.close()
         if finished is None:  # pragma: no cover - a one-step plan always finishes its step
@@ -292,6 +293,8 @@ def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> in
         ok = finished.status in {"ok", "findings"}
         stored = finished.outputs if ok else finished.partial
         output_type: type[StepOutputs] = action.output_type
+        if not options[JSON]:  # names are shown, never obeyed (JSON escapes them itself)
+            stored, findings, args = shown_tree((stored, findings, args), lines=False)
         result = StepResult(out=output_type.from_json(stored), outputs=stored,
                             status=finished.status, error=finished.error, findings=findings,
                             case=case, args=args, options=options)

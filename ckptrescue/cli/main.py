@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from ckptrescue import __version__
+from ckptrescue.display import shown, shown_text
 from ckptrescue.errors import CkptRescueError, ExitCode
 
 # Command modules, in help order. A module that is not present yet is skipped.
@@ -30,7 +31,11 @@ app = typer.Typer(
         "Forensic incident response for corrupted ML training checkpoints and datasets.\n\n"
         "Preserve evidence, inspect it read-only, find which files, objects and tensors are "
         "damaged, pick the checkpoint to resume from, salvage what is intact, and write an "
-        "auditable incident report."
+        "auditable incident report.\n\n"
+        "Results go to stdout, progress and diagnostics to stderr. An expected failure is "
+        "one line (ckptrescue: error: ...), with a hint line when there is one; put --debug "
+        "before the command (or set CKPTRESCUE_DEBUG=1) to see the traceback behind it. "
+        "Conventions shared by every command: docs/conventions.md."
     ),
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -54,7 +59,9 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Show the traceback behind an error (or set CKPTRESCUE_DEBUG=1); "
+        "without it every expected failure is one line.")] = False,
 ) -> None:
     _STATE["debug"] = debug or bool(os.environ.get("CKPTRESCUE_DEBUG"))
 
@@ -87,38 +94,40 @@ def run(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
     try:
         result = app(args=argv, prog_name="ckptrescue", standalone_mode=False)
+        # a command that returns 130 has said itself what Ctrl-C left behind
         code = int(result) if isinstance(result, int) else 0
-        if code == ExitCode.INTERRUPT:  # typer turns Ctrl-C into exit code 130
-            sys.stderr.write("ckptrescue: interrupted; partial results are kept in the case\n")
     except CkptRescueError as exc:
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"ckptrescue: error: {exc.message}\n")
+        _error_line(f"ckptrescue: error: {exc.message}")
         if exc.hint:
-            sys.stderr.write(f"  hint: {exc.hint}\n")
-        elif not debug:
-            sys.stderr.write("  (set CKPTRESCUE_DEBUG=1, or put --debug before the command, for "
-                             "a traceback)\n")
+            _error_line(f"  hint: {exc.hint}")
         code = int(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("ckptrescue: interrupted; partial results are kept in the case\n")
+    except (KeyboardInterrupt, typer.Abort):  # click turns Ctrl-C into Abort
+        # only a command that knows what it kept says so; nothing is claimed here
+        _error_line("ckptrescue: interrupted")
         code = int(ExitCode.INTERRUPT)
     except typer.Exit as exc:
         code = int(exc.exit_code or 0)
-    except typer.Abort:
-        sys.stderr.write("ckptrescue: aborted\n")
-        code = int(ExitCode.INTERRUPT)
-    except _click_exceptions() as exc:  # usage errors from click
-        exc.show()
+    except _click_exceptions() as exc:  # usage errors from click (they quote what was typed)
+        import io
+
+        shown_usage = io.StringIO()
+        exc.show(file=shown_usage)
+        sys.stderr.write(shown_text(shown_usage.getvalue()))
         code = int(ExitCode.USAGE)
     except Exception as exc:  # an internal failure: one line unless --debug
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"ckptrescue: internal error: {type(exc).__name__}: {exc}\n")
-        sys.stderr.write("  (set CKPTRESCUE_DEBUG=1, or put --debug before the command, for "
-                         "a traceback)\n")
+        _error_line(f"ckptrescue: internal error: {type(exc).__name__}: {exc}")
         code = int(ExitCode.FAILURE)
     return code
+
+
+def _error_line(text: str) -> None:
+    """One line on stderr; names in it are shown, never obeyed."""
+    sys.stderr.write(shown(text) + "\n")
+    sys.stderr.flush()
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:

@@ -1,10 +1,16 @@
-"""stdout is data, stderr is diagnostics: small helpers shared by every command module."""
+"""stdout is data, stderr is diagnostics: small helpers shared by every command module.
+
+Text for a person goes through :func:`ckptrescue.display.shown_text` here (names from the
+evidence are shown, never obeyed); JSON escapes every control and non-ASCII character itself.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any
+
+from ckptrescue.display import shown_text
 
 
 def emit_json(data: Any) -> None:
@@ -15,10 +21,10 @@ def emit_json(data: Any) -> None:
 
 def say(text: str = "") -> None:
     """Human-readable output on stdout (when not ``--json``)."""
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(shown_text(text) + "\n")
 
 
 def info(text: str) -> None:
     """Diagnostics and progress on stderr."""
-    sys.stderr.write(text + "\n")
+    sys.stderr.write(shown_text(text) + "\n")
     sys.stderr.flush()

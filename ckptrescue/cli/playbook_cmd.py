@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ckptrescue.cli.options import JsonOpt
-from ckptrescue.cli.output import emit_json, say
+from ckptrescue.cli.output import emit_json, info, say
 from ckptrescue.errors import ExitCode, PlaybookError
 
 playbook_app = typer.Typer(help="List, show, lint and run playbooks.", no_args_is_help=True)
@@ -96,7 +96,7 @@ def lint_cmd(path: Annotated[Path, typer.Argument(help="Playbook file (YAML).")]
         emit_json({"file": str(book_path), "problems": problems})
     else:
         for p in problems:
-            sys.stderr.write(p + "\n")
+            info(p)
         if not problems:
             say(f"{book_path}: OK")
     return int(ExitCode.USAGE if problems else ExitCode.OK)

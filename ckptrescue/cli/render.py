@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from ckptrescue.display import shown_text
 from ckptrescue.engine.events import (
     Event,
     FindingEmitted,
@@ -74,7 +75,9 @@ class EventPrinter:
             self._open_line = False
 
     def __call__(self, event: Event) -> None:
-        w = self.stream.write
+        def w(text: str) -> None:  # names from the evidence are shown, never obeyed
+            self.stream.write(shown_text(text))
+
         if not isinstance(event, StepProgress):
             self.close()
         if isinstance(event, RunStarted):
@@ -90,7 +93,7 @@ class EventPrinter:
                 return
             self._last_progress = now
             if self._tty:
-                w("\r" + progress_line(event) + "\x1b[K")
+                self.stream.write("\r" + shown_text(progress_line(event)) + "\x1b[K")
                 self._open_line = True
             else:
                 w(progress_line(event) + "\n")

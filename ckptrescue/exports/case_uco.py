@@ -81,8 +81,9 @@ def export_case_uco(case: Case) -> dict[str, Any]:
 
 
 def dumps(doc: dict[str, Any]) -> str:
-    """The canonical text of an export: sorted keys, two-space indent, UTF-8 safe."""
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """The canonical text of an export: sorted keys, two-space indent, ASCII only (every
+    control and non-ASCII character as ``\\uXXXX``: ``cat`` of it is inert, names exact)."""
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
 
 
 def write_case_uco(case: Case, path: Path | str) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ckptrescue.display import shown_text
 from ckptrescue.exports.records import describe_record, iso_utc, parse_time
 from ckptrescue.record.audit import verify_lines
 
@@ -515,7 +516,9 @@ def write_timesketch_jsonl(events: Iterable[TimelineEvent], path: Path | str) ->
     count = 0
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
         for event in events:
-            fh.write(json.dumps(event.to_timesketch(), ensure_ascii=False, sort_keys=False)
+            # ensure_ascii: every control and non-ASCII character as \uXXXX, so ``cat`` of
+            # the file is inert whatever names the evidence holds (display.py)
+            fh.write(json.dumps(event.to_timesketch(), ensure_ascii=True, sort_keys=False)
                      + "\n")
             count += 1
     return count
@@ -538,7 +541,8 @@ def write_timesketch_csv(events: Iterable[TimelineEvent], path: Path | str) -> i
 
 def safe_cell(value: Any) -> str:
     """A CSV cell as text: JSON for structures, ``'`` before a leading ``= + - @`` (or tab/CR)
-    so that no spreadsheet reads it as a formula, NUL shown as ``\\x00``."""
+    so that no spreadsheet reads it as a formula; control characters shown as ``\\x1b`` (names are
+    shown, never obeyed: ``display.shown_text``)."""
     if value is None:
         text = ""
     elif isinstance(value, bool):
@@ -549,7 +553,7 @@ def safe_cell(value: Any) -> str:
         text = str(value)
     else:
         text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    text = text.replace("\x00", "\\x00")
+    text = shown_text(text)
     if text.startswith(_FORMULA_START):
         text = "'" + text
     return text

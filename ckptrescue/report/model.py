@@ -14,6 +14,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ckptrescue import __version__
+from ckptrescue.display import shown_tree
 from ckptrescue.engine.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
 from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
@@ -349,7 +350,7 @@ def build(case: Case) -> dict[str, Any]:
                           model["finding_counts"].get("critical") or
                           any(c["verdict"] != "intact" for c in checkpoints) or
                           model["bad_sector_map"])
-    return model
+    return shown_tree(model)  # names from the evidence are shown, never obeyed (display.py)
 
 
 def _group_findings(by_sev: dict[str, list[dict[str, Any]]],

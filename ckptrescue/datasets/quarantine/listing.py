@@ -144,7 +144,7 @@ class Quarantine:
         return "".join(f"{p}\n" for p in sorted(self.files))
 
     def save(self, json_path: Path, list_path: Path | None = None) -> None:
-        json_path.write_text(json.dumps(self.to_json(), indent=1, ensure_ascii=False,
+        json_path.write_text(json.dumps(self.to_json(), indent=1, ensure_ascii=True,
                                         default=str) + "\n", encoding="utf-8",
                              errors="surrogateescape")
         if list_path is not None:

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Static
 
+from ckptrescue.display import shown
 from ckptrescue.engine.action import ArgSpec
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui import form
@@ -91,7 +92,7 @@ class ParamsScreen(Screen[None]):
         raw = self.query_one(f"#p-{param.name}", Input).value
         ok, message = form.check_value(param.spec, raw)
         check = self.query_one(f"#c-{param.name}", Static)
-        check.update(("✓ " if ok else "✗ ") + message)
+        check.update(("✓ " if ok else "✗ ") + shown(message))
         check.set_class(ok, "ok")
         check.set_class(not ok, "error")
         return ok

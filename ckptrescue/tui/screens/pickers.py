@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, DirectoryTree, Footer, Static
 
+from ckptrescue.display import shown
 from ckptrescue.tui.messages import DevicesListed
 from ckptrescue.tui.viewmodel import human_bytes
 
@@ -83,7 +84,7 @@ class DevicePicker(ModalScreen[str | None]):
     def _listed(self, message: DevicesListed) -> None:
         table = self.query_one(DataTable)
         for dev in message.devices:
-            table.add_row(*(Text(c) for c in device_row(dev)), key=str(dev.get("path")))
+            table.add_row(*(Text(shown(c)) for c in device_row(dev)), key=str(dev.get("path")))
         status = message.error or f"{len(message.devices)} device(s); rw = writable by the " \
                                   "kernel: image it, never mount it read-write"
         self.query_one("#device-status", Static).update(status)
@@ -95,6 +96,14 @@ class DevicePicker(ModalScreen[str | None]):
     def action_browse(self) -> None:
         """An image file rather than a device: hand over to the path picker."""
         self.dismiss(BROWSE)
+
+
+class InertDirectoryTree(DirectoryTree):
+    """A directory tree whose file names are shown, never obeyed (display.shown)."""
+
+    def process_label(self, label: str | Text) -> Text:  # type: ignore[override]
+        return super().process_label(shown(label) if isinstance(label, str)
+                                     else Text(shown(label.plain), style=label.style))
 
 
 class PathPicker(ModalScreen[str | None]):
@@ -124,7 +133,7 @@ class PathPicker(ModalScreen[str | None]):
             yield Static(f"Pick a {self.param_type}: enter picks a file, u uses the highlighted "
                          "entry", classes="title", markup=False)
             yield Static(str(self.root), id="path-current", classes="hint", markup=False)
-            yield DirectoryTree(str(self.root), id="tree")
+            yield InertDirectoryTree(str(self.root), id="tree")
             yield Footer()
 
     def on_mount(self) -> None:
@@ -138,7 +147,7 @@ class PathPicker(ModalScreen[str | None]):
     def _moved(self) -> None:
         path = self._highlighted()
         if path is not None:
-            self.query_one("#path-current", Static).update(str(path))
+            self.query_one("#path-current", Static).update(shown(path))
 
     @on(DirectoryTree.FileSelected)
     def _file(self, event: DirectoryTree.FileSelected) -> None:

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from ckptrescue.display import shown, shown_text, shown_tree
 from ckptrescue.engine.events import (
     FindingEmitted,
     GateReached,
@@ -121,7 +122,7 @@ class RunScreen(Screen[None]):
     # -- engine events (UI thread) --------------------------------------------------------------
     @on(EngineEvent)
     def _event(self, message: EngineEvent) -> None:
-        event = message.event
+        event = shown_tree(message.event)  # names are shown, never obeyed
         steps = self.query_one(StepTable)
         log = self.query_one("#log", Log)
         if isinstance(event, RunStarted):
@@ -176,19 +177,21 @@ class RunScreen(Screen[None]):
 
     @on(RunCrashed)
     def _crashed(self, message: RunCrashed) -> None:
+        error = shown(message.error)
         self.running = False
         self.app.engine_running = False  # type: ignore[attr-defined]
         self.final = RunFinished(status="crashed", answer="", failed_step=self.current_step)
-        self.query_one("#log", Log).write_line(f"!! {message.error}")
+        self.query_one("#log", Log).write_line(f"!! {error}")
         self.query_one("#status", Static).update(f"run {self.plan.playbook.name}: error: "
-                                                 f"{message.error}")
-        self.query_one("#answer", Static).update(message.error)
+                                                 f"{error}")
+        self.query_one("#answer", Static).update(error)
 
     @on(GateAsked)
     def _gate(self, message: GateAsked) -> None:
         from ckptrescue.tui.screens.gate import GateModal
 
-        self.app.push_screen(GateModal(self.current_step, message.prompt), message.reply.set)
+        self.app.push_screen(GateModal(self.current_step, shown_text(message.prompt)),
+                             message.reply.set)
 
     # -- actions ------------------------------------------------------------------------------------
     def action_cancel(self) -> None:

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ckptrescue.display import shown
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui.recent import RecentCase, recent_cases
 
@@ -62,7 +63,7 @@ class StartScreen(Screen[None]):
         options = self.query_one("#recent", OptionList)
         root = getattr(self.app, "cases_root", None)
         for i, entry in enumerate(self._recent):
-            options.add_option(Option(entry.label(root), id=f"recent-{i}"))
+            options.add_option(Option(shown(entry.label(root)), id=f"recent-{i}"))
         if not self._recent:
             options.add_option(Option("(no recent cases)", disabled=True))
         self.query_one("#case-dir", Input).focus()

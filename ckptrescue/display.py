@@ -1,0 +1,96 @@
+"""Names are shown, never obeyed: text from evidence made inert before a reader sees it.
+
+File names, object keys, tensor names and archive member names come from the evidence, and an
+adversary chooses them: ``evil\\x1b]52;c;…\\x07\\x1b[2J.pt`` writes the responder's clipboard and
+clears the screen when printed raw; a right-to-left override makes ``gpj.pt`` read as
+``tp.jpg``. Every place that shows text to a person (the terminal, the TUI, the HTML and
+Markdown reports, CSV exports) passes it through :func:`shown` (a name: one line) or
+:func:`shown_text` (multi-line text: newlines and tabs kept); :func:`shown_tree` does the same
+for every string (keys too) in a structure. JSON written by the kit escapes every non-ASCII
+and control character itself (``ensure_ascii``), so ``cat`` of it is inert too. The raw
+bytes stay only in the hash-chained records.
+
+What is escaped, visibly and unambiguously enough to read (``\\x1b``, ``\\u202e``):
+
+* C0 controls ``U+0000``–``U+001F`` (``\\t``, ``\\n``, ``\\r`` by those names), DEL, and the C1
+  controls ``U+0080``–``U+009F`` (``U+009B`` is a one-byte CSI on many terminals);
+* bidirectional controls (``U+061C``, ``U+200E``/``U+200F``, ``U+202A``–``U+202E``,
+  ``U+2066``–``U+2069``), zero-width and invisible formatting characters (``U+200B``–``U+200D``,
+  ``U+2060``–``U+2064``, ``U+FEFF``) and the line/paragraph separators ``U+2028``/``U+2029``;
+* lone surrogates: a name that is not UTF-8, decoded with ``surrogateescape``, shows each
+  undecodable byte as ``\\xNN``.
+
+Backslashes are left as they are: the escapes make the name inert, not reversible (the exact
+name is in the case's records and in the JSON outputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from typing import Any
+
+_FORMAT = "\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_NAME = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT}\ud800-\udfff]")
+_TEXT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT}\ud800-\udfff]")
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(name: object) -> str:
+    """``name`` as one inert line: every control and invisible formatting character escaped."""
+    text = name if isinstance(name, str) else str(name)
+    return _NAME.sub(_escape, text)
+
+
+def shown_text(text: object) -> str:
+    """Multi-line ``text`` made inert: like :func:`shown`, but newlines and tabs are kept."""
+    value = text if isinstance(text, str) else str(text)
+    return _TEXT.sub(_escape, value)
+
+
+def is_inert(text: str) -> bool:
+    """True when ``text`` holds nothing :func:`shown_text` would escape."""
+    return _TEXT.search(text) is None
+
+
+def shown_tree(value: Any, *, lines: bool = True) -> Any:
+    """``value`` with every string in it (dict keys, list/tuple items, dataclass fields) made
+    inert: :func:`shown_text` when ``lines`` (text may span lines), else :func:`shown`.
+
+    Other values are returned as they are; dataclass instances are copied with
+    :func:`dataclasses.replace`, so frozen events and findings stay what they were.
+    """
+    show = shown_text if lines else shown
+    if isinstance(value, enum.Enum):  # a Severity or a status: the kit's own words
+        return value
+    if isinstance(value, str):
+        return show(value)
+    if isinstance(value, dict):
+        return {(show(k) if isinstance(k, str) else k): shown_tree(v, lines=lines)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown_tree(v, lines=lines) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(shown_tree(v, lines=lines) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            old = getattr(value, f.name)
+            new = shown_tree(old, lines=lines)
+            if new is not old and new != old:
+                changes[f.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
