@@ -119,8 +119,8 @@ def render_diff(result: StepResult) -> int:
                 + (f" (every change is in {out.changes_file})" if out.changes_file else
                    " (write them all with -o OUT)"))
         for bad in out.bad_lines:
-            sys.stderr.write(f"{bad['manifest'].upper()} line {bad['line']}: not in sha256sum "
-                             f"format ({bad['reason']}): left out\n")
+            info(f"{bad['manifest'].upper()} line {bad['line']}: not in sha256sum "
+                 f"format ({bad['reason']}): left out")
         if out.output:
             say(f"changes written to {out.output} and {out.changes_file}")
         say(out.answer)
