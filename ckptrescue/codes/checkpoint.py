@@ -22,6 +22,8 @@ CODES = {
     "TZ012": (E, "Metadata record (version/byteorder/...) damaged or missing"),
     "TZ020": (E, "Not a checkpoint: empty, Git-LFS pointer, HTML or unknown bytes"),
     "IO001": (E, "Bytes of a checkpoint file are unreadable (I/O error): tensors there are lost"),
+    "IO002": (E, "Not a regular file (FIFO, device, socket) where a checkpoint file belongs: "
+                 "never opened"),
     # torch legacy (pre-1.6) stream
     "TL001": (E, "Legacy checkpoint truncated: storages cut short"),
     "TL002": (E, "Legacy storage element count disagrees with the pickle"),

@@ -37,6 +37,7 @@ from ckptrescue.checkpoints.families.base import (
     is_file,
     listdir,
 )
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
 
 _RNG = re.compile(r"^random_states_(\d+)\.pkl$")
@@ -83,7 +84,7 @@ def _scalar(rec: Any) -> float | None:
     if fmt is None or rec.file is None or rec.offset is None or not rec.length:
         return None
     try:
-        with open(rec.file, "rb") as fh:
+        with open_regular(rec.file) as fh:
             fh.seek(rec.offset)
             raw = fh.read(struct.calcsize(fmt))
     except OSError:

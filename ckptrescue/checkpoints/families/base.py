@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.base import formats as registry_formats
+from ckptrescue.checkpoints.formats.regular_file import not_regular, open_regular
 from ckptrescue.checkpoints.formats.tolerant_read import add_unreadable
 from ckptrescue.model import Finding
 
@@ -154,17 +155,21 @@ def shorten(items: list[str], n: int = 8) -> str:
     return shown + (f" ... (+{len(items) - n} more)" if len(items) > n else "")
 
 
-def _unreadable_report(path: Path, why: str) -> CheckpointReport:
+def _unreadable_report(path: Path, why: str, code: str = "TZ020") -> CheckpointReport:
     from ckptrescue.checkpoints.formats.tensormap import finding as fmt_finding
 
     report = CheckpointReport(path=str(path), format="unknown", verdict=Verdict.UNREADABLE,
                               files=[str(path)])
-    report.findings.append(fmt_finding("TZ020", f"{path.name}: {why}", evidence=str(path)))
+    report.findings.append(fmt_finding(code, f"{path.name}: {why}", evidence=str(path)))
     return report
 
 
 def probe_member_file(path: Path, options: ProbeOptions) -> CheckpointReport:
-    """Probe one rank file with its own format (an unknown file is ``unreadable``)."""
+    """Probe one rank file with its own format (an unknown file is ``unreadable``; a FIFO,
+    device or socket is never opened by a format: ``IO002``)."""
+    kind = not_regular(path)
+    if kind is not None and kind != "a directory":  # a DCP member is its directory
+        return _unreadable_report(path, f"{kind} in place of a rank file: not opened", "IO002")
     fmt = member_format(path)
     if fmt is None:
         try:
@@ -426,7 +431,7 @@ class Family:
 def read_text(path: Path, limit: int = 4096) -> str | None:
     """A small text file's content (pointer files), None when unreadable."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return fh.read(limit).decode("utf-8", "replace")
     except OSError:
         return None

@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.families.base import Family, Pointer, StepLayout, finding, is_file, listdir
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
 
 _DATA = re.compile(r"^__(\d+)_(\d+)\.distcp$")
@@ -58,7 +59,7 @@ def _value(path: str, offset: int, dtype: str | None) -> float | None:
     if fmt is None:
         return None
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(offset)
             raw = fh.read(struct.calcsize(fmt))
     except OSError:

@@ -38,6 +38,7 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     is_file,
 )
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
 
 _MARK = b"pytorch-lightning_version"
@@ -55,7 +56,7 @@ META = "meta.pt"  # lightning/fabric/utilities/load.py _METADATA_FILENAME
 
 def _is_lightning_zip(path: Path) -> bool:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(_HEAD)
     except OSError:
         return False
@@ -93,7 +94,7 @@ def _sentinel_value(rec: Any) -> float | None:
         return None
     size = struct.calcsize(fmt)
     try:
-        with open(rec.file, "rb") as fh:
+        with open_regular(rec.file) as fh:
             fh.seek(rec.offset)
             raw = fh.read(size)
     except OSError:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict, worst_verdict
 from ckptrescue.checkpoints.families import tarwalk
 from ckptrescue.checkpoints.families.base import Family, finding, shorten
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
 
 CONFIG = "model_config.yaml"
@@ -76,7 +77,7 @@ class NemoFamily(Family):
         try:
             if not path.is_file():
                 return False
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 head = fh.read(tarwalk.BLOCK)
         except OSError:
             return False
@@ -115,7 +116,7 @@ class NemoFamily(Family):
         config_text = ""
         if CONFIG in files and not tw.compressed:
             m = files[CONFIG]
-            with open(root, "rb") as fh:
+            with open_regular(root) as fh:
                 fh.seek(m.data_offset)
                 config_text = fh.read(min(m.size, _CONFIG_MAX)).decode("utf-8", "replace")
         sizes = _config_ints(config_text)

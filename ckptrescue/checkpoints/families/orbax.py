@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.families.base import Family, Pointer, StepLayout, finding, is_file, listdir
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
 
 TMP = ".orbax-checkpoint-tmp"
@@ -43,7 +44,7 @@ def _json(path: Path) -> tuple[Any, str | None]:
     try:
         if path.stat().st_size > MAX_JSON:
             return None, "larger than 64 MiB"
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return json.loads(fh.read()), None
     except OSError as exc:
         return None, exc.strerror or str(exc)

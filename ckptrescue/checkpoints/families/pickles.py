@@ -16,6 +16,7 @@ from typing import Any
 
 from ckptrescue.checkpoints.base import CheckpointReport
 from ckptrescue.checkpoints.formats import pickle_scan
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 
 MAX_PKL = 64 * 1024 * 1024
 _MAX_DEPTH = 12
@@ -31,7 +32,7 @@ def data_pkl_root(path: Path, report: CheckpointReport) -> Any:
     if rec["length"] > MAX_PKL:
         return None
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(rec["data_offset"])
             blob = fh.read(rec["length"])
         scan = pickle_scan.scan_pickle(blob, mode="memory", partial=True)
@@ -122,7 +123,7 @@ def zip_pickle_root(path: Path) -> Any:
     from ckptrescue.checkpoints.formats import zipwalk
 
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
             layout = zipwalk.read_central(fh, 0, size)
             if layout is None:
@@ -154,7 +155,7 @@ def scalar_value(path: Path, offset: int | None, dtype: str | None) -> float | i
     import struct
 
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(offset)
             raw = fh.read(struct.calcsize(fmt))
         value = struct.unpack(fmt, raw)[0]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ckptrescue.checkpoints.formats.regular_file import open_regular
+
 BLOCK = 512
 MAX_MEMBERS = 1_000_000
 MAX_META = 1 << 20  # GNU long-name / pax records larger than this are not read
@@ -112,7 +114,7 @@ def is_tar_header(block: bytes) -> bool:
 
 def walk(path: Path) -> TarWalk:
     """Every member header of ``path`` (plain or gzip-compressed tar)."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         magic = fh.read(2)
         fh.seek(0)

@@ -24,6 +24,7 @@ from ckptrescue.checkpoints.base import (
     worst_verdict,
 )
 from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.checkpoints.formats.torch_zip import probe_zip, tensormap_salvageable
 
@@ -118,7 +119,7 @@ class DcpFormat:
                 report.verdict = Verdict.INCOMPLETE
                 return report
             meta_path = local[0]
-        with open(meta_path, "rb") as fh:
+        with open_regular(meta_path) as fh:
             scan = pickle_scan.scan_pickle(fh.read(pickle_scan.MAX_PICKLE_BYTES),
                                            mode="memory", partial=True)
         # DCP's reader unpickles .metadata with pickle.load (no weights_only): only the exact
@@ -259,7 +260,7 @@ class DcpFormat:
                     length=length, status="missing" if lost else "truncated",
                     reasons=[f"{rel} ends {'before' if lost else 'inside'} this item"]))
             return
-        with open(fpath, "rb") as fh:
+        with open_regular(fpath) as fh:
             part = probe_zip(fh, str(fpath), start=off, end=off + length,
                              do_numeric=options.numeric and tensor, name_prefix=label)
         if part.unsafe_globals:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.formats.h5weights import H5WeightsFormat, walk_h5
 from ckptrescue.checkpoints.formats.jsondepth import too_deep
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tf_findings import verdict_from
 from ckptrescue.model import Finding, Severity
 
@@ -67,7 +68,7 @@ def probe_sharded(path: Path, options: ProbeOptions) -> CheckpointReport:
             report.missing_tensors.extend(groups)
             continue
         report.files.append(str(shard))
-        with shard.open("rb") as raw:
+        with open_regular(shard) as raw:
             walk = walk_h5(str(shard), evidence=str(shard), raw=raw, base=0,
                            limit=shard.stat().st_size, numeric=options.numeric)
         report.tensors.extend(walk.tensors)

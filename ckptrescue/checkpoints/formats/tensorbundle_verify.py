@@ -21,6 +21,7 @@ from typing import BinaryIO
 import google_crc32c
 
 from ckptrescue.checkpoints.formats.protowire import WireError, read_varint
+from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.sstable import unmask
 from ckptrescue.checkpoints.formats.tensorbundle_entries import DT_STRING, DT_VARIANT, DTYPES, BundleEntry
 from ckptrescue.checkpoints.formats.tensorbundle_index import shard_path
@@ -142,7 +143,7 @@ def open_shards(prefix: Path, n: int) -> dict[int, Shard]:
     for i in range(n):
         p = shard_path(prefix, i, n)
         try:
-            fh: BinaryIO | None = p.open("rb")  # noqa: SIM115 - closed by close_shards
+            fh: BinaryIO | None = open_regular(p)  # noqa: SIM115 - closed by close_shards
             size: int | None = p.stat().st_size
         except OSError:
             fh, size = None, None

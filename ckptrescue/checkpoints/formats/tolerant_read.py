@@ -21,6 +21,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import BinaryIO
 
+from ckptrescue.checkpoints.formats.regular_file import open_regular, open_regular_fd
+
 UNIT = 4096
 Unreadable = dict[str, list[tuple[int, int]]]
 _COLLECTOR: ContextVar[Unreadable | None] = ContextVar("ckptrescue_unreadable", default=None)
@@ -31,7 +33,7 @@ class TolerantRaw(io.RawIOBase):
 
     def __init__(self, path: str | Path, sink: list[tuple[int, int]], unit: int = UNIT) -> None:
         super().__init__()
-        self._fd = os.open(path, os.O_RDONLY)
+        self._fd = open_regular_fd(path)
         self._pos = 0
         self._unit = unit
         self._sink = sink
@@ -124,10 +126,11 @@ def tolerant_of(fh: object, exc: OSError) -> TolerantRaw:
 
 
 def open_evidence(path: str | Path) -> BinaryIO:
-    """``open(path, "rb")``, or the EIO-tolerant reader while unreadable bytes are collected."""
+    """``open(path, "rb")`` of a regular file (never a FIFO or device: ``open_regular``), or
+    the EIO-tolerant reader while unreadable bytes are collected."""
     collector = _COLLECTOR.get()
     if collector is None:
-        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        return open_regular(path)
     sink = collector.setdefault(os.path.realpath(path), [])
     return io.BufferedReader(TolerantRaw(path, sink), buffer_size=1 << 20)  # type: ignore[return-value]
 

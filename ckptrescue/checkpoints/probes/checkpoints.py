@@ -160,6 +160,8 @@ def _walk(directory: Path, depth: int, *, explicit: bool) -> list[tuple[type | N
                 out.extend(_walk(entry, depth + 1, explicit=False))
             continue
         if not entry.is_file():
+            if entry.suffix.lower() in CHECKPOINT_SUFFIXES and entry.exists():
+                out.append((None, entry))  # a FIFO/device named like a checkpoint: IO002
             continue
         fmt = _detect(entry)
         if fmt is not None:

@@ -6,19 +6,23 @@ not import each other.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
+from ckptrescue.checkpoints.formats.regular_file import NotRegularFile, open_regular
 from ckptrescue.checkpoints.formats.tensormap import finding
 
 
 def _identify_unknown(path: Path) -> str:
     """Say what a file that no format recognises looks like."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
             head = fh.read(512)
+    except NotRegularFile as exc:
+        return f"{exc.kind} in place of a checkpoint file: not opened"
     except OSError as exc:
         return f"unreadable: {exc.strerror or exc}"
     if size == 0:
@@ -41,7 +45,8 @@ def _unreadable(path: Path) -> CheckpointReport:
     what = _identify_unknown(path)
     report = CheckpointReport(path=str(path), format="unknown", verdict=Verdict.UNREADABLE,
                               files=[str(path)])
-    report.findings.append(finding("TZ020", f"{path.name}: {what}", evidence=str(path)))
+    code = "IO002" if what.endswith("not opened") else "TZ020"
+    report.findings.append(finding(code, f"{path.name}: {what}", evidence=str(path)))
     return report
 
 
