@@ -26,12 +26,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ckptrescue import guard
 from ckptrescue.effects import confine
 from ckptrescue.errors import ToolMissingError
-from ckptrescue.guard import attachments as guard_attachments
+from ckptrescue.guard import kernel
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -154,18 +154,36 @@ class SubprocessRunner:
     def context(self) -> guard.GuardContext:
         paths = list(self.extra_evidence)
         protected: list[str] = []
-        pools: list[str] = []
-        attached: dict[str, list[str]] = {"loop": [], "mount": [], "dm": []}
         if self.case is not None:
             paths.extend(self.case.evidence_paths())
             protected = self.case.protected_paths()
-            pools = self.case.readonly_pools()
-            attached = self.case.attachments()
         return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected),
-                                  readonly_pools=tuple(pools),
-                                  attached_loops=tuple(attached["loop"]),
-                                  attached_mounts=tuple(attached["mount"]),
-                                  attached_dm=tuple(attached["dm"]))
+                                  attachments=tuple(self.attachments()),
+                                  pools=self.zfs_pools)
+
+    def attachments(self) -> list[kernel.Attachment]:
+        """What this case attached and has not released, as the kernel showed it (the log's
+        ``safety.attached``/``safety.detached`` records; nothing under ``work/``)."""
+        if self.case is None:
+            return []
+        out = [kernel.Attachment.from_json(d) for d in self.case.attachments()]
+        return [a for a in out if a is not None]
+
+    def zfs_pools(self) -> dict[str, kernel.Pool] | None:
+        """The imported ZFS pools as ``zpool list -H`` shows them (None without ZFS). The kit's
+        own read of kernel state, like ``--version``: not a step of the case."""
+        exe = shutil.which("zpool", path=minimal_env()["PATH"])
+        if exe is None:
+            return None
+        try:
+            proc = subprocess.run([exe, "list", "-H", "-o", "name,guid,readonly"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                                  env=minimal_env(), check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if proc.returncode != 0:
+            return {} if b"no pools available" in proc.stderr + proc.stdout else None
+        return kernel.parse_zpool_list(proc.stdout.decode("utf-8", "replace"))
 
     def check(self, call: ToolCall, ctx: guard.GuardContext | None = None) -> guard.Decision:
         argv = [str(a) for a in call.argv]
@@ -209,6 +227,8 @@ class SubprocessRunner:
                 hint="run `make setup` (as root) to install the system tools",
             )
         self._record_version(call.argv[0], exe)
+        watch = self._watches_kernel(call, decision)
+        before = kernel.snapshot(self.zfs_pools if watch == "zfs" else None) if watch else None
         scratch = tempfile.mkdtemp(prefix="ckptrescue-tool-")
         try:
             if decision.host_namespace:
@@ -223,12 +243,32 @@ class SubprocessRunner:
             result = self._execute(call, exe, shown, cancel, confinement, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        if result.returncode == 0 and not result.timed_out and self.case is not None:
-            for action, kind, name in guard_attachments.changes(
-                    [str(a) for a in call.argv], result.stdout):
-                self.case.log(f"safety.{action}", {"kind": kind, "name": name,
-                                                   "argv": shown})
+            if before is not None:
+                self._record_kernel_changes(before, call, shown, watch)
         return result
+
+    # tools that can attach, mount, import or release: the kernel's state is read around them
+    KERNEL_STATE_TOOLS: ClassVar[dict[str, str]] = {"losetup": "block", "mount": "block", "umount": "block",
+                          "dmsetup": "block", "zpool": "zfs", "zfs": "zfs"}
+
+    def _watches_kernel(self, call: ToolCall, decision: guard.Decision) -> str:
+        if self.case is None:
+            return ""
+        name = Path(str(call.argv[0])).name
+        return self.KERNEL_STATE_TOOLS.get(name, "block" if decision.host_namespace else "")
+
+    def _record_kernel_changes(self, before: kernel.Snapshot, call: ToolCall, shown: list[str],
+                               watch: str) -> None:
+        """Record what the kernel shows this command attached (``safety.attached``, with the
+        identity a later detach must match) and which of the case's attachments the kernel no
+        longer shows (``safety.detached``) — whatever the command's exit status or argv said."""
+        assert self.case is not None
+        after = kernel.snapshot(self.zfs_pools if watch == "zfs" else None)
+        argv = [str(a) for a in call.argv]
+        for att in kernel.appeared(before, after, argv):
+            self.case.log("safety.attached", {**att.to_json(), "argv": shown})
+        for att in kernel.gone(self.attachments(), after):
+            self.case.log("safety.detached", {**att.to_json(), "argv": shown})
 
     def _record_confinement(self, confinement: confine.Confinement) -> None:
         """One ``safety.kernel`` record per case and kind of confinement (the report lists them)."""

@@ -16,6 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ckptrescue.guard.kernel import (
+    Attachment,
+    PoolLister,
+    Snapshot,
+    block_rdev,
+    dev_parse,
+    snapshot,
+    still_there,
+    top_mount_at,
+)
+
 
 def _is_block_device(path: str) -> bool:
     try:
@@ -141,12 +152,14 @@ class GuardContext:
     evidence_paths: tuple[str, ...] = ()
     is_block_device: Callable[[str], bool] = field(default=_is_block_device)
     protected_paths: tuple[str, ...] = ()  # the case's own records: audit log, artifacts, ...
-    # ZFS pools this case imported itself with ``-o readonly=on`` (their export writes nothing)
-    readonly_pools: tuple[str, ...] = ()
-    # loop devices, mount points and device-mapper names this case attached itself
-    attached_loops: tuple[str, ...] = ()
-    attached_mounts: tuple[str, ...] = ()
-    attached_dm: tuple[str, ...] = ()
+    # what this case attached and has not released, as the kernel showed it (its audit log's
+    # ``safety.attached`` records): loops, mounts, device-mapper devices, ZFS pools
+    attachments: tuple[Attachment, ...] = ()
+    # the kernel's state now (a detach must find the recorded identity there), and how to list
+    # ZFS pools (the runner runs ``zpool list``; None: unknown)
+    kernel_snapshot: Callable[[PoolLister | None], Snapshot] = field(default=snapshot)
+    block_rdev: Callable[[str], int | None] = field(default=block_rdev)
+    pools: PoolLister | None = None
     # reads a small text file the command will consume (a dmsetup table), None if unreadable
     read_text: Callable[[str], str | None] = field(default=_read_small_text)
     # whether a path is an empty directory (a mount point); replaceable in pure tests
@@ -270,18 +283,41 @@ class GuardContext:
             return f"{path} is not an empty directory (mounting over files would hide them)"
         return None
 
-    # -- what this case attached ------------------------------------------------------------------
-    def attached_loop(self, dev: str) -> bool:
-        return _same_node(dev, self.attached_loops)
+    # -- what this case attached, as the kernel shows it now ---------------------------------------
+    @cached_property
+    def kernel_now(self) -> Snapshot:
+        return self.kernel_snapshot(self.pools)
 
-    def attached_mount(self, target: str) -> bool:
-        real = os.path.realpath(target)
-        return any(real == os.path.realpath(m) for m in self.attached_mounts)
+    def _live(self, kind: str, match: Callable[[Attachment], bool]) -> Attachment | None:
+        for att in reversed(self.attachments):
+            if att.kind == kind and match(att) and still_there(att, self.kernel_now):
+                return att
+        return None
 
+    def attached_loop(self, dev: str) -> Attachment | None:
+        """This case's loop device at the node ``dev`` (any name of it: ``/dev/loopN``,
+        ``/dev/block/7:N``, a symlink), still bound to the very file it was attached to."""
+        rdev = self.block_rdev(dev)
+        if rdev is None:
+            return None
+        return self._live("loop", lambda a: dev_parse(a.get("rdev") or "") == rdev)
 
-def _same_node(dev: str, devices: tuple[str, ...]) -> bool:
-    real = os.path.realpath(dev)
-    return any(real == os.path.realpath(d) for d in devices)
+    def attached_mount(self, target: str) -> Attachment | None:
+        """This case's mount that ``umount target`` would remove (the top mount on that
+        directory), with the same mount id and device as recorded."""
+        top = top_mount_at(target, self.kernel_now.mounts)
+        if top is None:
+            return None
+        return self._live("mount", lambda a: a.get("mount_id") == top.mount_id)
+
+    def attached_dm(self, name: str) -> Attachment | None:
+        return self._live("dm", lambda a: a.name == name)
+
+    def attached_pool(self, name: str) -> Attachment | None:
+        """A pool this case imported read-only, still imported with the same GUID."""
+        if self.kernel_now.pools is None:
+            return None
+        return self._live("pool", lambda a: a.name == name and a.get("readonly") is True)
 
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:

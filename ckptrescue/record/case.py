@@ -275,37 +275,28 @@ class Case:
         return [str(self.root / name) for name in (AUDIT, MANIFEST, EVIDENCE, SEAL, ARTIFACTS)]
 
     def readonly_pools(self) -> list[str]:
-        """ZFS pools this case imported itself with ``-o readonly=on`` (``mount`` records them
-        in ``work/mounts/``); only these may be exported again."""
-        out: list[str] = []
-        for rec in sorted((self.work_dir / "mounts").glob("*.json")):
-            try:
-                data = json.loads(rec.read_text())
-            except (OSError, ValueError):
-                continue
-            pool = data.get("zfs_pool") if isinstance(data, dict) else None
-            if isinstance(pool, str) and pool:
-                out.append(pool)
-        return out
+        """ZFS pools this case imported itself read-only, as the kernel showed them (the
+        runner's ``safety.attached`` records; never a file under ``work/``)."""
+        return [a["name"] for a in self.attachments()
+                if a.get("kind") == "pool" and a.get("readonly") is True]
 
-    def attachments(self) -> dict[str, list[str]]:
-        """Loop devices, mount points and device-mapper names this case attached and has not yet
-        released (the runner records ``safety.attached``/``safety.detached``): the only ones the
-        guard lets the kit detach, unmount or remove."""
-        live: dict[str, dict[str, None]] = {"loop": {}, "mount": {}, "dm": {}}
+    def attachments(self) -> list[dict[str, Any]]:
+        """What this case attached and has not yet released, as the kernel showed it: the
+        details of each ``safety.attached`` record (kind, name and identity: device number,
+        backing inode, mount id, uuid, pool GUID) not followed by a ``safety.detached`` of the
+        same identity. The only things the guard lets the kit detach, unmount or export."""
+        live: dict[str, dict[str, Any]] = {}
         for record in self.audit.records():
             action = record.get("action")
             if action not in {"safety.attached", "safety.detached"}:
                 continue
-            details = record.get("details") or {}
-            kind, name = details.get("kind"), details.get("name")
-            if kind not in live or not isinstance(name, str):
-                continue
+            details = {k: v for k, v in (record.get("details") or {}).items() if k != "argv"}
+            key = json.dumps(details, sort_keys=True)
             if action == "safety.attached":
-                live[kind][name] = None
+                live[key] = details
             else:
-                live[kind].pop(name, None)
-        return {kind: list(names) for kind, names in live.items()}
+                live.pop(key, None)
+        return list(live.values())
 
     def evidence_paths(self) -> list[str]:
         """Local paths of evidence that must never be written to (absolute and resolved)."""

@@ -1,11 +1,10 @@
-"""What ``mount`` recorded: ``CASE/work/mounts/<id>.json`` per mount point, so that ``umount``
-releases exactly what was attached (and what a failed mount could not release stays recorded
-for the next ``umount``)."""
+"""What ``mount`` recorded: a ``storage.mount_state`` record in the case's hash-chained log per
+mount point, so that ``umount`` releases exactly what was attached (and what a failed mount
+could not release stays recorded for the next ``umount``). Nothing is read from ``CASE/work/``,
+where a tool could have written."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,39 +44,60 @@ class MountResult(Recorded):
         return data
 
 
-def state_dir(case: Case) -> Path:
-    d = case.work_dir / "mounts"
-    d.mkdir(exist_ok=True)
-    return d
+STATE_RECORD = "storage.mount_state"
 
 
-def state_path(case: Case, mountpoint: str) -> Path:
-    key = hashlib.sha256(os.path.realpath(mountpoint).encode()).hexdigest()[:16]
-    return state_dir(case) / f"{key}.json"
+def _key(mountpoint: str | Path) -> str:
+    return os.path.realpath(mountpoint)
+
+
+def record_state(case: Case, mountpoint: str | Path, state: dict[str, Any] | None) -> None:
+    """Record (in the hash-chained log, the only authority) what the kit holds at a mount point
+    — or, with ``None``, that it holds nothing there any more."""
+    case.log(STATE_RECORD, {"mountpoint": _key(mountpoint), "state": state})
+
+
+def _states(case: Case) -> dict[str, dict[str, Any]]:
+    live: dict[str, dict[str, Any]] = {}
+    for rec in case.records(STATE_RECORD):
+        details = rec.get("details") or {}
+        mp, state = details.get("mountpoint"), details.get("state")
+        if not isinstance(mp, str):
+            continue
+        if isinstance(state, dict):
+            live[mp] = state
+        else:
+            live.pop(mp, None)
+    return live
+
+
+def held(case: Case) -> dict[str, dict[str, Any]]:
+    """Every mount point this case still holds something at (by the log), with its record."""
+    return _states(case)
 
 
 def mount_state(case: Case, mountpoint: str | Path) -> dict[str, Any] | None:
-    """What :func:`mount` recorded for ``mountpoint`` in this case (None if not a kit mount)."""
-    path = state_path(case, str(mountpoint))
-    return json.loads(path.read_text()) if path.exists() else None
+    """What :func:`mount` recorded for ``mountpoint`` in this case's log (None if not a kit
+    mount, or unmounted since). Never read from a file a tool could have written."""
+    state = _states(case).get(_key(mountpoint))
+    return dict(state) if state is not None else None
 
 
 def zfs_mount_holding(case: Case, path: str | Path) -> dict[str, Any] | None:
     """The record of a ZFS pool this case imported whose altroot holds ``path``, if any."""
     real = os.path.realpath(path)
-    for rec in sorted(state_dir(case).glob("*.json")):
-        data = json.loads(rec.read_text())
+    for data in _states(case).values():
         mp = os.path.realpath(str(data.get("mountpoint", "")))
         if data.get("zfs_pool") and (real == mp or real.startswith(mp.rstrip("/") + "/")):
             return dict(data)
     return None
 
 
-def release_or_keep(info: dict[str, Any], case: Case, state: Path,
+def release_or_keep(info: dict[str, Any], case: Case, mountpoint: str | Path,
                      members: list[dict[str, Any]] | None = None, *,
                      runner: SubprocessRunner | None = None) -> None:
     """Release after a failed mount (the pool members first); what could not be released stays
-    recorded at ``state`` so that ``umount`` can finish the job."""
+    recorded for ``mountpoint`` (:func:`record_state`) so that ``umount`` can finish the job."""
     problems: list[str] = []
     kept = []
     for m_info in members or []:
@@ -87,7 +107,7 @@ def release_or_keep(info: dict[str, Any], case: Case, state: Path,
             problems += trouble
     problems += release(info, case=case, runner=runner)
     if problems:
-        state.write_text(json.dumps({**{k: info.get(k) for k in (
+        record_state(case, mountpoint, {**{k: info.get(k) for k in (
             "target", "loop_device", "backing_file", "set_readonly", "extra_loops",
-            "dm_devices")}, "device": info.get("device"), "failed_mount": True,
-            "members": kept, "problems": problems}, indent=2) + "\n")
+            "dm_devices")}, "mountpoint": str(mountpoint), "device": info.get("device"),
+            "failed_mount": True, "members": kept, "problems": problems})

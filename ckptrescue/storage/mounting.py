@@ -11,8 +11,9 @@
    ``ro``; always ``,nosuid,nodev,noexec``. A plain ``ro`` mount would replay a dirty journal and
    change the disk. A ZFS member is imported read-only instead (:mod:`zfs_mount`).
 
-What was attached is recorded in ``CASE/work/mounts/<id>.json`` (:mod:`mount_state`) so that
-``umount`` detaches exactly that (after checking that the loop device still points at the same
+What was attached is recorded in the case's log (``storage.mount_state``, :mod:`mount_state`;
+the runner's ``safety.attached`` records what the kernel showed) so that ``umount`` detaches
+exactly that (after checking that the loop device still points at the same
 backing file). Finding the filesystems of a target (partitions, LVM volumes) is
 :mod:`candidates`; the public names of those modules stay importable from here.
 """
@@ -20,7 +21,6 @@ backing file). Finding the filesystems of a target (partitions, LVM volumes) is
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,8 +44,8 @@ from ckptrescue.storage.loops import attach, attached, release
 from ckptrescue.storage.mount_state import (
     MountResult,
     mount_state,
+    record_state,
     release_or_keep,
-    state_path,
     zfs_mount_holding,
 )
 
@@ -86,8 +86,8 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
         raise UsageError(f"{mp} is not empty: mounting over it would hide its files; "
                          "choose an empty directory")
     mp.mkdir(parents=True, exist_ok=True)
-    state = state_path(case, str(mp))
-    if state.exists():
+    state = mp
+    if mount_state(case, mp) is not None:
         raise UsageError(f"{mp}: the case already has a mount recorded there; umount it first")
     runner = runner or SubprocessRunner(case)
     info = attach(target, case=case, runner=runner)
@@ -134,7 +134,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
                          extra_loops=info.get("extra_loops", []),
                          dm_devices=info.get("dm_devices", []),
                          segments=[list(x) for x in cand.segments] if cand.segments else None)
-    state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    record_state(case, mp, result.to_json())
     result.findings_here()  # the engine records the findings, then the mount
     result.record("storage.mounted", result.to_json())
     return result
@@ -143,11 +143,10 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
 def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | None = None) -> dict[str, Any]:
     """Unmount what :func:`mount` mounted and detach exactly what it attached (the caller
     records :func:`unmounted_record`)."""
-    state = state_path(case, str(mountpoint))
-    if not state.exists():
+    data = mount_state(case, mountpoint)
+    if data is None:
         raise UsageError(f"{mountpoint}: no mount recorded by this case",
                          hint="umount only what `ckptrescue mount` mounted with the same --case")
-    data = json.loads(state.read_text())
     runner = runner or SubprocessRunner(case)
     own = filesystem.get(data.get("fstype")).unmount(runner, data)  # a ZFS pool: export
     if not own and any(m.mountpoint == os.path.realpath(mountpoint) for m in sysfs.mounts()):
@@ -167,11 +166,11 @@ def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | Non
                         runner=runner)
     if problems:
         data["problems"] = problems
-        state.write_text(json.dumps(data, indent=2) + "\n")
+        record_state(case, mountpoint, data)
         raise ToolFailedError(f"{mountpoint}: unmounted, but not everything was released: "
                               + "; ".join(problems),
                               hint="the record is kept: run the same umount again")
-    state.unlink()
+    record_state(case, mountpoint, None)
     return data
 
 

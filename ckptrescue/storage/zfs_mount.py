@@ -4,7 +4,6 @@ by ``umount``. Reached through the filesystem registry (``filesystems/zfs.py``).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner
@@ -12,7 +11,7 @@ from ckptrescue.errors import ToolFailedError, UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.storage.candidates import pick_candidate
 from ckptrescue.storage.loops import attach
-from ckptrescue.storage.mount_state import MountResult, release_or_keep
+from ckptrescue.storage.mount_state import MountResult, record_state, release_or_keep
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -42,7 +41,7 @@ def mount_zfs(request: MountRequest) -> MountResult:
 
     runner, case, info, node = request.runner, request.case, request.info, request.node
     fsinfo, start, target, mp = request.fsinfo, request.start, request.target, request.mountpoint
-    state, member_paths = request.state, request.members
+    member_paths = request.members
 
     result = MountResult(mountpoint=str(mp), device=node, fstype="zfs",
                          options="readonly=on,cachefile=none,-N,altroot=" + str(mp),
@@ -52,9 +51,9 @@ def mount_zfs(request: MountRequest) -> MountResult:
                          extra_loops=info.get("extra_loops", []),
                          dm_devices=info.get("dm_devices", []))
 
-    def record(pool: str) -> None:  # before anything else can fail: the guard then allows export
+    def record(pool: str) -> None:  # before anything else can fail: umount then exports it
         result.zfs_pool = pool
-        state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        record_state(case, mp, result.to_json())
 
     others: list[dict[str, Any]] = []
     result.members = others
@@ -76,8 +75,8 @@ def mount_zfs(request: MountRequest) -> MountResult:
                     f"mount failed and pool {result.zfs_pool} could not be exported ({exc}); "
                     "it stays imported read-only",
                     hint=f"retry with `ckptrescue umount {mp} --case {case.root}`") from exc
-            state.unlink(missing_ok=True)
-        release_or_keep(info, case, state, others, runner=runner)
+            record_state(case, mp, None)
+        release_or_keep(info, case, mp, others, runner=runner)
         raise
     result.datasets = imp.datasets
     mounted = [d["mountpoint"] for d in imp.datasets if d["mounted"]]
@@ -85,7 +84,7 @@ def mount_zfs(request: MountRequest) -> MountResult:
         "MT001", Severity.INFO, f"{target}: ZFS pool {imp.ondisk_name} imported read-only "
         f"(readonly=on, cachefile=none) under {mp}; datasets mounted ro: "
         f"{', '.join(mounted) or 'none'}", evidence=str(target), source="mount")]
-    state.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    record_state(case, mp, result.to_json())
     result.findings_here()  # the engine records the findings, then the mount
     result.record("storage.mounted", result.to_json())
     return result

@@ -3,15 +3,30 @@ forms allowed. Pure: no command runs."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ckptrescue.guard import GuardContext, check
+from ckptrescue.guard import kernel as k
+
+# A kernel as the table sees it: this case attached /dev/loop3 (7:3), mounted /mnt/x (mount id
+# 100), assembled ckr-1a2b-vg-data and imported tank_ckr read-only — and the kernel still shows
+# each with the recorded identity.
+_LOOP = k.Loop("/dev/loop3", os.makedev(7, 3), os.makedev(8, 1), 1234, "/evidence/disk.img", 0,
+               0, True)
+_MOUNT = k.Mount(100, 1, os.makedev(7, 3), "/", "/mnt/x", "ext4", "/dev/loop3", True)
+_DM = k.Dm("ckr-1a2b-vg-data", os.makedev(253, 1), "", True)
+_POOL = k.Pool("tank_ckr", "1234567", True)
+KERNEL = k.Snapshot({_LOOP.rdev: _LOOP}, {100: _MOUNT}, {_DM.name: _DM}, {_POOL.name: _POOL})
+_RDEVS = {"/dev/loop3": _LOOP.rdev, "/dev/block/7:3": _LOOP.rdev,
+          "/dev/loop4": os.makedev(7, 4), "/dev/sda": os.makedev(8, 0)}
 
 CTX = GuardContext(
     evidence_paths=("/evidence/disk.img", "/mnt/evidence"),
     is_block_device=lambda p: p.startswith("/dev/"),
-    attached_loops=("/dev/loop3",), attached_mounts=("/mnt/x",),
-    attached_dm=("ckr-1a2b-vg-data",),
+    attachments=(k.of_loop(_LOOP), k.of_mount(_MOUNT), k.of_dm(_DM)),
+    kernel_snapshot=lambda pools: KERNEL, block_rdev=_RDEVS.get,
     is_empty_dir=lambda p: p.startswith("/mnt/"),
 )
 NS = ",nosuid,nodev,noexec"  # every evidence mount carries these
@@ -259,7 +274,7 @@ def test_empty_and_non_string_argv_refused() -> None:
 def test_zpool_export_only_of_a_pool_this_case_imported_read_only() -> None:
     from dataclasses import replace
 
-    ctx = replace(CTX, readonly_pools=("tank_ckr",))
+    ctx = replace(CTX, attachments=(*CTX.attachments, k.of_pool(_POOL)), pools=lambda: None)
     assert check(["zpool", "export", "tank_ckr"], ctx).allowed
     assert not check(["zpool", "export", "rpool"], ctx).allowed
     assert not check(["zpool", "export", "-f", "tank_ckr"], ctx).allowed

@@ -188,12 +188,12 @@ def test_attached_by_this_case_can_be_detached_and_nothing_else(scene, tmp_path)
     assert res.returncode == 0, res.stderr
     ours = res.stdout.strip()
     try:
-        assert case.attachments()["loop"] == [ours]
+        assert [a["name"] for a in case.attachments() if a["kind"] == "loop"] == [ours]
         other = runner.run(ToolCall.of("losetup", "-d", scene["DEV"], timeout_s=60))
         assert other.refused and "not a loop device this case attached" in other.refused
         mine = runner.run(ToolCall.of("losetup", "-d", ours, timeout_s=60))
         assert mine.refused is None and mine.returncode == 0, mine.stderr
-        assert case.attachments()["loop"] == []
+        assert [a for a in case.attachments() if a["kind"] == "loop"] == []
         again = runner.run(ToolCall.of("losetup", "-d", ours, timeout_s=60))
         assert again.refused, "detached once: no longer this case's"
     finally:

@@ -7,7 +7,6 @@ expects come from lvm2's own reports (fixtures/storage.make_lvm_disk), not from 
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
@@ -97,7 +96,9 @@ def test_locate_maps_disk_sectors_through_the_lv_to_the_tensor(lvm_disk, case, t
         "ckpt/step-200/model.pt", file_lo, file_hi - file_lo)
     assert hit["tensors"] == [TARGET]
     assert fx.sha256(img) == before
-    assert not os.listdir(case.work_dir / "mounts")
+    from ckptrescue.storage.mount_state import held
+
+    assert held(case) == {}
 
 
 def test_cli_mount_and_fs_inspect_choose_a_logical_volume(lvm_disk, tmp_path, no_leftovers):

@@ -123,9 +123,13 @@ def _umount(p: Parsed, ctx: GuardContext) -> Decision | None:
     if not p.operands:
         return Decision.refuse("umount needs the mount point the kit mounted")
     for target in p.operands:
-        if not ctx.attached_mount(target):
+        if ctx.block_rdev(target) is not None:
+            return Decision.refuse(f"umount {target}: give the mount point (a directory), not "
+                                   "a device: umount would pick one of its mounts itself")
+        if ctx.attached_mount(target) is None:
             return Decision.refuse(f"umount {target}: not a mount this case made (the kit "
-                                   "unmounts only what its own records show it mounted)")
+                                   "unmounts only what its records show the kernel mounted "
+                                   "for it, with the same mount id)")
     return Decision.allow(host_namespace=True)
 
 
@@ -151,9 +155,10 @@ def _losetup(p: Parsed, ctx: GuardContext) -> Decision | None:
     if p.has("detach"):
         devices = [*p.values("detach"), *p.operands]
         for dev in devices:
-            if not ctx.attached_loop(dev):
+            if ctx.attached_loop(dev) is None:
                 return Decision.refuse(f"losetup -d {dev}: not a loop device this case attached "
-                                       "(the kit detaches only its own)")
+                                       "(the kit detaches only its own, still bound to the "
+                                       "file the kernel showed it attach)")
         return Decision.allow(host_namespace=True)
     attaching = (p.has("find") and bool(p.operands)) or len(p.operands) >= 2
     if attaching:
@@ -221,7 +226,7 @@ def _dmsetup(p: Parsed, ctx: GuardContext) -> Decision | None:
             if not name.startswith(KIT_DM_PREFIX):
                 return Decision.refuse(f"dmsetup remove: only the kit's own {KIT_DM_PREFIX}* "
                                        "devices")
-            if name not in ctx.attached_dm:
+            if ctx.attached_dm(name) is None:
                 return Decision.refuse(f"dmsetup remove {name}: not a device this case "
                                        "assembled (only the kit's own, by this case's records)")
         return Decision.allow()

@@ -64,7 +64,7 @@ def _zpool_import(p: Parsed, ctx: GuardContext) -> Decision | None:
 def _zpool_export(p: Parsed, ctx: GuardContext) -> Decision | None:
     if p.has("a", "f", "F"):
         return Decision.refuse("zpool export -a/-f: export only the pool the kit imported")
-    if len(p.operands) == 1 and p.operands[0] in ctx.readonly_pools:
+    if len(p.operands) == 1 and ctx.attached_pool(p.operands[0]) is not None:
         return Decision.allow(host_namespace=True)
     return Decision.refuse("zpool export writes pool state when the pool was imported "
                            "read-write; the kit exports only a pool this case imported with "

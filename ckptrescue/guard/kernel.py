@@ -1,0 +1,435 @@
+"""What the kernel shows: loop devices, mounts, device-mapper devices and ZFS pools, each with
+the identity that tells one instance from the next (device number, backing inode, mount id,
+uuid, pool GUID), and whether a block device is read-only right now.
+
+Read-only: ``/proc/self/mountinfo``, ``/sys/block``, ``LOOP_GET_STATUS64`` and ``BLKROGET`` on
+a descriptor opened read-only. The ZFS pool list comes from ``zpool list -H``, which only the
+runner can run: it hands :func:`snapshot` a function that returns it.
+
+The case's records of what it attached (``safety.attached``) are made from a before/after
+:func:`snapshot` around each command that can attach (:func:`appeared`), never from the argv
+alone: a command that exits 0 without attaching (``losetup -h``, ``mount -f``) records nothing.
+A detach is allowed only for a recorded attachment whose identity the kernel still shows
+(:func:`still_there`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LOOP_GET_STATUS64 = 0x4C05
+BLKROGET = 0x125E
+_LOOP_INFO64 = struct.Struct("=QQQQQIIII64s64s32sQQ")
+LO_FLAGS_READ_ONLY = 1
+SYS_BLOCK = "/sys/block"
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def dev_text(rdev: int) -> str:
+    return f"{os.major(rdev)}:{os.minor(rdev)}"
+
+
+def dev_parse(text: str) -> int | None:
+    try:
+        major, minor = (int(x) for x in str(text).strip().split(":"))
+    except (ValueError, AttributeError):
+        return None
+    return os.makedev(major, minor)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(1 << 16).decode("utf-8", "surrogateescape").strip()
+    except OSError:
+        return None
+
+
+# ---- block devices -----------------------------------------------------------------------------
+def sys_dir(rdev: int) -> str | None:
+    path = f"/sys/dev/block/{dev_text(rdev)}"
+    return os.path.realpath(path) if os.path.exists(path) else None
+
+
+def block_rdev(path: str) -> int | None:
+    """The device number of a block device node (after following links), else None."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_rdev if stat.S_ISBLK(st.st_mode) else None
+
+
+def blk_ro(path: str) -> bool | None:
+    """``BLKROGET`` on the node: True when the kernel refuses writes to the device right now;
+    None when it cannot be asked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        buf = fcntl.ioctl(fd, BLKROGET, b"\0" * 4)
+        return struct.unpack("i", buf)[0] != 0
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def sys_ro(rdev: int) -> bool | None:
+    sysdir = sys_dir(rdev)
+    text = _read(os.path.join(sysdir, "ro")) if sysdir else None
+    return None if text is None else text == "1"
+
+
+def is_read_only(path: str) -> bool:
+    """True only when the kernel reports the block device read-only both ways it can be asked
+    (the device's ``ro`` attribute and ``BLKROGET`` on the node)."""
+    rdev = block_rdev(path)
+    if rdev is None:
+        return False
+    return sys_ro(rdev) is True and blk_ro(path) is not False
+
+
+def underlying(rdev: int, _depth: int = 0) -> set[int]:
+    """The device, the disk of a partition, and every device it is stacked on (``slaves``),
+    recursively: what a write to ``rdev`` reaches."""
+    out = {rdev}
+    sysdir = sys_dir(rdev)
+    if sysdir is None or _depth > 16:
+        return out
+    if os.path.exists(os.path.join(sysdir, "partition")):
+        parent = dev_parse(_read(os.path.join(os.path.dirname(sysdir), "dev")) or "")
+        if parent is not None:
+            out |= underlying(parent, _depth + 1)
+    slaves = os.path.join(sysdir, "slaves")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(slaves):
+            sub = dev_parse(_read(os.path.join(slaves, name, "dev")) or "")
+            if sub is not None:
+                out |= underlying(sub, _depth + 1)
+    return out
+
+
+# ---- loop devices ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Loop:
+    name: str  # /dev/loopN
+    rdev: int
+    backing_dev: int
+    backing_ino: int
+    file: str
+    offset: int
+    sizelimit: int
+    readonly: bool  # LO_FLAGS_READ_ONLY: the kit's loops are all read-only
+
+
+def loop_status(node: str, rdev: int | None = None) -> Loop | None:
+    """``LOOP_GET_STATUS64`` of a loop device node (None when unbound or not a loop)."""
+    rdev = rdev if rdev is not None else block_rdev(node)
+    if rdev is None:
+        return None
+    try:
+        fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        raw = fcntl.ioctl(fd, LOOP_GET_STATUS64, b"\0" * _LOOP_INFO64.size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    f = _LOOP_INFO64.unpack(raw)
+    sysdir = sys_dir(rdev)
+    backing = _read(os.path.join(sysdir, "loop", "backing_file")) if sysdir else None
+    name = f"/dev/{os.path.basename(sysdir)}" if sysdir else node
+    return Loop(name=name, rdev=rdev, backing_dev=_decode_dev(f[0]), backing_ino=f[1],
+                file=backing or f[9].rstrip(b"\0").decode("utf-8", "replace"), offset=f[3],
+                sizelimit=f[4], readonly=bool(f[8] & LO_FLAGS_READ_ONLY))
+
+
+def _decode_dev(huge: int) -> int:
+    """The kernel's ``huge_encode_dev`` (as in ``lo_device``) to a Python device number."""
+    major = (huge & 0xFFF00) >> 8
+    minor = (huge & 0xFF) | ((huge >> 12) & 0xFFF00)
+    return os.makedev(major, minor)
+
+
+def loops() -> dict[int, Loop]:
+    """Every bound loop device, by device number."""
+    out: dict[int, Loop] = {}
+    try:
+        names = sorted(n for n in os.listdir(SYS_BLOCK) if n.startswith("loop"))
+    except OSError:
+        return out
+    for name in names:
+        if _read(f"{SYS_BLOCK}/{name}/loop/backing_file") is None:
+            continue  # unbound
+        rdev = dev_parse(_read(f"{SYS_BLOCK}/{name}/dev") or "")
+        if rdev is None:
+            continue
+        node = f"/dev/{name}"
+        if block_rdev(node) != rdev:
+            continue  # no node of ours for it (another namespace's /dev): cannot be asked
+        status = loop_status(node, rdev)
+        if status is not None:
+            out[rdev] = status
+    return out
+
+
+# ---- mounts ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mount:
+    mount_id: int
+    parent_id: int
+    dev: int
+    root: str
+    mountpoint: str
+    fstype: str
+    source: str
+    readonly: bool
+
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+def _unescape(field_: bytes) -> str:
+    return os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m[1], 8)]), field_))
+
+
+def parse_mountinfo(data: bytes) -> dict[int, Mount]:
+    out: dict[int, Mount] = {}
+    for line in data.splitlines():
+        left, sep, right = line.partition(b" - ")
+        f, r = left.split(b" "), right.split(b" ")
+        if not sep or len(f) < 6 or len(r) < 2:
+            continue
+        dev = dev_parse(f[2].decode())
+        if dev is None:
+            continue
+        opts = set(f[5].split(b",")) | (set(r[2].split(b",")) if len(r) > 2 else set())
+        out[int(f[0])] = Mount(mount_id=int(f[0]), parent_id=int(f[1]), dev=dev,
+                               root=_unescape(f[3]), mountpoint=_unescape(f[4]),
+                               fstype=_unescape(r[0]), source=_unescape(r[1]),
+                               readonly=b"ro" in opts)
+    return out
+
+
+def mounts() -> dict[int, Mount]:
+    """Every mount of this mount namespace, by mount id (``/proc/self/mountinfo``)."""
+    try:
+        with open(MOUNTINFO, "rb") as fh:
+            return parse_mountinfo(fh.read())
+    except OSError:
+        return {}
+
+
+def top_mount_at(path: str, table: Mapping[int, Mount] | None = None) -> Mount | None:
+    """The mount a ``umount`` of ``path`` would remove: the last one stacked on it."""
+    real = os.path.realpath(path)
+    table = mounts() if table is None else table
+    on = [m for m in table.values() if m.mountpoint == real]
+    if not on:
+        return None
+    ids = {m.mount_id for m in on}
+    tops = [m for m in on if not any(o.parent_id == m.mount_id for o in on if o.mount_id in ids)]
+    return (tops or on)[-1]
+
+
+# ---- device-mapper -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Dm:
+    name: str
+    rdev: int
+    uuid: str
+    readonly: bool
+
+
+def dms() -> dict[str, Dm]:
+    out: dict[str, Dm] = {}
+    try:
+        names = sorted(n for n in os.listdir(SYS_BLOCK) if n.startswith("dm-"))
+    except OSError:
+        return out
+    for sysname in names:
+        name = _read(f"{SYS_BLOCK}/{sysname}/dm/name")
+        rdev = dev_parse(_read(f"{SYS_BLOCK}/{sysname}/dev") or "")
+        if name is None or rdev is None:
+            continue
+        out[name] = Dm(name=name, rdev=rdev, uuid=_read(f"{SYS_BLOCK}/{sysname}/dm/uuid") or "",
+                       readonly=_read(f"{SYS_BLOCK}/{sysname}/ro") == "1")
+    return out
+
+
+# ---- ZFS pools ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    guid: str
+    readonly: bool
+
+
+def parse_zpool_list(text: str) -> dict[str, Pool]:
+    """``zpool list -H -o name,guid,readonly`` output."""
+    out: dict[str, Pool] = {}
+    for line in text.splitlines():
+        f = line.split("\t")
+        if len(f) >= 3 and f[0]:
+            out[f[0]] = Pool(f[0], f[1], f[2].strip() == "on")
+    return out
+
+
+PoolLister = Callable[[], "dict[str, Pool] | None"]
+
+
+# ---- snapshots and what changed -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Snapshot:
+    loops: Mapping[int, Loop]
+    mounts: Mapping[int, Mount]
+    dms: Mapping[str, Dm]
+    pools: Mapping[str, Pool] | None  # None: not asked (no zpool, or not a zpool command)
+
+
+def snapshot(pools: PoolLister | None = None) -> Snapshot:
+    return Snapshot(loops(), mounts(), dms(), pools() if pools is not None else None)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One thing the kernel showed this case attach, with the identity a detach must match."""
+
+    kind: str  # loop | mount | dm | pool
+    name: str  # /dev/loopN | mount point | dm name | pool name
+    ident: tuple[tuple[str, Any], ...] = field(default=())
+
+    def get(self, key: str) -> Any:
+        return dict(self.ident).get(key)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, **dict(self.ident)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Attachment | None:
+        kind, name = data.get("kind"), data.get("name")
+        if kind not in KINDS or not isinstance(name, str):
+            return None
+        ident = tuple(sorted((k, v) for k, v in data.items()
+                             if k not in {"kind", "name", "argv"} and not isinstance(v, list | dict)))
+        return cls(kind, name, ident)
+
+    def key(self) -> tuple[str, str, tuple[tuple[str, Any], ...]]:
+        return self.kind, self.name, tuple((k, v) for k, v in self.ident if k in IDENTITY[self.kind])
+
+
+KINDS = ("loop", "mount", "dm", "pool")
+# the fields that must still match for a detach (the rest is description)
+IDENTITY = {"loop": ("rdev", "backing_dev", "backing_ino"), "mount": ("mount_id", "dev"),
+            "dm": ("rdev", "uuid"), "pool": ("guid",)}
+
+
+def of_loop(lo: Loop) -> Attachment:
+    return Attachment("loop", lo.name, tuple(sorted({
+        "rdev": dev_text(lo.rdev), "backing_dev": dev_text(lo.backing_dev),
+        "backing_ino": lo.backing_ino, "file": lo.file, "offset": lo.offset,
+        "sizelimit": lo.sizelimit, "readonly": lo.readonly}.items())))
+
+
+def of_mount(m: Mount) -> Attachment:
+    return Attachment("mount", m.mountpoint, tuple(sorted({
+        "mount_id": m.mount_id, "dev": dev_text(m.dev), "source": m.source, "fstype": m.fstype,
+        "readonly": m.readonly}.items())))
+
+
+def of_dm(d: Dm) -> Attachment:
+    return Attachment("dm", d.name, tuple(sorted({
+        "rdev": dev_text(d.rdev), "uuid": d.uuid, "readonly": d.readonly}.items())))
+
+
+def of_pool(p: Pool) -> Attachment:
+    return Attachment("pool", p.name, (("guid", p.guid), ("readonly", p.readonly)))
+
+
+def _ids_named(argv: Sequence[str]) -> tuple[set[tuple[int, int]], set[str]]:
+    """Identities (st_dev, st_ino) of the files an argv names (as an argument or after ``=``),
+    and the resolved paths of the directories it names."""
+    ids: set[tuple[int, int]] = set()
+    dirs: set[str] = set()
+    for arg in argv[1:]:
+        for cand in {arg, arg.partition("=")[2]}:
+            if not cand:
+                continue
+            try:
+                st = os.stat(cand)
+            except (OSError, ValueError):
+                continue
+            ids.add((st.st_dev, st.st_ino))
+            if stat.S_ISDIR(st.st_mode):
+                dirs.add(os.path.realpath(cand))
+    return ids, dirs
+
+
+def appeared(before: Snapshot, after: Snapshot, argv: Sequence[str]) -> list[Attachment]:
+    """What the kernel shows after a command and did not before, that this command made: a
+    loop over a file the argv names, a mount on a directory it names, a device-mapper device
+    or pool it names. (Other processes attach and mount concurrently: only what the command
+    could have made is attributed to it, and only what the kernel shows is recorded.)"""
+    ids, dirs = _ids_named(argv)
+    words = set(argv[1:])
+    out: list[Attachment] = []
+    for rdev, lo in after.loops.items():
+        was = before.loops.get(rdev)
+        if was is not None and (was.backing_dev, was.backing_ino) == (lo.backing_dev,
+                                                                      lo.backing_ino):
+            continue
+        if (lo.backing_dev, lo.backing_ino) in ids:
+            out.append(of_loop(lo))
+    for mid, m in after.mounts.items():
+        if mid in before.mounts:
+            continue
+        real = m.mountpoint
+        if any(real == d or real.startswith(d.rstrip("/") + "/") for d in dirs):
+            out.append(of_mount(m))
+    for name, d in after.dms.items():
+        was_dm = before.dms.get(name)
+        if (was_dm is None or was_dm.rdev != d.rdev) and name in words:
+            out.append(of_dm(d))
+    if after.pools is not None and before.pools is not None:
+        for name, p in after.pools.items():
+            if name not in before.pools and (name in words or p.guid in words):
+                out.append(of_pool(p))
+    return out
+
+
+def still_there(att: Attachment, snap: Snapshot) -> bool:
+    """Whether the kernel still shows this very attachment (same identity)."""
+    if att.kind == "loop":
+        rdev = dev_parse(att.get("rdev") or "")
+        lo = snap.loops.get(rdev) if rdev is not None else None
+        return lo is not None and dev_text(lo.backing_dev) == att.get("backing_dev") and \
+            lo.backing_ino == att.get("backing_ino")
+    if att.kind == "mount":
+        m = snap.mounts.get(att.get("mount_id"))
+        return m is not None and dev_text(m.dev) == att.get("dev") and m.mountpoint == att.name
+    if att.kind == "dm":
+        d = snap.dms.get(att.name)
+        return d is not None and dev_text(d.rdev) == att.get("rdev") and d.uuid == att.get("uuid")
+    if att.kind == "pool":
+        if snap.pools is None:
+            return True  # not asked: unknown, kept
+        p = snap.pools.get(att.name)
+        return p is not None and p.guid == att.get("guid")
+    return False
+
+
+def gone(live: Iterable[Attachment], snap: Snapshot) -> list[Attachment]:
+    """The recorded attachments the kernel no longer shows (detached, by whatever means)."""
+    return [a for a in live if not still_there(a, snap)]

@@ -1,0 +1,223 @@
+"""Records from the kernel: what a command attached is what the kernel showed appear, never
+what its argv said; a detach is allowed only for this case's attachment whose identity
+(device number, backing inode, mount id) the kernel still shows. Real loop devices and mounts,
+some made by the test itself outside the kit (another party's); evidence hashed before and
+after."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+from ckptrescue.errors import UsageError
+from ckptrescue.record.case import Case
+
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("losetup", "mkfs.ext4")]
+CLI = str(Path(sys.executable).with_name("ckptrescue"))
+NS = "ro,noload,nosuid,nodev,noexec"
+
+
+def _sha(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _sh(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _ext4(path: Path) -> Path:
+    with open(path, "wb") as fh:
+        fh.truncate(8 << 20)
+    _sh("mkfs.ext4", "-q", "-F", str(path))
+    return path
+
+
+class Scene:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.loops: list[str] = []
+        self.mounts: list[str] = []
+        self.case = Case.create(root / "case", title="kernel records")
+        self.evidence = _ext4(root / "evidence.img")
+        self.case.ensure_evidence(self.evidence, how="test evidence image")
+        self.other_img = _ext4(root / "other.img")
+        self.runner = SubprocessRunner(self.case)
+
+    def loop(self, img: Path, *extra: str) -> str:
+        dev = _sh("losetup", *extra, "--find", "--show", str(img))
+        self.loops.append(dev)
+        return dev
+
+    def mount(self, dev: str, where: Path) -> Path:
+        where.mkdir(parents=True, exist_ok=True)
+        _sh("mount", "-t", "ext4", "-o", NS, dev, str(where))
+        self.mounts.append(str(where))
+        return where
+
+    def run(self, *argv: str):  # noqa: ANN201
+        return self.runner.run(ToolCall(argv=tuple(argv), timeout_s=60, purpose="test"))
+
+    def records(self, action: str) -> list[dict]:
+        return [r["details"] for r in self.case.records(action)]
+
+    def mounted(self, where: Path | str) -> bool:
+        real = os.path.realpath(where)
+        return any(line.split()[4] == real for line in
+                   Path("/proc/self/mountinfo").read_text().splitlines())
+
+    def cleanup(self) -> None:
+        for where in reversed(self.mounts):
+            subprocess.run(["umount", where], check=False, capture_output=True)
+        for rec in self.records("safety.attached"):
+            if rec["kind"] == "mount":
+                subprocess.run(["umount", rec["name"]], check=False, capture_output=True)
+        for rec in self.records("safety.attached"):
+            if rec["kind"] == "loop":
+                subprocess.run(["losetup", "-d", rec["name"]], check=False, capture_output=True)
+        for dev in self.loops:
+            subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> Iterator[Scene]:
+    s = Scene(tmp_path)
+    before = _sha(s.evidence)
+    try:
+        yield s
+    finally:
+        s.cleanup()
+    assert _sha(s.evidence) == before
+
+
+def test_forms_that_attach_nothing_record_nothing_and_authorise_nothing(scene: Scene) -> None:
+    theirs = scene.loop(scene.other_img, "-r")  # another party's loop device
+    their_mnt = scene.mount(theirs, scene.root / "their-mnt")
+    empty = scene.root / "empty"
+    empty.mkdir()
+    for argv in (("losetup", "-r", "-h", theirs, str(scene.evidence)),
+                 ("losetup", "-V"),
+                 ("mount", "-f", "-r", "-t", "ext4", "-o", NS, theirs, str(empty)),
+                 ("mount", "-h")):
+        res = scene.run(*argv)
+        assert res.refused is None and res.returncode == 0, (argv, res.refused, res.stderr)
+    assert scene.records("safety.attached") == []
+    assert scene.case.attachments() == []
+    detach = scene.run("losetup", "-d", theirs)
+    assert detach.refused and "not a loop device this case attached" in detach.refused
+    unmount = scene.run("umount", str(their_mnt))
+    assert unmount.refused and "not a mount this case made" in unmount.refused
+    assert scene.mounted(their_mnt)
+    assert Path(f"/sys/block/{Path(theirs).name}/loop/backing_file").read_text().strip() == \
+        str(scene.other_img)
+
+
+def test_through_the_cli_the_help_form_attaches_nothing(scene: Scene) -> None:
+    theirs = scene.loop(scene.other_img, "-r")
+    r = subprocess.run([CLI, "exec", "--case", str(scene.case.root), "--", "losetup", "-r",
+                        "-h", theirs, str(scene.evidence)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([CLI, "exec", "--case", str(scene.case.root), "--", "losetup", "-d",
+                        theirs], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "not a loop device this case attached" in r.stderr
+    assert Path(f"/sys/block/{Path(theirs).name}/loop/backing_file").exists()
+
+
+def test_a_real_attach_is_recorded_with_its_kernel_identity(scene: Scene) -> None:
+    res = scene.run("losetup", "--read-only", "--find", "--show", str(scene.evidence))
+    assert res.returncode == 0, res.stderr
+    ours = res.stdout.strip()
+    (rec,) = scene.records("safety.attached")
+    st = os.stat(scene.evidence)
+    rdev = os.stat(ours).st_rdev
+    assert rec["kind"] == "loop" and rec["name"] == ours and rec["readonly"] is True
+    assert rec["rdev"] == f"{os.major(rdev)}:{os.minor(rdev)}"
+    assert (rec["backing_dev"], rec["backing_ino"]) == (
+        f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}", st.st_ino)
+    mnt = scene.root / "mnt"
+    mnt.mkdir()
+    res = scene.run("mount", "-t", "ext4", "-o", NS, ours, str(mnt))
+    assert res.returncode == 0, res.stderr
+    (mrec,) = [r for r in scene.records("safety.attached") if r["kind"] == "mount"]
+    assert mrec["name"] == str(mnt) and isinstance(mrec["mount_id"], int)
+    assert mrec["readonly"] is True and mrec["dev"] == rec["rdev"]
+    # the case's own mount: unmounted; the kernel shows it gone: recorded as detached
+    assert scene.run("umount", str(mnt)).returncode == 0
+    assert [r["kind"] for r in scene.records("safety.detached")] == ["mount"]
+    # its own loop, by another name of the same device (/dev/block/M:N where udev made it,
+    # else a node of the same number made by the test): detached
+    alias = f"/dev/block/{os.major(rdev)}:{os.minor(rdev)}"
+    if not os.path.exists(alias):
+        alias = str(scene.root / "same-device")
+        os.mknod(alias, 0o600 | stat.S_IFBLK, rdev)
+    res = scene.run("losetup", "-d", alias)
+    assert res.refused is None and res.returncode == 0, (res.refused, res.stderr)
+    assert scene.case.attachments() == []
+
+
+def test_a_detach_needs_the_same_identity_not_the_same_name(scene: Scene) -> None:
+    res = scene.run("losetup", "--read-only", "--find", "--show", str(scene.evidence))
+    ours = res.stdout.strip()
+    # behind the kit's back: detached, and the same node re-bound to another party's file
+    _sh("losetup", "-d", ours)
+    _sh("losetup", "-r", ours, str(scene.other_img))
+    scene.loops.append(ours)
+    refused = scene.run("losetup", "-d", ours)
+    assert refused.refused and "not a loop device this case attached" in refused.refused
+    assert Path(f"/sys/block/{Path(ours).name}/loop/backing_file").read_text().strip() == \
+        str(scene.other_img)
+    # the kernel no longer shows the case's loop: the next state command records it released
+    assert scene.run("losetup", "-l").returncode == 0
+    assert [r["name"] for r in scene.records("safety.detached")] == [ours]
+    assert scene.case.attachments() == []
+
+
+def test_a_mount_stacked_over_the_kits_is_not_the_kits(scene: Scene) -> None:
+    res = scene.run("losetup", "--read-only", "--find", "--show", str(scene.evidence))
+    ours = res.stdout.strip()
+    mnt = scene.root / "mnt"
+    mnt.mkdir()
+    assert scene.run("mount", "-t", "ext4", "-o", NS, ours, str(mnt)).returncode == 0
+    theirs = scene.loop(scene.other_img, "-r")
+    scene.mount(theirs, mnt)  # another party mounts over the kit's mount point
+    refused = scene.run("umount", str(mnt))
+    assert refused.refused and "not a mount this case made" in refused.refused
+    by_dev = scene.run("umount", ours)
+    assert by_dev.refused and "mount point" in by_dev.refused
+    _sh("umount", str(mnt))
+    scene.mounts.remove(str(mnt))
+    assert scene.run("umount", str(mnt)).returncode == 0  # the kit's own, now on top again
+
+
+def test_files_under_work_authorise_nothing(scene: Scene) -> None:
+    """A record planted under CASE/work/ (as a guarded rsync into it could) neither names a
+    pool to export nor a mount to release: the log is the only authority."""
+    from ckptrescue.storage import mounting
+
+    theirs = scene.loop(scene.other_img, "-r")
+    their_mnt = scene.mount(theirs, scene.root / "their-mnt")
+    planted = scene.case.work_dir / "mounts"
+    planted.mkdir(exist_ok=True)
+    for name, data in (("a.json", {"zfs_pool": "rpool", "mountpoint": str(their_mnt)}),
+                       ("b.json", {"mountpoint": str(their_mnt), "device": theirs,
+                                   "loop_device": theirs, "backing_file": str(scene.other_img),
+                                   "target": str(scene.other_img), "fstype": "ext4"})):
+        (planted / name).write_text(json.dumps(data))
+    assert scene.case.readonly_pools() == []
+    with pytest.raises(UsageError, match="no mount recorded"):
+        mounting.umount(their_mnt, case=scene.case)
+    assert scene.run("zpool", "export", "rpool").refused
+    assert scene.mounted(their_mnt)
