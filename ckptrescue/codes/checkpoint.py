@@ -34,14 +34,15 @@ CODES = {
     "PK001": (C, "Pickle references globals outside torch's weights-only allowlist"),
     "PK002": (E, "Pickle damaged: static parse stopped"),
     "PK003": (W, "Persistent id is not a torch storage reference"),
-    "PK004": (E, "Pickle read without weights_only names globals not on the exact list: "
-                 "load refused"),
+    "PK004": (E, "Pickle read without weights_only names a global one edit from the exact "
+                 "list: a damaged name the unpickler cannot resolve"),
     "PK005": (C, "Pickle opcode overruns its FRAME: unpicklers read different opcodes"),
     "PK006": (E, "Pickle scan limit hit (nesting, object count or size): not verified"),
     "PK007": (E, "Pickle uses opcodes torch.load(weights_only=True) refuses"),
-    "PK008": (W, "Standalone pickle names globals on no exact list (imported and run on load)"),
     "PK009": (E, "Legacy torch stream structure the loader refuses (magic, protocol, "
                  "persistent ids or storage keys)"),
+    "PK010": (C, "Pickle rewrites a module's or class's attributes (BUILD on a global): later "
+                 "globals resolve to what it wrote"),
     # safetensors
     "ST001": (E, "safetensors header length invalid (too small, too large or past EOF)"),
     "ST002": (E, "safetensors header is not valid UTF-8 JSON of tensor entries"),

@@ -2,7 +2,8 @@
 
 Reference §4. ``.metadata`` is written last (temp file + rename): absent means the save never
 finished. It is a plain pickle of DCP dataclasses, inspected with ``pickle_scan`` (never
-executed; globals outside DCP's own classes and the weights-only allowlist make it ``unsafe``).
+executed; globals outside DCP's own classes and the weights-only allowlist make it ``unsafe``:
+DCP's reader resolves every global; a name one edit from a listed one is a damaged name).
 Checks: every referenced file exists and is long enough; per tensor, chunks tile the global
 shape exactly; every chunk has a storage item; each item is a complete nested ``torch.save`` zip
 whose records' CRC-32s are verified (``formats/torch_zip.probe_zip`` on the byte window), with
@@ -122,32 +123,38 @@ class DcpFormat:
         with open_regular(meta_path) as fh:
             scan = pickle_scan.scan_pickle(fh.read(pickle_scan.MAX_PICKLE_BYTES),
                                            mode="memory", partial=True)
-        # DCP's reader unpickles .metadata with pickle.load (no weights_only): only the exact
-        # list is loadable; a dangerous global is unsafe, an unknown one unreadable. Globals
-        # named before a parse error count: the unpickler resolved them before it stopped.
-        unknown = scan.unsafe_globals(lambda g: _allowed(g) or pickle_policy.extra_allowed(
+        # DCP's reader unpickles .metadata with pickle.load (no weights_only): it resolves and
+        # calls every global, so one off the exact list is unsafe; a name one edit from a
+        # listed one is a damaged name it cannot resolve (unreadable). Globals named before a
+        # parse error count: the unpickler resolved them before it stopped.
+        off_list = scan.unsafe_globals(lambda g: _allowed(g) or pickle_policy.extra_allowed(
             g, options.extra_allowed))
-        unsafe = [g for g in unknown if pickle_scan.dangerous(g)]
+        unsafe, damaged = pickle_policy.resolved_off_list(off_list, scan.dotted)
         unsafe += [f"copyreg._extension_registry[{c}]" for c in scan.ext_codes]
         report.extra["unsafe_globals"] = unsafe
-        report.extra["unknown_globals"] = [g for g in unknown if g not in unsafe]
+        report.extra["unknown_globals"] = list(damaged)
         if unsafe:
             report.findings.append(finding(
-                "PK001", f"{meta_path.name} references dangerous globals (DCP's reader would "
-                "call them: it unpickles without weights_only): " + ", ".join(unsafe),
-                evidence=str(meta_path), details={"globals": unsafe}))
+                "PK001", f"{meta_path.name} references globals outside the exact DCP list "
+                "(DCP's reader resolves and calls them: it unpickles without weights_only): "
+                + ", ".join(unsafe), evidence=str(meta_path), details={"globals": unsafe}))
+            verdicts.append(Verdict.UNSAFE)
+        if scan.rewrites:
+            report.findings.append(finding(
+                "PK010", f"{meta_path.name} rewrites attributes of "
+                + ", ".join(sorted(set(scan.rewrites))), evidence=str(meta_path)))
             verdicts.append(Verdict.UNSAFE)
         if scan.frame_violations:
             report.findings.append(finding(
                 "PK005", f"{meta_path.name}: {scan.frame_violations[0][1]}",
                 evidence=str(meta_path), offset=scan.frame_violations[0][0]))
             verdicts.append(Verdict.UNSAFE)
-        if report.extra["unknown_globals"]:
-            names = report.extra["unknown_globals"]
+        if damaged:
             report.findings.append(finding(
-                "PK004", f"{meta_path.name} references globals that are not on the exact DCP "
-                "list (the real load is refused: DCP's reader unpickles without weights_only): "
-                + ", ".join(names), evidence=str(meta_path), details={"globals": names}))
+                "PK004", f"{meta_path.name} names " + ", ".join(
+                    f"{g} (one edit from {n})" for g, n in damaged.items())
+                + ": a damaged name DCP's reader cannot resolve (the load fails)",
+                evidence=str(meta_path), details={"globals": list(damaged)}))
             verdicts.append(Verdict.UNREADABLE)
         if scan.error:
             report.findings.append(finding("DC002", f"{meta_path.name} unreadable at byte "

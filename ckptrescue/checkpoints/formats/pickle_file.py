@@ -3,9 +3,10 @@
 What is covered (``docs/formats/pickle.md``): bare pickles whatever their name (``.pkl``,
 ``.pickle``, ``.dill``, ``.joblib``, ``optimizer.pkl``, a legacy-looking stream whose magic is
 computed), numpy ``.npy`` files with object arrays (the pickle after the header), zips and 7z
-archives holding pickles (each member that is a pickle: ``data.pkl``, ``*.pkl``, or a member
-starting with a PROTO opcode; 7z needs the ``archives`` extra, py7zr), and Accelerate's
-``random_states_<rank>.pkl`` (a torch zip judged against the exact list of what Accelerate
+archives holding pickles (each member that is a pickle: ``data.pkl``, ``*.pkl``, a member
+starting with a PROTO opcode, or an object-array ``.npy`` of an ``.npz``; a zip member is read
+from its bytes whatever its encryption/patch flags say; 7z needs the ``archives`` extra, py7zr),
+and Accelerate's ``random_states_<rank>.pkl`` (a torch zip judged against the exact list of what Accelerate
 writes). Several pickles in a row (``pickle.load`` called repeatedly) are all scanned. Nothing
 is ever unpickled.
 """
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import ast
 import re
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap
@@ -137,23 +140,62 @@ class PickleFileFormat:
 
 
 def _zip_pickles(path: Path) -> list[tuple[str, bytes]] | None:
-    """The pickle members of a zip (None when it holds none or is not a readable zip)."""
+    """The pickle members of a zip (None when it holds none or is not a readable zip).
+
+    Members are read from their stored bytes whatever their general-purpose flags say: a
+    member marked encrypted (0x1, 0x40) or patch data (0x20) whose bytes are a plain pickle
+    (picklescan's ``malicious1_0x*.zip``) runs in any reader that ignores the flag. A member
+    really encrypted does not parse as a pickle and is left out."""
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
             out: list[tuple[str, bytes]] = []
             for info in zf.infolist()[:_MAX_MEMBERS]:
-                if info.file_size > pickle_scan.MAX_PICKLE_BYTES or info.flag_bits & 1:
+                if info.file_size > pickle_scan.MAX_PICKLE_BYTES:
+                    continue
+                data = _member_bytes(fh, info)
+                if data is None:
                     continue
                 name = info.filename
-                with zf.open(info) as member:
-                    head = member.read(2)
-                if not (name.endswith((".pkl", ".pickle", "data.pkl")) or _looks_pickle(head)):
+                if data.startswith(_NPY_MAGIC):  # an .npz member: object arrays hold a pickle
+                    off = _npy_pickle_offset(data)
+                    if off is not None:
+                        out.append((f"{name} (object array)", data[off:]))
                     continue
-                out.append((name, zf.read(info)))
+                if info.flag_bits & _FLAGS_HIDING and not _parses(data):
+                    continue
+                if not (name.endswith((".pkl", ".pickle", "data.pkl")) or _looks_pickle(data)):
+                    continue
+                out.append((name, data))
             return out or None
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError,
-            RuntimeError, zipfile.LargeZipFile):
+            RuntimeError, zipfile.LargeZipFile, zlib.error, struct.error):
         return None
+
+
+_FLAGS_HIDING = 0x1 | 0x20 | 0x40  # encrypted, patch data, strong encryption
+
+
+def _member_bytes(fh: BinaryIO, info: zipfile.ZipInfo) -> bytes | None:
+    """A member's bytes from its local header on (stored, or deflated and inflated up to the
+    pickle cap), ignoring the flags zipfile refuses; None for other methods."""
+    fh.seek(info.header_offset)
+    head = fh.read(30)
+    if len(head) < 30 or head[:4] != b"PK\x03\x04":
+        return None
+    nlen, xlen = struct.unpack_from("<HH", head, 26)
+    fh.seek(info.header_offset + 30 + nlen + xlen)
+    raw = fh.read(min(info.compress_size, pickle_scan.MAX_PICKLE_BYTES))
+    if info.compress_type == zipfile.ZIP_STORED:
+        return raw
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        return zlib.decompressobj(-15).decompress(raw, pickle_scan.MAX_PICKLE_BYTES)
+    return None
+
+
+def _parses(data: bytes) -> bool:
+    """True when ``data`` reads as a pickle (names a global or reaches STOP)."""
+    scan = pickle_scan.scan_pickle(data, mode="memory", partial=True)
+    return bool(scan.globals) or scan.error is None
 
 
 def _seven_zip_pickles(path: Path) -> list[tuple[str, bytes]] | None:

@@ -8,12 +8,18 @@
 * ``STANDALONE_ALLOWED``: the plain-data globals of a standalone pickle (numpy arrays, sets,
   ordered dicts, dates);
 * ``dangerous``: globals that run programs, code or I/O - a pickle naming one is ``unsafe``
-  whatever list applies;
+  whatever list applies (the list names them in findings; any global a loader resolves that is
+  not on the exact list makes the file ``unsafe`` too);
+* ``resolved_off_list``: for loaders that resolve every global (``pickle.load``: standalone
+  pickles, DCP ``.metadata``), which off-list names run (``unsafe``) and which are one edit
+  from a listed name (a damaged name the unpickler cannot resolve);
 * ``WEIGHTS_ONLY_OPCODES``: the opcodes torch's weights-only unpickler implements (any other
   opcode makes ``torch.load(weights_only=True)`` refuse the file).
 """
 
 from __future__ import annotations
+
+import functools
 
 from ckptrescue.checkpoints.formats import dtypes
 
@@ -97,6 +103,9 @@ DANGEROUS_MODULES = {
     "unsupported_tensor_ops", "_config_module", "imaplib", "poplib", "nntplib", "xmlrpc",
     "_aix_support", "_osx_support", "_pyrepl", "linecache", "logging", "test", "httplib",
     "cgi", "zipfile", "tarfile", "sqlite3", "dbm", "pstats", "_imp", "numexpr",
+    # sub-interpreters run code strings (fickling GHSA-6ggj-6f2q-f7mx)
+    "_interpreters", "_xxsubinterpreters", "interpreters", "_interpqueues", "_interpchannels",
+    "_xxinterpchannels", "format_utils",
 }
 _DANGEROUS_BUILTINS = {
     "exec", "eval", "compile", "open", "getattr", "setattr", "delattr", "__import__",
@@ -115,7 +124,9 @@ _DANGEROUS_NAMES = {"load", "loads", "system", "popen", "spawn", "exec", "eval",
                     "make_label", "get_entity", "fetch_completions", "fetch_tip", "SetText",
                     "write_file", "create_connection", "methodcaller", "attrgetter",
                     "itemgetter", "partial", "locate", "CDLL", "FileIO", "FileHandler",
-                    "getoutput", "getstatusoutput", "system_profile", "execvp", "execv"}
+                    "getoutput", "getstatusoutput", "system_profile", "execvp", "execv",
+                    # a nested torch.load without weights_only (fickling test_unpickler.py)
+                    "_load_from_bytes", "torch_save_to_dcp", "dcp_to_torch_save"}
 
 
 def dangerous(qualname: str) -> bool:
@@ -204,3 +215,39 @@ def standalone_allowed(qualname: str) -> bool:
 def accelerate_rng_allowed(qualname: str) -> bool:
     """Accelerate's RNG-state file: the weights-only list plus numpy array reconstruction."""
     return qualname in ACCELERATE_RNG_ALLOWED or weights_only_allowed(qualname)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` differ by exactly one substitution, insertion or deletion."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True)) == 1
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = 0
+    while i < len(short) and short[i] == long_[i]:
+        i += 1
+    return short[i:] == long_[i + 1:]
+
+
+def near_miss(qualname: str) -> str | None:
+    """The exact-list name one edit away from ``qualname`` (a damaged name such as
+    ``...metadata.Metadatx``), or None. A dangerous name is never a near miss."""
+    if dangerous(qualname):
+        return None
+    return next((name for name in _listed() if _one_edit(qualname, name)), None)
+
+
+@functools.cache
+def _listed() -> tuple[str, ...]:
+    return tuple(sorted(exact_allowed_globals() | STANDALONE_ALLOWED))
+
+
+def resolved_off_list(off_list: list[str], dotted: set[str]) -> tuple[list[str], dict[str, str]]:
+    """Split the off-list globals of a pickle read by ``pickle.load`` (which resolves every
+    global it meets): ``(unsafe, damaged)`` - a global the unpickler resolves runs, so it is
+    unsafe; a name one edit from an exact-list name that is not dangerous (``damaged``: name
+    -> the listed name) is a damaged name the unpickler cannot resolve (the load fails)."""
+    damaged = {g: near for g in off_list
+               if g not in dotted and (near := near_miss(g)) is not None}
+    return [g for g in off_list if g not in damaged], damaged

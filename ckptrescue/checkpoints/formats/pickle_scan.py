@@ -206,6 +206,7 @@ class PickleScan:
     limit: str | None = None  # a scan limit was hit (PK006)
     frame_violations: list[tuple[int, str]] = field(default_factory=list)  # PK005
     ext_codes: list[int] = field(default_factory=list)  # EXT1/2/4 (copyreg registry)
+    rewrites: list[str] = field(default_factory=list)  # BUILD on a global (PK010)
 
     def unsafe_globals(self, allowed: Any = weights_only_allowed) -> list[str]:
         """Globals not on the exact list ``allowed``; an attribute path (``GLOBAL 'torch.x
@@ -279,6 +280,9 @@ class _Interpreter:
         self.prefs: list[PersistentRef] = []
         self.opcodes: set[str] = set()
         self.ext_codes: list[int] = []
+        self.rewrites: list[str] = []
+        # (module, name) -> what a BUILD on that module/class wrote: find_class returns it
+        self.overrides: dict[tuple[str, str], Any] = {}
         self.protocol: int | None = None
         self.proto = 0
         self.objects = 0
@@ -309,7 +313,7 @@ class _Interpreter:
         self.stack = self.metastack.pop()
         return items
 
-    def add_global(self, module: str, name: str) -> Global:
+    def add_global(self, module: str, name: str) -> Any:
         self.raw.append((module, name))
         if self.proto < 3:
             module, name = _NAME_MAPPING.get((module, name), (module, name))
@@ -318,7 +322,20 @@ class _Interpreter:
         self.globals.append(qual)
         if "." in name:
             self.dotted.add(qual)
+        if (module, name) in self.overrides:  # a BUILD rewrote this attribute: find_class
+            return self.overrides[(module, name)]  # returns what it wrote
         return Global(module, name)
+
+    def rewrite(self, target: Global, state: Any) -> None:
+        """BUILD on a module or class object: ``setattr`` of each state key (its ``__dict__``
+        or slot state), so later ``find_class(target, key)`` returns the written value."""
+        self.rewrites.append(target.qualname)
+        parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+        for part in parts:
+            if isinstance(part, dict):
+                for key, value in part.items():
+                    if type(key) is str:
+                        self.overrides[(target.qualname, key)] = value
 
     def call(self, func: Any, args: Any) -> Any:
         if not isinstance(args, tuple):
@@ -448,7 +465,10 @@ class _Interpreter:
             self.push(self.call(items[0], tuple(items[1:])))
         elif name == "BUILD":
             state = self.pop()
-            _build(self.top(), state)
+            if isinstance(self.top(), Global):
+                self.rewrite(self.top(), state)
+            else:
+                _build(self.top(), state)
         elif name in ("BINPERSID", "PERSID"):
             ref = PersistentRef(self.pop() if name == "BINPERSID" else arg)
             self.prefs.append(ref)
@@ -601,7 +621,7 @@ def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: 
                       opcodes=it.opcodes, error=error,
                       error_position=None if error_pos is None else error_pos + start,
                       limit=limit, frame_violations=[(p + start, m) for p, m in src.violations],
-                      ext_codes=it.ext_codes)
+                      ext_codes=it.ext_codes, rewrites=it.rewrites)
     if src.violations:
         other = "memory" if mode == "stream" else "stream"
         alt = _interpret(raw, other, encoding, ext_registered)[0]
@@ -610,6 +630,7 @@ def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: 
                 scan.globals.append(q)
         scan.dotted |= alt.dotted
         scan.ext_codes += alt.ext_codes
+        scan.rewrites += alt.rewrites
     if stream is not None:
         try:
             stream.seek(base + scan.end)

@@ -2,14 +2,16 @@
 
 The rules, in order of the verdict they give:
 
-* a global that is dangerous, or off the exact list that applies (``PK001``), an opcode that
-  overruns its FRAME (``PK005``) or an EXT code (copyreg's registry: unknown) - ``unsafe``,
-  even when a parse error follows (the unpickler ran them before it stopped);
+* a global off the exact list that applies (``PK001``), a BUILD that rewrites a module's or
+  class's attributes (``PK010``: what later globals resolve to), an opcode that overruns its
+  FRAME (``PK005``) or an EXT code (copyreg's registry: unknown) - ``unsafe``, whatever else is
+  wrong (the unpickler ran them before it stopped);
+* for standalone pickles (``pickle.load`` resolves every global), an off-list name one edit
+  from a listed one that is not dangerous (``PK004``) - ``unreadable``: a damaged name the
+  unpickler cannot resolve;
 * a parse error (``PK002``) - ``truncated`` when the data ends, else ``damaged``;
 * a scan limit (``PK006``) or, when the loader is ``torch.load(weights_only=True)``, an opcode
   its unpickler does not implement (``PK007``) - ``unreadable``;
-* for standalone pickles, globals on no exact list that are not dangerous (``PK008``) -
-  ``suspect`` (loading imports and runs them; nothing says they are harmful).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ckptrescue.checkpoints.base import Verdict
-from ckptrescue.checkpoints.formats.pickle_policy import WEIGHTS_ONLY_OPCODES, dangerous
+from ckptrescue.checkpoints.formats.pickle_policy import WEIGHTS_ONLY_OPCODES, resolved_off_list
 from ckptrescue.checkpoints.formats.pickle_scan import PickleScan
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.model import Finding
@@ -30,14 +32,30 @@ def judge(scan: PickleScan, evidence: str, *, allowed: Callable[[str], bool],
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
     off_list = scan.unsafe_globals(allowed)
-    bad = [g for g in off_list if not standalone or dangerous(g) or g in scan.dotted]
-    bad += [f"copyreg._extension_registry[{c}]" for c in scan.ext_codes]
+    damaged: dict[str, str] = {}
+    bad = off_list
+    if standalone:
+        bad, damaged = resolved_off_list(off_list, scan.dotted)
+    bad = [*bad, *(f"copyreg._extension_registry[{c}]" for c in scan.ext_codes)]
     if bad:
         findings.append(finding(
             "PK001", f"{label} references globals outside the exact list: " + ", ".join(bad)
             + (" (named before the parse error: the unpickler ran them)" if scan.error else ""),
             evidence=evidence, details={"globals": bad}))
         verdicts.append(Verdict.UNSAFE)
+    if scan.rewrites:
+        findings.append(finding(
+            "PK010", f"{label} rewrites attributes of " + ", ".join(sorted(set(scan.rewrites)))
+            + " (BUILD on a module or class: later globals resolve to what it wrote)",
+            evidence=evidence, details={"targets": sorted(set(scan.rewrites))}))
+        verdicts.append(Verdict.UNSAFE)
+    if damaged:
+        findings.append(finding(
+            "PK004", f"{label} names " + ", ".join(f"{g} (one edit from {n})"
+                                                   for g, n in damaged.items())
+            + ": a damaged name the unpickler cannot resolve", evidence=evidence,
+            details={"globals": list(damaged)}))
+        verdicts.append(Verdict.UNREADABLE)
     if scan.frame_violations:
         pos, why = scan.frame_violations[0]
         findings.append(finding(
@@ -63,11 +81,4 @@ def judge(scan: PickleScan, evidence: str, *, allowed: Callable[[str], bool],
                 "implement: " + ", ".join(refused), evidence=evidence,
                 details={"opcodes": refused}))
             verdicts.append(Verdict.UNREADABLE)
-    if standalone:
-        unknown = [g for g in off_list if g not in bad]
-        if unknown:
-            findings.append(finding(
-                "PK008", f"{label} names globals on no exact list (loading imports and runs "
-                "them): " + ", ".join(unknown), evidence=evidence, details={"globals": unknown}))
-            verdicts.append(Verdict.SUSPECT)
     return findings, verdicts

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap, torch_zip_view, zipwalk
+from ckptrescue.checkpoints.formats import (
+    pickle_policy,
+    pickle_scan,
+    tensormap,
+    torch_zip_shadow,
+    torch_zip_view,
+    zipwalk,
+)
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
 from ckptrescue.checkpoints.formats.tensormap import StorageCheck
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
@@ -152,14 +159,19 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
         out.findings.extend(pkl_findings)
         out.verdicts.extend(pkl_verdicts)
 
+    def allowed(g: str) -> bool:
+        return pickle_scan.weights_only_allowed(g) or pickle_policy.extra_allowed(
+            g, extra_allowed)
+
+    shadow = torch_zip_shadow.shadowed_pickles(fh, layout, pkl, path, end, allowed)
+    out.findings.extend(shadow[0])
+    out.verdicts.extend(shadow[1])
     named: list[tuple[str, Any]] = []
     refs_by_key: dict[str, list[Any]] = {}
     if scan is not None:
         out.root = scan.root
         out.globals = sorted(set(scan.globals))
-        out.unsafe_globals = scan.unsafe_globals(
-            lambda g: pickle_scan.weights_only_allowed(g) or pickle_policy.extra_allowed(
-                g, extra_allowed))
+        out.unsafe_globals = scan.unsafe_globals(allowed)
         if out.unsafe_globals:
             out.findings.append(finding(
                 "PK001", "pickle references globals outside the weights-only allowlist: "
@@ -183,6 +195,8 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
                                             "torch storage", evidence=path))
             else:
                 refs_by_key.setdefault(pref.key, []).append(pref)
+
+    out.unsafe_globals += [g for g in shadow[2] if g not in out.unsafe_globals]
 
     # -- storage records ---------------------------------------------------------------------
     all_crc_zero = True
