@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import ManifestDiffOutput
+from ckptrescue.engine.outputs import ManifestDiffOutput, SafeGlobalsOutput
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
 
 # the actions whose steps examine evidence (the answer's "nothing examined yet" test)
-EXAMINING = {"manifest.diff"}
+EXAMINING = {"manifest.diff", "resume.safe_globals"}
 
 
 def capability_parts(case: Case) -> list[str]:
@@ -22,4 +22,7 @@ def capability_parts(case: Case) -> list[str]:
     for diff in outputs_of(case, ManifestDiffOutput)[-1:]:
         if diff.differs or diff.bad_lines:
             parts.append(f"manifest diff: {diff.answer}")
+    for sg in outputs_of(case, SafeGlobalsOutput)[-1:]:
+        if sg.safe or sg.not_safe or not sg.ok:
+            parts.append(f"safe globals: {sg.answer}")
     return parts

@@ -157,6 +157,28 @@ class RankOutput(StepOutputs):
         "The newest checkpoint safe to resume from (None: none)."))
 
 
+
+@dataclass
+class SafeGlobalsOutput(StepOutputs):
+    paths: list[str] = field(default_factory=list, metadata=doc("The files or directories given."))
+    files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per torch file: path, format, verdict, globals_total, needed (global, status: safe, "
+        "unlisted, dangerous or blocked; lists, source, reason), blockers (what no "
+        "registration fixes), loads_with_safe_list, error (not a torch file)."))
+    safe: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The globals safe to register, over every file: global, lists, source."))
+    not_safe: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The globals not to register: global, status, reason."))
+    snippet: str = field(default="", metadata=doc(
+        "Python registering the safe globals with torch.serialization.add_safe_globals."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        """Every torch file loads with weights_only=True once the safe list is registered."""
+        return all(f.get("loads_with_safe_list") for f in self.files if f.get("error") is None)
+
+
 # ---- block storage ---------------------------------------------------------------------------
 
 @dataclass

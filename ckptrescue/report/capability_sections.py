@@ -11,17 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import ManifestDiffOutput
+from ckptrescue.engine.outputs import ManifestDiffOutput, SafeGlobalsOutput
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
 
 ROWS = 50  # rows per table in the report (the JSON report's step outputs have them all)
-
-# (model key, report title): the order they appear in report/model.py SECTIONS
-TITLES = {
-    "manifest_diff": "Manifest to manifest",
-}
 
 
 def table(title: str, testid: str, columns: list[str], rows: list[list[Any]],
@@ -56,7 +51,30 @@ def manifest_diff(case: Case) -> dict[str, Any] | None:
               rows, len(out.changes) + out.changes_omitted)])
 
 
-BUILDERS = {"manifest_diff": manifest_diff}
+def safe_globals(case: Case) -> dict[str, Any] | None:
+    outs = outputs_of(case, SafeGlobalsOutput)
+    if not outs:
+        return None
+    out = outs[-1]
+    files = [[f["path"], f.get("format") or "", f.get("error") or (
+                "loads as it is" if not f.get("needed") and not f.get("blockers") else
+                "loads once the safe list is registered" if f.get("loads_with_safe_list")
+                else "refused whatever is registered"),
+              len(f.get("needed") or []), "; ".join(f.get("blockers") or [])]
+             for f in out.files]
+    safe = [[n["global"], ", ".join(n.get("lists") or []), n.get("source", "")]
+            for n in out.safe]
+    bad = [[n["global"], n["status"], n.get("reason", "")] for n in out.not_safe]
+    notes = ["register the safe ones before torch.load(..., weights_only=True): "
+             + " ".join(line.strip() for line in out.snippet.splitlines())] if out.snippet else []
+    return section(out.answer, notes=notes, tables=[
+        table("Files", "safe-globals-files", ["file", "format", "torch.load(weights_only=True)",
+                                              "globals needed", "blockers"], files),
+        table("Safe to register", "safe-globals-safe", ["global", "exact list", "why"], safe),
+        table("Not to register", "safe-globals-not-safe", ["global", "status", "why"], bad)])
+
+
+BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals}
 
 
 def build(case: Case) -> dict[str, dict[str, Any] | None]:

@@ -68,6 +68,7 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
     ("salvage", "Salvage", False, lambda m: bool(m["salvage"])),
     ("multirank", "Multi-rank steps and the resume pointer", False,
      lambda m: bool(m["multirank"])),
+    ("safe_globals", "The exact safe-globals list", False, lambda m: bool(m["safe_globals"])),
     ("training_state", "Training state across checkpoints", False,
      lambda m: bool(m["training_state"])),
     ("dataset_content", "Dataset content against its baseline", False,

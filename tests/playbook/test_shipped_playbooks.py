@@ -52,7 +52,8 @@ def test_the_expected_playbooks_ship() -> None:
     assert set(SHIPPED) >= {"triage", "preserve-block-device", "preserve-mounted-fs",
                             "preserve-s3-prefix", "inspect-xfs", "inspect-ext4", "inspect-zfs",
                             "verify-s3-prefix", "probe-checkpoints", "dataset-audit",
-                            "full-incident", "inspect-zfs-member", "collect-host", "silent-failure"}
+                            "full-incident", "inspect-zfs-member", "collect-host", "silent-failure",
+                            "resume-checks"}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))

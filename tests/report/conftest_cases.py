@@ -119,6 +119,17 @@ def make_full_case(case: Case) -> Case:
                      "old_path": f"data/{EVIL}", "old_sha256": "ab" * 32}],
         "changes_omitted": 0, "bad_lines": [], "duplicates": [],
         "answer": "0 changed, 0 removed, 0 added, 1 renamed; 4 unchanged"}, "manifest-diff")
+    add_step(case, "resume.safe_globals", {
+        "paths": ["/mnt/run/global_step3"], "files": [
+            {"path": f"/mnt/run/{EVIL_MD}.pt", "format": "torch-zip", "verdict": "intact",
+             "globals_total": 9, "needed": [{"global": f"evil.{EVIL}", "status": "unlisted",
+                                             "lists": [], "source": "", "reason": EVIL_MD}],
+             "blockers": [], "loads_with_safe_list": False, "error": None}],
+        "safe": [{"global": "argparse.Namespace", "status": "safe", "lists": ["megatron"],
+                  "source": "megatron-core SAFE_GLOBALS", "reason": ""}],
+        "not_safe": [{"global": f"evil.{EVIL}", "status": "unlisted", "lists": [],
+                      "source": "", "reason": EVIL_MD}],
+        "snippet": "import torch\n", "answer": "1 of 1 file(s) need globals"}, "safe-globals")
     case.log("safety.kernel", {"guarantee": "block-device-readonly", "target": "/dev/loop7",
                                "enforced": True, "how": "BLKROSET", "previous": "rw",
                                "by_kit": True})

@@ -1,0 +1,56 @@
+"""``ckptrescue resume ...``: what a run needs to resume that no loader tells it (issue #31),
+generated from the resume.* actions; this module only says how each shows its step's outputs."""
+
+from __future__ import annotations
+
+import typer
+
+from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
+from ckptrescue.cli.output import emit_json, say
+from ckptrescue.engine.outputs import SafeGlobalsOutput
+from ckptrescue.errors import ExitCode
+
+resume_app = typer.Typer(help="What a run needs to resume that no loader tells it: the exact "
+                              "safe-globals list, key mismatches, missing ranks, world size, "
+                              "replicas.", no_args_is_help=True)
+
+
+def render_safe_globals(result: StepResult) -> int:
+    out: SafeGlobalsOutput = result.out
+    if result.options[JSON]:
+        emit_json(result.outputs)
+        return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+    for f in out.files:
+        if f.get("error"):
+            say(f"{f['path']}: {f['error']}")
+            continue
+        needed = f.get("needed") or []
+        if not needed and not f.get("blockers"):
+            say(f"{f['path']}: loads with torch.load(weights_only=True) as it is")
+            continue
+        say(f"{f['path']}: torch.load(weights_only=True) refuses it as it is")
+        for n in needed:
+            where = f"  [{', '.join(n['lists'])}]" if n.get("lists") else ""
+            say(f"    {n['status'].upper():<9} {n['global']}{where}"
+                + (f"  ({n['reason']})" if n.get("reason") else ""))
+        for b in f.get("blockers") or []:
+            say(f"    BLOCKER   {b}")
+    if out.safe:
+        say("safe to register, and why:")
+        by_list: dict[str, list[dict[str, str]]] = {}
+        for n in out.safe:
+            by_list.setdefault(n["lists"][0], []).append(n)
+        for name, entries in by_list.items():
+            say(f"  [{name}] {entries[0]['source']}:")
+            for n in entries:
+                say(f"    {n['global']}")
+        say("register them before torch.load(..., weights_only=True):")
+        for line in out.snippet.splitlines():
+            say(f"    {line}")
+    say(out.answer)
+    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
+def register(app: typer.Typer) -> None:
+    add_command(resume_app, "safe-globals", Command("resume.safe_globals", render_safe_globals))
+    app.add_typer(resume_app, name="resume")

@@ -1,0 +1,19 @@
+"""Codes of the questions asked at resume time that no loader answers (issue #31): SG the exact
+``add_safe_globals`` list."""
+
+from ckptrescue.model import Severity
+
+E, W, C = Severity.ERROR, Severity.WARNING, Severity.CRITICAL
+I = Severity.INFO  # noqa: E741
+
+CODES = {
+    "SG001": (I, "torch.load(weights_only=True) needs globals beyond its defaults, all on the "
+                 "kit's exact lists: registering them (the printed list) lets it load"),
+    "SG002": (W, "torch.load(weights_only=True) needs globals on no exact list: registering "
+                 "them imports and runs that code; the kit cannot vouch for them"),
+    "SG003": (C, "The file names globals that must never be registered (they run programs, code "
+                 "or I/O, or torch blocks their module)"),
+    "SG004": (E, "torch.load(weights_only=True) refuses the file for reasons no add_safe_globals "
+                 "fixes (unsupported opcodes, a damaged pickle, a damaged file)"),
+    "SG005": (I, "Not a file torch.load reads (or not readable): no globals list"),
+}
