@@ -195,7 +195,9 @@ def finished_steps(case: Case, run_key: str) -> dict[str, dict[str, Any]]:
     its finished steps (a released mount, a written report) must not be taken as still valid.
     """
     done: dict[str, dict[str, Any]] = {}
-    for record in case.records():
+    ends = sorted([*case.records("step.finished"), *case.records("run.finished")],
+                  key=lambda r: int(r["seq"]))  # read through the index, not a replay
+    for record in ends:
         details = record.get("details", {})
         if details.get("run_key") != run_key:
             continue
@@ -233,6 +235,20 @@ def run(
     ends ``failed`` (``refused`` for a guard refusal) and its ``StepFinished`` carries that
     error's message, exit code and hint: front ends report it from the event alone.
     """
+    with case.writer():  # one writer per case for the whole run; records in batches
+        yield from _run(plan, case=case, runner=runner, cancel=cancel, confirm=confirm,
+                        resume=resume)
+
+
+def _run(
+    plan: Plan,
+    *,
+    case: Case,
+    runner: Any,
+    cancel: threading.Event | None,
+    confirm: Callable[[str], bool | None] | None,
+    resume: bool | None,
+) -> Iterator[Event]:
     from ckptrescue.effects.runner import SubprocessRunner
 
     runner = runner or SubprocessRunner(case)
@@ -293,6 +309,7 @@ def run(
             result = None
         case.log("step.started", {"run_key": plan.run_key, "step": step.id,
                                   "action": step.action, "args": _jsonable(args)})
+        case.commit()  # group commit: what led up to the step is on disk before it runs
         if result is None:
             ctx = StepContext(case=case, runner=runner, step_id=step.id, cancel=cancel,
                               confirm=gate, outputs=outputs, plan_actions=plan_actions)
@@ -335,6 +352,7 @@ def run(
                                    "summary": result.summary, "error": result.error,
                                    "findings": len(result.findings), "outputs_sha256": sha},
                  artifacts=[sha] if sha else None)
+        case.commit()  # the step's records, synced once
         yield StepFinished(step_id=step.id, status=result.status, summary=result.summary,
                            outputs=outputs.get(step.id, {}), error=result.error,
                            exit_code=result.exit_code, hint=result.hint,

@@ -16,20 +16,26 @@ records stay verifiable and nothing is silently dropped.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import getpass
 import hashlib
 import json
 import os
 import socket
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from ckptrescue.errors import CkptRescueError
 
 GENESIS = "0" * 64
-_TAIL_WINDOW = 1 << 20
+_TAIL_WINDOW = 1 << 16
 
 
 def canonical(obj: Any) -> bytes:
@@ -64,6 +70,7 @@ class ChainReport:
     notes: list[str] = field(default_factory=list)
     torn_tail: bool = False
     first_broken_seq: int | None = None
+    places: dict[int, tuple[int, int]] = field(default_factory=dict)  # seq -> (offset, length)
 
     @property
     def ok(self) -> bool:
@@ -97,7 +104,9 @@ def verify_lines(data: bytes) -> ChainReport:
     expect_seq = 0
     garbage: list[bytes] = []  # non-record lines since the last record
     garbage_line = 0
+    offset = 0
     for lineno, raw in enumerate(complete, start=1):
+        start, offset = offset, offset + len(raw) + 1
         record = _parse(raw)
         if record is None:
             if not garbage:
@@ -140,6 +149,7 @@ def verify_lines(data: bytes) -> ChainReport:
             report.first_broken_seq = seq
             return report
         report.records.append(record)
+        report.places[seq] = (start, len(raw) + 1)
         prev = record["hash"]
         expect_seq += 1
     if garbage or tail:
@@ -149,45 +159,230 @@ def verify_lines(data: bytes) -> ChainReport:
     return report
 
 
+class CaseWriteError(CkptRescueError):
+    """The case could not be written (no space, an I/O error): names the file and the write."""
+
+
+@dataclass(frozen=True)
+class Appended:
+    """A record as written: where its line starts in ``audit.jsonl`` and how long it is
+    (newline included)."""
+
+    record: dict[str, Any]
+    offset: int
+    length: int
+
+
 class AuditLog:
-    """File adapter for one case's ``audit.jsonl``."""
+    """File adapter for one case's ``audit.jsonl``, with group commit.
+
+    Outside a batch, :meth:`append` writes and ``fsync``s one record at once (``flock`` +
+    ``O_APPEND``). Inside a batch (:meth:`begin` ... :meth:`end`, which the case opens while it
+    holds its writer lock) records are chained in memory and written together: when a record
+    must be durable at once (``durable=True``), when the oldest unwritten record is
+    ``sync_interval`` seconds old, when ``max_pending`` bytes wait, on :meth:`flush` (the engine
+    calls it once per step) and at :meth:`end`. One ``write`` loop takes short writes; one
+    ``fsync`` per flush. A crash loses at most the records not yet written; a write cut short
+    (no space) leaves a torn tail that the next append acknowledges (``audit.torn_tail``).
+    ``listeners`` are told what each write put where (the case's record index).
+    """
+
+    sync_interval = 1.0
+    max_pending = 1 << 20
 
     def __init__(self, path: Path, *, actor: str | None = None) -> None:
         self.path = path
         self.actor = actor or default_actor()
+        self.listeners: list[Callable[[list[Appended]], None]] = []
+        self._mutex = threading.RLock()
+        self._depth = 0
+        self._fd: int | None = None
+        self._tail: tuple[int, str, int] | None = None  # next seq, prev hash, end offset
+        self._torn = b""
+        self._pending: list[dict[str, Any]] = []
+        self._pending_data: list[bytes] = []
+        self._pending_bytes = 0
+        self._prefix = b""  # a newline that terminates torn bytes before the next record
+        self._oldest = 0.0
+        self._unsynced = False
 
+    # -- batches -------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Start (or join) a batch: the caller guarantees no other process appends meanwhile
+        (the case's writer lock)."""
+        with self._mutex:
+            self._depth += 1
+
+    def end(self) -> None:
+        """Leave the batch; the last level writes and ``fsync``s what is pending."""
+        with self._mutex:
+            if self._depth == 0:
+                return
+            self._depth -= 1
+            if self._depth:
+                return
+            try:
+                self.flush()
+            finally:
+                self._close()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
+        self._tail = None
+        self._torn = b""
+        self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        self._pending, self._pending_data, self._pending_bytes = [], [], 0
+        self._prefix = b""
+
+    @property
+    def pending(self) -> int:
+        """Records chained but not yet written."""
+        return len(self._pending)
+
+    # -- appending -----------------------------------------------------------------------------
     def append(
         self,
         action: str,
         details: dict[str, Any] | None = None,
         *,
         artifacts: list[str] | None = None,
+        durable: bool = False,
     ) -> dict[str, Any]:
-        """Append one record (flock + O_APPEND + fsync) and return it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        """Chain one record and return it; written at once outside a batch or when
+        ``durable``, else with the batch."""
+        with self._mutex:
+            alone = self._depth == 0
+            if alone:
+                self.begin()
+            try:
+                if self._tail is None:
+                    self._load_tail()
+                assert self._tail is not None
+                seq, prev, _end = self._tail
+                if self._torn:
+                    # Bytes after the last record (a crash mid-append): terminate them and chain
+                    # an acknowledgement over them, written before the new record.
+                    torn, self._torn = self._torn, b""
+                    blob = torn[:-1] if torn.endswith(b"\n") else torn
+                    self._prefix = b"" if torn.endswith(b"\n") else b"\n"
+                    ack = self._make(seq, prev, "audit.torn_tail",
+                                     {"length": len(blob),
+                                      "sha256": hashlib.sha256(blob).hexdigest()}, None)
+                    self._queue(ack)
+                    seq, prev = seq + 1, ack["hash"]
+                record = self._make(seq, prev, action, details or {}, artifacts)
+                self._queue(record)
+                self._tail = (seq + 1, record["hash"], self._tail[2])
+                if durable or alone or self._pending_bytes >= self.max_pending \
+                        or time.monotonic() - self._oldest >= self.sync_interval:
+                    self.flush(sync=durable or alone
+                               or time.monotonic() - self._oldest >= self.sync_interval)
+                return record
+            finally:
+                if alone:
+                    self.end()
+
+    def _queue(self, record: dict[str, Any]) -> None:
+        data = canonical(record) + b"\n"
+        if not self._pending:
+            self._oldest = time.monotonic()
+        self._pending.append(record)
+        self._pending_data.append(data)
+        self._pending_bytes += len(data)
+
+    def flush(self, *, sync: bool = True) -> None:
+        """Write every pending record in one write loop; ``fsync`` when ``sync``."""
+        with self._mutex:
+            if not self._pending and not (sync and self._unsynced):
+                return
+            fd = self._open()
+            if self._pending:
+                records, sizes = self._pending, [len(d) for d in self._pending_data]
+                data = self._prefix + b"".join(self._pending_data)
+                prefix = len(self._prefix)
+                self._drop_pending()
+                start = self._write(fd, records, sizes, data)
+                self._unsynced = True
+                placed: list[Appended] = []
+                pos = start + prefix
+                for record, size in zip(records, sizes, strict=True):
+                    placed.append(Appended(record, pos, size))
+                    pos += size
+                assert self._tail is not None
+                self._tail = (self._tail[0], self._tail[1], start + len(data))
+                for listener in self.listeners:
+                    listener(placed)
+            if sync and self._unsynced:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    self._fail(exc, "syncing")
+                self._unsynced = False
+
+    def _write(self, fd: int, records: list[dict[str, Any]], sizes: list[int],
+               data: bytes) -> int:
+        """One write loop (short writes continue where they stopped); returns the offset the
+        data starts at. The log must end where this writer left it."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            last, torn = _read_tail(fd)
-            prev = last["hash"] if last else GENESIS
-            seq = last["seq"] + 1 if last else 0
-            out = b""
-            if torn:
-                # Bytes after the last record (a crash mid-append): terminate them and chain an
-                # acknowledgement over them, in the same single write as the new record.
-                blob = torn[:-1] if torn.endswith(b"\n") else torn
-                if not torn.endswith(b"\n"):
-                    out += b"\n"
-                ack = self._make(seq, prev, "audit.torn_tail",
-                                 {"length": len(blob), "sha256": hashlib.sha256(blob).hexdigest()},
-                                 None)
-                out += canonical(ack) + b"\n"
-                prev, seq = ack["hash"], seq + 1
-            record = self._make(seq, prev, action, details or {}, artifacts)
-            os.write(fd, out + canonical(record) + b"\n")
-            os.fsync(fd)
-            return record
+        except OSError as exc:
+            self._fail(exc, "locking")
+        try:
+            start = os.fstat(fd).st_size
+            assert self._tail is not None
+            if start != self._tail[2]:
+                self._tail = None
+                raise CaseWriteError(
+                    f"{self.path}: the log changed while this process was writing it (another "
+                    f"writer without the case lock?); {len(records)} record(s) from seq "
+                    f"{records[0]['seq']} were not written")
+            view, done = memoryview(data), 0
+            try:
+                while done < len(data):
+                    n = os.write(fd, view[done:])
+                    if n <= 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    done += n
+            except OSError as exc:
+                self._tail = None  # re-read from the file: the torn part is acknowledged
+                whole, end = 0, len(data) - sum(sizes)
+                for size in sizes:
+                    end += size
+                    whole += end <= done
+                self._fail(exc, f"appending {len(records)} audit record(s) (seq "
+                           f"{records[0]['seq']}-{records[-1]['seq']}): {done} of {len(data)} "
+                           f"bytes were written; the log ends with seq "
+                           f"{records[0]['seq'] + whole - 1} and a torn tail")
+            return start
         finally:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _fail(self, exc: OSError, doing: str) -> NoReturn:
+        raise CaseWriteError(f"{self.path}: {exc.strerror or exc} while {doing}",
+                             hint="free space on the case's filesystem (or move the case) "
+                             "and run the command again; `case verify` shows what was kept"
+                             ) from exc
+
+    def _open(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                   0o644)
+            except OSError as exc:
+                self._fail(exc, "opening the audit log")
+        return self._fd
+
+    def _load_tail(self) -> None:
+        fd = self._open()
+        last, torn = _read_tail(fd)
+        size = os.fstat(fd).st_size
+        self._tail = (last["seq"] + 1 if last else 0, last["hash"] if last else GENESIS, size)
+        self._torn = torn
 
     def _make(
         self,
@@ -214,16 +409,23 @@ class AuditLog:
         return self.path.read_bytes() if self.path.exists() else b""
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Parsed records, skipping torn lines (use :func:`verify_lines` to judge them)."""
-        for raw in self.read_bytes().split(b"\n"):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "seq" in record:
-                yield record
+        """Parsed records, streamed, skipping torn lines (:func:`verify_lines` judges them).
+        Records of this process's batch not yet written are written first (not synced)."""
+        self.flush(sync=False)
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115 - closed below, also when abandoned
+        except FileNotFoundError:
+            return
+        with fh:
+            for raw in fh:
+                if not raw.endswith(b"\n") or not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and "seq" in record:
+                    yield record
 
     def head(self) -> dict[str, Any] | None:
         fd = os.open(self.path, os.O_RDONLY)

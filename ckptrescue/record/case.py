@@ -4,25 +4,36 @@ Layout::
 
     CASE/
       case.json          manifest: id, title, examiner, created, host, tool version
-      audit.jsonl        append-only, hash-chained log (ckptrescue.record.audit)
-      evidence.json      inventory (a view; every item is also an ``evidence.added`` record)
+      audit.jsonl        append-only, hash-chained log (ckptrescue.record.audit): the only truth
+      evidence.json      inventory, derived from the ``evidence.added`` records
+      seal.json          derived from the ``case.sealed`` record: the head hash at sealing time
+      index.jsonl        where each record is, by action (ckptrescue.record.index), derived
       artifacts/<sha256> write-once, content-addressed tool outputs, mapfiles, copies
-      seal.json          written by ``case seal``: the head hash at sealing time
+      .writer.lock       one writer per case (ckptrescue.record.lock)
       work/              scratch space for runs (images, mounts' bookkeeping, state)
 
 Everything the kit learns is recorded through :meth:`Case.log`; findings are ``finding`` records,
-so they are covered by the chain too. This is the effects side of the case; ``verify`` is
-read-only.
+so they are covered by the chain too. Every write happens under the case's writer lock
+(:meth:`Case.writer`; a command holds it for its whole run) and the log is appended in batches
+(group commit: one ``fsync`` per step, per second, or at once for records that must be durable
+before anything else happens). The derived files are rewritten atomically after the log (temp
+file, ``fsync``, rename, ``fsync`` of the directory); a crash between the two leaves a derived
+file behind the log, which ``verify`` notes and the next writer re-derives, never a tamper alarm.
+This is the effects side of the case; ``verify`` is read-only.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import json
 import os
 import socket
 import tempfile
+import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +42,17 @@ from typing import IO, Any
 from ckptrescue import __version__
 from ckptrescue.errors import CaseError
 from ckptrescue.model import Finding
-from ckptrescue.record.audit import AuditLog, ChainReport, utc_now, verify_lines
+from ckptrescue.record import lock
+from ckptrescue.record.atomic import leftovers, write_json_atomic
+from ckptrescue.record.audit import (
+    Appended,
+    AuditLog,
+    CaseWriteError,
+    ChainReport,
+    utc_now,
+    verify_lines,
+)
+from ckptrescue.record.index import INDEXED, RecordIndex, check_file
 
 MANIFEST = "case.json"
 AUDIT = "audit.jsonl"
@@ -40,6 +61,10 @@ ARTIFACTS = "artifacts"
 SEAL = "seal.json"
 _CHUNK = 1 << 20
 _LOCAL_KINDS = {"file", "directory", "block-device", "image", "mount"}
+# records that must be on disk before the kit goes on (what it attached, what it began imaging,
+# the seal): written and fsync'd at once instead of with the batch
+DURABLE = frozenset({"case.created", "case.sealed", "safety.attached", "safety.detached",
+                     "safety.kernel", "image.started", "image.interrupted", "step.interrupted"})
 
 
 def sha256_file(path: Path | str, *, chunk: int = _CHUNK) -> str:
@@ -106,12 +131,66 @@ class VerifyReport:
         }
 
 
+class _State:
+    """What every ``Case`` object of one directory shares within a process: the log with its
+    batch, the record index, the writer depth and the derived files still to rewrite."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.mutex = threading.RLock()
+        self.audit = AuditLog(root / AUDIT)
+        self.index = RecordIndex(root)
+        self.depth = 0
+        self.sealed = False
+        self.evidence_dirty = False
+        self.derived_checked = False
+        self.audit.listeners.append(self.written)
+
+    def written(self, placed: list[Appended]) -> None:
+        """After each write of the log: index the records (the index is derived: a failure to
+        write it is repaired by the next writer)."""
+        lines = self.index.extend((p.record, p.offset, p.length) for p in placed)
+        try:
+            self.index.write_lines(lines)
+        except OSError:
+            self.index.file_size = -1
+
+    def view(self) -> RecordIndex:
+        """The index, current with everything this process chained (written, not synced)."""
+        with self.mutex:
+            self.audit.flush(sync=False)
+            self.index.refresh()
+            return self.index
+
+
+_STATES: weakref.WeakValueDictionary[str, _State] = weakref.WeakValueDictionary()
+_STATES_MUTEX = threading.Lock()
+
+
+def _state_for(root: Path) -> _State:
+    key = os.path.realpath(root)
+    with _STATES_MUTEX:
+        state = _STATES.get(key)
+        if state is None:
+            state = _State(root)
+            _STATES[key] = state
+        return state
+
+
+@atexit.register
+def _flush_all() -> None:  # pragma: no cover - exercised by processes that exit mid-batch
+    for state in list(_STATES.values()):
+        with contextlib.suppress(Exception):
+            state.audit.flush()
+
+
 class Case:
     """An open case directory."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.audit = AuditLog(root / AUDIT)
+        self.root = Path(root)
+        self._state = _state_for(self.root)
+        self.audit = self._state.audit
 
     # -- creation and opening -------------------------------------------------------------
     @classmethod
@@ -121,8 +200,12 @@ class Case:
             raise CaseError(f"{root}: a case already exists here")
         if root.exists() and any(root.iterdir()):
             raise CaseError(f"{root}: directory is not empty; choose a new case directory")
-        (root / ARTIFACTS).mkdir(parents=True, exist_ok=True)
-        (root / "work").mkdir(exist_ok=True)
+        try:
+            (root / ARTIFACTS).mkdir(parents=True, exist_ok=True)
+            (root / "work").mkdir(exist_ok=True)
+        except OSError as exc:
+            raise CaseWriteError(f"{root}: {exc.strerror or exc} while creating the case "
+                                 "directory") from exc
         manifest = {
             "id": str(uuid.uuid4()),
             "title": title,
@@ -132,10 +215,13 @@ class Case:
             "tool": "ckptrescue",
             "tool_version": __version__,
         }
-        _write_json_atomic(root / MANIFEST, manifest)
         case = cls(root)
-        case.audit.append("case.created", {"manifest": manifest})
-        _write_json_atomic(root / EVIDENCE, [])
+        with case.writer():
+            if (root / MANIFEST).exists() or (root / AUDIT).exists():
+                raise CaseError(f"{root}: a case already exists here")
+            case._write_derived(root / MANIFEST, manifest)
+            case.log("case.created", {"manifest": manifest})
+            case._state.evidence_dirty = True
         return case
 
     @classmethod
@@ -176,35 +262,138 @@ class Case:
 
     @property
     def sealed(self) -> bool:
-        return (self.root / SEAL).exists()
+        """Sealed when the log holds a ``case.sealed`` record (or ``seal.json`` says so)."""
+        state = self._state
+        if state.depth and state.derived_checked:
+            return state.sealed  # nobody else writes while this process holds the lock
+        return (self.root / SEAL).exists() or bool(state.view().of("case.sealed"))
+
+    # -- the writer -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[Case]:
+        """Hold the case's writer lock (re-entrant): records are appended in batches while it is
+        held and written, synced and summarised when the outermost holder leaves. A second
+        process waits briefly, then fails naming this one (:mod:`ckptrescue.record.lock`)."""
+        state = self._state
+        with state.mutex:
+            if state.depth == 0:
+                lock.acquire(self.root)
+                try:
+                    state.audit.begin()
+                    state.depth = 1
+                    self._caught_up()
+                except BaseException:
+                    state.depth = 0
+                    with contextlib.suppress(Exception):
+                        state.audit.end()
+                    lock.release(self.root)
+                    raise
+            else:
+                state.depth += 1
+        try:
+            yield self
+        finally:
+            with state.mutex:
+                try:
+                    if state.depth == 1:
+                        self._commit()
+                finally:
+                    state.depth -= 1
+                    if state.depth == 0:
+                        try:
+                            state.audit.end()
+                        finally:
+                            lock.release(self.root)
+
+    def commit(self) -> None:
+        """Write and ``fsync`` the records of this batch, then rewrite the derived files (the
+        engine calls it once per step; leaving the outermost :meth:`writer` does it too)."""
+        with self.writer():
+            self._commit()
+
+    def _commit(self) -> None:
+        state = self._state
+        state.audit.flush(sync=True)
+        if state.evidence_dirty:
+            self._write_derived(self.root / EVIDENCE, [e.to_json() for e in self.evidence()])
+            state.evidence_dirty = False
+
+    def _caught_up(self) -> None:
+        """On taking the lock: the index current with the log; the derived files re-derived
+        once per process when missing or behind (a crash between a write and its summary)."""
+        state = self._state
+        known = state.index.log_size
+        index = state.view()
+        if index.log_size != known:
+            state.derived_checked = False  # another process wrote since: look again
+        state.sealed = (self.root / SEAL).exists() or bool(index.of("case.sealed"))
+        if not (self.root / AUDIT).exists():
+            return  # a case being created
+        with contextlib.suppress(OSError):
+            index.write_lines([])  # rewrites the index file when missing or not this index's
+        if not (self.root / EVIDENCE).exists():
+            state.evidence_dirty = True
+        sealed = next(iter(index.records("case.sealed")), None)
+        if sealed is not None and not (self.root / SEAL).exists():
+            self._write_derived(self.root / SEAL, _seal_json(sealed))
+        if state.derived_checked:
+            return
+        state.derived_checked = True
+        logged = [r["details"]["item"] for r in index.records("evidence.added")]
+        try:
+            current = json.loads((self.root / EVIDENCE).read_text())
+        except (OSError, ValueError):
+            current = None
+        if current != logged:
+            state.evidence_dirty = True
+
+    def _write_derived(self, path: Path, data: Any) -> None:
+        try:
+            write_json_atomic(path, data)
+        except OSError as exc:
+            raise CaseWriteError(f"{path}: {exc.strerror or exc} while writing it atomically",
+                                 hint="free space on the case's filesystem; the log keeps "
+                                 "everything and the file is re-derived by the next write"
+                                 ) from exc
 
     # -- logging ----------------------------------------------------------------------------------
     def log(
-        self, action: str, details: dict[str, Any] | None = None, *, artifacts: list[str] | None = None
+        self, action: str, details: dict[str, Any] | None = None, *,
+        artifacts: list[str] | None = None, durable: bool = False,
     ) -> dict[str, Any]:
-        """Append an audit record; refuses once the case is sealed."""
-        if self.sealed:
-            raise CaseError(f"{self.root}: case is sealed; open a new case to continue")
-        return self.audit.append(action, details, artifacts=artifacts)
+        """Append an audit record (with the batch; at once when ``durable`` or its action is
+        in :data:`DURABLE`); refuses once the case is sealed."""
+        with self.writer():
+            if self._state.sealed:
+                raise CaseError(f"{self.root}: case is sealed; open a new case to continue")
+            return self.audit.append(action, details, artifacts=artifacts,
+                                     durable=durable or action in DURABLE)
 
     def add_finding(self, finding: Finding) -> None:
         self.log("finding", {"finding": finding.to_json()})
 
     def add_findings(self, findings: Iterable[Finding]) -> None:
-        for finding in findings:
-            self.add_finding(finding)
+        with self.writer():
+            for finding in findings:
+                self.add_finding(finding)
 
     def findings(self) -> list[Finding]:
-        return [
-            Finding.from_json(r["details"]["finding"])
-            for r in self.audit.records()
-            if r.get("action") == "finding"
-        ]
+        return [Finding.from_json(r["details"]["finding"]) for r in self.records("finding")]
 
     def records(self, action: str | None = None) -> Iterator[dict[str, Any]]:
+        """Records of the log, oldest first; one action's are read through the index (no
+        replay of the log) when it indexes that action."""
+        index = self._state.view()
+        if action is not None and action in INDEXED:
+            yield from index.records(action)
+            return
         for record in self.audit.records():
             if action is None or record.get("action") == action:
                 yield record
+
+    def count(self, action: str) -> int:
+        """How many records of an indexed action the log holds."""
+        return len(self._state.view().of(action))
 
     # -- artifacts -------------------------------------------------------------------------------
     def store_artifact(
@@ -237,11 +426,7 @@ class Case:
 
     # -- evidence --------------------------------------------------------------------------------
     def evidence(self) -> list[EvidenceItem]:
-        items: list[EvidenceItem] = []
-        for record in self.audit.records():
-            if record.get("action") == "evidence.added":
-                items.append(EvidenceItem(**record["details"]["item"]))
-        return items
+        return [EvidenceItem(**r["details"]["item"]) for r in self.records("evidence.added")]
 
     def add_evidence(
         self,
@@ -253,21 +438,23 @@ class Case:
         sha256: str | None = None,
         details: dict[str, Any] | None = None,
     ) -> EvidenceItem:
+        """Inventory one item; its id (``E001``...) comes from the log, under the writer lock.
+        ``evidence.json`` is rewritten when the batch commits."""
         if kind in _LOCAL_KINDS and "://" not in source:
             source = os.path.abspath(source)  # a relative path means nothing later
-        items = self.evidence()
-        item = EvidenceItem(
-            id=f"E{len(items) + 1:03d}",
-            kind=kind,
-            source=source,
-            size=size,
-            sha256=sha256,
-            acquired_how=acquired_how,
-            acquired_at=utc_now(),
-            details=details or {},
-        )
-        self.log("evidence.added", {"item": item.to_json()})
-        _write_json_atomic(self.root / EVIDENCE, [e.to_json() for e in [*items, item]])
+        with self.writer():
+            item = EvidenceItem(
+                id=f"E{self.count('evidence.added') + 1:03d}",
+                kind=kind,
+                source=source,
+                size=size,
+                sha256=sha256,
+                acquired_how=acquired_how,
+                acquired_at=utc_now(),
+                details=details or {},
+            )
+            self.log("evidence.added", {"item": item.to_json()})
+            self._state.evidence_dirty = True
         return item
 
     def protected_paths(self) -> list[str]:
@@ -286,10 +473,10 @@ class Case:
         backing inode, mount id, uuid, pool GUID) not followed by a ``safety.detached`` of the
         same identity. The only things the guard lets the kit detach, unmount or export."""
         live: dict[str, dict[str, Any]] = {}
-        for record in self.audit.records():
+        changes = sorted([*self.records("safety.attached"), *self.records("safety.detached")],
+                         key=lambda r: int(r["seq"]))  # read through the index
+        for record in changes:
             action = record.get("action")
-            if action not in {"safety.attached", "safety.detached"}:
-                continue
             details = {k: v for k, v in (record.get("details") or {}).items() if k != "argv"}
             key = json.dumps(details, sort_keys=True)
             if action == "safety.attached":
@@ -315,39 +502,87 @@ class Case:
         import stat as _stat
 
         source = os.path.abspath(str(path))
-        for item in self.evidence():
-            if item.source == source or item.details.get("realpath") == os.path.realpath(source):
-                return item
-        try:
-            st = os.stat(source)
-            kind = "block-device" if _stat.S_ISBLK(st.st_mode) else (
-                "directory" if _stat.S_ISDIR(st.st_mode) else "image")
-            size = st.st_size if not _stat.S_ISBLK(st.st_mode) else None
-        except OSError:
-            kind, size = "file", None
-        return self.add_evidence(kind=kind, source=source, acquired_how=how, size=size,
-                                 details={"realpath": os.path.realpath(source)})
+        with self.writer():
+            for item in self.evidence():
+                if item.source == source \
+                        or item.details.get("realpath") == os.path.realpath(source):
+                    return item
+            try:
+                st = os.stat(source)
+                kind = "block-device" if _stat.S_ISBLK(st.st_mode) else (
+                    "directory" if _stat.S_ISDIR(st.st_mode) else "image")
+                size = st.st_size if not _stat.S_ISBLK(st.st_mode) else None
+            except OSError:
+                kind, size = "file", None
+            return self.add_evidence(kind=kind, source=source, acquired_how=how, size=size,
+                                     details={"realpath": os.path.realpath(source)})
 
     # -- sealing and verification -------------------------------------------------------------
     def seal(self) -> str:
         """Record a seal and return the head hash to keep out of band."""
-        if self.sealed:
-            raise CaseError(f"{self.root}: case is already sealed")
-        report = self.verify()
-        if not report.ok:
-            raise CaseError(f"{self.root}: refusing to seal a case that does not verify: "
-                            + report.all_problems[0])
-        record = self.audit.append(
-            "case.sealed", {"records": len(report.chain.records), "previous_head": report.chain.head}
-        )
-        _write_json_atomic(self.root / SEAL, {"seq": record["seq"], "head": record["hash"],
-                                              "time": record["time"]})
-        return str(record["hash"])
+        with self.writer():
+            if self.sealed:
+                raise CaseError(f"{self.root}: case is already sealed")
+            self.commit()
+            report = self.verify()
+            if not report.ok:
+                raise CaseError(f"{self.root}: refusing to seal a case that does not verify: "
+                                + report.all_problems[0])
+            record = self.log("case.sealed", {"records": len(report.chain.records),
+                                              "previous_head": report.chain.head})
+            self._state.sealed = True
+            self._write_derived(self.root / SEAL, _seal_json(record))
+            return str(record["hash"])
 
     def verify(self, *, expect_head: str | None = None) -> VerifyReport:
-        """Check the chain, every artifact, and references; never writes."""
+        """Check the chain, every artifact, the seal, and every file derived from the log;
+        never writes.
+
+        The derived files (``evidence.json``, ``seal.json``, ``index.jsonl``) are recomputed
+        from the log: a missing one, or one behind the log (a crash between a write of the log
+        and its rewrite) is a note; one that says what the log does not is a problem. The log
+        itself: every edit, deletion, reorder or forged append of its records is found by the
+        chain; a record after the ``case.sealed`` record, or a ``seal.json`` the log has no
+        ``case.sealed`` record for, is a problem. What the chain cannot show alone is a whole log
+        rewritten (or cut back before its seal, with ``seal.json`` removed too): compare with
+        the head kept out of band (``expect_head``)."""
         chain = verify_lines(self.audit.read_bytes())
         report = VerifyReport(chain=chain)
+        self._verify_artifacts(chain, report)
+        created = next((r for r in chain.records if r.get("action") == "case.created"), None)
+        try:
+            manifest = json.loads((self.root / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = None
+        if created is not None and manifest != created["details"].get("manifest"):
+            report.problems.append(f"{MANIFEST} differs from the manifest recorded in record seq "
+                                   f"{created['seq']} (case.created): it was edited")
+        if chain.ok:
+            self._verify_evidence(chain, report)
+            self._verify_seal(chain, report)
+            problems, notes = check_file(self.root, chain.records, chain.places)
+            report.problems += problems
+            report.notes += notes
+        for leftover in leftovers(self.root):
+            report.notes.append(f"{leftover.name}: left by an interrupted rewrite of a derived "
+                                "file; ignored")
+        if expect_head is not None:
+            hashes = [r["hash"] for r in chain.records]
+            if not hashes or hashes[-1] != expect_head:
+                if expect_head in hashes:
+                    extra = len(hashes) - 1 - hashes.index(expect_head)
+                    report.problems.append(
+                        f"log extended: {extra} record(s) after the expected head {expect_head}"
+                    )
+                else:
+                    last = hashes[-1] if hashes else "(empty log)"
+                    report.problems.append(
+                        f"expected head {expect_head} not found (log head is {last}): "
+                        "the log was truncated or rewritten"
+                    )
+        return report
+
+    def _verify_artifacts(self, chain: ChainReport, report: VerifyReport) -> None:
         seen: set[str] = set()
         for record in chain.records:
             for sha in record.get("artifacts", []):
@@ -370,59 +605,74 @@ class Case:
                     )
                 elif path.name not in seen:
                     report.notes.append(f"artifact {path.name} is not referenced by the log")
-        created = next((r for r in chain.records if r.get("action") == "case.created"), None)
-        try:
-            manifest = json.loads((self.root / MANIFEST).read_text())
-        except (OSError, ValueError):
-            manifest = None
-        if created is not None and manifest != created["details"].get("manifest"):
-            report.problems.append(f"{MANIFEST} differs from the manifest recorded in record seq "
-                                   f"{created['seq']} (case.created): it was edited")
+
+    def _verify_evidence(self, chain: ChainReport, report: VerifyReport) -> None:
         logged = [r["details"]["item"] for r in chain.records
                   if r.get("action") == "evidence.added"]
+        path = self.root / EVIDENCE
         try:
-            inventory = json.loads((self.root / EVIDENCE).read_text())
+            inventory = json.loads(path.read_text())
+        except FileNotFoundError:
+            report.notes.append(f"{EVIDENCE} is missing; it is derived from the log "
+                                f"({len(logged)} evidence.added record(s)) and rewritten by the "
+                                "next command that writes into the case")
+            return
         except (OSError, ValueError):
             inventory = None
-        if inventory is not None and inventory != logged:
-            report.problems.append(f"{EVIDENCE} differs from the evidence.added records of the "
-                                   "log: it was edited")
+        if inventory == logged:
+            return
+        if isinstance(inventory, list) and inventory == logged[:len(inventory)]:
+            report.notes.append(f"{EVIDENCE} lists {len(inventory)} of the {len(logged)} "
+                                "evidence items of the log (written before the last ones: "
+                                "re-derived by the next write)")
+            return
+        report.problems.append(f"{EVIDENCE} differs from the evidence.added records of the "
+                               "log: it was edited")
+
+    def _verify_seal(self, chain: ChainReport, report: VerifyReport) -> None:
+        seals = [i for i, r in enumerate(chain.records) if r.get("action") == "case.sealed"]
         seal_file = self.root / SEAL
-        if seal_file.exists():
-            try:
-                seal = json.loads(seal_file.read_text())
-                hashes = [r["hash"] for r in chain.records]
-                if seal.get("head") not in hashes:
-                    report.problems.append(
-                        f"the sealed head {seal.get('head')} (seq {seal.get('seq')}) is not in the "
-                        "log: the log was truncated or rewritten after sealing"
-                    )
-                elif hashes[-1] != seal.get("head"):
-                    extra = len(hashes) - 1 - hashes.index(seal["head"])
-                    report.problems.append(f"{extra} record(s) were appended after the seal")
-            except (OSError, ValueError, KeyError):
-                report.problems.append(f"{seal_file}: unreadable seal file")
-        if expect_head is not None:
-            hashes = [r["hash"] for r in chain.records]
-            if not hashes or hashes[-1] != expect_head:
-                if expect_head in hashes:
-                    extra = len(hashes) - 1 - hashes.index(expect_head)
-                    report.problems.append(
-                        f"log extended: {extra} record(s) after the expected head {expect_head}"
-                    )
-                else:
-                    last = hashes[-1] if hashes else "(empty log)"
-                    report.problems.append(
-                        f"expected head {expect_head} not found (log head is {last}): "
-                        "the log was truncated or rewritten"
-                    )
-        return report
+        if seals:
+            first = chain.records[seals[0]]
+            after = len(chain.records) - 1 - seals[0]
+            if after:
+                report.problems.append(
+                    f"{after} record(s) were appended after the seal (case.sealed is record "
+                    f"seq {first['seq']}): the kit never writes into a sealed case")
+        try:
+            seal = json.loads(seal_file.read_text()) if seal_file.exists() else None
+        except (OSError, ValueError):
+            report.problems.append(f"{seal_file}: unreadable seal file")
+            return
+        if seal is None:
+            if seals:
+                report.notes.append(f"{SEAL} is missing; it is derived from the case.sealed "
+                                    f"record (seq {chain.records[seals[0]]['seq']})")
+            return
+        hashes = {r["hash"]: r for r in chain.records}
+        head = seal.get("head") if isinstance(seal, dict) else None
+        if not seals:
+            if head in hashes:
+                report.problems.append(
+                    f"{SEAL} names head {head} (seq {seal.get('seq')}), but the log holds no "
+                    "case.sealed record: the seal was removed from the log")
+            else:
+                report.problems.append(
+                    f"the sealed head {head} (seq {seal.get('seq') if isinstance(seal, dict) else '?'})"
+                    " is not in the log: the log was truncated or rewritten after sealing")
+            return
+        if seal != _seal_json(chain.records[seals[0]]):
+            report.problems.append(f"{SEAL} differs from the case.sealed record (seq "
+                                   f"{chain.records[seals[0]]['seq']}): it was edited")
 
     def summary(self) -> dict[str, Any]:
-        records = list(self.audit.records())
         counts: dict[str, int] = {}
-        for record in records:
+        records = 0
+        head = None
+        for record in self.audit.records():
             counts[record["action"]] = counts.get(record["action"], 0) + 1
+            records += 1
+            head = record["hash"]
         findings = self.findings()
         sev: dict[str, int] = {}
         for finding in findings:
@@ -431,13 +681,17 @@ class Case:
             "root": str(self.root),
             "manifest": self.manifest,
             "sealed": self.sealed,
-            "records": len(records),
-            "head": records[-1]["hash"] if records else None,
+            "records": records,
+            "head": head,
             "actions": counts,
             "evidence": [e.to_json() for e in self.evidence()],
             "findings": {"total": len(findings), "by_severity": sev},
             "artifacts": len(list(self.artifacts_dir.iterdir())) if self.artifacts_dir.is_dir() else 0,
         }
+
+
+def _seal_json(record: dict[str, Any]) -> dict[str, Any]:
+    return {"seq": record["seq"], "head": record["hash"], "time": record["time"]}
 
 
 class ArtifactWriter:
@@ -455,24 +709,47 @@ class ArtifactWriter:
         self._tmp: str | None = None
 
     def __enter__(self) -> ArtifactWriter:
-        self.case.artifacts_dir.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.case.artifacts_dir)
+        try:
+            self.case.artifacts_dir.mkdir(parents=True, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.case.artifacts_dir)
+        except OSError as exc:
+            raise self._error(exc, "creating a temporary file for") from exc
         self._fh = os.fdopen(fd, "wb")
         return self
 
+    def _error(self, exc: OSError, doing: str) -> CaseWriteError:
+        return CaseWriteError(
+            f"{self.case.artifacts_dir}: {exc.strerror or exc} while {doing} artifact "
+            f"{self.name!r} ({self.size} bytes written)",
+            hint="free space on the case's filesystem and run the command again")
+
     def write(self, data: bytes) -> None:
         assert self._fh is not None
-        self._fh.write(data)
+        try:
+            self._fh.write(data)
+        except OSError as exc:
+            raise self._error(exc, "writing") from exc
         self._digest.update(data)
         self.size += len(data)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         assert self._fh is not None and self._tmp is not None
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
+        try:
+            try:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+            finally:
+                with contextlib.suppress(OSError):
+                    self._fh.close()
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            if exc_type is not None:
+                return  # the first error is the one to report
+            raise self._error(error, "writing") from error
         if exc_type is not None:
-            os.unlink(self._tmp)
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
             return
         self.sha256 = self._digest.hexdigest()
         final = self.case.artifact_path(self.sha256)
@@ -487,9 +764,3 @@ class ArtifactWriter:
                 {"sha256": self.sha256, "name": self.name, "kind": self.kind, "size": self.size},
                 artifacts=[self.sha256],
             )
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)

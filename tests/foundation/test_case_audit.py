@@ -15,7 +15,7 @@ import pytest
 
 from ckptrescue.errors import CaseError
 from ckptrescue.model import Finding, Severity
-from ckptrescue.record.audit import verify_lines
+from ckptrescue.record.audit import AuditLog, verify_lines
 from ckptrescue.record.case import Case
 
 
@@ -117,12 +117,16 @@ def test_extended_log_after_seal_is_detected(tmp_path: Path) -> None:
     head = case.seal()
     with pytest.raises(CaseError, match="sealed"):
         case.log("more", {})
-    # an attacker appending a well-formed record behind the kit's back
+    # removing the derived seal.json does not unseal: the log holds the case.sealed record
     (case.root / "seal.json").unlink()
-    Case(case.root).log("sneaky", {})
+    with pytest.raises(CaseError, match="sealed"):
+        Case(case.root).log("sneaky", {})
+    # an attacker appending a well-formed record behind the kit's back
+    AuditLog(case.audit.path).append("sneaky", {})
     report = case.verify(expect_head=head)
     assert not report.ok
     assert any("extended" in p for p in report.all_problems)
+    assert any("appended after the seal" in p for p in case.verify().all_problems)
 
 
 def test_torn_tail_is_reported_then_chained_over(tmp_path: Path) -> None:
