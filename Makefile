@@ -53,8 +53,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[all,fixtures]'
 	@touch $(STAMP)
 
+# pytest-xdist: one worker per core (TEST_WORKERS=0 runs in one process); the TUI tests share
+# fixed-path screens and run in one worker (--dist loadgroup).
+TEST_WORKERS ?= auto
 test: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
 
 # The drill serves its bucket on 127.0.0.1 with moto, which accepts any credentials.
 demo: export AWS_ACCESS_KEY_ID = drill

@@ -16,6 +16,11 @@ import pytest
 REQUIRE = os.environ.get("CKPTRESCUE_REQUIRE_PRIVILEGED") == "1"
 REPO = Path(__file__).resolve().parent.parent
 
+# Every child process (the console script, ``python -m ckptrescue``, fixture writers) imports
+# the tree under test, whatever checkout the environment's ``ckptrescue`` was installed from.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+
 
 def _privileged_problem() -> str | None:
     if os.geteuid() != 0:
@@ -31,6 +36,15 @@ def _skip_or_fail(reason: str) -> None:
     if REQUIRE:
         pytest.fail(f"CKPTRESCUE_REQUIRE_PRIVILEGED=1 but {reason}")
     pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``): the TUI tests share fixed-path screens, so they
+    run in one worker."""
+    tui = REPO / "tests" / "tui"
+    for item in items:
+        if tui in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.xdist_group("tui"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

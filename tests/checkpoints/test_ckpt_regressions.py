@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import EXE
 
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 torch = pytest.importorskip("torch")
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
+from cli_helpers import EXE
 
 
 @pytest.fixture(scope="module")

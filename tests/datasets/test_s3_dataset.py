@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import EXE
 
 from fixtures.det import det_bytes
 
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 FILES = {"train/shard-000.tar": 70_000, "train/shard-001.tar": 5_000, "val/part.jsonl": 1_234,
          "README": 10}
 

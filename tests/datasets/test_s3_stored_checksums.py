@@ -10,15 +10,14 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import EXE
 
 from ckptrescue.datasets.s3dataset import DOWNLOADED, STORED, audit_s3, full_object_sha256
 from fixtures.det import det_bytes
 
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 MiB = 1 << 20
 
 

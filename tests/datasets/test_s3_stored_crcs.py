@@ -10,17 +10,16 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import EXE
 
 from ckptrescue.datasets.gate import gate_dataset
 from ckptrescue.datasets.manifest import build_manifest, sidecar_path
 from ckptrescue.datasets.s3dataset import DOWNLOADED, STORED, audit_s3
 from fixtures.det import det_bytes
 
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 # each object uploaded with another algorithm (None: no checksum at all)
 UPLOADS = {"a.bin": "CRC64NVME", "b.bin": "CRC32C", "c.bin": "CRC32", "d.bin": "SHA256",
            "e.bin": None}

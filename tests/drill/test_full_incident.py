@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
+from cli_helpers import EXE
 
 
 def sha256(path: Path) -> str:

@@ -8,13 +8,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke
+from cli_helpers import (
+    EXE,  # noqa: E402
+    invoke,
+)
 
 from ckptrescue.engine import executor as engine
 from ckptrescue.engine.events import GateReached, RunFinished, StepFinished, StepSkipped, StepStarted
@@ -22,8 +24,6 @@ from ckptrescue.errors import PlaybookError
 from ckptrescue.playbook import load
 from ckptrescue.playbook.lint import lint
 from ckptrescue.record.case import Case
-
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 
 
 def book(tmp_path: Path, text: str, name: str = "pb.yaml") -> Path:

@@ -1,8 +1,8 @@
 """Builds the F1 family fixtures (DeepSpeed, Megatron) with the real libraries, once: each writer
 runs in a child process (``python -m fixtures.families.<lib> OUT``) into
-``build/families/<lib>-<library version>/`` and is reused while that directory is complete (a
-``.done`` marker). Tests copy what they mutate. A missing library skips the test (fails under
-``CKPTRESCUE_REQUIRE_PRIVILEGED=1``)."""
+``build/test-fixtures/family-<lib>-<key>/`` (``tests/fixture_cache.py``: keyed by the writer's
+source and the library version, built once across workers and runs). Tests copy what they
+mutate. A missing library skips the test (fails under ``CKPTRESCUE_REQUIRE_PRIVILEGED=1``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixture_cache import cached_dir
 
 REPO = Path(__file__).resolve().parents[2]
 LIBS = {"deepspeed": "deepspeed", "megatron": "megatron-core"}
@@ -26,23 +27,25 @@ def _env() -> dict[str, str]:
             "TORCH_EXTENSIONS_DIR": str(REPO / "build" / "families" / "torch_extensions")}
 
 
-def built(lib: str) -> Path:
-    """The directory the writer ``fixtures/families/<lib>.py`` filled (built when missing)."""
-    dist = LIBS[lib]
+def built(lib: str, dist: str | None = None, env: dict[str, str] | None = None,
+          timeout: float = 1200) -> Path:
+    """The directory the writer ``fixtures/families/<lib>.py`` filled (built once per writer
+    source and library version; ``tests/fixture_cache.py``)."""
+    dist = dist or LIBS[lib]
     try:
         version = importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         pytest.skip(f"{dist} is not installed (the fixtures extra)")
-    out = REPO / "build" / "families" / f"{lib}-{version}"
-    if not (out / ".done").is_file():
-        shutil.rmtree(out, ignore_errors=True)
-        out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(out: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", f"fixtures.families.{lib}", str(out)],
-                              cwd=REPO, capture_output=True, text=True, timeout=1200,
-                              env=_env())
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                              env=env if env is not None else _env())
         assert proc.returncode == 0, proc.stderr[-3000:]
-        (out / ".done").write_text(version)
-    return out
+
+    sources = [f"fixtures/families/{lib}.py", "fixtures/families/__init__.py",
+               "fixtures/checkpoints.py"]
+    return cached_dir(f"family-{lib}", write, sources, extra=f"{dist}=={version}")
 
 
 def copy(src: Path, dst: Path) -> Path:

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, run_cli
-
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
+from cli_helpers import (
+    EXE,  # noqa: E402
+    invoke,
+    run_cli,
+)
 
 
 def run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:

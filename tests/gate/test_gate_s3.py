@@ -7,16 +7,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import EXE
 
 from ckptrescue.datasets.gate import gate_dataset
 from ckptrescue.datasets.manifest import build_manifest
 from fixtures.det import det_bytes
 
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 NAMES = [f"train/part-{i:02d}.bin" for i in range(16)]
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
+from cli_helpers import EXE
 
 
 def test_one_tensorflow_child_for_the_whole_run(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ at fixed paths under ``/tmp/ckptrescue-tui-tests`` (rebuilt per session), never 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import os
 import shutil
@@ -24,7 +25,6 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 FIXED = Path("/tmp/ckptrescue-tui-tests")
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 
 
 @pytest.fixture(autouse=True)
@@ -37,12 +37,21 @@ NESTED = "CKPTRESCUE_TUI_NESTED"  # set by test_cpu_independent for its inner py
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _fixed_dir_removed_at_end():  # noqa: ANN202
-    """The fixed-path cases and run directory are removed when the session ends (not by a
-    nested run, whose outer session still uses them)."""
-    yield
-    if os.environ.get(NESTED) != "1":
-        shutil.rmtree(FIXED, ignore_errors=True)
+def _fixed_dir_owned_then_removed():  # noqa: ANN202
+    """One test session at a time owns the fixed-path directory (an exclusive ``flock``: another
+    run on this machine waits; under pytest-xdist every TUI test is in one worker, the ``tui``
+    group of the root conftest); it is removed when the session ends (not by a nested run,
+    whose outer session holds the lock and still uses the directory)."""
+    if os.environ.get(NESTED) == "1":
+        yield
+        return
+    with open(f"{FIXED}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            shutil.rmtree(FIXED, ignore_errors=True)
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

@@ -8,20 +8,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from cli_helpers import EXE
 
 from ckptrescue.datasets.manifest import build_manifest
 from ckptrescue.datasets.watch.passes import run_pass
 from ckptrescue.datasets.watch.state import WatchState
 from fixtures.datasets import tree_digest, write_jsonl, write_webdataset_tar
-
-EXE = str(Path(sys.executable).with_name("ckptrescue"))
 
 
 def _dataset(root: Path) -> None:
