@@ -6,6 +6,8 @@ mutate. A library that is missing skips the test (fails under
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import f1_build
@@ -21,3 +23,11 @@ def built(lib: str) -> Path:
     env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(REPO / "build"),
            "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO)}
     return f1_build.built(lib, dist=LIBS[lib], env=env, timeout=900)
+
+
+def oracle(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real library's loader in a child process (``python -c code args...``)."""
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={"JAX_PLATFORMS": "cpu",
+                                                       "PATH": "/usr/bin:/bin",
+                                                       "PYTHONPATH": str(REPO)})
