@@ -14,10 +14,11 @@ from ckptrescue.model import ArtifactData
 
 class Report(Action):
     name = "report"
-    summary = "Render the incident report (HTML, Markdown or JSON) from the case"
+    summary = "Render the incident report (HTML, Markdown, JSON or PDF) from the case"
     output_type = ReportOutput
     args = (
-        ArgSpec("format", "string", default="html", help="html, md or json."),
+        ArgSpec("format", "string", default="html",
+                help="html, md, json or pdf (headless Chromium prints the HTML)."),
         ArgSpec("output", "path", help="Output file (default: CASE/report.<format>)."),
     )
 
@@ -26,15 +27,13 @@ class Report(Action):
                 f"{args.get('output') or 'CASE/report.' + str(args.get('format', 'html'))}"]
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.report.render import check_output, render
+        from ckptrescue.report.render import write
 
         fmt = str(args.get("format") or "html")
         out = Path(args.get("output") or ctx.case.root / f"report.{fmt}")
-        check_output(ctx.case, out)
-        text = render(ctx.case, fmt)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        stored = ArtifactData.of_bytes(text.encode(), name=out.name, kind=f"report:{fmt}")
+        write(ctx.case, out, fmt,
+              runner=ctx.runner if hasattr(ctx.runner, "run_internal") else None)
+        stored = ArtifactData.of_bytes(out.read_bytes(), name=out.name, kind=f"report:{fmt}")
         yield ctx.output(f"report written: {out.resolve()}")
         return ActionResult(outputs={"path": str(out.resolve()), "sha256": stored.sha256,
                                      "format": fmt},

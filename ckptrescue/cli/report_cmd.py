@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 def report(
     case_dir: Annotated[Path, typer.Argument(help="Case directory.")],
     fmt: Annotated[str, typer.Option(
-        "--format", "-f", help="html, md or json (the report); case-uco (CASE/UCO 1.5 JSON-LD "
+        "--format", "-f", help="html, md, json or pdf (the report; pdf is printed by headless "
+        "Chromium, default CASE/report.pdf); case-uco (CASE/UCO 1.5 JSON-LD "
         "of the case); timeline or timeline-csv (Timesketch JSONL / CSV).")] = "html",
     out: Annotated[Path | None, typer.Option("-o", "--output",
                                              help="Output file ('-' for stdout).")] = None,
@@ -38,6 +39,13 @@ def report(
     from ckptrescue.report.render import check_output, render
 
     case = Case.open(case_dir)
+    if fmt == "pdf":
+        from ckptrescue.report.render import write
+
+        written = write(case, case.root / "report.pdf" if out is None or str(out) == "-"
+                        else out, "pdf")
+        info(f"report written: {written.resolve()}")
+        return
     if out is not None and str(out) != "-":
         check_output(case, out)
     text = _export(case, fmt) if fmt in EXPORTS else render(case, fmt)

@@ -24,6 +24,7 @@ from ckptrescue.engine.outputs import (
     S3HistoryOutput,
     S3VerifyOutput,
     TrainStateOutput,
+    TriageOutput,
 )
 from ckptrescue.model import Severity
 from ckptrescue.record import provenance
@@ -80,7 +81,7 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
     ("evidence", "Evidence inventory", True, lambda m: bool(m["evidence"])),
     ("kernel_guarantees", "Kernel-enforced guarantees", True,
      lambda m: bool(m["kernel_guarantees"])),
-    ("timeline", "Timeline", True, lambda m: bool(m["timeline"])),
+    ("timeline", "Timeline", True, lambda m: bool(m["timeline"]["rows"])),
     ("commands", "Commands run ({commands}) and refused ({refusals})", True,
      lambda m: bool(m["commands"] or m["refusals"])),
     ("integrity", "Audit chain and tool versions", True, lambda m: True),
@@ -118,18 +119,18 @@ def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
     }.get(action)
     if text is None:
         return None
-    return {"time": record["time"], "seq": record["seq"], "action": action, "text": text()}
+    return {"time": record["time"], "seq": record["seq"], "action": action, "text": text(),
+            "step": d.get("step"), "run": d.get("run_key")}
 
 
-MAX_EXTERNAL_EVENTS = 400  # kernel/journal/S3/CloudTrail lines shown in the report
-
-
-def _timeline(case: Case, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The kit's own actions and what the case collected (kernel and journal lines, S3 object
-    versions, CloudTrail events, checkpoint mtimes) on one time axis. The full merged
-    timeline is ``report --format timeline`` (docs/exports.md)."""
-    from ckptrescue.exports.records import iso_utc
+def _timeline(case: Case, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kit's own actions and what the case collected that bears on the incident (evidence
+    devices, I/O errors, OOM and hung tasks, the job; checkpoint mtimes, object versions) inside
+    a window around it, on one time axis; the rest counted (``report/timeline.py``). The full
+    merged timeline is ``report --format timeline`` (docs/exports.md)."""
+    from ckptrescue.exports.records import iso_utc, parse_time
     from ckptrescue.exports.timeline import timeline_events
+    from ckptrescue.report import timeline as tl
 
     kit = [{**e, "source": "ckptrescue", "exact": True}
            for r in records if (e := _timeline_entry(r))]
@@ -137,16 +138,14 @@ def _timeline(case: Case, records: list[dict[str, Any]]) -> list[dict[str, Any]]
         events = [e for e in timeline_events(case) if e.source != "ckptrescue"]
     except (OSError, ValueError):  # a damaged artifact: the kit's own events still show
         events = []
-    external = [{"time": iso_utc(e.time), "seq": e.order[0], "action": e.timestamp_desc,
-                 "text": e.message, "source": e.source, "exact": e.time_exact}
-                for e in events[:MAX_EXTERNAL_EVENTS]]
-    merged = sorted(kit + external, key=lambda e: (str(e["time"]), e["source"] != "ckptrescue",
-                                                   e["seq"] or 0))
-    if len(events) > MAX_EXTERNAL_EVENTS:
-        merged.append({"time": "", "seq": None, "action": "note", "source": "ckptrescue",
-                       "exact": True, "text": f"{len(events) - MAX_EXTERNAL_EVENTS} more "
-                       "collected events: ckptrescue report --format timeline"})
-    return merged
+    triage = outputs_of(case, TriageOutput)
+    subjects = tl.subjects_of(records, [p for t in triage for p in t.processes], parse_time)
+    damaged = [e.time for e in events if e.source == "file"
+               and e.attributes.get("verdict") not in (None, "intact")]
+    created = parse_time(case.manifest.get("created"))
+    end = parse_time(records[-1]["time"]) if records else None
+    window = tl.incident_window(created, end, damaged)
+    return tl.select(kit, events, subjects, window=window, iso=iso_utc).to_json()
 
 
 def _bad_sector_map(case: Case) -> dict[str, Any] | None:
@@ -270,7 +269,7 @@ def build(case: Case) -> dict[str, Any]:
         checkpoints.append({
             "path": path, "name": PurePath(path).name, "format": ckpt.get("format"),
             "verdict": ckpt.get("verdict"), "tensors_total": ckpt.get("tensors_total"),
-            "rows": rows, "findings": ckpt.get("findings", []),
+            "rows": rows, "row_groups": _row_groups(rows), "findings": ckpt.get("findings", []),
         })
     ranks = outputs_of(case, RankOutput)
     resume = ranks[-1].resume_from if ranks else None
@@ -314,6 +313,7 @@ def build(case: Case) -> dict[str, Any]:
         "bad_sector_map": _bad_sector_map(case),
         "locate": locates[-1].to_json() if locates else None,
         "s3_verify": s3_verify[-1].to_json() if s3_verify else None,
+        "s3_rows": _s3_rows(s3_verify[-1].to_json() if s3_verify else None),
         "s3_known_good": s3_known_good,
         "commands": commands,
         "refusals": refusals,
@@ -352,6 +352,39 @@ def build(case: Case) -> dict[str, Any]:
                           any(c["verdict"] != "intact" for c in checkpoints) or
                           model["bad_sector_map"])
     return shown_tree(model)  # names from the evidence are shown, never obeyed (display.py)
+
+
+def _row_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tensors with the same status and the same reasons on one row (22 optimizer tensors lost
+    past a truncation point are one line, not 22): status, reasons, names in order."""
+    groups: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["status"], tuple(row["reasons"]))
+        group = groups.setdefault(key, {"status": row["status"], "reasons": row["reasons"],
+                                        "names": []})
+        group["names"].append(row["name"])
+    return list(groups.values())
+
+
+def _s3_rows(verify: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The objects that do not match, for the report: each mismatch on its own row; keys that
+    are only missing on one side, one row per status (their keys listed)."""
+    if not verify:
+        return []
+    rows: list[dict[str, Any]] = []
+    missing: dict[str, list[str]] = {}
+    for o in verify.get("objects", []):
+        status = str(o.get("status"))
+        if status == "match":
+            continue
+        if status.startswith("missing"):
+            missing.setdefault(status, []).append(str(o.get("key")))
+            continue
+        rows.append({"keys": [o.get("key")], "status": status,
+                     "algorithm": o.get("algorithm") or "—", "detail": o.get("detail")})
+    for status, keys in missing.items():
+        rows.append({"keys": keys, "status": status, "algorithm": "—", "detail": None})
+    return rows
 
 
 def _group_findings(by_sev: dict[str, list[dict[str, Any]]],

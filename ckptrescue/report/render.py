@@ -11,6 +11,7 @@ from ckptrescue.report import model as report_model
 from ckptrescue.resources import data_dir
 
 FORMATS = ("html", "md", "json")
+FILE_FORMATS = (*FORMATS, "pdf")  # pdf: binary, written to a file by write()
 
 
 def _env(autoescape: bool) -> Any:
@@ -31,8 +32,17 @@ def _env(autoescape: bool) -> Any:
     env.filters["mdcell"] = str  # escaping happens once, in finalize
     env.filters["kv"] = _kv_html
     env.filters["kvtext"] = _kv_text
+    env.filters["names"] = _names
+    env.filters["cssstr"] = _css_string
     env.globals["unknown_section"] = _unknown_section
     return env
+
+
+def _css_string(value: Any) -> str:
+    """Text safe inside a CSS string in a ``<style>`` element (the print footer): letters,
+    digits and ``. : - _ / ·`` and spaces only; anything else becomes ``?``."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in ".:-_/ ") else
+                   ("·" if c == "·" else "?") for c in str(value or ""))[:120]
 
 
 def _unknown_section(name: str) -> str:
@@ -49,13 +59,23 @@ def _md_text(value: Any) -> str:
 
 
 KV_ROWS = 12  # structured details shown per finding/object (the JSON report has them all)
+NAMES_SHOWN = 12  # names listed in one cell (tensors, keys); the JSON report has them all
+
+
+def _names(value: Any, limit: int = NAMES_SHOWN) -> str:
+    """``a, b, c … and 14 more``: a bounded list of names for one cell."""
+    items = [str(v) for v in (value or [])]
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f" … and {len(items) - limit} more"
 
 
 def _scalar(value: Any) -> str:
     import json
 
     if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str, sort_keys=True)[:200]
+        text = json.dumps(value, default=str, sort_keys=True)
+        return text if len(text) <= 160 else text[:159] + "…"
     return str(value)
 
 
@@ -94,8 +114,10 @@ def _human(n: Any) -> str:
 
 
 def render(case: Case, fmt: str = "html") -> str:
+    if fmt == "pdf":
+        raise UsageError("the pdf report is a file: give an output path (-o FILE.pdf)")
     if fmt not in FORMATS:
-        raise UsageError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
+        raise UsageError(f"unknown report format {fmt!r} (one of {', '.join(FILE_FORMATS)})")
     model = report_model.build(case)
     if fmt == "json":
         return report_model.to_json(model)
@@ -116,8 +138,14 @@ def check_output(case: Case, out: Path) -> None:
         raise RefusedError(f"report: {reason}")
 
 
-def write(case: Case, out: Path, fmt: str = "html") -> Path:
+def write(case: Case, out: Path, fmt: str = "html", *, runner: Any = None) -> Path:
+    """Render the report into ``out`` (``pdf``: the HTML printed by headless Chromium, through
+    ``runner`` when given — see ``report/pdf.py``)."""
     check_output(case, out)
+    if fmt == "pdf":
+        from ckptrescue.report.pdf import print_pdf
+
+        return print_pdf(render(case, "html"), out, runner=runner)
     text = render(case, fmt)
     from ckptrescue.effects import beneath
 

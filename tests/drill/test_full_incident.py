@@ -114,6 +114,20 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
             [(b["start"], b["end"]) for b in model["bad_sector_map"]["ranges"]])] == \
         faults["run/step-100.pt"]["device_ranges"]
     assert model["verification"]["ok"]
+    # the report fits on a few pages: the timeline keeps what bears on the incident (no boot
+    # lines), the rest counted; `report -f pdf` prints it with headless Chromium in 1-20 pages
+    timeline = model["timeline"]
+    assert not [r for r in timeline["rows"] if "BIOS-e820" in r["text"] or "ACPI" in r["text"]]
+    assert timeline["collected"] == timeline["shown_collected"] + timeline["collapsed_total"]
+    if shutil.which("chromium"):
+        pypdf = pytest.importorskip("pypdf")
+        pdf = tmp_path / "report.pdf"
+        printed = subprocess.run([EXE, "report", str(case), "-f", "pdf", "-o", str(pdf)],
+                                 capture_output=True, text=True, timeout=300)
+        assert printed.returncode == 0, printed.stderr
+        pages = pypdf.PdfReader(str(pdf)).pages
+        assert 1 <= len(pages) <= 20, len(pages)
+        assert "page 1 of" in pages[0].extract_text()
     # the restored known-good version is byte-identical to the pristine checkpoint
     restored = list((case / "work" / "recovery").rglob("step-300.pt"))
     assert restored, "s3.restore wrote nothing"
