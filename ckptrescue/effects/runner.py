@@ -267,7 +267,8 @@ class SubprocessRunner:
         argv = [str(a) for a in call.argv]
         for att in kernel.appeared(before, after, argv):
             self.case.log("safety.attached", {**att.to_json(), "argv": shown})
-        for att in kernel.gone(self.attachments(), after):
+        pools = self.zfs_pools if watch == "zfs" else None
+        for att in kernel.gone(self.attachments(), after, lambda: kernel.snapshot(pools)):
             self.case.log("safety.detached", {**att.to_json(), "argv": shown})
 
     def _record_confinement(self, confinement: confine.Confinement) -> None:

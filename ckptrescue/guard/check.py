@@ -51,15 +51,35 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
             f"{name} is not on the read-only allowlist (unknown commands are refused by default)")
     try:
         if isinstance(entry, Grammar):
-            return _by_grammar(name, entry, args, ctx, depth)
-        if isinstance(entry, Subcommands):
-            return _by_subcommand(name, entry, args, ctx, depth)
-        return entry(name, args, ctx, depth)
+            decision = _by_grammar(name, entry, args, ctx, depth)
+        elif isinstance(entry, Subcommands):
+            decision = _by_subcommand(name, entry, args, ctx, depth)
+        else:
+            decision = entry(name, args, ctx, depth)
+        if decision.allowed:
+            for dev in devices_named(args):
+                reason = ctx.device_refusal(dev)
+                if reason:
+                    return Decision.refuse(f"{name}: {reason}")
+        return decision
     except ParseError as exc:
         return Decision.refuse(f"{name}: {exc} (the guard refuses what it cannot read exactly "
                                "as the tool does)")
     except (ValueError, TypeError, KeyError, IndexError) as exc:  # a bug is a refusal, never a pass
         return Decision.refuse(f"{name}: the guard could not judge this argv ({exc})")
+
+
+def devices_named(args: Sequence[str]) -> list[str]:
+    """Every word of an argv that could name a device: the word, what follows its first
+    ``=``, and each ``KEY=VALUE`` of a comma list (``-o logdev=/dev/X``). The guard asks the
+    kernel about each that is a block device."""
+    out: list[str] = []
+    for arg in args:
+        out.append(arg)
+        out.append(arg.partition("=")[2])
+        if "," in arg:
+            out += [t.partition("=")[2] or t for t in arg.split(",")]
+    return [a for a in dict.fromkeys(out) if a]
 
 
 def _by_subcommand(name: str, entry: Subcommands, args: list[str], ctx: GuardContext,

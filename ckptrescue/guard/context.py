@@ -19,9 +19,12 @@ from functools import cached_property
 from ckptrescue.guard.kernel import (
     Attachment,
     PoolLister,
+    Reach,
     Snapshot,
     block_rdev,
     dev_parse,
+    is_read_only,
+    reach,
     snapshot,
     still_there,
     top_mount_at,
@@ -160,6 +163,11 @@ class GuardContext:
     kernel_snapshot: Callable[[PoolLister | None], Snapshot] = field(default=snapshot)
     block_rdev: Callable[[str], int | None] = field(default=block_rdev)
     pools: PoolLister | None = None
+    # whether the kernel refuses writes to a block device right now (``/sys/.../ro`` and
+    # BLKROGET), and what a write to a device reaches (partitions' disks, stacked devices, loop
+    # backing files and devices)
+    device_read_only: Callable[[str], bool] = field(default=is_read_only)
+    device_reach: Callable[[int], Reach] = field(default=reach)
     # reads a small text file the command will consume (a dmsetup table), None if unreadable
     read_text: Callable[[str], str | None] = field(default=_read_small_text)
     # whether a path is an empty directory (a mount point); replaceable in pure tests
@@ -194,6 +202,41 @@ class GuardContext:
         for rdev in _loops_backed_by(self._evidence_ids):
             rdevs |= _related_rdevs(rdev)
         return rdevs
+
+    @cached_property
+    def _evidence_devices(self) -> set[int]:
+        """Block devices a write must never reach: evidence devices and their partitions, and
+        the device holding a filesystem of evidence (an evidence directory's filesystem)."""
+        out: set[int] = set()
+        for path in self.evidence_paths:
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISBLK(st.st_mode):
+                out |= _with_partitions(st.st_rdev)
+            elif stat.S_ISDIR(st.st_mode) and os.major(st.st_dev) != 0:
+                out |= _with_partitions(st.st_dev)
+        return out
+
+    def device_refusal(self, path: str) -> str | None:
+        """Why a tool may not touch the block device ``path`` now: the kernel reports it
+        writable and a write to it would reach evidence (it is, is backed by, or holds a
+        filesystem of, evidence — whoever attached it). None for any other path."""
+        rdev = self.block_rdev(path)
+        if rdev is None or self.device_read_only(path):
+            return None
+        r = self.device_reach(rdev)
+        what = None
+        if r.devices & self._evidence_devices:
+            what = "is, lies on or holds a filesystem of an evidence device"
+        elif r.files & self._evidence_ids or any(self.is_evidence(p) for p in r.paths):
+            what = "is backed by an evidence file"
+        if what is None:
+            return None
+        return (f"{path} {what}, and the kernel reports it writable: evidence is reached only "
+                "through devices the kernel keeps read-only (the kit's `losetup --read-only` "
+                "loops, `writeblock`)")
 
     @cached_property
     def _protected_ids(self) -> set[tuple[int, int]]:
@@ -318,6 +361,22 @@ class GuardContext:
         if self.kernel_now.pools is None:
             return None
         return self._live("pool", lambda a: a.name == name and a.get("readonly") is True)
+
+
+def _with_partitions(rdev: int) -> set[int]:
+    out = {rdev}
+    sysdir = _sys_block(rdev)
+    if sysdir is None:
+        return out
+    try:
+        for entry in os.scandir(sysdir):
+            if entry.is_dir() and os.path.exists(os.path.join(entry.path, "partition")):
+                dev = dev_parse(open(os.path.join(entry.path, "dev")).read())  # noqa: SIM115
+                if dev is not None:
+                    out.add(dev)
+    except OSError:
+        pass
+    return out
 
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:

@@ -119,6 +119,52 @@ def underlying(rdev: int, _depth: int = 0) -> set[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Reach:
+    """What a write to a block device reaches: block devices (itself, the disk of a partition,
+    every device it is stacked on, a loop's backing device) and the backing files of loops on
+    the way (identity and path)."""
+
+    devices: frozenset[int]
+    files: frozenset[tuple[int, int]]
+    paths: tuple[str, ...]
+
+
+def reach(rdev: int) -> Reach:
+    devices: set[int] = set()
+    files: set[tuple[int, int]] = set()
+    paths: list[str] = []
+    todo = [rdev]
+    while todo and len(devices) < 256:
+        cur = todo.pop()
+        if cur in devices:
+            continue
+        for dev in underlying(cur):
+            if dev in devices:
+                continue
+            devices.add(dev)
+            sysdir = sys_dir(dev)
+            if sysdir is None or not os.path.basename(sysdir).startswith("loop"):
+                continue
+            node = f"/dev/{os.path.basename(sysdir)}"
+            lo = loop_status(node, dev) if block_rdev(node) == dev else None
+            if lo is None:
+                backing = _read(os.path.join(sysdir, "loop", "backing_file"))
+                if backing:
+                    paths.append(backing)
+                    with contextlib.suppress(OSError):
+                        st = os.stat(backing)
+                        files.add((st.st_dev, st.st_ino))
+                        if stat.S_ISBLK(st.st_mode):
+                            todo.append(st.st_rdev)
+                continue
+            files.add((lo.backing_dev, lo.backing_ino))
+            paths.append(lo.file)
+            if lo.backing_rdev:
+                todo.append(lo.backing_rdev)
+    return Reach(frozenset(devices), frozenset(files), tuple(paths))
+
+
 # ---- loop devices ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Loop:
@@ -130,6 +176,7 @@ class Loop:
     offset: int
     sizelimit: int
     readonly: bool  # LO_FLAGS_READ_ONLY: the kit's loops are all read-only
+    backing_rdev: int = 0  # the backing inode's device number when it is a device node
 
 
 def loop_status(node: str, rdev: int | None = None) -> Loop | None:
@@ -153,7 +200,8 @@ def loop_status(node: str, rdev: int | None = None) -> Loop | None:
     name = f"/dev/{os.path.basename(sysdir)}" if sysdir else node
     return Loop(name=name, rdev=rdev, backing_dev=_decode_dev(f[0]), backing_ino=f[1],
                 file=backing or f[9].rstrip(b"\0").decode("utf-8", "replace"), offset=f[3],
-                sizelimit=f[4], readonly=bool(f[8] & LO_FLAGS_READ_ONLY))
+                sizelimit=f[4], readonly=bool(f[8] & LO_FLAGS_READ_ONLY),
+                backing_rdev=_decode_dev(f[2]))
 
 
 def _decode_dev(huge: int) -> int:
@@ -232,10 +280,33 @@ def mounts() -> dict[int, Mount]:
         return {}
 
 
+def mount_id_at(path: str) -> int | None:
+    """The id of the mount a path opens on (``/proc/self/fdinfo``: ``mnt_id``): for a mount
+    point, the mount on top of it. Asked of the kernel directly, not read from the mount
+    table (which can miss entries while other processes mount)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
 def top_mount_at(path: str, table: Mapping[int, Mount] | None = None) -> Mount | None:
     """The mount a ``umount`` of ``path`` would remove: the last one stacked on it."""
     real = os.path.realpath(path)
     table = mounts() if table is None else table
+    probe = mount_id_at(real)
+    if probe is not None and probe in table and table[probe].mountpoint == real:
+        return table[probe]
     on = [m for m in table.values() if m.mountpoint == real]
     if not on:
         return None
@@ -418,7 +489,16 @@ def still_there(att: Attachment, snap: Snapshot) -> bool:
             lo.backing_ino == att.get("backing_ino")
     if att.kind == "mount":
         m = snap.mounts.get(att.get("mount_id"))
-        return m is not None and dev_text(m.dev) == att.get("dev") and m.mountpoint == att.name
+        if m is not None:
+            return dev_text(m.dev) == att.get("dev") and m.mountpoint == att.name
+        # not in the table read: ask the kernel directly whether it is still mounted there
+        # (a table read can miss entries while other processes mount and unmount)
+        if mount_id_at(att.name) != att.get("mount_id"):
+            return False
+        try:
+            return dev_text(os.stat(att.name).st_dev) == att.get("dev")
+        except OSError:
+            return False
     if att.kind == "dm":
         d = snap.dms.get(att.name)
         return d is not None and dev_text(d.rdev) == att.get("rdev") and d.uuid == att.get("uuid")
@@ -430,6 +510,12 @@ def still_there(att: Attachment, snap: Snapshot) -> bool:
     return False
 
 
-def gone(live: Iterable[Attachment], snap: Snapshot) -> list[Attachment]:
-    """The recorded attachments the kernel no longer shows (detached, by whatever means)."""
-    return [a for a in live if not still_there(a, snap)]
+def gone(live: Iterable[Attachment], snap: Snapshot,
+         again: Callable[[], Snapshot] | None = None) -> list[Attachment]:
+    """The recorded attachments the kernel no longer shows (detached, by whatever means);
+    with ``again``, an absence is confirmed by a second, fresh read before it counts."""
+    missing = [a for a in live if not still_there(a, snap)]
+    if missing and again is not None:
+        fresh = again()
+        missing = [a for a in missing if not still_there(a, fresh)]
+    return missing

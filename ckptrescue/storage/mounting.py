@@ -152,6 +152,8 @@ def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | Non
     if not own and any(m.mountpoint == os.path.realpath(mountpoint) for m in sysfs.mounts()):
         res = runner.run(ToolCall.of("umount", str(mountpoint), timeout_s=120,
                                      purpose="unmount what the kit mounted"))
+        if res.refused:
+            raise RefusedError(f"umount {mountpoint}: {res.refused}")
         if res.returncode != 0:
             raise ToolFailedError(f"umount {mountpoint}: {res.stderr.strip()}",
                                   hint="a process may still use it (fuser -vm MOUNTPOINT)")

@@ -140,10 +140,21 @@ def test_allowed_reads_run_and_change_nothing(scene) -> None:
     before = (_sha(scene["DEV"]), _sha(scene["IMG"]))
     runner = SubprocessRunner(case)
     out = Path(scene["DIR"]) / "head.bin"
-    for form in ("dumpe2fs -h DEV", "blkid -p DEV", "sha256sum LINK", "ddrescuelog -t MAP",
-                 f"dd if=DEV of={out} bs=4096 count=1"):
+    forms = ("dumpe2fs -h DEV", "blkid -p DEV", "sha256sum LINK", "ddrescuelog -t MAP",
+             f"dd if=DEV of={out} bs=4096 count=1")
+    # the evidence device is writable: no tool touches it until the kernel keeps it read-only
+    for form in forms:
         res = runner.run(ToolCall(argv=tuple(_fill(form, scene)), timeout_s=60))
-        assert res.refused is None and res.returncode == 0, (form, res.refused, res.stderr)
+        assert bool(res.refused) == ("DEV" in form), (form, res.refused)
+    from ckptrescue.storage.writeblock import set_readonly
+
+    set_readonly(scene["DEV"], True)
+    try:
+        for form in forms:
+            res = runner.run(ToolCall(argv=tuple(_fill(form, scene)), timeout_s=60))
+            assert res.refused is None and res.returncode == 0, (form, res.refused, res.stderr)
+    finally:
+        set_readonly(scene["DEV"], False)
     assert out.stat().st_size == 4096
     assert (_sha(scene["DEV"]), _sha(scene["IMG"])) == before
     runs = list(case.records("tool.run"))

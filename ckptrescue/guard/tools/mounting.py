@@ -82,6 +82,16 @@ def _mount(p: Parsed, ctx: GuardContext) -> Decision | None:
     reason = ctx.mount_point_forbidden(p.operands[1])
     if reason:
         return Decision.refuse(f"mount point: {reason}")
+    source = p.operands[0]
+    if ctx.block_rdev(source) is None:
+        return Decision.refuse(f"mount {source}: not a block device; the kit mounts only from a "
+                               "device the kernel reports read-only (attach an image with "
+                               "losetup --read-only)")
+    if not ctx.device_read_only(source):
+        return Decision.refuse(f"mount {source}: the kernel reports the device writable; a "
+                               "filesystem is mounted only from a device the kernel keeps "
+                               "read-only (a ro mount can still write: orphan cleanup, log "
+                               "replay)")
     return Decision.allow(host_namespace=True)
 
 
