@@ -43,6 +43,10 @@ CODES = {
                  "present"),
     "FM032": (E, "DeepSpeed optimizer-state file names a ZeRO stage or dp size other than the "
                  "step's"),
+    "FM033": (E, "DeepSpeed rank files beyond dp x mp, or a second set of optimizer files: "
+                 "DeepSpeed's consolidation counts them and refuses the step"),
+    "FM034": (E, "DeepSpeed optimizer partition is not the rank its file name claims (fragment "
+                 "mapping, partition size or fp32 master weights fit another rank)"),
     # Megatron-LM / NeMo
     "FM040": (E, "Megatron iteration missing mp_rank directories for its TP x PP sizes"),
     "FM041": (E, "Megatron saved args disagree with the directory layout (TP/PP sizes)"),
@@ -50,6 +54,8 @@ CODES = {
     "FM043": (E, "NeMo archive missing model_config.yaml or its weights"),
     "FM044": (E, "NeMo archive damaged: tar member headers or sizes wrong"),
     "FM045": (W, "Megatron checkpoint_version or args unreadable: layout checked by naming only"),
+    "FM048": (E, "Megatron rank file holds another rank's model: embedding, final norm, "
+                 "parameter names or saved rank of another pipeline stage than its directory"),
     "FM046": (I, "NeMo archive gzip-compressed (NeMo < 1.7): verified by the gzip CRC-32, "
                  "tensors have no in-place offsets"),
     "FM047": (I, "NeMo archive holds a distributed checkpoint (model_weights/): its .distcp "
@@ -59,6 +65,8 @@ CODES = {
 VERDICT = {
     "FM001": "incomplete", "FM002": "damaged", "FM003": "damaged", "FM004": "damaged",
     "FM005": "damaged", "FM006": "damaged", "FM007": "damaged", "FM009": "incomplete",
-    "FM030": "incomplete", "FM031": "incomplete", "FM032": "damaged", "FM040": "incomplete",
+    "FM030": "incomplete", "FM031": "incomplete", "FM032": "damaged", "FM033": "damaged", "FM034": "damaged",
+    "FM040": "incomplete",
     "FM041": "damaged", "FM042": "incomplete", "FM043": "incomplete", "FM044": "damaged",
+    "FM048": "damaged",
 }

@@ -158,3 +158,52 @@ def test_torch_dist_missing_common(mg: Path, tmp_path: Path) -> None:
     r = one(step)
     assert r.verdict is Verdict.INCOMPLETE
     assert codes(r)["FM042"] == [["common"]]
+
+
+STRICT_STAGE0 = """
+import json, sys, torch
+import megatron.core  # registers megatron's safe globals with torch.serialization
+reference, candidate = sys.argv[1:3]
+ref = torch.load(reference, map_location="cpu", weights_only=True)["model"]
+module = torch.nn.Module()
+for i, (name, value) in enumerate(ref.items()):  # stage 0's parameters, as the model builds them
+    module.register_parameter(f"p{i}", torch.nn.Parameter(torch.empty_like(value)))
+names = {f"p{i}": name for i, name in enumerate(ref)}
+sd = torch.load(candidate, map_location="cpu", weights_only=True)["model"]
+try:
+    module.load_state_dict({k: sd[v] for k, v in names.items()}, strict=True)
+    print("ORACLE" + json.dumps("ok"))
+except BaseException as exc:
+    print("ORACLE" + json.dumps("error: " + type(exc).__name__))
+"""
+
+
+def test_legacy_pipeline_stages_swapped_by_name(mg: Path, tmp_path: Path) -> None:
+    """mp_rank_00_000 <-> mp_rank_00_001: torch.load reads both, a strict load of stage 0 fails;
+    the probe names both files and the stage each really holds (FM048)."""
+    run_dir = copy(mg / "legacy", tmp_path / "legacy")
+    step = run_dir / "iter_0000002"
+    a = step / "mp_rank_00_000" / "model_optim_rng.pt"
+    b = step / "mp_rank_00_001" / "model_optim_rng.pt"
+    tmp = step / "swap.pt"
+    a.replace(tmp)
+    b.replace(a)
+    tmp.replace(b)
+    loaded = run(LEGACY_ORACLE, a, b)
+    assert all(isinstance(v, dict) for v in loaded.values())  # the loader itself says nothing
+    reference = mg / "legacy" / "iter_0000001" / "mp_rank_00_000" / "model_optim_rng.pt"
+    assert json.loads(oracle(STRICT_STAGE0, str(reference), str(reference)).stdout.split(
+        "ORACLE")[1]) == "ok"
+    assert json.loads(oracle(STRICT_STAGE0, str(reference), str(a)).stdout.split(
+        "ORACLE")[1]).startswith("error")
+    r = probe_paths([step])[0]
+    assert r.verdict is Verdict.DAMAGED
+    assert sorted(codes(r)["FM048"]) == [["mp_rank_00_000"], ["mp_rank_00_001"]]
+    holds = {f.details["stage"]: f.details["holds_stage"] for f in r.findings
+             if f.code == "FM048"}
+    assert holds == {0: 1, 1: 0}
+    from ckptrescue.checkpoints.rank import rank
+
+    assert rank(run_dir).resume_from == str(run_dir / "iter_0000001")
+    # the intact steps raise no FM048
+    assert all("FM048" not in codes(x) for x in probe_paths([mg / "legacy"]))

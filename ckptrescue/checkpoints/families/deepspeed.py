@@ -17,7 +17,10 @@ Checks: every model/optim rank file for ``mp x dp`` (FM001/FM030), each model fi
 ``global_steps - skipped_steps`` (FM002) and agrees across ranks (FM004), the same ``ds_config``,
 dp/mp sizes everywhere (FM003), ``partition_count`` = dp size (FM031), ``zero_stage`` = the
 config's stage (FM032), flat fp32 partitions of equal size on every dp rank (FM005; DeepSpeed pads
-them equal), TP shards of mp ranks (FM005/FM006).
+them equal), TP shards of mp ranks (FM005/FM006); no model-states file at all (FM030: sizes
+then from the optimizer files), optimizer files beyond dp x mp or under a second prefix (FM033:
+``zero_to_fp32`` counts them and refuses), each ZeRO-1/2 partition against the rank its name
+claims (FM034, ``deepspeed_partitions.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport
 from ckptrescue.checkpoints.families import crossrank
+from ckptrescue.checkpoints.families import deepspeed_partitions as partitions
 from ckptrescue.checkpoints.families.base import (
     Family,
     Member,
@@ -128,6 +132,28 @@ class DeepSpeedFamily(Family):
         return {}
 
     @classmethod
+    def _optim_metadata(cls, root: Path, names: list[str]) -> dict[str, Any]:
+        """Without a readable model-states file: dp size, ZeRO stage and config from the first
+        readable optimizer file (``partition_count``, ``zero_stage``, ``ds_config``), the mp size
+        from the file names (``..._mp_rank_XX_...``: the highest + 1)."""
+        mps = [int(m.group(3)) for n in names if (m := _OPTIM.match(n))]
+        for n in names:
+            if not _OPTIM.match(n):
+                continue
+            root_obj = zip_pickle_root(root / n)
+            if not isinstance(root_obj, dict):
+                continue
+            osd = top_level(root_obj.get("optimizer_state_dict"),
+                            ("partition_count", "zero_stage"))
+            config = plain(root_obj.get("ds_config"))
+            pc = osd.get("partition_count")
+            dp = as_int(pc[0] if isinstance(pc, list) and pc else pc)
+            if dp is None or not isinstance(config, dict):
+                continue
+            return {"dp_world_size": dp, "mp_world_size": max(mps) + 1, "ds_config": config}
+        return {}
+
+    @classmethod
     def layout(cls, root: Path) -> StepLayout:
         names = listdir(root)
         members: list[Member] = []
@@ -149,6 +175,16 @@ class DeepSpeedFamily(Family):
         layout = StepLayout(cls.name, root, step, members)
         layout.expected, layer_findings = _layer_expectations(root, names)
         layout.findings += layer_findings
+        models = [m for m in members if m.role == "model"]
+        if not models and any(m.role == "optim" for m in members):
+            # zero_to_fp32 and engine.load_checkpoint both start from a model-states file
+            layout.findings.append(finding(
+                "FM030", f"{root.name}: no model-states file (mp_rank_XX_model_states.pt or "
+                "zero_pp_rank_R_mp_rank_XX_model_states.pt) beside the optimizer partitions: "
+                "DeepSpeed cannot load or consolidate the step", evidence=root,
+                ranks=["mp_rank_00"]))
+        if not meta:
+            meta = cls._optim_metadata(root, names)
         dp, mp = as_int(meta.get("dp_world_size")), as_int(meta.get("mp_world_size"))
         stage = _stage_of(meta.get("ds_config"))
         if dp is None or mp is None or stage is None:
@@ -159,7 +195,10 @@ class DeepSpeedFamily(Family):
         layout.world = {"dp": dp, "mp": mp, "zero_stage": stage}
         digits = max([len(_mp_digits(m.path.name)) for m in members] or [2])
         expected: list[Member] = []
-        prefix = sorted(prefixes)[0] if prefixes else cls._default_prefix(meta)
+        # one optimizer-file prefix per step: the one the config makes the engine load
+        # (``bf16_`` for the bf16 optimizer); files of the other prefix are extras
+        prefix = (next(iter(prefixes)) if len(prefixes) == 1
+                  else cls._default_prefix(meta))
         for t in range(mp):
             tt = str(t).zfill(digits)
             if stage >= 3:
@@ -173,12 +212,25 @@ class DeepSpeedFamily(Family):
                                     f"zero_pp_rank_{r}_mp_rank_{tt}", "optim") for r in range(dp)]
         layout.expected = expected + layout.expected
         known = {m.path for m in expected}
-        extra = [m for m in members if m.path not in known and m.role != "layer"]
-        if extra:
+        leftovers = [m for m in members if m.path not in known and m.role == "model"]
+        if leftovers:  # zero_to_fp32 reads the first model-states file; the engine its own
             layout.findings.append(finding(
-                "FM010", f"{len(extra)} rank file(s) beyond dp={dp} x mp={mp}: "
-                + ", ".join(m.path.name for m in extra[:8]), evidence=root,
-                ranks=[m.rank for m in extra]))
+                "FM010", f"{len(leftovers)} model-states file(s) beyond dp={dp} x mp={mp}: "
+                + ", ".join(m.path.name for m in leftovers[:8]), evidence=root,
+                ranks=sorted({m.rank for m in leftovers})))
+        extra = [m for m in members if m.path not in known and m.role == "optim"]
+        if extra:
+            # zero_to_fp32 counts the optimizer files against the world size and refuses the
+            # step ("Expected 2 of '*_optim_states.pt' ... but found 3 files"); an elastic load
+            # merges every zero file it globs: an extra file is never harmless
+            layout.findings.append(finding(
+                "FM033", f"{len(extra)} rank file(s) beyond dp={dp} x mp={mp}"
+                f"{' (ZeRO-' + str(stage) + ')' if stage else ''}: "
+                + ", ".join(m.path.name for m in extra[:8])
+                + ("" if len(extra) <= 8 else f" ... (+{len(extra) - 8} more)")
+                + ": DeepSpeed's consolidation refuses the step", evidence=root,
+                ranks=sorted({m.rank for m in extra}),
+                details={"extra": [m.path.name for m in extra[:256]]}))
         return layout
 
     @classmethod
@@ -195,6 +247,7 @@ class DeepSpeedFamily(Family):
         root = data_pkl_root(member.path, report)
         if member.role == "model":
             meta = top_level(root, _MODEL_KEYS)
+            partitions.summarize_model(summary, meta, report.tensors, member.path)
             summary.step = as_int(meta.get("global_steps"))
             summary.scalars.update({
                 "global_steps": summary.step, "skipped_steps": as_int(meta.get("skipped_steps")),
@@ -205,6 +258,8 @@ class DeepSpeedFamily(Family):
             osd = root.get("optimizer_state_dict") if isinstance(root, dict) else None
             info = top_level(osd, ("zero_stage", "partition_count", "ds_version"))
             stage = info.get("zero_stage")
+            partitions.summarize_optim(summary, top_level(osd, (
+                "param_slice_mappings", "param_alignment_paddings")), report.tensors, member.path)
             summary.scalars.update({
                 "zero_stage": as_int(stage), "partition_count": info.get("partition_count"),
                 "ds_config": plain(root.get("ds_config")) if isinstance(root, dict) else None,
@@ -282,6 +337,10 @@ class DeepSpeedFamily(Family):
                 out.append(finding(
                     "FM031", f"{s.member.rank}: partition_count {pc}, dp_world_size is {dp}",
                     evidence=s.member.path, ranks=[s.member.rank]))
+        config = next((c for _s, c in configs), None)
+        zero = config.get("zero_optimization") if isinstance(config, dict) else None
+        round_robin = isinstance(zero, dict) and zero.get("round_robin_gradients") is True
+        out += partitions.check(models, optims, dp, stage, round_robin)
         parts = [(s, s.scalars.get("partitions") or {}) for s in optims]
         if len(parts) > 1:
             names = set.intersection(*(set(p) for _s, p in parts))

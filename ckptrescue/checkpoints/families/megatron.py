@@ -190,6 +190,8 @@ class MegatronFamily(_MegatronPointers):
         summary.scalars["tp"] = as_int(args.get("tensor_model_parallel_size"))
         summary.scalars["pp"] = as_int(args.get("pipeline_model_parallel_size"))
         summary.scalars["args"] = {k: v for k, v in args.items() if k not in _RANK_ARGS}
+        summary.scalars["saved_rank"] = (as_int(args.get("rank")), as_int(args.get("world_size")),
+                                         args.get("context_parallel_size", 1))
         summary.scalars["optimizer_steps"] = crossrank.optimizer_steps(member.path,
                                                                        report.tensors)
         # only the model's tensors take part in the TP shard checks
@@ -232,6 +234,7 @@ class MegatronFamily(_MegatronPointers):
                     out.append(finding(
                         "FM004", f"{rank}: optimizer step {sorted(set(v))} while the other ranks "
                         f"record {sorted(set(common))}", evidence=layout.root, ranks=[rank]))
+        out += _stage_findings(models, tp, pp)
         stages: dict[str, list[MemberSummary]] = {}
         for s in models:
             m = _MP.match(s.member.rank)
@@ -240,6 +243,100 @@ class MegatronFamily(_MegatronPointers):
         out += crossrank.tp_shards(stages, layout.root)
         out += crossrank.replicated(stages, layout.root)
         return out
+
+
+# Megatron's pre_process stage (PP rank 0) alone holds the embedding; its post_process stage (the
+# last) alone holds the final norm and the output layer (megatron-core ``GPTModel``:
+# ``if self.pre_process: self.embedding``, ``if self.post_process: self.output_layer``;
+# ``TransformerBlock``: ``final_layernorm`` only with ``post_process``; legacy Megatron-LM:
+# ``language_model.embedding`` and ``encoder.final_layernorm`` the same way; its tied head on
+# the last stage is ``word_embeddings_for_head``, not an embedding)
+_EMBED = re.compile(r"(^|\.)embedding\.")
+_HEAD = re.compile(r"(^|\.)(final_layernorm|final_norm|output_layer)\.")
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _stage_of(rank: str) -> tuple[int, int] | None:
+    m = _MP.match(rank)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def _layer_indices(names: frozenset[str]) -> frozenset[int]:
+    return frozenset(int(m.group(1)) for n in names if (m := _LAYER_INDEX.search(n)))
+
+
+def _stage_findings(models: list[MemberSummary], tp: int | None, pp: int | None
+                    ) -> list[Finding]:
+    """Each rank file holds the model of the pipeline stage its directory names (FM048):
+
+    * the embedding on the first stage only, the final norm / output layer on the last only;
+    * where the files number their layers globally (the stages' layer indices do not overlap),
+      the layer indices grow with the stage along each TP rank's files (local numbering, where
+      every stage starts at ``layers.0``, gives no order: not checked);
+    * where the saved args record the saving process's ``rank`` and ``world_size`` (Megatron-LM
+      sets them from the launcher), that rank is the one that saves this directory: TP rank t
+      of stage p at data-parallel rank 0, rank order tp-cp-ep-dp-pp: ``t + p * world / PP``.
+    """
+    out: list[Finding] = []
+    info: dict[str, tuple[int, int, frozenset[str]]] = {}
+    for s in models:
+        where = _stage_of(s.member.rank)
+        if where is not None and s.tensors:
+            info[s.member.rank] = (where[0], where[1], frozenset(s.tensors))
+    # per TP rank, the stage order its files' global layer indices give
+    order_holds: dict[str, int] = {}
+    columns: dict[int, list[tuple[int, str, frozenset[int]]]] = {}
+    for rank, (t, p, names) in info.items():
+        columns.setdefault(t, []).append((p, rank, _layer_indices(names)))
+    for column in columns.values():
+        sets = [idx for _p, _r, idx in column if idx]
+        if len(sets) < 2 or sum(len(x) for x in sets) != len(frozenset().union(*sets)):
+            continue  # local numbering (indices repeat across stages): no order to check
+        by_layers = sorted((min(idx), p) for p, _r, idx in column if idx)
+        stages = sorted(p for p, _r, idx in column if idx)
+        position = {p: stages[i] for i, (_m, p) in enumerate(by_layers)}
+        for p, rank, idx in column:
+            if idx and position[p] != p:
+                order_holds[rank] = position[p]
+    for s in models:
+        if s.member.rank not in info:
+            continue
+        t, p, names = info[s.member.rank]
+        why: list[str] = []
+        holds: set[int] = set()
+        if pp is not None and pp > 1:
+            embed = any(_EMBED.search(n) for n in names)
+            head = any(_HEAD.search(n) for n in names)
+            mtp = any(n.startswith("mtp.") or ".mtp." in n for n in names)
+            if embed != (p == 0) and not (mtp and p == pp - 1):  # MTP shares the embedding
+                why.append("it holds the embedding (the first stage's)" if embed else
+                           "it lacks the embedding the first stage holds")
+                holds |= {0} if embed else set()
+            if head != (p == pp - 1):
+                why.append("it holds the final norm/output layer (the last stage's)" if head
+                           else "it lacks the final norm/output layer the last stage holds")
+                holds |= {pp - 1} if head else set()
+        if s.member.rank in order_holds:
+            q = order_holds[s.member.rank]
+            holds.add(q)
+            why.append(f"its layers ({', '.join(map(str, sorted(_layer_indices(names))[:6]))}) "
+                       f"come in stage {q}'s place along TP rank {t}'s files")
+        saved_rank, world, cp = s.scalars.get("saved_rank") or (None, None, 1)
+        if isinstance(saved_rank, int) and isinstance(world, int) and tp and pp \
+                and world % pp == 0 and cp in (1, None):
+            want = t + p * (world // pp)
+            if saved_rank != want:
+                why.append(f"its saved args were written by global rank {saved_rank}, the "
+                           f"directory's saver is rank {want}")
+        if why:
+            stage = f"; it holds stage {min(holds)}'s model" if len(holds) == 1 else ""
+            out.append(finding(
+                "FM048", f"{s.member.rank}/{s.member.path.name} is not pipeline stage {p}'s "
+                f"model{stage}: " + "; ".join(why), evidence=s.member.path,
+                ranks=[s.member.rank], details={"stage": p, "tp_rank": t,
+                                                "holds_stage": min(holds) if len(holds) == 1
+                                                else None, "reasons": why}))
+    return out
 
 
 class MegatronDistFamily(_MegatronPointers):
