@@ -21,7 +21,7 @@ from ckptrescue.errors import CkptRescueError, ExitCode
 # Command modules, in help order. A module that is not present yet is skipped.
 _COMMAND_MODULES = (
     "case_cmd", "exec_cmd", "probe_cmd", "resume_cmd", "storage_cmd", "writeblock_cmd", "s3_cmd", "store_cmd",
-    "dataset_cmd", "recover_cmd", "watch_cmd", "analysis_cmd", "playbook_cmd", "report_cmd",
+    "dataset_cmd", "hub_cmd", "recover_cmd", "watch_cmd", "analysis_cmd", "playbook_cmd", "report_cmd",
     "drill_cmd", "tui_cmd",
 )
 

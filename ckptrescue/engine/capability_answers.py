@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import ManifestDiffOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import HubCacheOutput, ManifestDiffOutput, SafeGlobalsOutput
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
 
 # the actions whose steps examine evidence (the answer's "nothing examined yet" test)
-EXAMINING = {"manifest.diff", "resume.safe_globals"}
+EXAMINING = {"manifest.diff", "resume.safe_globals", "hub.verify"}
 
 
 def capability_parts(case: Case) -> list[str]:
@@ -25,4 +25,7 @@ def capability_parts(case: Case) -> list[str]:
     for sg in outputs_of(case, SafeGlobalsOutput)[-1:]:
         if sg.safe or sg.not_safe or not sg.ok:
             parts.append(f"safe globals: {sg.answer}")
+    for hub in outputs_of(case, HubCacheOutput)[-1:]:
+        if not hub.ok:
+            parts.append(hub.answer)
     return parts

@@ -453,6 +453,30 @@ class ManifestDiffOutput(StepOutputs):
         return any(self.counts.get(s) for s in ("added", "removed", "changed", "renamed"))
 
 
+
+@dataclass
+class HubCacheOutput(StepOutputs):
+    root: str = field(default="", metadata=doc("The hub cache directory verified."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "repos, revisions, blobs, blobs_ok, blobs_bad, incomplete, links_ok, links_bad, "
+        "broken_revisions."))
+    repos: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per repository: folder, repo_type, repo_id, refs, revisions, blobs (those not ok: "
+        "name, size, kind, status, actual, error, linked_from), blobs_total, blobs_ok, bytes, "
+        "links (those not ok: revision, path, status, blob, detail), links_ok, "
+        "broken_revisions (revision -> what breaks it), problems."))
+    problems: list[str] = field(default_factory=list, metadata=doc(
+        "Entries of the cache root that are not repositories."))
+    bytes_hashed: int = field(default=0, metadata=doc("Bytes read and hashed."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        c = self.counts
+        return not (c.get("blobs_bad") or c.get("links_bad") or c.get("incomplete")
+                    or self.problems or any(r.get("problems") for r in self.repos))
+
+
 @dataclass
 class DatasetVerifyOutput(StepOutputs):
     files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(

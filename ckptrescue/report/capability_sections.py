@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import ManifestDiffOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import HubCacheOutput, ManifestDiffOutput, SafeGlobalsOutput
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -74,7 +74,43 @@ def safe_globals(case: Case) -> dict[str, Any] | None:
         table("Not to register", "safe-globals-not-safe", ["global", "status", "why"], bad)])
 
 
-BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals}
+def hub_cache(case: Case) -> dict[str, Any] | None:
+    outs = outputs_of(case, HubCacheOutput)
+    if not outs:
+        return None
+    out = outs[-1]
+    broken, blobs, repos = [], [], []
+    for repo in out.repos:
+        label = f"{repo.get('repo_type')} {repo.get('repo_id')}"
+        names: dict[str, list[str]] = {}
+        for ref, commit in (repo.get("refs") or {}).items():
+            names.setdefault(commit, []).append(ref)
+        repos.append([label, len(repo.get("revisions") or []), ", ".join(
+            f"{k} -> {v[:12]}" for k, v in (repo.get("refs") or {}).items()),
+            f"{repo.get('blobs_ok', 0)} of {repo.get('blobs_total', 0)}",
+            len(repo.get("broken_revisions") or {})])
+        for rev, why in (repo.get("broken_revisions") or {}).items():
+            broken.append([label, rev, ", ".join(names.get(rev, [])), "; ".join(why)])
+        for b in repo.get("blobs") or []:
+            blobs.append([label, b["name"], b["status"], b.get("size"),
+                          b.get("actual") or b.get("error") or "",
+                          ", ".join(b.get("linked_from") or [])])
+    notes = list(out.problems) + [f"{r.get('repo_id')}: {p}" for r in out.repos
+                                  for p in r.get("problems") or []]
+    return section(out.answer, facts=[["cache", out.root],
+                                      ["bytes hashed", out.bytes_hashed]], notes=notes, tables=[
+        table("Repositories", "hub-repos", ["repository", "revisions", "refs",
+                                             "blobs matching their names", "broken revisions"],
+              repos),
+        table("Broken revisions", "hub-broken", ["repository", "revision", "refs",
+                                                 "what breaks it"], broken),
+        table("Blobs that do not verify", "hub-blobs", ["repository", "blob", "status", "size",
+                                                        "hashes to / why", "linked from"],
+              blobs)])
+
+
+BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals,
+            "hub_cache": hub_cache}
 
 
 def build(case: Case) -> dict[str, dict[str, Any] | None]:

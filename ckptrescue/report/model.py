@@ -75,6 +75,7 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
     ("dataset_content", "Dataset content against its baseline", False,
      lambda m: bool(m["dataset_content"])),
     ("manifest_diff", "Manifest to manifest", False, lambda m: bool(m["manifest_diff"])),
+    ("hub_cache", "Hugging Face hub cache", False, lambda m: bool(m["hub_cache"])),
     ("bad_sectors", "Bad-sector map", False, lambda m: bool(m["bad_sector_map"])),
     ("s3", "Object store", False, lambda m: bool(m["s3_verify"] or m["s3_known_good"])),
     ("findings", "Findings", True, lambda m: any(m["findings_by_severity"].values())),

@@ -53,7 +53,7 @@ def test_the_expected_playbooks_ship() -> None:
                             "preserve-s3-prefix", "inspect-xfs", "inspect-ext4", "inspect-zfs",
                             "verify-s3-prefix", "probe-checkpoints", "dataset-audit",
                             "full-incident", "inspect-zfs-member", "collect-host", "silent-failure",
-                            "resume-checks"}
+                            "resume-checks", "hub-cache"}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))

@@ -130,6 +130,18 @@ def make_full_case(case: Case) -> Case:
         "not_safe": [{"global": f"evil.{EVIL}", "status": "unlisted", "lists": [],
                       "source": "", "reason": EVIL_MD}],
         "snippet": "import torch\n", "answer": "1 of 1 file(s) need globals"}, "safe-globals")
+    add_step(case, "hub.verify", {
+        "root": "/home/u/.cache/huggingface/hub", "counts": {"repos": 1, "blobs": 2,
+                                                              "blobs_ok": 1, "blobs_bad": 1},
+        "repos": [{"folder": "models--acme--x", "repo_type": "model", "repo_id": f"acme/{EVIL}",
+                   "refs": {"main": "ab" * 20}, "revisions": ["ab" * 20], "blobs_total": 2,
+                   "blobs_ok": 1, "blobs": [{"name": "cd" * 32, "status": "mismatch",
+                                             "size": 10, "actual": "ef" * 32,
+                                             "linked_from": [f"{'ab' * 20}:{EVIL_MD}"]}],
+                   "broken_revisions": {"ab" * 20: [f"{EVIL_MD}: mismatch"]},
+                   "problems": []}], "problems": [], "bytes_hashed": 20,
+        "answer": "hub cache: 1 repos, 1 revisions, 1 of 2 blobs match their names"},
+        "hub-verify")
     case.log("safety.kernel", {"guarantee": "block-device-readonly", "target": "/dev/loop7",
                                "enforced": True, "how": "BLKROSET", "previous": "rw",
                                "by_kit": True})
