@@ -30,7 +30,7 @@ ALLOWED: frozenset[tuple[str, str, str]] = frozenset({
     *(("ckptrescue.checkpoints.formats.pickle_scan", "ckptrescue.checkpoints.formats.pickle_policy", n)
       for n in ("_ALLOWED_EXACT", "_REBUILD_FUNCTIONS", "_TORCH_CLASSES", "_TORCH_DTYPE_NAMES")),
     *(("ckptrescue.checkpoints.formats.torch_zip", "ckptrescue.checkpoints.formats.torch_zip_records", n)
-      for n in ("_Bounded", "_alignment", "_byteorder", "_check_record",
+      for n in ("_Bounded", "_alignment", "_byteorder",
                 "_check_serialization_id", "_declared_sizes", "_read_pickle")),
     ("ckptrescue.checkpoints.formats.torch_zip_view", "ckptrescue.checkpoints.formats.miniz_rules", "_lower"),
     ("ckptrescue.playbook.validate", "ckptrescue.playbook.load", "_line_map"),

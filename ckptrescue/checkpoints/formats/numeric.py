@@ -1,10 +1,12 @@
 """Streaming numerical health of tensor bytes (pure: bytes in, statistics and findings out).
 
 A :class:`StorageScan` is fed the chunks of one storage / tensor byte range as the CRC pass
-reads them (so the file is read once), with bounded memory: counts, a running sum of squares,
-the few largest magnitudes (for exponent outliers), the first non-finite elements and the
-all-zero 4 KiB pages aligned to the file (torn writes). :func:`judge` turns a finished scan plus
-the tensor names into suspicions (reference/checkpoint-formats.md §6):
+reads them (so the file is read once; the scan reuses the CRC pass's buffer), with bounded
+memory: exact counts (elements, NaN, Inf, exact zeros, subnormals, signs), a sampled exponent
+histogram, the three largest finite magnitudes with their index (for exponent outliers), the
+first non-finite elements and the all-zero 4 KiB pages aligned to the file (torn writes).
+:func:`judge` turns a finished scan plus the tensor names into suspicions
+(reference/checkpoint-formats.md §6):
 
 * NaN/Inf counts (a few in an otherwise finite tensor: bit flip or torn write);
 * exponent outliers far above the tensor's RMS, with a flip-back candidate ("bit 30 of element
@@ -13,12 +15,17 @@ the tensor names into suspicions (reference/checkpoint-formats.md §6):
 * invariants from names: Adam ``exp_avg_sq`` >= 0, BatchNorm ``running_var`` > 0,
   ``num_batches_tracked`` >= 0.
 
+The cost per element does not depend on the values: each chunk goes through the same dozen
+vectorised numpy operations whatever it holds (all-zero, NaN-heavy, integer-valued, subnormal
+or trained weights alike); per-element Python work (examples, flip-back explanations, page
+offsets) is bounded by fixed limits (:data:`EXAMPLES`, :data:`PAGES_KEPT`, three top
+magnitudes per chunk) and the summary says how many it explains of how many it counts.
+
 Needs numpy (a torch dependency); without it the scan is skipped and says so.
 """
 
 from __future__ import annotations
 
-import heapq
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +33,9 @@ from typing import Any
 from ckptrescue.checkpoints.formats import dtypes
 
 PAGE = 4096
-_ZERO_PAGE = bytes(PAGE)
-_TOPK = 8
+EXAMPLES = 8  # non-finite elements kept (with a flip-back explanation) per scanned range
+PAGES_KEPT = 64  # zero-page offsets kept per scanned range (all of them are counted)
+SAMPLE = 61  # the exponent histogram samples one element in SAMPLE of each chunk
 INVARIANT_NAMES = {"exp_avg_sq", "running_var", "num_batches_tracked"}
 
 
@@ -39,15 +47,17 @@ class NumericSummary:
     count: int = 0
     nan: int = 0
     inf: int = 0
-    zeros: int = 0
+    zeros: int = 0  # exact zeros (+0.0 and -0.0 for floats)
+    subnormals: int = 0
     negatives: int = 0
     nonpositive: int = 0
     rms_bulk: float | None = None
-    zero_pages: list[int] = field(default_factory=list)  # absolute offsets of all-zero pages
+    zero_pages: list[int] = field(default_factory=list)  # first PAGES_KEPT zero-page offsets
+    zero_page_count: int = 0  # every all-zero page of the range
     zeros_near_pages: int = 0  # exact zeros in the chunks holding zero pages (outside them)
     elements_near_pages: int = 0
     outliers: list[dict[str, Any]] = field(default_factory=list)
-    nonfinite_examples: list[dict[str, Any]] = field(default_factory=list)
+    nonfinite_examples: list[dict[str, Any]] = field(default_factory=list)  # first EXAMPLES
     skipped: str | None = None
 
 
@@ -79,17 +89,23 @@ _LAYOUT = {
 }
 _REF_RANK = 3  # outliers are judged against the 3rd-largest magnitude (1-2 flips stand out)
 _MIN_ELEMENTS = 16
+_ROWS = 64  # a chunk's top magnitudes are found among the rows of its 3 largest column maxima
 
 
 class StorageScan:
     """Accumulates statistics over consecutive chunks of one byte range.
 
-    Floats are read as unsigned integers: a histogram of the exponent field (one bincount per
-    chunk) gives NaN/Inf counts (all-ones exponent) and the magnitude distribution at
-    power-of-two resolution; the few largest finite values are kept with their index. An
-    outlier is a value whose exponent is at least ``gap`` steps (x256 for fp32/bf16/fp64, x16
-    for fp16) above the third-largest value's, and that one exponent-bit flip would bring back
-    among the ordinary values (reference §6 heuristics 2-3).
+    Floats are read as unsigned integers and every chunk costs the same fixed sequence of
+    vectorised operations: the magnitude (sign cleared) and its maximum; exact counts of zeros
+    and of values below the smallest normal (subnormals); NaN and Inf counts (all-ones
+    exponent, mantissa zero or not) when the maximum says there are any; a histogram of the
+    exponent field over one element in :data:`SAMPLE` (the bulk's lower bound); the sign
+    counts when a name carries an invariant; and, when the chunk could hold one of the three
+    largest finite magnitudes so far, its column maxima (a ``(64, n/64)`` view) to find them.
+    An outlier is a value whose exponent is at least ``gap`` steps (x256 for fp32/bf16/fp64,
+    x16 for fp16) above the third-largest value's, and that one exponent-bit flip would bring
+    back among the ordinary values (reference §6 heuristics 2-3). Only the two values above the
+    third-largest can be outliers, so the follow-up per element is bounded.
     """
 
     def __init__(self, dtype: str, *, start: int, length: int, big_endian: bool = False,
@@ -110,7 +126,7 @@ class StorageScan:
         self._page_ctx = [0, 0]  # exact zeros / elements around zero pages (same chunks)
         self._index = 0
         self._hist: Any = None
-        self._top: list[tuple[int, int, int]] = []  # (magnitude bits, index, raw bits) min-heap
+        self._top: list[tuple[int, int, int]] = []  # (magnitude bits, index, raw bits), desc
         self._np: Any = None
         try:
             import numpy as np
@@ -138,9 +154,10 @@ class StorageScan:
     def _pages(self, offset: int, data: bytes | memoryview) -> None:
         """Find all-zero 4 KiB pages (file-aligned) fully inside the range.
 
-        Cheap: only pages whose first 8 bytes are zero are compared in full. For a chunk with a
-        zero page, the exact zeros elsewhere in the chunk are counted (a torn write leaves a
-        zero page among non-zero values; a sparse tensor has zeros all around).
+        Fixed cost: the first 8 bytes of every page are compared at once; only the pages that
+        start with zeros are compared in full, as one reduction. For a chunk with a zero page,
+        the exact zeros elsewhere in the chunk are counted (a torn write leaves a zero page
+        among non-zero values; a sparse tensor has zeros all around).
         """
         np = self._np
         lo = max(-(-offset // PAGE) * PAGE, -(-self.start // PAGE) * PAGE)
@@ -150,20 +167,39 @@ class StorageScan:
         view = memoryview(data)
         npages = (hi - lo) // PAGE
         rel0 = lo - offset
-        heads = np.frombuffer(view[rel0:rel0 + npages * PAGE], dtype=np.uint64)[::PAGE // 8]
-        found = 0
-        for i in np.flatnonzero(heads == 0):
-            rel = rel0 + int(i) * PAGE
-            if view[rel:rel + PAGE] == _ZERO_PAGE:
-                self.summary.zero_pages.append(offset + rel)
-                found += 1
-        if found:
-            usable = len(view) - len(view) % self.itemsize
-            per = self.itemsize if self.itemsize in (2, 4, 8) else 1
+        pages = np.frombuffer(view[rel0:rel0 + npages * PAGE], dtype=np.uint64
+                              ).reshape(npages, PAGE // 8)
+        cand = np.flatnonzero(pages[:, 0] == 0)
+        if not cand.size:
+            return
+        if cand.size == npages:  # every page starts with zeros: no gather
+            zero = np.flatnonzero(pages.max(axis=1) == 0)
+        else:
+            zero = cand[pages[cand].max(axis=1) == 0]
+        found = int(zero.size)
+        if not found:
+            return
+        s = self.summary
+        room = PAGES_KEPT - len(s.zero_pages)
+        if room > 0:
+            s.zero_pages.extend((offset + rel0 + zero[:room] * PAGE).tolist())
+        s.zero_page_count += found
+        usable = len(view) - len(view) % self.itemsize
+        per = self.itemsize if self.itemsize in (2, 4, 8) else 1
+        in_pages = found * PAGE // per
+        if found == npages and rel0 % per == 0:
+            # the whole page span is zeros: only the elements before and after it can be
+            # non-zero, so only they are counted (same result as counting the whole chunk)
+            head = np.frombuffer(view[:rel0], dtype=f"u{per}")
+            tail = np.frombuffer(view[rel0 + npages * PAGE:usable], dtype=f"u{per}")
+            size = head.size + in_pages + tail.size
+            zeros = int(head.size - np.count_nonzero(head) + tail.size - np.count_nonzero(tail))
+        else:
             arr = np.frombuffer(view[:usable], dtype=f"u{per}")
-            zeros = int(arr.size - np.count_nonzero(arr)) - found * PAGE // per
-            self._page_ctx[0] += max(zeros, 0)
-            self._page_ctx[1] += arr.size - found * PAGE // per
+            size = arr.size
+            zeros = int(arr.size - np.count_nonzero(arr)) - in_pages
+        self._page_ctx[0] += max(zeros, 0)
+        self._page_ctx[1] += size - in_pages
 
     def _values(self, buf: memoryview) -> None:
         np = self._np
@@ -183,54 +219,99 @@ class StorageScan:
                 s.nonpositive += int(np.count_nonzero(arr <= 0))
             return
         u = np.frombuffer(buf, dtype=order + lay.ucode)
+        if self.big_endian:
+            u = u.astype(lay.ucode)  # native order once: every operation below is on it
         n = u.size
         self._index += n
         s.count += n
-        magmask = (1 << lay.sign) - 1
         inf_bits = lay.emask << lay.shift
-        mag = u & magmask
-        peak = int(mag.max()) if n else 0
-        nonfinite = None
-        if peak >= inf_bits:  # NaN / Inf present (rare): the slow path
-            nonfinite = mag >= inf_bits
-            idx = np.flatnonzero(nonfinite)
-            nans = int(np.count_nonzero(mag[idx] > inf_bits))
-            s.nan += nans
-            s.inf += idx.size - nans
-            for i in idx[: max(0, 8 - len(s.nonfinite_examples))]:
-                raw = int(u[i])
-                s.nonfinite_examples.append({"index": base + int(i),
-                                             "value": str(_from_bits(raw, self.dtype)),
-                                             "_raw": raw})
-        # A sparse exponent histogram (every 61st element) for the lower bulk bound.
-        sample = (u[::61] >> lay.shift) & lay.emask
+        mag = np.bitwise_and(u, (1 << lay.sign) - 1)
+        # key = magnitude - Inf's bits, wrapping: finite values keep their order above every
+        # NaN/Inf (whose keys wrap to the bottom), so no mask is needed to rank the finite ones
+        finite0 = (1 << lay.sign + 1) - inf_bits  # the key of +0.0
+        key = np.subtract(mag, inf_bits, dtype=mag.dtype, casting="unsafe")
+        kmin, kmax = int(key.min()), int(key.max())
+        if kmin - finite0 < 1 << lay.shift:  # a zero, subnormal, NaN or Inf: count them
+            nonzero = int(np.count_nonzero(mag))
+            s.zeros += n - nonzero
+            s.subnormals += int(np.count_nonzero(mag < (1 << lay.shift))) - (n - nonzero)
+        if self.invariants:
+            signed = u.view(f"i{u.itemsize}")
+            s.negatives += int(np.count_nonzero(u > (1 << lay.sign)))  # sign set, not -0.0
+            s.nonpositive += int(np.count_nonzero(signed <= 0))  # sign set, or +0.0
+        # exponent histogram of one element in SAMPLE of each chunk (an exact bincount costs
+        # more than all the other operations of the chunk together)
+        sample = (u[::SAMPLE] >> lay.shift) & lay.emask
         self._hist += np.bincount(sample if lay.ucode != "u8" else sample.astype(np.intp),
                                   minlength=lay.emask + 1)
-        if self.invariants:
-            signs = (u >> lay.sign).astype(bool)
-            nonzero = mag != 0
-            s.negatives += int(np.count_nonzero(signs & nonzero))
-            s.nonpositive += int(np.count_nonzero(signs | ~nonzero))
-        # the largest finite magnitudes (compared as integers: same order as the floats)
-        floor = self._top[0][0] if len(self._top) >= _TOPK else -1
-        if nonfinite is None and peak <= floor:
+        if kmin < finite0:  # NaN / Inf present
+            nonfinite = key < finite0
+            bad = int(np.count_nonzero(nonfinite))
+            nans = int(np.count_nonzero(mag > inf_bits))
+            s.nan += nans
+            s.inf += bad - nans
+            room = EXAMPLES - len(s.nonfinite_examples)
+            if room > 0:
+                for i in np.flatnonzero(nonfinite)[:room].tolist():
+                    raw = int(u[i])
+                    s.nonfinite_examples.append({"index": base + i,
+                                                 "value": str(_from_bits(raw, self.dtype)),
+                                                 "_raw": raw})
+        if kmax < finite0:
+            return  # nothing finite in this chunk
+        peak = kmax - finite0
+        if len(self._top) < _REF_RANK or peak > self._top[-1][0]:
+            self._top_three(key, u, base, finite0)
+
+    def _top_three(self, key: Any, u: Any, base: int, finite0: int) -> None:
+        """Merge the chunk's three largest finite magnitudes into the running top three.
+
+        ``key`` ranks the finite magnitudes above the non-finite values (``key - finite0`` is
+        the magnitude). The three largest keys of a chunk lie in the columns of its three
+        largest column maxima (a ``(64, n/64)`` view): a fixed cost, whatever the values."""
+        np = self._np
+        n = key.size
+        if n <= 4 * _ROWS * _REF_RANK:
+            cand = np.arange(n)
+        else:
+            cols = n // _ROWS
+            m = cols * _ROWS
+            colmax = key[:m].reshape(_ROWS, cols).max(axis=0)
+            best = np.argpartition(colmax, cols - _REF_RANK)[cols - _REF_RANK:]
+            cand = (np.arange(_ROWS)[:, None] * cols + best[None, :]).ravel()
+            if m < n:
+                cand = np.concatenate([cand, np.arange(m, n)])
+        vals = key[cand]
+        if vals.size > _REF_RANK:
+            keep = np.argpartition(vals, vals.size - _REF_RANK)[vals.size - _REF_RANK:]
+            cand, vals = cand[keep], vals[keep]
+        items = [(v - finite0, base + j, int(u[j]))
+                 for v, j in zip(vals.tolist(), cand.tolist(), strict=True) if v >= finite0]
+        merged = sorted(self._top + items, key=lambda t: (-t[0], t[1]))
+        self._top = merged[:_REF_RANK]
+
+    def merge(self, later: StorageScan) -> None:
+        """Append the scan of the part of the range that follows this one (scanned apart,
+        e.g. on another thread; it starts where this one ends, on an element boundary)."""
+        s, o = self.summary, later.summary
+        if s.skipped or o.skipped:
+            s.skipped = s.skipped or o.skipped
             return
-        if floor < 0 and n > 64 * _TOPK:
-            # heap not full yet: a strided sample's largest values bound the chunk's top few
-            smp = mag[::16]
-            floor = int(np.partition(smp, smp.size - _TOPK)[smp.size - _TOPK]) - 1
-        pick = mag > floor
-        if nonfinite is not None:
-            pick &= ~nonfinite
-        cand = np.flatnonzero(pick)
-        if cand.size > _TOPK:
-            cand = cand[np.argpartition(mag[cand], cand.size - _TOPK)[cand.size - _TOPK:]]
-        for j in cand:
-            item = (int(mag[j]), base + int(j), int(u[j]))
-            if len(self._top) < _TOPK:
-                heapq.heappush(self._top, item)
-            elif item[0] > self._top[0][0]:
-                heapq.heapreplace(self._top, item)
+        shift = self._index  # element index of the later part's first element
+        for name in ("count", "nan", "inf", "zeros", "subnormals", "negatives", "nonpositive",
+                     "zero_page_count"):
+            setattr(s, name, getattr(s, name) + getattr(o, name))
+        s.zero_pages.extend(o.zero_pages[:max(0, PAGES_KEPT - len(s.zero_pages))])
+        for ex in o.nonfinite_examples[:max(0, EXAMPLES - len(s.nonfinite_examples))]:
+            s.nonfinite_examples.append({**ex, "index": ex["index"] + shift})
+        self._page_ctx = [a + b for a, b in zip(self._page_ctx, later._page_ctx, strict=True)]
+        if self._hist is not None:
+            self._hist += later._hist
+        moved = [(m, i + shift, r) for m, i, r in later._top]
+        self._top = sorted(self._top + moved, key=lambda t: (-t[0], t[1]))[:_REF_RANK]
+        self._index += later._index
+        self.end = later.end
+        self._carry = later._carry
 
     def finish(self) -> NumericSummary:
         """Close the scan: reference magnitude, outliers with flip-backs, non-finite flips."""
@@ -240,7 +321,6 @@ class StorageScan:
         if s.skipped or lay is None or self._hist is None:
             return s
         hist = self._hist
-        s.zeros = int(hist[0])  # sampled: zeros and subnormals seen in the sample
         top = sorted(self._top, reverse=True)
         finite = s.count - s.nan - s.inf
         if finite < _MIN_ELEMENTS or len(top) < _REF_RANK:
@@ -259,7 +339,7 @@ class StorageScan:
         low_e = min(low_e, ref_e)
         s.rms_bulk = _from_bits(ref_e << lay.shift, self.dtype)  # reference magnitude
         exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
-        for mag, index, raw in sorted(self._top, reverse=True):
+        for mag, index, raw in top:
             e = mag >> lay.shift
             if e < ref_e + lay.gap or e >= lay.emask:
                 continue
@@ -329,19 +409,20 @@ def judge(summary: NumericSummary, names: list[str]) -> list[Suspicion]:
             "NM001", f"{s.nan} NaN and {s.inf} Inf values in {label}"
             + (" (a few in an otherwise finite tensor: bit flip or torn write)" if few else ""),
             s.nonfinite_examples[0]["byte_offset"] if s.nonfinite_examples else None,
-            None, {"nan": s.nan, "inf": s.inf, "examples": s.nonfinite_examples}))
+            None, {"nan": s.nan, "inf": s.inf, "examples": s.nonfinite_examples,
+                   "examples_limit": EXAMPLES}))
     for o in s.outliers:
         msg = f"exponent outlier {o['value']:.4g} at element {o['index']} of {label}"
         if "flip_bit" in o:
             msg += f" (probable flip of bit {o['flip_bit']}; flipped back: {o['repaired']:.6g})"
         out.append(Suspicion("NM002", msg, o["byte_offset"], dtypes.BY_NAME[s.dtype].itemsize,
                              {**o, "rms_bulk": s.rms_bulk}))
-    if s.zero_pages and s.elements_near_pages > 0 and \
+    if s.zero_page_count and s.elements_near_pages > 0 and \
             s.zeros_near_pages <= s.elements_near_pages * 0.01:
         out.append(Suspicion(
-            "NM003", f"{len(s.zero_pages)} zero-filled 4 KiB page(s) in {label} "
-            "(torn write?)", s.zero_pages[0], len(s.zero_pages) * PAGE,
-            {"pages": s.zero_pages[:64]}))
+            "NM003", f"{s.zero_page_count} zero-filled 4 KiB page(s) in {label} "
+            "(torn write?)", s.zero_pages[0], s.zero_page_count * PAGE,
+            {"pages": s.zero_pages[:PAGES_KEPT], "pages_limit": PAGES_KEPT}))
     lower = [n.rsplit(".", 1)[-1] for n in names]
     if any(n == "exp_avg_sq" for n in lower) and s.negatives:
         out.append(Suspicion("NM004", f"{s.negatives} negative values in Adam exp_avg_sq "

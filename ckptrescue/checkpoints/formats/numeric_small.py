@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from ckptrescue.checkpoints.formats import dtypes
-from ckptrescue.checkpoints.formats.numeric import _MIN_ELEMENTS, NumericSummary, _from_bits
+from ckptrescue.checkpoints.formats.numeric import _MIN_ELEMENTS, EXAMPLES, NumericSummary, _from_bits
 
 # dtype -> (struct code of the unsigned view, sign bit, exponent shift, exponent mask)
 _FLOATS = {"float32": ("I", 31, 23, 0xFF), "float64": ("Q", 63, 52, 0x7FF),
@@ -66,7 +66,7 @@ class SmallScan:
                     s.nan += 1
                 else:
                     s.inf += 1
-                if len(s.nonfinite_examples) < 8:
+                if len(s.nonfinite_examples) < EXAMPLES:
                     s.nonfinite_examples.append({
                         "index": i, "value": str(_from_bits(u, self.dtype)),
                         "byte_offset": self.start + i * self.itemsize})
@@ -74,6 +74,8 @@ class SmallScan:
                 s.negatives += 1
             if negative or not mag:
                 s.nonpositive += 1
-        if raw:
-            s.zeros = int(((raw[0] >> shift) & emask) == 0)  # as the sampled histogram sees it
+            if not mag:
+                s.zeros += 1
+            elif mag < 1 << shift:
+                s.subnormals += 1
         return s

@@ -9,13 +9,12 @@ a bad storage implicates every tensor viewing it.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ckptrescue.checkpoints.base import TensorRecord, Verdict
-from ckptrescue.checkpoints.formats import dtypes, numeric, zipwalk
+from ckptrescue.checkpoints.formats import dtypes, numeric, streaming
 from ckptrescue.checkpoints.formats.pickle_scan import PersistentRef, TensorRef
 from ckptrescue.codes.checkpoint import CODES
 from ckptrescue.model import Finding
@@ -92,23 +91,40 @@ def declared_nbytes(pref: PersistentRef, dtype: str | None) -> int | None:
     return numel * info.itemsize if info else None
 
 
+def byte_range(sc: StorageCheck, *, length: int, do_numeric: bool, big_endian: bool = False,
+               want_crc: bool = True, names: list[str] | None = None) -> streaming.ByteRange:
+    """The read of ``length`` bytes at ``sc.data_offset``: CRC-32 and numeric scan together."""
+    assert sc.data_offset is not None
+    info = dtypes.lookup(sc.dtype)
+    make_scan = None
+    if do_numeric and sc.dtype:
+        dtype = sc.dtype
+
+        def make_scan(start: int, part: int) -> numeric.StorageScan:
+            return numeric.StorageScan(dtype, start=start, length=part,
+                                       big_endian=big_endian, names=names)
+    return streaming.ByteRange(sc.data_offset, length, want_crc=want_crc, make_scan=make_scan,
+                               itemsize=info.itemsize if info else 1)
+
+
+def take_range(sc: StorageCheck, rng: streaming.ByteRange) -> None:
+    """Store what reading ``rng`` found on ``sc`` (bytes present, CRC-32, numeric summary)."""
+    sc.available = rng.got
+    if rng.want_crc:
+        sc.crc_actual = rng.crc
+    if rng.scan is not None:
+        sc.summary = rng.scan.finish()
+
+
 def stream_check(fh: BinaryIO, sc: StorageCheck, *, length: int, do_numeric: bool,
                  big_endian: bool = False, want_crc: bool = True,
                  names: list[str] | None = None) -> None:
-    """Read ``length`` bytes at ``sc.data_offset`` once: CRC-32 and numeric scan together."""
-    assert sc.data_offset is not None
-    scan = None
-    if do_numeric and sc.dtype:
-        scan = numeric.StorageScan(sc.dtype, start=sc.data_offset, length=length,
-                                   big_endian=big_endian, names=names)
-    crc, got = zipwalk.crc_range(fh, sc.data_offset, length,
-                                 on_chunk=scan.feed if scan is not None else None,
-                                 crc=want_crc)
-    sc.available = got
-    if want_crc:
-        sc.crc_actual = crc
-    if scan is not None:
-        sc.summary = scan.finish()
+    """Read ``length`` bytes at ``sc.data_offset`` once: CRC-32 and numeric scan together
+    (a large range in parallel segments, :mod:`streaming`)."""
+    rng = byte_range(sc, length=length, do_numeric=do_numeric, big_endian=big_endian,
+                     want_crc=want_crc, names=names)
+    streaming.read_ranges(fh, [rng])
+    take_range(sc, rng)
 
 
 def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
@@ -117,29 +133,6 @@ def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(s, 1)
     return tuple(reversed(strides))
-
-
-def workers() -> int:
-    """Threads for verifying independent records (``CKPTRESCUE_THREADS``, default <= 4)."""
-    try:
-        wanted = int(os.environ.get("CKPTRESCUE_THREADS", "0"))
-    except ValueError:
-        wanted = 0
-    return max(1, wanted) if wanted else max(1, min(4, os.cpu_count() or 1))
-
-
-def run_parallel(jobs: list[Callable[[], None]], *, total_bytes: int = 0) -> None:
-    """Run independent verification jobs, threaded when there is enough data to matter."""
-    n = workers()
-    if n == 1 or len(jobs) < 2 or total_bytes < 8 * 1024 * 1024:
-        for job in jobs:
-            job()
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        for fut in [pool.submit(job) for job in jobs]:
-            fut.result()
 
 
 def tensor_records(named: list[tuple[str, Any]], storages: dict[str, StorageCheck],

@@ -37,10 +37,10 @@ from ckptrescue.checkpoints.formats.torch_zip_records import (
     _alignment,
     _Bounded,
     _byteorder,
-    _check_record,
     _check_serialization_id,
     _declared_sizes,
     _read_pickle,
+    check_records,
 )
 from ckptrescue.checkpoints.formats.torch_zip_view import finding
 
@@ -231,12 +231,8 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
                                                                   end)
         out.findings.extend(read_findings)
         out.verdicts.extend(read_verdicts)
-    # Records are independent: verify them on a few threads (zlib, numpy and preadv release
-    # the GIL); each thread streams one record with its own 1 MiB buffer.
-    tensormap.run_parallel([
-        (lambda rec=rec, sc=sc, names=names: _check_record(
-            fh, rec, sc, path, alignment, start, end, do_numeric, out, names))
-        for rec, sc, names in jobs], total_bytes=sum(sc.declared or 0 for _, sc, _ in jobs))
+    # Records are independent: read once, in segments on a few threads (streaming.py)
+    check_records(fh, jobs, path, alignment, start, end, do_numeric, out)
     if scan is None:  # tensor names lost: still verify every storage record on its own
         for rname, rec in records.items():
             m = _DATA_RE.match(rname)
@@ -245,10 +241,7 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
             sc = StorageCheck(key=m.group("key"), file=path, declared=rec.compressed_size)
             out.storages[sc.key] = sc
             jobs.append((rec, sc, []))
-        tensormap.run_parallel([
-            (lambda rec=rec, sc=sc: _check_record(
-                fh, rec, sc, path, alignment, start, end, False, out, []))
-            for rec, sc, _ in jobs])
+        check_records(fh, jobs, path, alignment, start, end, False, out)
     if any_payload and all_crc_zero:
         for sc in out.storages.values():
             if sc.status == "ok":

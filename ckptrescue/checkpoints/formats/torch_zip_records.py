@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from ckptrescue.checkpoints.base import TensorRecord, Verdict
-from ckptrescue.checkpoints.formats import pickle_scan, tensormap, torch_zip_view, zipinflate, zipwalk
+from ckptrescue.checkpoints.formats import (
+    pickle_scan,
+    streaming,
+    tensormap,
+    torch_zip_view,
+    zipinflate,
+    zipwalk,
+)
 from ckptrescue.checkpoints.formats.crc32 import crc32
 from ckptrescue.checkpoints.formats.tensormap import StorageCheck
 from ckptrescue.checkpoints.formats.torch_zip_view import finding
@@ -162,9 +169,29 @@ def _read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int
     return scan, findings, verdicts
 
 
-def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: str,
-                  alignment: int, start: int, end: int, do_numeric: bool, out: ZipProbe,
-                  names: list[str]) -> None:
+def check_records(fh: BinaryIO, jobs: list[tuple[zipwalk.ZipRecord, StorageCheck, list[str]]],
+                  path: str, alignment: int, start: int, end: int, do_numeric: bool,
+                  out: ZipProbe) -> None:
+    """Verify storage records: every stored record's bytes are read once, on a few threads
+    (:func:`streaming.read_ranges`: CRC-32 and numeric scan in the same pass), then judged."""
+    todo: list[tuple[zipwalk.ZipRecord, StorageCheck, int, streaming.ByteRange]] = []
+    for rec, sc, names in jobs:
+        size = _record_start(fh, rec, sc, path, alignment, start, end, out)
+        if size is None:
+            continue
+        want = min(size, max(0, end - (sc.data_offset or 0)))
+        todo.append((rec, sc, size, tensormap.byte_range(
+            sc, length=want, do_numeric=do_numeric, want_crc=bool(rec.crc), names=names,
+            big_endian=out.byteorder == "big")))
+    streaming.read_ranges(fh, [rng for *_, rng in todo])
+    for rec, sc, size, rng in todo:
+        tensormap.take_range(sc, rng)
+        _record_end(rec, sc, size)
+
+
+def _record_start(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: str,
+                  alignment: int, start: int, end: int, out: ZipProbe) -> int | None:
+    """Checks before reading; the number of bytes to read, or None when not read raw."""
     sc.crc_stored = rec.crc
     sc.record_size = rec.compressed_size
     if rec.data_offset is None:
@@ -175,10 +202,10 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
     sc.data_offset = rec.data_offset
     if rec.method == 8 and rec.compressed_size is not None:
         _check_deflated(fh, rec, sc, out, path)
-        return
+        return None
     if rec.method != 0:
         sc.mark("unverified", f"compressed record (method {rec.method}) not inspected")
-        return
+        return None
     size = rec.compressed_size
     if size is None:
         size = sc.declared if sc.declared is not None else max(0, end - rec.data_offset)
@@ -186,10 +213,11 @@ def _check_record(fh: BinaryIO, rec: zipwalk.ZipRecord, sc: StorageCheck, path: 
             and sc.declared not in ({rec.compressed_size} & {rec.size}):
         sc.mark("damaged", f"record holds {rec.compressed_size} bytes (uncompressed {rec.size}),"
                 f" pickle declares {sc.declared} (size mismatch)", "TZ004")
-    want = min(size, max(0, end - rec.data_offset))
-    tensormap.stream_check(fh, sc, length=want, do_numeric=do_numeric,
-                           want_crc=bool(rec.crc), names=names,
-                           big_endian=out.byteorder == "big")
+    return size
+
+
+def _record_end(rec: zipwalk.ZipRecord, sc: StorageCheck, size: int) -> None:
+    """Judge a record from what reading it found (bytes present, CRC-32)."""
     got = sc.available or 0
     if got < size or rec.truncated:
         sc.mark("truncated", f"only {got} of {size} bytes present (file ends)")

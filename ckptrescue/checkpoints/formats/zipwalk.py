@@ -121,11 +121,13 @@ def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
 def crc_range(
     fh: BinaryIO, offset: int, length: int, *, chunk: int = CHUNK,
     on_chunk: Callable[[int, memoryview], None] | None = None, crc: bool = True,
+    buffer: bytearray | None = None,
 ) -> tuple[int, int]:
     """CRC-32 of ``[offset, offset+length)`` streamed in chunks; returns (crc, bytes_read).
 
-    One reused buffer (no allocation per chunk). Chunks after the first are aligned to
-    ``chunk`` in absolute file offsets (so 4 KiB pages line up for the numeric scan).
+    One reused buffer (no allocation per chunk; ``buffer``, at least ``chunk`` bytes, is used
+    when given, so a thread can keep one for every range it reads). Chunks after the first are
+    aligned to ``chunk`` in absolute file offsets (so 4 KiB pages line up for the numeric scan).
     ``on_chunk(absolute_offset, view)`` sees every chunk; the view is only valid during the
     call. ``crc=False`` only streams (the returned CRC is then 0).
     """
@@ -138,7 +140,8 @@ def crc_range(
         return 0, 0
     length = max(0, min(length, os.fstat(fd).st_size - offset))
     end = offset + length
-    buf = bytearray(min(chunk, max(length, 1)))
+    buf = buffer if buffer is not None and len(buffer) >= chunk else \
+        bytearray(min(chunk, max(length, 1)))
     mv = memoryview(buf)
     while pos < end:
         step = min(chunk - (pos % chunk), end - pos, len(buf))

@@ -1,0 +1,314 @@
+"""The speed table: every row a ratio against its anchor, measured in the same run, with peak RSS.
+
+    python bench/speed_table.py [--mib 1024] [--repeat 3] [--only probe,tf,hash,tui]
+
+Each figure is a whole process (``ckptrescue ...`` or ``python -c ...`` from exec to exit),
+timed by the parent, its peak RSS taken from ``wait4``. Every contender runs ``--repeat`` times,
+interleaved with its anchor, on a warm page cache; the table shows the best and the median of
+each ratio and the load average before and after (the machine may be shared: a ratio is only
+as good as the quietest run).
+
+Rows (goals from the issue):
+
+* ``probe`` (numeric scan on) of a SIZE MiB ``torch.save`` of trained-like weights (normal,
+  sigma 0.02) vs ``torch.load(weights_only=True)``: <= 0.25x, < 150 MiB;
+* the same for integer-valued float tensors: <= 0.25x;
+* ``probe --no-numeric``, trained-like file: <= 0.20x;
+* content dependence: the slowest / the fastest ``probe`` of 5 value distributions of the same
+  size (trained-like, integer-valued, all zeros, NaN/Inf-heavy, subnormal-heavy): <= 1.3;
+* TensorBundle ``probe`` vs TensorFlow's reader (``load_checkpoint`` + every ``get_tensor``)
+  including ``import tensorflow``: <= 0.10x;
+* ``manifest build --jobs 1`` / ``--jobs 2`` vs ``sha256sum``, as sha256sum's time / ours
+  (higher is better): >= 3.4x / 6.5x;
+* the TUI's first screen (``make_app`` to its first painted frame, whole process): <= 0.5 s.
+
+Fixture values come from numpy's seeded integer generator (exact float32 values; no float
+random sampling): "normal" is the sum of four uniform integers (Irwin-Hall) x 2^-16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).with_name("ckptrescue")
+MiB = 1 << 20
+KINDS = ("normal", "integer", "zero", "nonfinite", "subnormal")
+
+BUILD = r"""
+import sys
+import numpy as np
+import torch
+kind, mib, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+per = 4 << 20  # 16 MiB float32 tensors
+n = max(1, mib * (1 << 20) // (per * 4))
+def block(i):
+    rng = np.random.default_rng(1000 + i)
+    if kind == "normal":  # Irwin-Hall of 4 uniform integers: sigma ~0.018, exact in float32
+        k = rng.integers(-1024, 1024, size=(4, per), dtype=np.int32).sum(axis=0)
+        return k.astype(np.float32) * np.float32(2.0 ** -16)
+    if kind == "integer":  # counters, step tables, arange-like embeddings
+        return rng.integers(-4096, 4096, size=per, dtype=np.int32).astype(np.float32)
+    if kind == "zero":
+        return np.zeros(per, np.float32)
+    if kind == "nonfinite":  # 3/4 NaN, +Inf, -Inf
+        k = rng.integers(0, 4, size=per, dtype=np.int32)
+        v = rng.integers(-1024, 1024, size=per, dtype=np.int32).astype(np.float32)
+        v *= np.float32(2.0 ** -16)
+        v[k == 0] = np.nan
+        v[k == 1] = np.inf
+        v[k == 2] = -np.inf
+        return v
+    if kind == "subnormal":  # |x| < 2^-126
+        k = rng.integers(-(1 << 20), 1 << 20, size=per, dtype=np.int32)
+        return (k.astype(np.float64) * 2.0 ** -146).astype(np.float32)
+    raise SystemExit(f"unknown kind {kind}")
+state = {f"layers.{i}.weight": torch.from_numpy(block(i)) for i in range(n)}
+state["tail.bias"] = torch.zeros(1000)
+torch.save({"model": state, "step": 1}, out)
+"""
+
+LOAD = r"""
+import sys, torch
+torch.load(sys.argv[1], weights_only=True, map_location="cpu")
+"""
+
+TF_READ = r"""
+import sys
+import tensorflow as tf
+reader = tf.train.load_checkpoint(sys.argv[1])
+for name in reader.get_variable_to_shape_map():
+    reader.get_tensor(name)
+"""
+
+TUI_FIRST = r"""
+import sys
+from pathlib import Path
+from ckptrescue.tui.app import make_app
+app = make_app(None, cases_root=Path(sys.argv[1]))
+async def first(pilot):
+    await pilot.pause()
+    pilot.app.exit()
+app.run(headless=True, auto_pilot=first, size=(100, 30))
+"""
+
+
+@dataclass
+class Run:
+    seconds: float
+    rss_mib: float
+    code: int
+
+
+@dataclass
+class Samples:
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def best(self) -> float:
+        return min(r.seconds for r in self.runs)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(r.seconds for r in self.runs)
+
+    @property
+    def rss(self) -> float:
+        return max(r.rss_mib for r in self.runs)
+
+
+def run(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+        ok: tuple[int, ...] = (0,)) -> Run:
+    """One whole process: wall time from the parent, peak RSS from ``wait4``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, **(env or {})}, cwd=cwd)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in ok:
+        raise SystemExit(f"{' '.join(argv[:4])} exited {proc.returncode}:\n"
+                         f"{err.decode(errors='replace')[-2000:]}")
+    return Run(seconds, usage.ru_maxrss / 1024, proc.returncode)
+
+
+def interleaved(contenders: dict[str, Callable[[], Run]], repeat: int) -> dict[str, Samples]:
+    out = {name: Samples() for name in contenders}
+    for _ in range(repeat):
+        for name, fn in contenders.items():
+            out[name].runs.append(fn())
+    return out
+
+
+def warm(paths: list[Path]) -> None:
+    for p in paths:
+        with p.open("rb") as fh:
+            while fh.read(16 * MiB):
+                pass
+
+
+def ratio_row(label: str, ours: Samples, anchor: Samples, goal: str,
+              *, higher_is_better: bool = False) -> str:
+    if higher_is_better:
+        best = anchor.best / ours.best
+        med = anchor.median / ours.median
+    else:
+        best = ours.best / anchor.best
+        med = ours.median / anchor.median
+    return (f"{label:<46} {ours.best:7.2f} s  vs {anchor.best:6.2f} s   "
+            f"{best:5.2f}x (median {med:5.2f}x)  goal {goal:<8} "
+            f"RSS {ours.rss:6.0f} MiB (anchor {anchor.rss:6.0f} MiB)")
+
+
+def probe_rows(work: Path, mib: int, repeat: int) -> list[str]:
+    files = {}
+    for kind in KINDS:
+        path = work / f"{kind}.pt"
+        run([sys.executable, "-c", BUILD, kind, str(mib), str(path)])
+        files[kind] = path
+    warm(list(files.values()))
+    env = {"OMP_NUM_THREADS": "1"}
+    probe = {k: (lambda p=p: run([str(BIN), "probe", "--json", str(p)], ok=(0, 1)))
+             for k, p in files.items()}
+    contenders: dict[str, Callable[[], Run]] = {
+        "load normal": lambda: run([sys.executable, "-c", LOAD, str(files["normal"])], env=env),
+        "load integer": lambda: run([sys.executable, "-c", LOAD, str(files["integer"])],
+                                    env=env),
+        "no-numeric": lambda: run([str(BIN), "probe", "--json", "--no-numeric",
+                                   str(files["normal"])]),
+        **{f"probe {k}": fn for k, fn in probe.items()},
+    }
+    s = interleaved(contenders, repeat)
+    rows = [
+        ratio_row(f"probe, {mib} MiB torch.save, trained-like", s["probe normal"],
+                  s["load normal"], "<= 0.25"),
+        ratio_row("probe, integer-valued floats", s["probe integer"], s["load integer"],
+                  "<= 0.25"),
+        ratio_row("probe --no-numeric, trained-like", s["no-numeric"], s["load normal"],
+                  "<= 0.20"),
+    ]
+    times = {k: s[f"probe {k}"] for k in KINDS}
+    slow = max(times, key=lambda k: times[k].best)
+    fast = min(times, key=lambda k: times[k].best)
+    med_ratio = max(t.median for t in times.values()) / min(t.median for t in times.values())
+    rows.append(f"{'content dependence (5 distributions)':<46} slowest {slow} "
+                f"{times[slow].best:.2f} s / fastest {fast} {times[fast].best:.2f} s = "
+                f"{times[slow].best / times[fast].best:4.2f} (median {med_ratio:4.2f})  "
+                f"goal <= 1.3   RSS max {max(t.rss for t in times.values()):.0f} MiB")
+    rows.append("    per distribution (best): " + ", ".join(
+        f"{k} {times[k].best:.2f} s / {times[k].rss:.0f} MiB" for k in KINDS))
+    return rows
+
+
+def tf_rows(work: Path, mib: int, repeat: int) -> list[str]:
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return ["TensorBundle probe: skipped (tensorflow not installed)"]
+    out = work / "tf"
+    res = subprocess.run([sys.executable, str(REPO / "fixtures" / "tensorflow.py"), "--bench",
+                          str(out), str(mib)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+                              "PYTHONPATH": str(REPO)})
+    import json
+
+    prefix = Path(json.loads(res.stdout.strip().splitlines()[-1])["prefix"])
+    warm([p for p in prefix.parent.iterdir() if p.is_file()])
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    s = interleaved({
+        "tf": lambda: run([sys.executable, "-c", TF_READ, str(prefix)], env=env),
+        "probe": lambda: run([str(BIN), "probe", "--json", str(prefix)]),
+        "no-numeric": lambda: run([str(BIN), "probe", "--json", "--no-numeric", str(prefix)]),
+    }, repeat)
+    return [ratio_row(f"TensorBundle probe, {mib} MiB", s["probe"], s["tf"], "<= 0.10"),
+            ratio_row("TensorBundle probe --no-numeric", s["no-numeric"], s["tf"], "(context)")]
+
+
+def hash_rows(work: Path, mib: int, repeat: int) -> list[str]:
+    if shutil.which("sha256sum") is None:
+        return ["manifest build: skipped (no sha256sum)"]
+    import numpy as np
+
+    root = work / "data"
+    root.mkdir()
+    file_mib = 64
+    rng = np.random.default_rng(29)
+    for i in range(max(2, mib // file_mib)):
+        block = rng.integers(0, 256, size=MiB, dtype=np.uint8).tobytes()
+        with (root / f"shard-{i:05d}.bin").open("wb") as fh:
+            for j in range(file_mib):
+                fh.write(block[j:] + block[:j])
+    names = sorted(p.name for p in root.iterdir())
+    warm([root / n for n in names])
+    s = interleaved({
+        "sha256sum": lambda: run(["sha256sum", *names], cwd=root),
+        "jobs 1": lambda: run([str(BIN), "manifest", "build", str(root), "-o",
+                               str(work / "m1.sha256"), "--jobs", "1", "--no-progress"]),
+        "jobs 2": lambda: run([str(BIN), "manifest", "build", str(root), "-o",
+                               str(work / "m2.sha256"), "--jobs", "2", "--no-progress"]),
+    }, repeat)
+    total = len(names) * file_mib
+    return [
+        ratio_row(f"manifest build --jobs 1, {total} MiB", s["jobs 1"], s["sha256sum"],
+                  ">= 3.4", higher_is_better=True),
+        ratio_row("manifest build --jobs 2", s["jobs 2"], s["sha256sum"], ">= 6.5",
+                  higher_is_better=True),
+    ]
+
+
+def tui_rows(work: Path, repeat: int) -> list[str]:
+    env = {"XDG_STATE_HOME": str(work / "state"), "PYTHONPATH": str(REPO)}
+    (work / "cases").mkdir(exist_ok=True)
+    s = interleaved({
+        "tui": lambda: run([sys.executable, "-c", TUI_FIRST, str(work / "cases")], env=env),
+        "python": lambda: run([sys.executable, "-c", "pass"]),
+    }, repeat)
+    t = s["tui"]
+    return [f"{'TUI first screen (whole process)':<46} {t.best:7.2f} s  (median {t.median:.2f} s"
+            f", bare python {s['python'].best:.2f} s)  goal <= 0.5 s   RSS {t.rss:6.0f} MiB"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=int(os.environ.get("CKPT_BENCH_MIB", "1024")))
+    ap.add_argument("--repeat", type=int, default=int(os.environ.get("SPEED_BENCH_REPEAT", "3")))
+    ap.add_argument("--only", default="probe,tf,hash,tui")
+    ap.add_argument("--tmp", default=None, help="work directory (default: system temp)")
+    args, _ = ap.parse_known_args()
+    only = set(args.only.split(","))
+    load0 = os.getloadavg()
+    rows: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="ckptrescue-bench-speed-", dir=args.tmp) as tmp:
+        work = Path(tmp)
+        if "probe" in only:
+            rows += probe_rows(work, args.mib, args.repeat)
+            for p in work.glob("*.pt"):
+                p.unlink()
+        if "tf" in only:
+            rows += tf_rows(work, args.mib, args.repeat)
+        if "hash" in only:
+            rows += hash_rows(work, max(args.mib, 1024), args.repeat)
+        if "tui" in only:
+            rows += tui_rows(work, max(args.repeat, 5))
+    load1 = os.getloadavg()
+    print(f"speed table ({os.cpu_count()} CPUs; best of {args.repeat}, whole processes; "
+          f"load average {load0[0]:.1f} before, {load1[0]:.1f} after)")
+    for row in rows:
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Read byte ranges once, on a few threads: CRC-32 and the numeric scan in the same pass.
+
+A checkpoint's storage records are independent byte ranges. :func:`read_ranges` cuts every
+range into segments of about :data:`SEGMENT` bytes at absolute multiples of
+:data:`zipwalk.CHUNK` (so the chunks a scan sees, and the 4 KiB pages inside them, are the ones
+a single sequential pass would see), and runs the segments on :func:`workers` threads. Each
+thread reads its segment with ``preadv`` into one buffer it reuses, extends the CRC-32 and
+feeds the numeric scan from that same buffer (no second pass, no copy); the segments of a
+range are joined in order afterwards (``crc32_combine``, :meth:`StorageScan.merge`). Reading
+(``preadv``), the CRC (ISA-L or zlib) and numpy's loops release the GIL, so while one thread
+waits on the kernel's copy the others compute: the read and the checks overlap without a
+separate reader thread and its hand-offs, and one huge storage is as parallel as many small
+ones.
+
+A segment that comes back short (the file ends inside it) ends its range there, as a
+sequential read would: the segments after it are not used.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from ckptrescue.checkpoints.formats import zipwalk
+from ckptrescue.checkpoints.formats.crc32 import crc32_combine
+
+SEGMENT = 32 * zipwalk.CHUNK  # bytes one thread reads before the next segment is handed out
+PARALLEL_MIN = 8 * zipwalk.CHUNK  # below this many bytes in all, one thread does everything
+
+
+@dataclass
+class ByteRange:
+    """One range to read: ``[offset, offset + length)`` of the file.
+
+    ``make_scan(start, length)`` (optional) returns a fresh streaming scan of a part of the
+    range (a :class:`numeric.StorageScan`); ``itemsize`` keeps the cuts on element boundaries.
+    After :func:`read_ranges`: ``crc`` (0 when ``want_crc`` is false), ``got`` (bytes read from
+    ``offset`` on, short at the end of the file) and ``scan`` (the joined scan, or None).
+    """
+
+    offset: int
+    length: int
+    want_crc: bool = True
+    make_scan: Callable[[int, int], Any] | None = None
+    itemsize: int = 1
+    crc: int = 0
+    got: int = 0
+    scan: Any = None
+    _parts: list[tuple[int, int, int, int, Any]] = field(default_factory=list, repr=False)
+
+    def cuts(self, size: int = SEGMENT) -> list[tuple[int, int]]:
+        """(start, length) of each segment: absolute CHUNK multiples, element-aligned."""
+        if self.length <= 0:
+            return [(self.offset, self.length)]
+        if self.make_scan is not None and self.offset % self.itemsize:
+            return [(self.offset, self.length)]  # unaligned elements: one sequential pass
+        out = []
+        pos, end = self.offset, self.offset + self.length
+        while pos < end:
+            nxt = (pos // size + 1) * size  # a multiple of SEGMENT, hence of CHUNK and itemsize
+            nxt = min(nxt, end)
+            out.append((pos, nxt - pos))
+            pos = nxt
+        return out
+
+
+def workers() -> int:
+    """Threads for reading (``CKPTRESCUE_THREADS``, default the CPU count, at most 4)."""
+    try:
+        wanted = int(os.environ.get("CKPTRESCUE_THREADS", "0"))
+    except ValueError:
+        wanted = 0
+    return max(1, wanted) if wanted else max(1, min(4, os.cpu_count() or 1))
+
+
+_BUFFERS = threading.local()
+
+
+def _buffer() -> bytearray:
+    buf = getattr(_BUFFERS, "buf", None)
+    if buf is None:
+        buf = _BUFFERS.buf = bytearray(zipwalk.CHUNK)
+    return buf
+
+
+def _read_part(fh: BinaryIO, rng: ByteRange, start: int, length: int) -> None:
+    scan = rng.make_scan(start, length) if rng.make_scan is not None else None
+    crc, got = zipwalk.crc_range(fh, start, length, crc=rng.want_crc, buffer=_buffer(),
+                                 on_chunk=scan.feed if scan is not None else None)
+    rng._parts.append((start, length, crc, got, scan))
+
+
+def _join(rng: ByteRange) -> None:
+    crc = got = 0
+    scan = None
+    for _start, length, part_crc, part_got, part_scan in sorted(rng._parts, key=lambda p: p[0]):
+        if rng.want_crc:
+            crc = part_crc if not got else crc32_combine(crc, part_crc, part_got)
+        got += part_got
+        if part_scan is not None:
+            if scan is None:
+                scan = part_scan
+            else:
+                scan.merge(part_scan)
+        if part_got < length:
+            break  # the file ends inside this segment: what follows was not read
+    rng.crc, rng.got, rng.scan = crc, got, scan
+    rng._parts.clear()
+
+
+def read_ranges(fh: BinaryIO, ranges: list[ByteRange], *, threads: int | None = None) -> None:
+    """Read every range once (CRC + scan), in segments on ``threads`` threads; fills results."""
+    n = threads or workers()
+    parts = [(rng, start, length) for rng in ranges for start, length in rng.cuts()]
+    total = sum(max(0, length) for _, _, length in parts)
+    try:  # advisory: a larger readahead for a cold file; the file is not changed
+        os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    except (AttributeError, OSError, ValueError):
+        pass
+    if n == 1 or len(parts) < 2 or total < PARALLEL_MIN:
+        for rng, start, length in parts:
+            _read_part(fh, rng, start, length)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            for fut in [pool.submit(_read_part, fh, rng, start, length)
+                        for rng, start, length in parts]:
+                fut.result()
+    for rng in ranges:
+        _join(rng)
