@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +11,7 @@ import typer
 
 from ckptrescue.cli.options import JsonOpt
 from ckptrescue.cli.output import emit_json, info, say
+from ckptrescue.errors import ExitCode
 
 
 def drill(
@@ -36,10 +39,14 @@ def drill(
     field, a duplicated shard and a length blow-up, a run whose one layer froze, params.json
     for the silent-failure playbook and expected.json naming each fault.
 
-    Example:
+    Ends with the exact command that runs the incident end to end. Ctrl-C while building
+    removes what was built (and stops the S3 server), so the same command runs again.
 
-        ckptrescue drill /tmp/drill --json && ckptrescue drill /tmp/drill --stop
+    Examples:
 
+    \b
+        ckptrescue drill /tmp/drill
+        ckptrescue drill /tmp/drill --stop
         ckptrescue drill /tmp/drill --silent
     """
     if silent:
@@ -51,7 +58,8 @@ def drill(
         stopped = build.stop(out)
         say("stopped the drill's S3 server" if stopped else "no drill S3 server was running")
         return
-    result = build.build(out, s3=not no_s3, tensorflow=not no_tf)
+    with _clean_on_interrupt(out, stop_server=True):
+        result = build.build(out, s3=not no_s3, tensorflow=not no_tf)
     if as_json:
         emit_json(result.to_json())
         return
@@ -62,11 +70,64 @@ def drill(
     if result.s3:
         say(f"  s3              {result.s3['endpoint_url']}  s3://{result.s3['bucket']}/"
             f"{result.s3['prefix']}")
-        info("the S3 server is moto on 127.0.0.1: any credentials work, but boto3 needs some: "
-             "export AWS_ACCESS_KEY_ID=drill AWS_SECRET_ACCESS_KEY=drill")
-        info(f"stop the S3 server afterwards: ckptrescue drill {out} --stop")
     for f in result.faults:
         say(f"  fault {f['kind']:<22} {f['path']}  {', '.join(f['tensors'])}")
+    say("")
+    if result.s3:
+        say("the S3 server is moto on 127.0.0.1: it accepts any credentials, but boto3 wants "
+            "some" + ("" if _have_aws_credentials() else " (set on the command below)"))
+    say("next: the whole incident end to end (the case goes into the drill's folder):")
+    say(f"  {next_command(out, s3=bool(result.s3))}")
+    if result.s3:
+        say(f"afterwards, stop the S3 server: ckptrescue drill {_q(out)} --stop")
+
+
+def next_command(out: Path, *, s3: bool) -> str:
+    """The exact command that runs the drill's incident (as the README's quick start does)."""
+    creds = "" if not s3 or _have_aws_credentials() else \
+        "AWS_ACCESS_KEY_ID=drill AWS_SECRET_ACCESS_KEY=drill "
+    return (f"{creds}ckptrescue playbook run full-incident --case {_q(out / 'case')} --yes "
+            f"-P {_q(out / 'params.json')}")
+
+
+def _q(path: Path) -> str:
+    import shlex
+
+    return shlex.quote(str(path))
+
+
+def _have_aws_credentials() -> bool:
+    import os
+
+    return bool(os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"))
+
+
+@contextmanager
+def _clean_on_interrupt(out: Path, *, stop_server: bool) -> Iterator[None]:
+    """Ctrl-C while building: what the drill wrote is removed (so the same command runs
+    again) and its S3 server stopped; a folder that held something before is left alone."""
+    existed = out.exists()
+    fresh = not existed or not any(out.iterdir())
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not fresh:
+            raise
+        import shutil
+
+        if stop_server:
+            from ckptrescue.drill import build
+
+            build.stop(out)
+        for child in list(out.iterdir()) if existed else [out]:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        info(f"ckptrescue: interrupted; the half-built drill in {out} was removed"
+             + (" and its S3 server stopped" if stop_server else "")
+             + ": run the same command again")
+        raise typer.Exit(int(ExitCode.INTERRUPT)) from None
 
 
 def _silent(out: Path, *, as_json: bool, stop: bool) -> None:
@@ -75,7 +136,8 @@ def _silent(out: Path, *, as_json: bool, stop: bool) -> None:
 
     if stop:
         raise UsageError("--silent starts no server: there is nothing to --stop")
-    result = silent.build(out)
+    with _clean_on_interrupt(out / "silent", stop_server=False):
+        result = silent.build(out)
     if as_json:
         emit_json(result.to_json())
         return
@@ -87,8 +149,10 @@ def _silent(out: Path, *, as_json: bool, stop: bool) -> None:
         where = f.get("shard") or f"{f['tensor']} from step {f['step']}"
         say(f"  fault {f['kind']:<16} {f['code']}  {where}"
             + (f"  field {f['field']}" if f.get("field") else ""))
-    info(f"find them: ckptrescue playbook run silent-failure --case CASE --yes "
-         f"-P {result.root / 'params.json'}")
+    say("")
+    say("next: find them (the case goes into the drill's folder):")
+    say(f"  ckptrescue playbook run silent-failure --case {_q(out / 'silent' / 'case')} --yes "
+        f"-P {_q(result.root / 'params.json')}")
 
 
 def register(app: typer.Typer) -> None:

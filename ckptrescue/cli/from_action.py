@@ -283,9 +283,13 @@ def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> in
                     finished = event
         except KeyboardInterrupt:
             printer.close()
-            if command.interrupted is None:
-                raise
-            info(command.interrupted(args))
+            if command.interrupted is not None:
+                info(command.interrupted(args))
+            elif options[CASE] is not None:
+                info(f"ckptrescue: interrupted; the case {case.root} records the step as "
+                     "interrupted")
+            else:
+                info("ckptrescue: interrupted (no --case: nothing was recorded)")
             raise typer.Exit(int(ExitCode.INTERRUPT)) from None
         printer.close()
         if finished is None:  # pragma: no cover - a one-step plan always finishes its step

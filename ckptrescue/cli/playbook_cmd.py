@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckptrescue.cli.options import JsonOpt
 from ckptrescue.cli.output import emit_json, info, say
 from ckptrescue.errors import ExitCode, PlaybookError
+
+if TYPE_CHECKING:
+    from ckptrescue.record.case import Case
 
 playbook_app = typer.Typer(help="List, show, lint and run playbooks.", no_args_is_help=True)
 
@@ -118,7 +121,9 @@ def schema() -> None:
 @playbook_app.command("run")
 def run(
     name: Annotated[str, typer.Argument(help="Playbook name or file.")],
-    case_dir: Annotated[Path, typer.Option("--case", help="Case directory (created if new).")],
+    case_dir: Annotated[Path | None, typer.Option(
+        "--case", help="Case directory (created if new; an existing one resumes). Without it: "
+        "a new private case under $TMPDIR (mode 0700), kept, its path printed.")] = None,
     param: Annotated[list[str] | None, typer.Option("-p", "--param",
                                                     help="KEY=VALUE (repeatable).")] = None,
     params_file: Annotated[Path | None, typer.Option(
@@ -132,18 +137,24 @@ def run(
 ) -> int:
     """Lint, then run a playbook in a case. A rerun of the same command resumes.
 
+    The steps, their findings and the answer go to stdout (to stderr with --json, which prints
+    the result as JSON on stdout); progress bars go to stderr. The last lines name the case and
+    the report. Without --case the run makes a new private case and prints its path: pass it
+    as --case to resume.
+
     Exit 0 when nothing is wrong, 1 when problems were found, 2 when stopped at a gate or on bad
-    parameters, 3 when the guard refused a step, 4 when a step failed.
+    parameters, 3 when the guard refused a step, 4 when a step failed, 130 when interrupted.
 
-    Example:
+    Examples:
 
+    \b
         ckptrescue playbook run probe-checkpoints --case /cases/INC-042 -p run_dir=/mnt/ckpts
+        ckptrescue playbook run full-incident --yes -P drill/params.json
     """
     from ckptrescue.cli.render import EventPrinter
     from ckptrescue.engine import executor as engine
-    from ckptrescue.engine.events import RunFinished, StepFinished
+    from ckptrescue.engine.events import RunFinished, StepFinished, StepStarted
     from ckptrescue.playbook import params
-    from ckptrescue.record.case import Case
 
     given = params.load_file(params_file) if params_file else {}
     given.update(params.parse_assignments(param or []))
@@ -163,7 +174,7 @@ def run(
                 for line in d.lines:
                     say(f"      $ {line}")
         return 0
-    case = Case.open_or_create(case_dir, title=title or f"playbook {plan.playbook.name}")
+    case = _open_case(case_dir, title=title or f"playbook {plan.playbook.name}")
 
     def ask(prompt: str) -> bool | None:
         if not sys.stdin.isatty():
@@ -171,30 +182,86 @@ def run(
         reply = typer.prompt(f"{prompt} [y/N]", default="n", show_default=False)
         return reply.strip().lower() in {"y", "yes"}
 
-    printer = EventPrinter()
+    # the run's transcript is its result (stdout); progress bars are not (stderr)
+    printer = EventPrinter(sys.stderr if as_json else sys.stdout, progress=sys.stderr,
+                           case=case)
     final: RunFinished | None = None
     statuses: list[str] = []
-    for event in engine.run(plan, case=case, confirm=ask):
-        printer(event)
-        if isinstance(event, StepFinished):
-            statuses.append(event.status)
-        if isinstance(event, RunFinished):
-            final = event
+    actions: dict[str, str] = {}
+    report: str | None = None
+    try:
+        for event in engine.run(plan, case=case, confirm=ask):
+            printer(event)
+            if isinstance(event, StepStarted):
+                actions[event.step_id] = event.action
+            if isinstance(event, StepFinished):
+                statuses.append(event.status)
+                if actions.get(event.step_id) == "report" and event.outputs.get("path"):
+                    report = str(event.outputs["path"])
+            if isinstance(event, RunFinished):
+                final = event
+    except KeyboardInterrupt:
+        printer.close()
+        _interrupted(case, name, case_dir is None)
+        return int(ExitCode.INTERRUPT)
     assert final is not None
+    if report is None and (case.root / "report.html").is_file():
+        report = str((case.root / "report.html").absolute())
     if as_json:
         emit_json({"status": final.status, "answer": final.answer,
-                   "failed_step": final.failed_step, "case": str(case_dir)})
+                   "failed_step": final.failed_step, "case": str(case.root.absolute()),
+                   "report": report})
+    else:
+        say(f"case:   {case.root.absolute()}")
+        if report:
+            say(f"report: {report}")
     if final.status == "stopped":
-        sys.stderr.write(
-            f"ckptrescue: stopped at confirm gate {final.failed_step!r}; rerun the same "
-            "command with --yes (scripted) or in a terminal to answer it; finished steps "
-            "will not be repeated\n")
+        info(f"ckptrescue: stopped at confirm gate {final.failed_step!r}; rerun "
+             f"{_rerun(name, case, case_dir is None)} with --yes (scripted) or in a terminal "
+             "to answer it; finished steps will not be repeated")
         return int(ExitCode.USAGE)
     if final.status == "failed":
         return int(ExitCode.REFUSED if "refused" in statuses else ExitCode.FAILURE)
     if final.status == "cancelled":
         return int(ExitCode.INTERRUPT)
     return int(ExitCode.FINDINGS if final.status == "findings" else ExitCode.OK)
+
+
+def _open_case(case_dir: Path | None, *, title: str) -> Case:
+    """``--case`` (created if new), else a new private case under ``$TMPDIR`` that is kept."""
+    import os
+    import tempfile
+
+    from ckptrescue.record.case import Case
+
+    if case_dir is not None:
+        return Case.open_or_create(case_dir, title=title)
+    scratch = Path(tempfile.mkdtemp(prefix="ckptrescue-case-"))  # mode 0700
+    case = Case.create(scratch / "case", title=title)
+    os.chmod(case.root, 0o700)
+    info(f"case: {case.root} (a new private case; pass --case DIR to choose where)")
+    return case
+
+
+def _rerun(name: str, case: Case, private: bool) -> str:
+    return (f"with --case {case.root.absolute()}" if private else "the same command")
+
+
+def _interrupted(case: Case, name: str, private: bool) -> None:
+    """Ctrl-C: say what the case keeps and what it left attached, truthfully."""
+    import os
+
+    live = case.attachments()
+    mounts = [m for m in live.get("mount", []) if os.path.ismount(m)]
+    loops = live.get("loop", [])
+    info(f"ckptrescue: interrupted; the case {case.root.absolute()} keeps every finished step: "
+         f"rerun {_rerun(name, case, private)} to resume")
+    for mountpoint in mounts:
+        info(f"ckptrescue: still mounted (read-only) by this case: {mountpoint}; release it "
+             f"with: ckptrescue umount {mountpoint} --case {case.root.absolute()}")
+    if loops and not mounts:
+        info(f"ckptrescue: loop device(s) still attached read-only by this case: "
+             f"{', '.join(loops)}")
 
 
 def register(app: typer.Typer) -> None:

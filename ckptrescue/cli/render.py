@@ -58,31 +58,59 @@ def _final(event: StepProgress) -> bool:
 
 
 class EventPrinter:
-    """Progress lines are redrawn in place on a terminal, else one every few seconds; the last
-    one (all done) is always shown."""
+    """Prints a run for a person: the transcript (steps, their output, findings, the answer) on
+    ``stream``, progress on ``progress`` (default: the same stream).
 
-    def __init__(self, stream=None) -> None:  # noqa: ANN001
+    Progress lines are redrawn in place on a terminal, else one every few seconds; the last one
+    (all done) is always shown. Given the ``case``, paths under a mount point or copy the run
+    made are shown by the evidence they lead back to (``E002:run/step-300.pt``, as the report
+    names them), once that mount is recorded: the mount itself is gone when the run ends.
+    Every line is made inert (``display.shown_text``).
+    """
+
+    def __init__(self, stream=None, *, progress=None, case=None) -> None:  # noqa: ANN001
         self.stream = stream or sys.stderr
+        self.progress = progress or self.stream
+        self.case = case
         self._last_progress = 0.0
-        self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._tty = hasattr(self.progress, "isatty") and self.progress.isatty()
         self._open_line = False
+        self._actions: dict[str, str] = {}
+        self._where = None  # a ProvenanceIndex once the run mounted or copied something
 
     def close(self) -> None:
         """End a progress line drawn in place (before other output)."""
         if self._open_line:
-            self.stream.write("\n")
-            self.stream.flush()
+            self.progress.write("\n")
+            self.progress.flush()
             self._open_line = False
+
+    def label(self, text: str) -> str:
+        """``text`` with every scratch path (mount point, copy) named by its evidence."""
+        return text if self._where is None else self._where.relabel(text)
+
+    def _learn(self, step_id: str) -> None:
+        if self.case is None or self._actions.get(step_id) not in _ATTACHING:
+            return
+        import dataclasses
+
+        from ckptrescue.record import provenance
+
+        # the terminal keeps the case's own paths (salvage, recovery) as they are: the
+        # responder opens them; only scratch roots (mounts, copies) are renamed
+        self._where = dataclasses.replace(provenance.index(self.case), case_root="")
 
     def __call__(self, event: Event) -> None:
         def w(text: str) -> None:  # names from the evidence are shown, never obeyed
-            self.stream.write(shown_text(text))
+            own = self._actions.get(getattr(event, "step_id", ""), "") in _ATTACHING_ITSELF
+            self.stream.write(shown_text(text if own else self.label(text)))
 
         if not isinstance(event, StepProgress):
             self.close()
         if isinstance(event, RunStarted):
             w(f"== run {event.playbook} ({len(event.steps)} steps, run key {event.run_key})\n")
         elif isinstance(event, StepStarted):
+            self._actions[event.step_id] = event.action
             w(f"-> {event.step_id} [{event.action}] {event.title}\n")
         elif isinstance(event, StepOutput):
             for line in event.text.splitlines()[-20:]:
@@ -92,15 +120,17 @@ class EventPrinter:
             if now - self._last_progress < (0.2 if self._tty else 5.0) and not _final(event):
                 return
             self._last_progress = now
+            line = shown_text(self.label(progress_line(event)))
             if self._tty:
-                self.stream.write("\r" + shown_text(progress_line(event)) + "\x1b[K")
+                self.progress.write("\r" + line + "\x1b[K")
                 self._open_line = True
             else:
-                w(progress_line(event) + "\n")
+                self.progress.write(line + "\n")
+            self.progress.flush()
         elif isinstance(event, FindingEmitted) and event.finding is not None:
             f = event.finding
             where = f" @{f.offset}" if f.offset is not None else ""
-            w(f"   [{f.severity}] {f.code} {f.title}{where}\n")
+            w(f"   [{f.severity}] {f.code} {self._which(f.evidence, f.title)}{f.title}{where}\n")
         elif isinstance(event, GateReached):
             state = {True: "confirmed", False: "declined", None: "waiting (no answer)"}
             w(f"?? gate {event.step_id}: {event.prompt} -> {state[event.answered]}\n")
@@ -110,9 +140,23 @@ class EventPrinter:
             extra = f": {event.error}" if event.error else (f": {event.summary}"
                                                              if event.summary else "")
             w(f"<- {event.step_id} {event.status}{extra}\n")
+            self._learn(event.step_id)
         elif isinstance(event, RunFinished):
             w(f"== run {event.status}" + (f" at step {event.failed_step}"
                                           if event.failed_step else "") + "\n")
             if event.answer:
                 w(f"answer: {event.answer}\n")
         self.stream.flush()
+
+    def _which(self, evidence: str | None, title: str) -> str:
+        """``E002:run/step-350.pt: `` before a finding's title that does not name its file."""
+        if not evidence:
+            return ""
+        name = evidence.rstrip("/").rsplit("/", 1)[-1]
+        return "" if name and name in title else f"{self.label(evidence)}: "
+
+
+# steps after which paths under what they attached lead back to evidence
+_ATTACHING = {"mount", "copy"}
+# steps whose lines speak of the mount point itself (shown as it is)
+_ATTACHING_ITSELF = {"mount", "umount", "copy"}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ckptrescue.cli.output import info
+from ckptrescue.cli.output import say
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -20,20 +20,25 @@ def report(
         "--format", "-f", help="html, md, json or pdf (the report; pdf is printed by headless "
         "Chromium, default CASE/report.pdf); case-uco (CASE/UCO 1.5 JSON-LD "
         "of the case); timeline or timeline-csv (Timesketch JSONL / CSV).")] = "html",
-    out: Annotated[Path | None, typer.Option("-o", "--output",
-                                             help="Output file ('-' for stdout).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Output file ('-' for stdout). Default: CASE/report.html "
+        "(report.md, report.json, case-uco.jsonld, timeline.jsonl, timeline.csv).")] = None,
 ) -> None:
     """Render the incident report from the case alone (nothing is re-run).
 
-    The HTML report is one self-contained file (inline CSS and SVG, nothing fetched).
-    case-uco and timeline hand the case to other responders' tools (docs/exports.md): the
-    investigation, evidence with hashes, provenance, actions and findings as CASE/UCO; the
-    kit's actions, kernel/journal lines, S3 versions and CloudTrail events on one time axis
-    for Timesketch. The hash-chained audit log stays the source of truth for both.
+    Writes CASE/report.html (or -o FILE) and prints the path it wrote; -o - prints the report
+    on stdout instead. The HTML report is one self-contained file (inline CSS and SVG, nothing
+    fetched). case-uco and timeline hand the case to other responders' tools
+    (docs/exports.md): the investigation, evidence with hashes, provenance, actions and
+    findings as CASE/UCO; the kit's actions, kernel/journal lines, S3 versions and CloudTrail
+    events on one time axis for Timesketch. The hash-chained audit log stays the source of
+    truth for both.
 
-    Example:
+    Examples:
 
-        ckptrescue report /cases/INC-042 --format html -o /cases/INC-042/report.html
+    \b
+        ckptrescue report /cases/INC-042
+        ckptrescue report /cases/INC-042 --format md -o -
     """
     from ckptrescue.record.case import Case
     from ckptrescue.report.render import check_output, render
@@ -44,20 +49,25 @@ def report(
 
         written = write(case, case.root / "report.pdf" if out is None or str(out) == "-"
                         else out, "pdf")
-        info(f"report written: {written.resolve()}")
+        say(str(written.absolute()))  # the result: where the report is
         return
-    if out is not None and str(out) != "-":
+    if out is None:
+        out = case.root / DEFAULT_NAMES.get(fmt, f"report.{fmt}")
+    if str(out) != "-":
         check_output(case, out)
     text = _export(case, fmt) if fmt in EXPORTS else render(case, fmt)
-    if out is None or str(out) == "-":
+    if str(out) == "-":
         sys.stdout.write(text)
         return
     from ckptrescue.effects import beneath
 
     beneath.write_text(out.parent, out, text)  # a name planted at OUT is replaced, not followed
-    info(f"report written: {out.resolve()}")
+    say(str(out.absolute()))  # the result: where the report is
 
 
+DEFAULT_NAMES = {"html": "report.html", "md": "report.md", "json": "report.json",
+                 "case-uco": "case-uco.jsonld", "timeline": "timeline.jsonl",
+                 "timeline-csv": "timeline.csv"}
 EXPORTS = ("case-uco", "timeline", "timeline-csv")
 
 

@@ -188,7 +188,9 @@ class Case:
     """An open case directory."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        # absolute: every path the case records (mount points, work folders) stays true when
+        # read from another directory, and leads back to its evidence in the report
+        self.root = Path(root).absolute()
         self._state = _state_for(self.root)
         self.audit = self._state.audit
 

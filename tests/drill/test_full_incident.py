@@ -53,7 +53,7 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
         assert run.returncode == 1, run.stderr  # done, problems found
         result = json.loads(run.stdout)
         answer = result["answer"]
-        report = subprocess.run([EXE, "report", str(case), "--format", "json"],
+        report = subprocess.run([EXE, "report", str(case), "--format", "json", "-o", "-"],
                                 capture_output=True, text=True, timeout=120)
         model = json.loads(report.stdout)
     finally:

@@ -45,7 +45,7 @@ def silent_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     run = invoke("playbook", "run", "silent-failure", "--case", str(case), "--yes",
                  "-P", str(root / "params.json"), "--json")
     after = tree_hashes(root)
-    report = invoke("report", str(case), "--format", "json")
+    report = invoke("report", str(case), "--format", "json", "-o", "-")
     assert report.returncode == 0, report.stderr
     md = base / "report.md"
     rendered = invoke("report", str(case), "--format", "md", "-o", str(md))

@@ -80,7 +80,7 @@ def test_gate_stops_non_interactive_run_then_resumes(tmp_path: Path) -> None:
     second = invoke("playbook", "run", str(pb), "--case", str(c), "-p", f"target={tmp_path}",
                     "--yes")
     assert second.returncode == 0, second.stderr
-    assert "listing skipped: already finished" in second.stderr
+    assert "listing skipped: already finished" in second.stdout  # the transcript: stdout
     case = Case.open(c)
     runs = [r for r in case.records("tool.run") if r["details"]["argv"][0] == "ls"]
     assert len(runs) == 1, "the finished exec step must not run twice"
@@ -188,7 +188,7 @@ def test_interrupted_run_resumes_without_repeating(tmp_path: Path, sig: int) -> 
     # is not repeated; two and three run (the same command, so two sleeps again)
     res = invoke("playbook", "run", str(pb), "--case", str(c))
     assert res.returncode == 0, res.stderr
-    assert "one skipped: already finished" in res.stderr
+    assert "one skipped: already finished" in res.stdout
     echo_runs = [r for r in case.records("tool.run") if r["details"]["argv"] == ["echo", "one"]]
     assert len(echo_runs) == 1
     finished = [r["details"]["step"] for r in case.records("step.finished")]

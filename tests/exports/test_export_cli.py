@@ -29,11 +29,11 @@ def test_case_uco_to_a_file_and_timelines_to_stdout(tmp_path: Path) -> None:
     assert "@graph" in doc and "@context" in doc
     text = json.dumps(doc)
     assert ("Investigation" in text and "SF00" in text) or "Annotation" in text
-    jsonl = invoke("report", str(case), "--format", "timeline")
+    jsonl = invoke("report", str(case), "--format", "timeline", "-o", "-")
     assert jsonl.returncode == 0, jsonl.stderr
     rows = [json.loads(line) for line in jsonl.stdout.splitlines()]
     assert rows and all({"message", "datetime", "timestamp_desc"} <= set(r) for r in rows)
-    table = invoke("report", str(case), "--format", "timeline-csv")
+    table = invoke("report", str(case), "--format", "timeline-csv", "-o", "-")
     parsed = list(csv.DictReader(io.StringIO(table.stdout)))
     assert len(parsed) == len(rows)
 
