@@ -251,9 +251,11 @@ def _interrupted(case: Case, name: str, private: bool) -> None:
     """Ctrl-C: say what the case keeps and what it left attached, truthfully."""
     import os
 
-    live = case.attachments()
-    mounts = [m for m in live.get("mount", []) if os.path.ismount(m)]
-    loops = live.get("loop", [])
+    live = case.attachments()  # as the kernel showed them when attached
+    mounts = [str(a["name"]) for a in live
+              if a.get("kind") == "mount" and os.path.ismount(str(a.get("name")))]
+    loops = [str(a["name"]) for a in live if a.get("kind") == "loop"
+             and os.path.exists(f"/sys/block/{os.path.basename(str(a.get('name')))}/loop")]
     info(f"ckptrescue: interrupted; the case {case.root.absolute()} keeps every finished step: "
          f"rerun {_rerun(name, case, private)} to resume")
     for mountpoint in mounts:

@@ -1,0 +1,132 @@
+"""Ctrl-C tells the truth (#30), with a real SIGINT to the console script:
+
+* a playbook interrupted while its image is mounted says so, names the mount and the command
+  that releases it (which then works), and the evidence hashes the same;
+* a drill interrupted while it builds removes what it built, so the same command runs again;
+* a manifest build without a case says where its finished files are, never "in the case".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cli_helpers import EXE, run_cli  # noqa: E402
+
+
+def start(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([EXE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, cwd=cwd,
+                            start_new_session=True)
+
+
+def interrupt_when(proc: subprocess.Popen[str], ready: Callable[[], bool],
+                   timeout: float = 300) -> tuple[int, str, str]:
+    """Ctrl-C (SIGINT to the process, as a terminal sends it) once ``ready()``."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "never got ready"
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+SLOW_AFTER_MOUNT = """\
+schema: 1
+name: mount-then-wait
+parameters:
+  - {name: target, type: image}
+steps:
+  - id: mount
+    action: mount
+    with: {target: $target}
+  - id: wait
+    action: exec
+    with: {argv: [sleep, "60"]}
+  - id: release
+    action: umount
+    with: {mountpoint: "${mount.mountpoint}"}
+"""
+
+
+@pytest.mark.privileged
+@pytest.mark.needs_tool("mkfs.ext4")
+def test_an_interrupted_playbook_names_what_it_left_mounted(tmp_path: Path) -> None:
+    from fixtures.storage import make_fs, sha256
+
+    image = make_fs(tmp_path / "evidence.img", "ext4")
+    before = sha256(image)
+    book = tmp_path / "mount-then-wait.yaml"
+    book.write_text(SLOW_AFTER_MOUNT)
+    case = tmp_path / "case"
+    mountpoint = case / "work" / "mnt-mount"
+    proc = start("playbook", "run", str(book), "--case", str(case), "-p", f"target={image}")
+    try:
+        code, _out, err = interrupt_when(
+            proc, lambda: (case / "audit.jsonl").exists()
+            and b'"step":"wait"' in (case / "audit.jsonl").read_bytes())
+        assert code == 130, err
+        assert f"still mounted (read-only) by this case: {mountpoint}" in err, err
+        assert "partial results are kept" not in err
+        assert os.path.ismount(mountpoint)
+        release = f"ckptrescue umount {mountpoint} --case {case}"
+        assert release in err
+        done = run_cli(*release.split()[1:])
+        assert done.returncode == 0, done.stderr
+        assert not os.path.ismount(mountpoint)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if os.path.ismount(mountpoint):
+            subprocess.run(["umount", str(mountpoint)], check=False)
+        out = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            subprocess.run(["losetup", "-d", line.split(":", 1)[0]], check=False)
+    assert sha256(image) == before
+
+
+@pytest.mark.slow
+def test_an_interrupted_drill_leaves_nothing_that_blocks_the_rerun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "drill"
+    proc = start("drill", str(out), "--no-tf")
+    code, _stdout, err = interrupt_when(proc, lambda: (out / "staging").is_dir())
+    try:
+        assert code == 130, err
+        assert "the half-built drill" in err and "run the same command again" in err, err
+        assert "in the case" not in err
+        assert not out.exists() or not any(out.iterdir())
+        again = run_cli("drill", str(out), "--no-s3", "--no-tf", timeout=600)
+        assert again.returncode == 0, again.stderr
+        assert "next: " in again.stdout and (out / "params.json").is_file()
+    finally:
+        run_cli("drill", str(out), "--stop")
+
+
+def test_an_interrupted_manifest_build_without_a_case_says_where_its_files_are(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        with open(data / f"big-{i}.bin", "wb") as fh:  # sparse: hashing takes a while
+            fh.truncate(4 << 30)
+    manifest = tmp_path / "data.sha256"
+    proc = start("manifest", "build", str(data), "-o", str(manifest), "--no-progress")
+    time.sleep(1.5)
+    code, _out, err = interrupt_when(proc, lambda: True)
+    assert code == 130, err
+    assert "in the case" not in err and "kept in" in err and ".partial" in err, err
+    assert err.count("ckptrescue:") == 1, err  # one line, said once
+    partial = err.split("kept in ", 1)[1].split(": run", 1)[0]
+    assert Path(partial).is_file(), "the message names a file that is not there"
