@@ -51,9 +51,12 @@ class ByteRange:
     scan: Any = None
     _parts: list[tuple[int, int, int, int, Any]] = field(default_factory=list, repr=False)
 
-    def cuts(self, size: int = SEGMENT) -> list[tuple[int, int]]:
-        """(start, length) of each segment: absolute CHUNK multiples, element-aligned."""
-        if self.length <= 0:
+    def cuts(self, size: int | None = None) -> list[tuple[int, int]]:
+        """(start, length) of each segment (``size``, default :data:`SEGMENT`): cut at
+        absolute multiples of ``size`` (CHUNK multiples, element-aligned); a range of at most
+        ``size`` bytes is one segment."""
+        size = size or SEGMENT
+        if self.length <= size:
             return [(self.offset, self.length)]
         if self.make_scan is not None and self.offset % self.itemsize:
             return [(self.offset, self.length)]  # unaligned elements: one sequential pass
