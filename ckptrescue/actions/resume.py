@@ -1,6 +1,7 @@
 """Resume-time actions (issue #31): what a run needs to resume that no loader tells it.
 
 resume.safe_globals: the exact ``torch.serialization.add_safe_globals`` list a checkpoint needs.
+resume.keys: why its names do not load into the model, and the mapping that fixes them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import SafeGlobalsOutput
+from ckptrescue.engine.outputs import KeyMismatchOutput, SafeGlobalsOutput
 
 
 class SafeGlobals(Action):
@@ -49,4 +50,71 @@ PATH may be a directory: every torch file under it (a DeepSpeed step, a run)."""
         return from_library(result, result.answer())
 
 
-ACTIONS = [SafeGlobals]
+class Keys(Action):
+    name = "resume.keys"
+    summary = "Why load_state_dict reports missing/unexpected keys, and the mapping that fixes it"
+    description = """
+Explain why a checkpoint's tensor names do not load into the model (load_state_dict's "Missing
+key(s) ... Unexpected key(s)") and print the mapping that fixes it.
+
+The model's names come from exactly one of: --reference (a checkpoint of the model, e.g. a
+freshly saved model.state_dict()), --keys (a list, one name per line, optional shape) or
+--model-class MODULE:CLASS (instantiated on torch's meta device inside the loader sandbox, never
+in the kit's process; --model-path puts its package on the path, --model-kwargs passes JSON
+arguments). The checkpoint's names are read statically (any format the kit probes).
+
+Causes found: the state dict under a container key (state_dict., model.), module. from
+DistributedDataParallel, _orig_mod. from torch.compile (also both at once), FSDP wrapper names
+and flat parameters (which no renaming maps), a layer renamed consistently, tied weights saved
+once. Shapes are compared. Prints the per-name mapping and a fix_keys() function.
+
+Exit 0 when the names match as saved, 1 otherwise."""
+    examples = ("ckptrescue resume keys run/step-300.pt --reference fresh_model.pt",
+                "ckptrescue resume keys ckpt.pt --model-class mymodel.arch:GPT --model-path "
+                "src --model-kwargs '{\"layers\": 2}'")
+    capability = "load_model_sandboxed"
+    output_type = KeyMismatchOutput
+    args = (ArgSpec("checkpoint", "path", required=True, positional=True,
+                    help="The checkpoint that does not load."),
+            ArgSpec("reference", "path",
+                    help="A checkpoint with the names the model expects (e.g. "
+                         "torch.save(model.state_dict())."),
+            ArgSpec("keys", "path", metavar="FILE",
+                    help="A list of the names the model expects, one per line (optionally "
+                         "followed by a shape)."),
+            ArgSpec("model_class", "string", metavar="MODULE:CLASS",
+                    help="The model class, instantiated on the meta device inside the loader "
+                         "sandbox (never in this process)."),
+            ArgSpec("model_path", "path", metavar="DIR",
+                    help="With --model-class: the directory its package is imported from."),
+            ArgSpec("model_kwargs", "string", metavar="JSON",
+                    help="With --model-class: keyword arguments as a JSON object."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        source = args.get("reference") or args.get("keys") or \
+            f"{args.get('model_class')} (in the loader sandbox)"
+        return [f"compare the names of {args['checkpoint']} with {source}"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        import json
+
+        from ckptrescue.checkpoints.key_mismatch import explain_checkpoint
+        from ckptrescue.errors import UsageError
+
+        kwargs = None
+        if args.get("model_kwargs"):
+            try:
+                kwargs = json.loads(args["model_kwargs"])
+            except ValueError as exc:
+                raise UsageError(f"--model-kwargs: not JSON: {exc}") from exc
+            if not isinstance(kwargs, dict):
+                raise UsageError("--model-kwargs: a JSON object ({\"name\": value})")
+        result = yield from ctx.blocking(lambda p: explain_checkpoint(
+            args["checkpoint"], reference=args.get("reference") or None,
+            keys_file=args.get("keys") or None, model_class=args.get("model_class") or None,
+            model_path=args.get("model_path") or None, model_kwargs=kwargs, case=ctx.case),
+            label="comparing")
+        return from_library(result, result.answer())
+
+
+ACTIONS = [SafeGlobals, Keys]

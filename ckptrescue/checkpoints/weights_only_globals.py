@@ -240,7 +240,8 @@ class SafeGlobalsResult(Recorded):
                 "safe": [n.to_json() for n in self.union("safe")],
                 "not_safe": [n.to_json() for s in ("unlisted", "dangerous", "blocked")
                              for n in self.union(s)],
-                "snippet": self.snippet(), "answer": self.answer()}
+                "snippet": self.snippet(), "snippet_lines": self.snippet().splitlines(),
+                "answer": self.answer()}
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import typer
 
 from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
-from ckptrescue.engine.outputs import SafeGlobalsOutput
+from ckptrescue.engine.outputs import KeyMismatchOutput, SafeGlobalsOutput
 from ckptrescue.errors import ExitCode
 
 resume_app = typer.Typer(help="What a run needs to resume that no loader tells it: the exact "
@@ -45,7 +45,38 @@ def render_safe_globals(result: StepResult) -> int:
             for n in entries:
                 say(f"    {n['global']}")
         say("register them before torch.load(..., weights_only=True):")
-        for line in out.snippet.splitlines():
+        for line in out.snippet_lines:
+            say(f"    {line}")
+    say(out.answer)
+    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
+def render_keys(result: StepResult) -> int:
+    out: KeyMismatchOutput = result.out
+    if result.options[JSON]:
+        emit_json(result.outputs)
+        return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+    say(f"{out.checkpoint} ({out.format}, {out.verdict}) against {out.expected_from}")
+    for rule in out.rules:
+        say(f"    CAUSE  {rule['cause']}")
+    for row in out.mapping[:40]:
+        say(f"    {row['from']} -> {row['to']}")
+    if out.mapping_total > 40:
+        say(f"    ... {out.mapping_total - 40} more (--json lists them)")
+    for tie in out.tied:
+        say(f"    {tie['name']} = {tie['copy_of']}  (tied, saved once)")
+    for bad in out.shape_mismatches[:20]:
+        say(f"    SHAPE  {bad['checkpoint']} {bad['saved_shape']} vs {bad['model']} "
+            f"{bad['expected_shape']}")
+    for name in out.missing[:20]:
+        say(f"    MISSING    {name}")
+    for name in out.unexpected[:20]:
+        say(f"    UNEXPECTED {name}")
+    if out.outside:
+        say("    left aside: " + ", ".join(f"{k} ({v} tensors)" for k, v in out.outside.items()))
+    if out.rules and out.matched_after > out.matched_before:
+        say("apply it to the loaded state dict before model.load_state_dict(fix_keys(sd)):")
+        for line in out.snippet_lines:
             say(f"    {line}")
     say(out.answer)
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
@@ -53,4 +84,5 @@ def render_safe_globals(result: StepResult) -> int:
 
 def register(app: typer.Typer) -> None:
     add_command(resume_app, "safe-globals", Command("resume.safe_globals", render_safe_globals))
+    add_command(resume_app, "keys", Command("resume.keys", render_keys))
     app.add_typer(resume_app, name="resume")

@@ -1,5 +1,5 @@
 """Codes of the questions asked at resume time that no loader answers (issue #31): SG the exact
-``add_safe_globals`` list."""
+``add_safe_globals`` list; KM key mismatches at resume."""
 
 from ckptrescue.model import Severity
 
@@ -16,4 +16,10 @@ CODES = {
     "SG004": (E, "torch.load(weights_only=True) refuses the file for reasons no add_safe_globals "
                  "fixes (unsupported opcodes, a damaged pickle, a damaged file)"),
     "SG005": (I, "Not a file torch.load reads (or not readable): no globals list"),
+    "KM001": (I, "The checkpoint's tensor names match the names the model expects"),
+    "KM002": (W, "The names do not load as saved; the causes found (DDP module., torch.compile "
+                 "_orig_mod., a container, a renamed layer, tied weights saved once) and the "
+                 "printed mapping fix them"),
+    "KM003": (E, "No renaming makes the checkpoint load into the model (FSDP flat parameters, "
+                 "shapes that differ, names nowhere in the checkpoint)"),
 }

@@ -6,13 +6,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import HubCacheOutput, ManifestDiffOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import (
+    HubCacheOutput,
+    KeyMismatchOutput,
+    ManifestDiffOutput,
+    SafeGlobalsOutput,
+)
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
 
 # the actions whose steps examine evidence (the answer's "nothing examined yet" test)
-EXAMINING = {"manifest.diff", "resume.safe_globals", "hub.verify"}
+EXAMINING = {"manifest.diff", "resume.safe_globals", "resume.keys", "hub.verify"}
 
 
 def capability_parts(case: Case) -> list[str]:
@@ -25,6 +30,9 @@ def capability_parts(case: Case) -> list[str]:
     for sg in outputs_of(case, SafeGlobalsOutput)[-1:]:
         if sg.safe or sg.not_safe or not sg.ok:
             parts.append(f"safe globals: {sg.answer}")
+    for keys in outputs_of(case, KeyMismatchOutput)[-1:]:
+        if not keys.ok:
+            parts.append(f"keys: {keys.answer}")
     for hub in outputs_of(case, HubCacheOutput)[-1:]:
         if not hub.ok:
             parts.append(hub.answer)

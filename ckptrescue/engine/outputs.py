@@ -171,12 +171,65 @@ class SafeGlobalsOutput(StepOutputs):
         "The globals not to register: global, status, reason."))
     snippet: str = field(default="", metadata=doc(
         "Python registering the safe globals with torch.serialization.add_safe_globals."))
+    snippet_lines: list[str] = field(default_factory=list, metadata=doc(
+        "The same, one line per item (what the terminal shows)."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
 
     @property
     def ok(self) -> bool:
         """Every torch file loads with weights_only=True once the safe list is registered."""
         return all(f.get("loads_with_safe_list") for f in self.files if f.get("error") is None)
+
+
+
+@dataclass
+class KeyMismatchOutput(StepOutputs):
+    checkpoint: str = field(default="", metadata=doc("The checkpoint examined."))
+    expected_from: str = field(default="", metadata=doc(
+        "Where the model's names came from: a reference checkpoint, a key list or a model "
+        "class (instantiated in the loader sandbox)."))
+    format: str = field(default="", metadata=doc("The checkpoint's format."))
+    verdict: str = field(default="", metadata=doc("Its probe verdict."))
+    checkpoint_keys: int = field(default=0, metadata=doc("Tensor names in the checkpoint."))
+    expected_keys: int = field(default=0, metadata=doc("Names the model expects."))
+    matched_before: int = field(default=0, metadata=doc("Expected names found as saved."))
+    matched_after: int = field(default=0, metadata=doc(
+        "Expected names accounted for after the mapping (ties included)."))
+    resolved: bool = field(default=False, metadata=doc(
+        "The mapping accounts for every expected name with its shape."))
+    causes: list[str] = field(default_factory=list, metadata=doc(
+        "The causes found, in order (container, module. from DDP, _orig_mod. from "
+        "torch.compile, FSDP names and flat parameters, a renamed layer, tied weights)."))
+    rules: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "The rules: kind (container, strip, add, rename, tie, flat), cause, detail, fixes."))
+    mapping: list[dict[str, str]] = field(default_factory=list, metadata=doc(
+        "Per renamed name (up to 5,000): from (the checkpoint's), to (the model's)."))
+    mapping_total: int = field(default=0, metadata=doc("Names the mapping renames."))
+    tied: list[dict[str, str]] = field(default_factory=list, metadata=doc(
+        "Names saved once: name (the model's), copy_of (the name present)."))
+    missing: list[str] = field(default_factory=list, metadata=doc(
+        "Expected names still unaccounted for (up to 5,000)."))
+    missing_total: int = field(default=0, metadata=doc("Their count."))
+    unexpected: list[str] = field(default_factory=list, metadata=doc(
+        "Names of the state dict the model does not use (up to 5,000)."))
+    unexpected_total: int = field(default=0, metadata=doc("Their count."))
+    outside: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "Top-level entries of the checkpoint beside the state dict (optimizer, ...), with "
+        "their tensor counts."))
+    shape_mismatches: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Names that map but whose shape differs: checkpoint, model, saved_shape, "
+        "expected_shape."))
+    flat_params: list[str] = field(default_factory=list, metadata=doc(
+        "FSDP flat parameters (no renaming maps them)."))
+    snippet: str = field(default="", metadata=doc(
+        "Python (fix_keys) applying the mapping to a loaded state dict."))
+    snippet_lines: list[str] = field(default_factory=list, metadata=doc(
+        "The same, one line per item (what the terminal shows)."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return self.matched_before == self.expected_keys and not self.unexpected_total
 
 
 # ---- block storage ---------------------------------------------------------------------------

@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import HubCacheOutput, ManifestDiffOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import (
+    HubCacheOutput,
+    KeyMismatchOutput,
+    ManifestDiffOutput,
+    SafeGlobalsOutput,
+)
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -66,7 +71,7 @@ def safe_globals(case: Case) -> dict[str, Any] | None:
             for n in out.safe]
     bad = [[n["global"], n["status"], n.get("reason", "")] for n in out.not_safe]
     notes = ["register the safe ones before torch.load(..., weights_only=True): "
-             + " ".join(line.strip() for line in out.snippet.splitlines())] if out.snippet else []
+             + " ".join(line.strip() for line in out.snippet_lines)] if out.snippet else []
     return section(out.answer, notes=notes, tables=[
         table("Files", "safe-globals-files", ["file", "format", "torch.load(weights_only=True)",
                                               "globals needed", "blockers"], files),
@@ -109,8 +114,36 @@ def hub_cache(case: Case) -> dict[str, Any] | None:
               blobs)])
 
 
+def key_mismatch(case: Case) -> dict[str, Any] | None:
+    outs = outputs_of(case, KeyMismatchOutput)
+    if not outs:
+        return None
+    out = outs[-1]
+    rows = [[r["from"], r["to"]] for r in out.mapping]
+    rows += [[t["copy_of"], f"{t['name']} (tied, saved once)"] for t in out.tied]
+    problems = [["shape differs", f"{b['checkpoint']} {b['saved_shape']}",
+                 f"{b['model']} {b['expected_shape']}"] for b in out.shape_mismatches]
+    problems += [["FSDP flat parameter", n, "no renaming maps it"] for n in out.flat_params]
+    problems += [["missing", "", n] for n in out.missing]
+    problems += [["unexpected", n, ""] for n in out.unexpected]
+    notes = ["fix: " + " | ".join(line.rstrip() for line in out.snippet_lines)] \
+        if out.rules and out.matched_after > out.matched_before else []
+    return section(out.answer, facts=[["checkpoint", out.checkpoint],
+                                      ["expected names from", out.expected_from],
+                                      ["matched as saved / after the mapping",
+                                       f"{out.matched_before} / {out.matched_after} of "
+                                       f"{out.expected_keys}"]], notes=notes, tables=[
+        table("Causes", "keys-causes", ["cause", "names it fixes"],
+              [[r["cause"], r.get("fixes", "")] for r in out.rules]),
+        table("Mapping", "keys-mapping", ["checkpoint name", "model name"], rows,
+              out.mapping_total + len(out.tied)),
+        table("What no mapping fixes", "keys-unresolved", ["problem", "checkpoint", "model"],
+              problems, len(out.shape_mismatches) + len(out.flat_params) + out.missing_total
+              + out.unexpected_total)])
+
+
 BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals,
-            "hub_cache": hub_cache}
+            "key_mismatch": key_mismatch, "hub_cache": hub_cache}
 
 
 def build(case: Case) -> dict[str, dict[str, Any] | None]:

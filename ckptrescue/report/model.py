@@ -70,6 +70,8 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
     ("multirank", "Multi-rank steps and the resume pointer", False,
      lambda m: bool(m["multirank"])),
     ("safe_globals", "The exact safe-globals list", False, lambda m: bool(m["safe_globals"])),
+    ("key_mismatch", "Checkpoint names against the model's", False,
+     lambda m: bool(m["key_mismatch"])),
     ("training_state", "Training state across checkpoints", False,
      lambda m: bool(m["training_state"])),
     ("dataset_content", "Dataset content against its baseline", False,

@@ -130,6 +130,18 @@ def make_full_case(case: Case) -> Case:
         "not_safe": [{"global": f"evil.{EVIL}", "status": "unlisted", "lists": [],
                       "source": "", "reason": EVIL_MD}],
         "snippet": "import torch\n", "answer": "1 of 1 file(s) need globals"}, "safe-globals")
+    add_step(case, "resume.keys", {
+        "checkpoint": f"/mnt/run/{EVIL_MD}.pt", "expected_from": "reference /mnt/ref.pt",
+        "format": "torch-zip", "verdict": "intact", "checkpoint_keys": 2, "expected_keys": 2,
+        "matched_before": 0, "matched_after": 2, "resolved": True,
+        "causes": ["module. from DistributedDataParallel"],
+        "rules": [{"kind": "strip", "cause": "module. from DistributedDataParallel",
+                   "detail": {"component": "module"}, "fixes": 2}],
+        "mapping": [{"from": f"module.{EVIL}", "to": EVIL}], "mapping_total": 1,
+        "tied": [], "missing": [], "missing_total": 0, "unexpected": [EVIL_MD],
+        "unexpected_total": 1, "outside": {}, "shape_mismatches": [], "flat_params": [],
+        "snippet": "def fix_keys(sd):\n", "snippet_lines": ["def fix_keys(sd):"],
+        "answer": "0 of 2 expected names match as saved; 2 after the mapping"}, "keys")
     add_step(case, "hub.verify", {
         "root": "/home/u/.cache/huggingface/hub", "counts": {"repos": 1, "blobs": 2,
                                                               "blobs_ok": 1, "blobs_bad": 1},
