@@ -29,9 +29,11 @@ from ckptrescue.engine.events import (
     StepStarted,
 )
 from ckptrescue.errors import CkptRescueError, PlaybookError
+from ckptrescue.model import Finding
 from ckptrescue.playbook import load, params
 from ckptrescue.playbook.lint import lint
 from ckptrescue.playbook.schema import REF_RE, Playbook, Step
+from ckptrescue.record import findings_table
 from ckptrescue.record.audit import canonical
 from ckptrescue.record.case import Case
 
@@ -336,16 +338,17 @@ def _run(
                 raise
             except Exception as exc:  # an action bug must not lose the case
                 result = ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
-        record(case, result)
-        for finding in result.findings:
+        written = record(case, result, name=f"{step.id}.findings")
+        for finding in written:  # as recorded: many of one kind are one finding and its table
             yield FindingEmitted(step_id=step.id, finding=finding)
         sha = None
+        stored = _jsonable(result.outputs) if result.outputs else {}
         if result.outputs:
-            sha = case.store_artifact(json.dumps(_jsonable(result.outputs), sort_keys=True)
-                                      .encode(), name=f"{step.id}.outputs.json",
+            sha = case.store_artifact(json.dumps(stored, sort_keys=True).encode(),
+                                      name=f"{step.id}.outputs.json",
                                       kind=f"result:{step.action}")
         if result.status in {"ok", "findings"}:
-            outputs[step.id] = _jsonable(result.outputs)
+            outputs[step.id] = stored
         statuses[step.id] = result.status
         case.log("step.finished", {"run_key": plan.run_key, "step": step.id,
                                    "action": step.action, "status": result.status,
@@ -356,7 +359,7 @@ def _run(
         yield StepFinished(step_id=step.id, status=result.status, summary=result.summary,
                            outputs=outputs.get(step.id, {}), error=result.error,
                            exit_code=result.exit_code, hint=result.hint,
-                           partial={} if step.id in outputs else _jsonable(result.outputs))
+                           partial={} if step.id in outputs else stored)
         if result.status == "stopped":
             run_status, failed_step = "stopped", step.id
             break
@@ -378,10 +381,13 @@ def _run(
     yield RunFinished(status=run_status, answer=answer, failed_step=failed_step)
 
 
-def record(case: Case, result: ActionResult) -> None:
+def record(case: Case, result: ActionResult, *, name: str = "findings") -> list[Finding]:
     """The one place a step's results are written into the case: its artifacts, then its audit
-    records in order with its findings where the step marked them (else after the last one).
-    The step's outputs and ``step.finished`` follow (in :func:`run`)."""
+    records in order with its findings where the step marked them (else after the last one);
+    more than ``findings_table.AGGREGATE_OVER`` findings of one kind in a row are one finding
+    naming a table of them (``name``: the table artifact's name). The step's outputs and
+    ``step.finished`` follow (in :func:`run`). Returns the step's findings as recorded (those
+    a library recorded itself, ``findings_recorded``, as they are)."""
     for artifact in result.artifacts:
         if artifact.path is not None:
             sha = case.store_artifact_file(Path(artifact.path), name=artifact.name,
@@ -392,13 +398,25 @@ def record(case: Case, result: ActionResult) -> None:
         if sha != artifact.sha256:  # the file changed between hashing and storing
             raise CkptRescueError(f"artifact {artifact.name}: content changed while stored")
     findings = [] if result.findings_recorded else list(result.findings)
+    # consecutive findings are recorded together: many of one kind become one finding and a
+    # per-tensor table (record/findings_table.py)
+    waiting: list[Finding] = []
+    written: list[Finding] = []
     for event in result.audit:
         if event.is_findings_marker:
-            case.add_findings(findings)
+            waiting += findings
             findings = []
+        elif event.action == "finding" and not event.artifacts \
+                and isinstance(event.details.get("finding"), dict):
+            waiting.append(Finding.from_json(event.details["finding"]))
         else:
+            written += findings_table.write(case, waiting, name=name)
+            waiting = []
             case.log(event.action, event.details, artifacts=list(event.artifacts) or None)
-    case.add_findings(findings)
+    written += findings_table.write(case, waiting + findings, name=name)
+    if result.findings_recorded and not written:
+        return list(result.findings)  # the library recorded them itself
+    return written
 
 
 def _jsonable(value: Any) -> Any:

@@ -254,11 +254,33 @@ def _unique(findings: list[Any]) -> list[Any]:
     return out
 
 
+TABLE_PREVIEW = 20
+
+
+def _with_table(case: Case, finding: Any) -> dict[str, Any]:
+    """A finding's JSON; one that stands for many (record/findings_table.py) also carries the
+    first rows of its per-tensor table and where the whole table is."""
+    from ckptrescue.record.findings_table import rows, table_of
+
+    data: dict[str, Any] = finding.to_json()
+    table = table_of(finding)
+    if table is not None:
+        try:
+            data["table_rows"] = [f"{r.title}" + (f" @ {r.offset}+{r.length}"
+                                                  if r.offset is not None else "")
+                                  for r in rows(case, finding, limit=TABLE_PREVIEW)]
+        except OSError:
+            data["table_rows"] = []
+        data["table_path"] = f"artifacts/{table}"
+    return data
+
+
 def build(case: Case) -> dict[str, Any]:
     records = list(case.records())
     verification = case.verify()
     findings = _unique(case.findings())
-    by_sev = {str(s): [f.to_json() for f in findings if f.severity == s] for s in SEVERITY_ORDER}
+    by_sev = {str(s): [_with_table(case, f) for f in findings if f.severity == s]
+              for s in SEVERITY_ORDER}
     checkpoints = []
     for path, ckpt in sorted(latest_checkpoints(case).items()):
         rows = []

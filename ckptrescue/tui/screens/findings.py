@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
+from ckptrescue.display import shown
 from ckptrescue.tui.messages import CaseDataLoaded
 from ckptrescue.tui.viewmodel import (
     VERDICT_ICON,
@@ -25,6 +26,7 @@ from ckptrescue.tui.viewmodel import (
 )
 
 SEVERITIES = ("critical", "error", "warning", "info")
+TABLE_PAGE = 200  # rows of an aggregated finding's table shown at a time
 
 
 def _lost_line(item: Any) -> str:
@@ -150,8 +152,18 @@ class FindingsScreen(Screen[None]):
                 continue
             sev_node = findings.add(f"{sev} ({len(items)})", expand=sev in {"critical", "error"})
             for f in items:
-                sev_node.add_leaf(Text(f"{f.get('code')} {f.get('title')}"),
-                                  data={"kind": "finding", "finding": f})
+                rows = int((f.get("details") or {}).get("aggregated") or 0)
+                if not rows or not (f.get("details") or {}).get("table"):
+                    sev_node.add_leaf(Text(f"{f.get('code')} {f.get('title')}"),
+                                      data={"kind": "finding", "finding": f})
+                    continue
+                # many findings of one kind: one node, its table paged through
+                agg = sev_node.add(Text(f"{f.get('code')} {f.get('title')}"),
+                                   data={"kind": "finding", "finding": f})
+                for start in range(0, rows, TABLE_PAGE):
+                    end = min(rows, start + TABLE_PAGE)
+                    agg.add_leaf(Text(f"rows {start + 1}-{end} of {rows}"),
+                                 data={"kind": "table_page", "finding": f, "start": start})
         if model.get("multirank"):
             tree.root.add_leaf(Text(f"multi-rank steps ({model['multirank'].get('family')})"),
                                data={"kind": "multirank", "multirank": model["multirank"]})
@@ -193,6 +205,22 @@ class FindingsScreen(Screen[None]):
     def _show(self, data: dict[str, Any] | None) -> None:
         self.query_one("#detail", Static).update("\n".join(self._detail_lines(data)))
 
+    def _table_page(self, finding: dict[str, Any], start: int) -> list[str]:
+        """One page of an aggregated finding's per-tensor table, read from its artifact."""
+        from ckptrescue.record.findings_table import rows
+
+        lines = [f"{finding.get('code')}: rows {start + 1}-"
+                 f"{start + TABLE_PAGE} of {(finding.get('details') or {}).get('aggregated')}",
+                 ""]
+        try:
+            for i, row in enumerate(rows(self.app.case, finding,  # type: ignore[attr-defined]
+                                         start=start, limit=TABLE_PAGE), start=start + 1):
+                where = f" @ {row.offset}+{row.length}" if row.offset is not None else ""
+                lines.append(shown(f"{i}. {row.title}{where}"))
+        except OSError as exc:
+            lines.append(f"cannot read the table: {exc.strerror or exc}")
+        return lines
+
     def _detail_lines(self, data: dict[str, Any] | None) -> list[str]:
         model = self.model or {}
         if not data or data.get("kind") == "help":
@@ -207,6 +235,8 @@ class FindingsScreen(Screen[None]):
             return sector_map_lines(model.get("bad_sector_map"), width=width)
         if kind == "finding":
             return finding_lines(data["finding"])
+        if kind == "table_page":
+            return self._table_page(data["finding"], int(data["start"]))
         if kind == "tensor":
             lines = [f"tensor {data['name']}", f"status: {data['status']}",
                      f"checkpoint: {data.get('checkpoint')}"]
