@@ -71,7 +71,8 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
                 [Path(x) for x in local], reference=Path(args["reference"])
                 if args.get("reference") else None, load=bool(args["load"]), case=ctx.case,
                 numeric=bool(args["numeric"]), scheduler=args.get("scheduler") or None,
-                jobs=int(args.get("jobs") or 1), progress=_rank_progress(p)),
+                jobs=int(args.get("jobs") or 1), progress=_rank_progress(p),
+                cancel=ctx.cancel),
                 label="rank files", unit="files")
             audit = views.close(reports)
         audit += probe_records(paths, reports, reference=args.get("reference"),

@@ -140,6 +140,8 @@ class ProbeOptions:
     # families: called as (step root, rank label, verdict) after each rank file is probed;
     # local runs only (not sent to Dask workers)
     progress: Callable[[str, str, str], None] | None = None
+    # set on Ctrl-C (the step's cancel event): worker pools stop at once; local runs only
+    cancel: Any = None
 
 
 class CheckpointFormat(Protocol):

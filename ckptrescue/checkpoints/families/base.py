@@ -308,12 +308,13 @@ class Family:
                 add_unreadable(unreadable)
                 yield summary
             return
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from ckptrescue.checkpoints.probes import workers
 
         pending: set[Any] = set()
         queue = iter(members)
         limit = max(2, options.jobs * 2)  # bounded in-flight futures: memory flat in ranks
-        with ProcessPoolExecutor(max_workers=options.jobs) as pool:
+        # workers die with the kit, ignore Ctrl-C, and are killed when the step is cancelled
+        with workers.pool(options.jobs) as pool:
             while True:
                 for m in queue:
                     pending.add(pool.submit(summarize_in_worker, cls, m, options.numeric,
@@ -322,7 +323,7 @@ class Family:
                         break
                 if not pending:
                     break
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, pending = workers.completed(pending, options.cancel)
                 for fut in done:
                     summary, unreadable = fut.result()
                     add_unreadable(unreadable)

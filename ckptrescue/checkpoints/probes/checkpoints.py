@@ -175,6 +175,7 @@ def probe_paths(
     paths: list[Path], *, reference: Path | None = None, load: bool = False,
     case: Case | None = None, numeric: bool = True, scheduler: str | None = None,
     jobs: int = 1, progress: Callable[[str, str, str], None] | None = None,
+    cancel: Any = None,
 ) -> list[CheckpointReport]:
     """Probe every checkpoint under ``paths``; one report per checkpoint.
 
@@ -189,11 +190,13 @@ def probe_paths(
     the workers in batches. ``jobs``: the rank files of a multi-rank family step are probed in
     this many processes; ``progress(step_root, rank, verdict)`` is called after each rank file
     (local runs and, for family steps, cluster runs). Run-level findings on the families'
-    newest-step pointers are added to the step reports (``probes/pointers.py``).
+    newest-step pointers are added to the step reports (``probes/pointers.py``). ``cancel``: a
+    ``threading.Event`` (the step's, set on Ctrl-C) that stops the worker processes at once
+    (``probes/workers.py``).
     """
     if not paths:
         raise UsageError("probe: give at least one PATH")
-    options = ProbeOptions(numeric=numeric, jobs=max(1, jobs))
+    options = ProbeOptions(numeric=numeric, jobs=max(1, jobs), cancel=cancel)
     ref_report = None
     if reference is not None:
         ref_found = discover([reference])

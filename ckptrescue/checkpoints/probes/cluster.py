@@ -118,7 +118,7 @@ def probe_on_cluster(address: str, found: list[tuple[Any, Path]],
             raise RemoteError(
                 f"{len(blind)} Dask worker(s) do not see the checkpoints: {', '.join(blind[:3])}",
                 hint="workers read files where they live: mount them at the same path")
-        remote = dataclasses.replace(options, progress=None)  # a callback never ships
+        remote = dataclasses.replace(options, progress=None, cancel=None)  # never shipped
         futures = {i: client.submit(_probe_remote, fmt, str(path), remote, pure=False)
                    for i, (fmt, path) in enumerate(found) if not generic_family(fmt)}
         out: dict[int, CheckpointReport] = {}
