@@ -308,7 +308,7 @@ class Family:
                 add_unreadable(unreadable)
                 yield summary
             return
-        from ckptrescue.checkpoints.probes import workers
+        from ckptrescue.checkpoints.families import workers
 
         pending: set[Any] = set()
         queue = iter(members)

@@ -192,7 +192,7 @@ def probe_paths(
     (local runs and, for family steps, cluster runs). Run-level findings on the families'
     newest-step pointers are added to the step reports (``probes/pointers.py``). ``cancel``: a
     ``threading.Event`` (the step's, set on Ctrl-C) that stops the worker processes at once
-    (``probes/workers.py``).
+    (``families/workers.py``).
     """
     if not paths:
         raise UsageError("probe: give at least one PATH")

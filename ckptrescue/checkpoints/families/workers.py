@@ -18,10 +18,12 @@ import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptrescue.errors import CkptRescueError, ExitCode
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1
 
@@ -55,6 +57,8 @@ def worker_init(parent: int) -> None:
 def pool(jobs: int, cancel: threading.Event | None = None) -> Iterator[ProcessPoolExecutor]:
     """A process pool whose workers die with this process, and are killed (not waited for) when
     the block is left by an error or a cancellation."""
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415 - imports multiprocessing
+
     executor = ProcessPoolExecutor(max_workers=jobs, initializer=worker_init,
                                    initargs=(os.getpid(),))
     try:
@@ -82,6 +86,8 @@ def completed(pending: Iterable[Future[Any]],
               cancel: threading.Event | None) -> tuple[set[Future[Any]], set[Future[Any]]]:
     """``wait(..., FIRST_COMPLETED)`` that raises :class:`ProbeCancelled` once ``cancel`` is
     set (checked five times a second)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     waiting = set(pending)
     while True:
         if cancel is not None and cancel.is_set():
