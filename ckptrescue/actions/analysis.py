@@ -146,10 +146,10 @@ Exit 0 when nothing deviates, 1 otherwise."""
     output_type = DatasetCompareOutput
     args = (ArgSpec("baseline", "path", required=True, positional=True,
                     help="Baseline: a profile JSON or a dataset directory."),
-            ArgSpec("current", "path", positional=False,
+            ArgSpec("current", "path", positional=True,
                     help="Current version: a profile JSON or a dataset directory."),
             ArgSpec("mode", "string", default="versions",
-                    help="versions (BASELINE vs --current) or shards (each shard vs the rest)."),
+                    help="versions (BASELINE vs CURRENT) or shards (each shard vs the rest)."),
             ArgSpec("seed", "integer", default=0, help="Seed of the spot-check samples."),
             ArgSpec("spot", "integer", default=8, minimum=0,
                     help="Records per spot-check sample (0: none)."))
@@ -166,7 +166,7 @@ Exit 0 when nothing deviates, 1 otherwise."""
         if mode not in ("versions", "shards"):
             raise UsageError(f"--mode {mode}: choose versions or shards")
         if mode == "versions" and not args.get("current"):
-            raise UsageError("dataset compare: give --current, or --mode shards to compare the "
+            raise UsageError("dataset compare: give CURRENT, or --mode shards to compare the "
                              "shards of BASELINE with each other")
         baseline = yield from ctx.blocking(lambda p: _profile_of(args["baseline"]))
         current = (yield from ctx.blocking(lambda p: _profile_of(args["current"]))

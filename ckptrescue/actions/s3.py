@@ -66,7 +66,9 @@ Exit 0 when everything matches, 1 on a mismatch or a missing file/object."""
                     help="Local folder holding the same relative keys."),
             ArgSpec("download", "boolean", default=False,
                     help="Download objects without a usable checksum and compare content."),
-            ArgSpec("workers", "integer", default=16, help="Concurrent requests."), *_COMMON)
+            ArgSpec("workers", "integer", default=16, flag="--jobs", short="-j", minimum=1,
+                    help="Concurrent requests (the same word as every command's --jobs)."),
+            *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"ListObjectsV2 + HeadObject(ChecksumMode=ENABLED[, PartNumber]) for {args['url']}"

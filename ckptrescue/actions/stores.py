@@ -51,12 +51,15 @@ class StoreVerify(Action):
     description = """
 Verify every object at or under URL against the checksums the store keeps: Azure Content-MD5
 (blob and block level) and CRC64 where returned, GCS md5Hash (absent on composite objects) and
-crc32c, S3 as `s3 verify`. Streams the objects (nothing stored), or, with --local DIR,
-compares local files paired by relative key. Exit 0 when everything verifies."""
+crc32c, S3 as `s3 verify`. Streams the objects (nothing stored), or, given LOCAL_DIR,
+compares local files paired by relative key (as `s3 verify URL LOCAL_DIR`). Exit 0 when
+everything verifies."""
     examples = ("ckptrescue store verify az://acct/ckpts/run7/ --json",
-                "ckptrescue store verify gs://ml-ckpt/run7/ --local /mnt/copy/run7")
+                "ckptrescue store verify gs://ml-ckpt/run7/ /mnt/copy/run7")
     output_type = StoreResultOutput
-    args = (_URL, ArgSpec("local", "path", help="Compare these local files instead."),
+    args = (_URL, ArgSpec("local", "path", positional=True, cli_name="local_dir",
+                          help="Compare these local files (paired by relative key) instead "
+                               "of streaming the objects."),
             _ENDPOINT)
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:

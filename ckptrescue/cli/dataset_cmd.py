@@ -61,7 +61,11 @@ def render_build(result: StepResult) -> int:
         emit_json(result.outputs)
     else:
         say(out.answer)
-    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+    empty = out.files == 0 and not out.unreadable and not result.options["allow_empty"]
+    if empty:  # a wrong path or a dataset that is not mounted, more often than not
+        info(f"warning: no files under {out.root or result.args.get('dir')}: the manifest is "
+             "empty (is the dataset mounted? --allow-empty accepts it)")
+    return int(ExitCode.OK if out.ok and not empty else ExitCode.FINDINGS)
 
 
 def render_audit(result: StepResult) -> int:
@@ -203,9 +207,12 @@ def render_quarantine(result: StepResult) -> int:
     return int(ExitCode.OK)
 
 
-BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS,),
+ALLOW_EMPTY = ArgSpec("allow_empty", "boolean", default=False,
+                      help="An empty directory makes an empty manifest with exit 0 (else a "
+                           "warning and exit 1).")
+BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS, ALLOW_EMPTY),
                 order=("dir", "output", "checksums", "jobs", "scheduler", "no_progress",
-                       "endpoint_url", CASE, JSON),
+                       "allow_empty", "endpoint_url", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
 def audit_interrupted(args: dict[str, Any]) -> str:
     from ckptrescue.datasets.audit_state import default_path
@@ -238,7 +245,9 @@ def register(app: typer.Typer) -> None:
     add_command(manifest_app, "diff", Command("manifest.diff", render_diff))
     add_command(dataset_app, "verify", VERIFY)
     add_command(dataset_app, "profile", Command("dataset.profile", render_profile))
-    add_command(dataset_app, "compare", Command("dataset.compare", render_compare))
+    add_command(dataset_app, "compare", Command(  # --current CURRENT: the old spelling
+        "dataset.compare", render_compare, optional=("current",),
+        deprecated={"--current": "current"}))
     add_command(dataset_app, "quarantine", Command("dataset.quarantine", render_quarantine))
     app.add_typer(manifest_app, name="manifest")
     app.add_typer(dataset_app, name="dataset")

@@ -79,7 +79,10 @@ class Command:
     run); ``on_failure(result)`` shows what a failed step found before its error is raised;
     ``interrupted(args)`` is the message for Ctrl-C (exit 130); ``quiet(args, options)``
     silences progress; ``title(args)`` names a case the command creates;
-    ``renders_failures``: the renderer handles failed/refused steps itself.
+    ``renders_failures``: the renderer handles failed/refused steps itself. ``optional``:
+    positional arguments that may be left out (``store verify URL [LOCAL_DIR]``).
+    ``deprecated``: an old option spelling -> the argument it now fills (hidden from
+    ``--help``, still accepted with a note on stderr; docs/conventions.md lists them).
     """
 
     action: str
@@ -97,6 +100,8 @@ class Command:
     title: Callable[[dict[str, Any]], str] | None = None
     renders_failures: bool = False
     context_settings: Mapping[str, Any] = field(default_factory=dict)
+    optional: tuple[str, ...] = ()
+    deprecated: Mapping[str, str] = field(default_factory=dict)
 
 
 # ---- building the typer command ----------------------------------------------------------------
@@ -105,8 +110,9 @@ def _value_type(kind: str) -> Any:
     return {"path": Path, "integer": int, "number": float, "boolean": bool}.get(kind, str)
 
 
-def _annotation(spec: ArgSpec) -> tuple[Any, Any]:
-    """(annotation, default) of the typer parameter for ``spec``."""
+def _annotation(spec: ArgSpec, *, optional: bool = False) -> tuple[Any, Any]:
+    """(annotation, default) of the typer parameter for ``spec`` (``optional``: a positional
+    argument that may be left out)."""
     if spec.type == "list":
         base: Any = list[_value_type(spec.item)]  # type: ignore[misc]
     else:
@@ -117,6 +123,9 @@ def _annotation(spec: ArgSpec) -> tuple[Any, Any]:
     if spec.hidden:
         info["hidden"] = True
     if spec.positional:
+        info.setdefault("metavar", spec.param_name.upper())
+        if optional:
+            return Annotated[base | None, typer.Argument(**info)], None
         return Annotated[base, typer.Argument(**info)], inspect.Parameter.empty
     if spec.minimum is not None:
         info["min"] = spec.minimum
@@ -142,6 +151,10 @@ def _case_annotation(mode: str) -> tuple[Any, Any]:
 
 def _py_name(spec: ArgSpec) -> str:
     return spec.param_name if spec.positional else f"arg_{spec.name}"
+
+
+def _deprecated_name(option: str) -> str:
+    return "deprecated_" + option.lstrip("-").replace("-", "_")
 
 
 def cli_args(action: type[Action]) -> list[ArgSpec]:
@@ -178,10 +191,15 @@ def build(command: Command) -> Callable[..., int]:
             annotation, default, py = JsonOpt, False, "as_json"
         else:
             spec = specs.get(name) or extras[name]
-            annotation, default = _annotation(spec)
+            annotation, default = _annotation(spec, optional=name in command.optional)
             py = _py_name(spec)
         params.append(inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         annotation=annotation, default=default))
+    for old, target in command.deprecated.items():
+        base = _value_type(specs[target].type)
+        params.append(inspect.Parameter(
+            _deprecated_name(old), inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=Annotated[base | None, typer.Option(old, hidden=True)], default=None))
     missing = set(specs) - set(order)
     if missing:
         raise RuntimeError(f"{command.action}: order leaves out {sorted(missing)}")
@@ -217,10 +235,23 @@ def split_values(command: Command, action: type[Action],
                  values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(action arguments, presentation options) from the parsed command line."""
     args: dict[str, Any] = {}
-    for spec in cli_args(action):
+    specs = {spec.name: spec for spec in cli_args(action)}
+    for spec in specs.values():
         value = _to_arg(spec, values.get(_py_name(spec)))
         if value is not None:
             args[spec.name] = value
+    for old, target in command.deprecated.items():
+        value = values.get(_deprecated_name(old))
+        if value is None:
+            continue
+        spec = specs[target]
+        now = spec.param_name.upper() if spec.positional else spec.option
+        if target in args:
+            from ckptrescue.errors import UsageError
+
+            raise UsageError(f"{old} is the old spelling of {now}: give one of them")
+        info(f"note: {old} is deprecated; write {now} (docs/conventions.md)")
+        args[target] = _to_arg(spec, value)
     args.update(command.fixed)
     options = {s.name: values.get(_py_name(s)) for s in command.extras}
     options[JSON] = bool(values.get("as_json"))

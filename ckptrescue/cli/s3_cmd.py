@@ -126,7 +126,8 @@ def render_restore(result: StepResult) -> int:
 
 COMMANDS = {
     "verify": Command("s3.verify", render_verify, on_failure=verify_partial,
-                      order=("url", "local_dir", "download", "workers", CASE, JSON, *_ENDPOINT)),
+                      order=("url", "local_dir", "download", "workers", CASE, JSON, *_ENDPOINT),
+                      deprecated={"--workers": "workers"}),  # -j/--jobs, as every command
     "history": Command("s3.history", render_history,
                        order=("url", "manifest", "cloudtrail", "by_content", CASE, JSON,
                               *_ENDPOINT)),

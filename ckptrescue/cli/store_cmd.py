@@ -3,6 +3,8 @@ store.* actions (S3, Azure Blob, GCS side by side)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from ckptrescue.cli.from_action import Command, StepResult, add_command
@@ -28,7 +30,13 @@ def render(result: StepResult) -> int:
         str(f.severity) in ("error", "critical") for f in result.findings) else ExitCode.FINDINGS)
 
 
+# store verify URL [LOCAL_DIR], as s3 verify URL LOCAL_DIR (--local DIR: the old spelling)
+SETTINGS: dict[str, dict[str, Any]] = {
+    "verify": {"optional": ("local",), "deprecated": {"--local": "local"}},
+}
+
+
 def register(app: typer.Typer) -> None:
     for verb in ("verify", "history", "preflight", "preserve", "restore"):
-        add_command(store_app, verb, Command(f"store.{verb}", render))
+        add_command(store_app, verb, Command(f"store.{verb}", render, **SETTINGS.get(verb, {})))
     app.add_typer(store_app, name="store")

@@ -1,4 +1,5 @@
-"""``ckptrescue tui [--case DIR] [--cases-root DIR]``: the guided incident cockpit (Textual)."""
+"""``ckptrescue tui [--case DIR [--new]] [--cases-root DIR]``: the guided incident cockpit
+(Textual)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import typer
 
 def tui(
     case_dir: Annotated[Path | None, typer.Option(
-        "--case", help="Open this case directory (created when it does not exist yet).")] = None,
+        "--case", help="Open this case directory (it must be one; with --new, create it).")]
+    = None,
+    new: Annotated[bool, typer.Option(
+        "--new", help="Create the --case directory as a new case (it must not exist yet, or "
+        "be empty).")] = False,
     cases_root: Annotated[Path | None, typer.Option(
         "--cases-root", help="Directory whose case folders the start screen lists.")] = None,
     title: Annotated[str, typer.Option("--title", help="Title for a new case.")] = "",
@@ -20,15 +25,22 @@ def tui(
     A view over the same engine and playbooks as `playbook run`; it runs nothing on its own.
     Keys are shown at the bottom; ctrl+p opens the command palette; ctrl+q quits.
 
-    Example:
+    A mistyped --case is refused rather than made into a new case: add --new to create one.
 
+    Examples:
+
+    \b
         ckptrescue tui --case /cases/INC-042
+        ckptrescue tui --case /cases/INC-043 --new --title "run 8 loss spike"
     """
+    from ckptrescue.errors import UsageError
     from ckptrescue.record.case import Case
 
     case = None
+    if new and case_dir is None:
+        raise UsageError("--new creates the --case directory: give --case DIR")
     if case_dir is not None:
-        case = Case.open_or_create(case_dir, title=title)
+        case = Case.create(case_dir, title=title) if new else Case.open(case_dir)
     from ckptrescue.tui.app import make_app
 
     app = make_app(case, cases_root=cases_root)

@@ -1,4 +1,4 @@
-"""``ckptrescue watch SOURCE --case C --state F``: keep auditing a dataset tree or S3 prefix.
+"""``ckptrescue watch SOURCE --case C [--state F]``: keep auditing a dataset tree or S3 prefix.
 
 Each pass is one ``watch.pass`` step run by the engine in the case (its findings and outputs
 recorded like any step); between passes the command waits for inotify events (local trees,
@@ -21,8 +21,9 @@ def watch(
                                           "(read only, never written).")],
     case_dir: Annotated[Path, typer.Option("--case", help="Case directory the passes are "
                                            "recorded in (created if new).")],
-    state: Annotated[Path, typer.Option("--state", help="The watch's SQLite state, outside "
-                                        "SOURCE (resumes across restarts).")],
+    state: Annotated[Path | None, typer.Option(
+        "--state", help="The watch's SQLite state, outside SOURCE (resumes across restarts). "
+        "Default: CASE/watch/<digest of SOURCE>.sqlite, kept by the case.")] = None,
     manifest: Annotated[Path | None, typer.Option(
         "--manifest", "-m", help="Check changed files against this manifest.")] = None,
     interval: Annotated[float, typer.Option(
@@ -52,8 +53,8 @@ def watch(
 
     Example:
 
-        ckptrescue watch /data/train --case /cases/watch --state /var/lib/ckpt/train.db \\
-            --manifest /data/train.sha256 --webhook http://alerts:9000/hook \\
+        ckptrescue watch /data/train --case /cases/watch --manifest /data/train.sha256 \\
+            --webhook http://alerts:9000/hook \\
             --prometheus-textfile /var/lib/node_exporter/ckptrescue.prom
     """
     from ckptrescue.cli.from_action import step_error
@@ -67,6 +68,9 @@ def watch(
         raise EvidenceError(f"{source}: not a directory (watch a dataset directory or an "
                             "s3:// prefix)")
     case = Case.open_or_create(case_dir, title=f"watch {source}")
+    if state is None:
+        state = default_state(case.root, source)
+        state.parent.mkdir(mode=0o700, exist_ok=True)
     base: dict[str, Any] = {"source": source, "state": str(state),
                             "manifest": str(manifest) if manifest else None,
                             "webhook": webhook, "endpoint_url": endpoint_url,
@@ -123,6 +127,15 @@ def watch(
         if collector is not None:
             collector.stop()
     return int(ExitCode.FINDINGS if bad else ExitCode.OK)
+
+
+def default_state(case_root: Path, source: str) -> Path:
+    """Where a watch of ``source`` keeps its state in the case when --state is not given: one
+    file per watched source, so the same command resumes."""
+    import hashlib
+
+    key = source if "://" in source else str(Path(source).absolute())
+    return case_root / "watch" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.sqlite"
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,7 @@ from ckptrescue.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
 OPTIONS_OF_EVERY_COMMAND = {"case_dir", "as_json", "help"}
-PRESENTATION = {"arg_dry_run", "arg_known_good", "arg_no_progress"}  # not action arguments
+PRESENTATION = {"arg_dry_run", "arg_known_good", "arg_no_progress", "arg_allow_empty"}  # not action arguments
 
 
 def generated_commands() -> dict[str, Any]:
@@ -65,6 +65,9 @@ def test_each_command_parameter_is_an_argspec_or_presentation() -> None:
                 else:
                     assert spec.option in param.opts, (name, spec.name, param.opts)
                     assert param.help == spec.help, (name, spec.name)
+            elif param.name.startswith("deprecated_"):  # an old spelling, hidden, same argument
+                assert param.hidden and param.opts[0].lstrip("-").replace("-", "_") \
+                    == param.name.removeprefix("deprecated_"), (name, param.name)
             else:
                 assert param.name in OPTIONS_OF_EVERY_COMMAND | PRESENTATION, (name, param.name)
         shown = {p.name for p in cmd.params}

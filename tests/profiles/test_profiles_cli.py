@@ -20,7 +20,7 @@ def test_profile_then_compare_versions_names_the_emptied_shard(tmp_path: Path) -
     result = invoke("dataset", "profile", str(v1), "-o", str(profile))
     assert result.returncode == 0, result.stderr
     assert json.loads(profile.read_text())["schema"] == "ckptrescue.profile/1"
-    result = invoke("dataset", "compare", str(profile), "--current", str(v2), "--json",
+    result = invoke("dataset", "compare", str(profile), str(v2), "--json",
                     "--seed", "3")
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)

@@ -100,6 +100,6 @@ def test_a_crash_exits_non_zero(tmp_path: Path, monkeypatch: Any) -> None:
         return app
 
     monkeypatch.setattr(tui_app, "make_app", make_app)
-    result = invoke("tui", "--case", str(tmp_path / "case"))
+    result = invoke("tui", "--case", str(tmp_path / "case"), "--new")
     assert result.returncode == 1, (result.returncode, result.stderr)
     assert "stopped on an error" in result.stderr
