@@ -3,6 +3,7 @@ resources from a fresh virtual environment (not from the checkout)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -54,8 +55,9 @@ def test_resources_resolve_from_a_fresh_venv(wheel: Path, tmp_path: Path) -> Non
         "print(p); print(t)\n"
         "print(sorted(x.name for x in p.iterdir() if x.suffix == '.yaml')[0])\n"
     )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not the checkout
     res = subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True,
-                         cwd=tmp_path, timeout=60)
+                         cwd=tmp_path, timeout=60, env=env)
     playbooks, templates, first = res.stdout.split()
     assert str(venv) in playbooks and str(venv) in templates
     assert "site-packages/ckptrescue/_data" in playbooks
