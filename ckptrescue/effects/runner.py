@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ckptrescue import guard
-from ckptrescue.effects import confine
+from ckptrescue.effects import confine, output_dirs
 from ckptrescue.errors import ToolMissingError
 from ckptrescue.guard import kernel
 
@@ -159,7 +159,9 @@ class SubprocessRunner:
             protected = self.case.protected_paths()
         return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected),
                                   attachments=tuple(self.attachments()),
-                                  pools=self.zfs_pools)
+                                  pools=self.zfs_pools,
+                                  output_dirs=tuple(output_dirs.recorded(self.case))
+                                  if self.case is not None else None)
 
     def attachments(self) -> list[kernel.Attachment]:
         """What this case attached and has not released, as the kernel showed it (the log's
@@ -193,6 +195,10 @@ class SubprocessRunner:
             reason = ctx.writes_forbidden(path)
             if reason:
                 return guard.Decision.refuse(f"writable path: {reason}")
+        for path in (*decision.writes, *call.writable) if decision.allowed else ():
+            reason = ctx.output_refusal(path)
+            if reason:
+                return guard.Decision.refuse(f"output: {reason}")
         if decision.allowed and argv and "/" in argv[0]:
             # The guard judges the tool by name: a path must be that very tool, not a renamed
             # or symlinked other program.
@@ -209,6 +215,16 @@ class SubprocessRunner:
         shown = redact(call.argv)
         ctx = self.context()  # one read of the case's records per command
         decision = self.check(call, ctx)
+        if self.case is not None and not self.dry_run:
+            # an output in a directory that does not exist yet: the kit makes that directory
+            # (recorded), so that nothing in it can alias evidence; then judge again
+            first = guard.check([str(a) for a in call.argv], ctx)
+            made = [output_dirs.create_parents(self.case, w, purpose=call.purpose)
+                    for w in (*first.writes, *call.writable) if first.allowed
+                    and not ctx.writes_forbidden(w)]
+            if any(made):
+                ctx = self.context()
+                decision = self.check(call, ctx)
         if not decision.allowed:
             result = ToolResult(argv=shown, refused=decision.reason)
             if self.case is not None and not self.dry_run:

@@ -24,6 +24,7 @@ from ckptrescue.guard.kernel import (
     block_rdev,
     dev_parse,
     is_read_only,
+    mounts,
     reach,
     snapshot,
     still_there,
@@ -76,6 +77,14 @@ def _empty_dir(path: str) -> bool:
 def _ident(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _lident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
     except (OSError, ValueError):
         return None
     return st.st_dev, st.st_ino
@@ -168,6 +177,9 @@ class GuardContext:
     # backing files and devices)
     device_read_only: Callable[[str], bool] = field(default=is_read_only)
     device_reach: Callable[[int], Reach] = field(default=reach)
+    # identities of the directories the kit made for tools' outputs (``safety.output_dir``
+    # records); None: no case, no such rule (pure judgements, dry runs)
+    output_dirs: tuple[tuple[int, int], ...] | None = None
     # reads a small text file the command will consume (a dmsetup table), None if unreadable
     read_text: Callable[[str], str | None] = field(default=_read_small_text)
     # whether a path is an empty directory (a mount point); replaceable in pure tests
@@ -314,6 +326,73 @@ class GuardContext:
         if fs_dev is not None and fs_dev in self._evidence_rdevs:
             return (f"{path} lies on a filesystem whose block device is evidence (or is backed "
                     "by evidence); output must go to other media")
+        return None
+
+    def output_refusal(self, path: str, *, limit: int = 200_000) -> str | None:
+        """Why a tool may not write ``path``: it must lie beneath a directory the kit made for
+        outputs (recorded in the log), be no symlink, and — when it exists already — be a file
+        with no other hard link, or a directory whose tree holds none and no mount: nothing
+        there may alias evidence."""
+        if self.output_dirs is None or path == "/dev/null":
+            return None
+        absolute = os.path.abspath(path)
+        try:
+            st = os.lstat(absolute)
+        except FileNotFoundError:
+            st = None
+        except (OSError, ValueError) as exc:
+            return f"{path}: cannot be examined ({exc})"
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            return f"{path} is a symlink; a tool writes only files and directories the kit made"
+        kit_dirs = set(self.output_dirs)
+        cur, inside = absolute if st is not None and stat.S_ISDIR(st.st_mode) else \
+            os.path.dirname(absolute), False
+        for _ in range(256):
+            ident = _lident(cur)
+            if ident is not None and ident in kit_dirs:
+                inside = True
+                break
+            parent = os.path.dirname(cur)
+            if parent == cur:
+                break
+            cur = parent
+        if not inside:
+            return (f"{path} is not inside a directory the kit made for this case's outputs; "
+                    "give a path in a directory that does not exist yet (the kit creates it)")
+        if os.path.realpath(absolute) != absolute and st is not None:
+            return f"{path} is reached through a symlink"
+        if st is None:
+            return None
+        if stat.S_ISREG(st.st_mode):
+            if any(m.mountpoint == absolute for m in mounts().values()):
+                return f"{path} is a mount point (a file bound over the name)"
+            return None if st.st_nlink == 1 else (
+                f"{path} has {st.st_nlink} hard links: writing it could change another file")
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{path} is not a regular file or directory"
+        for m in mounts().values():  # a mount inside (a bind of evidence over a name)
+            if m.mountpoint.startswith(absolute.rstrip("/") + "/"):
+                return f"{m.mountpoint} is a mount inside {path}"
+        seen = 0
+        for root, dirs, files in os.walk(absolute):
+            for name in (*dirs, *files):
+                seen += 1
+                if seen > limit:
+                    return f"{path} holds more than {limit} entries; write into a new directory"
+                try:
+                    est = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if est.st_dev != st.st_dev:
+                    return f"{os.path.join(root, name)} is another filesystem (a mount)"
+                if not stat.S_ISDIR(est.st_mode) and est.st_nlink > 1:
+                    return (f"{os.path.join(root, name)} has {est.st_nlink} hard links: a "
+                            "tool writing it could change another file (evidence)")
+                if stat.S_ISLNK(est.st_mode):
+                    real = os.path.realpath(os.path.join(root, name))
+                    if not real.startswith(absolute.rstrip("/") + "/"):
+                        return (f"{os.path.join(root, name)} is a symlink leading outside "
+                                f"{path}")
         return None
 
     def mount_point_forbidden(self, path: str) -> str | None:

@@ -485,6 +485,8 @@ def still_there(att: Attachment, snap: Snapshot) -> bool:
     if att.kind == "loop":
         rdev = dev_parse(att.get("rdev") or "")
         lo = snap.loops.get(rdev) if rdev is not None else None
+        if lo is None and rdev is not None and block_rdev(att.name) == rdev:
+            lo = loop_status(att.name, rdev)  # not in the scan: ask the device itself
         return lo is not None and dev_text(lo.backing_dev) == att.get("backing_dev") and \
             lo.backing_ino == att.get("backing_ino")
     if att.kind == "mount":

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.effects import output_dirs
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Recorded, Severity
@@ -95,7 +97,7 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
     dst = Path(dest) if dest is not None else case.root / "copies" / (src.name or "root")
     if os.path.realpath(dst).startswith(os.path.realpath(src).rstrip("/") + "/"):
         raise UsageError(f"{dst} is inside the source {src}")
-    dst.mkdir(parents=True, exist_ok=True)
+    output_dirs.claim(case, dst, purpose="copy destination")
     sources = copy_sources(case, src)
     netfs_findings: list[Finding] = []
     for m in sources.media:
@@ -149,7 +151,8 @@ def copy_tree(mountpoint: str | Path, *, case: Case, dest: str | Path | None = N
         case.add_evidence(kind="mount", source=str(src), acquired_how="copy source (read-only)",
                           details={"readonly_mount": ro})
     runner = runner or SubprocessRunner(case)
-    log = case.work_dir / f"rsync-{os.getpid()}-{len(list(case.work_dir.iterdir()))}.log"
+    log = output_dirs.claim(case, tempfile.mkdtemp(prefix="rsync-log-", dir=case.work_dir),
+                            purpose="rsync log") / "rsync.log"
     flags = tuple(f for f in RSYNC_FLAGS if sources.one_filesystem or f != "-x")
     argv = ("rsync", *flags, "--open-noatime", "-i", f"--log-file={log}",
             f"{src}/", f"{dst}/")

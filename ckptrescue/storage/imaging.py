@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.effects import output_dirs
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
 from ckptrescue.model import Finding, Recorded, Severity
@@ -202,7 +203,7 @@ def image(source: str | Path, *, case: Case, dest: str | Path | None = None, ret
     if retries < 0:
         raise UsageError("--retries must be >= 0")
     dest_dir = Path(dest) if dest is not None else case.root / "images"
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    output_dirs.claim(case, dest_dir, purpose="image destination")
     cmp = samedisk.compare(src, dest_dir)
     case.log("image.samedisk", {"source": str(src), "dest": str(dest_dir), **cmp.to_json()})
     if cmp.verdict is samedisk.Sameness.SAME:

@@ -133,6 +133,8 @@ def _detach(runner: SubprocessRunner, case: Case, loopdev: str, backing: str | N
         return []
     res = runner.run(ToolCall.of("losetup", "-d", loopdev, timeout_s=60,
                                  purpose="detach the loop device the kit attached"))
+    if res.refused:
+        return [f"losetup -d {loopdev}: refused: {res.refused}"]
     return [] if res.returncode == 0 else [f"losetup -d {loopdev}: {res.stderr.strip()[:200]}"]
 
 

@@ -139,7 +139,7 @@ def test_allowed_reads_run_and_change_nothing(scene) -> None:
     case: Case = scene["case"]
     before = (_sha(scene["DEV"]), _sha(scene["IMG"]))
     runner = SubprocessRunner(case)
-    out = Path(scene["DIR"]) / "head.bin"
+    out = Path(scene["DIR"]) / "new" / "head.bin"  # a new directory: the kit makes it
     forms = ("dumpe2fs -h DEV", "blkid -p DEV", "sha256sum LINK", "ddrescuelog -t MAP",
              f"dd if=DEV of={out} bs=4096 count=1")
     # the evidence device is writable: no tool touches it until the kernel keeps it read-only

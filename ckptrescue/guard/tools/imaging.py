@@ -171,6 +171,8 @@ def _rsync(p: Parsed, ctx: GuardContext) -> Decision | None:
     for src in p.operands[:-1]:
         if os.path.realpath(src.rstrip("/") or "/") == os.path.realpath(dest.rstrip("/") or "/"):
             return Decision.refuse("rsync source and destination are the same")
+    if p.has("dry-run"):  # -n: rsync writes nothing in the destination (a verify pass)
+        return Decision.allow(writes=tuple(p.values("log-file")))
     return Decision.allow(writes=(dest, *p.values("log-file")))
 
 

@@ -13,12 +13,12 @@ offset. Files are named, not reconstructed (no tensors offline).
 
 from __future__ import annotations
 
-import os
 import re
-import time
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ckptrescue.effects import output_dirs
 from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.model import Finding, Severity
 from ckptrescue.storage import sysfs
@@ -88,7 +88,8 @@ FILESYSTEMS = [Xfs]
 def preserve_xfs_log(runner: SubprocessRunner, case: Case, dev: str) -> dict[str, Any]:
     """Copy the internal log (``xfs_logprint -C``) into the case before anything else reads
     the filesystem: it is exactly what a replay would consume."""
-    tmp = case.work_dir / f"xfs-log-{os.getpid()}-{time.monotonic_ns()}.bin"
+    tmp = output_dirs.claim(case, tempfile.mkdtemp(prefix="xfs-log-", dir=case.work_dir),
+                            purpose="xfs_logprint -C") / "xfs-log.bin"
     res = _run(runner, "xfs_logprint", "-C", str(tmp), dev, purpose="preserve the XFS log")
     out: dict[str, Any] = {"returncode": res.returncode}
     if res.returncode == 0 and tmp.exists():

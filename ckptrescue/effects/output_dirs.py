@@ -1,0 +1,82 @@
+"""Directories the kit made for a tool's outputs, recorded in the case's log.
+
+A tool writes only into a directory the kit created (or took while it was empty) for a step,
+and into files it creates there: nothing the tool writes through can then be a hard link,
+symlink or bind mount reaching evidence, because nothing was there before the kit. Each such
+directory is one ``safety.output_dir`` record with its identity (device, inode); the guard
+(``GuardContext.output_refusal``) allows a write only beneath one of them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ckptrescue.errors import RefusedError
+
+if TYPE_CHECKING:
+    from ckptrescue.record.case import Case
+
+RECORD = "safety.output_dir"
+
+
+def recorded(case: Case) -> list[tuple[int, int]]:
+    """Identities (st_dev, st_ino) of the output directories this case's log records."""
+    out: list[tuple[int, int]] = []
+    for rec in case.records(RECORD):
+        d = rec.get("details") or {}
+        if isinstance(d.get("dev"), int) and isinstance(d.get("ino"), int):
+            out.append((d["dev"], d["ino"]))
+    return out
+
+
+def _record(case: Case, path: Path, st: os.stat_result, how: str, purpose: str) -> None:
+    case.log(RECORD, {"path": os.path.realpath(path), "dev": st.st_dev, "ino": st.st_ino,
+                      "how": how, "purpose": purpose})
+
+
+def claim(case: Case, path: str | os.PathLike[str], *, purpose: str = "") -> Path:
+    """Make ``path`` an output directory of this case: created by the kit when missing (its
+    parents as needed), taken as it is when it is an empty directory, reused when this case
+    recorded it already; anything else (a file, a symlink, a directory holding files the kit
+    did not put there) is refused."""
+    p = Path(os.path.abspath(path))
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(p, 0o755)
+        st = os.lstat(p)
+        _record(case, p, st, "created", purpose)
+        return p
+    if not stat.S_ISDIR(st.st_mode):
+        raise RefusedError(f"{p}: not a directory (a symlink or file); outputs go into a "
+                           "directory the kit makes")
+    if (st.st_dev, st.st_ino) in recorded(case):
+        return p
+    with os.scandir(p) as it:
+        if any(True for _ in it):
+            raise RefusedError(f"{p}: already holds files the kit did not put there; a tool "
+                               "writes only into a new (or empty) directory",
+                               hint="give a directory that does not exist yet")
+    _record(case, p, st, "taken empty", purpose)
+    return p
+
+
+def create_parents(case: Case, target: str, *, purpose: str = "") -> bool:
+    """For a tool output whose directory does not exist yet (or a directory output, ``DIR/``,
+    that does not exist yet): create it (and what is missing above it) and record the topmost
+    created directory as an output directory. False when the directory already exists (the
+    guard then judges it)."""
+    path = Path(os.path.abspath(target))
+    parent = path if target.endswith("/") else path.parent  # "DIR/": a directory output
+    if os.path.lexists(parent):
+        return False
+    top = parent
+    while not os.path.lexists(top.parent) and top.parent != top:
+        top = top.parent
+    claim(case, top, purpose=purpose)
+    parent.mkdir(parents=True, exist_ok=True)
+    return True
