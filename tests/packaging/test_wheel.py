@@ -45,17 +45,17 @@ def test_every_code_package_is_in_the_wheel(wheel: Path) -> None:
 
 def test_resources_resolve_from_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not the checkout
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env=env)
     code = (
         "from ckptrescue.resources import data_dir\n"
         "p = data_dir('playbooks'); t = data_dir('report_templates')\n"
         "print(p); print(t)\n"
         "print(sorted(x.name for x in p.iterdir() if x.suffix == '.yaml')[0])\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not the checkout
     res = subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True,
                          cwd=tmp_path, timeout=60, env=env)
     playbooks, templates, first = res.stdout.split()
