@@ -11,6 +11,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Header, Static
 
+from ckptrescue.display import shown_text
+
 if TYPE_CHECKING:
     from ckptrescue.engine.executor import Plan
 
@@ -52,7 +54,7 @@ class ConfirmRun(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.text, markup=False)
+            yield Static(shown_text(self.text), markup=False)
             with Horizontal():
                 yield Button("Run (y)", id="yes", variant="warning")
                 yield Button("Back (n)", id="no")
@@ -82,7 +84,8 @@ class PlanScreen(Screen[None]):
         yield Static("The plan: every step and every command it will run. Nothing has run yet.",
                      classes="title")
         with VerticalScroll(id="plan"):
-            yield Static("\n".join(plan_lines(self.plan)), id="plan-text", markup=False)
+            yield Static(shown_text("\n".join(plan_lines(self.plan))), id="plan-text",
+                         markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
