@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ckptrescue.record.case import Case
 
 CHUNK = 1 << 20
+NOT_STORABLE = "has no safetensors equivalent"
 
 
 @dataclass
@@ -58,6 +59,9 @@ class SalvageResult(Recorded):
     # numerically suspect in the probe: written apart (``suspect_output``), never "recovered"
     suspect: list[dict[str, Any]] = field(default_factory=list)
     suspect_output: str | None = None
+    # verified, but of a dtype safetensors cannot hold (a TensorFlow checkpoint's object graph,
+    # string tensors): left out of the file and out of ``lost`` - nothing was lost
+    not_storable: list[dict[str, str]] = field(default_factory=list)
     # a loss no tensor name stands for (a truncated or incomplete source whose lost tensors
     # cannot all be named, e.g. HDF5 groups past the cut)
     unaccounted: str | None = None
@@ -75,7 +79,7 @@ class SalvageResult(Recorded):
                 "filled": self.filled, "fill_from": self.fill_from,
                 "structure_from": self.structure_from, "suspect": self.suspect,
                 "suspect_output": self.suspect_output, "unaccounted": self.unaccounted,
-                "clean": self.clean}
+                "not_storable": self.not_storable, "clean": self.clean}
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -170,7 +174,7 @@ def _plan(rec: TensorRecord, strides: dict[str, list[int]], *,
           has_reader: bool = False) -> _Planned | str:
     info = dtypes.lookup(rec.dtype)
     if info is None or info.safetensors is None:
-        return f"dtype {rec.dtype} has no safetensors equivalent"
+        return f"dtype {rec.dtype} {NOT_STORABLE}"
     if rec.shape is None or (not has_reader and (rec.offset is None or rec.file is None)):
         return "byte location unknown"
     numel = 1
@@ -304,7 +308,9 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     for rec, reason in pairs:
         if reason is None:
             p = _plan(rec, strides, has_reader=reader is not None)
-            if isinstance(p, str):
+            if isinstance(p, str) and p.endswith(NOT_STORABLE):
+                result.not_storable.append({"name": rec.name, "reason": p})
+            elif isinstance(p, str):
                 lost[rec.name] = (rec, p)
             else:
                 p.reader, p.root, p.report = reader, root, report
@@ -439,6 +445,37 @@ def _write(out_path: Path, planned: list[_Planned], meta: dict[str, str]) -> Non
         out.flush()
         os.fsync(out.fileno())
     beneath.rename(out_path.parent, tmp, out_path)
+
+
+class _Digest:
+    """A write-only sink that hashes what ``_copy`` writes (SHA-256)."""
+
+    def __init__(self) -> None:
+        import hashlib
+
+        self.sha = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        return len(data)
+
+
+def tensor_digest(rec: TensorRecord, report: CheckpointReport, root: Path, *,
+                  reader: Any = None) -> str | None:
+    """SHA-256 prefix (16 hex digits) of the C-contiguous little-endian bytes salvage would
+    write for ``rec`` (what the real loader's tensor holds when the static map is right); None
+    when its bytes cannot be located."""
+    p = _plan(rec, report.extra.get("strides", {}) or {}, has_reader=reader is not None)
+    if isinstance(p, str):
+        return None
+    p.reader, p.root, p.report = reader, root, report
+    p.big_endian = report.extra.get("byteorder") == "big"
+    sink = _Digest()
+    try:
+        _copy(sink, p)  # type: ignore[arg-type]
+    except (OSError, UsageError, ValueError):
+        return None
+    return sink.sha.hexdigest()[:16]
 
 
 # Public names for the family salvage (``probes/family_salvage.py``): the same planning, copying and

@@ -30,6 +30,13 @@ CODES = {
     "TL003": (I, "Legacy format stores no checksums: payloads verified numerically only"),
     "TL004": (E, "Legacy header pickles damaged (magic, protocol or sys_info)"),
     "TL005": (W, "Bytes after the last legacy storage"),
+    # tar archives holding checkpoints (formats/tar_archive.py)
+    "TA001": (E, "Tar member header damaged (checksum, size field) or a zero block hiding later "
+                 "members: the members after it cannot be located"),
+    "TA002": (E, "Tar archive cut: a member or the end-of-archive blocks are missing"),
+    "TA003": (E, "Compressed tar stream damaged: gzip CRC-32 / length or zstd checksum fails"),
+    "TA004": (E, "A checkpoint member of the tar archive is not intact (its own findings say how)"),
+    "TA005": (E, "Tar archive holds no checkpoint member (torch zip or pickle)"),
     # pickle inspection
     "PK001": (C, "Pickle references globals outside torch's weights-only allowlist"),
     "PK002": (E, "Pickle damaged: static parse stopped"),
@@ -41,6 +48,10 @@ CODES = {
     "PK007": (E, "Pickle uses opcodes torch.load(weights_only=True) refuses"),
     "PK009": (E, "Legacy torch stream structure the loader refuses (magic, protocol, "
                  "persistent ids or storage keys)"),
+    "PK011": (E, "torch's loader refuses the pickle by its own rules (rebuild arguments, BUILD "
+                 "targets, containers, persistent ids): the file does not load"),
+    "PK012": (W, "One storage referenced with two types: torch caches the first and loads every "
+                 "tensor on it as that type"),
     "PK010": (C, "Pickle rewrites a module's or class's attributes (BUILD on a global): later "
                  "globals resolve to what it wrote"),
     # safetensors
@@ -96,6 +107,7 @@ CODES = {
                  "network, write outside scratch or resolve a forbidden global"),
     "LD006": (W, "Sandbox unavailable (bubblewrap missing or no namespaces): load not run"),
     "LD007": (E, "The real loader refuses a file the static checks found loadable"),
+    "LD008": (E, "The real loader's tensors differ from the static map (dtype, shape or bytes)"),
     # salvage
     "SV001": (I, "Tensors salvaged into a new safetensors file"),
     "SV002": (W, "Tensors that could not be salvaged"),

@@ -23,6 +23,8 @@ CODES = {
               "exceeds the decompression limits"),
     "TZ021": (E, "The zip parser stopped on a structure it cannot follow (reported, not "
               "raised): the file is unreadable to the kit"),
+    "TZ022": (E, "The archive does not start with a local header (PK\\x03\\x04): torch.load "
+              "only reads a file as a zip when its first four bytes are one"),
     "KR010": (E, "A deflated .keras member does not inflate to its recorded size and CRC-32, or "
               "exceeds the decompression limits"),
     "KR011": (E, "The .keras zip has a structure Python's zipfile (Keras' reader) refuses"),

@@ -90,7 +90,9 @@ def answer_line(case: Case) -> str:
     for out in salvage_results(case):
         n = len(out.get("lost", []))
         if n:
-            lost[out.get("checkpoint", "?")] = n
+            key = out.get("checkpoint", "?")
+            lost[key] = n
+            lost[key.removesuffix(".index")] = n  # a TF checkpoint: salvaged by its .index
     for path, ckpt in sorted(latest_checkpoints(case).items(), key=lambda kv: _order(kv[0])):
         verdict = ckpt.get("verdict")
         name = _name(path)
@@ -134,7 +136,7 @@ def answer_line(case: Case) -> str:
         if state.findings:
             kinds = sorted({str(f.get("code")) for f in state.findings})
             parts.append(f"training state: {len(state.findings)} finding(s) "
-                         f"({', '.join(kinds)}): {str(state.findings[0].get('title'))[:120]}")
+                         f"({', '.join(kinds)}): {_clip(str(state.findings[0].get('title')))}")
     for compared in outputs_of(case, DatasetCompareOutput)[-1:]:
         if compared.compare.get("flagged"):
             parts.append(f"dataset: {compared.answer}")
@@ -142,6 +144,15 @@ def answer_line(case: Case) -> str:
     if not parts:
         return _no_answer(case)
     return "; ".join(parts)
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    """``text`` up to ``limit`` characters, cut after a whole word (never inside a tensor
+    name) and marked with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(sep, 0, limit) for sep in (" ", ", "))
+    return (text[:cut] if cut > 0 else text[:limit]).rstrip(" ,;:") + " …"
 
 
 EXAMINING = {"probe", "rank", "image", "locate", "fs.inspect", "s3.verify", "s3.history",

@@ -5,10 +5,12 @@ audit hook: see ``boundary.py``); request keys: ``path``, ``loader`` (torch, saf
 hf-sharded, family) and ``files``; ``family`` also takes ``members`` (``rank``, ``path``,
 ``loader`` each) and ``allowed_globals`` (the family's exact list: registered as safe by
 qualified name, ``safe_globals.py``) and answers per rank file. Prints one JSON object:
-``ok``, the number of tensors and non-finite values on success, else the exception class and
-message. ``torch.load`` always gets ``weights_only=True, map_location="cpu"``; DCP's reader
-unpickles ``.metadata`` (and its byte items) without weights_only, so in this child every
-global an unpickler resolves must be on the kit's exact list (the audit hook refuses the rest).
+``ok``, the number of tensors and non-finite values and ``map`` (each tensor's dtype, shape and
+a SHA-256 prefix of its bytes, compared by the parent with the static map) on success, else the
+exception class and message. ``torch.load`` always gets ``weights_only=True,
+map_location="cpu"``; DCP's reader unpickles ``.metadata`` (and its byte items) without
+weights_only, so in this child every global an unpickler resolves must be on the kit's exact
+list (the audit hook refuses the rest).
 DCP's ``CheckpointException`` derives from BaseException, hence the broad catch (a
 ``SystemExit`` raised during the load is a result too).
 """
@@ -38,6 +40,37 @@ def _count(obj: Any, acc: dict[str, int]) -> None:
             todo.extend(item.values())
         elif isinstance(item, (list, tuple)):
             todo.extend(item)
+
+
+MAX_MAPPED = 200_000  # tensors described in ``map`` (a bigger checkpoint is compared in part)
+
+
+def tensor_map(obj: Any) -> dict[str, list[Any]]:
+    """``{name: [dtype, shape, sha256 prefix of the C-order bytes]}`` of every tensor in the
+    loaded object, named as the static map names them (dict keys and list/tuple indices joined
+    with dots: ``pickle_scan.iter_named``)."""
+    import hashlib
+
+    import torch
+
+    out: dict[str, list[Any]] = {}
+    todo: list[tuple[str, Any, int]] = [("", obj, 0)]
+    while todo and len(out) < MAX_MAPPED:
+        name, item, depth = todo.pop()
+        if isinstance(item, torch.Tensor):
+            if item.layout != torch.strided or item.is_quantized or item.is_meta:
+                continue
+            raw = item.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+            digest = hashlib.sha256(memoryview(raw)).hexdigest()[:16]
+            out[name or "<root>"] = [str(item.dtype).removeprefix("torch."), list(item.shape),
+                                     digest]
+        elif depth < 64 and isinstance(item, dict):
+            todo.extend((f"{name}.{k}" if name else str(k), v, depth + 1)
+                        for k, v in item.items())
+        elif depth < 64 and isinstance(item, (list, tuple)):
+            todo.extend((f"{name}.{i}" if name else str(i), v, depth + 1)
+                        for i, v in enumerate(item))
+    return out
 
 
 def _load(req: dict[str, Any]) -> Any:
@@ -129,7 +162,7 @@ def main() -> None:
             obj = _load(req)
             acc = {"tensors": 0, "nonfinite": 0}
             _count(obj, acc)
-            result = {"ok": True, **acc}
+            result = {"ok": True, **acc, "map": tensor_map(obj)}
     except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
         result = {"ok": False, "exception": f"{type(exc).__module__}.{type(exc).__name__}",
                   "message": str(exc)[:2000]}

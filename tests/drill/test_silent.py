@@ -208,3 +208,13 @@ def test_drill_without_silent_is_the_full_drill(monkeypatch: pytest.MonkeyPatch,
     assert res.returncode == 0, res.stderr
     assert calls == [(tmp_path / "d", {"s3": False, "tensorflow": True})]
     assert json.loads(res.stdout)["image"] == str(tmp_path / "d" / "disk.img")
+
+
+def test_the_answer_is_never_cut_inside_a_name(silent_run: dict[str, Any]) -> None:
+    """Issue 28: the answer once ended ``model.transformer.h.1.mlp.;`` (a title cut at a fixed
+    width). A long part is cut after a whole word and says so."""
+    import re
+
+    answer = silent_run["model"]["answer"]
+    assert "model.transformer.h.1.mlp.c_fc.weight" in answer  # the frozen tensor, whole
+    assert not re.search(r"\w\.\s*(;|$)", answer), answer  # no dotted name cut at a part's end

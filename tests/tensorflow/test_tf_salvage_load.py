@@ -39,9 +39,11 @@ def test_salvage_bit_flip_keeps_every_other_variable(tf_originals: Path, copy_of
     result = salvage(d / "ckpt-1.index", tmp_path / "out")
     assert tfx.tree_hashes(d) == before  # evidence untouched
     lost = {x["name"]: x["reason"] for x in result.to_json()["lost"]}
-    assert set(lost) == {BN_VAR} | STRINGS and "CRC32C" in lost[BN_VAR]
+    assert set(lost) == {BN_VAR} and "CRC32C" in lost[BN_VAR]
+    # verified but not storable in safetensors: left out, and not counted as lost (issue 28)
+    assert {x["name"] for x in result.to_json()["not_storable"]} == STRINGS
     expected = tfx.reads(tf_originals, "ckpt-1")
-    _assert_bit_exact(Path(result.output), expected, set(expected) - set(lost))
+    _assert_bit_exact(Path(result.output), expected, set(expected) - set(lost) - STRINGS)
     assert json.loads((tmp_path / "out" / "salvage.json").read_text())["source_verdict"] \
         == "damaged"
 
@@ -54,11 +56,12 @@ def test_salvage_sharded_reassembles_slices(tf_originals: Path, copy_of,
     report = TensorBundleFormat.probe(d / "ckpt.index", ProbeOptions())
     on_missing = {t.name for t in report.tensors if t.storage.startswith("shard 11/")}
     lost = {x["name"] for x in result.to_json()["lost"]}
-    assert lost == on_missing | {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    assert lost == on_missing
+    assert "_CHECKPOINTABLE_OBJECT_GRAPH" in {x["name"] for x in result.not_storable}
     expected = tfx.reads(tf_originals, "sharded")
     sliced = {t.name for t in report.tensors if "slice[" in t.storage} - on_missing
     assert sliced  # some reassembled variables are among the recovered
-    _assert_bit_exact(Path(result.output), expected, set(expected) - lost)
+    _assert_bit_exact(Path(result.output), expected, set(expected) - lost - STRINGS)
 
 
 def test_salvage_truncated_shard(tf_originals: Path, copy_of, tmp_path: Path) -> None:
@@ -69,8 +72,9 @@ def test_salvage_truncated_shard(tf_originals: Path, copy_of, tmp_path: Path) ->
     result = salvage(d / "ckpt-2.index", tmp_path / "out")
     expected = tfx.reads(tf_originals, "ckpt-2")
     lost = {x["name"] for x in result.to_json()["lost"]}
-    assert cut - STRINGS and lost == cut | STRINGS
-    _assert_bit_exact(Path(result.output), expected, set(expected) - lost)
+    assert cut - STRINGS and lost == cut
+    assert {x["name"] for x in result.not_storable} == STRINGS - cut
+    _assert_bit_exact(Path(result.output), expected, set(expected) - lost - STRINGS)
 
 
 def test_load_one_child_for_all_and_tf_error_text(tf_originals: Path, copy_of) -> None:

@@ -5,9 +5,12 @@ inside the archive can be verified over its byte window (``.nemo`` archives).
 Only headers are read (512 bytes each; data is skipped by seeking), so the walk costs one read
 per member whatever the archive's size. Problems end the walk with a reason: a header whose
 checksum does not match (damaged), member data running past the end of the file (truncated),
-no end-of-archive marker (the archive was cut at a member boundary). A gzip-compressed archive
-(``tar.gz``) is walked over the decompressed stream (offsets are then stream offsets, not file
-offsets: ``compressed=True``), and a bad gzip CRC-32 or a cut stream is a problem too.
+no end-of-archive marker (the archive was cut at a member boundary), a zero block followed by
+more members (readers that stop at the first zero block, ``tarfile`` among them, lose them). A
+gzip- or zstd-compressed archive (``tar.gz``/``.tgz``, ``tar.zst``) is walked over the
+decompressed stream, read once (offsets are then stream offsets, not file offsets:
+``compressed=True``; ``visit`` sees each regular member's bytes as they pass), and a bad
+gzip CRC-32, a failed zstd checksum or a cut stream is a problem too.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -107,33 +110,81 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
+GZIP_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
+
+
+class MemberReader:
+    """The bytes of one member of a compressed archive, as they pass (never more than its
+    size): ``read(n)``; what ``visit`` leaves unread is skipped."""
+
+    def __init__(self, fh: BinaryIO, size: int) -> None:
+        self._fh, self.left = fh, size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self._fh.read(n) if n else b""
+        self.left -= len(data)
+        return data
+
+
+Visit = Callable[[TarMember, MemberReader], None]
+
+
 def is_tar_header(block: bytes) -> bool:
     """A ustar/GNU header with a valid checksum (detection: never raises)."""
     return len(block) >= BLOCK and block[257:262] == b"ustar" and _checksum_ok(block[:BLOCK])
 
 
-def walk(path: Path) -> TarWalk:
-    """Every member header of ``path`` (plain or gzip-compressed tar)."""
+def walk(path: Path, visit: Visit | None = None) -> TarWalk:
+    """Every member header of ``path`` (plain, gzip- or zstd-compressed tar); for a compressed
+    one, ``visit(member, reader)`` is called with each regular member's bytes as they pass."""
     with open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
-        magic = fh.read(2)
+        magic = fh.read(4)
         fh.seek(0)
-        if magic == b"\x1f\x8b":
+        if magic[:2] == GZIP_MAGIC:
             out = TarWalk(size=size, compressed=True)
             try:
                 with gzip.GzipFile(fileobj=fh) as gz:
-                    _walk_stream(gz, out, None)
+                    _walk_stream(gz, out, None, visit)
                     while gz.read(1 << 20):  # to the end: gzip checks its CRC-32 and length
                         pass
             except (OSError, EOFError, zlib.error) as exc:
-                out.problems.append(("gzip", f"gzip stream damaged or cut: {exc}", out.end))
+                kind = "truncated" if isinstance(exc, EOFError) else "gzip"
+                out.problems.append((kind, f"gzip stream damaged or cut: {exc}", out.end))
             return out
+        if magic == ZSTD_MAGIC:
+            return _walk_zstd(fh, size, visit)
         out = TarWalk(size=size)
-        _walk_stream(fh, out, size)
+        _walk_stream(fh, out, size, None)
         return out
 
 
-def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None) -> None:  # noqa: C901
+def _walk_zstd(fh: BinaryIO, size: int, visit: Visit | None) -> TarWalk:
+    out = TarWalk(size=size, compressed=True)
+    try:
+        import zstandard
+    except ImportError:
+        out.problems.append(("zstd", "zstd-compressed archive: the zstandard module is not "
+                             "installed", 0))
+        return out
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True,
+                                                        closefd=False) as zs:
+            _walk_stream(zs, out, None, visit)  # type: ignore[arg-type]
+            while zs.read(1 << 20):  # to the end: every frame's checksum is checked
+                pass
+    except zstandard.ZstdError as exc:
+        kind = "truncated" if "incomplete" in str(exc) or "truncated" in str(exc) else "zstd"
+        out.problems.append((kind, f"zstd stream damaged or cut: {exc}", out.end))
+    if out.complete is False and not out.problems:
+        out.problems.append(("truncated", "zstd stream ends before the end-of-archive blocks",
+                             out.end))
+    return out
+
+
+def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None,  # noqa: C901
+                 visit: Visit | None = None) -> None:
     pos = 0
     long_name: str | None = None
     pax: dict[str, str] = {}
@@ -147,6 +198,12 @@ def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None) -> None:  # noqa:
         if header == b"\x00" * BLOCK:
             out.complete = True
             out.end = pos + BLOCK
+            after = fh.read(BLOCK)  # a member header after a zero block: hidden from readers
+            if len(after) == BLOCK and is_tar_header(after):  # that stop at the first one
+                out.complete = False
+                out.problems.append(("header", f"a zero block at offset {pos} is followed by "
+                                     "a member header: readers that stop at the first zero "
+                                     "block (tarfile) lose every member after it", pos))
             return
         if not _checksum_ok(header):
             out.problems.append(("header", f"member header at offset {pos}: checksum mismatch "
@@ -168,7 +225,7 @@ def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None) -> None:  # noqa:
                 out.problems.append(("truncated", f"archive cut inside a {kind.decode()} "
                                      f"record at offset {data_offset}", data_offset))
                 return
-            _skip(fh, padded - len(data))
+            _skip(fh, padded - len(data), stream=size is None)
             if kind == b"L":
                 long_name = _text(data)
             elif kind == b"x":
@@ -193,7 +250,12 @@ def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None) -> None:  # noqa:
                                  data_offset))
             out.end = size
             return
-        if not _skip(fh, padded):
+        left = padded
+        if visit is not None and typ == "file" and size is None:
+            reader = MemberReader(fh, member_size)
+            visit(out.members[-1], reader)
+            left = padded - (member_size - reader.left)
+        if not _skip(fh, left, stream=size is None):
             out.problems.append(("truncated", f"{normalize(name)}: archive cut inside the "
                                  "member's data", data_offset))
             return
@@ -201,11 +263,11 @@ def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None) -> None:  # noqa:
     out.problems.append(("header", f"more than {MAX_MEMBERS} members: walk stopped", pos))
 
 
-def _skip(fh: BinaryIO, n: int) -> bool:
-    """Skip ``n`` bytes (seek on a file; read through on a gzip stream)."""
+def _skip(fh: BinaryIO, n: int, *, stream: bool = False) -> bool:
+    """Skip ``n`` bytes (seek on a file; read through on a decompressed stream)."""
     if n <= 0:
         return True
-    if isinstance(fh, gzip.GzipFile):
+    if stream or isinstance(fh, gzip.GzipFile):
         left = n
         while left:
             got = fh.read(min(left, 1 << 20))

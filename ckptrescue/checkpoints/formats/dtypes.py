@@ -53,6 +53,9 @@ BY_NAME: dict[str, DType] = {d.name: d for d in _TABLE}
 BY_SAFETENSORS: dict[str, DType] = {d.safetensors: d for d in _TABLE if d.safetensors}
 # safetensors sub-byte float types (bits per element) that have no torch equivalent here.
 SAFETENSORS_SUBBYTE_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+# Sub-byte codes safetensors' header parser accepts but its loaders refuse ("Dtype not
+# understood": no numpy or torch type; safetensors 0.8): a file holding one does not load.
+SAFETENSORS_UNLOADABLE = frozenset({"F6_E2M3", "F6_E3M2"})
 
 # torch legacy typed storage class -> canonical dtype (``torch.FloatStorage`` ...).
 STORAGE_CLASS: dict[str, str] = {

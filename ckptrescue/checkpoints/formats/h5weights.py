@@ -255,7 +255,7 @@ def walk_h5(source: str | io.RawIOBase, *, evidence: str, raw: BinaryIO, base: i
     finally:
         if padded is not None and isinstance(source, str):
             padded._inner.close()
-    if padded is not None and not out.tensors:
+    if padded is not None and all(t.status == "missing" for t in out.tensors):
         out.findings.append(Finding(
             "H5006", Severity.ERROR, "truncated: no dataset could be named from what is left",
             evidence=evidence, source="hdf5"))
@@ -280,13 +280,20 @@ def _walk_open(out: H5Walk, h5: Any, *, evidence: str, raw: BinaryIO, base: int,
                 out.findings.append(Finding("H5002", Severity.ERROR, f"attribute {key}: {exc}",
                                             evidence=evidence, source="hdf5"))
         datasets: list[tuple[str, Any]] = []
-        try:
+        lost_groups: list[tuple[str, str]] = []
+        try:  # the walk the loaders do (h5py's visititems): its failure is damage
             h5.visititems(lambda n, o: datasets.append((n, o))
                           if isinstance(o, h5py.Dataset) else None)
         except H5_ERRORS as exc:
             out.findings.append(Finding("H5002", Severity.ERROR, f"walking the groups failed "
                                         f"after {len(datasets)} datasets: {exc}",
                                         evidence=evidence, source="hdf5"))
+            # then group by group, so one unreadable group does not hide its siblings
+            datasets, lost_groups = _collect(h5)
+            for group, why in lost_groups:
+                out.findings.append(Finding("H5002", Severity.ERROR, f"group {group} "
+                                            f"unreadable: {why}", evidence=evidence,
+                                            source="hdf5"))
         for raw_name, ds in datasets:
             name = raw_name if isinstance(raw_name, str) else \
                 bytes(raw_name).decode("utf-8", "replace")  # damaged link names come as bytes
@@ -299,6 +306,95 @@ def _walk_open(out: H5Walk, h5: Any, *, evidence: str, raw: BinaryIO, base: int,
                 _mark(out, out.tensors[-1], "damaged", Finding(
                     "H5003", Severity.ERROR, f"{name}: {exc}", evidence=evidence,
                     source="hdf5", tensors=(name,)))
+        before = len(out.tensors)
+        _lost_names(out, h5, evidence)
+        if len(out.tensors) == before:  # no Keras names: each unreadable group stands for
+            for group, _why in lost_groups:  # every dataset under it
+                star = "*" if group == "/" else f"{group}/*"
+                out.tensors.append(TensorRecord(
+                    name=star, file=evidence, status="missing",
+                    reasons=[f"group {group} does not read: the datasets under it cannot be "
+                             "named"]))
+
+
+def _collect(h5: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """Every dataset, group by group in name order, and each group or link that does not read
+    (a truncated or damaged file): one unreadable child never hides its siblings."""
+    import h5py
+
+    datasets: list[tuple[str, Any]] = []
+    lost: list[tuple[str, str]] = []
+    stack: list[tuple[str, Any]] = [("", h5)]
+    while stack:
+        path, grp = stack.pop()
+        try:
+            keys = sorted(grp.keys())
+        except H5_ERRORS as exc:
+            lost.append((path or "/", str(exc)))
+            continue
+        children: list[tuple[str, Any]] = []
+        for key in keys:
+            name = f"{path}/{key}" if path else key
+            try:
+                obj = grp[key]
+            except H5_ERRORS as exc:
+                lost.append((name, str(exc)))
+                continue
+            if isinstance(obj, h5py.Dataset):
+                datasets.append((name, obj))
+            elif isinstance(obj, h5py.Group):
+                children.append((name, obj))
+        stack.extend(reversed(children))
+    return datasets, lost
+
+
+def _keras_names(h5: Any) -> list[str] | None:
+    """The dataset names a legacy Keras ``.h5`` says it holds (root or ``model_weights``
+    ``layer_names``, each layer group's ``weight_names``); a layer whose group does not read
+    stands for all its weights as ``layer/*``. None when the file names none."""
+    for root in (h5, h5.get("model_weights") if _safe_has(h5, "model_weights") else None):
+        if root is None:
+            continue
+        try:
+            layers = [n.decode() if isinstance(n, bytes) else str(n)
+                      for n in root.attrs["layer_names"]]
+        except (*H5_ERRORS, KeyError, TypeError):
+            continue
+        prefix = "" if root is h5 else "model_weights/"
+        names: list[str] = []
+        for layer in layers:
+            try:
+                weights = [w.decode() if isinstance(w, bytes) else str(w)
+                           for w in root[layer].attrs["weight_names"]]
+                names.extend(f"{prefix}{layer}/{w}" for w in weights)
+            except (*H5_ERRORS, KeyError, TypeError):
+                names.append(f"{prefix}{layer}/*")
+        return names
+    return None
+
+
+def _safe_has(h5: Any, key: str) -> bool:
+    try:
+        return key in h5
+    except H5_ERRORS:
+        return False
+
+
+def _lost_names(out: H5Walk, h5: Any, evidence: str) -> None:
+    """Every tensor the Keras metadata names that the walk could not reach: ``missing``."""
+    expected = _keras_names(h5)
+    if not expected:
+        return
+    have = {t.name for t in out.tensors}
+    for name in expected:
+        if name in have:
+            continue
+        whole = name.endswith("/*")
+        out.tensors.append(TensorRecord(
+            name=name, file=evidence, status="missing",
+            reasons=["its layer group does not read (past the cut or damaged): every weight of "
+                     "the layer is lost" if whole else "named by the layer's weight_names but "
+                     "not readable in the file"]))
 
 
 def probe_h5(path: Path, options: ProbeOptions) -> CheckpointReport:
@@ -311,6 +407,7 @@ def probe_h5(path: Path, options: ProbeOptions) -> CheckpointReport:
     report.tensors, report.findings = walk.tensors, walk.findings
     report.suspect_tensors = walk.suspect
     report.damaged_tensors = walk.unreadable
+    report.missing_tensors = [t.name for t in walk.tensors if t.status == "missing"]
     report.extra = {"attrs": walk.attrs, "checksums": False,
                     "legacy": "model_weights" in {t.name.split("/")[0] for t in walk.tensors}}
     report.verdict = verdict_from(report)

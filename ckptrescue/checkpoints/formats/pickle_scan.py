@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ckptrescue.checkpoints.formats import dtypes, pickle_ops
 from ckptrescue.checkpoints.formats.pickle_policy import (  # noqa: F401 - re-exported
@@ -117,6 +117,9 @@ class PersistentRef:
     """A persistent id (torch: ``('storage', type, key, location, numel[, view])``)."""
 
     pid: Any
+    # torch caches storages by key: a later reference to the same key gets the first one's
+    # storage (its dtype and numel), whatever type it names (set by the torch rules)
+    first: PersistentRef | None = None
 
     @property
     def is_storage(self) -> bool:
@@ -129,6 +132,8 @@ class PersistentRef:
 
     @property
     def storage_dtype(self) -> str | None:
+        if self.first is not None:
+            return self.first.storage_dtype
         stype = self.pid[1]
         if isinstance(stype, Global):
             if stype.name in ("UntypedStorage", "TypedStorage"):
@@ -138,6 +143,8 @@ class PersistentRef:
 
     @property
     def numel(self) -> int | None:
+        if self.first is not None:
+            return self.first.numel
         value = self.pid[4]
         return value if isinstance(value, int) else None
 
@@ -155,6 +162,7 @@ class TensorRef:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: str | None
+    problem: str | None = None  # why torch's rebuild refuses this tensor (the torch rules)
 
     @property
     def numel(self) -> int:
@@ -207,6 +215,9 @@ class PickleScan:
     frame_violations: list[tuple[int, str]] = field(default_factory=list)  # PK005
     ext_codes: list[int] = field(default_factory=list)  # EXT1/2/4 (copyreg registry)
     rewrites: list[str] = field(default_factory=list)  # BUILD on a global (PK010)
+    refusals: list[tuple[int, str]] = field(default_factory=list)  # the loader's rules (PK011)
+    # storage keys referenced with different types: (key, first dtype, later dtype) (PK012)
+    storage_conflicts: list[tuple[str, str | None, str | None]] = field(default_factory=list)
 
     def unsafe_globals(self, allowed: Any = weights_only_allowed) -> list[str]:
         """Globals not on the exact list ``allowed``; an attribute path (``GLOBAL 'torch.x
@@ -270,7 +281,10 @@ class _Stop(Exception):
 class _Interpreter:
     """Stack, mark and memo semantics of ``_pickle.c`` ``load()`` over an inert graph."""
 
-    def __init__(self, *, ext_registered: bool) -> None:
+    def __init__(self, *, ext_registered: bool, rules: Rules | None = None) -> None:
+        self.rules = rules
+        self.refusals: list[tuple[int, str]] = []
+        self.pos = 0
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
@@ -342,9 +356,20 @@ class _Interpreter:
             raise TypeError("argument list must be a tuple")
         if not _is_stub(func):
             raise TypeError(f"{type(func).__name__} object is not callable")
+        why = self.rules.on_call(func, args) if self.rules is not None else None
+        self.refuse(why)
         if isinstance(func, Global):
-            return _reduce(func, args)
+            out = _reduce(func, args)
+            if why and isinstance(out, TensorRef):
+                out.problem = why
+            return out
         return Call(func, args)
+
+    def refuse(self, why: str | None) -> None:
+        """Record what the real loader's own rules refuse here (it stops; the scan goes on to
+        keep the tensor map)."""
+        if why and len(self.refusals) < 100:
+            self.refusals.append((self.pos, why))
 
     # -- one opcode --------------------------------------------------------------------------
     def step(self, name: str, arg: Any) -> None:  # noqa: C901 - one branch per opcode
@@ -394,10 +419,14 @@ class _Interpreter:
             self.push(d)
         elif name == "APPEND":
             value = self.pop()
+            if self.rules is not None:
+                self.refuse(self.rules.on_append(self.top()))
             _append(self.top(), [value])
         elif name == "APPENDS":  # the target must exist below the MARK, even with no items
             items = self.pop_mark()
             target = self.top()
+            if self.rules is not None:
+                self.refuse(self.rules.on_append(target))
             if items:
                 _append(target, items)
         elif name == "ADDITEMS":
@@ -409,12 +438,16 @@ class _Interpreter:
             if len(st) < 3:
                 raise ValueError("unpickling stack underflow")
             value, key = st.pop(), st.pop()
+            if self.rules is not None:
+                self.refuse(self.rules.on_setitem(st[-1]))
             _setitems(st[-1], [key, value])
         elif name == "SETITEMS":
             items = self.pop_mark()
             self.top()  # CPython: stack underflow before the odd-count check
             if len(items) % 2:
                 raise ValueError("odd number of items for SETITEMS")
+            if self.rules is not None:
+                self.refuse(self.rules.on_setitem(self.top()))
             if items:
                 _setitems(self.top(), items)
         elif name in ("GET", "BINGET", "LONG_BINGET"):
@@ -465,12 +498,19 @@ class _Interpreter:
             self.push(self.call(items[0], tuple(items[1:])))
         elif name == "BUILD":
             state = self.pop()
+            if self.rules is not None:
+                why = self.rules.on_build(self.top(), state)
+                self.refuse(why)
+                if why and isinstance(self.top(), TensorRef):
+                    self.top().problem = why
             if isinstance(self.top(), Global):
                 self.rewrite(self.top(), state)
             else:
                 _build(self.top(), state)
         elif name in ("BINPERSID", "PERSID"):
             ref = PersistentRef(self.pop() if name == "BINPERSID" else arg)
+            if self.rules is not None:
+                self.refuse(self.rules.on_persistent(ref))
             self.prefs.append(ref)
             self.push(ref)
         elif name == "READONLY_BUFFER":
@@ -483,6 +523,17 @@ class _Interpreter:
 
 class _Limit(Exception):
     pass
+
+
+class Rules(Protocol):
+    """A loader's own unpickler rules beyond ``_pickle.c`` (``torch_rebuild.TorchRules``): each
+    hook returns why the loader refuses the operation, or None."""
+
+    def on_call(self, func: Any, args: tuple[Any, ...]) -> str | None: ...
+    def on_build(self, target: Any, state: Any) -> str | None: ...
+    def on_append(self, target: Any) -> str | None: ...
+    def on_setitem(self, target: Any) -> str | None: ...
+    def on_persistent(self, ref: PersistentRef) -> str | None: ...
 
 
 _PUSH_ARG = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "STRING",
@@ -577,8 +628,9 @@ def _read_all(data: bytes | io.BufferedIOBase | Any) -> tuple[bytes, Any, int]:
 
 
 def _interpret(raw: bytes, mode: str, encoding: str, ext_registered: bool,
+               rules: Rules | None = None,
                ) -> tuple[_Interpreter, pickle_ops.Source, str | None, int | None, str | None]:
-    it = _Interpreter(ext_registered=ext_registered)
+    it = _Interpreter(ext_registered=ext_registered, rules=rules)
     src = pickle_ops.Source(raw, mode)
     error: str | None = None
     error_pos: int | None = None
@@ -586,7 +638,7 @@ def _interpret(raw: bytes, mode: str, encoding: str, ext_registered: bool,
     pos = 0
     try:
         for name, arg, op_pos in pickle_ops.read_ops(raw, source=src, encoding=encoding):
-            pos = op_pos
+            pos = it.pos = op_pos
             it.step(name, arg)
         error, error_pos = "pickle ended without STOP", len(raw)
     except _Stop:
@@ -603,7 +655,7 @@ def _interpret(raw: bytes, mode: str, encoding: str, ext_registered: bool,
 
 def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: str = "stream",
                 encoding: str = "utf-8", partial: bool = False,
-                ext_registered: bool = True) -> PickleScan:
+                ext_registered: bool = True, rules: Rules | None = None) -> PickleScan:
     """Interpret one pickle (up to its STOP) without importing or calling anything.
 
     ``data`` is bytes or a binary file positioned at the pickle; ``start`` is added to the
@@ -612,16 +664,19 @@ def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: 
     file); when an opcode overruns its FRAME, the other model is scanned too and its globals
     are added. On damage, raises :class:`PickleError` (position, and ``partial``: the scan up
     to the error) unless ``partial=True``, which returns the scan with ``error`` set.
+    ``rules``: the real loader's own unpickler rules (``torch_rebuild.TorchRules`` for
+    ``torch.load``); what they refuse is kept in ``refusals`` and the scan goes on.
     """
     raw, stream, base = _read_all(data)
-    it, src, error, error_pos, limit = _interpret(raw, mode, encoding, ext_registered)
+    it, src, error, error_pos, limit = _interpret(raw, mode, encoding, ext_registered, rules)
     end = src.pos if error is None else (error_pos or 0)
     scan = PickleScan(root=it.root, globals=it.globals, end=end, protocol=it.protocol,
                       persistent_refs=it.prefs, dotted=it.dotted, raw_globals=it.raw,
                       opcodes=it.opcodes, error=error,
                       error_position=None if error_pos is None else error_pos + start,
                       limit=limit, frame_violations=[(p + start, m) for p, m in src.violations],
-                      ext_codes=it.ext_codes, rewrites=it.rewrites)
+                      ext_codes=it.ext_codes, rewrites=it.rewrites,
+                      refusals=[(p + start, m) for p, m in it.refusals])
     if src.violations:
         other = "memory" if mode == "stream" else "stream"
         alt = _interpret(raw, other, encoding, ext_registered)[0]

@@ -56,6 +56,20 @@ def judge(scan: PickleScan, evidence: str, *, allowed: Callable[[str], bool],
             + ": a damaged name the unpickler cannot resolve", evidence=evidence,
             details={"globals": list(damaged)}))
         verdicts.append(Verdict.UNREADABLE)
+    if scan.refusals:
+        pos, why = scan.refusals[0]
+        findings.append(finding(
+            "PK011", f"{label}: torch's loader refuses it at byte {pos}: {why}"
+            + (f" (and {len(scan.refusals) - 1} more)" if len(scan.refusals) > 1 else ""),
+            evidence=evidence, offset=pos,
+            details={"refusals": [list(r) for r in scan.refusals[:20]]}))
+        verdicts.append(Verdict.UNREADABLE)
+    for key, first, later in scan.storage_conflicts[:20]:
+        findings.append(finding(
+            "PK012", f"{label}: storage {key} is referenced as {first} and as {later}; torch "
+            f"caches the first, so every tensor on it loads as {first}", evidence=evidence,
+            details={"storage": key, "first": first, "later": later}))
+        verdicts.append(Verdict.SUSPECT)
     if scan.frame_violations:
         pos, why = scan.frame_violations[0]
         findings.append(finding(

@@ -177,6 +177,13 @@ class SafetensorsFormat:
                         f"{numel * bits / 8:g} bytes but data_offsets span {end - begin}",
                         evidence=spath, offset=base + begin, length=end - begin,
                         tensors=[name]))
+                if code in dtypes.SAFETENSORS_UNLOADABLE:
+                    rec.status = "damaged"
+                    rec.reasons.append(f"dtype {code}: no loader understands it")
+                    report.findings.append(finding(
+                        "ST003", f"{name}: dtype {code!r} is in safetensors' header grammar but "
+                        "its loaders refuse it (Dtype not understood): the file does not load",
+                        evidence=spath, tensors=[name]))
                 entries.append((begin, end, name))
             entries.sort()
             cursor = 0

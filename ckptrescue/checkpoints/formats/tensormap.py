@@ -172,6 +172,9 @@ def tensor_records(named: list[tuple[str, Any]], storages: dict[str, StorageChec
         if sc.declared is not None and length is not None and rel + length > sc.declared:
             rec.status = "damaged"
             rec.reasons.append("view extends past its storage")
+        if isinstance(ref, TensorRef) and ref.problem:
+            rec.status = "damaged"
+            rec.reasons.append(f"torch refuses to rebuild it: {ref.problem}")
         if sc.status == "truncated" and sc.available is not None and length is not None \
                 and rel + length <= sc.available:
             rec.status = "ok"  # the part of a cut storage this view uses is complete

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.checkpoints.formats import dtypes, pickle_policy, pickle_scan, tensormap
+from ckptrescue.checkpoints.formats import dtypes, pickle_policy, pickle_scan, tensormap, torch_rebuild
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
 from ckptrescue.checkpoints.formats.tensormap import StorageCheck, finding
 from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
@@ -60,7 +60,11 @@ class TorchLegacyFormat:
             scans: list[pickle_scan.PickleScan] = []
             for i in range(5):
                 pos = fh.tell()
-                scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
+                if i == 3:  # the main object: torch's own rules apply to it
+                    scan = torch_rebuild.scan_torch_pickle(fh, start=pos, mode="memory",
+                                                           partial=True, pid_items=6)
+                else:
+                    scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
                 label = f"legacy pickle {i + 1} of 5"
                 found, vs = judge(scan, spath, allowed=allowed, weights_only=True,
                                   label=label)

@@ -25,6 +25,7 @@ from ckptrescue.checkpoints.formats import (
     pickle_policy,
     pickle_scan,
     tensormap,
+    torch_rebuild,
     torch_zip_shadow,
     torch_zip_view,
     zipwalk,
@@ -88,6 +89,13 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
         end = os.fstat(fh.fileno()).st_size
     out = ZipProbe()
     scan_box: dict[str, Any] = {}
+    head = zipwalk.pread(fh, start, 4)
+    if head != zipwalk.LOCAL_SIG:  # torch.load: _is_zipfile reads exactly the first 4 bytes
+        out.findings.append(finding(
+            "TZ022", f"the archive starts with {head!r} instead of a local header: torch.load "
+            "does not read it as a zip (bytes before the first record)", evidence=path,
+            offset=start))
+        out.verdicts.append(Verdict.DAMAGED)
 
     layout = None
     try:
@@ -102,7 +110,8 @@ def probe_zip(fh: BinaryIO, path: str, *, start: int = 0, end: int | None = None
             if name.endswith("data.pkl"):
                 fh.seek(data_offset)
                 try:
-                    scan = pickle_scan.scan_pickle(_Bounded(fh, end), start=data_offset)
+                    scan = torch_rebuild.scan_torch_pickle(_Bounded(fh, end),
+                                                           start=data_offset)
                 except pickle_scan.PickleError:
                     return None
                 scan_box["scan"] = scan

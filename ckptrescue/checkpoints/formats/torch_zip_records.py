@@ -17,6 +17,7 @@ from ckptrescue.checkpoints.formats import (
     pickle_scan,
     streaming,
     tensormap,
+    torch_rebuild,
     torch_zip_view,
     zipinflate,
     zipwalk,
@@ -144,7 +145,7 @@ def _read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int
                                 length=rec.compressed_size))
         verdicts.append(Verdict.DAMAGED)
     try:
-        scan = prescan or pickle_scan.scan_pickle(data, start=start_at)
+        scan = prescan or torch_rebuild.scan_torch_pickle(data, start=start_at)
     except pickle_scan.PickleError as exc:
         truncated = rec.truncated or len(data) < (expect or 0)
         findings.append(finding(

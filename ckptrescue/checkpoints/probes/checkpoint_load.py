@@ -6,7 +6,8 @@ memory/CPU/time limits, audited). Unsafe pickles, unreadable files, pickles that
 statically and DCP metadata naming a global off the exact list are never handed to a loader.
 The exact outcome is recorded in ``report.load`` and as an LD finding (:func:`record_outcome`):
 
-* ``ok``: LD001;
+* ``ok``: LD001, and the loaded tensors are compared with the static map (dtype, shape and the
+  bytes salvage would write: ``load_compare.py``); a difference is LD008, verdict ``suspect``;
 * the loader raised, crashed, was killed or timed out: LD002/LD003, and when the static checks
   had found the file loadable (``intact``/``suspect``) the disagreement is LD007 and the verdict
   becomes ``unreadable`` (a file the real loader refuses is never intact);
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.checkpoints.base import CheckpointReport, Verdict, worst_verdict
 from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.checkpoints.probes.load_compare import compare
 
 if TYPE_CHECKING:
     from ckptrescue.effects.sandbox import ChildOutcome
@@ -152,9 +154,17 @@ def record_outcome(report: CheckpointReport, outcome: ChildOutcome, loader: str,
             details={"reason": outcome.reason}))
         return
     if outcome.status == "ok":
+        loaded = res.pop("map", None)
+        summary = compare(report, loaded) if isinstance(loaded, dict) else None
+        if summary is not None:
+            report.load["compared"] = {k: v for k, v in summary.items() if k != "mismatches"}
         report.findings.append(finding("LD001", f"{loader} load succeeded "
-                                       f"({res.get('tensors', '?')} tensors)",
+                                       f"({res.get('tensors', '?')} tensors"
+                                       + (f", {summary['compared']} compared with the static "
+                                          "map" if summary else "") + ")",
                                        evidence=report.path, details=res))
+        if summary and summary["mismatches"]:
+            differs(report, loader, summary["mismatches"])
         return
     if outcome.status == "error":
         what = f"raised {res.get('exception')}: {str(res.get('message', ''))[:300]}"
@@ -165,6 +175,24 @@ def record_outcome(report: CheckpointReport, outcome: ChildOutcome, loader: str,
         report.findings.append(finding("LD003", f"{loader} loader child {what}",
                                        evidence=report.path, details=outcome.to_json()))
     disagree(report, f"{loader} {what}")
+
+
+def differs(report: CheckpointReport, loader: str, mismatches: list[dict[str, Any]]) -> None:
+    """The real loader's tensors differ from the static map (LD008): never ``intact``."""
+    by_name = {m["name"]: m for m in mismatches}
+    shown = "; ".join(f"{m['name']} {m['what']} {m['static']} (loaded: {m['loaded']})"
+                      for m in mismatches[:5])
+    report.findings.append(finding(
+        "LD008", f"{loader} loads {len(mismatches)} tensor(s) differently from the static map: "
+        f"{shown}", evidence=report.path, tensors=list(by_name)[:500],
+        details={"mismatches": mismatches[:200]}))
+    for rec in report.tensors:
+        m = by_name.get(rec.name)
+        if m is not None:
+            if rec.status in ("ok", "unverified"):
+                rec.status = "suspect"
+            rec.reasons.append(f"the real loader gives another {m['what']}: {m['loaded']}")
+    report.verdict = worst_verdict([report.verdict, Verdict.SUSPECT])
 
 
 def disagree(report: CheckpointReport, what: str) -> None:

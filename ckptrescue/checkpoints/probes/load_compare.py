@@ -1,0 +1,55 @@
+"""``probe --load`` checks more than that the load succeeded: the loaded tensors against the map.
+
+The sandbox child describes every tensor the real loader returned (``sandbox_children/
+torch_load.py: tensor_map``: dtype, shape, SHA-256 prefix of its C-order bytes, named as the
+static map names them). :func:`compare` checks each tensor both sides name: the dtype and shape
+the static reader found, and the bytes salvage would write for it (``salvage.tensor_digest``),
+for tensors whose bytes the static checks verified. A difference means the static map is not
+what the loader builds (a storage read as another type, a view torch rebuilds otherwise): the
+verdict cannot be ``intact`` (LD008).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ckptrescue.checkpoints.base import CheckpointReport
+
+_VERIFIED = ("ok", "unverified", "suspect")
+
+
+def _format(name: str) -> Any:
+    from ckptrescue.checkpoints.probes.checkpoints import formats
+
+    return next((f for f in formats() if getattr(f, "name", None) == name), None)
+
+
+def compare(report: CheckpointReport, loaded: dict[str, list[Any]]) -> dict[str, Any]:
+    """``{"compared", "mismatches": [{"name", "what", "static", "loaded"}], "static_only",
+    "loaded_only"}`` for the tensors named on both sides."""
+    from ckptrescue.checkpoints.salvage import tensor_digest
+
+    fmt = _format(report.format)
+    reader = getattr(fmt, "read_tensor_bytes", None)
+    root = Path(report.path)
+    static = {t.name: t for t in report.tensors}
+    common = sorted(set(static) & set(loaded))
+    mismatches: list[dict[str, Any]] = []
+    for name in common:
+        rec = static[name]
+        dtype, shape, digest = loaded[name][:3]
+        if rec.dtype is not None and rec.dtype != dtype:
+            mismatches.append({"name": name, "what": "dtype", "static": rec.dtype,
+                               "loaded": dtype})
+        elif rec.shape is not None and list(rec.shape) != list(shape):
+            mismatches.append({"name": name, "what": "shape", "static": list(rec.shape),
+                               "loaded": list(shape)})
+        elif rec.status in _VERIFIED:
+            mine = tensor_digest(rec, report, root, reader=reader)
+            if mine is not None and mine != digest:
+                mismatches.append({"name": name, "what": "bytes", "static": mine,
+                                   "loaded": digest})
+    return {"compared": len(common), "mismatches": mismatches,
+            "static_only": len(set(static) - set(loaded)),
+            "loaded_only": len(set(loaded) - set(static))}
