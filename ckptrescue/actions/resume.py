@@ -2,6 +2,7 @@
 
 resume.safe_globals: the exact ``torch.serialization.add_safe_globals`` list a checkpoint needs.
 resume.keys: why its names do not load into the model, and the mapping that fixes them.
+resume.reassemble: a step lacking rank files, completed from verified copies elsewhere (a plan).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import KeyMismatchOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import KeyMismatchOutput, ReassemblyOutput, SafeGlobalsOutput
 
 
 class SafeGlobals(Action):
@@ -117,4 +118,50 @@ Exit 0 when the names match as saved, 1 otherwise."""
         return from_library(result, result.answer())
 
 
-ACTIONS = [SafeGlobals, Keys]
+class Reassemble(Action):
+    name = "resume.reassemble"
+    summary = "Complete a step that lacks rank files from verified copies a crashed save left"
+    description = """
+When a multi-rank step (DeepSpeed global_stepN, Megatron iter_N, ...) lacks rank files or holds
+damaged ones, look for them where a crashed save leaves them: temporary and partial siblings
+(tmp-checkpoint-N/, global_stepN.tmp, iter_N_partial) and other copies of the same run up to
+two levels above the step (run.bak/); say whether the step can be reassembled and from which
+files.
+
+A copy counts only when verified: probed with its own format (intact), recording the same
+step, and passing the family's own cross-rank rules together with the files present (world
+sizes, ZeRO stage, per-rank layouts, the step each rank records). Nothing is moved or copied:
+with --plan PLAN.json the kit writes the plan and PLAN.sh, which builds the complete step in a
+NEW directory (--dest, default beside the plan) and checks every copy's SHA-256.
+
+Exit 0 when the step is complete as saved, 1 otherwise."""
+    examples = ("ckptrescue resume reassemble run/checkpoint-500/global_step500 --plan "
+                "/cases/INC-9/reassemble.json",)
+    output_type = ReassemblyOutput
+    args = (ArgSpec("step_dir", "path", required=True, positional=True,
+                    help="The step directory that lacks rank files (read only)."),
+            ArgSpec("plan", "path", metavar="PLAN.json",
+                    help="Write the reassembly plan here (JSON) and PLAN.sh beside it, when "
+                         "the step can be reassembled."),
+            ArgSpec("dest", "path", metavar="DIR",
+                    help="With --plan: where the script builds the step (a new directory; "
+                         "default beside the plan)."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"look for verified copies of the rank files {args['step_dir']} lacks"
+                + (f"; write the plan {args['plan']}" if args.get("plan") else "")]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.actions._util import refuse_unsafe_output
+        from ckptrescue.checkpoints.reassemble import reassemble
+
+        for key in ("plan", "dest"):
+            if args.get(key):
+                refuse_unsafe_output(ctx.case, str(args[key]))
+        result = yield from ctx.blocking(lambda p: reassemble(
+            args["step_dir"], plan=args.get("plan") or None, dest=args.get("dest") or None,
+            progress=p), label="verifying", unit="files")
+        return from_library(result, result.answer())
+
+
+ACTIONS = [SafeGlobals, Keys, Reassemble]

@@ -7,7 +7,7 @@ import typer
 
 from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
-from ckptrescue.engine.outputs import KeyMismatchOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import KeyMismatchOutput, ReassemblyOutput, SafeGlobalsOutput
 from ckptrescue.errors import ExitCode
 
 resume_app = typer.Typer(help="What a run needs to resume that no loader tells it: the exact "
@@ -82,7 +82,32 @@ def render_keys(result: StepResult) -> int:
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 
+def render_reassemble(result: StepResult) -> int:
+    out: ReassemblyOutput = result.out
+    if result.options[JSON]:
+        emit_json(result.outputs)
+        return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+    say(f"{out.step_dir}: {out.family} step {out.step}, world "
+        + ", ".join(f"{k}={v}" for k, v in out.world.items()))
+    for r in out.ranks:
+        if r["status"] == "present":
+            continue
+        say(f"    {r['status'].upper():<9} {r['rank']} {r['role']}"
+            + (f" <- {r['source']}" if r.get("source") and r["status"] == "replaced" else ""))
+        for t in r.get("tried") or []:
+            if t["outcome"] != "verified" and not t["outcome"].startswith("not present"):
+                say(f"        rejected {t['path']}: {t['outcome']}")
+    for p in out.check_problems:
+        say(f"    CHECK     {p}")
+    if out.plan_file:
+        say(f"plan written: {out.plan_file}; review and run {out.plan_script} (it builds "
+            f"{out.dest}; nothing is moved)")
+    say(out.answer)
+    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
 def register(app: typer.Typer) -> None:
     add_command(resume_app, "safe-globals", Command("resume.safe_globals", render_safe_globals))
     add_command(resume_app, "keys", Command("resume.keys", render_keys))
+    add_command(resume_app, "reassemble", Command("resume.reassemble", render_reassemble))
     app.add_typer(resume_app, name="resume")

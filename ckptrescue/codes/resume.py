@@ -1,5 +1,5 @@
 """Codes of the questions asked at resume time that no loader answers (issue #31): SG the exact
-``add_safe_globals`` list; KM key mismatches at resume."""
+``add_safe_globals`` list; KM key mismatches at resume; RA scattered and half-written ranks."""
 
 from ckptrescue.model import Severity
 
@@ -22,4 +22,10 @@ CODES = {
                  "printed mapping fix them"),
     "KM003": (E, "No renaming makes the checkpoint load into the model (FSDP flat parameters, "
                  "shapes that differ, names nowhere in the checkpoint)"),
+    "RA001": (W, "A step lacks rank files (or holds damaged ones) and can be reassembled from "
+                 "verified copies elsewhere: the plan names each file"),
+    "RA002": (E, "A step lacks rank files and cannot be reassembled: no verified copy of some, "
+                 "or the assembled set fails the family's cross-rank checks"),
+    "RA003": (I, "A candidate copy of a rank file was rejected (damaged, another step, another "
+                 "run, a symlink, not a regular file)"),
 }

@@ -10,6 +10,7 @@ from ckptrescue.engine.outputs import (
     HubCacheOutput,
     KeyMismatchOutput,
     ManifestDiffOutput,
+    ReassemblyOutput,
     SafeGlobalsOutput,
 )
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
     from ckptrescue.record.case import Case
 
 # the actions whose steps examine evidence (the answer's "nothing examined yet" test)
-EXAMINING = {"manifest.diff", "resume.safe_globals", "resume.keys", "hub.verify"}
+EXAMINING = {"manifest.diff", "resume.safe_globals", "resume.keys", "resume.reassemble",
+             "hub.verify"}
 
 
 def capability_parts(case: Case) -> list[str]:
@@ -33,6 +35,9 @@ def capability_parts(case: Case) -> list[str]:
     for keys in outputs_of(case, KeyMismatchOutput)[-1:]:
         if not keys.ok:
             parts.append(f"keys: {keys.answer}")
+    for ra in outputs_of(case, ReassemblyOutput)[-1:]:
+        if not ra.ok:
+            parts.append(ra.answer)
     for hub in outputs_of(case, HubCacheOutput)[-1:]:
         if not hub.ok:
             parts.append(hub.answer)

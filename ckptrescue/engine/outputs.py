@@ -232,6 +232,38 @@ class KeyMismatchOutput(StepOutputs):
         return self.matched_before == self.expected_keys and not self.unexpected_total
 
 
+
+@dataclass
+class ReassemblyOutput(StepOutputs):
+    step_dir: str = field(default="", metadata=doc("The step directory examined."))
+    family: str = field(default="", metadata=doc("Its multi-rank family."))
+    step: int | None = field(default=None, metadata=doc("Its step or iteration."))
+    world: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "The world sizes the step's metadata (or a verified copy's) records."))
+    candidates: list[str] = field(default_factory=list, metadata=doc(
+        "The directories looked in (temporary/partial siblings, copies of the run)."))
+    ranks: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per expected rank file: rank, role, relpath, status (present, replaced, missing, "
+        "damaged), source, sha256, size, tried (path, outcome)."))
+    needed: int = field(default=0, metadata=doc("Rank files missing or damaged in the step."))
+    reassemblable: bool = field(default=False, metadata=doc(
+        "Every rank file is present or has a verified copy, and the set passes the family's "
+        "cross-rank checks."))
+    check_problems: list[str] = field(default_factory=list, metadata=doc(
+        "What the family's cross-rank checks say of the assembled set."))
+    plan_file: str | None = field(default=None, metadata=doc(
+        "With --plan: the plan (JSON, schema ckptrescue.reassembly-plan/1)."))
+    plan_script: str | None = field(default=None, metadata=doc(
+        "With --plan: the script beside it (copies into a new directory, then sha256sum -c)."))
+    dest: str | None = field(default=None, metadata=doc(
+        "With --plan: the new directory the script builds."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.needed
+
+
 # ---- block storage ---------------------------------------------------------------------------
 
 @dataclass

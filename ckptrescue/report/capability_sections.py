@@ -15,6 +15,7 @@ from ckptrescue.engine.outputs import (
     HubCacheOutput,
     KeyMismatchOutput,
     ManifestDiffOutput,
+    ReassemblyOutput,
     SafeGlobalsOutput,
 )
 
@@ -142,8 +143,29 @@ def key_mismatch(case: Case) -> dict[str, Any] | None:
               + out.unexpected_total)])
 
 
+def reassembly(case: Case) -> dict[str, Any] | None:
+    outs = outputs_of(case, ReassemblyOutput)
+    if not outs:
+        return None
+    out = outs[-1]
+    rows = [[r["rank"], r["role"], r["status"], r.get("source") or "",
+             (r.get("sha256") or "")[:16]] for r in out.ranks if r["status"] != "present"]
+    rejected = [[r["rank"], t["path"], t["outcome"]] for r in out.ranks
+                for t in r.get("tried") or []
+                if t["outcome"] != "verified" and not t["outcome"].startswith("not present")]
+    facts = [["step", out.step_dir], ["family", out.family],
+             ["world", ", ".join(f"{k}={v}" for k, v in out.world.items())]]
+    if out.plan_file:
+        facts += [["plan", out.plan_file], ["script (builds a new directory)", out.plan_script]]
+    return section(out.answer, facts=facts, notes=list(out.check_problems), tables=[
+        table("Rank files the step lacks", "reassembly-ranks",
+              ["rank", "role", "status", "verified copy", "sha256 (first 16)"], rows),
+        table("Candidates rejected", "reassembly-rejected", ["rank", "candidate", "why"],
+              rejected)])
+
+
 BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals,
-            "key_mismatch": key_mismatch, "hub_cache": hub_cache}
+            "key_mismatch": key_mismatch, "reassembly": reassembly, "hub_cache": hub_cache}
 
 
 def build(case: Case) -> dict[str, dict[str, Any] | None]:

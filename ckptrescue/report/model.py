@@ -72,6 +72,7 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
     ("safe_globals", "The exact safe-globals list", False, lambda m: bool(m["safe_globals"])),
     ("key_mismatch", "Checkpoint names against the model's", False,
      lambda m: bool(m["key_mismatch"])),
+    ("reassembly", "Scattered and half-written ranks", False, lambda m: bool(m["reassembly"])),
     ("training_state", "Training state across checkpoints", False,
      lambda m: bool(m["training_state"])),
     ("dataset_content", "Dataset content against its baseline", False,

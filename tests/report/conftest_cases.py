@@ -142,6 +142,16 @@ def make_full_case(case: Case) -> Case:
         "unexpected_total": 1, "outside": {}, "shape_mismatches": [], "flat_params": [],
         "snippet": "def fix_keys(sd):\n", "snippet_lines": ["def fix_keys(sd):"],
         "answer": "0 of 2 expected names match as saved; 2 after the mapping"}, "keys")
+    add_step(case, "resume.reassemble", {
+        "step_dir": "/mnt/run/checkpoint-3/global_step3", "family": "deepspeed", "step": 3,
+        "world": {"dp": 2}, "candidates": [f"/mnt/run/tmp-{EVIL_MD}"],
+        "ranks": [{"rank": "zero_pp_rank_1", "role": "optim", "relpath": EVIL_MD,
+                   "status": "replaced", "source": f"/mnt/run/tmp-{EVIL_MD}/{EVIL}",
+                   "sha256": "ab" * 32, "size": 9, "tried": [
+                       {"path": f"/mnt/old/{EVIL}", "outcome": "records step 2, not 3"}]}],
+        "needed": 1, "reassemblable": True, "check_problems": [], "plan_file": "/case/p.json",
+        "plan_script": "/case/p.sh", "dest": "/case/out",
+        "answer": "global_step3 can be reassembled"}, "reassemble")
     add_step(case, "hub.verify", {
         "root": "/home/u/.cache/huggingface/hub", "counts": {"repos": 1, "blobs": 2,
                                                               "blobs_ok": 1, "blobs_bad": 1},
