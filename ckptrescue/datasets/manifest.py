@@ -57,11 +57,11 @@ __all__ = [
 
 # -- hashing one file: shared by the thread pool and the Dask workers ---------------------------
 def hash_entry(root: bytes, entry: FileEntry, tracker: Tracker | None = None, *,
-               formats: bool = True,
-               checksums: tuple[str, ...] = ()) -> ManifestEntry | UnreadableFile:
+               formats: bool = True, checksums: tuple[str, ...] = (),
+               prefetch: bool = False) -> ManifestEntry | UnreadableFile:
     path = join(root, entry.rel)
     on_bytes = (lambda n: tracker.add(nbytes=n)) if tracker is not None else None
-    outcome = hash_file(path, on_bytes=on_bytes, checksums=checksums)
+    outcome = hash_file(path, on_bytes=on_bytes, checksums=checksums, prefetch=prefetch)
     if outcome.sha256 is None:
         return UnreadableFile(entry.rel, outcome.error or "read failed", outcome.error_offset)
     fmt = detect(entry.rel, outcome.head) if formats else "other"
@@ -198,9 +198,13 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
                 tracker.add(files=1, nbytes=item.size if isinstance(item, ManifestEntry) else 0)
                 yield item
         return
+    # a core left idle by the jobs reads ahead for them (the page-cache copy off the hashing
+    # thread); with a job per core there is none to spare and each job reads for itself
+    prefetch = jobs < len(os.sched_getaffinity(0))
     if jobs == 1:
         for f in todo:
-            item = hash_entry(root, f, tracker, formats=formats, checksums=checksums)
+            item = hash_entry(root, f, tracker, formats=formats, checksums=checksums,
+                              prefetch=prefetch)
             tracker.add(files=1)
             yield item
         return
@@ -212,7 +216,8 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sha256") as pool:
         pending: deque[Future[list[ManifestEntry | UnreadableFile]]] = deque()
         for group in groups:
-            pending.append(pool.submit(_hash_group, root, group, tracker, formats, checksums))
+            pending.append(pool.submit(_hash_group, root, group, tracker, formats, checksums,
+                                       prefetch))
             if len(pending) >= jobs * 4:
                 break
         while pending:
@@ -222,12 +227,14 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
             group = next(groups, None)
             if group is not None:
                 pending.append(pool.submit(_hash_group, root, group, tracker, formats,
-                                           checksums))
+                                           checksums, prefetch))
 
 
 def _hash_group(root: bytes, group: list[FileEntry], tracker: Tracker, formats: bool,
-                checksums: tuple[str, ...]) -> list[ManifestEntry | UnreadableFile]:
-    return [hash_entry(root, e, tracker, formats=formats, checksums=checksums) for e in group]
+                checksums: tuple[str, ...], prefetch: bool,
+                ) -> list[ManifestEntry | UnreadableFile]:
+    return [hash_entry(root, e, tracker, formats=formats, checksums=checksums,
+                       prefetch=prefetch) for e in group]
 
 
 def normal_checksums(names: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:

@@ -37,6 +37,8 @@ class ByteRange:
 
     ``make_scan(start, length)`` (optional) returns a fresh streaming scan of a part of the
     range (a :class:`numeric.StorageScan`); ``itemsize`` keeps the cuts on element boundaries.
+    Chunks (and segments) are cut at absolute multiples of their size, or counted from
+    ``align`` (TensorFlow's reader chunks each tensor from its own start).
     After :func:`read_ranges`: ``crc`` (0 when ``want_crc`` is false), ``got`` (bytes read from
     ``offset`` on, short at the end of the file) and ``scan`` (the joined scan, or None).
     """
@@ -46,6 +48,8 @@ class ByteRange:
     want_crc: bool = True
     make_scan: Callable[[int, int], Any] | None = None
     itemsize: int = 1
+    checksum: str = "crc32"  # or "crc32c" (TensorFlow)
+    align: int = 0  # chunks and segments are cut at ``align`` + multiples of their size
     crc: int = 0
     got: int = 0
     scan: Any = None
@@ -58,13 +62,13 @@ class ByteRange:
         size = size or SEGMENT
         if self.length <= size:
             return [(self.offset, self.length)]
-        if self.make_scan is not None and self.offset % self.itemsize:
+        if self.make_scan is not None and (self.offset - self.align) % self.itemsize:
             return [(self.offset, self.length)]  # unaligned elements: one sequential pass
         out = []
         pos, end = self.offset, self.offset + self.length
         while pos < end:
-            nxt = (pos // size + 1) * size  # a multiple of SEGMENT, hence of CHUNK and itemsize
-            nxt = min(nxt, end)
+            # a multiple of SEGMENT from ``align``, hence of CHUNK and of the item size
+            nxt = min(pos - (pos - self.align) % size + size, end)
             out.append((pos, nxt - pos))
             pos = nxt
         return out
@@ -82,16 +86,20 @@ def workers() -> int:
 _BUFFERS = threading.local()
 
 
-def _buffer() -> bytearray:
+def _buffer(size: int) -> bytearray:
     buf = getattr(_BUFFERS, "buf", None)
-    if buf is None:
-        buf = _BUFFERS.buf = bytearray(zipwalk.CHUNK)
+    if buf is None or len(buf) < size:
+        buf = _BUFFERS.buf = bytearray(size)
     return buf
 
 
-def _read_part(fh: BinaryIO, rng: ByteRange, start: int, length: int) -> None:
+def _read_part(fh: BinaryIO, rng: ByteRange, start: int, length: int, chunk: int) -> None:
     scan = rng.make_scan(start, length) if rng.make_scan is not None else None
-    crc, got = zipwalk.crc_range(fh, start, length, crc=rng.want_crc, buffer=_buffer(),
+    crc_fn = None
+    if rng.checksum == "crc32c":
+        from ckptrescue.checkpoints.formats.crc32c import crc32c as crc_fn
+    crc, got = zipwalk.crc_range(fh, start, length, chunk=chunk, crc=rng.want_crc,
+                                 buffer=_buffer(chunk), crc_fn=crc_fn, align=rng.align,
                                  on_chunk=scan.feed if scan is not None else None)
     rng._parts.append((start, length, crc, got, scan))
 
@@ -99,9 +107,12 @@ def _read_part(fh: BinaryIO, rng: ByteRange, start: int, length: int) -> None:
 def _join(rng: ByteRange) -> None:
     crc = got = 0
     scan = None
+    combine = crc32_combine
+    if rng.checksum == "crc32c":
+        from ckptrescue.checkpoints.formats.crc32c import crc32c_combine as combine
     for _start, length, part_crc, part_got, part_scan in sorted(rng._parts, key=lambda p: p[0]):
         if rng.want_crc:
-            crc = part_crc if not got else crc32_combine(crc, part_crc, part_got)
+            crc = part_crc if not got else combine(crc, part_crc, part_got)
         got += part_got
         if part_scan is not None:
             if scan is None:
@@ -114,8 +125,10 @@ def _join(rng: ByteRange) -> None:
     rng._parts.clear()
 
 
-def read_ranges(fh: BinaryIO, ranges: list[ByteRange], *, threads: int | None = None) -> None:
-    """Read every range once (CRC + scan), in segments on ``threads`` threads; fills results."""
+def read_ranges(fh: BinaryIO, ranges: list[ByteRange], *, threads: int | None = None,
+                chunk: int = zipwalk.CHUNK) -> None:
+    """Read every range once (CRC + scan), in segments on ``threads`` threads, ``chunk`` bytes
+    at a time; fills each range's results."""
     n = threads or workers()
     parts = [(rng, start, length) for rng in ranges for start, length in rng.cuts()]
     total = sum(max(0, length) for _, _, length in parts)
@@ -125,12 +138,12 @@ def read_ranges(fh: BinaryIO, ranges: list[ByteRange], *, threads: int | None = 
         pass
     if n == 1 or len(parts) < 2 or total < PARALLEL_MIN:
         for rng, start, length in parts:
-            _read_part(fh, rng, start, length)
+            _read_part(fh, rng, start, length, chunk)
     else:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=n) as pool:
-            for fut in [pool.submit(_read_part, fh, rng, start, length)
+            for fut in [pool.submit(_read_part, fh, rng, start, length, chunk)
                         for rng, start, length in parts]:
                 fut.result()
     for rng in ranges:

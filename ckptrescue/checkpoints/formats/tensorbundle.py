@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.formats import dtypes, streaming
 from ckptrescue.checkpoints.formats.sstable import is_sstable
 from ckptrescue.checkpoints.formats.tensorbundle_entries import BundleEntry
 from ckptrescue.checkpoints.formats.tensorbundle_index import (
@@ -35,16 +36,22 @@ from ckptrescue.checkpoints.formats.tensorbundle_index import (
 )
 from ckptrescue.checkpoints.formats.tensorbundle_slices import check_slices
 from ckptrescue.checkpoints.formats.tensorbundle_verify import (
+    NUMERIC_CHUNK,
     PieceResult,
     Shard,
     close_shards,
+    judge_crc,
     open_shards,
+    precheck,
+    variable_length,
     verify_piece,
 )
 from ckptrescue.checkpoints.formats.tf_checkpoint_state import findings_for_prefix
 from ckptrescue.checkpoints.formats.tf_findings import (
+    GuardedScan,
     numeric_findings,
     numeric_scan,
+    numeric_scan_parts,
     verdict_from,
 )
 from ckptrescue.model import Finding, Severity
@@ -184,15 +191,12 @@ def _verify_all(report: CheckpointReport, index: BundleIndex, pieces: list[Bundl
             source="tensorbundle", tensors=tuple(sorted({piece_name(e) for e in bad_shard_id}))))
     untrusted_ok: list[str] = []
     parents = sliced_parents(index)
-    for e in sorted(pieces, key=lambda e: (e.shard_id, e.offset)):
+    ordered = sorted(pieces, key=lambda e: (e.shard_id, e.offset))
+    results, scans = _read_pieces(ordered, shards, options)
+    for e in ordered:
         name = piece_name(e)
         shard = shards.get(e.shard_id)
-        scan = numeric_scan(e.dtype_name, e.offset, e.size) if options.numeric else None
-        if e.problem:
-            result = PieceResult("damaged", e.problem)
-        else:
-            result = verify_piece(shard.fh if shard else None, shard.size if shard else None,
-                                  e, scan.feed if scan is not None else None)
+        result, scan = results[id(e)], scans.get(id(e))
         # A slice's record carries its variable's shape; ``storage`` says which slice it is.
         parent = parents.get(name) if e.is_slice else None
         rec = TensorRecord(
@@ -236,6 +240,46 @@ def _verify_all(report: CheckpointReport, index: BundleIndex, pieces: list[Bundl
             "TB009", Severity.WARNING, f"{len(names)} variable(s) read from damaged .index "
             "blocks; their data matches the recovered entries' CRC32C (names as recovered)",
             evidence=str(index_path(index.prefix)), source="tensorbundle", tensors=names))
+
+
+def _read_pieces(ordered: list[BundleEntry], shards: dict[int, Shard], options: ProbeOptions,
+                 ) -> tuple[dict[int, PieceResult], dict[int, GuardedScan]]:
+    """Every piece's result (keyed by ``id``) and numeric scan: fixed-size pieces are read
+    once per shard by :func:`streaming.read_ranges` (CRC32C and the scan in the same pass,
+    chunked from each tensor's start as TensorFlow's reader does, on a few threads)."""
+    results: dict[int, PieceResult] = {}
+    scans: dict[int, GuardedScan] = {}
+    ranges: dict[int, list[tuple[BundleEntry, streaming.ByteRange]]] = defaultdict(list)
+    for e in ordered:
+        shard = shards.get(e.shard_id)
+        fh, size = (shard.fh, shard.size) if shard else (None, None)
+        if e.problem:
+            results[id(e)] = PieceResult("damaged", e.problem)
+            continue
+        early = precheck(fh, size, e)
+        if early is not None:
+            results[id(e)] = early
+            continue
+        if variable_length(e):
+            scan = numeric_scan(e.dtype_name, e.offset, e.size) if options.numeric else None
+            results[id(e)] = verify_piece(fh, size, e, scan.feed if scan is not None else None)
+            if scan is not None:
+                scans[id(e)] = scan
+            continue
+        make = numeric_scan_parts(e.dtype_name, e.offset, e.size) if options.numeric else None
+        ranges[e.shard_id].append((e, streaming.ByteRange(
+            e.offset, e.size, checksum="crc32c", make_scan=make, align=e.offset,
+            itemsize=dtypes.BY_NAME[e.dtype_name].itemsize
+            if e.dtype_name in dtypes.BY_NAME else 1)))
+    for shard_id, todo in ranges.items():
+        fh = shards[shard_id].fh
+        assert fh is not None
+        streaming.read_ranges(fh, [rng for _, rng in todo], chunk=NUMERIC_CHUNK)
+        for e, rng in todo:
+            results[id(e)] = judge_crc(e, rng.crc, rng.got)
+            if rng.scan is not None:
+                scans[id(e)] = rng.scan
+    return results, scans
 
 
 def _add(names: list[str], name: str) -> None:

@@ -75,9 +75,10 @@ def read_piece(fh: BinaryIO, offset: int, size: int) -> bytes:
     return fh.read(size)
 
 
-def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry,
-                 feed: Callable[[int, bytes], None] | None = None) -> PieceResult:
-    """Check one stored piece (a whole variable or one slice) of a shard."""
+def precheck(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry,
+             ) -> PieceResult | None:
+    """The result of a piece that cannot be read (missing shard, entry out of bounds or
+    inconsistent), else None: its bytes are to be read."""
     if fh is None or shard_size is None:
         return PieceResult("missing", "its data shard is missing")
     end = entry.offset + entry.size
@@ -97,8 +98,38 @@ def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry
     if expected is not None and expected != entry.size:
         return PieceResult("damaged", f"entry size {entry.size} but dtype x shape = {expected}",
                            code="TB011")
+    return None
+
+
+def variable_length(entry: BundleEntry) -> bool:
+    """``DT_STRING`` / ``DT_VARIANT``: checked element by element (:func:`verify_piece`);
+    every other piece is one byte range (read by :mod:`streaming`, judged by
+    :func:`judge_crc`)."""
+    return entry.dtype in (DT_STRING, DT_VARIANT)
+
+
+def judge_crc(entry: BundleEntry, crc: int, got: int) -> PieceResult:
+    """A fixed-size piece from its bytes' unmasked CRC32C and how many bytes were read."""
+    if got < entry.size:
+        return PieceResult("truncated", "short read")
+    # an entry without a crc32c field reads as 0, and TensorFlow compares against that
+    stored = unmask(entry.crc32c if entry.crc32c is not None else 0)
+    if crc != stored:
+        what = "stored" if entry.crc32c is not None else "no CRC32C recorded (read as 0):"
+        return PieceResult("damaged", f"CRC32C mismatch: {what} {stored:#010x}, calculated "
+                           f"{crc:#010x}", crc)
+    return PieceResult("ok", "", crc)
+
+
+def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry,
+                 feed: Callable[[int, bytes], None] | None = None) -> PieceResult:
+    """Check one stored piece (a whole variable or one slice) of a shard, sequentially."""
+    early = precheck(fh, shard_size, entry)
+    if early is not None:
+        return early
+    assert fh is not None
     count = prod(entry.shape) if entry.shape is not None else 1
-    if entry.dtype in (DT_STRING, DT_VARIANT):
+    if variable_length(entry):
         if entry.size > VARLEN_CAP:
             return PieceResult("unverified", f"{entry.dtype_name} tensor larger than "
                                f"{VARLEN_CAP >> 20} MiB is not verified")
@@ -107,26 +138,20 @@ def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry
             crc = (_string_crc if entry.dtype == DT_STRING else _variant_crc)(raw, count)
         except WireError as exc:
             return PieceResult("damaged", str(exc))
-    else:
-        fh.seek(entry.offset)
-        remaining = entry.size
-        step = CHUNK if feed is None else NUMERIC_CHUNK
-        crc = 0
-        while remaining:
-            chunk = fh.read(min(step, remaining))
-            if not chunk:
-                return PieceResult("truncated", "short read")
-            crc = google_crc32c.extend(crc, chunk)
-            if feed is not None:
-                feed(entry.offset + entry.size - remaining, chunk)
-            remaining -= len(chunk)
-    # an entry without a crc32c field reads as 0, and TensorFlow compares against that
-    stored = unmask(entry.crc32c if entry.crc32c is not None else 0)
-    if crc != stored:
-        what = "stored" if entry.crc32c is not None else "no CRC32C recorded (read as 0):"
-        return PieceResult("damaged", f"CRC32C mismatch: {what} {stored:#010x}, calculated "
-                           f"{crc:#010x}", crc)
-    return PieceResult("ok", "", crc)
+        return judge_crc(entry, crc, entry.size)
+    fh.seek(entry.offset)
+    remaining = entry.size
+    step = CHUNK if feed is None else NUMERIC_CHUNK
+    crc = 0
+    while remaining:
+        chunk = fh.read(min(step, remaining))
+        if not chunk:
+            return PieceResult("truncated", "short read")
+        crc = google_crc32c.extend(crc, chunk)
+        if feed is not None:
+            feed(entry.offset + entry.size - remaining, chunk)
+        remaining -= len(chunk)
+    return judge_crc(entry, crc, entry.size)
 
 
 @dataclass

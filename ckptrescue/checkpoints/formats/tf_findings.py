@@ -8,6 +8,7 @@ comparison is the generic one (``probes/reference.py``), by variable name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ckptrescue.checkpoints.base import CheckpointReport, Verdict, worst_verdict
@@ -57,6 +58,18 @@ class GuardedScan:
         except Exception as exc:  # noqa: BLE001 - the CRC pass must go on whatever happens
             self.scan, self.error = None, f"{type(exc).__name__}: {exc}"
 
+    def merge(self, later: GuardedScan) -> None:
+        """Append the scan of the next part of the same tensor (read on another thread)."""
+        if self.scan is None:
+            return
+        if later.scan is None:
+            self.scan, self.error = None, later.error
+            return
+        try:
+            self.scan.merge(later.scan)  # type: ignore[union-attr, arg-type]
+        except Exception as exc:  # noqa: BLE001
+            self.scan, self.error = None, f"{type(exc).__name__}: {exc}"
+
 
 def numeric_scan(dtype: str, offset: int, size: int, *,
                  big_endian: bool = False) -> GuardedScan | None:
@@ -68,6 +81,24 @@ def numeric_scan(dtype: str, offset: int, size: int, *,
         return GuardedScan(SmallScan(dtype, start=offset, length=size, big_endian=big_endian))
     scan = StorageScan(dtype, start=offset, length=size, big_endian=big_endian)
     return None if scan.summary.skipped else GuardedScan(scan)
+
+
+def numeric_scan_parts(dtype: str, offset: int, size: int, *, big_endian: bool = False,
+                       ) -> Callable[[int, int], GuardedScan] | None:
+    """A maker of scans for the parts of one tensor (``make_scan`` of a
+    :class:`streaming.ByteRange`), or None for dtypes without numeric checks. A tensor too
+    small to be cut gets the small scan; the parts of a larger one get joinable scans."""
+    from ckptrescue.checkpoints.formats.numeric import StorageScan
+    from ckptrescue.checkpoints.formats.numeric_small import small_enough
+
+    if small_enough(dtype, size) or StorageScan(dtype, start=offset, length=size).summary.skipped:
+        whole = numeric_scan(dtype, offset, size, big_endian=big_endian)
+        return None if whole is None else (lambda _start, _length: whole)
+
+    def part(start: int, length: int) -> GuardedScan:
+        return GuardedScan(StorageScan(dtype, start=start, length=length,
+                                       big_endian=big_endian))
+    return part
 
 
 def numeric_findings(guarded: GuardedScan, name: str, *,

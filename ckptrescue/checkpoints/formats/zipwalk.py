@@ -121,16 +121,19 @@ def pread(fh: BinaryIO, offset: int, length: int) -> bytes:
 def crc_range(
     fh: BinaryIO, offset: int, length: int, *, chunk: int = CHUNK,
     on_chunk: Callable[[int, memoryview], None] | None = None, crc: bool = True,
-    buffer: bytearray | None = None,
+    buffer: bytearray | None = None, crc_fn: Callable[[memoryview, int], int] | None = None,
+    align: int = 0,
 ) -> tuple[int, int]:
     """CRC-32 of ``[offset, offset+length)`` streamed in chunks; returns (crc, bytes_read).
 
     One reused buffer (no allocation per chunk; ``buffer``, at least ``chunk`` bytes, is used
     when given, so a thread can keep one for every range it reads). Chunks after the first are
-    aligned to ``chunk`` in absolute file offsets (so 4 KiB pages line up for the numeric scan).
-    ``on_chunk(absolute_offset, view)`` sees every chunk; the view is only valid during the
-    call. ``crc=False`` only streams (the returned CRC is then 0).
+    aligned to ``chunk`` in absolute file offsets (so 4 KiB pages line up for the numeric scan),
+    or counted from ``align`` when given. ``on_chunk(absolute_offset, view)`` sees every chunk;
+    the view is only valid during the call. ``crc=False`` only streams (the returned CRC is then
+    0); ``crc_fn(view, value)`` replaces CRC-32 (e.g. CRC32C).
     """
+    extend = crc_fn or crc32
     want_crc = crc
     crc = 0
     done = 0
@@ -144,7 +147,7 @@ def crc_range(
         bytearray(min(chunk, max(length, 1)))
     mv = memoryview(buf)
     while pos < end:
-        step = min(chunk - (pos % chunk), end - pos, len(buf))
+        step = min(chunk - ((pos - align) % chunk), end - pos, len(buf))
         try:
             got = os.preadv(fd, [mv[:step]], pos)
         except OSError as exc:  # EIO on an evidence reader: zeros for the bad units, recorded
@@ -157,7 +160,7 @@ def crc_range(
             step = got  # short read before the end (an unreadable sector follows): go on
         view = mv[:got]
         if want_crc:
-            crc = crc32(view, crc)
+            crc = extend(view, crc)
         if on_chunk is not None:
             on_chunk(pos, view)
         done += got

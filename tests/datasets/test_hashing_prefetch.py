@@ -1,0 +1,73 @@
+"""Hashing with a reader thread ahead of the hasher gives sha256sum's digest, keeps the first
+bytes for format detection, stops its thread, and still names the first unreadable block.
+
+File bytes come from numpy's seeded integer generator; the reference digest is ``sha256sum``
+(GNU coreutils) where installed, else hashlib over the whole file read at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptrescue.datasets import hashing
+from ckptrescue.datasets.manifest import build_manifest
+
+
+def _file(path: Path, size: int, seed: int) -> Path:
+    path.write_bytes(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+                     .tobytes())
+    return path
+
+
+def _reference(path: Path) -> str:
+    if shutil.which("sha256sum"):
+        return subprocess.run(["sha256sum", str(path)], check=True, capture_output=True,
+                              text=True).stdout.split()[0]
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("size", [0, 1, hashing.PREFETCH_MIN - 1, hashing.PREFETCH_MIN,
+                                  hashing.PREFETCH_MIN + hashing.CHUNK * 3 + 17])
+def test_read_ahead_gives_the_same_digest_head_and_size(tmp_path, size):
+    path = _file(tmp_path / "f.bin", size, size)
+    seen: list[int] = []
+    before = {t.name for t in threading.enumerate()}
+    out = hashing.hash_file(str(path), prefetch=True, on_bytes=seen.append)
+    assert out.sha256 == _reference(path) and out.size == size == sum(seen)
+    assert out.head == path.read_bytes()[:hashing.HEAD_BYTES]
+    assert hashing.hash_file(str(path)) == out  # the direct read agrees
+    assert {t.name for t in threading.enumerate()} == before  # the reader thread is gone
+
+
+def test_manifest_build_with_a_spare_core_matches_sha256sum(tmp_path):
+    root = tmp_path / "ds"
+    root.mkdir()
+    names = [f"f{i}.bin" for i in range(3)]
+    for i, name in enumerate(names):
+        _file(root / name, hashing.PREFETCH_MIN + i * 100_003, 100 + i)
+    out = tmp_path / "m.sha256"
+    build_manifest(root, out, jobs=1)  # jobs < cores on any multi-core machine: read-ahead
+    want = "".join(f"{_reference(root / n)}  {n}\n" for n in names)
+    assert out.read_text() == want
+
+
+@pytest.mark.privileged
+@pytest.mark.needs_tool("mkfs.btrfs", "mount", "umount")
+def test_read_ahead_names_the_first_unreadable_block(btrfs_with_bad_block):
+    src, _image, mount = btrfs_with_bad_block
+    size = hashing.PREFETCH_MIN + 2 * hashing.CHUNK
+    _file(src / "big.bin", size, 7)
+    bad = hashing.PREFETCH_MIN + 12_288  # a block in the fifth MiB: after four good reads
+    mnt = mount(("big.bin", bad))
+    for prefetch in (True, False):
+        out = hashing.hash_file(str(mnt / "big.bin"), prefetch=prefetch)
+        assert out.unreadable and out.sha256 is None
+        assert out.error_offset == bad - bad % 4096
+        assert out.size == out.error_offset  # every byte before the bad block was hashed
