@@ -117,6 +117,10 @@ when nothing at all could be recovered."""
                          "the same ranks there)."),
             ArgSpec("allow_next_to_input", "boolean", default=False,
                     help="Allow OUT_DIR inside the input's directory."),
+            ArgSpec("torch_save", "boolean", default=False,
+                    help="Also write OUT_DIR/<name>.salvaged.pt: a torch.save file with the "
+                         "original's key structure (a torch.save source whose every tensor "
+                         "was recovered or filled)."),
             ArgSpec("endpoint_url", "string",
                     help="Object-store endpoint for URLs (emulators)."))
 
@@ -152,7 +156,8 @@ when nothing at all could be recovered."""
                     ref = Path(local[1]) if fill else None
                     result = yield from ctx.blocking(lambda p, t=local[0], o=out_dir, r=ref: salvage(
                         Path(t), o, fill_from=r,
-                        case=ctx.case, allow_next_to_input=bool(args["allow_next_to_input"])))
+                        case=ctx.case, allow_next_to_input=bool(args["allow_next_to_input"]),
+                        torch_save=bool(args.get("torch_save"))))
                     read = views.accounting()
                 if views.opened:
                     result.source = target
@@ -170,7 +175,10 @@ when nothing at all could be recovered."""
             audit.extend([*read, *with_findings(result.audit, findings_of(result))])
             artifacts.extend(result.artifacts)
             yield ctx.output(f"{target}: {len(out.get('recovered', []))} recovered, "
-                             f"{len(out.get('lost', []))} lost -> {out_dir}")
+                             f"{len(out.get('lost', []))} lost"
+                             + (f", {len(out['filled'])} filled from {out.get('fill_from')} "
+                                "(mixed: not clean)" if out.get("filled") else "")
+                             + f" -> {out_dir}")
         if not targets:
             yield ctx.output("nothing to salvage")
         lost = sum(len(r.get("lost", [])) for r in results)

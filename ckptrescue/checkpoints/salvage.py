@@ -62,16 +62,30 @@ class SalvageResult(Recorded):
     # verified, but of a dtype safetensors cannot hold (a TensorFlow checkpoint's object graph,
     # string tensors): left out of the file and out of ``lost`` - nothing was lost
     not_storable: list[dict[str, str]] = field(default_factory=list)
+    torch_save_output: str | None = None  # --torch-save: the original key structure
     # a loss no tensor name stands for (a truncated or incomplete source whose lost tensors
     # cannot all be named, e.g. HDF5 groups past the cut)
     unaccounted: str | None = None
     findings: list[Finding] = field(default_factory=list, compare=False, repr=False)
 
     @property
+    def mixed(self) -> bool:
+        """Some tensors came from the ``fill_from`` reference (another step of the run)."""
+        return bool(self.filled)
+
+    @property
     def clean(self) -> bool:
-        """Every tensor came back verified: something recovered, nothing lost or suspect."""
-        return bool(self.recovered or self.filled) and not self.lost and not self.suspect \
-            and self.unaccounted is None
+        """Every tensor came back verified from the checkpoint itself: something recovered,
+        nothing lost, suspect or filled from another step (a mixed result is never clean)."""
+        return bool(self.recovered) and not self.lost and not self.suspect \
+            and not self.filled and self.unaccounted is None
+
+    def sources(self) -> dict[str, list[str]]:
+        """Which tensors came from which checkpoint: ``{source: [...], fill_from: [...]}``."""
+        out = {self.source: list(self.recovered)}
+        if self.filled:
+            out[self.fill_from or "fill_from"] = list(self.filled)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "source_verdict": self.source_verdict,
@@ -79,7 +93,9 @@ class SalvageResult(Recorded):
                 "filled": self.filled, "fill_from": self.fill_from,
                 "structure_from": self.structure_from, "suspect": self.suspect,
                 "suspect_output": self.suspect_output, "unaccounted": self.unaccounted,
-                "not_storable": self.not_storable, "clean": self.clean}
+                "not_storable": self.not_storable, "mixed": self.mixed,
+                "sources": self.sources(), "torch_save_output": self.torch_save_output,
+                "clean": self.clean}
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -254,7 +270,8 @@ def _copy_swapped(out: BinaryIO, p: _Planned) -> None:
 
 
 def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
-            case: Case | None = None, allow_next_to_input: bool = False) -> SalvageResult:
+            case: Case | None = None, allow_next_to_input: bool = False,
+            torch_save: bool = False) -> SalvageResult:
     """Write the verified tensors of ``checkpoint`` into ``out_dir`` (see module docstring)."""
     from ckptrescue.checkpoints.base import ProbeOptions
     from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
@@ -350,6 +367,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     suspects = {p.name for p in planned if not p.filled and _is_suspect(p.rec, report)}
     clean = sorted((p for p in planned if p.name not in suspects), key=lambda p: p.name)
     apart = sorted((p for p in planned if p.name in suspects), key=lambda p: p.name)
+    pickled = _torch_save_plan(fmt, root, lost, apart, clean) if torch_save else None
     meta = {"salvaged_from": str(checkpoint), "structure_from": result.structure_from or "",
             "source_verdict": str(report.verdict),
             "filled_from": str(fill_from) if fill_from else "",
@@ -366,6 +384,9 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
             raise UsageError(f"{p}: already exists; choose a new OUT_DIR")
     _write(out_path, clean, meta)
     result.output = str(out_path)
+    if pickled is not None:
+        result.torch_save_output = str(_write_torch_save(out_dir, f"{stem}.salvaged.pt",
+                                                         pickled, clean))
     if apart:
         _write(suspect_path, apart, {**meta, "suspect": "numerically suspect in the probe: "
                                      "not a verified recovery"})
@@ -389,6 +410,55 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     result.findings.extend(salvage_findings(result, str(checkpoint), f"{out_path}",
                                             f"{fill_from}"))
     return result
+
+
+def _torch_save_plan(fmt: Any, root: Path, lost: dict[str, tuple[TensorRecord, str]],
+                     apart: list[_Planned], planned: list[_Planned],
+                     ) -> tuple[bytes, dict[str, str]]:
+    """For ``--torch-save``: the new ``data.pkl`` (the source's pickle read statically again,
+    written back with the salvaged tensors) and each tensor's storage key - refused, before
+    anything is written, unless the source is a torch.save zip whose every tensor was recovered
+    or filled and whose structure is plain data."""
+    from ckptrescue.checkpoints import torch_save_writer
+
+    if getattr(fmt, "name", None) != "torch-zip":
+        raise UsageError(f"--torch-save needs a torch.save (zip) checkpoint; this one is "
+                         f"{getattr(fmt, 'name', 'unknown')}")
+    if lost or apart:
+        raise UsageError(f"--torch-save needs every tensor recovered or filled: {len(lost)} "
+                         f"lost, {len(apart)} numerically suspect",
+                         hint="pass --fill-from an earlier step, or load the .safetensors "
+                              "output with strict=False (docs/checkpoints.md)")
+    from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
+    from ckptrescue.checkpoints.formats.torch_zip import probe_zip
+
+    with open_evidence(root) as fh:
+        part = probe_zip(fh, str(root), do_numeric=False)
+    if part.root is None:
+        raise UsageError(f"{root}: its data.pkl does not read: the key structure is lost")
+    try:
+        return torch_save_writer.plan(part.root, {p.name: (tuple(p.rec.shape or ()),
+                                                           str(p.rec.dtype)) for p in planned})
+    except torch_save_writer.Unwritable as exc:
+        raise UsageError(f"--torch-save: {exc}") from None
+
+
+def _write_torch_save(out_dir: Path, name: str, pickled: tuple[bytes, dict[str, str]],
+                      planned: list[_Planned]) -> Path:
+    from ckptrescue.checkpoints import torch_save_writer
+
+    by_name = {p.name: p for p in planned}
+    out_path = out_dir / name
+    if beneath.lexists(out_dir, out_path):
+        raise UsageError(f"{out_path}: already exists; choose a new OUT_DIR")
+    tmp = out_dir / f"{name}.partial"
+    with beneath.open_file(out_dir, tmp, "xb") as out:
+        torch_save_writer.write(out, pickled[0], pickled[1],
+                                lambda n, sink: _copy(sink, by_name[n]))
+        out.flush()
+        os.fsync(out.fileno())
+    beneath.rename(out_dir, tmp, out_path)
+    return out_path
 
 
 def salvage_findings(result: SalvageResult, evidence: str, written: str,

@@ -87,7 +87,12 @@ def answer_line(case: Case) -> str:
                      else "no checkpoint is safe to resume from")
     unsafe: list[str] = []
     lost: dict[str, int] = {}
+    mixed: dict[str, tuple[int, str]] = {}  # salvaged with tensors from another step
     for out in salvage_results(case):
+        if out.get("filled"):
+            key = out.get("checkpoint", "?")
+            mixed[key] = mixed[key.removesuffix(".index")] = (len(out["filled"]),
+                                                             str(out.get("fill_from")))
         n = len(out.get("lost", []))
         if n:
             key = out.get("checkpoint", "?")
@@ -103,9 +108,16 @@ def answer_line(case: Case) -> str:
                             for g in (f.get("details") or {}).get("globals", [])})
             unsafe.append(f"{name} ({', '.join(globs[:3]) or 'unsafe pickle'})")
             continue
-        if path in lost:
-            n = lost[path]
-            parts.append(f"{name} {verdict}: {n} tensor{'s' if n != 1 else ''} lost")
+        if path in lost or path in mixed:
+            bits = []
+            if path in lost:
+                n = lost[path]
+                bits.append(f"{n} tensor{'s' if n != 1 else ''} lost")
+            if path in mixed:
+                n, ref = mixed[path]
+                bits.append(f"salvage mixed, {n} tensor{'s' if n != 1 else ''} from "
+                            f"{_name(ref)}")
+            parts.append(f"{name} {verdict}: " + ", ".join(bits))
             continue
         names = ckpt.get("damaged_tensors", []) + ckpt.get("missing_tensors", []) \
             + ckpt.get("suspect_tensors", [])

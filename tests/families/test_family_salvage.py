@@ -102,7 +102,8 @@ def test_fill_from_earlier_complete_step(ds: Path, tmp_path: Path) -> None:
     step, _ = damaged_step(ds, tmp_path)
     prev = copy(ds / "zero2" / "global_step2", tmp_path / "run" / "global_step2")
     res = salvage(step, tmp_path / "out", fill_from=prev)
-    assert res.lost == [] and res.unaccounted is None and res.clean
+    assert res.lost == [] and res.unaccounted is None
+    assert res.mixed and not res.clean  # filled from another step: mixed, never clean (#28)
     data = json.loads((tmp_path / "out" / "salvage.json").read_text())
     assert data["fill_step"] == 2
     r1 = data["ranks"]["zero_pp_rank_1_mp_rank_00"]["files"][0]
