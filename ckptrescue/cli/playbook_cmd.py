@@ -244,7 +244,8 @@ def _open_case(case_dir: Path | None, *, title: str) -> Case:
 
 
 def _rerun(name: str, case: Case, private: bool) -> str:
-    return (f"with --case {case.root.absolute()}" if private else "the same command")
+    """How to resume: the same command (a private case must then be named)."""
+    return (f"the same command with --case {case.root}" if private else "the same command")
 
 
 def _interrupted(case: Case, name: str, private: bool) -> None:
