@@ -25,7 +25,9 @@ def cli_reference() -> str:
 
     root = typer.main.get_command(app)
     out = ["# CLI reference", "",
-           "Generated from `--help` by `docs/generate.py`; do not edit by hand.", ""]
+           "Generated from `--help` by `docs/generate.py`; do not edit by hand. The conventions",
+           "every command follows (positionals for the things acted on, options for how, one word",
+           "for one thing, stdout/stderr, exit codes) are in [conventions.md](conventions.md).", ""]
 
     def walk(cmd: Any, path: list[str]) -> None:
         ctx = type(cmd).context_class(cmd, info_name=" ".join(path), terminal_width=100)
