@@ -199,9 +199,10 @@ def main() -> None:  # pragma: no cover - `python -m ckptrescue.engine.answer CA
     import sys
     from pathlib import Path
 
+    from ckptrescue.display import shown
     from ckptrescue.record.case import Case
 
-    print(answer_line(Case.open(Path(sys.argv[1]))))
+    print(shown(answer_line(Case.open(Path(sys.argv[1])))))  # names shown, never obeyed
 
 
 if __name__ == "__main__":  # pragma: no cover
