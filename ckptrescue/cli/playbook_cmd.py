@@ -47,6 +47,7 @@ def show(name: Annotated[str, typer.Argument(help="Playbook name or file.")],
     """
     from ckptrescue.actions import registry
     from ckptrescue.playbook import load
+    from ckptrescue.playbook.describe import value_text, when_text
 
     book = load.load_file(load.resolve(name))
     actions = registry()
@@ -67,12 +68,13 @@ def show(name: Annotated[str, typer.Argument(help="Playbook name or file.")],
     say("")
     say("parameters:")
     for p in book.parameters:
-        req = "required" if p.required and p.default is None else f"default {p.default!r}"
+        req = "required" if p.required and p.default is None else \
+            f"default {value_text(p.default)}"
         say(f"  {p.name:<16} {p.type:<14} {req:<16} {p.description}")
     say("steps:")
     for s in book.steps:
         cap = actions[s.action].capability if s.action in actions else "?"
-        cond = f"  when {s.when}" if s.when is not None else ""
+        cond = f"  (only when {when_text(s.when)})" if s.when is not None else ""
         say(f"  {s.id:<16} {s.action:<14} [{cap}] {s.title}{cond}")
 
 
@@ -169,7 +171,10 @@ def run(
         else:
             say(f"plan {plan.playbook.name} (run key {plan.run_key}):")
             for d in steps:
-                cond = f"   [when {d.when}]" if d.when is not None else ""
+                cond = f"   — only when {d.condition}" if d.condition else ""
+                if d.decided is not None:
+                    cond += " (runs with these parameters)" if d.decided else \
+                        " (skipped with these parameters)"
                 say(f"  {d.step.id} [{d.step.action}]{cond}")
                 for line in d.lines:
                     say(f"      $ {line}")

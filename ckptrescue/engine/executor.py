@@ -30,7 +30,7 @@ from ckptrescue.engine.events import (
 )
 from ckptrescue.errors import CkptRescueError, PlaybookError
 from ckptrescue.model import Finding
-from ckptrescue.playbook import load, params
+from ckptrescue.playbook import describe, load, params
 from ckptrescue.playbook.lint import lint
 from ckptrescue.playbook.schema import REF_RE, Playbook, Step
 from ckptrescue.record import findings_table
@@ -59,6 +59,8 @@ class DryRunStep:
     step: Step
     lines: list[str] = field(default_factory=list)
     when: Any = None
+    condition: str = ""           # ``when`` in words (playbook/describe.py); "" when none
+    decided: bool | None = None   # what the parameters alone decide (None: the run decides)
 
 
 def prepare(playbook: Playbook | str | Path, given: dict[str, Any]) -> Plan:
@@ -183,7 +185,15 @@ def dry_run(plan: Plan) -> list[DryRunStep]:
             return value
 
         args = type(action).with_defaults(partial(step.args))
-        out.append(DryRunStep(step=step, lines=action.plan(args), when=step.when))
+        decided = None
+        if step.when is not None and not describe.depends_on_steps(step.when):
+            try:
+                decided = evaluate_when(step.when, plan.params, {}, {})
+            except (_Unresolved, PlaybookError, TypeError, ValueError):
+                decided = None
+        out.append(DryRunStep(step=step, lines=action.plan(args), when=step.when,
+                              condition=describe.when_text(step.when)
+                              if step.when is not None else "", decided=decided))
     return out
 
 

@@ -40,6 +40,10 @@ class CkptRescueApp(App[None]):
     CSS = CSS
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Tab moves focus before the next key is routed (a priority binding, run as the key
+        # arrives): a responder typing straight on lands in the new field, never the old one
+        Binding("tab", "focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "focus_previous", "Previous field", show=False, priority=True),
         Binding("f1", "guided", "New run", show=False),
         Binding("f7", "findings", "Findings", show=False),
         Binding("f8", "report", "Report", show=False),
@@ -75,13 +79,21 @@ class CkptRescueApp(App[None]):
         assert self.case is not None
         recent.remember(self.case.root)
         manifest = self.case.manifest
-        self.sub_title = manifest.get("title") or self.case.root.name
+        title = str(manifest.get("title") or self.case.root.name)
         while len(self.screen_stack) > 2:
             self.pop_screen()
         if len(self.screen_stack) == 2:
-            self.switch_screen(ScenarioScreen())
+            done = self.switch_screen(ScenarioScreen())
         else:
-            self.push_screen(ScenarioScreen())
+            done = self.push_screen(ScenarioScreen())
+
+        async def show_title() -> None:
+            # after the screens it replaces are gone: a header being removed must not be
+            # asked to show the new title (Textual raises NoMatches from its watcher)
+            await done
+            self.sub_title = title
+
+        self.run_worker(show_title(), group="case-title", exclusive=True)
 
     # -- actions --------------------------------------------------------------------------------
     def _need_case(self) -> bool:

@@ -33,6 +33,11 @@ class FormField:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def is_switch(self) -> bool:
+        """A yes/no value: a checkbox on the form, never a text box holding ``False``."""
+        return self.spec.type in BOOLEAN_TYPES
+
 
 def parameter_spec(param: Parameter) -> ArgSpec:
     """A playbook parameter as an argument spec (its type is one of the playbook's types)."""
@@ -40,12 +45,29 @@ def parameter_spec(param: Parameter) -> ArgSpec:
                    help=param.description)
 
 
+BOOLEAN_TYPES = frozenset({"boolean", "bool"})
+
+
+def switch_initial(spec: ArgSpec) -> bool:
+    """The checkbox's first state: the default read as a yes/no value."""
+    default = spec.default
+    if isinstance(default, bool):
+        return default
+    return str(default or "").strip().lower() in {"true", "yes", "1", "on"}
+
+
 def form_field(spec: ArgSpec) -> FormField:
     need = "required" if spec.required and spec.default is None else "optional"
-    label = f"{spec.name} ({spec.type}, {need}): {spec.help}"
+    if spec.type in BOOLEAN_TYPES:
+        label = f"{spec.name}: {spec.help}"
+    else:
+        label = f"{spec.name} ({spec.type}, {need}): {spec.help}"
     if spec.advanced:
         label += " [advanced]"
-    initial = "" if spec.default in (None, "") else str(spec.default)
+    if spec.type in BOOLEAN_TYPES:
+        initial = "true" if switch_initial(spec) else "false"
+    else:
+        initial = "" if spec.default in (None, "") else str(spec.default)
     picker = EVIDENCE_TYPES.get(spec.type) or (EVIDENCE_TYPES["path"]
                                                if spec.item in ("path", "location")
                                                and spec.type == "list"
@@ -92,9 +114,11 @@ def convert(spec: ArgSpec, raw: str) -> Any:
 
 def check_value(spec: ArgSpec, raw: str) -> tuple[bool, str]:
     """(ok, message) for one typed value, using the playbook layer's own validation."""
+    from ckptrescue.playbook.describe import value_text
+
     if not raw.strip():
         if spec.default is not None:
-            return True, f"default: {spec.default!r}"
+            return True, f"default: {value_text(spec.default)}"
         if spec.required:
             return False, "required"
         return True, "optional"
@@ -102,4 +126,4 @@ def check_value(spec: ArgSpec, raw: str) -> tuple[bool, str]:
         value = convert(spec, raw.strip())
     except CkptRescueError as exc:
         return False, exc.message
-    return True, "ok" if str(value) == raw.strip() else f"ok: {value}"
+    return True, "ok" if str(value) == raw.strip() else f"ok: {value_text(value)}"

@@ -229,3 +229,46 @@ def sector_map_lines(bsm: dict[str, Any] | None, width: int = 60) -> list[str]:
         for label in r.get("labels") or ["(not located: run the locate step)"]:
             lines.append(f"   -> {label}")
     return lines
+
+
+# What a case is about decides how its tree speaks: a dataset case has no checkpoints to probe.
+DATASET_ACTIONS = frozenset({"manifest.audit", "manifest.build", "manifest.update",
+                             "dataset.verify", "dataset.compare", "dataset.profile",
+                             "dataset.quarantine", "recover", "watch.pass", "gate",
+                             "store.verify", "store.history", "store.preserve", "store.restore"})
+CHECKPOINT_ACTIONS = frozenset({"probe", "rank", "salvage", "locate", "trainstate"})
+
+
+@dataclass(frozen=True)
+class TreeWords:
+    """The evidence branch's wording for one case."""
+
+    root: str            # the branch's label
+    empty: str | None    # the leaf when the case has no evidence group (None: no leaf)
+    no_checkpoints: str | None  # the leaf under an evidence item without checkpoints
+
+
+def tree_words(model: dict[str, Any]) -> TreeWords:
+    """``Evidence -> checkpoints -> tensors`` only when the case is about checkpoints; a dataset
+    case's evidence is just "Evidence", its steps listed under "Dataset steps"."""
+    actions = {str(e.get("action")) for e in model.get("examined") or []}
+    about_checkpoints = bool(model.get("checkpoints")) or bool(actions & CHECKPOINT_ACTIONS)
+    if about_checkpoints:
+        return TreeWords("Evidence -> checkpoints -> tensors", "(no checkpoint probed yet)",
+                         "(no checkpoint probed in it)")
+    if actions & DATASET_ACTIONS:
+        return TreeWords("Evidence", "(no evidence item recorded)", None)
+    if actions - {"safety.kernel"}:
+        return TreeWords("Evidence", "(no evidence item recorded)", None)
+    return TreeWords("Evidence", "(nothing examined yet: F1 starts a guided run)", None)
+
+
+def dataset_steps(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dataset steps the case ran (what was examined), in order, for the tree."""
+    return [e for e in model.get("examined") or [] if e.get("action") in DATASET_ACTIONS]
+
+
+def step_label(row: dict[str, Any]) -> str:
+    icon = STATUS_ICON.get(str(row.get("status")), "·")
+    note = f": {row['note']}" if row.get("note") else ""
+    return f"{icon} {row.get('step')} [{row.get('action')}] {row.get('status')}{note}"

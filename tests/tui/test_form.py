@@ -15,7 +15,8 @@ def test_an_actions_form_is_its_command_line_arguments() -> None:
     paths = fields[0]
     assert paths.picker == "paths" and paths.label.startswith("paths (list, required): ")
     numeric = next(f for f in fields if f.name == "numeric")
-    assert numeric.initial == "True" and numeric.picker is None
+    assert numeric.initial == "true" and numeric.picker is None and numeric.is_switch
+    assert not paths.is_switch and "(boolean" not in numeric.label
     assert numeric.spec is next(a for a in probe.args if a.name == "numeric")
 
 
@@ -34,4 +35,4 @@ def test_values_are_checked_by_type() -> None:
     assert form.check_value(timeout, "1.5") == (True, "ok")
     assert form.check_value(timeout, "soon")[0] is False
     assert form.check_value(argv, "") == (False, "required")
-    assert form.check_value(argv, "xfs_db -r 'sb 0'") == (True, "ok: ['xfs_db', '-r', 'sb 0']")
+    assert form.check_value(argv, "xfs_db -r 'sb 0'") == (True, "ok: xfs_db -r 'sb 0'")

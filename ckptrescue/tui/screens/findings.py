@@ -20,9 +20,12 @@ from ckptrescue.tui.messages import CaseDataLoaded
 from ckptrescue.tui.viewmodel import (
     VERDICT_ICON,
     checkpoint_label,
+    dataset_steps,
     finding_lines,
     group_checkpoints,
     sector_map_lines,
+    step_label,
+    tree_words,
 )
 
 SEVERITIES = ("critical", "error", "warning", "info")
@@ -127,8 +130,8 @@ class FindingsScreen(Screen[None]):
         tree = self.query_one("#tree", Tree)
         tree.clear()
         groups = group_checkpoints(model, message.mounts, message.probed_roots)
-        evidence = tree.root.add("Evidence -> checkpoints -> tensors", expand=True,
-                                 data={"kind": "help"})
+        words = tree_words(model)
+        evidence = tree.root.add(words.root, expand=True, data={"kind": "help"})
         for g in groups:
             node = evidence.add(Text(g.label), expand=True, data={"kind": "evidence", **g.detail})
             root = g.detail.get("mountpoint") or g.detail.get("path")
@@ -138,10 +141,15 @@ class FindingsScreen(Screen[None]):
                     root = m.get("mountpoint")
             for ckpt in g.checkpoints:
                 self._add_checkpoint(node, ckpt, root)
-            if not g.checkpoints:
-                node.add_leaf(Text("(no checkpoint probed in it)"), data=node.data)
-        if not groups:
-            evidence.add_leaf(Text("(no checkpoint probed yet)"))
+            if not g.checkpoints and words.no_checkpoints:
+                node.add_leaf(Text(words.no_checkpoints), data=node.data)
+        if not groups and words.empty:
+            evidence.add_leaf(Text(words.empty))
+        steps = dataset_steps(model)
+        if steps:
+            node = tree.root.add("Dataset steps", expand=True, data={"kind": "help"})
+            for row in steps:
+                node.add_leaf(Text(step_label(row)), data={"kind": "step", "step": row})
         tree.root.add_leaf("Bad-sector map", data={"kind": "map"})
         by_sev = model.get("findings_by_severity") or {}
         total = sum(len(v) for v in by_sev.values())
@@ -287,6 +295,11 @@ class FindingsScreen(Screen[None]):
             return lines
         if kind == "spot":
             return spot_lines(data["spot"])
+        if kind == "step":
+            row = data["step"]
+            return [f"step {row.get('step')} [{row.get('action')}]",
+                    f"status: {row.get('status')}", f"findings: {row.get('findings')}",
+                    str(row.get("note") or ""), "", "F8: the report, with its results."]
         if kind == "dataset_content":
             d = data["dataset_content"]
             lines = [str(d.get("answer")), f"{d.get('tests_run')} tests, mode {d.get('mode')}",

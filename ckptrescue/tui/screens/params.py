@@ -8,16 +8,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Static
+from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Static
 
 from ckptrescue.display import shown
 from ckptrescue.engine.action import ArgSpec
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui import form
+from ckptrescue.tui.widgets.fields import FieldCheckbox, FieldInput, after_typed
 
 if TYPE_CHECKING:
     from ckptrescue.playbook.schema import Parameter, Playbook
@@ -39,12 +41,16 @@ class ParamsScreen(Screen[None]):
     ParamsScreen .param-row Input { width: 1fr; }
     ParamsScreen .param-row Button { width: 12; min-width: 12; }
     ParamsScreen .check { height: auto; }
+    ParamsScreen .param-switch { margin-top: 1; }
     ParamsScreen #actions { height: 3; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f2", "pick", "Pick evidence"),
         Binding("f5", "preview", "Plan preview"),
         Binding("escape", "app.pop_screen", "Back"),
+        # Enter in a text field moves on at once (a priority binding, handled before the next
+        # key is routed): typing straight on never lands in the field just left
+        Binding("enter", "next_field", "Next field", show=False, priority=True),
     ]
 
     def __init__(self, playbook: Playbook, values: dict[str, str] | None = None) -> None:
@@ -61,12 +67,19 @@ class ParamsScreen(Screen[None]):
             if not self.fields:
                 yield Static("This playbook takes no parameters.", classes="hint")
             for f in self.fields.values():
+                if f.is_switch:
+                    yield FieldCheckbox(f.label, value=self.initial.get(f.name, f.initial)
+                                   .strip().lower() in {"true", "yes", "1", "on"},
+                                   id=f"p-{f.name}", classes="param-switch")
+                    continue
                 yield Label(f.label, classes="param-label", markup=False)
                 with Horizontal(classes="param-row"):
-                    yield Input(value=self.initial.get(f.name, f.initial), id=f"p-{f.name}",
+                    yield FieldInput(value=self.initial.get(f.name, f.initial), id=f"p-{f.name}",
                                 placeholder=f.placeholder)
                     if f.picker:
-                        yield Button("Pick (F2)", id=f"pick-{f.name}")
+                        pick = Button("Pick (F2)", id=f"pick-{f.name}")
+                        pick.can_focus = False  # Tab goes field to field; F2 or a click picks
+                        yield pick
                 yield Static("", id=f"c-{f.name}", classes="check", markup=False)
             yield Static("", id="form-error", classes="error", markup=False)
             with Horizontal(id="actions"):
@@ -78,9 +91,14 @@ class ParamsScreen(Screen[None]):
             field.cursor_blink = not self.app.is_headless
         for f in self.fields.values():
             self._check(f)
-        inputs = list(self.query(Input))
-        if inputs:
-            inputs[0].focus()
+        controls = self._controls()
+        if controls:
+            controls[0].focus()
+
+    def _controls(self) -> list[Input | Checkbox]:
+        """The form's fields in order (text boxes and checkboxes)."""
+        return [w for w in self.query("#form Input, #form Checkbox")
+                if isinstance(w, Input | Checkbox)]
 
     # -- validation --------------------------------------------------------------------------
     def _param(self, input_id: str | None) -> form.FormField | None:
@@ -89,6 +107,8 @@ class ParamsScreen(Screen[None]):
         return self.fields.get(input_id.split("-", 1)[1])
 
     def _check(self, param: form.FormField) -> bool:
+        if param.is_switch:
+            return True  # a checkbox holds yes or no: nothing to check
         raw = self.query_one(f"#p-{param.name}", Input).value
         ok, message = form.check_value(param.spec, raw)
         check = self.query_one(f"#c-{param.name}", Static)
@@ -103,18 +123,26 @@ class ParamsScreen(Screen[None]):
         if param is not None:
             self._check(param)
 
-    @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
-        inputs = list(self.query(Input))
-        index = inputs.index(event.input)
-        if index + 1 < len(inputs):
-            inputs[index + 1].focus()
-        else:
-            self.action_preview()
+    def action_next_field(self) -> None:
+        """Enter in a text field: the next field, or the plan after the last one."""
+        focused = self.focused
+        controls = self._controls()
+        if not isinstance(focused, Input) or focused not in controls:
+            raise SkipAction()  # buttons, checkboxes: their own Enter
+        index = controls.index(focused)
+        if index + 1 < len(controls):
+            self.set_focus(controls[index + 1])  # now (Widget.focus() would wait for the queue)
+        else:  # the plan, once every field holds what was typed before this Enter
+            after_typed(controls, lambda: self.action_preview() if self.is_current else None)
 
     def values(self) -> dict[str, str]:
-        return {name: self.query_one(f"#p-{name}", Input).value.strip()
-                for name in self.fields}
+        out = {}
+        for name, f in self.fields.items():
+            if f.is_switch:
+                out[name] = "true" if self.query_one(f"#p-{name}", Checkbox).value else "false"
+            else:
+                out[name] = self.query_one(f"#p-{name}", Input).value.strip()
+        return out
 
     # -- evidence picker ----------------------------------------------------------------------
     def action_pick(self, name: str | None = None) -> None:

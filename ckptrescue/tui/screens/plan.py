@@ -14,23 +14,33 @@ from textual.widgets import Button, Footer, Header, Static
 from ckptrescue.display import shown_text
 
 if TYPE_CHECKING:
-    from ckptrescue.engine.executor import Plan
+    from ckptrescue.engine.executor import DryRunStep, Plan
 
 
 def plan_lines(plan: Plan) -> list[str]:
-    """The dry run as text (the same content as ``playbook run --dry-run``)."""
+    """The dry run as text (the same content as ``playbook run --dry-run``), in words: values
+    and conditions as a person reads them, never a Python repr."""
     from ckptrescue.engine import executor as engine
+    from ckptrescue.playbook.describe import value_text
 
     lines = [f"playbook {plan.playbook.name}   run key {plan.run_key}", "parameters:"]
     for name, value in plan.params.items():
-        lines.append(f"  {name} = {value!r}")
+        lines.append(f"  {name}: {value_text(value)}")
     lines.append("steps:")
     for i, d in enumerate(engine.dry_run(plan), 1):
-        cond = f"   [when {d.when}]" if d.when is not None else ""
-        lines.append(f"{i:>2}. {d.step.id} [{d.step.action}]{cond}")
+        lines.append(f"{i:>2}. {d.step.id} [{d.step.action}]{condition_suffix(d)}")
         for line in d.lines:
             lines.append(f"      $ {line}")
     return lines
+
+
+def condition_suffix(d: DryRunStep) -> str:
+    """``   — only when s3_url is given (skipped with these parameters)``."""
+    if not d.condition:
+        return ""
+    verdict = "" if d.decided is None else (
+        " (runs with these parameters)" if d.decided else " (skipped with these parameters)")
+    return f"   — only when {d.condition}{verdict}"
 
 
 class ConfirmRun(ModalScreen[bool]):

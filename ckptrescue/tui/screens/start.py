@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -16,6 +17,7 @@ from textual.widgets.option_list import Option
 from ckptrescue.display import shown
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui.recent import RecentCase, recent_cases
+from ckptrescue.tui.widgets.fields import FieldInput, after_typed
 
 
 class StartScreen(Screen[None]):
@@ -33,6 +35,9 @@ class StartScreen(Screen[None]):
         Binding("ctrl+o", "open_case", "Open case"),
         Binding("ctrl+n", "create_case", "Create case"),
         Binding("escape", "back", "Back", show=False),
+        # Enter in a field acts at once (a priority binding, handled before the next key is
+        # routed): "INC-1<enter>probe my run" puts the title in the title field
+        Binding("enter", "enter_field", "Next", show=False, priority=True),
     ]
 
     def __init__(self) -> None:
@@ -44,10 +49,10 @@ class StartScreen(Screen[None]):
         with Vertical(id="start"):
             yield Static("Open a case directory, or create a new one for this incident.",
                          classes="title")
-            yield Input(placeholder="case directory, e.g. /cases/INC-042", id="case-dir")
+            yield FieldInput(placeholder="case directory, e.g. /cases/INC-042", id="case-dir")
             with Horizontal(id="names"):
-                yield Input(placeholder="incident title (new case)", id="title")
-                yield Input(placeholder="examiner (new case)", id="examiner")
+                yield FieldInput(placeholder="incident title (new case)", id="title")
+                yield FieldInput(placeholder="examiner (new case)", id="examiner")
             with Horizontal(id="buttons"):
                 yield Button("Open (ctrl+o)", id="open", variant="primary")
                 yield Button("Create (ctrl+n)", id="create", variant="success")
@@ -126,13 +131,32 @@ class StartScreen(Screen[None]):
     def _create_pressed(self) -> None:
         self.action_create_case()
 
-    @on(Input.Submitted, "#case-dir")
-    def _dir_submitted(self) -> None:
-        path = self._path()
-        if path is not None and (path / "case.json").is_file():
-            self.action_open_case()
+    def action_enter_field(self) -> None:
+        """Enter moves on at once (case directory -> title -> examiner), so the keys typed after
+        it land in the next field; what Enter decides (open an existing case, create the new
+        one) waits until the fields have every key typed before it. Elsewhere (buttons, the
+        recent list) Enter is theirs."""
+        focused = self.focused
+        if not isinstance(focused, Input) or focused.id not in {"case-dir", "title", "examiner"}:
+            raise SkipAction()
+        fields = [self.query_one(f"#{name}", Input) for name in ("case-dir", "title", "examiner")]
+        if focused.id == "case-dir":
+            self.set_focus(fields[1])  # now (Widget.focus() would wait for the queue)
+            after_typed(fields[:1], self._open_if_case)
+        elif focused.id == "title":
+            self.set_focus(fields[2])
         else:
-            self.query_one("#title", Input).focus()
+            after_typed(fields, self._create_if_current)
+
+    def _open_if_case(self) -> None:
+        raw = self.query_one("#case-dir", Input).value.strip()
+        path = self._path() if raw else None
+        if self.is_current and path is not None and (path / "case.json").is_file():
+            self.action_open_case()
+
+    def _create_if_current(self) -> None:
+        if self.is_current:
+            self.action_create_case()
 
     @on(OptionList.OptionSelected, "#recent")
     def _recent_selected(self, event: OptionList.OptionSelected) -> None:

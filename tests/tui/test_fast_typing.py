@@ -1,0 +1,242 @@
+"""A responder types at full speed: every key of a burst reaches the app before it handles the
+first (``burst`` queues them all, unlike ``pilot.press`` which waits after each key). Tab and
+Enter must move on before the next key is routed, or the title lands in the case directory's
+name (``INC-1probe my run``). The parameters form shows a yes/no value as a checkbox; the plan
+preview shows values and conditions in words, never a Python repr; a dataset case's tree does
+not talk about checkpoints."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from conftest import drive, screen_text, tree_labels, wait_for
+
+from ckptrescue.record.case import Case
+
+REPR = re.compile(r"\{'|'\}|\[when |(: | = )(True|False|None)$|\['", re.M)
+
+
+def burst(app: Any, keys: list[str]) -> None:
+    """Queue every key at once, as a fast typist's terminal delivers them."""
+    from textual import events
+
+    for key in keys:
+        name = {" ": "space", "\t": "tab", "-": "minus", "/": "slash", ".": "full_stop",
+                "_": "underscore"}.get(key, key)
+        char = key if len(key) == 1 else {"tab": "\t", "enter": "\r", "space": " "}.get(key)
+        event = events.Key(name, char)
+        event.set_sender(app)
+        app._driver.send_message(event)  # noqa: SLF001 - the driver is where a terminal's keys arrive
+
+
+def text(s: str) -> list[str]:
+    return list(s)
+
+
+def test_typing_straight_on_after_tab_lands_in_the_new_field(tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.scenario import ScenarioScreen
+
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    app = make_app(None, cases_root=cases)
+
+    async def script(pilot: Any) -> None:
+        await pilot.pause()
+        burst(app, [*text("INC-1"), "tab", *text("probe my run"), "tab", *text("alice")])
+        await wait_for(pilot, lambda: app.screen.query_one("#examiner", Input).value == "alice",
+                       10, "the burst to be handled")
+        values = {i.id: i.value for i in app.screen.query(Input)}
+        assert values == {"case-dir": "INC-1", "title": "probe my run", "examiner": "alice"}
+        burst(app, ["shift+tab", "end", *text(" 7")])  # back one field, straight on
+        await wait_for(pilot, lambda: app.screen.query_one("#title", Input).value.endswith("7"),
+                       10, "shift+tab")
+        assert app.screen.query_one("#title", Input).value == "probe my run 7"
+        burst(app, ["ctrl+n"])
+        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen)
+                       and app.sub_title == "probe my run 7", 10, "the case, titled")
+        await pilot.pause()
+
+    drive(app, script)
+    assert [p.name for p in cases.iterdir()] == ["INC-1"]
+    manifest = json.loads((cases / "INC-1" / "case.json").read_text())
+    assert manifest["title"] == "probe my run 7" and manifest["examiner"] == "alice"
+
+
+def test_editing_keys_apply_in_the_order_typed(tmp_path: Path) -> None:
+    """Backspace and the arrows are the field's own bindings: at full speed they still apply
+    between the characters typed around them."""
+    from textual.widgets import Input
+
+    from ckptrescue.tui.app import make_app
+
+    app = make_app(None, cases_root=tmp_path)
+
+    async def script(pilot: Any) -> None:
+        await pilot.pause()
+        burst(app, [*text("INC-19"), "backspace", *text("2"), "left", "left", *text("X"),
+                    "end", *text("!")])
+        await wait_for(pilot, lambda: app.screen.query_one("#case-dir", Input).value
+                       .endswith("!"), 10, "the burst")
+        assert app.screen.query_one("#case-dir", Input).value == "INC-X12!"
+
+    drive(app, script)
+
+
+def test_enter_moves_on_at_once_and_creates_the_case(tmp_path: Path) -> None:
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.scenario import ScenarioScreen
+
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    app = make_app(None, cases_root=cases)
+
+    async def script(pilot: Any) -> None:
+        await pilot.pause()
+        burst(app, [*text("INC-2"), "enter", *text("disk died"), "enter", *text("bob"),
+                    "enter"])
+        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen)
+                       and app.sub_title == "disk died", 10, "the case, titled")
+        await pilot.pause()
+
+    drive(app, script)
+    manifest = json.loads((cases / "INC-2" / "case.json").read_text())
+    assert (manifest["title"], manifest["examiner"]) == ("disk died", "bob")
+
+
+def test_parameters_typed_at_full_speed_and_a_boolean_is_a_checkbox(tmp_path: Path) -> None:
+    from textual.widgets import Checkbox, Input
+
+    from ckptrescue.playbook import load
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.params import ParamsScreen
+    from ckptrescue.tui.screens.plan import PlanScreen
+
+    run = tmp_path / "run"
+    run.mkdir()
+    case = Case.create(tmp_path / "case", title="t")
+    app = make_app(case)
+    book = load.load_file(load.resolve("probe-checkpoints"))
+
+    async def script(pilot: Any) -> None:
+        from ckptrescue.tui.screens.scenario import ScenarioScreen
+
+        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
+        await app.push_screen(ParamsScreen(book))
+        await pilot.pause()
+        screen = app.screen
+        load_box = screen.query_one("#p-load")
+        assert isinstance(load_box, Checkbox) and load_box.value is False
+        assert not [i for i in screen.query(Input) if i.value in {"False", "True"}]
+        # the path, Tab, Space ticks the box, Tab back, straight on: all at full speed
+        burst(app, [*text(str(run)), "tab", "space", "shift+tab", "end", *text("/.")])
+        await wait_for(pilot, lambda: screen.query_one("#p-run_dir", Input).value.endswith("."),
+                       10, "the burst")
+        assert screen.values() == {"run_dir": f"{run}/.", "load": "true"}
+        burst(app, ["f5"])
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 10, "the plan")
+        plan = screen_text(app)
+        assert "load: yes" in plan, plan
+        assert "salvage [salvage]   — only when step probe ended with findings" in plan
+        assert not REPR.search(plan), REPR.search(plan)
+
+    drive(app, script)
+
+
+def test_enter_through_the_form_reaches_the_plan_with_every_key(tmp_path: Path) -> None:
+    """Enter moves field to field at once; on the last field it opens the plan only after the
+    fields hold every key typed before it."""
+    from ckptrescue.playbook import load
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.params import ParamsScreen
+    from ckptrescue.tui.screens.plan import PlanScreen
+
+    data = tmp_path / "data"
+    data.mkdir()
+    manifest = tmp_path / "m.sha256"
+    manifest.write_text("")
+    case = Case.create(tmp_path / "case", title="t")
+    app = make_app(case)
+    book = load.load_file(load.resolve("dataset-audit"))
+
+    async def script(pilot: Any) -> None:
+        from ckptrescue.tui.screens.scenario import ScenarioScreen
+
+        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
+        await app.push_screen(ParamsScreen(book))
+        await pilot.pause()
+        burst(app, [*text(str(data)), "enter", *text(str(manifest)), "enter", "enter",
+                    *text(str(tmp_path / "rec")), "enter", *text("http://127.0.0.1:9"),
+                    "enter"])
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 10, "the plan")
+        params = app.screen.plan.params
+        assert (params["dir"], params["manifest"]) == (str(data), str(manifest))
+        assert params["recovery_dir"] == str(tmp_path / "rec")
+        assert params["endpoint_url"] == "http://127.0.0.1:9" and params["backups"] == ""
+        await pilot.pause()  # let the plan screen finish mounting before the app exits
+
+    drive(app, script)
+
+
+def test_the_plan_and_dry_run_read_as_words(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from cli_helpers import run_cli
+
+    from ckptrescue.engine import executor as engine
+    from ckptrescue.tui.screens.plan import plan_lines
+
+    image = tmp_path / "disk.img"
+    image.write_bytes(b"\0" * 4096)
+    plan = engine.prepare("full-incident", {"source": str(image), "image_dest": str(tmp_path),
+                                            "s3_url": "s3://bucket/run"})
+    lines = "\n".join(plan_lines(plan))
+    assert not REPR.search(lines), REPR.search(lines)
+    assert "s3_verify [s3.verify]   — only when s3_url is given (runs with these parameters)" \
+        in lines
+    assert ("s3_history [s3.history]   — only when s3_key_url is given and known_good is "
+            "given (skipped with these parameters)") in lines
+    assert "health_before_image: no" in lines
+    res = run_cli("playbook", "run", "full-incident", "--dry-run", "--case",
+                  str(tmp_path / "c"), "-p", f"source={image}", "-p", f"image_dest={tmp_path}")
+    assert res.returncode == 0, res.stderr
+    shown = res.stdout + res.stderr
+    assert "locate [locate]   — only when image.bad_ranges is not empty" in shown
+    assert not REPR.search(shown), REPR.search(shown)
+
+
+def test_a_dataset_case_tree_does_not_talk_about_checkpoints(tmp_path: Path) -> None:
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.findings import FindingsScreen
+
+    case = Case.create(tmp_path / "case", title="shards rotting")
+    data = tmp_path / "data"
+    data.mkdir()
+    case.ensure_evidence(data, how="examined in place (read-only)")
+    sha = case.store_artifact(json.dumps({"counts": {"ok": 9, "corrupted": 1}}).encode(),
+                              name="audit.json", kind="result:manifest.audit")
+    case.log("step.finished", {"run_key": "r1", "step": "audit", "action": "manifest.audit",
+                               "status": "findings", "summary": "9 ok, 1 corrupted",
+                               "outputs_sha256": sha}, artifacts=[sha])
+    app = make_app(case)
+
+    async def script(pilot: Any) -> None:
+        await pilot.pause()
+        app.action_findings()
+        await wait_for(pilot, lambda: isinstance(app.screen, FindingsScreen)
+                       and app.screen.model is not None, 30, "the findings tree")
+        from textual.widgets import Tree
+
+        labels = tree_labels(app.screen.query_one("#tree", Tree))
+        shown = "\n".join(labels) + screen_text(app)
+        assert "no checkpoint probed" not in shown and "checkpoints -> tensors" not in shown
+        assert any("manifest.audit" in label and "9 ok, 1 corrupted" in label
+                   for label in labels), labels
+
+    drive(app, script)
