@@ -60,6 +60,10 @@ def __getattr__(name: str) -> Any:
 
 
 FREEZE_CHECKLIST = [
+    "Isolate the node from the network, keep it powered: cordon or drain it from the scheduler "
+    "and cut its network (switch port, security group) so no job, sync or remote hand writes "
+    "to it; do not power it off or reboot (volatile state and a failing disk's last spin-up "
+    "are lost).",
     "Stop the writers listed here (training jobs first, then sync/backup agents): pause or "
     "cancel them through their scheduler; do not kill -9 a job that is mid-checkpoint unless "
     "you accept a torn file.",
@@ -70,7 +74,8 @@ FREEZE_CHECKLIST = [
     "Do not restart services, reboot, remount read-write, run fsck/xfs_repair, or drop caches.",
     "Do not delete or rewrite checkpoints; write nothing to the affected volume.",
     "Preserve first: `ckptrescue image` (block device) or `ckptrescue copy` (mounted volume) "
-    "onto separate media, then inspect read-only.",
+    "onto separate media, before any diagnostic (SMART/NVMe health reads too), then inspect "
+    "read-only.",
 ]
 
 
