@@ -4,8 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ckptrescue-setup
+# zfs-fuse: a real userspace ZFS (pool version 23) for the ZFS tests (docs/storage.md); not on a
+# host that has OpenZFS's zfsutils-linux, whose zpool/zfs it would collide with.
+ZFS_FUSE := $(if $(shell dpkg-query -W -f='$${Status}' zfsutils-linux 2>/dev/null | grep -q "install ok installed" && echo openzfs),,zfs-fuse)
 APT_PACKAGES := gddrescue xfsprogs e2fsprogs btrfs-progs util-linux rsync smartmontools nvme-cli dmsetup lvm2 \
-                libfuse2 chromium tmux bubblewrap dosfstools nodejs sshfs openssh-server
+                libfuse2 chromium tmux bubblewrap dosfstools nodejs sshfs openssh-server $(ZFS_FUSE)
 DEMO_DIR ?= demo-out
 # Azurite (the Azure Blob emulator of tests/stores) from npm, under build/, only for setup/test.
 AZURITE_VERSION := 3.35.0

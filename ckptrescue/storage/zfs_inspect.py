@@ -7,7 +7,7 @@ MEMBER``: imports nothing)."""
 from __future__ import annotations
 
 import os
-import shutil
+import re
 from typing import Any
 
 from ckptrescue.effects.runner import SubprocessRunner
@@ -46,16 +46,17 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
         out += label_findings(rep, ev)
     guid = str((facts.get("label") or {}).get("pool_guid") or fsinfo.get("UUID") or "")
     name = str((facts.get("label") or {}).get("pool") or fsinfo.get("LABEL") or "")
-    if shutil.which("zpool") is None or not os.path.exists("/dev/zfs"):
-        facts["zfs_tools"] = ("zpool not installed" if shutil.which("zpool") is None
-                              else "ZFS kernel module not loaded (no /dev/zfs)")
-        return facts, out
     from ckptrescue.storage import zfs_pool
 
+    kind, why = zfs_pool.implementation()
+    if kind is None:
+        facts["zfs_tools"] = why
+        return facts, out
+    facts["zfs_implementation"] = kind
     live = {g: n for n, g in zfs_pool.imported_pools(runner).items()}
     pool = live.get(guid)
     if pool is None:
-        res = _run(runner, "zpool", "import", "-d", node, purpose="import scan (imports nothing)")
+        res = _import_scan(runner, node, kind)
         facts["import_scan_rc"] = res.returncode
         found = [p for p in zpool_status.parse(res.stdout) if p.pool == name] or \
             zpool_status.parse(res.stdout)
@@ -66,6 +67,10 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
         return facts, out
     facts["pool"] = pool
     res = _run(runner, "zpool", "status", "-vP", pool, purpose="zfs pool status")
+    if res.returncode != 0 and "invalid option 'P'" in res.stderr:
+        # zfs-fuse (and ZFS before -P): no full-path option; file vdevs print full paths anyway
+        res = _run(runner, "zpool", "status", "-v", pool, purpose="zfs pool status (no -P here)")
+        facts["zpool_status_form"] = "-v (this zpool has no -P)"
     facts["zpool_status_rc"] = res.returncode
     pools = zpool_status.parse(res.stdout)
     vdev_paths = [v.name for p in pools for v in p.vdevs if v.name.startswith("/")]
@@ -75,8 +80,8 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
                                       "a clone; its live state is not this evidence's")
         return facts, out
     js = _run(runner, "zpool", "status", "-j", "--json-int", "-vP", pool,
-              purpose="zfs pool status (JSON, OpenZFS >= 2.3)")
-    if js.returncode == 0:
+              purpose="zfs pool status (JSON, OpenZFS >= 2.3)") if kind == "openzfs" else None
+    if js is not None and js.returncode == 0:
         from ckptrescue.storage.parsers import zpool_json
 
         try:
@@ -86,11 +91,10 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
             facts["zpool_status_json"] = f"unparseable: {exc}"
     out += zfs_findings(pools, ev)
     ev_res = _run(runner, "zpool", "events", "-v", purpose="zfs events")
+    if ev_res.returncode != 0 and "unrecognized command 'events'" in ev_res.stderr:
+        facts["zpool_events"] = "this ZFS keeps no event log (zfs-fuse): none read"
     out += event_findings(zpool_events.parse(ev_res.stdout), guid, ev)
-    props = _run(runner, "zfs", "get", "-Hp", "-o", "name,property,value,source",
-                 "checksum,compression,compressratio,recordsize,copies,encryption,readonly",
-                 "-r", pool, purpose="zfs props")
-    parsed = zfs_get.parse(props.stdout)
+    parsed = _zfs_get(runner, pool, facts)
     facts["datasets"] = {d: {k: v.value for k, v in pr.items()} for d, pr in parsed.items()}
     off = sorted(d for d, pr in parsed.items() if pr.get("checksum") and
                  pr["checksum"].value == "off")
@@ -100,9 +104,48 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
     return facts, out
 
 
+PROPERTIES = ("checksum", "compression", "compressratio", "recordsize", "copies", "encryption",
+              "readonly")
+_BAD_PROPERTY = re.compile(r"invalid property '([^']+)'")
+
+
+def _zfs_get(runner: SubprocessRunner, pool: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """``zfs get -Hp`` of the pool's datasets. A ZFS that does not know a property (zfs-fuse has
+    no ``encryption``) refuses the whole list: ask again without it, and say which were left."""
+    props = list(PROPERTIES)
+    unknown: list[str] = []
+    while True:
+        res = _run(runner, "zfs", "get", "-Hp", "-o", "name,property,value,source",
+                   ",".join(props), "-r", pool, purpose="zfs props")
+        bad = _BAD_PROPERTY.search(res.stderr) if res.returncode != 0 else None
+        if bad is None or bad.group(1) not in props or len(props) == 1:
+            break
+        props.remove(bad.group(1))
+        unknown.append(bad.group(1))
+    if unknown:
+        facts["zfs_properties_unknown_here"] = unknown
+    return zfs_get.parse(res.stdout)
+
+
+def _import_scan(runner: SubprocessRunner, node: str, kind: str) -> Any:
+    """``zpool import -d`` (lists what it finds, imports nothing). OpenZFS takes the device;
+    zfs-fuse takes only a directory: a fresh one holding a link to the device."""
+    if kind != "zfs-fuse":
+        return _run(runner, "zpool", "import", "-d", node, purpose="import scan (imports nothing)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ckptrescue-zscan-") as tmp:
+        os.symlink(node, os.path.join(tmp, os.path.basename(node)))
+        return _run(runner, "zpool", "import", "-d", tmp,
+                    purpose="import scan (imports nothing; zfs-fuse scans a directory)")
+
+
 def _same_member(vdev_path: str, node: str, target: str) -> bool:
     """Is the pool's device ``vdev_path`` this member (``node``, attached from ``target``)?
-    Loop devices compare by backing file, block devices by device number."""
+    Loop devices compare by backing file, block devices by device number, a file vdev (a pool
+    built on image files) by its path."""
+    if target and os.path.realpath(vdev_path) == os.path.realpath(target):
+        return True
     try:
         a, b = os.stat(vdev_path), os.stat(node)
     except OSError:

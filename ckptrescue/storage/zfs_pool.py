@@ -44,13 +44,38 @@ class PoolImport:
     findings: list[Finding] = field(default_factory=list)
 
 
+ZFS_FUSE_SOCKET = "/var/run/zfs/zfs_socket"  # zfs-fuse's daemon (zpool/zfs talk to it)
+
+
+def implementation() -> tuple[str | None, str]:
+    """Which ZFS this host runs: ("openzfs", ...) when the kernel module is loaded
+    (``/dev/zfs``), ("zfs-fuse", ...) when zfs-fuse's daemon answers on its socket, else
+    (None, why not). zfs-fuse is a real userspace ZFS (pool version 23) that can read labels,
+    scan for pools, report status and properties, but has no read-only import (docs/storage.md).
+    """
+    if shutil.which("zpool") is None:
+        return None, "zpool not installed"
+    if os.path.exists("/dev/zfs"):
+        return "openzfs", "ZFS kernel module (/dev/zfs)"
+    if os.path.exists(ZFS_FUSE_SOCKET):
+        return "zfs-fuse", f"zfs-fuse daemon ({ZFS_FUSE_SOCKET})"
+    return None, "ZFS kernel module not loaded (no /dev/zfs) and no zfs-fuse daemon"
+
+
 def require_zfs() -> None:
-    """Clear errors when this machine cannot import pools at all."""
+    """Clear errors when this machine cannot import pools read-only."""
     if shutil.which("zpool") is None:
         raise ToolMissingError("zpool: not installed; a ZFS member cannot be imported here",
                                hint="install zfsutils-linux (and the zfs kernel module), or use "
                                     "`ckptrescue fs inspect` for the vdev label")
-    if not os.path.exists("/dev/zfs"):
+    kind, _ = implementation()
+    if kind == "zfs-fuse":
+        raise ToolFailedError(
+            "this host's ZFS is zfs-fuse (pool version 23): it has no read-only import "
+            "(no `-o readonly=on`, no `-N`), and the kit never imports evidence read-write",
+            hint="`ckptrescue fs inspect` reads the labels and the pool's state without "
+                 "importing; import on a machine with OpenZFS")
+    if kind is None:
         raise ToolFailedError("the ZFS kernel module is not loaded (no /dev/zfs)",
                               hint="load it (modprobe zfs) on a machine that has it, or use "
                                    "`ckptrescue fs inspect` for the vdev label")

@@ -97,7 +97,9 @@ ZPOOL = Subcommands(
                                   "O": "zpool import -O sets dataset properties",
                                   "m": "zpool import -m imports with a missing log device",
                                   "V": "zpool import -V imports a faulted pool"},
-                          policy=_zpool_import),
+                          # a listing reads the labels of every device under its -d
+                          # directories (or /dev), as blkid does: the host's /dev, read-only
+                          devices=True, policy=_zpool_import),
         "export": grammar("zpool export", "-a", "-f", "-F", policy=_zpool_export),
     },
     refused=ZPOOL_DANGER)
