@@ -151,6 +151,8 @@ def test_parameters_typed_at_full_speed_and_a_boolean_is_a_checkbox(tmp_path: Pa
 def test_enter_through_the_form_reaches_the_plan_with_every_key(tmp_path: Path) -> None:
     """Enter moves field to field at once; on the last field it opens the plan only after the
     fields hold every key typed before it."""
+    from textual.widgets import Input
+
     from ckptrescue.playbook import load
     from ckptrescue.tui.app import make_app
     from ckptrescue.tui.screens.params import ParamsScreen
@@ -170,10 +172,22 @@ def test_enter_through_the_form_reaches_the_plan_with_every_key(tmp_path: Path) 
         await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
         await app.push_screen(ParamsScreen(book))
         await pilot.pause()
-        burst(app, [*text(str(data)), "enter", *text(str(manifest)), "enter", "enter",
-                    *text(str(tmp_path / "rec")), "enter", *text("http://127.0.0.1:9"),
-                    "enter"])
-        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 10, "the plan")
+        typed = {"dir": str(data), "manifest": str(manifest),
+                 "recovery_dir": str(tmp_path / "rec"), "endpoint_url": "http://127.0.0.1:9"}
+        keys: list[str] = []
+        for control in app.screen._controls():  # noqa: SLF001 - the form's fields, in order
+            name = str(control.id)[2:]
+            if isinstance(control, Input):
+                keys += [*text(typed.get(name, "")), "enter"]  # others keep their default
+            else:
+                keys.append("tab")  # a checkbox: Enter would toggle it
+        assert set(typed) <= {str(c.id)[2:] for c in app.screen._controls()}  # noqa: SLF001
+        burst(app, keys)
+        try:
+            await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 60, "the plan")
+        except AssertionError:
+            raise AssertionError(f"no plan: {app.screen!r}, focus {app.focused!r}, "
+                                 f"{screen_text(app)[-600:]}") from None
         params = app.screen.plan.params
         assert (params["dir"], params["manifest"]) == (str(data), str(manifest))
         assert params["recovery_dir"] == str(tmp_path / "rec")
