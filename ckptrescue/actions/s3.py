@@ -191,14 +191,16 @@ class S3Restore(Action):
     capability = "network_read"
     description = "Download one version into a recovery folder and verify it. Never into the " \
                   "bucket."
-    examples = ("ckptrescue s3 restore s3://ml-ckpt/run7/model.pt --to /recovery --known-good \\\n"
-                "    --manifest SHA256SUMS",)
+    examples = ("ckptrescue s3 restore s3://ml-ckpt/run7/model.pt --to /recovery "
+                "--manifest SHA256SUMS",)
     output_type = S3RestoreOutput
     args = (ArgSpec("url", "s3_url", required=True, positional=True, help="s3://BUCKET/KEY"),
             ArgSpec("to", "path", cli_required=True,
                     help="Recovery folder (never the evidence)."),
             ArgSpec("version", "string", help="Version id to restore."),
-            ArgSpec("manifest", "path", help="Known-good manifest."),
+            ArgSpec("manifest", "path",
+                    help="Restore the newest version whose SHA-256 this manifest lists "
+                         "(the last known-good)."),
             *_COMMON)
 
     def plan(self, args: dict[str, Any]) -> list[str]:

@@ -165,15 +165,16 @@ class StoreRestore(Action):
     capability = "write_recovery"
     description = """
 Restore one version of the object at URL — --version, the last known-good one per
---known-good-manifest, or the current one — into TO/<key>, verified against the store's
+--manifest, or the current one — into TO/<key>, verified against the store's
 checksums (written as .partial, renamed only when it verifies). Never into the store."""
     examples = ("ckptrescue store restore az://acct/ckpts/run7/step-300.pt --to /recovery "
-                "--known-good-manifest SHA256SUMS",)
+                "--manifest SHA256SUMS",)
     output_type = StoreResultOutput
     args = (_URL, ArgSpec("to", "path", cli_required=True, help="Local recovery folder."),
             ArgSpec("version", "string", help="The version / generation / snapshot to restore."),
-            ArgSpec("known_good_manifest", "path",
-                    help="Restore the newest version whose SHA-256 this manifest lists."),
+            ArgSpec("known_good_manifest", "path", flag="--manifest",
+                    help="Restore the newest version whose SHA-256 this manifest lists "
+                         "(the last known-good)."),
             _ENDPOINT)
 
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:

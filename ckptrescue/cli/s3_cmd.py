@@ -107,11 +107,10 @@ def render_preserve(result: StepResult) -> int:
 def check_restore(args: dict[str, Any], options: dict[str, Any]) -> None:
     from ckptrescue.errors import UsageError
 
-    known_good = bool(options["known_good"])
-    if known_good != (args.get("manifest") is not None):
-        raise UsageError("--known-good and --manifest go together")
-    if (args.get("version") is None) == (not known_good):
-        raise UsageError("give exactly one of --version ID or --known-good --manifest FILE")
+    if options["known_good"] and args.get("manifest") is None:
+        raise UsageError("--known-good needs --manifest FILE (the known-good SHA-256s)")
+    if (args.get("version") is None) == (args.get("manifest") is None):
+        raise UsageError("give exactly one of --version ID or --manifest FILE")
 
 
 def render_restore(result: StepResult) -> int:
@@ -138,8 +137,8 @@ COMMANDS = {
                         order=("url", CASE, "all_versions", JSON, *_ENDPOINT)),
     "restore": Command(
         "s3.restore", render_restore, check=check_restore,
-        extras=(ArgSpec("known_good", "boolean", default=False,
-                        help="Restore the newest version matching --manifest."),),
+        extras=(ArgSpec("known_good", "boolean", default=False, hidden=True,
+                        help="Implied by --manifest (kept for old scripts)."),),
         order=("url", "to", "version", "known_good", "manifest", CASE, JSON, *_ENDPOINT)),
 }
 

@@ -33,6 +33,8 @@ def render(result: StepResult) -> int:
 # store verify URL [LOCAL_DIR], as s3 verify URL LOCAL_DIR (--local DIR: the old spelling)
 SETTINGS: dict[str, dict[str, Any]] = {
     "verify": {"optional": ("local",), "deprecated": {"--local": "local"}},
+    # restore --manifest M, as s3 restore (--known-good-manifest M: the old spelling)
+    "restore": {"deprecated": {"--known-good-manifest": "known_good_manifest"}},
 }
 
 

@@ -23,14 +23,16 @@ REPO = Path(__file__).resolve().parents[2]
 SPELLING = {
     "case_dir": "--case", "as_json": "--json", "output": "--output", "jobs": "--jobs",
     "workers": "--jobs", "scheduler": "--scheduler", "endpoint_url": "--endpoint-url",
-    "manifest": "--manifest", "state": "--state", "yes": "--yes", "dry_run": "--dry-run",
-    "no_progress": "--no-progress", "to": "--to", "dest": "--dest",
+    "manifest": "--manifest", "known_good_manifest": "--manifest", "state": "--state",
+    "yes": "--yes", "dry_run": "--dry-run", "no_progress": "--no-progress", "to": "--to",
+    "dest": "--dest",
 }
 SHORT = {"--output": "-o", "--jobs": "-j"}  # where the short form exists, it is this one
 # other words for those things, and options that would hold a compared thing (a positional)
 NEVER = {"--out", "--out-dir", "--outdir", "--output-dir", "--destination", "--threads",
          "--workers", "--parallel", "--endpoint", "--url", "--assume-yes", "--local",
-         "--current", "--baseline", "--old", "--new-manifest", "--case-dir", "--state-file"}
+         "--current", "--baseline", "--old", "--new-manifest", "--case-dir", "--state-file",
+         "--known-good-manifest", "--known-good"}
 # a required option is where a recording command records, where outputs go, or what a
 # recovery is checked against and restored from
 REQUIRED_OK = {"--case", "--to", "--dest", "--output", "--manifest", "--from"}
