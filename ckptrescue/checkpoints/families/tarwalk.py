@@ -215,7 +215,11 @@ def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None,  # noqa: C901
             out.problems.append(("header", f"member header at offset {pos}: size field "
                                  "unreadable", pos))
             return
-        if "size" in pax and pax["size"].isdigit():
+        if "size" in pax:
+            if not pax["size"].isdigit():  # tarfile fails on it (EOFError): no reader agrees
+                out.problems.append(("header", f"member header at offset {pos}: pax size "
+                                     f"{pax['size'][:40]!r} is not a byte count", pos))
+                return
             member_size = int(pax["size"])
         data_offset = pos + BLOCK
         padded = member_size + (-member_size % BLOCK)

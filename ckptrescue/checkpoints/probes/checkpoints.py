@@ -36,7 +36,15 @@ if TYPE_CHECKING:
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".pt2",
                        ".distcp", ".model", ".weights", ".h5", ".keras", ".index", ".msgpack")
+# compressed tar archives (formats/tar_archive.py): a damaged one no format detects any more is
+# still reported, not skipped
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tzst")
 MAX_DEPTH = 6
+
+
+def _named_like_a_checkpoint(entry: Path) -> bool:
+    return entry.suffix.lower() in CHECKPOINT_SUFFIXES or \
+        entry.name.lower().endswith(ARCHIVE_SUFFIXES)
 LOADABLE = {Verdict.INTACT, Verdict.SUSPECT, Verdict.DAMAGED}
 
 
@@ -160,13 +168,13 @@ def _walk(directory: Path, depth: int, *, explicit: bool) -> list[tuple[type | N
                 out.extend(_walk(entry, depth + 1, explicit=False))
             continue
         if not entry.is_file():
-            if entry.suffix.lower() in CHECKPOINT_SUFFIXES and entry.exists():
+            if _named_like_a_checkpoint(entry) and entry.exists():
                 out.append((None, entry))  # a FIFO/device named like a checkpoint: IO002
             continue
         fmt = _detect(entry)
         if fmt is not None:
             out.append((fmt, entry))
-        elif entry.suffix.lower() in CHECKPOINT_SUFFIXES:
+        elif _named_like_a_checkpoint(entry):
             out.append((None, entry))
     return out
 
