@@ -3,6 +3,7 @@
 resume.safe_globals: the exact ``torch.serialization.add_safe_globals`` list a checkpoint needs.
 resume.keys: why its names do not load into the model, and the mapping that fixes them.
 resume.reassemble: a step lacking rank files, completed from verified copies elsewhere (a plan).
+resume.world_size: whether a verified step loads at N ranks, and how.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from typing import Any
 
 from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import KeyMismatchOutput, ReassemblyOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import (
+    KeyMismatchOutput,
+    ReassemblyOutput,
+    SafeGlobalsOutput,
+    WorldSizeOutput,
+)
 
 
 class SafeGlobals(Action):
@@ -164,4 +170,38 @@ Exit 0 when the step is complete as saved, 1 otherwise."""
         return from_library(result, result.answer())
 
 
-ACTIONS = [SafeGlobals, Keys, Reassemble]
+class WorldSize(Action):
+    name = "resume.world_size"
+    summary = "Whether a verified step loads at N ranks, and how (reshard, convert, or not)"
+    description = """
+Whether a verified step can be resumed at another world size (N ranks), and how.
+
+DCP (FSDP, DTensor), megatron-core dist checkpoints and Orbax reshard at load: any N.
+DeepSpeed loads as saved at the same dp x mp; with ZeRO partitions another size needs the
+universal checkpoint: the kit names the command (python -m
+deepspeed.checkpoint.ds_to_universal --input_folder STEP --output_folder STEP_universal, with
+--inject_missing_state when the step lacks universal_checkpoint_info), the files it reads and
+the load_universal setting. Legacy Megatron needs N to be a multiple of TP x PP, else Megatron's
+converter. Accelerate and single-file checkpoints hold the full state.
+
+The step is probed first; a step that does not verify is not planned for. Exit 0 when it loads
+at N ranks as saved or by resharding, 1 otherwise."""
+    examples = ("ckptrescue resume world-size run/global_step300 --ranks 6",)
+    output_type = WorldSizeOutput
+    args = (ArgSpec("step_dir", "path", required=True, positional=True,
+                    help="The step (or checkpoint) to resume from."),
+            ArgSpec("ranks", "integer", required=True, minimum=1, cli_required=True,
+                    help="The world size to resume at."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"can {args['step_dir']} resume at {args.get('ranks')} ranks"]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.checkpoints.world_size import plan_world_size
+
+        result = yield from ctx.blocking(lambda p: plan_world_size(
+            args["step_dir"], int(args["ranks"])), label="probing")
+        return from_library(result, result.answer())
+
+
+ACTIONS = [SafeGlobals, Keys, Reassemble, WorldSize]

@@ -402,6 +402,8 @@ def _candidates(root: Path) -> list[Path]:
         dirnames.sort()
         for name in sorted(filenames):
             p = Path(dirpath) / name
+            if name.endswith(".distcp"):
+                continue  # DCP shards: read item by item by DCP's reader, never torch.load
             try:
                 if stat.S_ISREG(p.lstat().st_mode) and (TorchZipFormat.detect(p)
                                                         or TorchLegacyFormat.detect(p)):

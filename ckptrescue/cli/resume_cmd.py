@@ -7,7 +7,12 @@ import typer
 
 from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
-from ckptrescue.engine.outputs import KeyMismatchOutput, ReassemblyOutput, SafeGlobalsOutput
+from ckptrescue.engine.outputs import (
+    KeyMismatchOutput,
+    ReassemblyOutput,
+    SafeGlobalsOutput,
+    WorldSizeOutput,
+)
 from ckptrescue.errors import ExitCode
 
 resume_app = typer.Typer(help="What a run needs to resume that no loader tells it: the exact "
@@ -106,8 +111,32 @@ def render_reassemble(result: StepResult) -> int:
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 
+def render_world_size(result: StepResult) -> int:
+    out: WorldSizeOutput = result.out
+    if result.options[JSON]:
+        emit_json(result.outputs)
+        return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+    say(f"{out.step_dir}: {out.family} ({out.verdict}), saved with "
+        + (", ".join(f"{k}={v}" for k, v in out.saved_world.items()) or "no recorded world"))
+    for cmd in out.commands:
+        say(f"    run:    {cmd}")
+    if out.files_needed:
+        say(f"    it reads {len(out.files_needed)} file(s):")
+        for f in out.files_needed[:40]:
+            say(f"        {f}")
+    if out.config:
+        import json
+
+        say(f"    then load with: {json.dumps(out.config)}")
+    for note in out.notes:
+        say(f"    note: {note}")
+    say(out.answer)
+    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
 def register(app: typer.Typer) -> None:
     add_command(resume_app, "safe-globals", Command("resume.safe_globals", render_safe_globals))
     add_command(resume_app, "keys", Command("resume.keys", render_keys))
     add_command(resume_app, "reassemble", Command("resume.reassemble", render_reassemble))
+    add_command(resume_app, "world-size", Command("resume.world_size", render_world_size))
     app.add_typer(resume_app, name="resume")

@@ -1,5 +1,6 @@
 """Codes of the questions asked at resume time that no loader answers (issue #31): SG the exact
-``add_safe_globals`` list; KM key mismatches at resume; RA scattered and half-written ranks."""
+``add_safe_globals`` list; KM key mismatches at resume; RA scattered and half-written ranks; WS
+another world size."""
 
 from ckptrescue.model import Severity
 
@@ -28,4 +29,9 @@ CODES = {
                  "or the assembled set fails the family's cross-rank checks"),
     "RA003": (I, "A candidate copy of a rank file was rejected (damaged, another step, another "
                  "run, a symlink, not a regular file)"),
+    "WS001": (I, "The step loads at the world size asked about (as saved, or its format "
+                 "reshards)"),
+    "WS002": (W, "The step loads at that world size only after a conversion (DeepSpeed "
+                 "ds_to_universal, Megatron's converter): the command and the files it needs"),
+    "WS003": (E, "The step does not load at that world size, or is not verified"),
 }

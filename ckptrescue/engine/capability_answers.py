@@ -12,6 +12,7 @@ from ckptrescue.engine.outputs import (
     ManifestDiffOutput,
     ReassemblyOutput,
     SafeGlobalsOutput,
+    WorldSizeOutput,
 )
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 # the actions whose steps examine evidence (the answer's "nothing examined yet" test)
 EXAMINING = {"manifest.diff", "resume.safe_globals", "resume.keys", "resume.reassemble",
-             "hub.verify"}
+             "resume.world_size", "hub.verify"}
 
 
 def capability_parts(case: Case) -> list[str]:
@@ -38,6 +39,8 @@ def capability_parts(case: Case) -> list[str]:
     for ra in outputs_of(case, ReassemblyOutput)[-1:]:
         if not ra.ok:
             parts.append(ra.answer)
+    for ws in outputs_of(case, WorldSizeOutput)[-1:]:
+        parts.append(f"{ws.answer.split(': ', 1)[0]} ({ws.loads})" if ws.ok else ws.answer)
     for hub in outputs_of(case, HubCacheOutput)[-1:]:
         if not hub.ok:
             parts.append(hub.answer)

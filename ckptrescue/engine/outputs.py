@@ -264,6 +264,34 @@ class ReassemblyOutput(StepOutputs):
         return not self.needed
 
 
+
+@dataclass
+class WorldSizeOutput(StepOutputs):
+    step_dir: str = field(default="", metadata=doc("The step examined."))
+    ranks: int = field(default=0, metadata=doc("The world size asked about."))
+    family: str = field(default="", metadata=doc("Its format or multi-rank family."))
+    verdict: str = field(default="", metadata=doc("Its probe verdict (only a verified step is "
+                                                  "planned for)."))
+    step: int | None = field(default=None, metadata=doc("Its step or iteration."))
+    saved_world: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "The world sizes the step records (dp, mp, zero_stage; tp, pp; processes)."))
+    loads: str = field(default="", metadata=doc(
+        "as-saved, reshards, after-conversion, no, not-verified."))
+    how: str = field(default="", metadata=doc("Why, in one sentence."))
+    commands: list[str] = field(default_factory=list, metadata=doc(
+        "The conversion to run (ds_to_universal, Megatron's converter); the kit runs none."))
+    files_needed: list[str] = field(default_factory=list, metadata=doc(
+        "The step's files the conversion reads."))
+    config: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "Configuration the load then needs (DeepSpeed: checkpoint.load_universal)."))
+    notes: list[str] = field(default_factory=list, metadata=doc("Notes."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return self.loads in ("as-saved", "reshards")
+
+
 # ---- block storage ---------------------------------------------------------------------------
 
 @dataclass

@@ -17,6 +17,7 @@ from ckptrescue.engine.outputs import (
     ManifestDiffOutput,
     ReassemblyOutput,
     SafeGlobalsOutput,
+    WorldSizeOutput,
 )
 
 if TYPE_CHECKING:
@@ -164,8 +165,28 @@ def reassembly(case: Case) -> dict[str, Any] | None:
               rejected)])
 
 
+def world_size(case: Case) -> dict[str, Any] | None:
+    outs = outputs_of(case, WorldSizeOutput)
+    if not outs:
+        return None
+    rows = [[o.step_dir, o.family, ", ".join(f"{k}={v}" for k, v in o.saved_world.items()),
+             o.ranks, o.loads, o.how] for o in outs[-20:]]
+    last = outs[-1]
+    facts = [["run", c] for c in last.commands]
+    if last.config:
+        import json
+
+        facts.append(["then load with", json.dumps(last.config)])
+    return section(last.answer, facts=facts, notes=list(last.notes), tables=[
+        table("Steps asked about", "world-size", ["step", "family", "saved world", "ranks",
+                                                  "loads", "how"], rows),
+        table("Files the conversion reads", "world-size-files", ["file"],
+              [[f] for f in last.files_needed])])
+
+
 BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals,
-            "key_mismatch": key_mismatch, "reassembly": reassembly, "hub_cache": hub_cache}
+            "key_mismatch": key_mismatch, "reassembly": reassembly, "world_size": world_size,
+            "hub_cache": hub_cache}
 
 
 def build(case: Case) -> dict[str, dict[str, Any] | None]:

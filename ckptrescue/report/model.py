@@ -73,6 +73,7 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
     ("key_mismatch", "Checkpoint names against the model's", False,
      lambda m: bool(m["key_mismatch"])),
     ("reassembly", "Scattered and half-written ranks", False, lambda m: bool(m["reassembly"])),
+    ("world_size", "Another world size", False, lambda m: bool(m["world_size"])),
     ("training_state", "Training state across checkpoints", False,
      lambda m: bool(m["training_state"])),
     ("dataset_content", "Dataset content against its baseline", False,

@@ -152,6 +152,14 @@ def make_full_case(case: Case) -> Case:
         "needed": 1, "reassemblable": True, "check_problems": [], "plan_file": "/case/p.json",
         "plan_script": "/case/p.sh", "dest": "/case/out",
         "answer": "global_step3 can be reassembled"}, "reassemble")
+    add_step(case, "resume.world_size", {
+        "step_dir": f"/mnt/run/{EVIL_MD}", "ranks": 3, "family": "deepspeed",
+        "verdict": "intact", "step": 3, "saved_world": {"dp": 2, "mp": 1, "zero_stage": 2},
+        "loads": "after-conversion", "how": EVIL,
+        "commands": [f"python -m deepspeed.checkpoint.ds_to_universal --input_folder {EVIL}"],
+        "files_needed": [f"/mnt/run/{EVIL_MD}/mp_rank_00_model_states.pt"],
+        "config": {"checkpoint": {"load_universal": True}}, "notes": [EVIL_MD],
+        "answer": "global_step3 loads at 3 ranks only after conversion"}, "world-size")
     add_step(case, "hub.verify", {
         "root": "/home/u/.cache/huggingface/hub", "counts": {"repos": 1, "blobs": 2,
                                                               "blobs_ok": 1, "blobs_bad": 1},
