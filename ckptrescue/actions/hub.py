@@ -24,10 +24,10 @@ to revisions the cache does not hold, each with the model (or dataset) revision 
 the refs (main, tags) that name that revision. Reads only; no network.
 
 Exit 0 when every blob and link verifies, 1 otherwise."""
-    examples = ("ckptrescue hub verify --cache ~/.cache/huggingface/hub",
+    examples = ("ckptrescue hub verify ~/.cache/huggingface/hub",
                 "ckptrescue hub verify --json   # $HF_HUB_CACHE, $HF_HOME/hub or the default")
     output_type = HubCacheOutput
-    args = (ArgSpec("cache", "path", positional=False,
+    args = (ArgSpec("cache", "path", positional=True, cli_name="cache_dir",
                     help="The hub cache directory (default: $HF_HUB_CACHE, $HF_HOME/hub, else "
                          "~/.cache/huggingface/hub)."),)
 

@@ -45,5 +45,6 @@ def render_verify(result: StepResult) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    add_command(hub_app, "verify", Command("hub.verify", render_verify))
+    add_command(hub_app, "verify", Command(  # --cache DIR: the old spelling
+        "hub.verify", render_verify, optional=("cache",), deprecated={"--cache": "cache"}))
     app.add_typer(hub_app, name="hub")

@@ -49,7 +49,6 @@ NO_JSON = {
 # docs/conventions.md, "Exceptions"
 EXCEPTIONS = {
     ("salvage", "positional output"): "kept from the first release",
-    ("hub verify", "option holds the thing acted on"): "defaults to the user's hub cache",
 }
 
 

@@ -138,7 +138,7 @@ def test_hostile_entries_are_findings(cache) -> None:
     readme = next(b for b in model.blobs if b.name == "README")
     assert readme.status == "unrecognized"
     assert any("stray.txt" in p for p in result.problems)
-    res = invoke("hub", "verify", "--cache", str(root))
+    res = invoke("hub", "verify", str(root))
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "\x1b" not in res.stdout, "a hostile name is shown, never obeyed"
 
@@ -146,13 +146,13 @@ def test_hostile_entries_are_findings(cache) -> None:
 def test_cli_case_playbook_and_report(cache, tmp_path: Path) -> None:
     root, w = cache
     w["weights_v1"]["blob"].unlink()
-    res = invoke("hub", "verify", "--cache", str(root), "--json")
+    res = invoke("hub", "verify", str(root), "--json")
     assert res.returncode == 1, res.stderr
     data = json.loads(res.stdout)
     assert data["counts"]["broken_revisions"] == 1
     model = next(r for r in data["repos"] if r["repo_id"] == hc.MODEL)
     assert list(model["broken_revisions"]) == [hc.COMMIT_V1]
-    missing = invoke("hub", "verify", "--cache", str(tmp_path / "nope"))
+    missing = invoke("hub", "verify", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "cannot read the cache" in missing.stderr
     case_dir = tmp_path / "case"
     run = invoke("playbook", "run", "hub-cache", "--case", str(case_dir), "--yes", "--json",
