@@ -33,8 +33,9 @@ NEVER = {"--out", "--out-dir", "--outdir", "--output-dir", "--destination", "--t
          "--workers", "--parallel", "--endpoint", "--url", "--assume-yes", "--local",
          "--current", "--baseline", "--old", "--new-manifest", "--case-dir", "--state-file",
          "--known-good-manifest", "--known-good"}
-# a required option is where a recording command records, where outputs go, or what a
-# recovery is checked against and restored from
+# a required option naming a file or folder is where a recording command records, where
+# outputs go, or what a recovery is checked against and restored from (a required option that
+# says how, such as resume world-size --ranks N, is fine)
 REQUIRED_OK = {"--case", "--to", "--dest", "--output", "--manifest", "--from"}
 # the commands that act on the case itself take it as a positional
 CASE_POSITIONAL = {"case new", "case show", "case verify", "case seal", "report"}
@@ -60,6 +61,7 @@ class Param:
     required: bool
     hidden: bool
     is_flag: bool
+    is_path: bool
 
 
 @dataclass
@@ -67,6 +69,14 @@ class Cmd:
     path: str
     help: str
     params: list[Param]
+
+
+def _is_path(param: Any) -> bool:
+    """A parameter whose value is a file or folder (typer's annotation, or click's type)."""
+    described = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if described is not None:
+        return "Path" in str(described)
+    return type(getattr(param, "type", None)).__name__ == "Path"
 
 
 def commands() -> list[Cmd]:
@@ -84,7 +94,8 @@ def commands() -> list[Cmd]:
             return
         params = [Param(p.name, p.param_type_name == "argument", [*p.opts, *p.secondary_opts],
                         bool(p.required), bool(getattr(p, "hidden", False)),
-                        bool(getattr(p, "is_flag", False)))
+                        bool(getattr(p, "is_flag", False)),
+                        _is_path(p))
                   for p in cmd.params if p.name != "help"]
         found.append(Cmd(" ".join(path), cmd.help or "", params))
 
@@ -97,6 +108,8 @@ COMMANDS = commands()
 
 def test_every_command_is_seen() -> None:
     paths = {c.path for c in COMMANDS}
+    watch = next(c for c in COMMANDS if c.path == "watch")
+    assert [p.is_path for p in watch.params if p.name in ("source", "state")] == [False, True]
     assert len(paths) > 50 and {"probe", "playbook run", "s3 verify", "store verify",
                                 "dataset compare", "watch", "tui", "report"} <= paths
 
@@ -135,7 +148,7 @@ def test_positionals_for_things_acted_on_options_for_how(cmd: Cmd) -> None:
                 assert cmd.path in CASE_POSITIONAL, f"{cmd.path}: the case is --case DIR"
             continue
         long = next(o for o in p.opts if o.startswith("--"))
-        if p.required:
+        if p.required and p.is_path:
             assert long in REQUIRED_OK, f"{cmd.path}: required option {long}: a positional?"
     if cmd.path not in NO_JSON:
         assert any("--json" in p.opts for p in cmd.params), f"{cmd.path}: no --json"
