@@ -285,6 +285,20 @@ def step_error(status: str, error: str | None, exit_code: int | None, hint: str 
     return exc
 
 
+def literal(value: Any) -> Any:
+    """A command-line value as the one-step plan must see it: never a template. The engine
+    substitutes ``$name``/``${step.output}`` in playbook text the user wrote; a value typed
+    on the command line (a path holding ``$``, a key, a tensor name) is escaped (``$`` as
+    ``$$``), so that the engine gives it back exactly as typed."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list | tuple):
+        return type(value)(literal(v) for v in value)
+    if isinstance(value, dict):
+        return {k: literal(v) for k, v in value.items()}
+    return value
+
+
 def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> int:
     from ckptrescue.cli.render import EventPrinter
     from ckptrescue.engine import executor as engine
@@ -293,7 +307,7 @@ def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> in
     args, options = split_values(command, action, values)
     if command.check is not None:
         command.check(args, options)
-    plan = engine.single_step(command.action, args)
+    plan = engine.single_step(command.action, literal(args))
     if command.before is not None:
         code = command.before(args, options, plan)
         if code is not None:

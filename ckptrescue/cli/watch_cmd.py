@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ckptrescue.cli.from_action import literal
 from ckptrescue.cli.output import info, say
 
 
@@ -92,7 +93,7 @@ def watch(
             if not full:
                 args["paths"] = [p.decode("utf-8", "surrogateescape") for p in changed or []]
             finished: StepFinished | None = None
-            for event in engine.run(engine.single_step("watch.pass", args), case=case,
+            for event in engine.run(engine.single_step("watch.pass", literal(args)), case=case,
                                     resume=False):
                 if isinstance(event, StepFinished):
                     finished = event

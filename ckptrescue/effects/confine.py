@@ -83,11 +83,14 @@ def named_devices(argv: tuple[str, ...] | list[str]) -> list[str]:
 def private_namespace(writes: tuple[str, ...], *, scratch: str | None, cwd: str | None,
                       argv: tuple[str, ...] | list[str] = (), caps: tuple[str, ...] = (),
                       all_devices: bool = False, network: bool = False,
-                      readonly: tuple[str, ...] = ()) -> Confinement:
+                      readonly: tuple[str, ...] = (),
+                      substitutes: dict[str, str] | None = None) -> Confinement:
     """Wrap a tool so that only ``writes`` (and ``scratch``) are writable, only the device
     nodes it names exist (unless it scans ``/dev``), and it keeps only the capabilities it
     needs; ``readonly`` (evidence, the case's records) is re-bound read-only even when it lies
-    under a writable directory."""
+    under a writable directory. ``substitutes`` maps a device the tool names to the read-only
+    loop device it sees at that name instead (a read-only bind does not stop writes to a device
+    node; the block layer's read-only flag does)."""
     bwrap = bwrap_path()
     if bwrap is None:
         return Confinement((), writes, False,
@@ -100,7 +103,9 @@ def private_namespace(writes: tuple[str, ...], *, scratch: str | None, cwd: str 
         prefix += ["--dev", "/dev", "--ro-bind-try", "/dev/shm", "/dev/shm"]
         for dev in named_devices(argv):
             real = os.path.realpath(dev)
-            prefix += ["--dev-bind", real, real]
+            # a block device the kernel keeps writable is seen through a read-only loop over
+            # it (``substitutes``): the tool reads the same bytes, and cannot write them
+            prefix += ["--dev-bind", (substitutes or {}).get(real, real), real]
             if real != dev:
                 prefix += ["--symlink", real, dev]
     prefix += ["--proc", "/proc", *PROC_READ_ONLY, *(() if network else ("--unshare-net",)),

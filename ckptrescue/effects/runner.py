@@ -126,6 +126,54 @@ class Runner(Protocol):
     def run(self, call: ToolCall, *, cancel: threading.Event | None = None) -> ToolResult: ...
 
 
+def step_env(scratch: str, tool: str) -> dict[str, str]:
+    """The environment of one tool run: the minimal one, with ``HOME``, the XDG directories
+    and ``KUBECONFIG`` pointing into an empty per-step folder, so that no tool loads a
+    configuration or plugin from the responder's files (``~/.kube/config`` exec plugins,
+    ``~/.ssh/config``, rc files). ``kubectl`` gets a kit-written copy of the responder's
+    kubeconfig without ``exec`` and ``auth-provider`` plugins."""
+    home = os.path.join(scratch, "home")
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    env = minimal_env({"TMPDIR": scratch})
+    env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+                "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
+                "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+                "XDG_STATE_HOME": os.path.join(home, ".local", "state"),
+                "XDG_RUNTIME_DIR": os.path.join(home, ".run"),
+                "XDG_CONFIG_DIRS": os.path.join(home, ".config-dirs"),
+                "KUBECONFIG": os.path.join(home, ".kube", "config")})
+    if tool == "kubectl":
+        _write_kubeconfig(env["KUBECONFIG"])
+    return env
+
+
+def _write_kubeconfig(dest: str) -> None:
+    """A copy of the responder's kubeconfig (``$KUBECONFIG``'s first file, else
+    ``~/.kube/config``) with every ``users[].user.exec`` and ``auth-provider`` removed: kubectl
+    reaches the cluster with certificates or tokens, never by running a program."""
+    import yaml
+
+    src = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or os.path.join(
+        os.path.expanduser("~"), ".kube", "config")
+    try:
+        with open(src, "rb") as fh:
+            data = yaml.safe_load(fh.read(1 << 20))
+    except (OSError, yaml.YAMLError):
+        return
+    if not isinstance(data, dict):
+        return
+    for user in data.get("users") or []:
+        body = user.get("user") if isinstance(user, dict) else None
+        if isinstance(body, dict):
+            for key in ("exec", "auth-provider"):
+                body.pop(key, None)
+    data.pop("preferences", None)
+    os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        yaml.safe_dump(data, fh)
+
+
 def minimal_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -246,22 +294,51 @@ class SubprocessRunner:
         watch = self._watches_kernel(call, decision)
         before = kernel.snapshot(self.zfs_pools if watch == "zfs" else None) if watch else None
         scratch = tempfile.mkdtemp(prefix="ckptrescue-tool-")
+        views: dict[str, str] = {}
         try:
             if decision.host_namespace:
                 confinement = confine.host_namespace()
             else:
+                if not decision.all_devices and confine.bwrap_path() is not None and \
+                        Path(str(call.argv[0])).name not in self.KERNEL_STATE_TOOLS:
+                    views = self._read_only_views(call)
                 confinement = confine.private_namespace(
                     (*decision.writes, *call.writable), scratch=scratch, cwd=call.cwd,
                     argv=tuple(str(a) for a in call.argv), caps=decision.caps,
                     all_devices=decision.all_devices, network=decision.network,
-                    readonly=(*ctx.evidence_paths, *ctx.protected_paths))
+                    readonly=(*ctx.evidence_paths, *ctx.protected_paths), substitutes=views)
             self._record_confinement(confinement)
             result = self._execute(call, exe, shown, cancel, confinement, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
             if before is not None:
                 self._record_kernel_changes(before, call, shown, watch)
+            for loop in views.values():
+                self.run(ToolCall.of("losetup", "-d", loop, timeout_s=60,
+                                     purpose="release a read-only view of a device"))
         return result
+
+    def _read_only_views(self, call: ToolCall) -> dict[str, str]:
+        """For each block device the argv names that the kernel keeps writable: a read-only
+        loop device over it (``losetup --read-only``, recorded like any attach), which the tool
+        then sees at the device's own name. Only a device the grammar says the tool writes
+        could stay writable, and the guard refuses writes to devices."""
+        if self.case is None:
+            return {}
+        views: dict[str, str] = {}
+        for dev in confine.named_devices(tuple(str(a) for a in call.argv[1:])):
+            real = os.path.realpath(dev)
+            if real in views or kernel.block_rdev(real) is None or kernel.is_read_only(real):
+                continue
+            res = self.run(ToolCall.of("losetup", "--read-only", "--find", "--show", real,
+                                       timeout_s=60, purpose=f"read-only view of {real} for "
+                                       f"{Path(str(call.argv[0])).name}"))
+            loop = res.stdout.strip() if res.ok else ""
+            if not loop.startswith("/dev/") or not kernel.is_read_only(loop):
+                raise ToolMissingError(f"could not make a read-only view of {real} "
+                                       f"({res.refused or res.stderr.strip()})")
+            views[real] = loop
+        return views
 
     # tools that can attach, mount, import or release: the kernel's state is read around them
     KERNEL_STATE_TOOLS: ClassVar[dict[str, str]] = {"losetup": "block", "mount": "block", "umount": "block",
@@ -305,7 +382,7 @@ class SubprocessRunner:
                  cancel: threading.Event | None, confinement: confine.Confinement,
                  scratch: str) -> ToolResult:
         argv = [*confinement.prefix, exe, *[str(a) for a in call.argv[1:]]]
-        env = minimal_env({"TMPDIR": scratch})
+        env = step_env(scratch, Path(str(call.argv[0])).name)
         start = time.monotonic()
         try:
             proc = subprocess.Popen(

@@ -39,6 +39,9 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
         if on_path is None or os.path.realpath(argv[0]) != os.path.realpath(on_path):
             return Decision.refuse(f"{argv[0]} is not the {name} installed on the system PATH; "
                                    "give the tool by name")
+    script = _script_resplits(name, args)
+    if script:
+        return Decision.refuse(script)
     if name.startswith(("mkfs", "mke2fs", "mkswap")):
         return Decision.refuse(f"{name} creates a filesystem: it destroys what is on the target")
     if name in REFUSED:
@@ -67,6 +70,34 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
                                "as the tool does)")
     except (ValueError, TypeError, KeyError, IndexError) as exc:  # a bug is a refusal, never a pass
         return Decision.refuse(f"{name}: the guard could not judge this argv ({exc})")
+
+
+# what a shell script would split or expand in an unquoted $@ / $1: whitespace, globs, ~
+_SHELL_SPLIT = frozenset(" \t\n\r\v\f*?[]{}~")
+
+
+def _script_resplits(name: str, args: Sequence[str]) -> str | None:
+    """Tools that are shell scripts (``xfs_metadump``, ``fsck`` wrappers, ...) may pass their
+    operands on unquoted: a word the guard reads as one argument would become several, or a
+    glob, inside the script (``xfs_metadump DEV " DEV"``). Such words are refused for a script;
+    a binary gets its argv as is."""
+    exe = shutil.which(name, path=STANDARD_PATH)
+    if exe is None:
+        return None
+    try:
+        with open(exe, "rb") as fh:
+            if fh.read(2) != b"#!":
+                return None
+    except OSError:
+        return None
+    for arg in args:
+        bad = sorted(set(arg) & _SHELL_SPLIT)
+        if bad:
+            return (f"{name} is a shell script ({exe}): its argument {arg!r} holds spaces or "
+                    f"glob characters ({' '.join(repr(c) for c in bad)}), which the script "
+                    "could split or expand into other arguments; rename or link the file to a "
+                    "plain name")
+    return None
 
 
 def devices_named(args: Sequence[str]) -> list[str]:

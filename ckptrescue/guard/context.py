@@ -30,6 +30,8 @@ from ckptrescue.guard.kernel import (
     still_there,
     top_mount_at,
 )
+from ckptrescue.guard.samedisk import Comparison, Sameness
+from ckptrescue.guard.samedisk import compare as compare_media
 
 
 def _is_block_device(path: str) -> bool:
@@ -180,6 +182,8 @@ class GuardContext:
     # identities of the directories the kit made for tools' outputs (``safety.output_dir``
     # records); None: no case, no such rule (pure judgements, dry runs)
     output_dirs: tuple[tuple[int, int], ...] | None = None
+    # the same-disk rule (``guard/samedisk.py``, shared with ``image`` and ``copy``)
+    compare_media: Callable[[str, str], Comparison] = field(default=compare_media)
     # reads a small text file the command will consume (a dmsetup table), None if unreadable
     read_text: Callable[[str], str | None] = field(default=_read_small_text)
     # whether a path is an empty directory (a mount point); replaceable in pure tests
@@ -230,6 +234,38 @@ class GuardContext:
             elif stat.S_ISDIR(st.st_mode) and os.major(st.st_dev) != 0:
                 out |= _with_partitions(st.st_dev)
         return out
+
+    def reaches_evidence(self, path: str) -> bool:
+        """Whether ``path`` is evidence, or a device (or a file on a filesystem of a device)
+        whose writes or reads reach evidence: a kit mount of an evidence image, a loop over
+        it, a partition of an evidence disk."""
+        if self.is_evidence(path):
+            return True
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return False
+        dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+        if os.major(dev) == 0:
+            return False
+        r = self.device_reach(dev)
+        return bool(r.devices & self._evidence_devices or r.files & self._evidence_ids
+                    or any(self.is_evidence(p) for p in r.paths))
+
+    def same_media_refusal(self, source: str, dest: str) -> str | None:
+        """The one same-disk rule of every imaging and copying tool (``ddrescue``, ``dd``,
+        ``rsync``; ``image`` and ``copy`` apply the same comparison): a copy of a device or of
+        evidence goes to other physical media, proven from sysfs."""
+        if self.block_rdev(source) is None and not self.reaches_evidence(source):
+            return None
+        cmp = self.compare_media(source, dest)
+        if cmp.verdict is Sameness.SAME:
+            return (f"{dest} is on the same physical disk as {source} ({cmp.reason}); image "
+                    "and copy onto separate media")
+        if cmp.verdict is Sameness.UNKNOWN:
+            return (f"cannot prove that {dest} is on other physical media than {source} "
+                    f"({cmp.reason})")
+        return None
 
     def device_refusal(self, path: str) -> str | None:
         """Why a tool may not touch the block device ``path`` now: the kernel reports it

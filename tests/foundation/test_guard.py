@@ -9,6 +9,7 @@ import pytest
 
 from ckptrescue.guard import GuardContext, check
 from ckptrescue.guard import kernel as k
+from ckptrescue.guard.samedisk import Comparison, Sameness
 
 # A kernel as the table sees it: this case attached /dev/loop3 (7:3), mounted /mnt/x (mount id
 # 100), assembled ckr-1a2b-vg-data and imported tank_ckr read-only — and the kernel still shows
@@ -29,6 +30,7 @@ CTX = GuardContext(
     kernel_snapshot=lambda pools: KERNEL, block_rdev=_RDEVS.get,
     device_read_only=lambda p: p in {"/dev/loop3", "/dev/block/7:3"},
     device_reach=lambda rdev: k.Reach(frozenset({rdev}), frozenset(), ()),
+    compare_media=lambda src, dest: Comparison(Sameness.DIFFERENT, (), (), "test: other media"),
     is_empty_dir=lambda p: p.startswith("/mnt/"),
 )
 NS = ",nosuid,nodev,noexec"  # every evidence mount carries these

@@ -13,8 +13,10 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -135,11 +137,14 @@ def test_refusal_through_the_cli_exits_3_with_one_line_and_an_audit_record(scene
     assert _sha(scene["IMG"]) == before
 
 
-def test_allowed_reads_run_and_change_nothing(scene) -> None:
+def test_allowed_reads_run_and_change_nothing(scene, request) -> None:
     case: Case = scene["case"]
     before = (_sha(scene["DEV"]), _sha(scene["IMG"]))
     runner = SubprocessRunner(case)
-    out = Path(scene["DIR"]) / "new" / "head.bin"  # a new directory: the kit makes it
+    # a new directory (the kit makes it), on other media than the evidence device (RAM)
+    shm = Path(tempfile.mkdtemp(prefix="ckr-test-", dir="/dev/shm"))
+    request.addfinalizer(lambda: shutil.rmtree(shm, ignore_errors=True))
+    out = shm / "new" / "head.bin"
     forms = ("dumpe2fs -h DEV", "blkid -p DEV", "sha256sum LINK", "ddrescuelog -t MAP",
              f"dd if=DEV of={out} bs=4096 count=1")
     # the evidence device is writable: no tool touches it until the kernel keeps it read-only

@@ -42,3 +42,11 @@ def write_target(ctx: GuardContext, path: str, what: str) -> Decision | None:
 
 def grammar(tool: str, *options: str, **kw: object) -> Grammar:
     return Grammar(tool, tuple(options), **kw)  # type: ignore[arg-type]
+
+
+def other_media(ctx: GuardContext, sources: list[str], dest: str, what: str) -> Decision | None:
+    for src in sources:
+        reason = ctx.same_media_refusal(src, dest)
+        if reason:
+            return Decision.refuse(f"{what}: {reason}")
+    return None

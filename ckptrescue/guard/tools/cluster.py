@@ -64,7 +64,10 @@ _KUBE_GLOBAL = ("--kubeconfig=", "--context=", "--cluster=", "--user=", "-n= --n
                 "-v= --v=", "--match-server-version=?", "--disable-compression=?",
                 "--cache-dir=", "--profile=", "--profile-output=", "--warnings-as-errors=?",
                 "--log-flush-frequency=")
-_KUBE_NO_WRITE = {"cache-dir": "kubectl --cache-dir writes where the kit said nothing may be "
+_KUBE_NO_WRITE = {"kubeconfig": "kubectl --kubeconfig loads a configuration that can run a "
+                                "program (users[].user.exec); the kit gives kubectl a copy of "
+                                "your kubeconfig without exec or auth-provider plugins",
+                  "cache-dir": "kubectl --cache-dir writes where the kit said nothing may be "
                                "written",
                   "profile-output": "kubectl --profile-output writes a file",
                   "profile": "kubectl --profile writes a profile file"}
@@ -74,6 +77,7 @@ _GET = ("-o= --output=", "-A --all-namespaces=?", "-l= --selector=", "--field-se
         "-k= --kustomize=", "--template=", "--allow-missing-template-keys=?",
         "--output-watch-events=?", "--server-print=?", "--show-managed-fields=?", "--raw=",
         "--subresource=", "-w --watch=?", "--watch-only=?")
+_KUBE_PLUGINS = {"kustomize": "kubectl -k builds a kustomization (plugins, remote bases)"}
 _KUBE_FOLLOW = {"watch": "kubectl --watch never ends", "watch-only": "kubectl --watch never ends",
                 "follow": "kubectl logs -f never ends"}
 
@@ -83,7 +87,8 @@ def _kube(name: str, *options: str) -> object:
     plain = grammar(f"kubectl {name}", *_KUBE_GLOBAL, *options)
     shorts, longs = plain.table()
     keys = {o.key for o in (*shorts.values(), *longs.values())}
-    refuse = {k: v for k, v in {**_KUBE_NO_WRITE, **_KUBE_FOLLOW}.items() if k in keys}
+    refuse = {k: v for k, v in {**_KUBE_NO_WRITE, **_KUBE_FOLLOW, **_KUBE_PLUGINS}.items()
+              if k in keys}
     return grammar(f"kubectl {name}", *_KUBE_GLOBAL, *options, network=True, refuse=refuse)
 
 

@@ -179,6 +179,8 @@ MDADM = grammar(
     "mdadm", "-E --examine", "-D --detail", "-Q --query", "-V --version", "-h --help",
     "-s --scan", "-b --brief", "-v --verbose", "-Y --export", "-t --test", "-e= --metadata=",
     "-c= --config=", "-q --quiet", devices=True, caps=("CAP_SYS_ADMIN",),
+    refuse={"config": "mdadm --config reads a configuration file (PROGRAM lines run programs); "
+                      "the system's own is used"},
     policy=_needs_one_of("examine", "detail", "query", "version", "help",
                          reason="mdadm assemble/create/grow/manage change RAID state; only "
                                 "--examine/--detail/--query are allowed"))  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ckptrescue.guard.decision import Decision
 from ckptrescue.guard.grammar import Parsed
-from ckptrescue.guard.tools._base import Entry, grammar, write_target
+from ckptrescue.guard.tools._base import Entry, grammar, other_media, write_target
 
 if TYPE_CHECKING:
     from ckptrescue.guard.context import GuardContext
@@ -36,6 +36,9 @@ def _ddrescue(p: Parsed, ctx: GuardContext) -> Decision | None:
             return refusal
         if os.path.realpath(target) == os.path.realpath(infile):
             return Decision.refuse(f"ddrescue {label} is the input: infile and outfile swapped?")
+        refusal = other_media(ctx, [infile], target, f"ddrescue {label}")
+        if refusal:
+            return refusal
         writes.append(target)
     return Decision.allow(writes=tuple(writes))
 
@@ -106,6 +109,7 @@ def _dd(name: str, args: list[str], ctx: GuardContext, depth: int) -> Decision:
     """``dd``-style operands: KEY=VALUE words; files written are the output keys."""
     read_keys, write_keys = _DD_KEYS[name]
     writes: list[str] = []
+    sources = [a.partition("=")[2] for a in args if a.startswith("if=")]
     for arg in args:
         if arg in {"--help", "--version"}:
             continue
@@ -113,7 +117,8 @@ def _dd(name: str, args: list[str], ctx: GuardContext, depth: int) -> Decision:
         if not eq:
             return Decision.refuse(f"{name} {arg}: not a KEY=VALUE operand")
         if key in write_keys:
-            refusal = write_target(ctx, value, f"{name} {key}=")
+            refusal = write_target(ctx, value, f"{name} {key}=") or other_media(
+                ctx, sources, value, f"{name} {key}=")
             if refusal:
                 return refusal
             writes.append(value)
@@ -173,6 +178,9 @@ def _rsync(p: Parsed, ctx: GuardContext) -> Decision | None:
             return Decision.refuse("rsync source and destination are the same")
     if p.has("dry-run"):  # -n: rsync writes nothing in the destination (a verify pass)
         return Decision.allow(writes=tuple(p.values("log-file")))
+    refusal = other_media(ctx, list(p.operands[:-1]), dest, "rsync destination")
+    if refusal:
+        return refusal
     return Decision.allow(writes=(dest, *p.values("log-file")))
 
 
