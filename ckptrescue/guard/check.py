@@ -4,6 +4,7 @@ decides. Unknown tool, unknown option, unparseable argv: refused."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Sequence
@@ -16,6 +17,10 @@ from ckptrescue.guard.tools import GRAMMARS, REFUSED
 from ckptrescue.guard.tools._base import Subcommands
 from ckptrescue.guard.tools.filesystems import E2FSCK
 
+# /proc/self/fd/N, /proc/PID/root, /dev/fd/N: the guard and the tool would resolve them in
+# different processes (and the tool's /proc is its own namespace's)
+_PROCESS_RELATIVE = re.compile(
+    r"^/+(proc/+(self|thread-self|\d+)/+(task/+\d+/+)?(fd|root|cwd|exe|map_files)(/|$)|dev/+fd(/|$))")
 MAX_DEPTH = 3  # commands inside commands (rsync -e, find -exec)
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -33,6 +38,12 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
         return Decision.refuse("commands nested too deeply")
     name = PurePath(argv[0]).name
     args = list(argv[1:])
+    for arg in args:
+        for cand in (arg, arg.partition("=")[2]):
+            if _PROCESS_RELATIVE.match(cand):
+                return Decision.refuse(f"{cand}: a path relative to a process (its descriptors, "
+                                       "its root) names one thing to the guard and another to "
+                                       "the tool; give the file itself")
     if "/" in argv[0]:
         # judged by name, so a path must be that very tool, not a same-named other program
         on_path = shutil.which(name, path=STANDARD_PATH)

@@ -244,6 +244,64 @@ def kernel_guarantees(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+# Each guarantee of docs/safety.md, who enforces it, and the records that show it for a case.
+SAFETY_GUARANTEES: tuple[tuple[str, str, str], ...] = (
+    ("evidence reached only through devices the kernel keeps read-only", "kernel",
+     "evidence-devices"),
+    ("tools write only the files they name (private mount namespace)", "kernel", "namespace"),
+    ("attachments recorded from what the kernel showed; detach only the case's own",
+     "construction", "attachments"),
+    ("tools write only into directories the kit made for the case", "construction",
+     "output-dirs"),
+    ("recovered files written beneath their destination (no symlink, '..' or mount)",
+     "construction", "beneath"),
+    ("values are never templates; tools get a clean environment", "construction", "always"),
+    ("read-only forms only, same-disk copies refused (the grammars)", "guard", "refusals"),
+)
+
+
+def safety_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each guarantee: enforced by the kernel, by construction or by the guard alone, and
+    whether it held for this case (from its records: ``safety.kernel``, ``safety.attached``,
+    ``safety.output_dir``, ``tool.refused``)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(str(r.get("action")), []).append(r.get("details") or {})
+    kernel = by.get("safety.kernel", [])
+    devices = [k for k in kernel if not str(k.get("guarantee", "")).startswith("tool-")]
+    spaces = [k for k in kernel if k.get("guarantee") == "tool-namespace"]
+
+    def held(kind: str) -> tuple[str, str]:
+        if kind == "evidence-devices":
+            if not devices:
+                return "not exercised", "no evidence device or image was attached"
+            bad = [k for k in devices if not k.get("enforced") and not k.get("released")]
+            return ("no" if bad else "yes"), f"{len(devices) - len(bad)} of {len(devices)}"
+        if kind == "namespace":
+            if not spaces:
+                return "not exercised", "no tool ran in a private namespace"
+            bad = [k for k in spaces if not k.get("enforced")]
+            return ("no" if bad else "yes"), (bad[0].get("how", "") if bad else
+                                              "bubblewrap for every tool")
+        if kind == "attachments":
+            n, m = len(by.get("safety.attached", [])), len(by.get("safety.detached", []))
+            return ("yes" if n or m else "not exercised"), f"{n} attached, {m} released"
+        if kind == "output-dirs":
+            n = len(by.get("safety.output_dir", []))
+            return ("yes" if n else "not exercised"), f"{n} output director(ies)"
+        if kind == "refusals":
+            n = len(by.get("tool.refused", []))
+            return "yes", f"{n} command(s) refused"
+        return "yes", "by construction"
+
+    rows = []
+    for text, enforced_by, kind in SAFETY_GUARANTEES:
+        state, note = held(kind)
+        rows.append({"guarantee": text, "enforced_by": enforced_by, "held": state,
+                     "note": note})
+    return rows
+
+
 def _unique(findings: list[Any]) -> list[Any]:
     """The same finding recorded by several runs or steps is shown once."""
     seen: set[tuple[Any, ...]] = set()
@@ -345,6 +403,7 @@ def build(case: Case) -> dict[str, Any]:
         "commands": commands,
         "refusals": refusals,
         "kernel_guarantees": kernel_guarantees(records),
+        "safety_table": safety_table(records),
         "tool_versions": dict(sorted(versions.items())),
         "verification": verification.to_json(),
         "records": len(records),

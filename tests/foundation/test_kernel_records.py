@@ -221,3 +221,24 @@ def test_files_under_work_authorise_nothing(scene: Scene) -> None:
         mounting.umount(their_mnt, case=scene.case)
     assert scene.run("zpool", "export", "rpool").refused
     assert scene.mounted(their_mnt)
+
+
+def test_the_reports_safety_table_says_which_guarantees_held(scene: Scene) -> None:
+    from ckptrescue.report import model as report_model
+    from ckptrescue.report.render import render
+
+    res = scene.run("losetup", "--read-only", "--find", "--show", str(scene.evidence))
+    assert res.returncode == 0
+    assert scene.run("losetup", "-d", res.stdout.strip()).returncode == 0
+    assert scene.run("losetup", "-d", "/dev/loop-control").refused
+    rows = {r["guarantee"]: r for r in report_model.build(scene.case)["safety_table"]}
+    by = {r["enforced_by"] for r in rows.values()}
+    assert by == {"kernel", "construction", "guard"}
+    attach = next(r for g, r in rows.items() if g.startswith("attachments"))
+    assert attach["held"] == "yes" and attach["note"] == "1 attached, 1 released"
+    refusals = next(r for r in rows.values() if r["enforced_by"] == "guard")
+    assert refusals["note"] == "1 command(s) refused"
+    outputs = next(r for g, r in rows.items() if g.startswith("tools write only into"))
+    assert outputs["held"] == "not exercised"
+    md = render(scene.case, "md")
+    assert "| enforced by | held |" in md and "1 attached, 1 released" in md
