@@ -4,6 +4,7 @@ resume.safe_globals: the exact ``torch.serialization.add_safe_globals`` list a c
 resume.keys: why its names do not load into the model, and the mapping that fixes them.
 resume.reassemble: a step lacking rank files, completed from verified copies elsewhere (a plan).
 resume.world_size: whether a verified step loads at N ranks, and how.
+resume.replicas: node-local replicas against the persistent copy, tensor by tensor.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ckptrescue.engine.events import Event
 from ckptrescue.engine.outputs import (
     KeyMismatchOutput,
     ReassemblyOutput,
+    ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
@@ -204,4 +206,41 @@ at N ranks as saved or by resharding, 1 otherwise."""
         return from_library(result, result.answer())
 
 
-ACTIONS = [SafeGlobals, Keys, Reassemble, WorldSize]
+class Replicas(Action):
+    name = "resume.replicas"
+    summary = "Node-local replicas against the persistent copy, tensor by tensor (CRC, shape)"
+    description = """
+Compare node-local replicas of a step (and copies fetched from peers) with the persistent copy,
+tensor by tensor, without loading: each rank file a replica holds against the persistent file
+of the same name, every tensor by name, dtype, shape and CRC-32 of its bytes (the CRC the format
+records and the probe verified, else computed over the tensor's bytes).
+
+Names which replica of which rank differs and in which tensors, which are damaged, and which
+copy to resume each rank file from: the persistent one when intact, else the intact replica
+most copies agree on (a tie is named, not decided).
+
+Exit 0 when every replica is identical to an intact persistent copy, 1 otherwise."""
+    examples = ("ckptrescue resume replicas /persistent/run/global_step300 "
+                "--replica /local/node0/global_step300 --replica /local/node1/global_step300",)
+    output_type = ReplicaOutput
+    args = (ArgSpec("persistent", "path", required=True, positional=True,
+                    help="The persistent copy of the step (read only)."),
+            ArgSpec("replicas", "list", item="path", required=True, cli_required=True,
+                    flag="--replica", metavar="DIR",
+                    help="A replica directory holding some of the step's rank files under the "
+                         "same names (repeat the option)."))
+
+    def plan(self, args: dict[str, Any]) -> list[str]:
+        return [f"compare {r} with {args['persistent']} tensor by tensor (no load)"
+                for r in args.get("replicas") or []]
+
+    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.checkpoints.replicas import compare_replicas
+
+        result = yield from ctx.blocking(lambda p: compare_replicas(
+            args["persistent"], list(args.get("replicas") or []), progress=p),
+            label="comparing", unit="files")
+        return from_library(result, result.answer())
+
+
+ACTIONS = [SafeGlobals, Keys, Reassemble, WorldSize, Replicas]

@@ -10,6 +10,7 @@ from ckptrescue.cli.output import emit_json, say
 from ckptrescue.engine.outputs import (
     KeyMismatchOutput,
     ReassemblyOutput,
+    ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
@@ -134,9 +135,32 @@ def render_world_size(result: StepResult) -> int:
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 
+def render_replicas(result: StepResult) -> int:
+    out: ReplicaOutput = result.out
+    if result.options[JSON]:
+        emit_json(result.outputs)
+        return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+    for f in out.files:
+        p = f.get("persistent") or {}
+        say(f"{f['relpath']}: persistent {p.get('status')}; resume from "
+            f"{f.get('resume_from') or '(none: ' + str(f.get('decision')) + ')'}")
+        for r in f.get("replicas") or []:
+            line = f"    {r['status'].upper():<10} {r['path']}"
+            if r.get("differing_total"):
+                line += f"  ({r['differing_total']} tensor(s): {', '.join(r['differing'][:6])})"
+            elif r["status"] in ("damaged", "unreadable"):
+                line += f"  ({r['verdict']})"
+            say(line)
+    for rel in out.replica_only[:20]:
+        say(f"    ONLY IN A REPLICA {rel}")
+    say(out.answer)
+    return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
+
+
 def register(app: typer.Typer) -> None:
     add_command(resume_app, "safe-globals", Command("resume.safe_globals", render_safe_globals))
     add_command(resume_app, "keys", Command("resume.keys", render_keys))
     add_command(resume_app, "reassemble", Command("resume.reassemble", render_reassemble))
     add_command(resume_app, "world-size", Command("resume.world_size", render_world_size))
+    add_command(resume_app, "replicas", Command("resume.replicas", render_replicas))
     app.add_typer(resume_app, name="resume")

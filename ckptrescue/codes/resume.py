@@ -1,6 +1,6 @@
 """Codes of the questions asked at resume time that no loader answers (issue #31): SG the exact
 ``add_safe_globals`` list; KM key mismatches at resume; RA scattered and half-written ranks; WS
-another world size."""
+another world size; RP replicas against the persistent copy."""
 
 from ckptrescue.model import Severity
 
@@ -34,4 +34,10 @@ CODES = {
     "WS002": (W, "The step loads at that world size only after a conversion (DeepSpeed "
                  "ds_to_universal, Megatron's converter): the command and the files it needs"),
     "WS003": (E, "The step does not load at that world size, or is not verified"),
+    "RP001": (E, "A replica of a rank file differs from the persistent copy (tensors named by "
+                 "name, dtype, shape and CRC): do not resume from it"),
+    "RP002": (E, "A replica of a rank file is damaged or unreadable"),
+    "RP003": (W, "The persistent copy of a rank file is damaged: resume it from the named "
+                 "replica (error when no replica can stand in)"),
+    "RP004": (I, "A replica holds a file the persistent copy does not"),
 }

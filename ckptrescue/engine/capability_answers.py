@@ -11,6 +11,7 @@ from ckptrescue.engine.outputs import (
     KeyMismatchOutput,
     ManifestDiffOutput,
     ReassemblyOutput,
+    ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 # the actions whose steps examine evidence (the answer's "nothing examined yet" test)
 EXAMINING = {"manifest.diff", "resume.safe_globals", "resume.keys", "resume.reassemble",
-             "resume.world_size", "hub.verify"}
+             "resume.world_size", "resume.replicas", "hub.verify"}
 
 
 def capability_parts(case: Case) -> list[str]:
@@ -41,6 +42,9 @@ def capability_parts(case: Case) -> list[str]:
             parts.append(ra.answer)
     for ws in outputs_of(case, WorldSizeOutput)[-1:]:
         parts.append(f"{ws.answer.split(': ', 1)[0]} ({ws.loads})" if ws.ok else ws.answer)
+    for rp in outputs_of(case, ReplicaOutput)[-1:]:
+        if not rp.ok:
+            parts.append(f"replicas: {rp.answer}")
     for hub in outputs_of(case, HubCacheOutput)[-1:]:
         if not hub.ok:
             parts.append(hub.answer)

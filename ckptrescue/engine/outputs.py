@@ -292,6 +292,28 @@ class WorldSizeOutput(StepOutputs):
         return self.loads in ("as-saved", "reshards")
 
 
+
+@dataclass
+class ReplicaOutput(StepOutputs):
+    persistent: str = field(default="", metadata=doc("The persistent copy of the step."))
+    replicas: list[str] = field(default_factory=list, metadata=doc(
+        "The replica directories compared (node-local copies, copies fetched from peers)."))
+    files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Per rank file a replica holds: relpath, persistent (path, verdict, tensors, status), "
+        "replicas (where, path, verdict, tensors, status: same, differs, damaged, unreadable; "
+        "differing tensors, only_here, only_persistent), resume_from, decision."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "Replica files per status."))
+    replica_only: list[str] = field(default_factory=list, metadata=doc(
+        "Files a replica holds that the persistent copy does not."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not any(k != "same" and v for k, v in self.counts.items()) and all(
+            (f.get("persistent") or {}).get("status") == "intact" for f in self.files)
+
+
 # ---- block storage ---------------------------------------------------------------------------
 
 @dataclass

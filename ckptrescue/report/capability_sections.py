@@ -16,6 +16,7 @@ from ckptrescue.engine.outputs import (
     KeyMismatchOutput,
     ManifestDiffOutput,
     ReassemblyOutput,
+    ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
@@ -184,9 +185,32 @@ def world_size(case: Case) -> dict[str, Any] | None:
               [[f] for f in last.files_needed])])
 
 
+def replicas(case: Case) -> dict[str, Any] | None:
+    outs = outputs_of(case, ReplicaOutput)
+    if not outs:
+        return None
+    out = outs[-1]
+    rows = []
+    for f in out.files:
+        p = f.get("persistent") or {}
+        rows.append([f["relpath"], "persistent", p.get("status", ""), "", ""])
+        for r in f.get("replicas") or []:
+            rows.append([f["relpath"], r["path"], r["status"], r.get("differing_total") or "",
+                         ", ".join(r.get("differing") or [])])
+    resume = [[f["relpath"], f.get("resume_from") or "—", f.get("decision", "")]
+              for f in out.files]
+    return section(out.answer, facts=[["persistent", out.persistent]] + [
+        ["replica", r] for r in out.replicas], notes=[
+        f"only in a replica: {x}" for x in out.replica_only[:20]], tables=[
+        table("Copies compared", "replicas", ["rank file", "copy", "status",
+                                              "tensors differing", "which"], rows),
+        table("Resume each rank file from", "replicas-resume", ["rank file", "copy", "why"],
+              resume)])
+
+
 BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals,
             "key_mismatch": key_mismatch, "reassembly": reassembly, "world_size": world_size,
-            "hub_cache": hub_cache}
+            "replicas": replicas, "hub_cache": hub_cache}
 
 
 def build(case: Case) -> dict[str, dict[str, Any] | None]:

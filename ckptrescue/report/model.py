@@ -74,6 +74,7 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
      lambda m: bool(m["key_mismatch"])),
     ("reassembly", "Scattered and half-written ranks", False, lambda m: bool(m["reassembly"])),
     ("world_size", "Another world size", False, lambda m: bool(m["world_size"])),
+    ("replicas", "Replicas against the persistent copy", False, lambda m: bool(m["replicas"])),
     ("training_state", "Training state across checkpoints", False,
      lambda m: bool(m["training_state"])),
     ("dataset_content", "Dataset content against its baseline", False,

@@ -42,8 +42,8 @@ def test_every_action_with_a_command_line_is_generated() -> None:
     # the eleven that forked on --case, the ten that needed it, and the eleven added since
     # (trainstate, gate, dataset profile/compare/quarantine, store verify/history/preflight/
     # preserve/restore, manifest update), and those of issue #31 (manifest diff, resume
-    # safe-globals, hub verify, resume keys, reassemble, world-size)
-    assert len(described) == 38
+    # safe-globals, hub verify, resume keys, reassemble, world-size, replicas)
+    assert len(described) == 39
 
 
 def test_no_command_module_forks_around_the_engine() -> None:

@@ -160,6 +160,15 @@ def make_full_case(case: Case) -> Case:
         "files_needed": [f"/mnt/run/{EVIL_MD}/mp_rank_00_model_states.pt"],
         "config": {"checkpoint": {"load_universal": True}}, "notes": [EVIL_MD],
         "answer": "global_step3 loads at 3 ranks only after conversion"}, "world-size")
+    add_step(case, "resume.replicas", {
+        "persistent": "/mnt/run/global_step3", "replicas": [f"/local/{EVIL_MD}"],
+        "files": [{"relpath": EVIL_MD, "persistent": {"status": "intact", "path": EVIL},
+                   "replicas": [{"where": "/local/n1", "path": f"/local/{EVIL}",
+                                 "status": "differs", "verdict": "intact", "differing_total": 1,
+                                 "differing": [EVIL_MD]}],
+                   "resume_from": "/mnt/run/global_step3/x.pt", "decision": "intact"}],
+        "counts": {"differs": 1}, "replica_only": [], "answer": "1 replica file(s) compared"},
+        "replicas")
     add_step(case, "hub.verify", {
         "root": "/home/u/.cache/huggingface/hub", "counts": {"repos": 1, "blobs": 2,
                                                               "blobs_ok": 1, "blobs_bad": 1},
