@@ -182,7 +182,7 @@ A mismatch is a finding; bytes are kept as received, hashed and inventoried."""
             client_options=_options(args), progress=progress_adapter(p)), label="preserving")
         # preserve streams objects into the case's artifacts and evidence itself (it is an
         # acquisition into the case), findings included
-        return from_library(result, "preserved", recorded=True)
+        return from_library(result, result.summary, recorded=True)
 
 
 class S3Restore(Action):

@@ -150,10 +150,10 @@ Never writes to the store."""
             options=_options(args)))
         data = result.to_json()
         done = _result("preserve", args["url"], result, bool(getattr(result, "ok", True)),
-                       f"{len(data.get('objects', []))} object(s) preserved into "
-                       f"{args['dest']} (layout: {data.get('layout')})")
+                       f"{result.summary} into {args['dest']} (layout: {data.get('layout')})")
         done.audit.append(AuditEvent("store.preserved", {
-            "url": args["url"], "dest": str(args["dest"]),
+            "url": args["url"], "dest": str(args["dest"]), "summary": result.summary,
+            "counts": data.get("counts"),
             "objects": [{k: o.get(k) for k in ("key", "version", "sha256", "size", "status")}
                         for o in data.get("objects", [])][:10000]}))
         return done

@@ -57,6 +57,8 @@ def _warn_left_out(skipped: list[dict[str, Any]], unreadable: list[dict[str, Any
 def render_build(result: StepResult) -> int:
     out: ManifestBuildOutput = result.out
     _warn_left_out(out.skipped, out.unreadable)
+    for c in out.changed_while_hashed:
+        info(f"CHANGED while hashed: {_display(c['path'])}: hashed again ({c['times']} time(s))")
     if result.options[JSON]:
         emit_json(result.outputs)
     else:

@@ -51,6 +51,8 @@ def render_verify(result: StepResult) -> int:
     else:
         _print_objects(out.objects)
         say(" ".join(f"{k}={v}" for k, v in out.counts.items()))
+        if out.extra.get("summary"):
+            say(str(out.extra["summary"]))
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 
@@ -101,6 +103,8 @@ def render_preserve(result: StepResult) -> int:
             say(f"{obj['status']:<13} {obj['key']} {obj['version_id'] or ''} "
                 f"sha256={obj['sha256']} {obj['evidence_id'] or ''}")
         say(" ".join(f"{k}={v}" for k, v in out.counts.items()))
+        if out.extra.get("summary"):
+            say(str(out.extra["summary"]))
     return int(ExitCode.OK if out.ok else ExitCode.FINDINGS)
 
 

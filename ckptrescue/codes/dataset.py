@@ -11,6 +11,8 @@ CODES = {
     "MF006": (Severity.INFO, "An entry was skipped: symlink out of the directory, dangling, "
                              "to a directory, or a FIFO/socket/device"),
     "MF007": (Severity.INFO, "Quick audit: only sizes and mtimes were compared"),
+    "MF008": (Severity.WARNING, "A file changed while it was hashed (size, mtime or inode "
+                                "differ before and after the read): hashed again"),
     "DS001": (Severity.ERROR, "TFRecord: a record's length or data CRC32C fails, or it is "
                               "truncated"),
     "DS002": (Severity.ERROR, "Tar/WebDataset shard: a bad header checksum or a truncated member"),

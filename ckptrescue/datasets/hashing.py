@@ -39,6 +39,11 @@ class HashOutcome:
     head: bytes = b""
     # the extra checksums asked for, in S3's form (Base64 of the big-endian digest)
     checksums: dict[str, str] | None = None
+    # the file as it was while it was read (fstat before and after agreed), and how many times
+    # it changed under the reader and was hashed again (``hash_file``)
+    mtime_ns: int | None = None
+    inode: int | None = None
+    changed: int = 0
 
     @property
     def unreadable(self) -> bool:
@@ -85,12 +90,42 @@ def checksum_hashers(names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+REHASH_TRIES = 3  # hashes of a file that keeps changing under the reader, before giving up
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def hash_file(path: str | bytes, *, chunk: int = CHUNK,
               on_bytes: Callable[[int], None] | None = None,
               checksums: tuple[str, ...] = (), prefetch: bool = False) -> HashOutcome:
     """Hash ``path``; ``head`` keeps its first bytes (for format detection); ``checksums``
     (CRC64NVME, CRC32C, CRC32) are computed in the same pass, in S3's Base64 form.
-    ``prefetch``: read a large file ahead on a second thread (worth it when a core is idle)."""
+    ``prefetch``: read a large file ahead on a second thread (worth it when a core is idle).
+
+    A file written while it is read would get the hash of a mix of old and new bytes (which a
+    later audit calls corrupted): the size, mtime, ctime and inode are compared before and
+    after the read (the open file's, and the path's: a rename over it counts too), and a file
+    that changed is hashed again, up to :data:`REHASH_TRIES` times; ``changed`` says how many
+    times it was. One that never holds still is reported as not hashed."""
+    changed = 0
+    while True:
+        outcome = _hash_once(path, chunk=chunk, on_bytes=on_bytes, checksums=checksums,
+                             prefetch=prefetch)
+        if outcome.sha256 is not None or outcome.error != _CHANGED:
+            return HashOutcome(**{**outcome.__dict__, "changed": changed})
+        changed += 1
+        if changed >= REHASH_TRIES:
+            return HashOutcome(None, outcome.size, f"changed while it was hashed, "
+                               f"{changed} times in a row: not hashed", None, changed=changed)
+
+
+_CHANGED = "changed while it was read"
+
+
+def _hash_once(path: str | bytes, *, chunk: int, on_bytes: Callable[[int], None] | None,
+               checksums: tuple[str, ...], prefetch: bool) -> HashOutcome:
     digest = hashlib.sha256()
     extra = checksum_hashers(checksums) if checksums else {}
     head = b""
@@ -132,15 +167,25 @@ def hash_file(path: str | bytes, *, chunk: int = CHUNK,
             blocks.close()  # the reader thread (if any) is stopped before the probe reads
             where = locate_read_error(fd, size, chunk) if exc.errno == errno.EIO else size
             return HashOutcome(None, size, _msg(exc), where, head)
+        after = os.fstat(fd)
     finally:
         blocks.close()
         os.close(fd)
+    try:
+        now = os.stat(path)  # the path as opened (a symlink in DIR is followed)
+    except OSError:
+        now = None
+    if _identity(st) != _identity(after) or size != after.st_size or now is None \
+            or _identity(now) != _identity(after):
+        return HashOutcome(None, size, _CHANGED, None)
     if extra:
         import base64
 
         sums = {alg: base64.b64encode(h.digest()).decode("ascii") for alg, h in extra.items()}
-        return HashOutcome(digest.hexdigest(), size, head=head, checksums=sums)
-    return HashOutcome(digest.hexdigest(), size, head=head)
+        return HashOutcome(digest.hexdigest(), size, head=head, checksums=sums,
+                           mtime_ns=after.st_mtime_ns, inode=after.st_ino)
+    return HashOutcome(digest.hexdigest(), size, head=head, mtime_ns=after.st_mtime_ns,
+                       inode=after.st_ino)
 
 
 def _read_direct(fd: int, chunk: int) -> Iterator[memoryview]:

@@ -65,8 +65,10 @@ def hash_entry(root: bytes, entry: FileEntry, tracker: Tracker | None = None, *,
     if outcome.sha256 is None:
         return UnreadableFile(entry.rel, outcome.error or "read failed", outcome.error_offset)
     fmt = detect(entry.rel, outcome.head) if formats else "other"
-    return ManifestEntry(entry.rel, outcome.size, entry.mtime_ns, outcome.sha256, fmt,
-                         entry.inode, checksums=outcome.checksums)
+    # the size and mtime of the file as it was hashed (it may have changed since the walk)
+    return ManifestEntry(entry.rel, outcome.size, outcome.mtime_ns or entry.mtime_ns,
+                         outcome.sha256, fmt, outcome.inode or entry.inode,
+                         checksums=outcome.checksums, changed=outcome.changed)
 
 
 def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True,
@@ -160,6 +162,8 @@ def _build_local(store: BuildStore, root: Path, out_path: Path, *, jobs: int,
             for outcome in hash_many(root_b, chunk, jobs=jobs, scheduler=scheduler,
                                      tracker=tracker, checksums=checksums):
                 if isinstance(outcome, ManifestEntry):
+                    if outcome.changed:
+                        result.changed.append((outcome.rel, outcome.changed))
                     line = json.dumps(outcome.to_json()).encode()
                     result.bytes_hashed += outcome.size
                     log.write(line + b"\n")

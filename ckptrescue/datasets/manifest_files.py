@@ -40,6 +40,9 @@ class ManifestEntry:
     # ``manifest build --checksums``: CRCs of the same bytes in S3's Base64 form, so an audit
     # of the uploaded objects can compare the store's own full-object CRC without a download
     checksums: dict[str, str] | None = field(default=None, compare=False)
+    # local files only: how many times the file changed while it was hashed (and was hashed
+    # again); not part of the manifest or its sidecar
+    changed: int = field(default=0, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -103,6 +106,8 @@ class ManifestResult(Recorded):
     entries: list[ManifestEntry] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     unreadable: list[UnreadableFile] = field(default_factory=list)
+    # files that changed while they were hashed and were hashed again: (name, times)
+    changed: list[tuple[bytes, int]] = field(default_factory=list)
     resumed: int = 0
     bytes_hashed: int = 0
     elapsed_s: float = 0.0
@@ -120,6 +125,13 @@ class ManifestResult(Recorded):
                     evidence=shown_path(self.root, u.rel), offset=u.offset,
                     source="manifest.build", details={"error": u.error})
             for u in self.unreadable
+        ]
+        out += [
+            Finding("MF008", Severity.WARNING,
+                    f"{display(rel)}: changed while it was hashed ({n} time(s)); hashed again "
+                    "from a stable state", evidence=shown_path(self.root, rel),
+                    source="manifest.build", details={"times": n})
+            for rel, n in self.changed
         ]
         out += [
             Finding("MF006", Severity.INFO, f"{display(s.rel)}: skipped: {s.reason}",
@@ -163,6 +175,8 @@ class ManifestResult(Recorded):
             "scheduler": self.scheduler,
             "formats": self.formats(),
             "unreadable": [u.to_json() for u in self.unreadable],
+            "changed_while_hashed": [{"path": to_json_path(rel), "times": n}
+                                     for rel, n in self.changed],
             "skipped": [{"path": to_json_path(s.rel), "reason": s.reason} for s in self.skipped],
             "answer": self.answer(),
         }

@@ -124,17 +124,26 @@ def hash_object(client: Any, bucket: str, obj: S3Object,
     extra = checksum_hashers(checksums) if checksums else {}
     size = 0
     counter = _stats_of(client)
+    from ckptrescue.errors import CkptRescueError
+    from ckptrescue.stores.s3.objects import stream_body
+
+    def sink(block: bytes) -> None:
+        nonlocal size
+        digest.update(block)
+        for hasher in extra.values():
+            hasher.update(block)
+        size += len(block)
+        if counter is not None:
+            counter.add_bytes(len(block))
+
     try:
-        response = client.get_object(Bucket=bucket, Key=obj.key)
+        # a connection reset mid-body resumes from the byte reached (same ETag), bounded
+        read = stream_body(client, {"Bucket": bucket, "Key": obj.key}, sink,
+                           where=f"s3://{bucket}/{obj.key}", chunk=_CHUNK)
+        response = read.response
         etag, version = _etag(response.get("ETag")), response.get("VersionId")
-        body = response["Body"]
-        for block in body.iter_chunks(_CHUNK):
-            digest.update(block)
-            for hasher in extra.values():
-                hasher.update(block)
-            size += len(block)
-            if counter is not None:
-                counter.add_bytes(len(block))
+    except CkptRescueError as exc:
+        return UnreadableFile(obj.rel, exc.message, size)
     except Exception as exc:  # a read error of one object is a row, not the end of the run
         return UnreadableFile(obj.rel, f"{type(exc).__name__}: {exc}", size)
     # the ETag and version of what was read (the GET's, not the listing's: the object may have

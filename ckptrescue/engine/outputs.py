@@ -516,6 +516,8 @@ class ManifestBuildOutput(StepOutputs):
         "Unreadable files: path, error, offset."))
     skipped: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Entries skipped: path, reason."))
+    changed_while_hashed: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "Files that changed while they were hashed and were hashed again: path, times."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
 
     @property

@@ -27,8 +27,10 @@ from ckptrescue.effects import beneath
 from ckptrescue.errors import CkptRescueError, RefusedError, UsageError
 from ckptrescue.model import Finding, Severity
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
+from ckptrescue.stores.counts import counts_line, short_reason
 from ckptrescue.stores.integrity import Digest, compare
 from ckptrescue.stores.s3.manifest import expected_sha256, load_manifest
+from ckptrescue.stores.s3.objects import LocalWriteError
 from ckptrescue.stores.urls import parse_store_url
 
 
@@ -40,18 +42,30 @@ def safe_relative(key: str) -> Path:
 
 
 class _Tee:
-    def __init__(self, fh: Any, digest: Digest) -> None:
-        self.fh, self.digest = fh, digest
+    def __init__(self, fh: Any, digest: Digest, path: Path | None = None) -> None:
+        self.fh, self.digest, self.path = fh, digest, path
+
+    @property
+    def name(self) -> Any:
+        return str(self.path) if self.path is not None else getattr(self.fh, "name", None)
 
     def write(self, data: bytes) -> int:
         self.digest.update(data)
-        return int(self.fh.write(data))
+        try:
+            return int(self.fh.write(data))
+        except OSError as exc:
+            raise LocalWriteError(f"{self.name}: {exc.strerror or exc} while writing the "
+                                  "bytes of an object",
+                                  hint="free space on the destination (or check the disk) "
+                                  "and run the same command again: it resumes") from exc
 
 
-def fetch(store: Store, obj: ObjectInfo, fh: Any) -> tuple[str, dict[str, Any], Digest]:
-    """Stream one version into ``fh``; (status, detail, digest) of the bytes as received."""
+def fetch(store: Store, obj: ObjectInfo, fh: Any, path: Path | None = None
+          ) -> tuple[str, dict[str, Any], Digest]:
+    """Stream one version into ``fh`` (the file at ``path``, named when a write fails);
+    (status, detail, digest) of the bytes as received."""
     digest = Digest()
-    tee = _Tee(fh, digest)
+    tee = _Tee(fh, digest, path)
     if store.url.scheme == "s3":
         from ckptrescue.stores.s3.objects import download_verified
 
@@ -109,8 +123,13 @@ class StorePreserveResult:
         counts: dict[str, int] = {}
         for obj in self.objects:
             counts[obj.status] = counts.get(obj.status, 0) + 1
-        return {"url": self.url, "dest": self.dest, "counts": counts,
+        return {"url": self.url, "dest": self.dest, "counts": counts, "summary": self.summary,
                 "objects": [o.to_json() for o in self.objects], "operations": self.operations}
+
+    @property
+    def summary(self) -> str:
+        """"2 of 3 preserved, 1 failed: HTTP 500" (:func:`counts_line`)."""
+        return counts_line(self.objects)
 
     def findings(self) -> list[Finding]:
         target = parse_store_url(self.url)
@@ -134,15 +153,84 @@ class StorePreserveResult:
         return out
 
 
+JOURNAL = "preserve.jsonl"
+
+
+def _journal(dest: Path, url: str, all_versions: bool) -> dict[tuple[str, str | None], dict[str, Any]]:
+    """What an earlier run into ``dest`` preserved (key, version -> its inventory entry); raises
+    when ``dest`` holds something else."""
+    path = dest / JOURNAL
+    if not beneath.lexists(dest, path):
+        raise RefusedError(f"{dest}: not empty and not an earlier preserve (no {JOURNAL}); "
+                           "preserve writes into a new folder or resumes its own")
+    done: dict[tuple[str, str | None], dict[str, Any]] = {}
+    with beneath.open_file(dest, path, "rb") as fh:
+        lines = fh.read().splitlines()
+    try:
+        header = json.loads(lines[0]) if lines else {}
+    except ValueError:
+        header = {}
+    if header.get("url") != url or bool(header.get("all_versions")) != all_versions:
+        raise RefusedError(f"{dest}: an earlier preserve of {header.get('url')!r}"
+                           f"{' (all versions)' if header.get('all_versions') else ''} is "
+                           "there; resume it with the same URL and options, or use a new folder")
+    for raw in lines[1:]:
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue  # a line torn by a crash: that object is fetched again
+        if isinstance(entry, dict) and entry.get("status") in ("match", "unverifiable",
+                                                                "mismatch"):
+            done[(str(entry.get("key")), entry.get("version"))] = entry
+    return done
+
+
+def _still_preserved(dest: Path, entry: dict[str, Any], obj: ObjectInfo) -> bool:
+    """The earlier copy is of this very object (same stored checksums and size) and its bytes
+    still hash to what was recorded."""
+    import hashlib
+
+    if entry.get("stored") != dict(obj.hashes) or entry.get("size") != obj.size \
+            or not entry.get("sha256") or not entry.get("path"):
+        return False
+    sha = str(entry["sha256"])
+    blob = dest / "objects" / "sha256" / sha[:2] / sha
+    digest = hashlib.sha256()
+    try:
+        with beneath.open_file(dest, blob, "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+    except OSError:
+        return False
+    return digest.hexdigest() == sha and beneath.lexists(dest, Path(str(entry["path"])))
+
+
+def _local(what: str, path: Path, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """A local filesystem step of preserve; its failure names the path and the operation."""
+    try:
+        return fn(*args, **kwargs)
+    except OSError as exc:
+        raise LocalWriteError(f"{path}: {exc.strerror or exc} while {what}",
+                              hint="free space on the destination (or check the disk) and run "
+                              "the same command again: it resumes") from exc
+
+
 def preserve(url: str, dest: Path | str, *, all_versions: bool = False,
              options: StoreOptions | None = None, store: Store | None = None
              ) -> StorePreserveResult:
-    """Copy every object at or under ``url`` (or every version) into ``dest`` (module doc)."""
+    """Copy every object at or under ``url`` (or every version) into ``dest`` (module doc).
+
+    Resumable: a journal (``dest/preserve.jsonl``) lists each object once it is in place; run
+    again into the same ``dest``, objects already preserved whose stored checksums and size are
+    unchanged and whose copy still hashes right are skipped (``detail.resumed``), the others
+    are fetched. A failure to write locally (no space, an I/O error) stops the run with one line
+    naming the path and the operation; what was preserved stays and a rerun resumes."""
     target = parse_store_url(url)
     store = store or open_store(target, options)
     dest = Path(dest)
+    done: dict[tuple[str, str | None], dict[str, Any]] = {}
     if dest.exists() and any(dest.iterdir()):
-        raise RefusedError(f"{dest}: not empty; preserve writes into a new folder")
+        done = _journal(dest, str(target), all_versions)
     _prefix, current, exact = store.resolve()
     todo: list[tuple[ObjectInfo, bool]] = [(o, True) for o in current]
     if all_versions:
@@ -156,36 +244,72 @@ def preserve(url: str, dest: Path | str, *, all_versions: bool = False,
                 todo.append((info, False))
     result = StorePreserveResult(url=str(target), dest=str(dest))
     cas = dest / "objects" / "sha256"
-    beneath.makedirs(dest, cas)
-    for obj, is_current in todo:
-        rel = safe_relative(obj.key)
-        tmp = cas / f".incoming-{os.getpid()}-{len(result.objects)}"
-        try:
-            with beneath.open_file(dest, tmp, "xb") as fh:
-                status, detail, digest = fetch(store, obj, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except CkptRescueError as exc:
-            beneath.unlink(dest, tmp, missing_ok=True)
-            result.objects.append(PreservedObject(obj.key, obj.version, "error", None, None,
-                                                  dict(obj.hashes), {"message": exc.message}))
-            continue
-        sha = digest.values()["sha256"]
-        blob = cas / sha[:2] / sha
-        _write_once(dest, tmp, blob)
-        if is_current:
-            place = dest / "layout" / rel
-        else:
-            place = dest / "versions" / str(obj.version or "unknown") / rel
-        beneath.link(dest, blob, place)
-        result.objects.append(PreservedObject(obj.key, obj.version, status, digest.size, sha,
-                                              dict(obj.hashes), detail, str(place)))
+    _local("creating the destination folders", cas, beneath.makedirs, dest, cas)
+    journal = dest / JOURNAL
+    if not done and not beneath.lexists(dest, journal):
+        header = json.dumps({"url": str(target), "all_versions": all_versions})
+        _local("starting the journal", journal, beneath.write_bytes, dest, journal,
+               (header + "\n").encode())
+    with _local("opening the journal", journal, beneath.open_file, dest, journal, "ab") as log:
+        for obj, is_current in todo:
+            rel = safe_relative(obj.key)
+            earlier = done.get((obj.key, obj.version))
+            if earlier is not None and _still_preserved(dest, earlier, obj):
+                result.objects.append(PreservedObject(
+                    obj.key, obj.version, str(earlier["status"]), earlier.get("size"),
+                    earlier.get("sha256"), dict(obj.hashes),
+                    {**(earlier.get("detail") or {}), "resumed": True}, earlier.get("path")))
+                continue
+            preserved = _preserve_one(store, dest, cas, obj, is_current, rel,
+                                      len(result.objects))
+            result.objects.append(preserved)
+            if preserved.status != "error":
+                line = json.dumps(preserved.to_json(), sort_keys=True) + "\n"
+                _local("writing the journal", journal, _append_synced, log, line.encode())
     result.operations = dict(store.stats.operations)
     inventory = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
-    with beneath.open_file(dest, dest / "inventory.json", "xb") as fh:
-        fh.write(inventory)
-    beneath.chmod(dest, dest / "inventory.json", 0o444)
+    final = dest / "inventory.json"  # replaced as a whole (a resumed run lists every object)
+    _local("writing the inventory", final, beneath.write_bytes, dest, final, inventory,
+           perms=0o444)
     return result
+
+
+def _append_synced(fh: Any, data: bytes) -> None:
+    fh.write(data)
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _preserve_one(store: Store, dest: Path, cas: Path, obj: ObjectInfo, is_current: bool,
+                  rel: Path, n: int) -> PreservedObject:
+    tmp = cas / f".incoming-{os.getpid()}-{n}"
+    try:
+        with _local("creating a file for the incoming bytes", tmp, beneath.open_file, dest,
+                    tmp, "xb") as fh:
+            status, detail, digest = fetch(store, obj, fh, tmp)
+            _local("syncing the incoming bytes", tmp, _sync, fh)
+    except LocalWriteError:
+        beneath.unlink(dest, tmp, missing_ok=True)
+        raise
+    except CkptRescueError as exc:
+        beneath.unlink(dest, tmp, missing_ok=True)
+        return PreservedObject(obj.key, obj.version, "error", None, None, dict(obj.hashes),
+                               {"message": exc.message, "reason": short_reason(exc)})
+    sha = digest.values()["sha256"]
+    blob = cas / sha[:2] / sha
+    _local("storing the object by its SHA-256", blob, _write_once, dest, tmp, blob)
+    place = dest / "layout" / rel if is_current else \
+        dest / "versions" / str(obj.version or "unknown") / rel
+    if beneath.lexists(dest, place):  # an earlier run's copy of an object changed since
+        _local("replacing the link under its key", place, beneath.unlink, dest, place)
+    _local("linking the object under its key", place, beneath.link, dest, blob, place)
+    return PreservedObject(obj.key, obj.version, status, digest.size, sha, dict(obj.hashes),
+                           detail, str(place))
+
+
+def _sync(fh: Any) -> None:
+    fh.flush()
+    os.fsync(fh.fileno())
 
 
 @dataclass
@@ -270,7 +394,7 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
     beneath.makedirs(to, final.parent)
     partial = final.with_name(f"{final.name}.{obj.version or 'current'}.partial")
     with beneath.open_file(to, partial, "xb") as fh:
-        status, detail, digest = fetch(store, obj, fh)
+        status, detail, digest = fetch(store, obj, fh, partial)
         fh.flush()
         os.fsync(fh.fileno())
     sha = digest.values()["sha256"]

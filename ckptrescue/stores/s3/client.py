@@ -218,7 +218,9 @@ def translate_error(exc: BaseException, what: str) -> CkptRescueError:
         if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch"}:
             return UsageError(f"{what}: credentials rejected ({code})")
         message = exc.response.get("Error", {}).get("Message", "")
-        return RemoteError(f"{what}: S3 error {code}: {message}".rstrip(": "))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        http = f" (HTTP {status})" if status else ""
+        return RemoteError(f"{what}: S3 error {code}{http}: {message}".rstrip(": "))
     if isinstance(exc, bx.BotoCoreError):
         return RemoteError(f"{what}: {exc}")
     return RemoteError(f"{what}: {type(exc).__name__}: {exc}")

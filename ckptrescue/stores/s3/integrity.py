@@ -170,6 +170,9 @@ class Check:
     size: int = 0
     sha256: str | None = None
     framing: str | None = None
+    # connection resets in the middle of the body, each resumed with a ranged GET of the same
+    # ETag (``objects.stream_body``): reported, never hidden
+    resets: list[dict[str, Any]] = field(default_factory=list)
 
     def detail(self) -> dict[str, Any]:
         out: dict[str, Any] = {"message": self.message}
@@ -179,6 +182,11 @@ class Check:
                 out[name] = value
         if self.bad_parts:
             out["parts"] = self.bad_parts
+        if self.resets:
+            out["resets"] = self.resets
+            out["message"] = (f"{self.message}; the connection was reset {len(self.resets)} "
+                              "time(s) mid-body and the read resumed from byte "
+                              f"{', '.join(str(r['at']) for r in self.resets)}")
         return out
 
 

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import IO, Any
 from urllib.parse import urlparse
 
-from ckptrescue.errors import RemoteError
+from ckptrescue.errors import CkptRescueError, RemoteError
 from ckptrescue.stores.s3.checksums import (
     checksums_from_response,
     composite_from_parts,
@@ -366,9 +366,11 @@ class Download:
     layout: PartLayout | None
     size: int
     sha256: str
+    resets: list[dict[str, Any]] = field(default_factory=list)  # resumed mid-body resets
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "resets": self.resets,
             "object": self.head.to_json(),
             "status": self.check.status,
             "algorithm": self.check.algorithm,
@@ -376,6 +378,74 @@ class Download:
             "size": self.size,
             "sha256": self.sha256,
         }
+
+
+BODY_RETRIES = 3  # resumptions of one body after a connection reset, before giving up
+
+
+@dataclass
+class BodyRead:
+    """What :func:`stream_body` read: the first GET's response and the resets it resumed."""
+
+    response: dict[str, Any]
+    size: int
+    resets: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _reset_errors() -> tuple[type[BaseException], ...]:
+    import http.client
+
+    import botocore.exceptions as bx
+    import urllib3.exceptions as ux
+
+    return (bx.ResponseStreamingError, bx.IncompleteReadError, bx.ReadTimeoutError,
+            bx.ConnectionClosedError, ux.ProtocolError, ux.ReadTimeoutError,
+            http.client.IncompleteRead, ConnectionError)
+
+
+def stream_body(client: Any, kwargs: dict[str, Any], sink: Callable[[bytes], None], *,
+                where: str, chunk: int = CHUNK, retries: int = BODY_RETRIES) -> BodyRead:
+    """GET an object and hand its body to ``sink`` block by block. A connection reset in the
+    middle of the body is resumed with a ranged GET from the first byte not yet received,
+    pinned to the same version and ETag (``If-Match``: never another object's bytes), at most
+    ``retries`` times; each reset is listed in the result (callers report them). Raises a
+    :class:`RemoteError` naming the resets when they do not stop."""
+    import botocore.exceptions as bx
+
+    resets_of = _reset_errors()
+    response = client.get_object(**kwargs)
+    read = BodyRead(response=response, size=0)
+    length = response.get("ContentLength")
+    body = response["Body"]
+    while True:
+        try:
+            while True:
+                try:
+                    block = body.read(chunk)
+                except bx.FlexibleChecksumError:
+                    # botocore's own check of a full-object value failed at the end of the
+                    # stream: every byte has been delivered; the caller's check decides
+                    return read
+                if not block:
+                    return read
+                sink(block)
+                read.size += len(block)
+        except resets_of as exc:
+            if len(read.resets) >= retries:
+                raise RemoteError(
+                    f"{where}: the connection was reset in the middle of the body "
+                    f"{len(read.resets) + 1} times (last after {read.size} bytes: "
+                    f"{type(exc).__name__}); gave up after {retries} resumptions") from exc
+            read.resets.append({"at": read.size, "error": type(exc).__name__})
+            if isinstance(length, int) and read.size >= length:
+                return read
+            ranged = {k: v for k, v in kwargs.items() if k != "ChecksumMode"}
+            ranged["Range"] = f"bytes={read.size}-"
+            if response.get("ETag"):
+                ranged["IfMatch"] = response["ETag"]
+            if response.get("VersionId") not in (None, "null"):
+                ranged["VersionId"] = response["VersionId"]
+            body = client.get_object(**ranged)["Body"]
 
 
 def download_verified(
@@ -405,23 +475,19 @@ def download_verified(
     if version_id or head.version_id not in (None, "null"):
         kwargs["VersionId"] = version_id or head.version_id
     counter = stats(client)
-    try:
-        response = client.get_object(**kwargs)
-        body = response["Body"]
-        while True:
-            try:
-                block = body.read(CHUNK)
-            except bx.FlexibleChecksumError:
-                # botocore's own check of a full-object value failed at the end of the stream;
-                # every byte has been delivered and our plan reaches the same verdict.
-                break
-            if not block:
-                break
-            plan.update(block)
+
+    def sink(block: bytes) -> None:
+        plan.update(block)
+        try:
             dest.write(block)
-            counter.add_bytes(len(block))
-            if progress:
-                progress(len(block))
+        except OSError as exc:  # the destination (no space, I/O error): name it
+            raise local_write_error(exc, dest, where) from exc
+        counter.add_bytes(len(block))
+        if progress:
+            progress(len(block))
+
+    try:
+        read = stream_body(client, kwargs, sink, where=where)
     except ObjectGone:
         raise
     except Exception as exc:
@@ -429,8 +495,24 @@ def download_verified(
             raise ObjectGone(f"{where}: no such object") from exc
         raise translate_error(exc, where) from exc
     check = plan.finish()
+    check.resets = read.resets
     return Download(head=head, check=check, layout=layout, size=check.size,
-                    sha256=check.sha256 or "")
+                    sha256=check.sha256 or "", resets=read.resets)
+
+
+class LocalWriteError(CkptRescueError):
+    """Writing received bytes into the local destination failed (no space, I/O error)."""
+
+
+def local_write_error(exc: OSError, dest: Any, where: str) -> CkptRescueError:
+    """A write into the local destination failed: one line naming the file and the
+    operation (no space left, an I/O error), not the object."""
+    name = getattr(dest, "name", None)
+    return LocalWriteError(
+        f"{name if isinstance(name, str) else 'the destination'}: {exc.strerror or exc} while "
+        f"writing the bytes of {where}",
+        hint="free space on the destination's filesystem (or check the disk) and run the "
+        "command again; objects already preserved are kept")
 
 
 def verify_stream(head: ObjectHead, layout: PartLayout | None, stream: IO[bytes], *,
