@@ -242,8 +242,11 @@ def test_preserve_layout_probes_equal(kit, checkpoints, tmp_path):
     local = {n: str(probe_paths([checkpoints[n]])[0].verdict) for n in names}
     assert {p.name: str(probe_paths([p])[0].verdict) for p in layout.iterdir()} == local
     assert {f.code for f in out.findings()} == {"OS031"}
-    with pytest.raises(RefusedError):
-        preserve(kit.url("run/step-1/"), tmp_path / "kept", options=kit.options)
+    again = preserve(kit.url("run/step-1/"), tmp_path / "kept", options=kit.options)
+    assert all(o.detail.get("resumed") for o in again.objects)  # resumed: nothing fetched
+    assert again.summary == "2 of 2 preserved (2 already by an earlier run)"
+    with pytest.raises(RefusedError):  # another URL into it: refused
+        preserve(kit.url("run/"), tmp_path / "kept", options=kit.options)
     assert kit.state() == before
 
 
