@@ -42,6 +42,7 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr
     try:
         info = json.loads(built.stdout)
+        images = json.loads((drill / "params.json").read_text())["image_dest"]  # this drill's
         kinds = {f["kind"] for f in info["faults"]}
         assert {"bit-flip", "truncated", "missing-shard", "nan-poison", "malicious-pickle",
                 "bad-sectors", "s3-corrupted-version"} <= kinds
@@ -61,7 +62,7 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
     # evidence unchanged; the payload never ran; nothing left behind
     assert sha256(image) == before
     assert not Path(info["marker"]).exists()
-    assert not loops_backed_by(str(tmp_path)) and not loops_backed_by("/dev/shm/ckptrescue-drill")
+    assert not loops_backed_by(str(tmp_path)) and not loops_backed_by(images)
     assert str(case) not in Path("/proc/mounts").read_text()
     assert not (drill / "s3server.json").exists()
     # the answer names what the drill injected

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EXE, drive, screen_text, tree_labels, wait_for
+from cli_helpers import EXE
+from conftest import drive, screen_text, tree_labels, wait_for
 
 from ckptrescue.engine.answer import answer_line, latest_checkpoints
 from ckptrescue.record.case import Case

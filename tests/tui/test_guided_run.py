@@ -12,7 +12,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import EXE, drive, screen_text, tree_hash, tree_labels, wait_for
+from cli_helpers import EXE
+from conftest import drive, screen_text, tree_hash, tree_labels, wait_for
 
 from ckptrescue.engine.answer import answer_line, latest_checkpoints
 from ckptrescue.record.case import Case

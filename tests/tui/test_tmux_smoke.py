@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import EXE
+from cli_helpers import EXE
 
 from ckptrescue.engine.answer import answer_line
 from ckptrescue.record.case import Case
