@@ -59,7 +59,7 @@ _CODES = {"corrupted": ("MF001", Severity.ERROR), "changed": ("MF002", Severity.
           "missing": ("MF003", Severity.ERROR), "new": ("MF004", Severity.INFO),
           "unreadable": ("MF005", Severity.ERROR)}
 # audits of more files than this list only the rows that are not ok (to_json, findings)
-LIST_ALL_MAX = 100_000
+LIST_ALL_MAX = 10_000  # above it, ok rows stay in the state only: memory flat in files
 
 
 @dataclass(frozen=True)
