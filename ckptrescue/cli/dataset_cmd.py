@@ -4,6 +4,7 @@ stderr."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -42,8 +43,11 @@ def _display(path: str) -> str:
 def build_interrupted(args: dict[str, Any]) -> str:
     from ckptrescue.datasets.manifest import partial_path
 
-    return (f"ckptrescue: interrupted; finished files are kept in "
-            f"{partial_path(args['output'])}: run the same command again to resume")
+    partial = partial_path(args["output"])
+    if not Path(partial).exists():  # stopped before a file was finished: say only that
+        return "ckptrescue: interrupted before any file was hashed; nothing was kept"
+    return (f"ckptrescue: interrupted; finished files are kept in {partial}: run the same "
+            "command again to resume")
 
 
 def _warn_left_out(skipped: list[dict[str, Any]], unreadable: list[dict[str, Any]]) -> None:
@@ -223,6 +227,10 @@ def audit_interrupted(args: dict[str, Any]) -> str:
     if is_s3(args["dir"]):
         return "ckptrescue: interrupted (an s3:// audit keeps no state: it starts over)"
     state = args.get("state") or default_path(args["manifest"])
+    if args.get("quick") and not args.get("state"):
+        return "ckptrescue: interrupted (a --quick audit without --state keeps no state)"
+    if not Path(state).exists():
+        return "ckptrescue: interrupted before the audit kept any state; nothing was kept"
     return (f"ckptrescue: interrupted; finished files are kept in {state}: run the same "
             "command again to resume")
 

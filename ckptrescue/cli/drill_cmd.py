@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ckptrescue.cli.options import JsonOpt
-from ckptrescue.cli.output import emit_json, info, say
+from ckptrescue.cli.output import emit_json, interrupted, say
 from ckptrescue.errors import ExitCode
 
 
@@ -124,7 +124,7 @@ def _clean_on_interrupt(out: Path, *, stop_server: bool) -> Iterator[None]:
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
-        info(f"ckptrescue: interrupted; the half-built drill in {out} was removed"
+        interrupted(f"ckptrescue: interrupted; the half-built drill in {out} was removed"
              + (" and its S3 server stopped" if stop_server else "")
              + ": run the same command again")
         raise typer.Exit(int(ExitCode.INTERRUPT)) from None

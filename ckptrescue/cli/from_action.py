@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ckptrescue.cli.options import CaseDirOpt, JsonOpt, OptionalCaseOpt
-from ckptrescue.cli.output import info
+from ckptrescue.cli.output import info, interrupted
 from ckptrescue.display import shown_tree
 from ckptrescue.errors import ExitCode, ToolFailedError
 
@@ -329,12 +329,12 @@ def run(command: Command, action: type[Action], values: Mapping[str, Any]) -> in
         except KeyboardInterrupt:
             printer.close()
             if command.interrupted is not None:
-                info(command.interrupted(args))
+                interrupted(command.interrupted(args))
             elif options[CASE] is not None:
-                info(f"ckptrescue: interrupted; the case {case.root} records the step as "
+                interrupted(f"ckptrescue: interrupted; the case {case.root} records the step as "
                      "interrupted")
             else:
-                info("ckptrescue: interrupted (no --case: nothing was recorded)")
+                interrupted("ckptrescue: interrupted (no --case: nothing was recorded)")
             raise typer.Exit(int(ExitCode.INTERRUPT)) from None
         printer.close()
         if finished is None:  # pragma: no cover - a one-step plan always finishes its step

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from ckptrescue import __version__
+from ckptrescue.cli.output import interrupt_said
 from ckptrescue.display import shown, shown_text
 from ckptrescue.errors import CkptRescueError, ExitCode
 
@@ -92,10 +93,14 @@ def run(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
+    interrupt_said(reset=True)
     try:
         result = app(args=argv, prog_name="ckptrescue", standalone_mode=False)
-        # a command that returns 130 has said itself what Ctrl-C left behind
         code = int(result) if isinstance(result, int) else 0
+        if code == ExitCode.INTERRUPT and not interrupt_said():
+            # typer turns an unhandled Ctrl-C into 130; only a command that knows what it
+            # kept says more (cli/output.interrupted)
+            _error_line("ckptrescue: interrupted")
     except CkptRescueError as exc:
         if debug:
             traceback.print_exc()

@@ -28,3 +28,20 @@ def info(text: str) -> None:
     """Diagnostics and progress on stderr."""
     sys.stderr.write(shown_text(text) + "\n")
     sys.stderr.flush()
+
+
+_INTERRUPT = {"said": False}
+
+
+def interrupted(text: str) -> None:
+    """Ctrl-C: what the command kept and left attached, said by the command that knows (then
+    ``cli/main.py`` adds nothing; without it, main says only "interrupted")."""
+    info(text)
+    _INTERRUPT["said"] = True
+
+
+def interrupt_said(reset: bool = False) -> bool:
+    said = _INTERRUPT["said"]
+    if reset:
+        _INTERRUPT["said"] = False
+    return said

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptrescue.cli.options import JsonOpt
-from ckptrescue.cli.output import emit_json, info, say
+from ckptrescue.cli.output import emit_json, info, interrupted, say
 from ckptrescue.errors import ExitCode, PlaybookError
 
 if TYPE_CHECKING:
@@ -262,8 +262,8 @@ def _interrupted(case: Case, name: str, private: bool) -> None:
               if a.get("kind") == "mount" and os.path.ismount(str(a.get("name")))]
     loops = [str(a["name"]) for a in live if a.get("kind") == "loop"
              and os.path.exists(f"/sys/block/{os.path.basename(str(a.get('name')))}/loop")]
-    info(f"ckptrescue: interrupted; the case {case.root.absolute()} keeps every finished step: "
-         f"rerun {_rerun(name, case, private)} to resume")
+    interrupted(f"ckptrescue: interrupted; the case {case.root} keeps every finished step: "
+                f"rerun {_rerun(name, case, private)} to resume")
     for mountpoint in mounts:
         info(f"ckptrescue: still mounted (read-only) by this case: {mountpoint}; release it "
              f"with: ckptrescue umount {mountpoint} --case {case.root.absolute()}")

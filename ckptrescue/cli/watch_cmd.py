@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ckptrescue.cli.from_action import literal
-from ckptrescue.cli.output import info, say
+from ckptrescue.cli.output import interrupted, say
 
 
 def watch(
@@ -122,7 +122,7 @@ def watch(
             if not changed:
                 changed = None  # nothing happened in an interval: a full pass to be sure
     except KeyboardInterrupt:
-        info("ckptrescue: watch stopped; the state and the case keep every pass so far")
+        interrupted("ckptrescue: watch stopped; the state and the case keep every pass so far")
         return int(ExitCode.INTERRUPT)
     finally:
         if collector is not None:

@@ -123,10 +123,25 @@ def test_an_interrupted_manifest_build_without_a_case_says_where_its_files_are(
             fh.truncate(4 << 30)
     manifest = tmp_path / "data.sha256"
     proc = start("manifest", "build", str(data), "-o", str(manifest), "--no-progress")
-    time.sleep(1.5)
-    code, _out, err = interrupt_when(proc, lambda: True)
+    partial = Path(f"{manifest}.partial.jsonl")
+    code, _out, err = interrupt_when(proc, partial.exists)
     assert code == 130, err
     assert "in the case" not in err and "kept in" in err and ".partial" in err, err
     assert err.count("ckptrescue:") == 1, err  # one line, said once
     partial = err.split("kept in ", 1)[1].split(": run", 1)[0]
     assert Path(partial).is_file(), "the message names a file that is not there"
+
+
+def test_a_command_that_keeps_nothing_says_only_interrupted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cli_helpers import invoke
+
+    from ckptrescue.record.case import Case
+
+    def ctrl_c(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Case, "open", ctrl_c)
+    res = invoke("case", "show", str(tmp_path))
+    assert res.returncode == 130
+    assert res.stderr.strip() == "ckptrescue: interrupted", res.stderr
