@@ -221,14 +221,14 @@ most copies agree on (a tie is named, not decided).
 
 Exit 0 when every replica is identical to an intact persistent copy, 1 otherwise."""
     examples = ("ckptrescue resume replicas /persistent/run/global_step300 "
-                "--replica /local/node0/global_step300 --replica /local/node1/global_step300",)
+                "/local/node0/global_step300 /local/node1/global_step300",)
     output_type = ReplicaOutput
     args = (ArgSpec("persistent", "path", required=True, positional=True,
                     help="The persistent copy of the step (read only)."),
-            ArgSpec("replicas", "list", item="path", required=True, cli_required=True,
-                    flag="--replica", metavar="DIR",
-                    help="A replica directory holding some of the step's rank files under the "
-                         "same names (repeat the option)."))
+            ArgSpec("replicas", "list", item="path", required=True, positional=True,
+                    cli_name="replica",
+                    help="Replica directories, each holding some of the step's rank files "
+                         "under the same names."))
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         return [f"compare {r} with {args['persistent']} tensor by tensor (no load)"

@@ -196,7 +196,9 @@ def build(command: Command) -> Callable[..., int]:
         params.append(inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         annotation=annotation, default=default))
     for old, target in command.deprecated.items():
-        base = _value_type(specs[target].type)
+        spec = specs[target]
+        base = list[_value_type(spec.item)] if spec.type == "list" \
+            else _value_type(spec.type)  # type: ignore[misc]
         params.append(inspect.Parameter(
             _deprecated_name(old), inspect.Parameter.POSITIONAL_OR_KEYWORD,
             annotation=Annotated[base | None, typer.Option(old, hidden=True)], default=None))

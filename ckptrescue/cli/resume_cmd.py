@@ -162,5 +162,7 @@ def register(app: typer.Typer) -> None:
     add_command(resume_app, "keys", Command("resume.keys", render_keys))
     add_command(resume_app, "reassemble", Command("resume.reassemble", render_reassemble))
     add_command(resume_app, "world-size", Command("resume.world_size", render_world_size))
-    add_command(resume_app, "replicas", Command("resume.replicas", render_replicas))
+    add_command(resume_app, "replicas", Command(  # --replica DIR (repeated): the old spelling
+        "resume.replicas", render_replicas, optional=("replicas",),
+        deprecated={"--replica": "replicas"}))
     app.add_typer(resume_app, name="resume")

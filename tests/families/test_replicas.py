@@ -124,8 +124,8 @@ def test_a_damaged_persistent_file_resumes_from_an_agreeing_replica(
 def test_cli_case_report_and_playbook(nodes: dict[str, Path], tmp_path: Path) -> None:
     case_dir = tmp_path / "case"
     Case.create(case_dir, title="replicas")
-    res = invoke("resume", "replicas", str(nodes["persistent"]), "--replica",
-                 str(nodes["node1"]), "--case", str(case_dir), "--json")
+    res = invoke("resume", "replicas", str(nodes["persistent"]), str(nodes["node1"]),
+                 "--case", str(case_dir), "--json")
     assert res.returncode == 1, res.stderr
     data = json.loads(res.stdout)
     assert data["counts"] == {"differs": 2}
@@ -135,7 +135,8 @@ def test_cli_case_report_and_playbook(nodes: dict[str, Path], tmp_path: Path) ->
     assert "## Replicas against the persistent copy" in text
     none = invoke("resume", "replicas", str(nodes["persistent"]))
     assert none.returncode == 2
-    bad = invoke("resume", "replicas", str(tmp_path / "nope"), "--replica", str(nodes["node0"]))
+    bad = invoke("resume", "replicas", str(tmp_path / "nope"), "--replica",  # old spelling
+                 str(nodes["node0"]))
     assert bad.returncode == 2 and "not a directory" in bad.stderr
     run = invoke("playbook", "run", "resume-checks", "--case", str(tmp_path / "case2"), "--yes",
                  "--json", "-p", f"run_dir={nodes['persistent']}", "-p",
