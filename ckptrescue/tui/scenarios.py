@@ -44,6 +44,14 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("triage", "Not sure yet: triage",
              "Who is writing to the volume, what the kernel log says, what to freeze first.",
              "triage"),
+    Scenario("resume", "Files verify but the run will not resume",
+             "torch.load refuses globals, load_state_dict reports missing keys, rank files are "
+             "missing or scattered, the world size changed, a replica differs: the exact "
+             "safe-globals list, the key mapping, a reassembly plan, how to load at N ranks.",
+             "resume-checks"),
+    Scenario("hub", "A Hugging Face model will not load offline",
+             "Verify the hub cache without the network: every blob against its name, every "
+             "snapshot link; the revision each problem breaks.", "hub-cache"),
 )
 
 # Parameter types whose value is evidence, with what the picker offers.
