@@ -91,6 +91,11 @@ def run(argv: list[str] | None = None) -> int:
 
     Every exception becomes its exit code and a one-line message on stderr here, and only here.
     """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler \
+            and getattr(signal.getsignal(signal.SIGINT), "__module__", "") == "ckptrescue.cli":
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # started: Ctrl-C as usual
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
     interrupt_said(reset=True)

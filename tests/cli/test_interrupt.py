@@ -145,3 +145,20 @@ def test_a_command_that_keeps_nothing_says_only_interrupted(
     res = invoke("case", "show", str(tmp_path))
     assert res.returncode == 130
     assert res.stderr.strip() == "ckptrescue: interrupted", res.stderr
+
+
+def test_ctrl_c_while_the_program_starts_is_one_line_not_a_traceback() -> None:
+    """The console script imports every command module before main() runs; a Ctrl-C then
+    ends it with one line and 130 (the handler cli/__init__ installs for the program)."""
+    code = ("import sys; sys.argv = ['ckptrescue']; import ckptrescue.cli, os, signal, time; "
+            "os.kill(os.getpid(), signal.SIGINT); time.sleep(30)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ))
+    assert res.returncode == 130 and res.stderr.strip() == "ckptrescue: interrupted", res.stderr
+    # and once main runs, Ctrl-C is Python's again (the commands handle it themselves)
+    code = ("import sys; sys.argv = ['ckptrescue', '--version']; import signal; "
+            "from ckptrescue.cli.main import run; run(['--version']); "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ))
+    assert res.stdout.strip().splitlines()[-1] == "True", res.stdout + res.stderr
