@@ -145,3 +145,21 @@ def test_cli_case_report_and_playbook(nodes: dict[str, Path], tmp_path: Path) ->
     steps = {r["details"]["step"]: r["details"]["status"]
              for r in Case.open(tmp_path / "case2").records("step.finished")}
     assert steps["replicas"] == "ok"
+
+
+def test_hostile_replica_entries_are_findings(nodes: dict[str, Path], tmp_path: Path) -> None:
+    import os
+
+    hostile = tmp_path / "local" / "node9" / "global_step3"
+    hostile.mkdir(parents=True)
+    os.mkfifo(hostile / OPT0)  # a FIFO under a rank file's name: never opened
+    os.symlink(nodes["persistent"] / OPT1, hostile / OPT1)  # a link, not a copy
+    (hostile / "evil\x1b[2Jname.pt").write_bytes(b"junk")
+    result = compare_replicas(nodes["persistent"], [hostile])
+    by = {f.relpath: f.replicas[0] for f in result.files}
+    assert by[OPT0].status == "unreadable" and "never opened" in by[OPT0].verdict
+    assert by[OPT1].status == "unreadable"
+    assert any("evil" in r for r in result.replica_only)
+    res = invoke("resume", "replicas", str(nodes["persistent"]), "--replica", str(hostile))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "\x1b" not in res.stdout
