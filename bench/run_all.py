@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["startup", "checkpoints", "families", "tensorflow", "tensorbundle_index", "records",
+ORDER = ["speed_table", "startup", "checkpoints", "families", "tensorflow", "tensorbundle_index", "records",
          "storage", "s3", "datasets", "tui"]
 # CKPTRESCUE_BENCH_SIZE=large: the sizes the issues name, passed on in each script's own knob
 LARGE = {"CKPT_BENCH_MIB": "1024", "CKPTRESCUE_BENCH_TF_MIB": "1024",

@@ -3,10 +3,13 @@
     python bench/speed_table.py [--mib 1024] [--repeat 3] [--only probe,tf,hash,tui]
 
 Each figure is a whole process (``ckptrescue ...`` or ``python -c ...`` from exec to exit),
-timed by the parent, its peak RSS taken from ``wait4``. Every contender runs ``--repeat`` times,
-interleaved with its anchor, on a warm page cache; the table shows the best and the median of
-each ratio and the load average before and after (the machine may be shared: a ratio is only
-as good as the quietest run).
+timed by the parent, its peak RSS and CPU time from GNU time. Every contender runs once to warm
+up (page cache, and Python's bytecode cache: ``PYTHONDONTWRITEBYTECODE`` is removed from the
+children's environment, since an installed package has its ``.pyc`` files and recompiling ~70
+modules per run would add ~0.1 s to every command), then ``--repeat`` times, interleaved with
+its anchor; the table shows the best and the median of each ratio, the CPU time, and the load
+average before and after (the machine may be shared: a ratio is only as good as the quietest
+run).
 
 Rows (goals from the issue):
 
@@ -107,6 +110,7 @@ app.run(headless=True, auto_pilot=first, size=(100, 30))
 class Run:
     seconds: float
     rss_mib: float
+    cpu: float
     code: int
 
 
@@ -126,26 +130,44 @@ class Samples:
     def rss(self) -> float:
         return max(r.rss_mib for r in self.runs)
 
+    @property
+    def cpu(self) -> float:
+        return min(r.cpu for r in self.runs)
+
+
+GNU_TIME = shutil.which("time") if Path("/usr/bin/time").exists() else None
+
 
 def run(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
         ok: tuple[int, ...] = (0,)) -> Run:
-    """One whole process: wall time from the parent, peak RSS from ``wait4``."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})}, cwd=cwd)
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in ok:
-        raise SystemExit(f"{' '.join(argv[:4])} exited {proc.returncode}:\n"
-                         f"{err.decode(errors='replace')[-2000:]}")
-    return Run(seconds, usage.ru_maxrss / 1024, proc.returncode)
+    """One whole process: wall time from the parent; peak RSS and CPU time (user + system)
+    of the child itself, from GNU time when installed (a child forked from this process would
+    otherwise report this process's RSS as its own peak), else from ``wait4``."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as stats:
+        wrapped = ["/usr/bin/time", "-q", "-f", "%M %U %S", "-o", stats.name, *argv] \
+            if GNU_TIME else argv
+        start = time.perf_counter()
+        child_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        proc = subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env={**child_env, **(env or {})}, cwd=cwd)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code not in ok:
+            raise SystemExit(f"{' '.join(argv[:4])} exited {code}:\n"
+                             f"{err.decode(errors='replace')[-2000:]}")
+        fields = stats.read().split() if GNU_TIME else []
+    if len(fields) >= 3:
+        return Run(seconds, int(fields[-3]) / 1024, float(fields[-2]) + float(fields[-1]), code)
+    return Run(seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, code)
 
 
 def interleaved(contenders: dict[str, Callable[[], Run]], repeat: int) -> dict[str, Samples]:
     out = {name: Samples() for name in contenders}
+    for fn in contenders.values():  # warm-up: bytecode cache, page cache, imports on disk
+        fn()
     for _ in range(repeat):
         for name, fn in contenders.items():
             out[name].runs.append(fn())
@@ -167,9 +189,10 @@ def ratio_row(label: str, ours: Samples, anchor: Samples, goal: str,
     else:
         best = ours.best / anchor.best
         med = ours.median / anchor.median
-    return (f"{label:<46} {ours.best:7.2f} s  vs {anchor.best:6.2f} s   "
-            f"{best:5.2f}x (median {med:5.2f}x)  goal {goal:<8} "
-            f"RSS {ours.rss:6.0f} MiB (anchor {anchor.rss:6.0f} MiB)")
+    return (f"{label:<42} {ours.best:6.2f} s vs {anchor.best:6.2f} s  "
+            f"{best:5.2f}x (median {med:5.2f}x) goal {goal:<7} "
+            f"RSS {ours.rss:5.0f} MiB (anchor {anchor.rss:5.0f})  "
+            f"CPU {ours.cpu:5.2f} s (anchor {anchor.cpu:5.2f})")
 
 
 def probe_rows(work: Path, mib: int, repeat: int) -> list[str]:
@@ -203,12 +226,13 @@ def probe_rows(work: Path, mib: int, repeat: int) -> list[str]:
     slow = max(times, key=lambda k: times[k].best)
     fast = min(times, key=lambda k: times[k].best)
     med_ratio = max(t.median for t in times.values()) / min(t.median for t in times.values())
-    rows.append(f"{'content dependence (5 distributions)':<46} slowest {slow} "
+    rows.append(f"{'content dependence (5 distributions)':<42} slowest {slow} "
                 f"{times[slow].best:.2f} s / fastest {fast} {times[fast].best:.2f} s = "
                 f"{times[slow].best / times[fast].best:4.2f} (median {med_ratio:4.2f})  "
                 f"goal <= 1.3   RSS max {max(t.rss for t in times.values()):.0f} MiB")
-    rows.append("    per distribution (best): " + ", ".join(
-        f"{k} {times[k].best:.2f} s / {times[k].rss:.0f} MiB" for k in KINDS))
+    rows.append("    per distribution (best wall / CPU / RSS): " + ", ".join(
+        f"{k} {times[k].best:.2f} s / {times[k].cpu:.2f} s / {times[k].rss:.0f} MiB"
+        for k in KINDS))
     return rows
 
 
@@ -276,8 +300,9 @@ def tui_rows(work: Path, repeat: int) -> list[str]:
         "python": lambda: run([sys.executable, "-c", "pass"]),
     }, repeat)
     t = s["tui"]
-    return [f"{'TUI first screen (whole process)':<46} {t.best:7.2f} s  (median {t.median:.2f} s"
-            f", bare python {s['python'].best:.2f} s)  goal <= 0.5 s   RSS {t.rss:6.0f} MiB"]
+    return [f"{'TUI first screen (whole process)':<42} {t.best:6.2f} s (median {t.median:.2f} s"
+            f", bare python {s['python'].best:.2f} s)  goal <= 0.5 s   RSS {t.rss:5.0f} MiB  "
+            f"CPU {t.cpu:5.2f} s"]
 
 
 def main() -> int:

@@ -161,3 +161,38 @@ def test_one_large_storage_read_in_parallel_segments_matches_the_sequential_read
     nm2 = next(f for f in many.findings if f.code == "NM002")
     assert nm2.details["index"] == elem and nm2.details["flip_bit"] == 30
     assert any(f.code == "TZ002" for f in many.findings)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_fp8_bits_decode_as_torch_decodes_them(dtype):
+    import torch
+
+    values = torch.arange(256, dtype=torch.uint8).view(getattr(torch, dtype)).float().tolist()
+    for bits, want in enumerate(values):
+        got = numeric._from_bits(bits, dtype)
+        assert (np.isnan(got) and np.isnan(want)) or got == want, (dtype, bits)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_fp8_tensors_are_scanned_nan_inf_and_flips_found(tmp_path, dtype):
+    import torch
+
+    rng = np.random.default_rng(5)
+    # ordinary values: exponents 5..8 (|x| in [2^-2, 2^2) for e4m3fn, [2^-10, 2^-6) for e5m2)
+    exp = rng.integers(5, 9, 20_000, dtype=np.uint8)
+    shift = 3 if dtype == "float8_e4m3fn" else 2
+    raw = (exp << shift) | rng.integers(0, 1 << shift, 20_000, dtype=np.uint8)
+    raw[1234] |= 0x40  # the top exponent bit flipped: x 2^8 for e4m3fn, 2^16 for e5m2
+    raw[777] = 0x7F  # NaN (e4m3fn) / NaN (e5m2: exponent all ones, mantissa 3)
+    tensor = torch.from_numpy(raw.copy()).view(getattr(torch, dtype))
+    path = fx.save_zip(tmp_path / "fp8.pt", {"w": tensor})
+    r = probe1(path)
+    codes = {f.code for f in r.findings}
+    assert "NM007" not in codes and r.verdict is Verdict.SUSPECT
+    nm1 = next(f for f in r.findings if f.code == "NM001")
+    assert nm1.details["nan"] == 1 and nm1.details["inf"] == 0
+    assert nm1.details["examples"][0]["index"] == 777
+    nm2 = next(f for f in r.findings if f.code == "NM002")
+    assert nm2.details["index"] == 1234 and nm2.details["flip_bit"] == 6
+    assert nm2.details["repaired"] == tensor[1234].float().item() / 2.0 ** (
+        8 if dtype == "float8_e4m3fn" else 16)

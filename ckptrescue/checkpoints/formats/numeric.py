@@ -68,6 +68,14 @@ def _from_bits(bits: int, dtype: str) -> float:
         return float(struct.unpack("<d", struct.pack("<Q", bits))[0])
     if dtype == "float16":
         return float(struct.unpack("<e", struct.pack("<H", bits))[0])
+    if dtype == "float8_e5m2":  # the top byte of an IEEE half
+        return float(struct.unpack("<e", struct.pack("<H", (bits & 0xFF) << 8))[0])
+    if dtype == "float8_e4m3fn":  # bias 7, no Inf, NaN only as S.1111.111
+        sign = -1.0 if bits & 0x80 else 1.0
+        e, m = (bits >> 3) & 0xF, bits & 0x7
+        if e == 0xF and m == 0x7:
+            return float("nan")
+        return sign * (m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
     return float(struct.unpack("<f", struct.pack("<I", bits << 16))[0])
 
 
@@ -75,10 +83,16 @@ def _from_bits(bits: int, dtype: str) -> float:
 class _FloatLayout:
     ucode: str  # unsigned view of one element
     shift: int  # exponent field position
-    emask: int  # exponent field mask (all ones = Inf/NaN)
+    emask: int  # exponent field mask (all ones = Inf/NaN for IEEE types)
     sign: int  # sign bit position
     mant: int  # mantissa mask
     gap: int  # exponent steps above the reference that make an outlier
+    special: int = -1  # smallest non-finite magnitude (default: exponent all ones)
+    has_inf: bool = True  # False: every non-finite magnitude is a NaN
+
+    @property
+    def nonfinite(self) -> int:
+        return self.special if self.special >= 0 else self.emask << self.shift
 
 
 _LAYOUT = {
@@ -86,6 +100,9 @@ _LAYOUT = {
     "bfloat16": _FloatLayout("u2", 7, 0xFF, 15, 0x7F, 8),
     "float16": _FloatLayout("u2", 10, 0x1F, 15, 0x3FF, 4),
     "float64": _FloatLayout("u8", 52, 0x7FF, 63, (1 << 52) - 1, 8),
+    # OCP FP8 (torch's names): E5M2 is IEEE-like; E4M3FN has no Inf and one NaN per sign
+    "float8_e5m2": _FloatLayout("u1", 2, 0x1F, 7, 0x3, 4),
+    "float8_e4m3fn": _FloatLayout("u1", 3, 0xF, 7, 0x7, 4, special=0x7F, has_inf=False),
 }
 _REF_RANK = 3  # outliers are judged against the 3rd-largest magnitude (1-2 flips stand out)
 _MIN_ELEMENTS = 16
@@ -120,8 +137,8 @@ class StorageScan:
         self.summary = NumericSummary(dtype=dtype)
         info = dtypes.lookup(dtype)
         self.itemsize = info.itemsize if info else 1
-        self.kind = info.kind if info else "other"
         self.layout = _LAYOUT.get(dtype)
+        self.kind = "float" if self.layout is not None else info.kind if info else "other"
         self._carry = b""
         self._page_ctx = [0, 0]  # exact zeros / elements around zero pages (same chunks)
         self._index = 0
@@ -224,7 +241,7 @@ class StorageScan:
         n = u.size
         self._index += n
         s.count += n
-        inf_bits = lay.emask << lay.shift
+        inf_bits = lay.nonfinite
         mag = np.bitwise_and(u, (1 << lay.sign) - 1)
         # key = magnitude - Inf's bits, wrapping: finite values keep their order above every
         # NaN/Inf (whose keys wrap to the bottom), so no mask is needed to rank the finite ones
@@ -247,7 +264,7 @@ class StorageScan:
         if kmin < finite0:  # NaN / Inf present
             nonfinite = key < finite0
             bad = int(np.count_nonzero(nonfinite))
-            nans = int(np.count_nonzero(mag > inf_bits))
+            nans = int(np.count_nonzero(mag > inf_bits)) if lay.has_inf else bad
             s.nan += nans
             s.inf += bad - nans
             room = EXAMPLES - len(s.nonfinite_examples)
@@ -341,7 +358,7 @@ class StorageScan:
         exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
         for mag, index, raw in top:
             e = mag >> lay.shift
-            if e < ref_e + lay.gap or e >= lay.emask:
+            if e < ref_e + lay.gap:  # (the top three are finite by construction)
                 continue
             entry: dict[str, Any] = {"index": index, "value": _from_bits(raw, self.dtype),
                                      "byte_offset": self.start + index * self.itemsize,
