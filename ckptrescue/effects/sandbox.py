@@ -103,6 +103,14 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def child_python() -> str:
+    """The interpreter the child runs, by a path that exists inside the sandbox: the venv's own
+    ``bin/python`` with its directory resolved (a venv reached through a symlinked directory is
+    bound at its real path), never the interpreter behind it (which would lose the venv)."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)),
+                        os.path.basename(sys.executable))
+
+
 def python_roots() -> list[str]:
     """The Python installation(s) the child needs: venv, base prefix, the real executable's."""
     exe = os.path.realpath(sys.executable)
@@ -221,7 +229,7 @@ def run_child(
         # -I isolates from the user's site/env, -B writes no bytecode; the package path is
         # passed explicitly.
         argv = [*bwrap_argv(scratch=scratch, inputs=list(inputs or []), bwrap=bwrap), "--",
-                sys.executable, "-I", "-B", "-c",
+                child_python(), "-I", "-B", "-c",
                 "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
                 "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)",
                 package_root(), f"ckptrescue.sandbox_children.{child}", req_path]
@@ -354,7 +362,7 @@ def run_confined(
         env = {"HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
                "PYTHONDONTWRITEBYTECODE": "1"}
         full = [*confined_view_argv(scratch=scratch, readable=list(readable or []), bwrap=bwrap),
-                "--", sys.executable, "-I", "-S", "-c", _TRAMPOLINE, marker, *argv]
+                "--", child_python(), "-I", "-S", "-c", _TRAMPOLINE, marker, *argv]
         result = runner.run_internal(full, purpose=purpose, timeout_s=timeout_s,
                                      env_extra=env, max_output_bytes=max_output_bytes,
                                      preexec=_limits(memory_mb, limits["cpu_s"]))
