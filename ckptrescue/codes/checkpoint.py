@@ -84,6 +84,8 @@ CODES = {
     "DC005": (E, "DCP chunks do not tile the tensor exactly"),
     "DC006": (W, "DCP data file not referenced by .metadata (orphan)"),
     "DC007": (E, "DCP item damaged (nested zip structure or CRC)"),
+    "DC008": (E, "DCP .metadata parses but torch's load would fail on it (a field, key, planner "
+                 "path or type the loader needs is wrong)"),
     # numerics
     "NM001": (W, "NaN/Inf values"),
     "NM002": (W, "Exponent outlier (high exponent-bit flip signature)"),

@@ -35,6 +35,8 @@ CODES = {
                  "rates disagree)"),
     "FM072": (W, "Accelerate world size inferred (scheduler steps per optimizer step, sibling "
                  "checkpoints): Accelerate records none"),
+    "FM073": (E, "Accelerate optimizer driven by an LR scheduler (initial_lr) but no "
+                 "scheduler.bin in a step without sibling steps to compare with"),
     # Orbax (JAX)
     "FM080": (E, "Orbax step directory is temporary (*.orbax-checkpoint-tmp*): written but "
                  "never committed; never resumable"),
@@ -52,7 +54,7 @@ CODES = {
 VERDICT = {
     "FM050": "incomplete", "FM052": "damaged", "FM053": "incomplete", "FM054": "damaged",
     "FM060": "incomplete", "FM061": "damaged", "FM063": "incomplete", "FM064": "incomplete",
-    "FM070": "incomplete", "FM071": "damaged",
+    "FM070": "incomplete", "FM071": "damaged", "FM073": "incomplete",
     "FM080": "incomplete", "FM081": "incomplete", "FM082": "incomplete", "FM083": "damaged",
     "FM085": "incomplete", "FM086": "incomplete",
 }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from pathlib import Path
@@ -101,3 +102,53 @@ def test_last_ckpt_pointer(fx: Path, tmp_path: Path) -> None:
     assert ptr.step == 5 and not (run / ptr.value).exists()
     assert LightningFamily.pointer_value(ptr, run / "step=4.ckpt") == "step=4.ckpt"
     assert run / "last.ckpt" not in LightningFamily.claim(run)
+
+
+# Lightning's own load of an FSDP-strategy directory, once per directory
+FSDP_LOAD = """
+import io, json, sys, contextlib, warnings
+warnings.simplefilter("ignore")
+from pathlib import Path
+from lightning.fabric.utilities.load import _load_distributed_checkpoint as load
+out = {}
+for d in sys.argv[1:]:
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            load(Path(d))
+        out[d] = "ok"
+    except BaseException as exc:
+        out[d] = "error: " + str(exc).strip().splitlines()[-1][:200]
+print("ORACLE" + json.dumps(out))
+"""
+# one byte changed where the pickle still parses (found by flipping every byte of the real
+# .metadata and loading each mutant with Lightning; see formats/dcp_metadata_rules.py)
+METADATA_EDITS = {
+    "a state_dict_metadata key": (b"\x8c\x12model.layer.weight", 8),
+    "a TensorStorageMetadata field name": (b"properties", 3),
+    "a layout name": (b"torch.strided", 0),
+    "a planner path element": (b"\x8c\x0clayer.weight", 4),
+    "a _StorageInfo field name": (b"length", 2),
+}
+
+
+def test_fsdp_metadata_byte_that_still_parses(fx: Path, tmp_path: Path) -> None:
+    src = fx / "fsdp" / "step=4.ckpt"
+    original = (src / ".metadata").read_bytes()
+    dirs: dict[str, Path] = {}
+    for i, (what, (needle, at)) in enumerate(METADATA_EDITS.items()):
+        d = copy(src, tmp_path / f"m{i}" / "step=4.ckpt")
+        pos = original.index(needle) + at
+        data = bytearray(original)
+        data[pos] ^= 0x01
+        (d / ".metadata").write_bytes(bytes(data))
+        dirs[what] = d
+    res = oracle(FSDP_LOAD, str(src), *map(str, dirs.values()))
+    line = next(x for x in res.stdout.splitlines() if x.startswith("ORACLE"))
+    loaded = json.loads(line[len("ORACLE"):])
+    assert loaded[str(src)] == "ok"
+    for what, d in dirs.items():
+        assert loaded[str(d)].startswith("error"), (what, loaded[str(d)])
+        report = probe(d)
+        assert report.verdict not in (Verdict.INTACT, Verdict.SUSPECT), (what, report.findings)
+        found = [f for f in report.findings if f.code in ("DC008", "DC005")]
+        assert found, (what, [(f.code, f.title) for f in report.findings])

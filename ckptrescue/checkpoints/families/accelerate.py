@@ -34,7 +34,6 @@ from ckptrescue.checkpoints.families.base import (
     MemberSummary,
     StepLayout,
     finding,
-    is_file,
     listdir,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
@@ -42,6 +41,7 @@ from ckptrescue.model import Finding
 
 _RNG = re.compile(r"^random_states_(\d+)\.pkl$")
 _CKPT = re.compile(r"^checkpoint_(\d+)$")
+_CUSTOM = re.compile(r"^custom_checkpoint_(\d+)\.pkl$")
 _ROLES = [
     (re.compile(r"^(?:model|pytorch_model)(?:_(\d+))?\.(?:safetensors|bin)$"), "model"),
     (re.compile(r"^(?:model|pytorch_model)(?:_(\d+))?\.(?:safetensors|bin)\.index\.json$"),
@@ -70,6 +70,42 @@ def _role(name: str) -> tuple[str, str] | None:
 
 def _rng_ranks(directory: Path) -> set[int]:
     return {int(m.group(1)) for n in listdir(directory) if (m := _RNG.match(n))}
+
+
+def _contiguous(ranks: set[int]) -> int:
+    """How many processes the files 0, 1, ... number before the first gap."""
+    n = 0
+    while n in ranks:
+        n += 1
+    return n
+
+
+def _exists(path: Path) -> bool:
+    """Something stands under the name (a dangling or looping symlink too)."""
+    try:
+        path.lstat()
+    except OSError:
+        return False
+    return True
+
+
+def _scheduler_world(root: Path, names: list[str]) -> int | None:
+    """``scheduler.last_epoch / step``: ``AcceleratedScheduler`` steps the wrapped scheduler once
+    per process per optimizer step (unless ``split_batches``), ``step`` from an RNG file."""
+    if "scheduler.bin" not in names:
+        return None
+    last = pickles.as_int(pickles.top_level(pickles.zip_pickle_root(root / "scheduler.bin"),
+                                            ("last_epoch",)).get("last_epoch"))
+    step = None
+    for n in names:
+        if _RNG.match(n):
+            step = pickles.as_int(pickles.top_level(pickles.zip_pickle_root(root / n),
+                                                    ("step",)).get("step"))
+            if step:
+                break
+    if not last or not step or last % step:
+        return None
+    return last // step
 
 
 def _is_step(directory: Path) -> bool:
@@ -123,20 +159,54 @@ class AccelerateFamily(Family):
         return int(m.group(1)) if m else None
 
     @classmethod
-    def layout(cls, root: Path) -> StepLayout:
-        members: list[Member] = []
-        for n in listdir(root):
-            role = _role(n)
-            if role is not None and is_file(root / n):
-                members.append(Member(root / n, role[1], role[0]))
+    def layout(cls, root: Path) -> StepLayout:  # noqa: C901
+        names = listdir(root)
         present = _rng_ranks(root)
-        siblings = [_rng_ranks(root.parent / n) for n in listdir(root.parent)
-                    if n != root.name and _CKPT.match(n)]
-        world = max([max(present, default=-1) + 1] + [max(s, default=-1) + 1 for s in siblings])
-        world_from = "rng files" if world == max(present, default=-1) + 1 else "sibling steps"
+        sibling_dirs = [root.parent / n for n in listdir(root.parent)
+                        if n != root.name and _CKPT.match(n) and (root.parent / n).is_dir()]
+        siblings = [_rng_ranks(d) for d in sibling_dirs]
+        # the world: the RNG files numbered 0, 1, ... without a gap, here and in the sibling
+        # steps, and scheduler.last_epoch / step; an RNG file beyond it is one the loader never
+        # reads (``load_accelerator_state`` opens random_states_<process_index>.pkl only)
+        counts = {"rng files": _contiguous(present)}
+        counts["sibling steps"] = max((_contiguous(x) for x in siblings), default=0)
+        inferred = _scheduler_world(root, names)
+        if inferred:
+            counts["scheduler.last_epoch / step"] = inferred
+        world = max(counts.values())
+        if present and world == 0:
+            world = 1  # process 0 always saves
+        world_from = next(k for k, v in counts.items() if v == world) if world else ""
+        members: list[Member] = []
+        extra_rng: list[str] = []
+        for n in names:
+            role = _role(n)
+            if role is None or not _exists(root / n):
+                continue
+            m = _RNG.match(n)
+            if m and int(m.group(1)) >= world:
+                extra_rng.append(n)
+                continue
+            # whatever stands under a name the loader opens is a member: a symlink loop or a
+            # device there is reported by the member's probe, never skipped
+            members.append(Member(root / n, role[1], role[0]))
         expected = [Member(root / f"random_states_{r}.pkl", f"rank{r}", "rng")
                     for r in range(world)]
         findings: list[Finding] = []
+        # files every other step of the run holds (the objects the run registers and
+        # prepares: custom_checkpoint_<i>.pkl, scheduler.bin, optimizer_<i>.bin, ...)
+        if sibling_dirs:
+            common = set.intersection(*({n for n in listdir(d) if _role(n) is not None
+                                         and not _RNG.match(n)} for d in sibling_dirs))
+            for n in sorted(common - set(names)):
+                role = _role(n)
+                if role is not None:
+                    expected.append(Member(root / n, role[1], role[0]))
+        customs = [int(m.group(1)) for n in names if (m := _CUSTOM.match(n))]
+        for i in range(max(customs, default=-1)):
+            if f"custom_checkpoint_{i}.pkl" not in names:
+                expected.append(Member(root / f"custom_checkpoint_{i}.pkl", f"custom_{i}",
+                                       "custom"))
         roles = {m.role for m in members}
         if "model" not in roles:
             findings.append(finding("FM070", f"{root.name}: no model weights "
@@ -152,6 +222,13 @@ class AccelerateFamily(Family):
                 "FM072", f"{root.name}: {world} processes inferred from {world_from} "
                 "(Accelerate records no world size)", evidence=root,
                 details={"processes": world}))
+        if extra_rng:
+            findings.append(finding(
+                "FM010", f"{root.name}: {', '.join(extra_rng[:8])} beyond the {world} "
+                f"process(es) ({world_from}): Accelerate's load_state never reads it (a "
+                "leftover of a larger run?)", evidence=root,
+                ranks=[f"rank{_RNG.match(n).group(1)}" for n in extra_rng[:64]],  # type: ignore[union-attr]
+                details={"extra": extra_rng[:256], "processes": world}))
         return layout
 
     @classmethod
@@ -171,6 +248,9 @@ class AccelerateFamily(Family):
             groups = top.get("param_groups")
             summary.scalars["lr"] = [g.get("lr") for g in groups if isinstance(g, dict)] \
                 if isinstance(groups, list) else None
+            # LRScheduler.__init__ sets ``initial_lr`` in every param group it drives
+            summary.scalars["scheduled"] = isinstance(groups, list) and any(
+                isinstance(g, dict) and "initial_lr" in g for g in groups)
             steps = {rec.name: _scalar(rec) for rec in report.tensors
                      if rec.name.startswith("state.") and rec.name.endswith(".step")}
             summary.scalars["optimizer_steps"] = sorted({v for v in steps.values()
@@ -194,20 +274,6 @@ class AccelerateFamily(Family):
                 for step, _n in votes:
                     if step and world and last_epoch == step * world:
                         expected_step = step
-            if expected_step and isinstance(last_epoch, int) and last_epoch % expected_step == 0:
-                inferred = last_epoch // expected_step
-                have = {int(s.member.rank[4:]) for s in summaries if s.member.role == "rng"}
-                lost = [r for r in range(world, inferred) if r not in have]
-                if lost and inferred > world:
-                    out.append(finding(
-                        "FM001", f"{len(lost)} RNG file(s) missing: scheduler.last_epoch "
-                        f"{last_epoch} = step {expected_step} x {inferred} processes: "
-                        + ", ".join(f"random_states_{r}.pkl" for r in lost),
-                        evidence=layout.root, ranks=[f"rank{r}" for r in lost],
-                        details={"processes": inferred}))
-                    out.append(finding("FM072", f"{layout.root.name}: {inferred} processes "
-                                       "inferred from scheduler.last_epoch / step",
-                                       evidence=layout.root, details={"processes": inferred}))
             for s in rng:
                 if s.step != expected_step:
                     out.append(finding(
@@ -215,6 +281,17 @@ class AccelerateFamily(Family):
                         f", the other ranks {expected_step}: an RNG file from another step",
                         evidence=s.member.path, ranks=[s.member.rank],
                         details={"recorded": s.step, "expected": expected_step}))
+        has_sched = any(m.role == "scheduler" for m in layout.members + layout.expected)
+        siblings = [n for n in listdir(layout.root.parent)
+                    if n != layout.root.name and _CKPT.match(n)]
+        driven = [s for s in summaries if s.member.role == "optim" and s.scalars.get("scheduled")]
+        if driven and not has_sched and not siblings:
+            out.append(finding(
+                "FM073", f"{layout.root.name}: {driven[0].member.path.name} was driven by an LR "
+                "scheduler (its param_groups hold initial_lr) but the step holds no "
+                "scheduler.bin: Accelerator.load_state with that scheduler prepared refuses "
+                "the step (if the run never passed its scheduler to prepare(), this is "
+                "expected)", evidence=layout.root, ranks=["scheduler"]))
         if sched and optim:
             lr, last = optim.scalars.get("lr"), sched.scalars.get("last_lr")
             if isinstance(lr, list) and isinstance(last, list) and lr and last and lr != last:

@@ -24,7 +24,7 @@ from ckptrescue.checkpoints.base import (
     Verdict,
     worst_verdict,
 )
-from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap
+from ckptrescue.checkpoints.formats import dcp_metadata_rules, pickle_policy, pickle_scan, tensormap
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.checkpoints.formats.torch_zip import probe_zip, tensormap_salvageable
@@ -170,6 +170,14 @@ class DcpFormat:
                                            evidence=str(meta_path)))
             report.verdict = worst_verdict([Verdict.INCOMPLETE, *verdicts])
             return report
+        wrong = dcp_metadata_rules.problems(root)
+        if wrong:
+            report.findings.append(finding(
+                "DC008", f"{meta_path.name} parses but does not load as saved: "
+                + "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)" if len(wrong) > 3
+                                          else ""), evidence=str(meta_path),
+                details={"problems": wrong}))
+            verdicts.append(Verdict.UNREADABLE)
         sdm: dict[Any, Any] = state["state_dict_metadata"]
         storage_data = state.get("storage_data") or {}
         items: dict[tuple[str, tuple[int, ...] | None], dict[str, Any]] = {}
