@@ -94,3 +94,20 @@ def shown_tree(value: Any, *, lines: bool = True) -> Any:
                 changes[f.name] = new
         return dataclasses.replace(value, **changes) if changes else value
     return value
+
+
+@dataclasses.dataclass
+class Shown:
+    """What a command shows of a step's outputs (built by a wing's pure renderer, printed by
+    the front end): ``lines`` for stdout (left out with ``--json``), ``notes`` for stderr, and
+    the exit code."""
+
+    lines: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    exit_code: int = 0
+
+    def say(self, text: str) -> None:
+        self.lines.append(text)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)

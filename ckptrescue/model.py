@@ -4,15 +4,19 @@ the engine to record.
 Pure: no I/O. Formats, parsers and probes produce :class:`Finding` values; the engine stores them in
 the case; adapters (CLI, TUI, reports) render them. A capability's result carries its audit
 records (:class:`AuditEvent`, in order) and the artifacts they name (:class:`ArtifactData`) in
-:class:`Recorded`; the engine writes them into the case, the capability never does.
+:class:`Recorded`; the engine writes them into the case, the capability never does. A step's
+outputs are typed records (:class:`StepOutputs`, of :class:`JsonRecord`s) stored as JSON.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from functools import cache
+from typing import Any, ClassVar, TypeVar
 
 
 class Severity(StrEnum):
@@ -166,3 +170,129 @@ class Recorded:
         """Ask the engine to store ``artifact``; returns its SHA-256."""
         self.artifacts.append(artifact)
         return artifact.sha256
+
+
+# ---- typed records stored as JSON (step outputs) ---------------------------------------------
+
+R = TypeVar("R", bound="JsonRecord")
+
+
+def doc(text: str) -> dict[str, str]:
+    """A field's documentation (its metadata; shown in docs/step-outputs.md)."""
+    return {"doc": text}
+
+
+@dataclass
+class JsonRecord:
+    """A typed record stored as JSON. ``from_json`` turns nested dicts into the record types
+    the fields declare (``X``, ``list[X]``, ``dict[str, X]``, ``X | None``), keeps keys it does
+    not declare in ``extra`` and remembers which declared keys the JSON lacked, so that
+    ``to_json`` gives the stored JSON back (same keys, same values). A record built in code
+    gives every declared field; ``emit_defaults`` (step outputs) also gives the defaults of the
+    keys an older case lacks."""
+
+    emit_defaults: ClassVar[bool] = False
+    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False, kw_only=True,
+                                  metadata={"doc": ""})
+
+    @classmethod
+    def declared(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "extra"]
+
+    @classmethod
+    def from_json(cls: type[R], data: dict[str, Any] | None) -> R:
+        data = dict(data or {})
+        hints = _field_types(cls)
+        names = cls.declared()
+        known = {n: _load(hints.get(n), data[n]) for n in names if n in data}
+        record = cls(**known, extra={k: v for k, v in data.items() if k not in names})
+        record.__dict__["_absent"] = frozenset(n for n in names if n not in data)
+        record.__dict__["_order"] = tuple(data)
+        return record
+
+    def to_json(self) -> dict[str, Any]:
+        absent = () if self.emit_defaults else self.__dict__.get("_absent", ())
+        out = {n: _dump(getattr(self, n)) for n in self.declared() if n not in absent}
+        out.update(self.extra)
+        order = self.__dict__.get("_order", ())  # as stored: the same keys in the same order
+        return {**{k: out[k] for k in order if k in out}, **out} if order else out
+
+    @classmethod
+    def field_docs(cls) -> list[tuple[str, str, str]]:
+        """(name, type, meaning) of every declared field, for the generated docs."""
+        rows = []
+        for f in fields(cls):
+            if f.name == "extra":
+                continue
+            has_default = f.default is not MISSING or f.default_factory is not MISSING
+            rows.append((f.name, str(f.type) + ("" if has_default else " (required)"),
+                         str(f.metadata.get("doc", ""))))
+        return rows
+
+
+    @classmethod
+    def nested(cls) -> list[type[JsonRecord]]:
+        """The record types its fields hold (``X``, ``list[X]``, ``dict[str, X]``), in order."""
+        found: list[type[JsonRecord]] = []
+        for name in cls.declared():
+            for arg in [_field_types(cls).get(name), *typing.get_args(_field_types(cls).get(name))]:
+                for inner in [arg, *typing.get_args(arg)]:
+                    record = _record_type(inner)
+                    if record is not None and record not in found:
+                        found.append(record)
+        return found
+
+
+@cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _record_type(hint: Any) -> type[JsonRecord] | None:
+    return hint if isinstance(hint, type) and issubclass(hint, JsonRecord) else None
+
+
+def _load(hint: Any, value: Any) -> Any:
+    """``value`` (JSON) as the record types ``hint`` names; anything else as it is."""
+    if hint is None or value is None:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _load(inner[0], value) if len(inner) == 1 else value
+    if (record := _record_type(hint)) is not None:
+        return record.from_json(value) if isinstance(value, dict) else value
+    if origin is list and args and _record_type(args[0]) and isinstance(value, list):
+        return [_load(args[0], v) for v in value]
+    if origin is dict and len(args) == 2 and _record_type(args[1]) and isinstance(value, dict):
+        return {k: _load(args[1], v) for k, v in value.items()}
+    return value
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, JsonRecord):
+        return value.to_json()
+    if isinstance(value, list) and any(isinstance(v, JsonRecord) for v in value):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict) and any(isinstance(v, JsonRecord) for v in value.values()):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class StepOutputs(JsonRecord):
+    """Base class: the outputs of a step of one action (one record type per action; readers
+    load stored outputs by that type, ``engine/case_outputs.py``).
+
+    ``json_keys``, when set, is the documented ``--json`` shape of the command: the keys the
+    CLI prints. A step may record more than that."""
+
+    emit_defaults: ClassVar[bool] = True
+    json_keys: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def public_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The command's documented ``--json`` shape of stored outputs ``data``."""
+        if cls.json_keys is None:
+            return data
+        return {k: data[k] for k in cls.json_keys if k in data}

@@ -74,27 +74,44 @@ def schema() -> str:
 
 
 def step_outputs() -> str:
-    """One table per action: the typed record its steps' outputs hold (ckptrescue/engine/outputs.py)."""
+    """One table per action: the typed record its steps' outputs hold (the wings' outputs.py,
+    ckptrescue/engine/outputs.py), then one per record those hold."""
     from ckptrescue.actions import registry
 
     lines = ["# Step outputs", "",
-             "Generated from `ckptrescue/engine/outputs.py` by `docs/generate.py`; do not edit by hand.",
+             "Generated from the actions' output types (`ckptrescue/<wing>/outputs.py`,",
+             "`ckptrescue/engine/outputs.py`) by `docs/generate.py`; do not edit by hand.",
              "Each action's steps store their outputs as a JSON artifact of this record type;",
              "playbooks refer to them as `${step_id.field}`, and the CLI, `answer.py`, the",
              "report and the TUI read them by type. Keys not listed are kept as they are.", ""]
+    nested: list[Any] = []
+
+    def table(rows: list[tuple[str, str, str]]) -> list[str]:
+        out = ["| field | type | meaning |", "|---|---|---|"]
+        out += [f"| `{field}` | `{type_name}` | {meaning.replace('|', '/')} |"
+                for field, type_name, meaning in rows]
+        return [*out, ""]
+
     for name, action in registry().items():
         kind = action.output_type
         lines += [f"## `{name}` -> `{kind.__name__}`", ""]
         if kind.json_keys is not None:
             lines += [f"`--json` prints: {', '.join(f'`{k}`' for k in kind.json_keys)}.", ""]
+        todo = kind.nested()
+        while todo:
+            record = todo.pop(0)
+            if record not in nested:
+                nested.append(record)
+                todo += record.nested()
         rows = kind.field_docs()
-        if not rows:
-            lines += ["No declared outputs.", ""]
-            continue
-        lines += ["| field | type | meaning |", "|---|---|---|"]
-        for field, type_name, meaning in rows:
-            lines.append(f"| `{field}` | `{type_name}` | {meaning.replace('|', '/')} |")
-        lines.append("")
+        lines += table(rows) if rows else ["No declared outputs.", ""]
+    if nested:
+        lines += ["## Records the outputs hold", ""]
+    for record in nested:
+        lines += [f"### `{record.__name__}`", ""]
+        if record.__doc__ and not record.__doc__.startswith(record.__name__ + "("):
+            lines += [" ".join(record.__doc__.split()), ""]
+        lines += table(record.field_docs())
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from ckptrescue.display import shown_text
+from ckptrescue.display import Shown, shown_text
 
 
 def emit_json(data: Any) -> None:
@@ -45,3 +45,16 @@ def interrupt_said(reset: bool = False) -> bool:
     if reset:
         _INTERRUPT["said"] = False
     return said
+
+
+def show(shown: Shown, *, json: bool, data: Any = None) -> int:
+    """Print what a wing's renderer made of a step (``data`` as JSON instead of its lines with
+    ``--json``; its notes on stderr either way) and return its exit code."""
+    if json:
+        emit_json(data)
+    else:
+        for line in shown.lines:
+            say(line)
+    for note in shown.notes:
+        info(note)
+    return shown.exit_code

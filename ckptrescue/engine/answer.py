@@ -10,6 +10,13 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.checkpoints.outputs import (
+    CheckpointSummary,
+    ProbeOutput,
+    RankOutput,
+    SalvageOutput,
+    SalvageRecord,
+)
 from ckptrescue.engine.capability_answers import EXAMINING as CAPABILITY_EXAMINING
 from ckptrescue.engine.capability_answers import capability_parts
 from ckptrescue.engine.case_outputs import outputs_of
@@ -17,10 +24,7 @@ from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
     ImageOutput,
     LocateOutput,
-    ProbeOutput,
-    RankOutput,
     S3HistoryOutput,
-    SalvageOutput,
     TrainStateOutput,
 )
 
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["answer_line", "latest_checkpoints", "outputs_of", "salvage_results"]
 
-def salvage_results(case: Case) -> list[dict[str, Any]]:
+def salvage_results(case: Case) -> list[SalvageRecord]:
     """Every salvage result (one per checkpoint), oldest first."""
     return [r for out in outputs_of(case, SalvageOutput) for r in out.salvaged]
 
@@ -50,12 +54,12 @@ def _order(path: str) -> tuple[int, str]:
     return (-int(nums[-1]) if nums else 0, path)
 
 
-def latest_checkpoints(case: Case) -> dict[str, dict[str, Any]]:
+def latest_checkpoints(case: Case) -> dict[str, CheckpointSummary]:
     """The newest probe result per checkpoint path."""
-    by_path: dict[str, dict[str, Any]] = {}
+    by_path: dict[str, CheckpointSummary] = {}
     for out in outputs_of(case, ProbeOutput):
         for ckpt in out.checkpoints:
-            by_path[ckpt["path"]] = ckpt
+            by_path[ckpt.path] = ckpt
     return by_path
 
 
@@ -89,23 +93,23 @@ def answer_line(case: Case) -> str:
     lost: dict[str, int] = {}
     mixed: dict[str, tuple[int, str]] = {}  # salvaged with tensors from another step
     for out in salvage_results(case):
-        if out.get("filled"):
-            key = out.get("checkpoint", "?")
-            mixed[key] = mixed[key.removesuffix(".index")] = (len(out["filled"]),
-                                                             str(out.get("fill_from")))
-        n = len(out.get("lost", []))
+        if out.filled:
+            key = out.name
+            mixed[key] = mixed[key.removesuffix(".index")] = (len(out.filled),
+                                                             str(out.fill_from))
+        n = len(out.lost)
         if n:
-            key = out.get("checkpoint", "?")
+            key = out.name
             lost[key] = n
             lost[key.removesuffix(".index")] = n  # a TF checkpoint: salvaged by its .index
     for path, ckpt in sorted(latest_checkpoints(case).items(), key=lambda kv: _order(kv[0])):
-        verdict = ckpt.get("verdict")
+        verdict = ckpt.verdict
         name = _name(path)
-        if verdict in (None, "intact"):
+        if verdict in (None, "", "intact"):
             continue
         if verdict == "unsafe":
-            globs = sorted({g for f in ckpt.get("findings", [])
-                            for g in (f.get("details") or {}).get("globals", [])})
+            globs = sorted({g for f in ckpt.findings
+                            for g in (f.details or {}).get("globals", [])})
             unsafe.append(f"{name} ({', '.join(globs[:3]) or 'unsafe pickle'})")
             continue
         if path in lost or path in mixed:
@@ -119,8 +123,7 @@ def answer_line(case: Case) -> str:
                             f"{_name(ref)}")
             parts.append(f"{name} {verdict}: " + ", ".join(bits))
             continue
-        names = ckpt.get("damaged_tensors", []) + ckpt.get("missing_tensors", []) \
-            + ckpt.get("suspect_tensors", [])
+        names = ckpt.not_intact_tensors
         if names:
             n = len(names)
             parts.append(f"{name} {verdict}: {n} tensor{'s' if n != 1 else ''}")

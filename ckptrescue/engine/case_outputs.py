@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ckptrescue.engine.outputs import StepOutputs
+from ckptrescue.model import StepOutputs
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -41,20 +41,61 @@ def parsed_artifact(case: Case, sha256: str) -> Any:
     return data
 
 
+# Cases written before ``step.finished`` named its output type: the type of each action then
+# (frozen: every later record names its type; a new action never goes here).
+LEGACY_OUTPUT_TYPES: dict[str, str] = {
+    **{a: "StoreResultOutput" for a in ("store.history", "store.preflight", "store.preserve",
+                                        "store.restore", "store.verify")},
+    **{a: f"S3{a[3:].title()}Output" for a in ("s3.history", "s3.preflight", "s3.preserve",
+                                               "s3.restore", "s3.verify")},
+    "case.verify": "CaseVerifyOutput", "collect.logs": "CollectLogsOutput",
+    "confirm": "ConfirmOutput", "copy": "CopyOutput", "dataset.compare": "DatasetCompareOutput",
+    "dataset.profile": "DatasetProfileOutput", "dataset.quarantine": "QuarantineOutput",
+    "dataset.verify": "DatasetVerifyOutput", "device.health": "DeviceHealthOutput",
+    "drill.load": "DrillLoadOutput", "exec": "ExecOutput", "extract": "ExtractOutput",
+    "fs.inspect": "FsInspectOutput", "gate": "GateOutput", "hub.verify": "HubCacheOutput",
+    "image": "ImageOutput", "locate": "LocateOutput", "manifest.audit": "ManifestAuditOutput",
+    "manifest.build": "ManifestBuildOutput", "manifest.diff": "ManifestDiffOutput",
+    "manifest.update": "ManifestUpdateOutput", "mount": "MountOutput", "probe": "ProbeOutput",
+    "rank": "RankOutput", "recover": "RecoverOutput", "report": "ReportOutput",
+    "resume.keys": "KeyMismatchOutput", "resume.reassemble": "ReassemblyOutput",
+    "resume.safe_globals": "SafeGlobalsOutput", "resume.world_size": "WorldSizeOutput",
+    "salvage": "SalvageOutput", "trainstate": "TrainStateOutput", "triage": "TriageOutput",
+    "umount": "UmountOutput", "watch.pass": "WatchPassOutput",
+}
+
+
+def output_type_of(details: dict[str, Any]) -> str | None:
+    """The output type a ``step.finished`` record names (an older case's: by its action)."""
+    name = details.get("output_type") or LEGACY_OUTPUT_TYPES.get(str(details.get("action")))
+    return str(name) if name else None
+
+
+def _names(kind: type[StepOutputs]) -> set[str] | None:
+    """``kind``'s name and its subclasses' (None: the base, every type)."""
+    if kind is StepOutputs:
+        return None
+    names, todo = set(), [kind]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo += cls.__subclasses__()
+    return names
+
+
 def outputs_of(case: Case, kind: type[O]) -> list[O]:
-    """The outputs of every finished step whose action records ``kind``, oldest first.
+    """The outputs of every finished step whose record names ``kind`` (or a subclass) as its
+    output type, oldest first.
 
-    Read by type: the action of each ``step.finished`` record names its output type
-    (``Action.output_type``), whatever the action is called.
+    Read by type: each ``step.finished`` record names its step's output type
+    (``Action.output_type``), whatever the action is called; no action registry is needed.
     """
-    from ckptrescue.actions import registry
-
-    actions = registry()
+    wanted = _names(kind)
     results: list[O] = []
     for record in case.records("step.finished"):
         details = record["details"]
-        action = actions.get(str(details.get("action") or ""))
-        if action is None or not issubclass(action.output_type, kind) \
+        name = output_type_of(details)
+        if name is None or (wanted is not None and name not in wanted) \
                 or not details.get("outputs_sha256"):
             continue
         try:

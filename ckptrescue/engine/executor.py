@@ -361,7 +361,9 @@ def _run(
             outputs[step.id] = stored
         statuses[step.id] = result.status
         case.log("step.finished", {"run_key": plan.run_key, "step": step.id,
-                                   "action": step.action, "status": result.status,
+                                   "action": step.action,
+                                   "output_type": type(action).output_type.__name__,
+                                   "status": result.status,
                                    "summary": result.summary, "error": result.error,
                                    "findings": len(result.findings), "outputs_sha256": sha},
                  artifacts=[sha] if sha else None)

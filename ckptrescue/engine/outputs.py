@@ -15,61 +15,10 @@ could not map, which the human output shows and ``--json`` never did).
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
-O = TypeVar("O", bound="StepOutputs")  # noqa: E741
-
-
-def doc(text: str) -> dict[str, str]:
-    """A field's documentation (its metadata; shown in docs/step-outputs.md)."""
-    return {"doc": text}
-
-
-@dataclass
-class StepOutputs:
-    """Base class: the outputs of a step of one action."""
-
-    json_keys: ClassVar[tuple[str, ...] | None] = None
-    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False,
-                                  metadata={"doc": ""})
-
-    @classmethod
-    def declared(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name != "extra"]
-
-    @classmethod
-    def from_json(cls: type[O], data: dict[str, Any] | None) -> O:
-        data = dict(data or {})
-        names = cls.declared()
-        known = {n: data[n] for n in names if n in data}
-        rest = {k: v for k, v in data.items() if k not in names}
-        return cls(**known, extra=rest)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {n: getattr(self, n) for n in self.declared()}
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def public_json(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """The command's documented ``--json`` shape of stored outputs ``data``."""
-        if cls.json_keys is None:
-            return data
-        return {k: data[k] for k in cls.json_keys if k in data}
-
-    @classmethod
-    def field_docs(cls) -> list[tuple[str, str, str]]:
-        """(name, type, meaning) of every declared field, for the generated docs."""
-        rows = []
-        for f in fields(cls):
-            if f.name == "extra":
-                continue
-            has_default = f.default is not MISSING or f.default_factory is not MISSING
-            rows.append((f.name, str(f.type) + ("" if has_default else " (required)"),
-                         str(f.metadata.get("doc", ""))))
-        return rows
-
+from ckptrescue.model import StepOutputs, doc
 
 # ---- the foundation --------------------------------------------------------------------------
 
@@ -124,39 +73,7 @@ class DrillLoadOutput(StepOutputs):
     faults: list[Any] = field(default_factory=list, metadata=doc("The faults the drill planted."))
 
 
-# ---- checkpoints -----------------------------------------------------------------------------
-
-@dataclass
-class ProbeOutput(StepOutputs):
-    checkpoints: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "One record per checkpoint: path, format, verdict, tensors_total, damaged_tensors, "
-        "suspect_tensors, missing_tensors, findings (code, severity, title, offset, length, "
-        "tensors, evidence, details), load (with --load), tensors (with --tensors)."))
-
-
-@dataclass
-class SalvageOutput(StepOutputs):
-    salvaged: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "One record per salvaged checkpoint: checkpoint, source, source_verdict, output, "
-        "recovered, lost (name, reason), filled, fill_from, structure_from, suspect (name, "
-        "reasons), suspect_output, unaccounted, clean."))
-    failed: list[dict[str, str]] = field(default_factory=list, metadata=doc(
-        "Checkpoints whose salvage failed: checkpoint, error."))
-
-    @staticmethod
-    def public_record(record: dict[str, Any]) -> dict[str, Any]:
-        """``salvage --json``: one record without the ``checkpoint`` key the step adds."""
-        return {k: v for k, v in record.items() if k != "checkpoint"}
-
-
-@dataclass
-class RankOutput(StepOutputs):
-    checkpoints: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "Newest first: path, verdict."))
-    resume_from: str | None = field(default=None, metadata=doc(
-        "The newest checkpoint safe to resume from (None: none)."))
-
-
+# ---- checkpoints: the resume checks (actions/resume.py) ----------------------------------------
 
 @dataclass
 class SafeGlobalsOutput(StepOutputs):

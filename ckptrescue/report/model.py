@@ -14,13 +14,13 @@ from pathlib import PurePath
 from typing import Any
 
 from ckptrescue import __version__
+from ckptrescue.checkpoints.outputs import RankOutput
 from ckptrescue.display import shown_tree
 from ckptrescue.engine.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
 from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
     ImageOutput,
     LocateOutput,
-    RankOutput,
     S3HistoryOutput,
     S3VerifyOutput,
     TrainStateOutput,
@@ -346,16 +346,17 @@ def build(case: Case) -> dict[str, Any]:
     for path, ckpt in sorted(latest_checkpoints(case).items()):
         rows = []
         reasons: dict[str, list[str]] = {}
-        for f in ckpt.get("findings", []):
-            for t in f.get("tensors", []):
-                reasons.setdefault(t, []).append(f"{f['code']} {f['title']}")
+        for f in ckpt.findings:
+            for t in f.tensors:
+                reasons.setdefault(t, []).append(f"{f.code} {f.title}")
         for kind in ("damaged", "suspect", "missing"):
-            for name in ckpt.get(f"{kind}_tensors", []):
+            for name in ckpt.tensors_of(kind):
                 rows.append({"name": name, "status": kind, "reasons": reasons.get(name, [])})
         checkpoints.append({
-            "path": path, "name": PurePath(path).name, "format": ckpt.get("format"),
-            "verdict": ckpt.get("verdict"), "tensors_total": ckpt.get("tensors_total"),
-            "rows": rows, "row_groups": _row_groups(rows), "findings": ckpt.get("findings", []),
+            "path": path, "name": PurePath(path).name, "format": ckpt.format,
+            "verdict": ckpt.verdict, "tensors_total": ckpt.tensors_total,
+            "rows": rows, "row_groups": _row_groups(rows),
+            "findings": [f.to_json() for f in ckpt.findings],
         })
     ranks = outputs_of(case, RankOutput)
     resume = ranks[-1].resume_from if ranks else None
@@ -378,7 +379,7 @@ def build(case: Case) -> dict[str, Any]:
         if r["action"] == "tool.version":
             d = r["details"]
             versions[d["tool"]] = {"executable": d.get("executable"), "version": d.get("version")}
-    salvages = salvage_results(case)
+    salvages = [s.to_json() for s in salvage_results(case)]
     s3_known_good = [k for out in outputs_of(case, S3HistoryOutput)[-1:]
                      for k in out.keys if k.get("known_good")]
     s3_verify = outputs_of(case, S3VerifyOutput)

@@ -89,9 +89,9 @@ def test_probe_records_one_finding_and_a_table_listing_every_tensor(
 
 def test_answer_and_outputs_do_not_replay_the_log(tmp_path: Path, damaged_bundle: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptrescue.checkpoints.outputs import ProbeOutput
     from ckptrescue.engine.answer import answer_line
     from ckptrescue.engine.case_outputs import outputs_of
-    from ckptrescue.engine.outputs import ProbeOutput
 
     case_dir = tmp_path / "case"
     case = Case.create(case_dir)

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.actions import registry
+from ckptrescue.checkpoints.outputs import ProbeOutput, RankOutput
 from ckptrescue.engine.answer import latest_checkpoints, outputs_of
-from ckptrescue.engine.outputs import ProbeOutput, RankOutput, StepOutputs
+from ckptrescue.model import StepOutputs
 from ckptrescue.record.case import Case
 
 
@@ -23,7 +24,8 @@ def test_every_action_declares_its_output_type() -> None:
 def test_stored_json_round_trips_and_old_records_load() -> None:
     stored = {"checkpoints": [{"path": "a.pt", "verdict": "intact"}], "later_key": 1}
     typed = ProbeOutput.from_json(stored)
-    assert typed.checkpoints == stored["checkpoints"] and typed.extra == {"later_key": 1}
+    assert [c.to_json() for c in typed.checkpoints] == stored["checkpoints"]  # typed records
+    assert typed.checkpoints[0].verdict == "intact" and typed.extra == {"later_key": 1}
     assert typed.to_json() == stored
     assert RankOutput.from_json({}).resume_from is None  # a key an older case lacks
 
@@ -45,5 +47,5 @@ def test_readers_find_outputs_by_type_not_by_key(tmp_path: Path) -> None:
                                                     "verdict": "truncated"}]})
     assert list(latest_checkpoints(case)) == ["/x/step-1.pt"]
     ranks = outputs_of(case, RankOutput)
-    assert len(ranks) == 1 and ranks[0].checkpoints[0]["path"] == "/x/rank-only.pt"
+    assert len(ranks) == 1 and ranks[0].checkpoints[0].path == "/x/rank-only.pt"
     assert [type(o) for o in outputs_of(case, StepOutputs)] == [StepOutputs, StepOutputs]

@@ -1,4 +1,5 @@
-"""Checkpoint actions: probe, salvage, rank."""
+"""The checkpoint wing's actions: probe, salvage, rank (their records: ``outputs.py``, their
+text: ``render.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.actions.in_place import in_place
+from ckptrescue.checkpoints.outputs import ProbeOutput, RankOutput, SalvageOutput
 from ckptrescue.engine.action import (
     Action,
     ActionResult,
@@ -19,7 +21,6 @@ from ckptrescue.engine.action import (
     with_findings,
 )
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import ProbeOutput, RankOutput, SalvageOutput
 from ckptrescue.errors import CkptRescueError, UsageError
 from ckptrescue.model import AuditEvent
 

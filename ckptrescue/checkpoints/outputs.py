@@ -1,0 +1,225 @@
+"""The checkpoint wing"s step outputs: what probe, salvage and rank record, typed all the way
+down (a checkpoint, its findings, a salvaged file, a ranked step) so that the renderers, the
+answer and the report read fields, never ``c["key"]``. ``to_json`` gives the stored JSON back
+(the same keys in the same order); ``docs/step-outputs.md`` is generated from these classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptrescue.model import JsonRecord, StepOutputs, doc
+
+NOT_INTACT_KINDS = ("damaged", "missing", "suspect")  # the tensor lists of a checkpoint
+
+
+@dataclass
+class CheckpointFinding(JsonRecord):
+    """A finding as a probe result lists it (``model.Finding``"s JSON without its source)."""
+
+    code: str = ""
+    severity: str = "info"
+    title: str = ""
+    offset: int | None = None
+    length: int | None = None
+    tensors: list[str] = field(default_factory=list)
+    evidence: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TensorEntry(JsonRecord):
+    """One tensor of a checkpoint (``probe --tensors``): where its bytes are and their status."""
+
+    name: str = ""
+    dtype: str | None = None
+    shape: list[int] | None = None
+    file: str | None = None
+    offset: int | None = None
+    length: int | None = None
+    storage: str | None = None
+    status: str = ""
+    checksum: str | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointSummary(JsonRecord):
+    """One probed checkpoint."""
+
+    path: str = field(default="", metadata=doc(
+        "The checkpoint (a file, or a directory's index/metadata file)."))
+    format: str = field(default="", metadata=doc(
+        "Its format (torch-zip, safetensors, tf-bundle, ...)."))
+    verdict: str = field(default="", metadata=doc(
+        "intact, suspect, damaged, truncated, incomplete, unsafe, unreadable."))
+    tensors_total: int = field(default=0, metadata=doc(
+        "Tensors it holds."))
+    damaged_tensors: list[str] = field(default_factory=list, metadata=doc(
+        "Tensors whose bytes fail their check."))
+    suspect_tensors: list[str] = field(default_factory=list, metadata=doc(
+        "Tensors whose values look corrupted (NaN/Inf, flipped exponents, zero pages)."))
+    missing_tensors: list[str] = field(default_factory=list, metadata=doc(
+        "Tensors its index names but no file holds."))
+    findings: list[CheckpointFinding] = field(default_factory=list, metadata=doc(
+        "What the probe found."))
+    load: dict[str, Any] | None = field(default=None, metadata=doc(
+        "With --load: the sandboxed real load's outcome (status, ...)."))
+    tensors: list[TensorEntry] | None = field(default=None, metadata=doc(
+        "With --tensors: every tensor with its location and status."))
+
+    def tensors_of(self, kind: str) -> list[str]:
+        """The names of its ``kind`` tensors (one of :data:`NOT_INTACT_KINDS`)."""
+        return list({"damaged": self.damaged_tensors, "missing": self.missing_tensors,
+                     "suspect": self.suspect_tensors}[kind] or [])
+
+    @property
+    def not_intact_tensors(self) -> list[str]:
+        return [n for kind in NOT_INTACT_KINDS for n in self.tensors_of(kind)]
+
+
+@dataclass
+class ProbeOutput(StepOutputs):
+    checkpoints: list[CheckpointSummary] = field(default_factory=list, metadata=doc(
+        "One record per checkpoint: path, format, verdict, tensors_total, damaged_tensors, "
+        "suspect_tensors, missing_tensors, findings (code, severity, title, offset, length, "
+        "tensors, evidence, details), load (with --load), tensors (with --tensors)."))
+
+
+@dataclass
+class LostTensor(JsonRecord):
+    name: str = ""
+    reason: str = ""
+
+
+@dataclass
+class SuspectTensor(JsonRecord):
+    name: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SalvageRecord(JsonRecord):
+    """One salvaged checkpoint (``salvage.json``"s shape, plus the ``checkpoint`` the step
+    names)."""
+
+    checkpoint: str = field(default="", metadata=doc(
+        "The checkpoint the step salvaged (as named to the step)."))
+    source: str = field(default="", metadata=doc(
+        "The file read."))
+    source_verdict: str = field(default="", metadata=doc(
+        "Its probe verdict."))
+    output: str | None = field(default=None, metadata=doc(
+        "The salvaged file written."))
+    recovered: list[str] = field(default_factory=list, metadata=doc(
+        "Tensors written, verified."))
+    lost: list[LostTensor] = field(default_factory=list, metadata=doc(
+        "Tensors not recovered, with why."))
+    filled: list[str] = field(default_factory=list, metadata=doc(
+        "Tensors taken from fill_from (a mixed result)."))
+    fill_from: str | None = field(default=None, metadata=doc(
+        "The reference checkpoint lost tensors were taken from."))
+    structure_from: str | None = field(default=None, metadata=doc(
+        "Where the key structure came from."))
+    suspect: list[SuspectTensor] = field(default_factory=list, metadata=doc(
+        "Tensors numerically suspect, with why (written apart)."))
+    suspect_output: str | None = field(default=None, metadata=doc(
+        "The file the suspect tensors went to."))
+    unaccounted: str | None = field(default=None, metadata=doc(
+        "A loss no tensor name stands for."))
+    not_storable: list[dict[str, str]] = field(default_factory=list, metadata=doc(
+        "Verified tensors safetensors cannot hold (not lost)."))
+    mixed: bool = field(default=False, metadata=doc(
+        "Some tensors came from fill_from."))
+    sources: dict[str, list[str]] = field(default_factory=dict, metadata=doc(
+        "Which tensors came from which checkpoint."))
+    torch_save_output: str | None = field(default=None, metadata=doc(
+        "With --torch-save: the torch.save file written."))
+    clean: bool = field(default=False, metadata=doc(
+        "Every tensor came back verified from the checkpoint itself."))
+
+    @property
+    def name(self) -> str:
+        """The checkpoint it salvaged (``?`` when the record does not say)."""
+        return self.checkpoint or "?"
+
+
+@dataclass
+class SalvageFailure(JsonRecord):
+    checkpoint: str = ""
+    error: str = ""
+
+
+@dataclass
+class SalvageOutput(StepOutputs):
+    salvaged: list[SalvageRecord] = field(default_factory=list, metadata=doc(
+        "One record per salvaged checkpoint: checkpoint, source, source_verdict, output, "
+        "recovered, lost (name, reason), filled, fill_from, structure_from, suspect (name, "
+        "reasons), suspect_output, unaccounted, clean."))
+    failed: list[SalvageFailure] = field(default_factory=list, metadata=doc(
+        "Checkpoints whose salvage failed: checkpoint, error."))
+
+    @staticmethod
+    def public_record(record: SalvageRecord) -> dict[str, Any]:
+        """``salvage --json``: one record without the ``checkpoint`` key the step adds."""
+        return {k: v for k, v in record.to_json().items() if k != "checkpoint"}
+
+
+@dataclass
+class RankedCheckpoint(JsonRecord):
+    """One checkpoint of a ranked run; a multi-rank family step also names its step, family
+    and the ranks that fail."""
+
+    path: str = field(default="", metadata=doc(
+        "The checkpoint."))
+    verdict: str = field(default="", metadata=doc(
+        "Its verdict."))
+    step: int | None = field(default=None, metadata=doc(
+        "A multi-rank step: its step number."))
+    family: str | None = field(default=None, metadata=doc(
+        "A multi-rank step: its family."))
+    bad_ranks: list[str] = field(default_factory=list, metadata=doc(
+        "The rank files that fail (the first 64)."))
+    bad_ranks_total: int | None = field(default=None, metadata=doc(
+        "How many fail."))
+
+    @property
+    def bad_ranks_count(self) -> int:
+        return self.bad_ranks_total or len(self.bad_ranks)
+
+
+@dataclass
+class EvalRun(JsonRecord):
+    """One run of the responder"s evaluation (``rank --eval``)."""
+
+    path: str = ""
+    status: str = ""
+    metric: float | None = None
+    reason: str | None = None
+
+
+@dataclass
+class PointerFix(JsonRecord):
+    """The pointer file change a resume needs (the kit never writes it)."""
+
+    pointer: str = ""
+    current: str | None = None
+    write: str = ""
+
+
+@dataclass
+class RankOutput(StepOutputs):
+    checkpoints: list[RankedCheckpoint] = field(default_factory=list, metadata=doc(
+        "Newest first: path, verdict."))
+    resume_from: str | None = field(default=None, metadata=doc(
+        "The newest checkpoint safe to resume from (None: none)."))
+
+    @property
+    def evals(self) -> list[EvalRun]:
+        """``rank --eval``: each evaluation run, in order (``eval`` in the stored JSON)."""
+        return [EvalRun.from_json(e) for e in self.extra.get("eval") or []]
+
+    @property
+    def pointer_fix(self) -> PointerFix | None:
+        fix = self.extra.get("pointer_fix")
+        return PointerFix.from_json(fix) if fix else None
