@@ -44,8 +44,8 @@ def parsed_artifact(case: Case, sha256: str) -> Any:
 # Cases written before ``step.finished`` named its output type: the type of each action then
 # (frozen: every later record names its type; a new action never goes here).
 LEGACY_OUTPUT_TYPES: dict[str, str] = {
-    **{a: "StoreResultOutput" for a in ("store.history", "store.preflight", "store.preserve",
-                                        "store.restore", "store.verify")},
+    **dict.fromkeys(("store.history", "store.preflight", "store.preserve", "store.restore",
+                     "store.verify"), "StoreResultOutput"),
     **{a: f"S3{a[3:].title()}Output" for a in ("s3.history", "s3.preflight", "s3.preserve",
                                                "s3.restore", "s3.verify")},
     "case.verify": "CaseVerifyOutput", "collect.logs": "CollectLogsOutput",

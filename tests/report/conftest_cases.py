@@ -16,11 +16,15 @@ EVIL_MD = "x|y`z\n## injected heading\n| a | b |"
 
 
 def add_step(case: Case, action: str, outputs: dict, step: str) -> None:
-    """Record a finished step of ``action`` with ``outputs``, as the engine does."""
+    """Record a finished step of ``action`` with ``outputs``, as the engine does (the record
+    names the action's output type)."""
+    from ckptrescue.actions import registry
+
     sha = case.store_artifact(json.dumps(outputs).encode(), name=f"{step}.json",
                               kind=f"result:{action}")
-    case.log("step.finished", {"run_key": "r1", "step": step, "action": action, "status": "ok",
-                               "outputs_sha256": sha}, artifacts=[sha])
+    case.log("step.finished", {"run_key": "r1", "step": step, "action": action,
+                               "output_type": registry()[action].output_type.__name__,
+                               "status": "ok", "outputs_sha256": sha}, artifacts=[sha])
 
 
 def make_hostile_case(tmp_path: Path) -> Case:
