@@ -21,11 +21,6 @@ def refuse_unsafe_output(case: Any, target: str) -> None:
     """An output the kit writes itself (a list, a profile, a state file, a restored copy) must
     pass the guard's identity rules like every tool output: never evidence, the case's own
     records, a device or a system tree."""
-    from ckptrescue import guard
-    from ckptrescue.errors import RefusedError
+    from ckptrescue.effects.output_dirs import refuse_aliasing
 
-    context = guard.GuardContext(evidence_paths=tuple(case.evidence_paths()),
-                                 protected_paths=tuple(case.protected_paths()))
-    reason = context.writes_forbidden(str(target))
-    if reason:
-        raise RefusedError(f"{target}: {reason}")
+    refuse_aliasing(target, evidence=case.evidence_paths(), protected=case.protected_paths())

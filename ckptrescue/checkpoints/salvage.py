@@ -32,6 +32,7 @@ from ckptrescue.checkpoints.base import CheckpointReport, TensorRecord, Verdict
 from ckptrescue.checkpoints.formats import dtypes
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.effects import beneath
+from ckptrescue.effects.output_dirs import refuse_aliasing
 from ckptrescue.errors import RefusedError, UsageError
 from ckptrescue.model import ArtifactData, Finding, Recorded
 
@@ -286,9 +287,9 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     if (out_dir / "salvage.json").exists():
         raise UsageError(f"{out_dir}: already holds a salvage.json; salvage into a new directory "
                          "so no earlier salvage report is overwritten")
-    if case is not None and any(_inside(out_dir, Path(p).resolve())
-                                for p in case.evidence_paths()):
-        raise RefusedError(f"{out_dir}: inside an evidence path of the case; refusing to write")
+    if case is not None:  # by identity and place, through symlinks, bind mounts, overlays
+        refuse_aliasing(out_dir, evidence=case.evidence_paths(),
+                        protected=case.protected_paths())
     found = discover([checkpoint])
     if len(found) != 1:
         raise UsageError(f"{checkpoint}: salvage takes exactly one checkpoint "

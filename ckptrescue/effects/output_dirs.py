@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,3 +81,20 @@ def create_parents(case: Case, target: str, *, purpose: str = "") -> bool:
     claim(case, top, purpose=purpose)
     parent.mkdir(parents=True, exist_ok=True)
     return True
+
+
+def refuse_aliasing(target: str | os.PathLike[str], *, evidence: Sequence[str],
+                    protected: Sequence[str] = ()) -> None:
+    """The destination of a writer inside the kit (salvage, extract, restore, recover,
+    preserve, a profile or a list): refused, like every tool output, when it is or lies inside
+    evidence by any name that reaches it — a symlink, a bind mount of an evidence
+    subdirectory, an overlay whose layer is evidence — or is one of the case's records, a
+    device or one of the host's trees (``GuardContext.writes_forbidden``, which decides in the
+    filesystem's own coordinates, not by the spelling of the path)."""
+    from ckptrescue import guard
+
+    context = guard.GuardContext(evidence_paths=tuple(str(e) for e in evidence),
+                                 protected_paths=tuple(str(p) for p in protected))
+    reason = context.writes_forbidden(os.fspath(target))
+    if reason:
+        raise RefusedError(f"{os.fspath(target)}: {reason}")

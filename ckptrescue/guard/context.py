@@ -18,6 +18,8 @@ from functools import cached_property
 
 from ckptrescue.guard.kernel import (
     Attachment,
+    Mount,
+    Place,
     PoolLister,
     Reach,
     Snapshot,
@@ -25,6 +27,8 @@ from ckptrescue.guard.kernel import (
     dev_parse,
     is_read_only,
     mounts,
+    place_within,
+    places,
     reach,
     snapshot,
     still_there,
@@ -286,6 +290,43 @@ class GuardContext:
                 "through devices the kernel keeps read-only (the kit's `losetup --read-only` "
                 "loops, `writeblock`)")
 
+    # -- where things live in their filesystems (through bind mounts and overlay layers) ----------
+    @cached_property
+    def _mount_table(self) -> dict[int, Mount]:
+        return mounts()
+
+    def places_of(self, path: str) -> set[Place]:
+        """``kernel.places``: the path's place in its filesystem, whatever name reaches it."""
+        try:
+            return places(path, self._mount_table)
+        except (OSError, ValueError):
+            return set()
+
+    def _existing_places(self, paths: tuple[str, ...]) -> list[Place]:
+        out: list[Place] = []
+        for p in paths:
+            if p and os.path.lexists(p):
+                out += self.places_of(p)
+        return out
+
+    @cached_property
+    def _evidence_places(self) -> list[Place]:
+        return self._existing_places(self.evidence_paths)
+
+    @cached_property
+    def _protected_places(self) -> list[Place]:
+        return self._existing_places(self.protected_paths)
+
+    def _placed_within(self, path: str, outer: list[Place]) -> bool:
+        """Whether ``path`` lies at or beneath one of the places ``outer`` in its filesystem
+        (a bind mount of an evidence subdirectory, an overlay whose layer is evidence)."""
+        return bool(outer) and any(place_within(mine, o) for mine in self.places_of(path)
+                                   for o in outer)
+
+    def _places_beneath(self, path: str, inner: list[Place]) -> bool:
+        return bool(inner) and any(place_within(i, mine) and i != mine
+                                   for mine in self.places_of(path) for i in inner)
+
     @cached_property
     def _protected_ids(self) -> set[tuple[int, int]]:
         return {i for p in self.protected_paths if (i := _ident(p)) is not None}
@@ -315,7 +356,9 @@ class GuardContext:
             if target.startswith(real.rstrip("/") + "/"):
                 return True
         ident = _ident(path)
-        return ident is not None and ident in self._holder_ids
+        if ident is not None and ident in self._holder_ids:
+            return True
+        return self._places_beneath(path, [*self._evidence_places, *self._protected_places])
 
     def system_path(self, path: str) -> str | None:
         real = os.path.realpath(path)
@@ -331,7 +374,8 @@ class GuardContext:
             return False
         if _inside(path, self.evidence_paths):
             return True
-        return _ancestor_in(path, self._evidence_ids)
+        return _ancestor_in(path, self._evidence_ids) or self._placed_within(
+            path, self._evidence_places)
 
     def writes_forbidden(self, path: str) -> str | None:
         """A reason why writing ``path`` is forbidden, or None."""
@@ -356,7 +400,8 @@ class GuardContext:
                    "replace them"
         if self.is_evidence(path):
             return f"{path} is an evidence path; output must go elsewhere"
-        if _inside(path, self.protected_paths) or _ancestor_in(path, self._protected_ids):
+        if _inside(path, self.protected_paths) or _ancestor_in(path, self._protected_ids) \
+                or self._placed_within(path, self._protected_places):
             return f"{path} is one of the case's own records (audit log, artifacts); never written by tools"
         fs_dev = _fs_device(path)
         if fs_dev is not None and fs_dev in self._evidence_rdevs:

@@ -244,6 +244,7 @@ class Mount:
     fstype: str
     source: str
     readonly: bool
+    super_options: str = ""  # the filesystem's own options, as escaped in the table (overlay: its layers)
 
 
 _OCTAL = re.compile(rb"\\([0-7]{3})")
@@ -267,7 +268,8 @@ def parse_mountinfo(data: bytes) -> dict[int, Mount]:
         out[int(f[0])] = Mount(mount_id=int(f[0]), parent_id=int(f[1]), dev=dev,
                                root=_unescape(f[3]), mountpoint=_unescape(f[4]),
                                fstype=_unescape(r[0]), source=_unescape(r[1]),
-                               readonly=b"ro" in opts)
+                               readonly=b"ro" in opts,
+                               super_options=os.fsdecode(r[2]) if len(r) > 2 else "")
     return out
 
 
@@ -313,6 +315,89 @@ def top_mount_at(path: str, table: Mapping[int, Mount] | None = None) -> Mount |
     ids = {m.mount_id for m in on}
     tops = [m for m in on if not any(o.parent_id == m.mount_id for o in on if o.mount_id in ids)]
     return (tops or on)[-1]
+
+
+# ---- where a path lives in its filesystem ------------------------------------------------------
+Place = tuple[int, str]  # (the filesystem's device number as the mount table shows it, path in it)
+
+
+def _split_escaped(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` except where a backslash escapes it (overlayfs option values)."""
+    out, cur, i = [], "", 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            cur += text[i + 1]
+            i += 2
+            continue
+        if c == sep:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    out.append(cur)
+    return out
+
+
+def overlay_layers(super_options: str) -> list[str]:
+    """The directories an overlayfs mount is made of (upper, lowers, data layers), from its
+    super options as the mount table shows them."""
+    layers: list[str] = []
+    for raw in super_options.split(","):  # a comma in a value is escaped (\\054) in the table
+        key, eq, value = _unescape(os.fsencode(raw)).partition("=")
+        if not eq:
+            continue
+        if key in ("upperdir", "lowerdir", "lowerdir+", "datadir+"):
+            layers += [v for v in _split_escaped(value, ":") if v.startswith("/")]
+    return layers
+
+
+def _mount_of(path: str, table: Mapping[int, Mount]) -> Mount | None:
+    probe = mount_id_at(path)
+    if probe is not None and probe in table:
+        return table[probe]
+    best: Mount | None = None
+    for m in table.values():  # not in the table read: the longest mount point above it
+        mp = m.mountpoint.rstrip("/")
+        if (path == m.mountpoint or path.startswith(mp + "/")) and (
+                best is None or len(m.mountpoint) >= len(best.mountpoint)):
+            best = m
+    return best
+
+
+def places(path: str, table: Mapping[int, Mount] | None = None, _depth: int = 0) -> set[Place]:
+    """Where ``path`` (or, when it does not exist yet, where it would be created) lives, in the
+    coordinates of its filesystem: the mount table's device number and the path from that
+    filesystem's root — the same for every name of it, however it is reached (a bind mount of
+    a subdirectory, a symlinked or ``..`` path). Through an overlayfs mount, the place in each
+    of its layers too (the upper directory, where writes land, and the lower ones it shows)."""
+    table = mounts() if table is None else table
+    real = os.path.realpath(path)
+    anc, tail = real, ""
+    for _ in range(256):
+        if os.path.lexists(anc) or anc == "/":
+            break
+        anc, name = os.path.dirname(anc), os.path.basename(anc)
+        tail = os.path.join(name, tail) if tail else name
+    m = _mount_of(anc, table)
+    if m is None:
+        return {(0, real)}
+    rel = os.path.relpath(anc, m.mountpoint)
+    inside = os.path.normpath(os.path.join(m.root, "" if rel == "." else rel, tail))
+    out: set[Place] = {(m.dev, inside)}
+    if m.fstype == "overlay" and _depth < 8:
+        for layer in overlay_layers(m.super_options):
+            out |= places(os.path.join(layer, inside.lstrip("/")), table, _depth + 1)
+    return out
+
+
+def place_within(inner: Place, outer: Place) -> bool:
+    """Whether the place ``inner`` is ``outer`` or lies beneath it."""
+    if inner[0] != outer[0]:
+        return False
+    base = outer[1].rstrip("/")
+    return inner[1] == outer[1] or inner[1].startswith(base + "/")
 
 
 # ---- device-mapper -----------------------------------------------------------------------------

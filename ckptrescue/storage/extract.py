@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects import beneath
-from ckptrescue.errors import RefusedError, UsageError
+from ckptrescue.effects.output_dirs import refuse_aliasing
+from ckptrescue.errors import UsageError
 from ckptrescue.model import Finding, Recorded, Severity
 from ckptrescue.storage.copy import sha256_stream
 
@@ -100,8 +101,8 @@ def extract(mountpoint: str | Path, to: str | Path, *, case: Case) -> ExtractRes
         raise UsageError(f"{root}: not a directory (give the mount point)")
     if dest == root or str(dest).startswith(str(root) + "/"):
         raise UsageError(f"{dest} is inside the source {root}")
-    if any(str(dest).startswith(os.path.realpath(p)) for p in case.evidence_paths()):
-        raise RefusedError(f"{dest} is an evidence path; extract into a new location")
+    # by identity and place: a symlink, a bind mount or an overlay layer reaching evidence
+    refuse_aliasing(to, evidence=case.evidence_paths(), protected=case.protected_paths())
     from ckptrescue.storage import writeblock
 
     writeblock.protect_mount_source(root, case, purpose="extract source")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.effects import beneath
+from ckptrescue.effects.output_dirs import refuse_aliasing
 from ckptrescue.errors import RefusedError, UsageError
 from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
 from ckptrescue.stores.s3.client import ClientOptions, make_client
@@ -91,6 +92,7 @@ def restore(
         ev = Path(item).resolve()
         if resolved == ev or ev in resolved.parents or resolved in ev.parents:
             raise RefusedError(f"{to}: overlaps evidence {item}; restore elsewhere")
+    refuse_aliasing(to, evidence=evidence)  # through bind mounts and overlay layers too
     if client is None:
         client = make_client(options=client_options or ClientOptions())
     manifest_sha = None
