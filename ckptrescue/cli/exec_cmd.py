@@ -26,6 +26,22 @@ def dry_run(args: dict[str, Any], options: dict[str, Any], plan: Any) -> int | N
     return 0
 
 
+def _for(stream: Any, data: bytes) -> bytes:
+    """The tool's output as written to ``stream``: on a terminal, names in it (an ``ls`` of
+    evidence whose file names hold escape sequences) are shown, never obeyed — every control
+    character but newline and tab made visible (``\\x1b``); into a pipe or a file, the tool's
+    bytes as they are (the artifact holds them either way)."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if not tty:
+        return data
+    from ckptrescue.display import shown_text
+
+    return shown_text(data.decode("utf-8", "surrogateescape")).encode("utf-8")
+
+
 def render_exec(result: StepResult) -> int:
     argv = list(result.args["argv"])
     if result.status == "refused":
@@ -44,7 +60,7 @@ def render_exec(result: StepResult) -> int:
         for sha, stream in ((out.stdout_sha256, sys.stdout.buffer),
                             (out.stderr_sha256, sys.stderr.buffer)):
             if sha:
-                stream.write(result.case.read_artifact(sha))
+                stream.write(_for(stream, result.case.read_artifact(sha)))
                 stream.flush()
         sys.stderr.write(f"[ckptrescue] exit {out.returncode}; stdout artifact "
                          f"{out.stdout_sha256}\n")
