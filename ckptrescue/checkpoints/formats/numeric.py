@@ -164,9 +164,12 @@ class StorageScan:
         buf = bytes(self._carry) + bytes(data) if self._carry else data
         usable = len(buf) - len(buf) % self.itemsize
         self._carry = bytes(buf[usable:])
+        self._zero_seen = False
         if usable:
             self._values(memoryview(buf)[:usable])
-        if self.kind == "float":
+        if self.kind == "float" and self._zero_seen:
+            # a zero page is 4096 zero bytes: whole zero elements, so a chunk without any
+            # zero magnitude has none and skips the page pass
             self._pages(offset, data)
 
     def _pages(self, offset: int, data: bytes | memoryview) -> None:
@@ -247,14 +250,21 @@ class StorageScan:
         # operation would be a fresh mapping, paid in page faults (~3 ns/element)
         mag, key, mask, mask2 = _scratch(np, u.dtype, n)
         np.bitwise_and(u, (1 << lay.sign) - 1, out=mag)
-        # key = magnitude - Inf's bits, wrapping: finite values keep their order above every
-        # NaN/Inf (whose keys wrap to the bottom), so no mask is needed to rank the finite ones
-        finite0 = (1 << lay.sign + 1) - inf_bits  # the key of +0.0
-        np.subtract(mag, inf_bits, out=key, casting="unsafe")
-        kmin, kmax = int(key.min()), int(key.max())
-        if kmin - finite0 < 1 << lay.shift:  # a zero, subnormal, NaN or Inf: count them
+        low, peak = int(mag.min()), int(mag.max())
+        finite0 = 0  # the key of +0.0 (key = magnitude while every value is finite)
+        if peak >= inf_bits:  # NaN / Inf present
+            # key = magnitude - Inf's bits, wrapping: finite values keep their order above
+            # every NaN/Inf (whose keys wrap to the bottom): no mask needed to rank them
+            finite0 = (1 << lay.sign + 1) - inf_bits
+            np.subtract(mag, inf_bits, out=key, casting="unsafe")
+            low = -1  # (a NaN or Inf is here: the counts below run)
+            peak = int(key.max()) - finite0
+        else:
+            key = mag
+        if low < 1 << lay.shift:  # a zero, subnormal, NaN or Inf: count them
             nonzero = int(np.count_nonzero(mag))
             s.zeros += n - nonzero
+            self._zero_seen = nonzero < n
             tiny = int(np.count_nonzero(np.less(mag, 1 << lay.shift, out=mask)))
             s.subnormals += tiny - (n - nonzero)
         if self.invariants:
@@ -267,7 +277,7 @@ class StorageScan:
         sample = (u[::SAMPLE] >> lay.shift) & lay.emask
         self._hist += np.bincount(sample if lay.ucode != "u8" else sample.astype(np.intp),
                                   minlength=lay.emask + 1)
-        if kmin < finite0:  # NaN / Inf present
+        if finite0:  # NaN / Inf present
             nonfinite = np.less(key, finite0, out=mask)
             bad = int(np.count_nonzero(nonfinite))
             nans = int(np.count_nonzero(np.greater(mag, inf_bits, out=mask2))) \
@@ -281,9 +291,8 @@ class StorageScan:
                     s.nonfinite_examples.append({"index": base + i,
                                                  "value": str(_from_bits(raw, self.dtype)),
                                                  "_raw": raw})
-        if kmax < finite0:
+        if peak < 0:
             return  # nothing finite in this chunk
-        peak = kmax - finite0
         if len(self._top) < _REF_RANK or peak > self._top[-1][0]:
             self._top_three(key, u, base, finite0)
 
