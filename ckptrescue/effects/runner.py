@@ -308,7 +308,8 @@ class SubprocessRunner:
                     all_devices=decision.all_devices, network=decision.network,
                     readonly=(*ctx.evidence_paths, *ctx.protected_paths), substitutes=views)
             self._record_confinement(confinement)
-            result = self._execute(call, exe, shown, cancel, confinement, scratch)
+            result = self._execute(call, exe, shown, cancel, confinement, scratch,
+                                   ran=decision.argv(call.argv))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
             if before is not None:
@@ -380,8 +381,11 @@ class SubprocessRunner:
 
     def _execute(self, call: ToolCall, exe: str, shown: list[str],
                  cancel: threading.Event | None, confinement: confine.Confinement,
-                 scratch: str) -> ToolResult:
-        argv = [*confinement.prefix, exe, *[str(a) for a in call.argv[1:]]]
+                 scratch: str, *, ran: list[str] | None = None) -> ToolResult:
+        # ``ran``: the argv with the words the guard pinned (the very device node and path it
+        # judged, for a tool in the host's namespace)
+        ran = ran or list(call.argv)
+        argv = [*confinement.prefix, exe, *[str(a) for a in ran[1:]]]
         env = step_env(scratch, Path(str(call.argv[0])).name)
         start = time.monotonic()
         try:
@@ -452,6 +456,8 @@ class SubprocessRunner:
                  "truncated": result.truncated, "stdout_sha256": out, "stderr_sha256": err,
                  "stdout_size": sinks["stdout"].size, "stderr_size": sinks["stderr"].size,
                  "timeout_s": call.timeout_s,
+                 **({"ran": redact([*call.argv[:1], *ran[1:]])}
+                    if list(ran[1:]) != list(call.argv[1:]) else {}),
                  "namespace": {"enforced": confinement.enforced, "how": confinement.how,
                                "writable": list(confinement.writable)}},
                 artifacts=[h for h in (out, err) if h],

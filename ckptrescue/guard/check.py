@@ -8,11 +8,12 @@ import re
 import shlex
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import PurePath
 
 from ckptrescue.guard.context import GuardContext
 from ckptrescue.guard.decision import Decision
-from ckptrescue.guard.grammar import Grammar, ParseError, parse
+from ckptrescue.guard.grammar import Grammar, Parsed, ParseError, parse
 from ckptrescue.guard.tools import GRAMMARS, REFUSED
 from ckptrescue.guard.tools._base import Subcommands
 from ckptrescue.guard.tools.filesystems import E2FSCK
@@ -141,9 +142,13 @@ def _by_subcommand(name: str, entry: Subcommands, args: list[str], ctx: GuardCon
     if grammar is None:
         return Decision.refuse(f"{name} {sub} is not on the read-only allowlist")
     try:
-        return _by_grammar(f"{name} {sub}", grammar, rest, ctx, depth)
+        decision = _by_grammar(f"{name} {sub}", grammar, rest, ctx, depth)
     except ParseError as exc:
         raise ParseError(f"{sub}: {exc}") from exc
+    if decision.pins:  # indices into the words after the subcommand
+        shift = parsed.operand_at[0] + 1
+        decision = replace(decision, pins=tuple((i + shift, w) for i, w in decision.pins))
+    return decision
 
 
 def _by_grammar(name: str, grammar: Grammar, args: list[str], ctx: GuardContext,
@@ -186,9 +191,49 @@ def _by_grammar(name: str, grammar: Grammar, args: list[str], ctx: GuardContext,
                 return decision
             writes.extend(decision.writes)
             host = host or decision.host_namespace
+    pins: tuple[tuple[int, str], ...] = ()
+    if host:
+        pinned = pins_of(grammar, parsed, args, ctx)
+        if isinstance(pinned, Decision):
+            return pinned
+        pins = pinned
     return Decision.allow(writes=tuple(dict.fromkeys(writes)), host_namespace=host,
                           caps=grammar.caps, all_devices=grammar.devices,
-                          network=grammar.network)
+                          network=grammar.network, pins=pins)
+
+
+def pins_of(grammar: Grammar, parsed: Parsed, args: list[str],
+            ctx: GuardContext) -> tuple[tuple[int, str], ...] | Decision:
+    """What a tool in the host's namespace (``mount``, ``umount``, ``losetup``, ``zpool``…) is
+    given in place of each device or path word it opens (its operands and the values of its
+    ``paths`` options): the block device's own ``/dev`` node for the very device number the
+    guard asked the kernel about, the resolved path of a file or directory. The tool then opens
+    what was judged — not a name resolved again later (a symlink swapped after the check, a
+    node named ``UUID=…`` that libmount reads as a tag, a relative name) — and no tool there
+    runs in a namespace that would catch the difference."""
+    words: list[tuple[int, str, str]] = [(i, "", w) for i, w in zip(parsed.operand_at,
+                                                                    parsed.operands,
+                                                                    strict=True)]
+    for (key, value), at in zip(parsed.opts, parsed.value_at, strict=True):
+        if key in grammar.paths and value is not None and at is not None:
+            words.append((at[0], at[1], value))
+    pins: list[tuple[int, str]] = []
+    for index, prefix, word in words:
+        rdev = ctx.block_rdev(word)
+        if rdev is not None:
+            node = ctx.device_node(rdev)
+            if node is None:
+                return Decision.refuse(f"{grammar.tool} {word}: the device "
+                                       f"{os.major(rdev)}:{os.minor(rdev)} has no node of its "
+                                       "own in /dev to give the tool")
+            target = node
+        elif os.path.lexists(word):
+            target = os.path.realpath(word)
+        else:
+            continue
+        if prefix + target != args[index]:
+            pins.append((index, prefix + target))
+    return tuple(pins)
 
 
 def allowed_tools() -> list[str]:

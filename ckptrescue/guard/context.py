@@ -27,6 +27,7 @@ from ckptrescue.guard.kernel import (
     dev_parse,
     is_read_only,
     mounts,
+    node_of,
     place_within,
     places,
     reach,
@@ -177,6 +178,8 @@ class GuardContext:
     # ZFS pools (the runner runs ``zpool list``; None: unknown)
     kernel_snapshot: Callable[[PoolLister | None], Snapshot] = field(default=snapshot)
     block_rdev: Callable[[str], int | None] = field(default=block_rdev)
+    # a device number's own node in /dev (what a host-namespace tool is given: ``check.pins``)
+    device_node: Callable[[int], str | None] = field(default=node_of)
     pools: PoolLister | None = None
     # whether the kernel refuses writes to a block device right now (``/sys/.../ro`` and
     # BLKROGET), and what a write to a device reaches (partitions' disks, stacked devices, loop

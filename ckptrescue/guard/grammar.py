@@ -90,6 +90,9 @@ class Grammar:
     devices: bool = False  # scans /dev itself (needs every device node, not only those named)
     caps: tuple[str, ...] = ()  # capabilities the tool needs beyond file access (CAP_SYS_ADMIN…)
     network: bool = False  # asks a cluster service over the network (Slurm, Kubernetes)
+    # option keys whose values name a device or path the tool opens (with the operands, they
+    # are pinned for a tool in the host's namespace: ``check.pins``)
+    paths: tuple[str, ...] = ()
 
     def table(self) -> tuple[dict[str, Opt], dict[str, Opt]]:
         return _tables(self.options)
@@ -125,6 +128,10 @@ class Parsed:
     tool: str
     opts: list[tuple[str, str | None]] = field(default_factory=list)
     operands: list[str] = field(default_factory=list)
+    operand_at: list[int] = field(default_factory=list)  # each operand's index in the argv
+    # for each option with a value: the index of the word holding it and what precedes the
+    # value in that word ("" for a separate word, "--opt=" or "-o" when attached)
+    value_at: list[tuple[int, str] | None] = field(default_factory=list)
 
     def has(self, *keys: str) -> bool:
         return any(k in keys for k, _ in self.opts)
@@ -166,6 +173,7 @@ def parse(grammar: Grammar, args: list[str]) -> Parsed:
         i += 1
         if only_operands:
             out.operands.append(arg)
+            out.operand_at.append(i - 1)
             continue
         if arg == "--":
             if grammar.no_double_dash:
@@ -186,13 +194,18 @@ def parse(grammar: Grammar, args: list[str]) -> Parsed:
                 if eq:
                     raise ParseError(f"option --{name} takes no value")
                 out.opts.append((opt.key, None))
+                out.value_at.append(None)
             elif opt.arg == "optional":
                 out.opts.append((opt.key, value if eq else None))
+                out.value_at.append((i - 1, arg[: len(arg) - len(value)]) if eq else None)
             else:
-                if not eq:
+                if eq:
+                    out.value_at.append((i - 1, arg[: len(arg) - len(value)]))
+                else:
                     if i >= len(args):
                         raise ParseError(f"option --{name} needs a value")
                     value = args[i]
+                    out.value_at.append((i, ""))
                     i += 1
                 out.opts.append((opt.key, value))
             continue
@@ -206,20 +219,25 @@ def parse(grammar: Grammar, args: list[str]) -> Parsed:
                     raise ParseError(f"unknown option -{letter}")
                 if opt.arg == "none":
                     out.opts.append((opt.key, None))
+                    out.value_at.append(None)
                     continue
                 rest = arg[j:]
                 if opt.arg == "optional":
                     out.opts.append((opt.key, rest or None))
+                    out.value_at.append((i - 1, arg[:j]) if rest else None)
                 elif rest:
                     out.opts.append((opt.key, rest))
+                    out.value_at.append((i - 1, arg[:j]))
                 else:
                     if i >= len(args):
                         raise ParseError(f"option -{letter} needs a value")
                     out.opts.append((opt.key, args[i]))
+                    out.value_at.append((i, ""))
                     i += 1
                 break
             continue
         out.operands.append(arg)
+        out.operand_at.append(i - 1)
         if grammar.posix:
             only_operands = True
     _check_operands(grammar, out)

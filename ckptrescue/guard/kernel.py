@@ -68,6 +68,16 @@ def block_rdev(path: str) -> int | None:
     return st.st_rdev if stat.S_ISBLK(st.st_mode) else None
 
 
+def node_of(rdev: int) -> str | None:
+    """The device's own node in ``/dev`` (``/dev/NAME`` of its sysfs entry), when that node is
+    this very device number; None otherwise."""
+    sysdir = sys_dir(rdev)
+    if sysdir is None:
+        return None
+    node = f"/dev/{os.path.basename(sysdir)}"
+    return node if block_rdev(node) == rdev else None
+
+
 def blk_ro(path: str) -> bool | None:
     """``BLKROGET`` on the node: True when the kernel refuses writes to the device right now;
     None when it cannot be asked."""

@@ -28,6 +28,7 @@ CTX = GuardContext(
     is_block_device=lambda p: p.startswith("/dev/"),
     attachments=(k.of_loop(_LOOP), k.of_mount(_MOUNT), k.of_dm(_DM)),
     kernel_snapshot=lambda pools: KERNEL, block_rdev=_RDEVS.get,
+    device_node={r: p for p, r in _RDEVS.items() if not p.startswith("/dev/block/")}.get,
     device_read_only=lambda p: p in {"/dev/loop3", "/dev/block/7:3"},
     device_reach=lambda rdev: k.Reach(frozenset({rdev}), frozenset(), ()),
     compare_media=lambda src, dest: Comparison(Sameness.DIFFERENT, (), (), "test: other media"),

@@ -191,7 +191,7 @@ LOSETUP = grammar(
     refuse={"detach-all": "losetup -D detaches every loop device, including ones in use",
             "set-capacity": "losetup -c changes a loop device's capacity",
             "loop-ref": "losetup --loop-ref is not used by the kit"},
-    policy=_losetup)
+    policy=_losetup, paths=("detach",))
 
 
 # ---- dmsetup ---------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ ZPOOL = Subcommands(
                                   "V": "zpool import -V imports a faulted pool"},
                           # a listing reads the labels of every device under its -d
                           # directories (or /dev), as blkid does: the host's /dev, read-only
-                          devices=True, policy=_zpool_import),
+                          devices=True, policy=_zpool_import, paths=("d", "R")),
         "export": grammar("zpool export", "-a", "-f", "-F", policy=_zpool_export),
     },
     refused=ZPOOL_DANGER)
