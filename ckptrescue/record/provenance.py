@@ -79,8 +79,9 @@ class ProvenanceIndex:
             return value
         if isinstance(value, list):
             return [self.relabel(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self.relabel(v) for k, v in value.items()}
+        if isinstance(value, dict):  # keys too: a result may be keyed by paths
+            return {(self.relabel(k) if isinstance(k, str) else k): self.relabel(v)
+                    for k, v in value.items()}
         return value
 
     def label(self, path: str | None) -> str:
