@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import re
 from typing import Any
 
@@ -64,32 +65,63 @@ def is_inert(text: str) -> bool:
     return _TEXT.search(text) is None
 
 
+# What a character :func:`shown` would escape looks like once ``json.dumps(ensure_ascii=False)``
+# (or ``repr``) has written it: C0 as \uXXXX or \n-style, DEL/C1/format/surrogates raw. A hit may
+# be a false alarm (an escaped backslash); never a miss.
+_DUMPED = re.compile(f"\\\\u[0-9a-fA-F]{{4}}|\\\\U[0-9a-fA-F]{{8}}|\\\\[nrtbf]|\\\\x[0-9a-fA-F]{{2}}"
+                     f"|[\x7f-\x9f{_FORMAT}\ud800-\udfff]")
+
+
+def _fields_or_repr(value: Any) -> Any:
+    """What the walk looks at: a dataclass's init fields; anything else by its ``repr``."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    return repr(value)
+
+
+def _surely_inert(value: Any) -> bool:
+    """True when no string in ``value`` holds anything to escape: one C-level dump and one
+    search instead of a walk (the common case: every name is plain)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=_fields_or_repr)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return _DUMPED.search(text) is None
+
+
 def shown_tree(value: Any, *, lines: bool = True) -> Any:
     """``value`` with every string in it (dict keys, list/tuple items, dataclass fields) made
     inert: :func:`shown_text` when ``lines`` (text may span lines), else :func:`shown`.
 
     Other values are returned as they are; dataclass instances are copied with
-    :func:`dataclasses.replace`, so frozen events and findings stay what they were.
+    :func:`dataclasses.replace`, so frozen events and findings stay what they were. A tree
+    with nothing to escape is returned as it is, found so in one pass (:func:`_surely_inert`).
     """
+    if _surely_inert(value):
+        return value
+    return _shown_walk(value, lines=lines)
+
+
+def _shown_walk(value: Any, *, lines: bool) -> Any:
     show = shown_text if lines else shown
     if isinstance(value, enum.Enum):  # a Severity or a status: the kit's own words
         return value
     if isinstance(value, str):
         return show(value)
     if isinstance(value, dict):
-        return {(show(k) if isinstance(k, str) else k): shown_tree(v, lines=lines)
+        return {(show(k) if isinstance(k, str) else k): _shown_walk(v, lines=lines)
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [shown_tree(v, lines=lines) for v in value]
+        return [_shown_walk(v, lines=lines) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(shown_tree(v, lines=lines) for v in value)
+        return tuple(_shown_walk(v, lines=lines) for v in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {}
         for f in dataclasses.fields(value):
             if not f.init:
                 continue
             old = getattr(value, f.name)
-            new = shown_tree(old, lines=lines)
+            new = _shown_walk(old, lines=lines)
             if new is not old and new != old:
                 changes[f.name] = new
         return dataclasses.replace(value, **changes) if changes else value

@@ -3,7 +3,7 @@ changes."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from ckptrescue.display import is_inert, shown, shown_text, shown_tree
@@ -55,3 +55,15 @@ def test_tree_reaches_keys_items_and_dataclass_fields_and_keeps_enums() -> None:
     assert g.details == {"k\\x1b": ["v\\x9b"]} and g.severity is Severity.ERROR
     assert f.title == "bad \x1b[2J" and f.details == {"k\x1b": ["v\x9b"]}  # untouched
     assert shown_tree(f) is not f and shown_tree(Finding("A", Severity.INFO, "ok")).title == "ok"
+
+
+@given(st.text(), st.text())
+def test_tree_shows_every_string_as_shown_does_whatever_it_holds(name: str, title: str) -> None:
+    """The tree's one-pass shortcut for plain trees never lets a string through unescaped:
+    keys, items and dataclass fields come out exactly as :func:`shown` makes them."""
+    assume(shown(name) != "k")
+    f = Finding("TZ002", Severity.ERROR, title, details={name: [title]})
+    out = shown_tree({name: [f, (title, 1)], "k": name}, lines=False)
+    g, tup = out[shown(name)]
+    assert out["k"] == shown(name) and tup == (shown(title), 1)
+    assert g.title == shown(title) and g.details == {shown(name): [shown(title)]}
