@@ -221,10 +221,35 @@ def _refuse_alias(root: str | os.PathLike[str], path: str | os.PathLike[str], di
                 os.close(probe)
     if crossed:
         raise _refuse_symlink(root, parts_beneath(root, path), OSError(errno.EXDEV, "mount"))
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+        raise _not_a_file(path, st.st_mode)
     writes = flags & (os.O_WRONLY | os.O_RDWR) and not flags & os.O_EXCL
     if writes and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
         raise RefusedError(f"{os.fsdecode(path)}: has {st.st_nlink} hard links; the kit never "
                            "writes through a name another file shares")
+
+
+def _not_a_file(path: str | os.PathLike[str], mode: int) -> RefusedError:
+    what = ("a FIFO" if stat.S_ISFIFO(mode) else "a device node" if stat.S_ISBLK(mode)
+            or stat.S_ISCHR(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+    return RefusedError(f"{os.fsdecode(path)}: {what}; the kit reads and writes only regular "
+                        "files beneath its destination (a FIFO would block it, a device node "
+                        "would send its bytes to the device)")
+
+
+def _regular(fd: int, path: str | os.PathLike[str], flags: int) -> int:
+    """``fd`` once it is proven a regular file (opened ``O_NONBLOCK``, so that a FIFO swapped in
+    after the check never blocks the open), with ``O_NONBLOCK`` cleared again."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_a_file(path, mode)
+    if not flags & os.O_NONBLOCK:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
 
 
 def makedirs(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
@@ -245,8 +270,11 @@ def open_fd(root: str | os.PathLike[str], path: str | os.PathLike[str], flags: i
         _refuse_alias(root, path, dirfd, name, flags)
         try:
             if has_openat2():
-                return openat2(dirfd, name, flags, mode)
-            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dirfd)
+                fd = openat2(dirfd, name, flags | os.O_NONBLOCK, mode)
+            else:
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode,
+                             dir_fd=dirfd)
+            return _regular(fd, path, flags)
         except FileExistsError:
             raise
         except OSError as exc:
