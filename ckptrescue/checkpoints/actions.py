@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.actions.in_place import in_place
-from ckptrescue.checkpoints.outputs import ProbeOutput, RankOutput, SalvageOutput
+from ckptrescue.checkpoints.outputs import (
+    CheckpointSummary,
+    ProbeOutput,
+    RankOutput,
+    SalvageOutput,
+)
 from ckptrescue.engine.action import (
     Action,
     ActionResult,
@@ -130,8 +135,9 @@ when nothing at all could be recovered."""
     def _targets(self, args: dict[str, Any]) -> list[str]:
         if args.get("checkpoint"):
             return [str(args["checkpoint"])]
-        return [c["path"] for c in args.get("probed") or []
-                if isinstance(c, dict) and c.get("verdict") in self.SALVAGEABLE]
+        probed = [CheckpointSummary.from_json(c) for c in args.get("probed") or []
+                  if isinstance(c, dict)]
+        return [c.path for c in probed if c.verdict in self.SALVAGEABLE]
 
     def plan(self, args: dict[str, Any]) -> list[str]:
         what = args.get("checkpoint") or "every damaged/truncated checkpoint the probe found"
@@ -267,11 +273,11 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
         if accept is not None:
             out["eval"] = [{"path": e.checkpoint, "status": e.status, "metric": e.metric}
                            | ({"reason": e.reason} if e.reason else {}) for e in evals]
-        for c in out.get("checkpoints", []):
-            yield ctx.output(f"{c['verdict']:<10} {c['path']}")
-        for e in out.get("eval", []):
-            yield ctx.output(f"eval {e['status']:<7} metric={e['metric']} {e['path']}")
-        yield ctx.output(f"resume from: {out.get('resume_from')}")
+        for c in result.checkpoints:
+            yield ctx.output(f"{c.verdict!s:<10} {c.path}")
+        for e in evals:
+            yield ctx.output(f"eval {e.status:<7} metric={e.metric} {e.checkpoint}")
+        yield ctx.output(f"resume from: {result.resume_from}")
         # a probe step of the run records the findings; without one, rank records them
         records = [] if probed else probe_records(
             [args["run_dir"]], [r for c in result.checkpoints for r in c.reports],
