@@ -273,23 +273,16 @@ def _copy_swapped(out: BinaryIO, p: _Planned) -> None:
 def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
             case: Case | None = None, allow_next_to_input: bool = False,
             torch_save: bool = False) -> SalvageResult:
-    """Write the verified tensors of ``checkpoint`` into ``out_dir`` (see module docstring)."""
+    """Write the verified tensors of ``checkpoint`` into ``out_dir`` (see module docstring).
+
+    The phases: where it may write (:func:`_checked_target`), the probe and the tensor map
+    (:func:`_probed`), what can be written (:func:`_plan_tensors`), what the reference
+    fills (:func:`_fill`), then the files and the report (:func:`_write_salvage`)."""
     from ckptrescue.checkpoints.base import ProbeOptions
     from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
 
-    checkpoint = Path(checkpoint).absolute()
-    if not checkpoint.exists() and Path(f"{checkpoint}.index").exists():
-        checkpoint = Path(f"{checkpoint}.index")  # a TensorFlow checkpoint named by its prefix
-    if not checkpoint.exists():
-        raise UsageError(f"{checkpoint}: no such checkpoint")
-    out_dir = Path(out_dir).absolute()
-    check_out_dir(checkpoint, out_dir, allow_next_to_input=allow_next_to_input)
-    if (out_dir / "salvage.json").exists():
-        raise UsageError(f"{out_dir}: already holds a salvage.json; salvage into a new directory "
-                         "so no earlier salvage report is overwritten")
-    if case is not None:  # by identity and place, through symlinks, bind mounts, overlays
-        refuse_aliasing(out_dir, evidence=case.evidence_paths(),
-                        protected=case.protected_paths())
+    checkpoint, out_dir = _checked_target(checkpoint, out_dir, case,
+                                          allow_next_to_input=allow_next_to_input)
     found = discover([checkpoint])
     if len(found) != 1:
         raise UsageError(f"{checkpoint}: salvage takes exactly one checkpoint "
@@ -304,80 +297,144 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
     report = probe_one(fmt, root, ProbeOptions(numeric=True))
     if report.verdict is Verdict.UNREADABLE or fmt is None:
         raise UsageError(f"{checkpoint}: cannot be identified; nothing to salvage")
-    verified = getattr(fmt, "iter_verified_tensors", None)
     result = SalvageResult(source=str(checkpoint), source_verdict=str(report.verdict),
                            output=None, fill_from=str(fill_from) if fill_from else None)
     if not report.tensors and report.extra.get("storages"):
-        # the tensor map is lost (pickle unreadable) but storage records verify on their own
-        if fill_from is None:
-            raise UsageError(f"{checkpoint}: tensor names are lost (pickle unreadable); "
-                             "nothing can be named", hint="pass --fill-from a sibling "
-                             "checkpoint of the same run to rebuild the tensor map")
-        rebuilt = _rebuild_map(report, Path(fill_from).absolute())
-        if isinstance(rebuilt, str):
-            raise UsageError(f"{checkpoint}: cannot rebuild the tensor map: {rebuilt}")
-        report.tensors = rebuilt
-        result.structure_from = str(fill_from)
-    pairs = list(verified(root, report) if verified else _default_verified(report))
+        _rebuild_tensor_map(checkpoint, report, result, fill_from)
+    planned, lost = _plan_tensors(fmt, root, report, result)
+    if fill_from is not None and lost:
+        planned += _fill(Path(fill_from).absolute(), lost, result)
+    return _write_salvage(checkpoint, out_dir, fmt, root, report, result, planned, lost,
+                          torch_save=torch_save)
+
+
+def _checked_target(checkpoint: Path, out_dir: Path, case: Case | None, *,
+                    allow_next_to_input: bool) -> tuple[Path, Path]:
+    """The checkpoint (a TensorFlow one by its prefix) and the output directory, absolute;
+    refused when the directory could touch evidence or holds an earlier salvage."""
+    checkpoint = Path(checkpoint).absolute()
+    if not checkpoint.exists() and Path(f"{checkpoint}.index").exists():
+        checkpoint = Path(f"{checkpoint}.index")  # a TensorFlow checkpoint named by its prefix
+    if not checkpoint.exists():
+        raise UsageError(f"{checkpoint}: no such checkpoint")
+    out_dir = Path(out_dir).absolute()
+    check_out_dir(checkpoint, out_dir, allow_next_to_input=allow_next_to_input)
+    if (out_dir / "salvage.json").exists():
+        raise UsageError(f"{out_dir}: already holds a salvage.json; salvage into a new directory "
+                         "so no earlier salvage report is overwritten")
+    if case is not None:  # by identity and place, through symlinks, bind mounts, overlays
+        refuse_aliasing(out_dir, evidence=case.evidence_paths(),
+                        protected=case.protected_paths())
+    return checkpoint, out_dir
+
+
+def _rebuild_tensor_map(checkpoint: Path, report: CheckpointReport, result: SalvageResult,
+                        fill_from: Path | None) -> None:
+    """The tensor map is lost (pickle unreadable) but storage records verify on their own:
+    names from a sibling checkpoint of the same run."""
+    if fill_from is None:
+        raise UsageError(f"{checkpoint}: tensor names are lost (pickle unreadable); "
+                         "nothing can be named", hint="pass --fill-from a sibling "
+                         "checkpoint of the same run to rebuild the tensor map")
+    rebuilt = _rebuild_map(report, Path(fill_from).absolute())
+    if isinstance(rebuilt, str):
+        raise UsageError(f"{checkpoint}: cannot rebuild the tensor map: {rebuilt}")
+    report.tensors = rebuilt
+    result.structure_from = str(fill_from)
+
+
+def _verified_pairs(fmt: Any, root: Path, report: CheckpointReport
+                    ) -> list[tuple[TensorRecord, str | None]]:
+    """(tensor, why it is not verified or None) for every tensor of the report."""
+    verified = getattr(fmt, "iter_verified_tensors", None)
+    return list(verified(root, report) if verified else _default_verified(report))
+
+
+def _plan_tensors(fmt: Any, root: Path, report: CheckpointReport, result: SalvageResult
+                  ) -> tuple[list[_Planned], dict[str, tuple[TensorRecord, str]]]:
+    """(the verified tensors to write, the lost ones with why); verified tensors safetensors
+    cannot hold go to ``result.not_storable``."""
     strides = report.extra.get("strides", {})
     planned: list[_Planned] = []
     lost: dict[str, tuple[TensorRecord, str]] = {}
     reader = getattr(fmt, "read_tensor_bytes", None)
-    for rec, reason in pairs:
-        if reason is None:
-            p = _plan(rec, strides, has_reader=reader is not None)
-            if isinstance(p, str) and p.endswith(NOT_STORABLE):
-                result.not_storable.append({"name": rec.name, "reason": p})
-            elif isinstance(p, str):
-                lost[rec.name] = (rec, p)
-            else:
-                p.reader, p.root, p.report = reader, root, report
-                p.big_endian = report.extra.get("byteorder") == "big"
-                planned.append(p)
-        else:
+    for rec, reason in _verified_pairs(fmt, root, report):
+        if reason is not None:
             lost[rec.name] = (rec, reason)
-    if fill_from is not None and lost:
-        ref_found = discover([Path(fill_from).absolute()])
-        if len(ref_found) != 1:
-            raise UsageError(f"{fill_from}: --fill-from takes exactly one checkpoint")
-        rfmt, rroot = ref_found[0]
-        ref = probe_one(rfmt, rroot, ProbeOptions(numeric=True))
-        rverified = getattr(rfmt, "iter_verified_tensors", None)
-        rpairs = {r.name: (r, why) for r, why in
-                  (rverified(rroot, ref) if rverified else _default_verified(ref))}
-        rstrides = ref.extra.get("strides", {})
-        for name in list(lost):
-            rec, _ = lost[name]
-            cand = rpairs.get(name)
-            if cand is None or cand[1] is not None or _is_suspect(cand[0], ref):
-                continue  # a suspect reference tensor is no fill
-            rrec = cand[0]
-            if rec.shape is not None and (rrec.shape != rec.shape or rrec.dtype != rec.dtype):
-                lost[name] = (rec, lost[name][1] + "; reference differs in shape/dtype")
-                continue
-            rreader = getattr(rfmt, "read_tensor_bytes", None)
-            p = _plan(rrec, rstrides, has_reader=rreader is not None)
-            if isinstance(p, str):
-                continue
-            p.reader, p.root, p.report = rreader, rroot, ref
-            p.big_endian = ref.extra.get("byteorder") == "big"
-            p.filled = True
+            continue
+        p = _plan(rec, strides, has_reader=reader is not None)
+        if isinstance(p, str) and p.endswith(NOT_STORABLE):
+            result.not_storable.append({"name": rec.name, "reason": p})
+        elif isinstance(p, str):
+            lost[rec.name] = (rec, p)
+        else:
+            p.reader, p.root, p.report = reader, root, report
+            p.big_endian = report.extra.get("byteorder") == "big"
             planned.append(p)
-            result.filled.append(name)
-            del lost[name]
+    return planned, lost
+
+
+def _fill(fill_from: Path, lost: dict[str, tuple[TensorRecord, str]],
+          result: SalvageResult) -> list[_Planned]:
+    """The lost tensors the reference holds verified, not suspect, of the same shape and
+    dtype: planned from it (``filled``), taken out of ``lost``."""
+    from ckptrescue.checkpoints.base import ProbeOptions
+    from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
+
+    ref_found = discover([fill_from])
+    if len(ref_found) != 1:
+        raise UsageError(f"{result.fill_from}: --fill-from takes exactly one checkpoint")
+    rfmt, rroot = ref_found[0]
+    ref = probe_one(rfmt, rroot, ProbeOptions(numeric=True))
+    rpairs = {r.name: (r, why) for r, why in _verified_pairs(rfmt, rroot, ref)}
+    rstrides = ref.extra.get("strides", {})
+    rreader = getattr(rfmt, "read_tensor_bytes", None)
+    planned: list[_Planned] = []
+    for name in list(lost):
+        rec, _ = lost[name]
+        cand = rpairs.get(name)
+        if cand is None or cand[1] is not None or _is_suspect(cand[0], ref):
+            continue  # a suspect reference tensor is no fill
+        rrec = cand[0]
+        if rec.shape is not None and (rrec.shape != rec.shape or rrec.dtype != rec.dtype):
+            lost[name] = (rec, lost[name][1] + "; reference differs in shape/dtype")
+            continue
+        p = _plan(rrec, rstrides, has_reader=rreader is not None)
+        if isinstance(p, str):
+            continue
+        p.reader, p.root, p.report = rreader, rroot, ref
+        p.big_endian = ref.extra.get("byteorder") == "big"
+        p.filled = True
+        planned.append(p)
+        result.filled.append(name)
+        del lost[name]
+    return planned
+
+
+def _stem(checkpoint: Path) -> str:
+    """The name the salvaged files take (a directory checkpoint: its directory's)."""
+    stem = checkpoint.parent.name if checkpoint.name.endswith(".index.json") else checkpoint.name
+    for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".index", ".keras", ".h5"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+    return stem
+
+
+def _write_salvage(checkpoint: Path, out_dir: Path, fmt: Any, root: Path,
+                   report: CheckpointReport, result: SalvageResult, planned: list[_Planned],
+                   lost: dict[str, tuple[TensorRecord, str]], *, torch_save: bool
+                   ) -> SalvageResult:
+    """The salvaged file (and the suspect tensors apart, and the torch.save file), then
+    salvage.json, its record and the findings."""
     suspects = {p.name for p in planned if not p.filled and _is_suspect(p.rec, report)}
     clean = sorted((p for p in planned if p.name not in suspects), key=lambda p: p.name)
     apart = sorted((p for p in planned if p.name in suspects), key=lambda p: p.name)
     pickled = _torch_save_plan(fmt, root, lost, apart, clean) if torch_save else None
     meta = {"salvaged_from": str(checkpoint), "structure_from": result.structure_from or "",
-            "source_verdict": str(report.verdict),
-            "filled_from": str(fill_from) if fill_from else "",
+            "source_verdict": str(report.verdict), "filled_from": result.fill_from or "",
             "filled": json.dumps(sorted(result.filled))}
     beneath.makedirs(out_dir, out_dir)
-    stem = checkpoint.parent.name if checkpoint.name.endswith(".index.json") else checkpoint.name
-    for suffix in (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".index", ".keras", ".h5"):
-        if stem.endswith(suffix):
-            stem = stem[: -len(suffix)]
+    stem = _stem(checkpoint)
     out_path = out_dir / f"{stem}.salvaged.safetensors"
     suspect_path = out_dir / f"{stem}.suspect.safetensors"
     for p in (out_path, suspect_path):
@@ -409,7 +466,7 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
                                           "filled": result.filled[:500]}, artifacts=[sha])
     result.findings_here()
     result.findings.extend(salvage_findings(result, str(checkpoint), f"{out_path}",
-                                            f"{fill_from}"))
+                                            f"{result.fill_from}"))
     return result
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,91 +263,124 @@ def _run(
 ) -> Iterator[Event]:
     from ckptrescue.effects.runner import SubprocessRunner
 
-    runner = runner or SubprocessRunner(case)
-    cancel = cancel or threading.Event()
-    actions = registry()
-    book = plan.playbook
-    if resume is None:
-        resume = plan.resumable
-    done = finished_steps(case, plan.run_key) if resume else {}
-    outputs: dict[str, dict[str, Any]] = {}
-    statuses: dict[str, str] = {}
-    plan_actions = tuple(actions[s.action] for s in book.steps if s.action in actions)
-    case.log("run.started", {"run_key": plan.run_key, "playbook": book.name,
-                             "source": book.source, "digest": book.digest,
-                             "params": plan.params, "resumed": bool(done)})
-    yield RunStarted(playbook=book.name, run_key=plan.run_key,
-                     steps=tuple(s.id for s in book.steps))
-    run_status = "ok"
-    failed_step: str | None = None
-
-    def gate(prompt: str) -> bool | None:
-        if plan.answers_yes:
-            return True
-        return confirm(prompt) if confirm else None
-
-    for step in book.steps:
-        if cancel.is_set():
-            run_status = "cancelled"
+    state = _RunState(plan, case, runner or SubprocessRunner(case), cancel or threading.Event(),
+                      confirm, plan.resumable if resume is None else resume)
+    yield state.start()
+    for step in plan.playbook.steps:
+        if state.cancel.is_set():
+            state.run_status = "cancelled"
             break
-        if step.id in done:
-            outputs[step.id] = load_outputs(case, done[step.id])
-            statuses[step.id] = done[step.id]["status"]
-            if statuses[step.id] == "findings" and run_status == "ok":
-                run_status = "findings"  # what the earlier attempt found still stands
-            yield StepSkipped(step_id=step.id, reason="already finished (resumed run)")
+        skipped = state.skip(step)
+        if skipped is not None:
+            yield skipped
             continue
+        result = yield from state.execute(step)
+        yield from state.finish_step(step, result)
+        if state.settle(step, result):
+            break
+    yield state.finish()
+
+
+class _RunState:
+    """One run of a plan, step by step (:func:`run`): which steps an earlier attempt finished,
+    each step's outputs and status, the run's status so far."""
+
+    def __init__(self, plan: Plan, case: Case, runner: Any, cancel: threading.Event,
+                 confirm: Callable[[str], bool | None] | None, resume: bool) -> None:
+        self.plan, self.case, self.runner, self.cancel = plan, case, runner, cancel
+        self.confirm = confirm
+        self.actions = registry()
+        self.done = finished_steps(case, plan.run_key) if resume else {}
+        self.outputs: dict[str, dict[str, Any]] = {}
+        self.statuses: dict[str, str] = {}
+        self.plan_actions = tuple(self.actions[s.action] for s in plan.playbook.steps
+                                  if s.action in self.actions)
+        self.run_status = "ok"
+        self.failed_step: str | None = None
+
+    def gate(self, prompt: str) -> bool | None:
+        if self.plan.answers_yes:
+            return True
+        return self.confirm(prompt) if self.confirm else None
+
+    def start(self) -> RunStarted:
+        book = self.plan.playbook
+        self.case.log("run.started", {"run_key": self.plan.run_key, "playbook": book.name,
+                                      "source": book.source, "digest": book.digest,
+                                      "params": self.plan.params, "resumed": bool(self.done)})
+        return RunStarted(playbook=book.name, run_key=self.plan.run_key,
+                          steps=tuple(s.id for s in book.steps))
+
+    def skip(self, step: Step) -> StepSkipped | None:
+        """Why ``step`` does not run (finished by an earlier attempt, its condition false or
+        not evaluable), recorded; None when it runs."""
+        if step.id in self.done:
+            self.outputs[step.id] = load_outputs(self.case, self.done[step.id])
+            self.statuses[step.id] = self.done[step.id]["status"]
+            if self.statuses[step.id] == "findings" and self.run_status == "ok":
+                self.run_status = "findings"  # what the earlier attempt found still stands
+            return StepSkipped(step_id=step.id, reason="already finished (resumed run)")
         try:
-            go = evaluate_when(step.when, plan.params, outputs, statuses)
+            go = evaluate_when(step.when, self.plan.params, self.outputs, self.statuses)
         except (_Unresolved, TypeError, ValueError) as exc:
-            go = False
-            yield StepSkipped(step_id=step.id, reason=f"condition not evaluable: {exc}")
-            statuses[step.id] = "skipped"
-            continue
-        if not go:
-            statuses[step.id] = "skipped"
-            case.log("step.skipped", {"run_key": plan.run_key, "step": step.id,
-                                      "reason": "when condition false"})
-            yield StepSkipped(step_id=step.id, reason="condition is false")
-            continue
-        action = actions[step.action]()
+            self.statuses[step.id] = "skipped"
+            return StepSkipped(step_id=step.id, reason=f"condition not evaluable: {exc}")
+        if go:
+            return None
+        self.statuses[step.id] = "skipped"
+        self.case.log("step.skipped", {"run_key": self.plan.run_key, "step": step.id,
+                                       "reason": "when condition false"})
+        return StepSkipped(step_id=step.id, reason="condition is false")
+
+    def execute(self, step: Step) -> Generator[Event, None, ActionResult]:
+        """``step.started`` recorded, then the action run with its arguments resolved."""
+        action = self.actions[step.action]()
         yield StepStarted(step_id=step.id, action=step.action, title=step.title or action.summary)
         try:
-            args = type(action).with_defaults(resolve(step.args, plan.params, outputs))
+            args = type(action).with_defaults(resolve(step.args, self.plan.params, self.outputs))
         except _Unresolved as exc:
-            result = ActionResult(status="failed", error=str(exc))
+            result: ActionResult | None = ActionResult(status="failed", error=str(exc))
             args = {}
         else:
             result = None
-        case.log("step.started", {"run_key": plan.run_key, "step": step.id,
-                                  "action": step.action, "args": _jsonable(args)})
-        case.commit()  # group commit: what led up to the step is on disk before it runs
+        self.case.log("step.started", {"run_key": self.plan.run_key, "step": step.id,
+                                       "action": step.action, "args": _jsonable(args)})
+        self.case.commit()  # group commit: what led up to the step is on disk before it runs
         if result is None:
-            ctx = StepContext(case=case, runner=runner, step_id=step.id, cancel=cancel,
-                              confirm=gate, outputs=outputs, plan_actions=plan_actions)
-            try:
-                gen = action.run(ctx, args)
-                while True:
-                    try:
-                        event = next(gen)
-                    except StopIteration as stop:
-                        result = stop.value or ActionResult()
-                        break
-                    if isinstance(event, GateReached) and event.answered is None:
-                        result = ActionResult(status="stopped", error=event.prompt)
-                        gen.close()
-                        yield event
-                        break
+            ctx = StepContext(case=self.case, runner=self.runner, step_id=step.id,
+                              cancel=self.cancel, confirm=self.gate, outputs=self.outputs,
+                              plan_actions=self.plan_actions)
+            result = yield from self._drive(step, action, ctx, args)
+        return result
+
+    def _drive(self, step: Step, action: Any, ctx: StepContext, args: dict[str, Any]
+               ) -> Generator[Event, None, ActionResult]:
+        """The action's events passed on until it returns; an unanswered gate stops it; its
+        errors become its result (an action bug must not lose the case)."""
+        try:
+            gen = action.run(ctx, args)
+            while True:
+                try:
+                    event = next(gen)
+                except StopIteration as stop:
+                    return stop.value or ActionResult()
+                if isinstance(event, GateReached) and event.answered is None:
+                    gen.close()
                     yield event
-            except CkptRescueError as exc:
-                result = ActionResult(status="refused" if exc.exit_code == 3 else "failed",
-                                      error=exc.message, exit_code=int(exc.exit_code),
-                                      hint=exc.hint)
-            except KeyboardInterrupt:
-                case.log("step.interrupted", {"run_key": plan.run_key, "step": step.id})
-                raise
-            except Exception as exc:  # an action bug must not lose the case
-                result = ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+                    return ActionResult(status="stopped", error=event.prompt)
+                yield event
+        except CkptRescueError as exc:
+            return ActionResult(status="refused" if exc.exit_code == 3 else "failed",
+                                error=exc.message, exit_code=int(exc.exit_code), hint=exc.hint)
+        except KeyboardInterrupt:
+            self.case.log("step.interrupted", {"run_key": self.plan.run_key, "step": step.id})
+            raise
+        except Exception as exc:  # noqa: BLE001 - an action bug must not lose the case
+            return ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+
+    def finish_step(self, step: Step, result: ActionResult) -> Iterator[Event]:
+        """The step's findings, outputs and ``step.finished`` (naming its output type)."""
+        case = self.case
         written = record(case, result, name=f"{step.id}.findings")
         for finding in written:  # as recorded: many of one kind are one finding and its table
             yield FindingEmitted(step_id=step.id, finding=finding)
@@ -358,39 +391,46 @@ def _run(
                                       name=f"{step.id}.outputs.json",
                                       kind=f"result:{step.action}")
         if result.status in {"ok", "findings"}:
-            outputs[step.id] = stored
-        statuses[step.id] = result.status
-        case.log("step.finished", {"run_key": plan.run_key, "step": step.id,
+            self.outputs[step.id] = stored
+        self.statuses[step.id] = result.status
+        case.log("step.finished", {"run_key": self.plan.run_key, "step": step.id,
                                    "action": step.action,
-                                   "output_type": type(action).output_type.__name__,
+                                   "output_type": self.actions[step.action].output_type.__name__,
                                    "status": result.status,
                                    "summary": result.summary, "error": result.error,
                                    "findings": len(result.findings), "outputs_sha256": sha},
                  artifacts=[sha] if sha else None)
         case.commit()  # the step's records, synced once
         yield StepFinished(step_id=step.id, status=result.status, summary=result.summary,
-                           outputs=outputs.get(step.id, {}), error=result.error,
+                           outputs=self.outputs.get(step.id, {}), error=result.error,
                            exit_code=result.exit_code, hint=result.hint,
-                           partial={} if step.id in outputs else stored)
+                           partial={} if step.id in self.outputs else stored)
+
+    def settle(self, step: Step, result: ActionResult) -> bool:
+        """The run's status after ``step``; True when the run ends here."""
         if result.status == "stopped":
-            run_status, failed_step = "stopped", step.id
-            break
-        if result.status == "cancelled" or cancel.is_set():
-            run_status, failed_step = "cancelled", step.id
-            break
+            self.run_status, self.failed_step = "stopped", step.id
+            return True
+        if result.status == "cancelled" or self.cancel.is_set():
+            self.run_status, self.failed_step = "cancelled", step.id
+            return True
         if result.status in {"failed", "refused"}:
             if step.on_failure == "stop":
-                run_status, failed_step = "failed", step.id
-                break
-            run_status = "findings" if run_status == "ok" else run_status
-        elif result.status == "findings" and run_status == "ok":
-            run_status = "findings"
-    from ckptrescue.engine.answer import answer_line
+                self.run_status, self.failed_step = "failed", step.id
+                return True
+            self.run_status = "findings" if self.run_status == "ok" else self.run_status
+        elif result.status == "findings" and self.run_status == "ok":
+            self.run_status = "findings"
+        return False
 
-    answer = answer_line(case)
-    case.log("run.finished", {"run_key": plan.run_key, "status": run_status,
-                              "failed_step": failed_step, "answer": answer})
-    yield RunFinished(status=run_status, answer=answer, failed_step=failed_step)
+    def finish(self) -> RunFinished:
+        """``run.finished`` with the case's one-line answer."""
+        from ckptrescue.engine.answer import answer_line
+
+        answer = answer_line(self.case)
+        self.case.log("run.finished", {"run_key": self.plan.run_key, "status": self.run_status,
+                                       "failed_step": self.failed_step, "answer": answer})
+        return RunFinished(status=self.run_status, answer=answer, failed_step=self.failed_step)
 
 
 def record(case: Case, result: ActionResult, *, name: str = "findings") -> list[Finding]:

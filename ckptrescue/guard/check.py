@@ -14,8 +14,7 @@ from pathlib import PurePath
 from ckptrescue.guard.context import GuardContext
 from ckptrescue.guard.decision import Decision
 from ckptrescue.guard.grammar import Grammar, Parsed, ParseError, parse
-from ckptrescue.guard.tools import GRAMMARS, REFUSED
-from ckptrescue.guard.tools._base import Subcommands
+from ckptrescue.guard.tools import GRAMMARS, REFUSED, Subcommands
 from ckptrescue.guard.tools.filesystems import E2FSCK
 
 # /proc/self/fd/N, /proc/PID/root, /dev/fd/N: the guard and the tool would resolve them in

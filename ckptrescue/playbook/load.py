@@ -22,7 +22,7 @@ from ckptrescue.playbook.schema import (
 from ckptrescue.resources import data_dir
 
 
-def _line_map(node: yaml.Node | None) -> dict[tuple[Any, ...], int]:
+def line_map(node: yaml.Node | None) -> dict[tuple[Any, ...], int]:
     """Map a path of keys/indexes to the 1-based line where it starts."""
     lines: dict[tuple[Any, ...], int] = {}
 
@@ -69,7 +69,7 @@ def load_text(text: str, *, source: str = "<memory>") -> Playbook:
         where = f"{source}:{mark.line + 1}" if mark else source
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise PlaybookError(f"{where}: not valid YAML ({problem})") from exc
-    lines = _line_map(node)
+    lines = line_map(node)
 
     def err(path: tuple[Any, ...], message: str) -> PlaybookError:
         line = lines.get(path) or lines.get(path[:-1]) or 1

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from ckptrescue.playbook.lint import LintProblem
-from ckptrescue.playbook.load import _line_map
+from ckptrescue.playbook.load import line_map
 from ckptrescue.playbook.schema import json_schema
 
 
@@ -19,7 +19,7 @@ def schema_problems(path: Path) -> list[LintProblem]:
     text = path.read_text()
     try:
         data = yaml.safe_load(text)
-        lines = _line_map(yaml.compose(text, Loader=yaml.SafeLoader))
+        lines = line_map(yaml.compose(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         return [LintProblem(str(path), mark.line + 1 if mark else 1, "not valid YAML")]

@@ -169,7 +169,7 @@ def test_fp8_bits_decode_as_torch_decodes_them(dtype):
 
     values = torch.arange(256, dtype=torch.uint8).view(getattr(torch, dtype)).float().tolist()
     for bits, want in enumerate(values):
-        got = numeric._from_bits(bits, dtype)
+        got = numeric.from_bits(bits, dtype)
         assert (np.isnan(got) and np.isnan(want)) or got == want, (dtype, bits)
 
 

@@ -1,8 +1,8 @@
 """No module of the package imports a private name (``_name``) from another module, spelled as
 ``from m import _name`` or reached as ``m._name`` through an imported module, nor a private
 module (``_util.py``) from outside its package. Helpers two modules share go in a small module
-both import (``datasets/manifest_files.py``, ``probes/single.py``); the allow-list below names
-what still remains, each with the module that should make it public."""
+both import (``datasets/manifest_files.py``, ``probes/single.py``); the allow-list below is
+empty and stays so."""
 
 from __future__ import annotations
 
@@ -22,21 +22,8 @@ from import_graph import (
     within,
 )
 
-# (importer, imported module, private name): modules this slice does not own (formats,
-# playbook and guard have other owners); each is theirs to rename or move.
-ALLOWED: frozenset[tuple[str, str, str]] = frozenset({
-    *(("ckptrescue.checkpoints.formats.numeric_small", "ckptrescue.checkpoints.formats.numeric", n)
-      for n in ("_from_bits", "_MIN_ELEMENTS")),
-    *(("ckptrescue.checkpoints.formats.pickle_scan", "ckptrescue.checkpoints.formats.pickle_policy", n)
-      for n in ("_ALLOWED_EXACT", "_REBUILD_FUNCTIONS", "_TORCH_CLASSES", "_TORCH_DTYPE_NAMES")),
-    *(("ckptrescue.checkpoints.formats.torch_zip", "ckptrescue.checkpoints.formats.torch_zip_records", n)
-      for n in ("_Bounded", "_alignment", "_byteorder",
-                "_check_serialization_id", "_declared_sizes", "_read_pickle")),
-    ("ckptrescue.checkpoints.formats.torch_zip_view", "ckptrescue.checkpoints.formats.miniz_rules", "_lower"),
-    ("ckptrescue.playbook.validate", "ckptrescue.playbook.load", "_line_map"),
-    # a private module from the parent package: guard.tools._base.Subcommands
-    ("ckptrescue.guard.check", "ckptrescue.guard.tools._base", "Subcommands"),
-})
+# (importer, imported module, private name): none remain; a new one is a helper to make public
+ALLOWED: frozenset[tuple[str, str, str]] = frozenset()
 
 
 def _private_module(module: str) -> str | None:
@@ -139,4 +126,4 @@ def test_the_allow_list_only_shrinks() -> None:
     stale = sorted(ALLOWED - used)
     if stale:
         warnings.warn(f"no longer needed in ALLOWED: {stale}", stacklevel=1)
-    assert len(ALLOWED) <= 17, "the allow-list only shrinks"
+    assert not ALLOWED, "the allow-list stays empty"

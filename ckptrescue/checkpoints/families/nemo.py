@@ -23,6 +23,7 @@ archive: the gzip CRC-32 covers every byte, tensors have no in-place offsets), F
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -97,10 +98,13 @@ class NemoFamily(Family):
 
     # -- the probe -----------------------------------------------------------------------------
     @classmethod
-    def probe(cls, root: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+    def probe(cls, root: Path, options: ProbeOptions) -> CheckpointReport:
+        """The archive walked, its configuration read for TP x PP, the weights members it
+        should hold named, each probed over its byte window (and the sharded weights), then
+        the family's record."""
         from ckptrescue.checkpoints.formats import tensormap
         from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
-        from ckptrescue.checkpoints.formats.torch_zip import probe_zip
+        from ckptrescue.checkpoints.formats.zip_window import ZipWindows
 
         report = CheckpointReport(path=str(root), format=cls.name, verdict=Verdict.INTACT,
                                   files=[str(root)])
@@ -113,100 +117,35 @@ class NemoFamily(Family):
                 details={"kind": kind}))
             verdicts.append(Verdict.TRUNCATED if kind == "truncated" else Verdict.DAMAGED)
         files = {m.name: m for m in tarwalk.iter_files(tw)}
-        config_text = ""
-        if CONFIG in files and not tw.compressed:
-            m = files[CONFIG]
-            with open_regular(root) as fh:
-                fh.seek(m.data_offset)
-                config_text = fh.read(min(m.size, _CONFIG_MAX)).decode("utf-8", "replace")
-        sizes = _config_ints(config_text)
+        sizes = _config_ints(_config_text(root, tw, files))
         tp = sizes.get("tensor_model_parallel_size", 1)
         pp = sizes.get("pipeline_model_parallel_size", 1)
-        world = {"tp": tp, "pp": pp}
-        # weights members: rank label -> member
-        weights: dict[str, tarwalk.TarMember] = {}
-        if WEIGHTS in files:
-            weights["model"] = files[WEIGHTS]
-        for name, m in files.items():
-            parts = name.split("/")
-            if len(parts) == 2 and parts[1] == WEIGHTS and _RANK_DIR.match(parts[0]):
-                weights[parts[0]] = m
-        sharded = {n.split("/", 1)[1]: m for n, m in files.items()
-                   if n.startswith("model_weights/")}
-        ranks: dict[str, str] = {}
-        missing_what = [CONFIG] if CONFIG not in files else []
-        if not weights and not sharded:
-            missing_what.append(f"{WEIGHTS} (or model_weights/)")
-        if missing_what:
-            cut = bool(tw.problems)
-            family_findings.append(finding(
-                "FM043", f"{root.name}: {' and '.join(missing_what)} not in the archive"
-                + (" (the walk stopped early: see FM044)" if cut else ""), evidence=root,
-                ranks=["model"] if len(missing_what) > 1 or CONFIG not in missing_what else [],
-                details={"missing": missing_what}))
-        expected_ranks = _rank_names(tp, pp) if tp * pp > 1 else []
-        lost = [r for r in expected_ranks if r not in weights] if weights or not sharded else []
-        if lost and (weights.keys() - {"model"} or not weights):
-            family_findings.append(finding(
-                "FM001", f"{len(lost)} model-parallel weights file(s) missing for TP={tp} x "
-                f"PP={pp} (model_config.yaml): " + shorten(lost), evidence=root, ranks=lost,
-                details={"missing": [f"{r}/{WEIGHTS}" for r in lost], "count": len(lost)}))
-            for r in lost:
-                ranks[r] = "missing"
+        layout = _Layout.of(files, tp, pp)
+        ranks = layout.missing(root, tw, family_findings)
         if tw.compressed:
             family_findings.append(finding(
                 "FM046", f"{root.name}: gzip-compressed .nemo (NeMo < 1.7): the gzip CRC-32 "
                 "covers every byte of the archive; tensors have no offsets in the file (extract "
                 "the weights to verify them tensor by tensor)", evidence=root))
-            weights = {}
-        storages: dict[str, Any] = {}
-        records: list[dict[str, Any]] = []
-        globals_: set[str] = set()
-        unsafe: set[str] = set()
-        strides: dict[str, list[int]] = {}
+            layout.weights = {}
+        zips = ZipWindows(report, numeric=options.numeric,
+                          extra_allowed=cls.allowed_globals | options.extra_allowed)
         members_json: list[dict[str, Any]] = []
-        extra_allowed = cls.allowed_globals | options.extra_allowed
-        multi = len(weights) > 1 or "model" not in weights
         with open_evidence(root) as fh:
-            for label, m in sorted(weights.items()):
-                end = min(m.data_offset + m.size, tw.size)
-                prefix = f"{label}/" if multi else ""
-                part = probe_zip(fh, str(root), start=m.data_offset, end=end,
-                                 do_numeric=options.numeric, name_prefix=prefix,
-                                 extra_allowed=extra_allowed)
-                for rec in part.tensors:
-                    if multi and rec.storage is not None:
-                        rec.storage = f"{label}/{rec.storage}"
-                    report.tensors.append(rec)
-                for f in part.findings:
-                    report.findings.append(f)
-                own = CheckpointReport(path=str(root), format="torch-zip",
-                                       verdict=Verdict.INTACT, tensors=part.tensors,
-                                       findings=list(part.findings))
-                tensormap.finalize(own, part.verdicts)
-                member_verdict = own.verdict
-                if end < m.data_offset + m.size:
-                    member_verdict = max(member_verdict, Verdict.TRUNCATED, key=lambda v: v.rank)
-                verdicts.extend(part.verdicts)
-                ranks[label] = str(member_verdict)
-                globals_.update(part.globals)
-                unsafe.update(part.unsafe_globals)
-                strides.update(part.strides)
-                records.extend(part.records)
-                for key, st in tensormap.storage_map(part.storages).items():
-                    storages[f"{label}/{key}" if multi else key] = st
+            for label, m in sorted(layout.weights.items()):
+                verdict = _weights_member(zips, fh, tw, label, m, layout.multi, verdicts)
+                ranks[label] = str(verdict)
                 members_json.append({"name": f"{label}/{WEIGHTS}" if label != "model"
                                      else WEIGHTS, "offset": m.data_offset, "size": m.size,
-                                     "rank": label, "verdict": str(member_verdict)})
-                if member_verdict not in (Verdict.INTACT, Verdict.SUSPECT):
+                                     "rank": label, "verdict": str(verdict)})
+                if verdict not in (Verdict.INTACT, Verdict.SUSPECT):
                     family_findings.append(finding(
                         "FM007", f"{label}: {members_json[-1]['name']} (bytes "
                         f"{m.data_offset}-{m.data_offset + m.size} of the archive) is "
-                        f"{member_verdict}", evidence=root, ranks=[label],
-                        offset=m.data_offset, length=m.size,
-                        details={"verdict": str(member_verdict)}))
-            if sharded:
-                ranks["model_weights"] = str(cls._sharded(root, fh, sharded, options,
+                        f"{verdict}", evidence=root, ranks=[label],
+                        offset=m.data_offset, length=m.size, details={"verdict": str(verdict)}))
+            if layout.sharded:
+                ranks["model_weights"] = str(cls._sharded(root, fh, layout.sharded, options,
                                                           family_findings, report, verdicts))
         report.findings.extend(family_findings)
         from ckptrescue.checkpoints.families.base import verdict_of
@@ -216,15 +155,15 @@ class NemoFamily(Family):
                      | {r for f in family_findings if verdict_of(f) is not None
                         for r in f.details.get("ranks", [])})
         report.extra.update({
-            "globals": sorted(globals_), "unsafe_globals": sorted(unsafe), "strides": strides,
-            "records": records, "storages": storages,
+            **zips.extra(),
             "nemo": {"members": [{"name": m.name, "offset": m.data_offset, "size": m.size}
                                  for m in tarwalk.iter_files(tw)][:4096],
                      "weights": members_json, "compressed": tw.compressed,
                      "complete": tw.complete},
-            "family": {"family": cls.name, "step": None, "world": world, "ranks": ranks,
-                       "bad_ranks": bad, "members": len(weights) + (1 if sharded else 0),
-                       "expected": max(len(expected_ranks), 1), "tensors_elided": 0,
+            "family": {"family": cls.name, "step": None, "world": {"tp": tp, "pp": pp},
+                       "ranks": ranks, "bad_ranks": bad,
+                       "members": len(layout.weights) + (1 if layout.sharded else 0),
+                       "expected": max(len(layout.expected_ranks), 1), "tensors_elided": 0,
                        "steps_recorded": []},
         })
         tensormap.finalize(report, verdicts)
@@ -276,3 +215,86 @@ class NemoFamily(Family):
 
 
 FAMILIES = [NemoFamily]
+
+
+def _config_text(root: Path, tw: Any, files: dict[str, tarwalk.TarMember]) -> str:
+    """``model_config.yaml`` as text (a plain archive only; the first 1 MiB)."""
+    if CONFIG not in files or tw.compressed:
+        return ""
+    m = files[CONFIG]
+    with open_regular(root) as fh:
+        fh.seek(m.data_offset)
+        return fh.read(min(m.size, _CONFIG_MAX)).decode("utf-8", "replace")
+
+
+@dataclass
+class _Layout:
+    """The weights an archive holds: one ``model_weights.ckpt`` per model-parallel rank
+    directory (or one for the model), or a ``model_weights/`` sharded directory."""
+
+    weights: dict[str, tarwalk.TarMember]  # rank label -> member
+    sharded: dict[str, tarwalk.TarMember]
+    has_config: bool
+    expected_ranks: list[str]
+    tp: int
+    pp: int
+
+    @classmethod
+    def of(cls, files: dict[str, tarwalk.TarMember], tp: int, pp: int) -> _Layout:
+        weights: dict[str, tarwalk.TarMember] = {}
+        if WEIGHTS in files:
+            weights["model"] = files[WEIGHTS]
+        for name, m in files.items():
+            parts = name.split("/")
+            if len(parts) == 2 and parts[1] == WEIGHTS and _RANK_DIR.match(parts[0]):
+                weights[parts[0]] = m
+        sharded = {n.split("/", 1)[1]: m for n, m in files.items()
+                   if n.startswith("model_weights/")}
+        return cls(weights, sharded, CONFIG in files,
+                   _rank_names(tp, pp) if tp * pp > 1 else [], tp, pp)
+
+    @property
+    def multi(self) -> bool:
+        """Tensor names are prefixed with their rank directory."""
+        return len(self.weights) > 1 or "model" not in self.weights
+
+    def missing(self, root: Path, tw: Any, found: list[Finding]) -> dict[str, str]:
+        """What the archive lacks (the configuration, the weights, model-parallel files), as
+        findings in ``found``; the ranks known missing."""
+        ranks: dict[str, str] = {}
+        missing_what = [CONFIG] if not self.has_config else []
+        if not self.weights and not self.sharded:
+            missing_what.append(f"{WEIGHTS} (or model_weights/)")
+        if missing_what:
+            found.append(finding(
+                "FM043", f"{root.name}: {' and '.join(missing_what)} not in the archive"
+                + (" (the walk stopped early: see FM044)" if tw.problems else ""), evidence=root,
+                ranks=["model"] if len(missing_what) > 1 or CONFIG not in missing_what else [],
+                details={"missing": missing_what}))
+        lost = [r for r in self.expected_ranks if r not in self.weights] \
+            if self.weights or not self.sharded else []
+        if lost and (self.weights.keys() - {"model"} or not self.weights):
+            found.append(finding(
+                "FM001", f"{len(lost)} model-parallel weights file(s) missing for "
+                f"TP={self.tp} x PP={self.pp} (model_config.yaml): " + shorten(lost),
+                evidence=root, ranks=lost,
+                details={"missing": [f"{r}/{WEIGHTS}" for r in lost], "count": len(lost)}))
+            ranks.update(dict.fromkeys(lost, "missing"))
+        return ranks
+
+
+def _weights_member(zips: Any, fh: Any, tw: Any, label: str, m: tarwalk.TarMember,
+                    multi: bool, verdicts: list[Verdict]) -> Verdict:
+    """One weights member probed over its byte window; its own verdict (truncated when the
+    archive ends inside it)."""
+    from ckptrescue.checkpoints.formats import tensormap
+
+    end = min(m.data_offset + m.size, tw.size)
+    part = zips.probe(fh, m.data_offset, end, f"{label}/" if multi else "")
+    own = CheckpointReport(path=zips.report.path, format="torch-zip", verdict=Verdict.INTACT,
+                           tensors=part.tensors, findings=list(part.findings))
+    tensormap.finalize(own, part.verdicts)
+    verdicts.extend(part.verdicts)
+    if end < m.data_offset + m.size:
+        return max(own.verdict, Verdict.TRUNCATED, key=lambda v: v.rank)
+    return own.verdict

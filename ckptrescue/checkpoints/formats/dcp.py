@@ -103,107 +103,29 @@ class DcpFormat:
         return [p for p in root.iterdir() if p.is_file()]
 
     @classmethod
-    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
+        """``.metadata`` (the pickle DCP's reader unpickles: its globals judged, then its
+        shape), the data files it references, then every tensor's chunks: do they tile the
+        tensor, is each one's storage item there and whole."""
         spath = str(path)
         files = sorted(p for p in path.iterdir() if p.is_file())
         report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
                                   files=[str(p) for p in files])
         verdicts: list[Verdict] = []
-        meta_path = path / ".metadata"
-        if not meta_path.is_file():
-            local = sorted(path.glob("__*.metadata"))
-            if not local:
-                report.findings.append(finding(
-                    "DC001", ".metadata missing: the save never finished (data files: "
-                    + ", ".join(p.name for p in files if p.suffix == ".distcp") + ")",
-                    evidence=spath))
-                report.verdict = Verdict.INCOMPLETE
-                return report
-            meta_path = local[0]
+        meta_path = _metadata_file(path, files, report)
+        if meta_path is None:
+            return report
         with open_regular(meta_path) as fh:
             scan = pickle_scan.scan_pickle(fh.read(pickle_scan.MAX_PICKLE_BYTES),
                                            mode="memory", partial=True)
-        # DCP's reader unpickles .metadata with pickle.load (no weights_only): it resolves and
-        # calls every global, so one off the exact list is unsafe; a name one edit from a
-        # listed one is a damaged name it cannot resolve (unreadable). Globals named before a
-        # parse error count: the unpickler resolved them before it stopped.
-        off_list = scan.unsafe_globals(lambda g: _allowed(g) or pickle_policy.extra_allowed(
-            g, options.extra_allowed))
-        unsafe, damaged = pickle_policy.resolved_off_list(off_list, scan.dotted)
-        unsafe += [f"copyreg._extension_registry[{c}]" for c in scan.ext_codes]
-        report.extra["unsafe_globals"] = unsafe
-        report.extra["unknown_globals"] = list(damaged)
-        if unsafe:
-            report.findings.append(finding(
-                "PK001", f"{meta_path.name} references globals outside the exact DCP list "
-                "(DCP's reader resolves and calls them: it unpickles without weights_only): "
-                + ", ".join(unsafe), evidence=str(meta_path), details={"globals": unsafe}))
-            verdicts.append(Verdict.UNSAFE)
-        if scan.rewrites:
-            report.findings.append(finding(
-                "PK010", f"{meta_path.name} rewrites attributes of "
-                + ", ".join(sorted(set(scan.rewrites))), evidence=str(meta_path)))
-            verdicts.append(Verdict.UNSAFE)
-        if scan.frame_violations:
-            report.findings.append(finding(
-                "PK005", f"{meta_path.name}: {scan.frame_violations[0][1]}",
-                evidence=str(meta_path), offset=scan.frame_violations[0][0]))
-            verdicts.append(Verdict.UNSAFE)
-        if damaged:
-            report.findings.append(finding(
-                "PK004", f"{meta_path.name} names " + ", ".join(
-                    f"{g} (one edit from {n})" for g, n in damaged.items())
-                + ": a damaged name DCP's reader cannot resolve (the load fails)",
-                evidence=str(meta_path), details={"globals": list(damaged)}))
-            verdicts.append(Verdict.UNREADABLE)
-        if scan.error:
-            report.findings.append(finding("DC002", f"{meta_path.name} unreadable at byte "
-                                           f"{scan.error_position}: {scan.error}",
-                                           evidence=str(meta_path),
-                                           offset=scan.error_position))
-            report.verdict = worst_verdict([Verdict.INCOMPLETE, *verdicts])
+        verdicts += _judge_metadata(scan, meta_path, report, options)
+        state = _metadata_state(scan, meta_path, report, verdicts)
+        if state is None:
             return report
-        root = scan.root
-        state = root.state if isinstance(root, pickle_scan.Call) else None
-        if not isinstance(state, dict) or not isinstance(state.get("state_dict_metadata"), dict):
-            report.findings.append(finding("DC002", f"{meta_path.name} is not DCP Metadata",
-                                           evidence=str(meta_path)))
-            report.verdict = worst_verdict([Verdict.INCOMPLETE, *verdicts])
-            return report
-        wrong = dcp_metadata_rules.problems(root)
-        if wrong:
-            report.findings.append(finding(
-                "DC008", f"{meta_path.name} parses but does not load as saved: "
-                + "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)" if len(wrong) > 3
-                                          else ""), evidence=str(meta_path),
-                details={"problems": wrong}))
-            verdicts.append(Verdict.UNREADABLE)
-        sdm: dict[Any, Any] = state["state_dict_metadata"]
-        storage_data = state.get("storage_data") or {}
-        items: dict[tuple[str, tuple[int, ...] | None], dict[str, Any]] = {}
-        for idx, info in storage_data.items():
-            if not isinstance(idx, pickle_scan.Call) or not isinstance(info, pickle_scan.Call):
-                continue
-            fqn = idx.attr("fqn")
-            items[(str(fqn), _tuple(idx.attr("offset")))] = {
-                "file": str(info.attr("relative_path")), "offset": info.attr("offset"),
-                "length": info.attr("length")}
-        # files referenced / existing
-        referenced = {it["file"] for it in items.values()}
-        sizes: dict[str, int | None] = {}
-        for rel in sorted(referenced):
-            p = path / rel
-            sizes[rel] = p.stat().st_size if p.is_file() else None
-            if sizes[rel] is None:
-                report.findings.append(finding("DC003", f"data file {rel} is missing",
-                                               evidence=str(p)))
-                verdicts.append(Verdict.INCOMPLETE)
-        for p in files:
-            if p.suffix == ".distcp" and p.name not in referenced:
-                report.findings.append(finding("DC006", f"{p.name} is not referenced by "
-                                               ".metadata (orphan)", evidence=str(p)))
+        items = _storage_items(state.get("storage_data") or {})
+        sizes = _data_files(path, files, items, report, verdicts)
         short_files: set[str] = set()
-        for fqn, tmeta in sdm.items():
+        for fqn, tmeta in state["state_dict_metadata"].items():
             fqn = str(fqn)
             if not isinstance(tmeta, pickle_scan.Call) or \
                     not tmeta.qualname.endswith("TensorStorageMetadata"):
@@ -212,35 +134,42 @@ class DcpFormat:
                     cls._item(path, key, items[key], sizes, short_files, report, None, None,
                               options, verdicts, tensor=False)
                 continue
-            size = _tuple(tmeta.attr("size")) or ()
-            dtype = _dtype(tmeta.attr("properties"))
-            chunks = []
-            for ch in tmeta.attr("chunks") or []:
-                if isinstance(ch, pickle_scan.Call):
-                    off, sz = _tuple(ch.attr("offsets")), _tuple(ch.attr("sizes"))
-                    if off is not None and sz is not None:
-                        chunks.append((off, sz))
-            why = _tiles(size, chunks)
-            if why:
-                report.findings.append(finding("DC005", f"{fqn}: {why}", evidence=spath,
-                                               tensors=[fqn]))
-                verdicts.append(Verdict.INCOMPLETE)
-            for off, sz in chunks:
-                name = fqn if len(chunks) == 1 else f"{fqn}@{','.join(map(str, off))}"
-                key = (fqn, off)
-                if key not in items:
-                    report.tensors.append(TensorRecord(name=name, dtype=dtype, shape=sz,
-                                                       status="missing",
-                                                       reasons=["no storage item"]))
-                    report.findings.append(finding("DC005", f"{name}: chunk has no storage "
-                                                   "item", evidence=spath, tensors=[name]))
-                    continue
-                cls._item(path, key, items[key], sizes, short_files, report, name, (dtype, sz),
-                          options, verdicts, tensor=True)
+            cls._tensor(path, fqn, tmeta, items, sizes, short_files, report, options, verdicts)
         if short_files:
             verdicts.append(Verdict.TRUNCATED)
         tensormap.finalize(report, verdicts)
         return report
+
+    @classmethod
+    def _tensor(cls, path: Path, fqn: str, tmeta: Any, items: dict[Any, dict[str, Any]],
+                sizes: dict[str, int | None], short_files: set[str], report: CheckpointReport,
+                options: ProbeOptions, verdicts: list[Verdict]) -> None:
+        """One tensor of the metadata: its chunks tile it, and each chunk's storage item."""
+        size = _tuple(tmeta.attr("size")) or ()
+        dtype = _dtype(tmeta.attr("properties"))
+        chunks = []
+        for ch in tmeta.attr("chunks") or []:
+            if isinstance(ch, pickle_scan.Call):
+                off, sz = _tuple(ch.attr("offsets")), _tuple(ch.attr("sizes"))
+                if off is not None and sz is not None:
+                    chunks.append((off, sz))
+        why = _tiles(size, chunks)
+        if why:
+            report.findings.append(finding("DC005", f"{fqn}: {why}", evidence=report.path,
+                                           tensors=[fqn]))
+            verdicts.append(Verdict.INCOMPLETE)
+        for off, sz in chunks:
+            name = fqn if len(chunks) == 1 else f"{fqn}@{','.join(map(str, off))}"
+            key = (fqn, off)
+            if key not in items:
+                report.tensors.append(TensorRecord(name=name, dtype=dtype, shape=sz,
+                                                   status="missing",
+                                                   reasons=["no storage item"]))
+                report.findings.append(finding("DC005", f"{name}: chunk has no storage "
+                                               "item", evidence=report.path, tensors=[name]))
+                continue
+            cls._item(path, key, items[key], sizes, short_files, report, name, (dtype, sz),
+                      options, verdicts, tensor=True)
 
     @classmethod
     def _item(cls, path: Path, key: Any, item: dict[str, Any], sizes: dict[str, int | None],
@@ -317,3 +246,120 @@ class DcpFormat:
 
 
 FORMATS = [DcpFormat]
+
+
+def _metadata_file(path: Path, files: list[Path], report: CheckpointReport) -> Path | None:
+    """``.metadata`` (or a rank-local ``__N.metadata``); None when the save never finished
+    (the report says so)."""
+    meta_path = path / ".metadata"
+    if meta_path.is_file():
+        return meta_path
+    local = sorted(path.glob("__*.metadata"))
+    if local:
+        return local[0]
+    report.findings.append(finding(
+        "DC001", ".metadata missing: the save never finished (data files: "
+        + ", ".join(p.name for p in files if p.suffix == ".distcp") + ")",
+        evidence=report.path))
+    report.verdict = Verdict.INCOMPLETE
+    return None
+
+
+def _judge_metadata(scan: pickle_scan.PickleScan, meta_path: Path, report: CheckpointReport,
+                    options: ProbeOptions) -> list[Verdict]:
+    """The globals of ``.metadata``. DCP's reader unpickles it with pickle.load (no
+    weights_only): it resolves and calls every global, so one off the exact list is unsafe; a
+    name one edit from a listed one is a damaged name it cannot resolve (unreadable). Globals
+    named before a parse error count: the unpickler resolved them before it stopped."""
+    verdicts = []
+    off_list = scan.unsafe_globals(lambda g: _allowed(g) or pickle_policy.extra_allowed(
+        g, options.extra_allowed))
+    unsafe, damaged = pickle_policy.resolved_off_list(off_list, scan.dotted)
+    unsafe += [f"copyreg._extension_registry[{c}]" for c in scan.ext_codes]
+    report.extra["unsafe_globals"] = unsafe
+    report.extra["unknown_globals"] = list(damaged)
+    if unsafe:
+        report.findings.append(finding(
+            "PK001", f"{meta_path.name} references globals outside the exact DCP list "
+            "(DCP's reader resolves and calls them: it unpickles without weights_only): "
+            + ", ".join(unsafe), evidence=str(meta_path), details={"globals": unsafe}))
+        verdicts.append(Verdict.UNSAFE)
+    if scan.rewrites:
+        report.findings.append(finding(
+            "PK010", f"{meta_path.name} rewrites attributes of "
+            + ", ".join(sorted(set(scan.rewrites))), evidence=str(meta_path)))
+        verdicts.append(Verdict.UNSAFE)
+    if scan.frame_violations:
+        report.findings.append(finding(
+            "PK005", f"{meta_path.name}: {scan.frame_violations[0][1]}",
+            evidence=str(meta_path), offset=scan.frame_violations[0][0]))
+        verdicts.append(Verdict.UNSAFE)
+    if damaged:
+        report.findings.append(finding(
+            "PK004", f"{meta_path.name} names " + ", ".join(
+                f"{g} (one edit from {n})" for g, n in damaged.items())
+            + ": a damaged name DCP's reader cannot resolve (the load fails)",
+            evidence=str(meta_path), details={"globals": list(damaged)}))
+        verdicts.append(Verdict.UNREADABLE)
+    return verdicts
+
+
+def _metadata_state(scan: pickle_scan.PickleScan, meta_path: Path, report: CheckpointReport,
+                    verdicts: list[Verdict]) -> dict[Any, Any] | None:
+    """The Metadata object's state; None when ``.metadata`` is unreadable or not DCP
+    Metadata (the report's verdict then set)."""
+    if scan.error:
+        report.findings.append(finding("DC002", f"{meta_path.name} unreadable at byte "
+                                       f"{scan.error_position}: {scan.error}",
+                                       evidence=str(meta_path), offset=scan.error_position))
+        report.verdict = worst_verdict([Verdict.INCOMPLETE, *verdicts])
+        return None
+    root = scan.root
+    state = root.state if isinstance(root, pickle_scan.Call) else None
+    if not isinstance(state, dict) or not isinstance(state.get("state_dict_metadata"), dict):
+        report.findings.append(finding("DC002", f"{meta_path.name} is not DCP Metadata",
+                                       evidence=str(meta_path)))
+        report.verdict = worst_verdict([Verdict.INCOMPLETE, *verdicts])
+        return None
+    wrong = dcp_metadata_rules.problems(root)
+    if wrong:
+        report.findings.append(finding(
+            "DC008", f"{meta_path.name} parses but does not load as saved: "
+            + "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)" if len(wrong) > 3
+                                      else ""), evidence=str(meta_path),
+            details={"problems": wrong}))
+        verdicts.append(Verdict.UNREADABLE)
+    return state
+
+
+def _storage_items(storage_data: dict[Any, Any]
+                   ) -> dict[tuple[str, tuple[int, ...] | None], dict[str, Any]]:
+    """(fqn, chunk offset) -> where its bytes are: file, offset, length."""
+    items: dict[tuple[str, tuple[int, ...] | None], dict[str, Any]] = {}
+    for idx, info in storage_data.items():
+        if not isinstance(idx, pickle_scan.Call) or not isinstance(info, pickle_scan.Call):
+            continue
+        items[(str(idx.attr("fqn")), _tuple(idx.attr("offset")))] = {
+            "file": str(info.attr("relative_path")), "offset": info.attr("offset"),
+            "length": info.attr("length")}
+    return items
+
+
+def _data_files(path: Path, files: list[Path], items: dict[Any, dict[str, Any]],
+                report: CheckpointReport, verdicts: list[Verdict]) -> dict[str, int | None]:
+    """The size of each data file the metadata references (None: missing); the ``.distcp``
+    files nothing references (orphans)."""
+    referenced = {it["file"] for it in items.values()}
+    sizes: dict[str, int | None] = {}
+    for rel in sorted(referenced):
+        p = path / rel
+        sizes[rel] = p.stat().st_size if p.is_file() else None
+        if sizes[rel] is None:
+            report.findings.append(finding("DC003", f"data file {rel} is missing",
+                                           evidence=str(p)))
+            verdicts.append(Verdict.INCOMPLETE)
+    for p in files:
+        if p.suffix == ".distcp" and p.name not in referenced:
+            report.findings.append(finding("DC006", f"{p.name} is not referenced by "
+                                           ".metadata (orphan)", evidence=str(p)))
+    return sizes

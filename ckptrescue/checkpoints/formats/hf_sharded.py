@@ -139,123 +139,29 @@ class HfShardedFormat:
         return sorted(set(out))
 
     @classmethod
-    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
-        spath = str(path)
-        directory = path.parent
-        report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT)
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
+        """The index (or the shard group without one), each shard probed by its own format,
+        the tensors set against the weight map, the shard numbering and the total size."""
+        report = CheckpointReport(path=str(path), format=cls.name, verdict=Verdict.INTACT)
         verdicts: list[Verdict] = []
         idx = _read_index(path) if path.name.endswith(".index.json") else None
         if path.name.endswith(".index.json") and idx is None:
             report.findings.append(finding("HF005", f"{path.name}: not a readable index",
-                                           evidence=spath))
+                                           evidence=str(path)))
             report.verdict = Verdict.INCOMPLETE
             return report
         if idx is None:
-            m = _SHARD.match(path.name)
-            group = next((g for k, g in _shard_groups(directory).items() if path in g), [path])
-            report.findings.append(finding("HF006", f"shards {m.group('stem') if m else ''}-*"
-                                           " have no index file", evidence=spath))
-            verdicts.append(Verdict.INCOMPLETE)
-            weight_map: dict[str, str] = {}
-            shard_names = [p.name for p in group]
-            n_total = int(m.group("n")) if m else len(group)
-            present = {int(_SHARD.match(p.name).group("i")) for p in group  # type: ignore[union-attr]
-                       if _SHARD.match(p.name)}
-            for i in range(1, n_total + 1):
-                if i not in present and m:
-                    name = f"{m.group('stem')}-{i:05d}-of-{m.group('n')}{m.group('ext')}"
-                    report.findings.append(finding("HF001", f"shard {name} is missing",
-                                                   evidence=str(directory / name)))
+            weight_map, shard_names = _without_index(report, path, verdicts)
         else:
-            weight_map = {str(k): str(v) for k, v in idx["weight_map"].items()}
-            outside = sorted({v for v in weight_map.values() if not _plain_name(v)})
-            if outside:
-                # HF loaders join the name to the index's directory: an absolute path or a
-                # path with separators or '..' reaches files outside the checkpoint
-                report.findings.append(finding(
-                    "HF009", f"{path.name} names shard files outside its directory: "
-                    + ", ".join(repr(v) for v in outside[:5]), evidence=spath,
-                    details={"names": outside[:50]}))
-                verdicts.append(Verdict.DAMAGED)
-                weight_map = {k: v for k, v in weight_map.items() if _plain_name(v)}
-            shard_names = sorted(set(weight_map.values()))
-        report.files = [spath] + [str(directory / s) for s in shard_names]
-        seen: dict[str, str] = {}
-        absent_by_shard: dict[str, tuple[Path, list[str]]] = {}
+            weight_map, shard_names = _index_weight_map(report, path, idx, verdicts)
+        report.files = [str(path)] + [str(path.parent / s) for s in shard_names]
+        shards = _ShardScan(report, path, weight_map, with_index=idx is not None)
         for shard in shard_names:
-            spath_i = directory / shard
-            expected = sorted(k for k, v in weight_map.items() if v == shard)
-            if not spath_i.is_file():
-                report.findings.append(finding("HF001", f"shard {shard} is missing "
-                                               f"({len(expected)} tensors)", evidence=str(spath_i),
-                                               tensors=expected[:500]))
-                verdicts.append(Verdict.INCOMPLETE)
-                for name in expected:
-                    report.tensors.append(TensorRecord(name=name, file=str(spath_i),
-                                                       status="missing",
-                                                       reasons=[f"shard {shard} missing"]))
-                continue
-            fmt = _shard_format(spath_i)
-            if fmt is None:
-                report.findings.append(finding("TZ020", f"shard {shard} is not a recognised "
-                                               "checkpoint", evidence=str(spath_i)))
-                verdicts.append(Verdict.DAMAGED)
-                for name in expected:
-                    report.tensors.append(TensorRecord(name=name, file=str(spath_i),
-                                                       status="damaged",
-                                                       reasons=[f"shard {shard} unreadable"]))
-                continue
-            sub = fmt.probe(spath_i, options)
-            verdicts.append(sub.verdict)
-            report.findings.extend(sub.findings)
-            report.extra.setdefault("strides", {}).update(sub.extra.get("strides", {}))
-            if sub.extra.get("unsafe_globals"):
-                report.extra.setdefault("unsafe_globals", []).extend(sub.extra["unsafe_globals"])
-            names = {t.name for t in sub.tensors}
-            for t in sub.tensors:
-                if t.name in seen:
-                    report.findings.append(finding("HF004", f"{t.name} is in {seen[t.name]} "
-                                                   f"and {shard}", evidence=str(spath_i),
-                                                   tensors=[t.name]))
-                seen[t.name] = shard
-                report.tensors.append(t)
-            if idx is not None:
-                absent_by_shard[shard] = (spath_i, [n for n in expected if n not in names])
-                stale = sorted(names - set(expected))
-                if stale:
-                    report.findings.append(finding("HF003", f"{len(stale)} tensor(s) in {shard}"
-                                                   " not in the weight map", evidence=spath,
-                                                   tensors=stale[:500]))
-        # a weight-map entry absent from its shard but present in another one: the index is
-        # stale (re-sharded), the tensor is not lost; only the rest are missing
-        for shard, (spath_i, absent) in absent_by_shard.items():
-            moved = {n: seen[n] for n in absent if n in seen}
-            lost = [n for n in absent if n not in seen]
-            if moved:
-                report.findings.append(finding(
-                    "HF008", f"{len(moved)} tensor(s) the weight map puts in {shard} are in "
-                    "another shard (stale index: loaders following it fail; the bytes are "
-                    "there)", evidence=spath, tensors=sorted(moved)[:500],
-                    details={"found_in": dict(sorted(moved.items())[:500])}))
-                verdicts.append(Verdict.SUSPECT)
-            if lost:
-                report.findings.append(finding("HF002", f"{len(lost)} tensor(s) of the "
-                                               f"weight map missing from {shard}",
-                                               evidence=str(spath_i), tensors=lost[:500]))
-                verdicts.append(Verdict.INCOMPLETE)
-                for name in lost:
-                    report.tensors.append(TensorRecord(name=name, file=str(spath_i),
-                                                       status="missing",
-                                                       reasons=[f"not in shard {shard}"]))
+            verdicts += shards.probe(shard, options)
+        verdicts += shards.stale_index()
         if idx is not None:
-            cls._numbering(report, shard_names, directory, spath)
-            total = (idx.get("metadata") or {}).get("total_size")
-            have = sum(t.length or 0 for t in report.tensors if t.status != "missing")
-            if isinstance(total, int) and not any(t.status == "missing" for t in report.tensors) \
-                    and total != have:
-                report.findings.append(finding("HF007", f"index total_size {total} != {have} "
-                                               "bytes of tensors (producer-dependent)",
-                                               evidence=spath))
+            cls._numbering(report, shard_names, path.parent, str(path))
+            _total_size(report, idx, str(path))
         uniq: dict[tuple[str, str], Any] = {}
         for f in report.findings:
             uniq.setdefault((f.code, f.title), f)
@@ -287,3 +193,131 @@ class HfShardedFormat:
 
 
 FORMATS = [HfShardedFormat]
+
+
+def _without_index(report: CheckpointReport, path: Path, verdicts: list[Verdict]
+                   ) -> tuple[dict[str, str], list[str]]:
+    """Shards with no index: incomplete, every numbered shard of the group not there named."""
+    directory = path.parent
+    m = _SHARD.match(path.name)
+    group = next((g for k, g in _shard_groups(directory).items() if path in g), [path])
+    report.findings.append(finding("HF006", f"shards {m.group('stem') if m else ''}-*"
+                                   " have no index file", evidence=str(path)))
+    verdicts.append(Verdict.INCOMPLETE)
+    n_total = int(m.group("n")) if m else len(group)
+    present = {int(_SHARD.match(p.name).group("i")) for p in group  # type: ignore[union-attr]
+               if _SHARD.match(p.name)}
+    for i in range(1, n_total + 1):
+        if i not in present and m:
+            name = f"{m.group('stem')}-{i:05d}-of-{m.group('n')}{m.group('ext')}"
+            report.findings.append(finding("HF001", f"shard {name} is missing",
+                                           evidence=str(directory / name)))
+    return {}, [p.name for p in group]
+
+
+def _index_weight_map(report: CheckpointReport, path: Path, idx: dict[str, Any],
+                      verdicts: list[Verdict]) -> tuple[dict[str, str], list[str]]:
+    """The index's weight map, without the entries naming files outside its directory."""
+    weight_map = {str(k): str(v) for k, v in idx["weight_map"].items()}
+    outside = sorted({v for v in weight_map.values() if not _plain_name(v)})
+    if outside:
+        # HF loaders join the name to the index's directory: an absolute path or a path with
+        # separators or '..' reaches files outside the checkpoint
+        report.findings.append(finding(
+            "HF009", f"{path.name} names shard files outside its directory: "
+            + ", ".join(repr(v) for v in outside[:5]), evidence=str(path),
+            details={"names": outside[:50]}))
+        verdicts.append(Verdict.DAMAGED)
+        weight_map = {k: v for k, v in weight_map.items() if _plain_name(v)}
+    return weight_map, sorted(set(weight_map.values()))
+
+
+def _total_size(report: CheckpointReport, idx: dict[str, Any], spath: str) -> None:
+    """The index's ``total_size`` against the bytes of the tensors found (producer-dependent:
+    a finding, no verdict)."""
+    total = (idx.get("metadata") or {}).get("total_size")
+    have = sum(t.length or 0 for t in report.tensors if t.status != "missing")
+    if isinstance(total, int) and not any(t.status == "missing" for t in report.tensors) \
+            and total != have:
+        report.findings.append(finding("HF007", f"index total_size {total} != {have} "
+                                       "bytes of tensors (producer-dependent)", evidence=spath))
+
+
+class _ShardScan:
+    """The shards of one checkpoint probed in turn: which shard holds each tensor, and what
+    the weight map expected of each shard that is not there."""
+
+    def __init__(self, report: CheckpointReport, path: Path, weight_map: dict[str, str], *,
+                 with_index: bool) -> None:
+        self.report, self.path, self.weight_map = report, path, weight_map
+        self.with_index = with_index
+        self.seen: dict[str, str] = {}
+        self.absent_by_shard: dict[str, tuple[Path, list[str]]] = {}
+
+    def _unreadable(self, shard_path: Path, expected: list[str], status: str,
+                    reason: str) -> None:
+        for name in expected:
+            self.report.tensors.append(TensorRecord(name=name, file=str(shard_path),
+                                                    status=status, reasons=[reason]))
+
+    def probe(self, shard: str, options: ProbeOptions) -> list[Verdict]:
+        """One shard: missing, unrecognised, or probed by its format (its tensors and
+        findings taken in); returns its verdicts."""
+        report, shard_path = self.report, self.path.parent / shard
+        expected = sorted(k for k, v in self.weight_map.items() if v == shard)
+        if not shard_path.is_file():
+            report.findings.append(finding("HF001", f"shard {shard} is missing "
+                                           f"({len(expected)} tensors)", evidence=str(shard_path),
+                                           tensors=expected[:500]))
+            self._unreadable(shard_path, expected, "missing", f"shard {shard} missing")
+            return [Verdict.INCOMPLETE]
+        fmt = _shard_format(shard_path)
+        if fmt is None:
+            report.findings.append(finding("TZ020", f"shard {shard} is not a recognised "
+                                           "checkpoint", evidence=str(shard_path)))
+            self._unreadable(shard_path, expected, "damaged", f"shard {shard} unreadable")
+            return [Verdict.DAMAGED]
+        sub = fmt.probe(shard_path, options)
+        report.findings.extend(sub.findings)
+        report.extra.setdefault("strides", {}).update(sub.extra.get("strides", {}))
+        if sub.extra.get("unsafe_globals"):
+            report.extra.setdefault("unsafe_globals", []).extend(sub.extra["unsafe_globals"])
+        names = {t.name for t in sub.tensors}
+        for t in sub.tensors:
+            if t.name in self.seen:
+                report.findings.append(finding("HF004", f"{t.name} is in {self.seen[t.name]} "
+                                               f"and {shard}", evidence=str(shard_path),
+                                               tensors=[t.name]))
+            self.seen[t.name] = shard
+            report.tensors.append(t)
+        if self.with_index:
+            self.absent_by_shard[shard] = (shard_path, [n for n in expected if n not in names])
+            stale = sorted(names - set(expected))
+            if stale:
+                report.findings.append(finding("HF003", f"{len(stale)} tensor(s) in {shard}"
+                                               " not in the weight map", evidence=str(self.path),
+                                               tensors=stale[:500]))
+        return [sub.verdict]
+
+    def stale_index(self) -> list[Verdict]:
+        """A weight-map entry absent from its shard but present in another one: the index is
+        stale (re-sharded), the tensor is not lost; only the rest are missing."""
+        verdicts = []
+        for shard, (shard_path, absent) in self.absent_by_shard.items():
+            moved = {n: self.seen[n] for n in absent if n in self.seen}
+            lost = [n for n in absent if n not in self.seen]
+            if moved:
+                self.report.findings.append(finding(
+                    "HF008", f"{len(moved)} tensor(s) the weight map puts in {shard} are in "
+                    "another shard (stale index: loaders following it fail; the bytes are "
+                    "there)", evidence=str(self.path), tensors=sorted(moved)[:500],
+                    details={"found_in": dict(sorted(moved.items())[:500])}))
+                verdicts.append(Verdict.SUSPECT)
+            if lost:
+                self.report.findings.append(finding("HF002", f"{len(lost)} tensor(s) of the "
+                                                    f"weight map missing from {shard}",
+                                                    evidence=str(shard_path),
+                                                    tensors=lost[:500]))
+                verdicts.append(Verdict.INCOMPLETE)
+                self._unreadable(shard_path, lost, "missing", f"not in shard {shard}")
+        return verdicts

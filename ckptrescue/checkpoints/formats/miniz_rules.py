@@ -57,13 +57,13 @@ class TorchView:
                               (self.prefix + name).encode("utf-8", "surrogateescape"))
 
 
-def _lower(b: bytes) -> bytes:
+def lower_name(b: bytes) -> bytes:
     return bytes(c + 32 if 65 <= c <= 90 else c for c in b)
 
 
 def _less(a: bytes, b: bytes) -> bool:
     """``mz_zip_reader_filename_less`` (case-insensitive, shorter first on a common prefix)."""
-    la, lb = _lower(a), _lower(b)
+    la, lb = lower_name(a), lower_name(b)
     n = min(len(la), len(lb))
     for x, y in zip(la[:n], lb[:n], strict=True):
         if x != y:
@@ -105,7 +105,7 @@ def _heap_sort(names: list[bytes]) -> list[int]:
 
 
 def _compare(entry: bytes, want: bytes) -> int:
-    le, lw = _lower(entry), _lower(want)
+    le, lw = lower_name(entry), lower_name(want)
     n = min(len(le), len(lw))
     for x, y in zip(le[:n], lw[:n], strict=True):
         if x != y:

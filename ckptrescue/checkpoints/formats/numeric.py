@@ -62,7 +62,7 @@ class NumericSummary:
     skipped: str | None = None
 
 
-def _from_bits(bits: int, dtype: str) -> float:
+def from_bits(bits: int, dtype: str) -> float:
     if dtype == "float32":
         return float(struct.unpack("<f", struct.pack("<I", bits))[0])
     if dtype == "float64":
@@ -106,7 +106,7 @@ _LAYOUT = {
     "float8_e4m3fn": _FloatLayout("u1", 3, 0xF, 7, 0x7, 4, special=0x7F, has_inf=False),
 }
 _REF_RANK = 3  # outliers are judged against the 3rd-largest magnitude (1-2 flips stand out)
-_MIN_ELEMENTS = 16
+MIN_ELEMENTS = 16
 _ROWS = 64  # a chunk's top magnitudes are found among the rows of its 3 largest column maxima
 
 
@@ -289,7 +289,7 @@ class StorageScan:
                 for i in np.flatnonzero(nonfinite)[:room].tolist():
                     raw = int(u[i])
                     s.nonfinite_examples.append({"index": base + i,
-                                                 "value": str(_from_bits(raw, self.dtype)),
+                                                 "value": str(from_bits(raw, self.dtype)),
                                                  "_raw": raw})
         if peak < 0:
             return  # nothing finite in this chunk
@@ -356,7 +356,7 @@ class StorageScan:
         hist = self._hist
         top = sorted(self._top, reverse=True)
         finite = s.count - s.nan - s.inf
-        if finite < _MIN_ELEMENTS or len(top) < _REF_RANK:
+        if finite < MIN_ELEMENTS or len(top) < _REF_RANK:
             self._nonfinite_flips(None, None)
             return s
         np = self._np
@@ -370,13 +370,13 @@ class StorageScan:
         else:
             low_e = max(1, ref_e - 40)
         low_e = min(low_e, ref_e)
-        s.rms_bulk = _from_bits(ref_e << lay.shift, self.dtype)  # reference magnitude
+        s.rms_bulk = from_bits(ref_e << lay.shift, self.dtype)  # reference magnitude
         exp_bits = range(lay.shift + _exp_width(lay) - 1, lay.shift - 1, -1)
         for mag, index, raw in top:
             e = mag >> lay.shift
             if e < ref_e + lay.gap:  # (the top three are finite by construction)
                 continue
-            entry: dict[str, Any] = {"index": index, "value": _from_bits(raw, self.dtype),
+            entry: dict[str, Any] = {"index": index, "value": from_bits(raw, self.dtype),
                                      "byte_offset": self.start + index * self.itemsize,
                                      "exponent_above_reference": e - ref_e}
             flip = self._flip(raw, exp_bits, low_e, ref_e)
@@ -410,7 +410,7 @@ class StorageScan:
             y = raw ^ (1 << b)
             e = (y >> lay.shift) & lay.emask
             if low_e <= e <= ref_e or (y & ((1 << lay.sign) - 1)) == 0:
-                hits.append((b, _from_bits(y, self.dtype)))
+                hits.append((b, from_bits(y, self.dtype)))
         return hits[0] if len(hits) == 1 else None
 
 

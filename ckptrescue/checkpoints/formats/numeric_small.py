@@ -1,7 +1,7 @@
 """The numeric scan for tiny tensors (fewer than 16 elements), in pure Python.
 
 For such a range :func:`ckptrescue.checkpoints.formats.numeric.judge` can only report non-finite values and
-sign invariants (outliers need at least ``_MIN_ELEMENTS`` finite values; zero pages need 4 KiB),
+sign invariants (outliers need at least ``MIN_ELEMENTS`` finite values; zero pages need 4 KiB),
 so the summary is computed with ``struct`` instead of a dozen numpy calls. A TensorFlow index of
 100,000 scalars spends most of its time here otherwise. Same contract as ``StorageScan``:
 ``feed(offset, chunk)``, ``finish()``, ``summary``, ``start``, ``end``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from ckptrescue.checkpoints.formats import dtypes
-from ckptrescue.checkpoints.formats.numeric import _MIN_ELEMENTS, EXAMPLES, NumericSummary, _from_bits
+from ckptrescue.checkpoints.formats.numeric import EXAMPLES, MIN_ELEMENTS, NumericSummary, from_bits
 
 # dtype -> (struct code of the unsigned view, sign bit, exponent shift, exponent mask)
 _FLOATS = {"float32": ("I", 31, 23, 0xFF), "float64": ("Q", 63, 52, 0x7FF),
@@ -25,7 +25,7 @@ def small_enough(dtype: str, size: int) -> bool:
     """True when ``size`` bytes of ``dtype`` hold fewer elements than the judge needs."""
     info = dtypes.lookup(dtype)
     return (info is not None and (dtype in _FLOATS or dtype in _INTS)
-            and 0 <= size < _MIN_ELEMENTS * info.itemsize)
+            and 0 <= size < MIN_ELEMENTS * info.itemsize)
 
 
 class SmallScan:
@@ -68,7 +68,7 @@ class SmallScan:
                     s.inf += 1
                 if len(s.nonfinite_examples) < EXAMPLES:
                     s.nonfinite_examples.append({
-                        "index": i, "value": str(_from_bits(u, self.dtype)),
+                        "index": i, "value": str(from_bits(u, self.dtype)),
                         "byte_offset": self.start + i * self.itemsize})
             if negative and mag:
                 s.negatives += 1

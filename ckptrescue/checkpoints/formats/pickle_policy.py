@@ -23,13 +23,13 @@ import functools
 
 from ckptrescue.checkpoints.formats import dtypes
 
-_REBUILD_FUNCTIONS = {
+REBUILD_FUNCTIONS = {
     "_rebuild_parameter", "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_tensor",
     "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_sparse_tensor",
     "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass",
     "_rebuild_device_tensor_from_numpy", "_rebuild_device_tensor_from_cpu_tensor",
 }
-_ALLOWED_EXACT = {
+ALLOWED_EXACT = {
     "collections.OrderedDict", "collections.Counter", "torch.nn.parameter.Parameter",
     "torch.serialization._get_layout", "torch.Size", "torch.Tensor", "torch.device",
     "_codecs.encode", "builtins.bytearray", "builtins.set", "builtins.complex",
@@ -37,8 +37,8 @@ _ALLOWED_EXACT = {
     "torch.storage.TypedStorage", "torch.per_tensor_affine", "torch.per_tensor_symmetric",
     "torch.per_channel_affine", "torch.per_channel_symmetric",
     "torch.per_channel_affine_float_qparams",
-} | {f"torch._utils.{n}" for n in _REBUILD_FUNCTIONS}
-_TORCH_DTYPE_NAMES = set(dtypes.BY_NAME) | {f"uint{i}" for i in range(1, 8)} | {
+} | {f"torch._utils.{n}" for n in REBUILD_FUNCTIONS}
+TORCH_DTYPE_NAMES = set(dtypes.BY_NAME) | {f"uint{i}" for i in range(1, 8)} | {
     f"int{i}" for i in range(1, 8)} | set(dtypes.ALIASES) | {
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
     "float4_e2m1fn_x2", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"}
@@ -46,7 +46,7 @@ _TORCH_DTYPE_NAMES = set(dtypes.BY_NAME) | {f"uint{i}" for i in range(1, 8)} | {
 _STORAGE_TENSOR_CLASSES = (
     "BFloat16", "Bool", "Byte", "Char", "ComplexDouble", "ComplexFloat", "Double", "Float",
     "Half", "Int", "Long", "Short")
-_TORCH_CLASSES = {f"torch.{c}{k}" for c in _STORAGE_TENSOR_CLASSES for k in ("Storage", "Tensor")
+TORCH_CLASSES = {f"torch.{c}{k}" for c in _STORAGE_TENSOR_CLASSES for k in ("Storage", "Tensor")
                   } | {f"torch.cuda.{c}{k}" for c in _STORAGE_TENSOR_CLASSES
                        for k in ("Storage", "Tensor")} | {
     "torch.QInt32Storage", "torch.QInt8Storage", "torch.QUInt2x4Storage", "torch.QUInt4x2Storage",
@@ -152,10 +152,10 @@ def extra_allowed(qualname: str, names: frozenset[str]) -> bool:
 
 def weights_only_allowed(qualname: str) -> bool:
     """True when torch's weights-only unpickler would accept this global (exact names)."""
-    if qualname in _ALLOWED_EXACT or qualname in _TORCH_CLASSES:
+    if qualname in ALLOWED_EXACT or qualname in TORCH_CLASSES:
         return True
     module, _, name = qualname.rpartition(".")
-    return module == "torch" and name in _TORCH_DTYPE_NAMES
+    return module == "torch" and name in TORCH_DTYPE_NAMES
 
 
 def dcp_allowed(qualname: str) -> bool:
@@ -165,8 +165,8 @@ def dcp_allowed(qualname: str) -> bool:
 
 def exact_allowed_globals() -> set[str]:
     """Every global an unpickler inside the sandbox may resolve (the union of the lists)."""
-    return (_ALLOWED_EXACT | _TORCH_CLASSES | DCP_ALLOWED_EXACT
-            | {f"torch.{n}" for n in _TORCH_DTYPE_NAMES})
+    return (ALLOWED_EXACT | TORCH_CLASSES | DCP_ALLOWED_EXACT
+            | {f"torch.{n}" for n in TORCH_DTYPE_NAMES})
 
 
 

@@ -23,20 +23,20 @@ lives in :mod:`ckptrescue.checkpoints.formats.pickle_policy` and is re-exported 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ckptrescue.checkpoints.formats import dtypes, pickle_ops
 from ckptrescue.checkpoints.formats.pickle_policy import (  # noqa: F401 - re-exported
-    _ALLOWED_EXACT,
-    _REBUILD_FUNCTIONS,
-    _TORCH_CLASSES,
-    _TORCH_DTYPE_NAMES,
     ACCELERATE_RNG_ALLOWED,
+    ALLOWED_EXACT,
     DANGEROUS_MODULES,
     DCP_ALLOWED_EXACT,
+    REBUILD_FUNCTIONS,
     STANDALONE_ALLOWED,
+    TORCH_CLASSES,
+    TORCH_DTYPE_NAMES,
     WEIGHTS_ONLY_OPCODES,
     accelerate_rng_allowed,
     dangerous,
@@ -372,21 +372,28 @@ class _Interpreter:
             self.refusals.append((self.pos, why))
 
     # -- one opcode --------------------------------------------------------------------------
-    def step(self, name: str, arg: Any) -> None:  # noqa: C901 - one branch per opcode
+    def step(self, name: str, arg: Any) -> None:
+        """One opcode, as ``_pickle.c`` does it (on inert values): the handler of its group."""
         self.opcodes.add(name)
-        st = self.stack
         if name in _PUSH_ARG:
             self.push(arg)
         elif name in _PUSH_CONST:
             self.push(_PUSH_CONST[name]())
-        elif name == "PROTO":
+        else:
+            _HANDLERS.get(name, _Interpreter.out_of_band)(self, name, arg)
+
+    def op_frame(self, name: str, arg: Any) -> None:
+        """PROTO, FRAME, STOP."""
+        if name == "PROTO":
             self.protocol = self.proto = arg
-        elif name == "FRAME":
-            pass
         elif name == "STOP":
             self.root = self.pop()
             raise _Stop
-        elif name == "MARK":
+
+    def op_stack(self, name: str, arg: Any) -> None:
+        """MARK, POP, POP_MARK, DUP, TUPLE1-3."""
+        st = self.stack
+        if name == "MARK":
             if len(self.metastack) >= MAX_MARKS:
                 raise _Limit(f"more than {MAX_MARKS} nested MARKs")
             self.metastack.append(self.stack)
@@ -400,24 +407,30 @@ class _Interpreter:
             self.pop_mark()
         elif name == "DUP":
             self.push(self.top())
-        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+        else:
             n = int(name[-1])
             if len(st) < n:
                 raise ValueError("unpickling stack underflow")
             items = tuple(st[-n:])
             del st[-n:]
             self.push(items)
-        elif name in ("LIST", "TUPLE", "FROZENSET"):
-            items = self.pop_mark()
-            if name == "FROZENSET" and any(_unhashable(v) for v in items):
-                raise TypeError("unhashable type in FROZENSET")
-            self.push({"LIST": list, "TUPLE": tuple, "FROZENSET": InertFrozenSet}[name](items))
-        elif name == "DICT":
-            items = self.pop_mark()
+
+    def op_container(self, name: str, arg: Any) -> None:
+        """LIST, TUPLE, FROZENSET, DICT: a container from the items above the MARK."""
+        items = self.pop_mark()
+        if name == "DICT":
             d = InertDict()
             _setitems(d, items)
             self.push(d)
-        elif name == "APPEND":
+            return
+        if name == "FROZENSET" and any(_unhashable(v) for v in items):
+            raise TypeError("unhashable type in FROZENSET")
+        self.push({"LIST": list, "TUPLE": tuple, "FROZENSET": InertFrozenSet}[name](items))
+
+    def op_fill(self, name: str, arg: Any) -> None:
+        """APPEND, APPENDS, ADDITEMS, SETITEM, SETITEMS: items into the object below."""
+        st = self.stack
+        if name == "APPEND":
             value = self.pop()
             if self.rules is not None:
                 self.refuse(self.rules.on_append(self.top()))
@@ -441,7 +454,7 @@ class _Interpreter:
             if self.rules is not None:
                 self.refuse(self.rules.on_setitem(st[-1]))
             _setitems(st[-1], [key, value])
-        elif name == "SETITEMS":
+        else:  # SETITEMS
             items = self.pop_mark()
             self.top()  # CPython: stack underflow before the odd-count check
             if len(items) % 2:
@@ -450,15 +463,21 @@ class _Interpreter:
                 self.refuse(self.rules.on_setitem(self.top()))
             if items:
                 _setitems(self.top(), items)
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
+
+    def op_memo(self, name: str, arg: Any) -> None:
+        """GET, PUT and MEMOIZE in their spellings."""
+        if name in ("GET", "BINGET", "LONG_BINGET"):
             if arg not in self.memo:
                 raise KeyError(f"Memo value not found at index {arg}")
             self.push(self.memo[arg])
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            self.memo[arg] = self.top()
         elif name == "MEMOIZE":
             self.memo[len(self.memo)] = self.top()
-        elif name in ("GLOBAL", "INST"):
+        else:
+            self.memo[arg] = self.top()
+
+    def op_global(self, name: str, arg: Any) -> None:
+        """GLOBAL, INST, STACK_GLOBAL, EXT1/2/4: a global named (never imported)."""
+        if name in ("GLOBAL", "INST"):
             if name == "INST" and not self.metastack:
                 raise ValueError("could not find MARK")
             g = self.add_global(*arg)
@@ -471,18 +490,26 @@ class _Interpreter:
             if type(gname) is not str or type(module) is not str:
                 raise TypeError("STACK_GLOBAL requires str")
             self.push(self.add_global(module, gname))
-        elif name in ("EXT1", "EXT2", "EXT4"):
+        else:
             if arg <= 0:
                 raise ValueError("EXT specifies code <= 0")
             self.ext_codes.append(arg)
             if not self.ext_registered:
                 raise ValueError(f"unregistered extension code {arg}")
             self.push(Global("copyreg._extension_registry", str(arg)))
-        elif name == "REDUCE":
+
+    def op_call(self, name: str, arg: Any) -> None:
+        """REDUCE, NEWOBJ, NEWOBJ_EX, OBJ: a call recorded, never made."""
+        if name == "REDUCE":
             args = self.pop()
             func = self.pop()
             self.push(self.call(func, args))
-        elif name in ("NEWOBJ", "NEWOBJ_EX"):
+        elif name == "OBJ":
+            items = self.pop_mark()
+            if not items:
+                raise ValueError("unpickling stack underflow")
+            self.push(self.call(items[0], tuple(items[1:])))
+        else:
             kwargs = self.pop() if name == "NEWOBJ_EX" else InertDict()
             args = self.pop()
             cls = self.pop()
@@ -491,34 +518,56 @@ class _Interpreter:
             if not isinstance(args, tuple) or not isinstance(kwargs, dict):
                 raise TypeError(f"{name} expected an arg tuple")
             self.push(self.call(cls, args))
-        elif name == "OBJ":
-            items = self.pop_mark()
-            if not items:
-                raise ValueError("unpickling stack underflow")
-            self.push(self.call(items[0], tuple(items[1:])))
-        elif name == "BUILD":
-            state = self.pop()
-            if self.rules is not None:
-                why = self.rules.on_build(self.top(), state)
-                self.refuse(why)
-                if why and isinstance(self.top(), TensorRef):
-                    self.top().problem = why
-            if isinstance(self.top(), Global):
-                self.rewrite(self.top(), state)
-            else:
-                _build(self.top(), state)
-        elif name in ("BINPERSID", "PERSID"):
-            ref = PersistentRef(self.pop() if name == "BINPERSID" else arg)
-            if self.rules is not None:
-                self.refuse(self.rules.on_persistent(ref))
-            self.prefs.append(ref)
-            self.push(ref)
-        elif name == "READONLY_BUFFER":
-            if not isinstance(self.top(), (bytes, bytearray)):
-                raise TypeError("READONLY_BUFFER needs a buffer")
-        else:  # NEXT_BUFFER: no out-of-band buffers are ever given
-            raise ValueError("pickle stream refers to out-of-band data but no *buffers* "
-                             "argument was given")
+
+    def op_build(self, name: str, arg: Any) -> None:
+        """BUILD: state set on the object below (a global's rewrite recorded)."""
+        state = self.pop()
+        if self.rules is not None:
+            why = self.rules.on_build(self.top(), state)
+            self.refuse(why)
+            if why and isinstance(self.top(), TensorRef):
+                self.top().problem = why
+        if isinstance(self.top(), Global):
+            self.rewrite(self.top(), state)
+        else:
+            _build(self.top(), state)
+
+    def op_persistent(self, name: str, arg: Any) -> None:
+        """BINPERSID, PERSID: a persistent id (a torch storage) recorded."""
+        ref = PersistentRef(self.pop() if name == "BINPERSID" else arg)
+        if self.rules is not None:
+            self.refuse(self.rules.on_persistent(ref))
+        self.prefs.append(ref)
+        self.push(ref)
+
+    def op_buffer(self, name: str, arg: Any) -> None:
+        """READONLY_BUFFER."""
+        if not isinstance(self.top(), (bytes, bytearray)):
+            raise TypeError("READONLY_BUFFER needs a buffer")
+
+    def out_of_band(self, name: str, arg: Any) -> None:
+        """NEXT_BUFFER: no out-of-band buffers are ever given."""
+        raise ValueError("pickle stream refers to out-of-band data but no *buffers* "
+                         "argument was given")
+
+
+# opcode -> the handler of its group (_Interpreter.step)
+_HANDLERS: dict[str, Callable[[_Interpreter, str, Any], None]] = {
+    **dict.fromkeys(("PROTO", "FRAME", "STOP"), _Interpreter.op_frame),
+    **dict.fromkeys(("MARK", "POP", "POP_MARK", "DUP", "TUPLE1", "TUPLE2", "TUPLE3"),
+                    _Interpreter.op_stack),
+    **dict.fromkeys(("LIST", "TUPLE", "FROZENSET", "DICT"), _Interpreter.op_container),
+    **dict.fromkeys(("APPEND", "APPENDS", "ADDITEMS", "SETITEM", "SETITEMS"),
+                    _Interpreter.op_fill),
+    **dict.fromkeys(("GET", "BINGET", "LONG_BINGET", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"),
+                    _Interpreter.op_memo),
+    **dict.fromkeys(("GLOBAL", "INST", "STACK_GLOBAL", "EXT1", "EXT2", "EXT4"),
+                    _Interpreter.op_global),
+    **dict.fromkeys(("REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ"), _Interpreter.op_call),
+    "BUILD": _Interpreter.op_build,
+    **dict.fromkeys(("BINPERSID", "PERSID"), _Interpreter.op_persistent),
+    "READONLY_BUFFER": _Interpreter.op_buffer,
+}
 
 
 class _Limit(Exception):
@@ -548,7 +597,7 @@ _PUSH_CONST: dict[str, Any] = {
 def _reduce(func: Global, args: tuple[Any, ...]) -> Any:
     """Inert result of calling a global: torch rebuilds become TensorRefs, the rest a Call."""
     q = func.qualname
-    if func.module == "torch._utils" and func.name in _REBUILD_FUNCTIONS:
+    if func.module == "torch._utils" and func.name in REBUILD_FUNCTIONS:
         return _build_tensor(func, args)
     if q in ("collections.OrderedDict", "collections.Counter"):
         out = InertObjDict()

@@ -107,133 +107,27 @@ class SafetensorsFormat:
             body[1:2] in (b'"', b"}", b" ", b"\n"))
 
     @classmethod
-    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
+        """The header (length, JSON grammar), each entry against its dtype and extent, the
+        layout of the byte ranges, then the payloads scanned numerically (no checksums)."""
         spath = str(path)
         report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
                                   files=[spath])
         size = os.path.getsize(path)
         verdicts: list[Verdict] = []
         with open_evidence(path) as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            if n > MAX_HEADER:
-                report.findings.append(finding("ST001", f"header length {n} exceeds the "
-                                               f"loader's limit of {MAX_HEADER} bytes",
-                                               evidence=spath, offset=0, length=8))
-                report.verdict = Verdict.DAMAGED if 8 + n <= size else Verdict.TRUNCATED
+            read = _read_header(fh, report, size)
+            if read is None:
                 return report
-            if 8 + n > size:
-                report.findings.append(finding("ST001", f"header length {n} runs past the end "
-                                               f"of the {size}-byte file", evidence=spath,
-                                               offset=0, length=8))
-                report.verdict = Verdict.TRUNCATED
-                return report
-            try:
-                header = parse_header_text(fh.read(n))
-            except HeaderProblem as exc:
-                report.findings.append(finding(exc.code, str(exc), evidence=spath, offset=8,
-                                               length=n))
-                report.verdict = Verdict.DAMAGED
-                return report
-            base = 8 + n
+            base, header = read
             meta = header.pop("__metadata__", None)
             if meta is not None:
                 report.extra["metadata"] = meta
-            entries: list[tuple[int, int, str]] = []
-            for name, entry in header.items():
-                rec = TensorRecord(name=name, file=spath)
-                report.tensors.append(rec)
-                try:
-                    code = entry["dtype"]
-                    if not isinstance(code, str):
-                        raise TypeError("dtype is not a string")
-                    shape = tuple(_int(x) for x in entry["shape"])
-                    begin, end = (_int(x) for x in entry["data_offsets"])
-                except (KeyError, TypeError, ValueError):
-                    rec.status = "damaged"
-                    rec.reasons.append("malformed header entry")
-                    report.findings.append(finding("ST003", f"{name}: malformed header entry",
-                                                   evidence=spath, tensors=[name]))
-                    continue
-                info = dtypes.BY_SAFETENSORS.get(code)
-                rec.shape, rec.offset, rec.length = shape, base + begin, end - begin
-                rec.dtype = info.name if info else code
-                rec.storage = name
-                numel = 1
-                for s in shape:
-                    numel *= s
-                if info is None and code not in dtypes.SAFETENSORS_SUBBYTE_BITS:
-                    rec.status = "damaged"
-                    rec.reasons.append(f"unknown dtype {code}")
-                    report.findings.append(finding("ST003", f"{name}: unknown dtype {code!r}",
-                                                   evidence=spath, tensors=[name]))
-                    continue
-                bits = info.itemsize * 8 if info else dtypes.SAFETENSORS_SUBBYTE_BITS[code]
-                if numel * bits % 8 or numel * bits // 8 != end - begin or begin > end \
-                        or begin < 0 or any(x < 0 for x in shape):
-                    rec.status = "damaged"
-                    rec.reasons.append("shape x dtype differs from the byte extent")
-                    report.findings.append(finding(
-                        "ST004", f"{name}: shape {list(shape)} x {code} is "
-                        f"{numel * bits / 8:g} bytes but data_offsets span {end - begin}",
-                        evidence=spath, offset=base + begin, length=end - begin,
-                        tensors=[name]))
-                if code in dtypes.SAFETENSORS_UNLOADABLE:
-                    rec.status = "damaged"
-                    rec.reasons.append(f"dtype {code}: no loader understands it")
-                    report.findings.append(finding(
-                        "ST003", f"{name}: dtype {code!r} is in safetensors' header grammar but "
-                        "its loaders refuse it (Dtype not understood): the file does not load",
-                        evidence=spath, tensors=[name]))
-                entries.append((begin, end, name))
+            entries = [e for name, entry in header.items()
+                       if (e := _entry(report, name, entry, base)) is not None]
             entries.sort()
-            cursor = 0
-            for begin, end, name in entries:
-                if begin < cursor:
-                    report.findings.append(finding("ST005", f"{name} overlaps the previous "
-                                                   "tensor", evidence=spath,
-                                                   offset=base + begin, tensors=[name]))
-                    verdicts.append(Verdict.DAMAGED)
-                elif begin > cursor:
-                    report.findings.append(finding("ST006", f"{begin - cursor} unused bytes "
-                                                   f"before {name}", evidence=spath,
-                                                   offset=base + cursor, length=begin - cursor))
-                    verdicts.append(Verdict.DAMAGED)
-                cursor = max(cursor, end)
-            if base + cursor > size:
-                report.findings.append(finding(
-                    "ST007", f"file is {size} bytes; the header needs {base + cursor}",
-                    evidence=spath, offset=size, length=base + cursor - size))
-                verdicts.append(Verdict.TRUNCATED)
-            elif base + cursor < size:
-                report.findings.append(finding("ST008", f"{size - base - cursor} bytes after "
-                                               "the last tensor", evidence=spath,
-                                               offset=base + cursor))
-                verdicts.append(Verdict.DAMAGED)
-            by_name = {r.name: r for r in report.tensors}
-            storages: dict[str, tensormap.StorageCheck] = {}
-            for begin, end, name in entries:
-                rec = by_name[name]
-                if rec.status != "ok":
-                    continue
-                if base + end > size:
-                    rec.status = "truncated"
-                    rec.reasons.append(f"file ends {base + end - size} bytes before its end")
-                    continue
-                rec.status = "unverified"
-                if options.numeric and rec.dtype in dtypes.BY_NAME:
-                    sc = tensormap.StorageCheck(key=name, file=spath, data_offset=base + begin,
-                                                dtype=rec.dtype, status="unverified")
-                    scan = numeric.StorageScan(rec.dtype, start=base + begin,
-                                               length=end - begin, names=[name])
-                    zipwalk.crc_range(fh, base + begin, end - begin, on_chunk=scan.feed,
-                                      crc=False)
-                    sc.summary = scan.finish()
-                    storages[name] = sc
-            report.findings.append(finding("ST009", "safetensors stores no checksums: payloads "
-                                           "verified numerically only", evidence=spath))
-            if storages:
-                report.findings.extend(tensormap.numeric_findings(storages, report.tensors,
-                                                                  spath))
+            verdicts += _layout(report, entries, base, size)
+            _scan_payloads(fh, report, entries, base, size, options)
         tensormap.finalize(report, verdicts)
         return report
 
@@ -246,3 +140,140 @@ class SafetensorsFormat:
 
 
 FORMATS = [SafetensorsFormat]
+
+
+def _read_header(fh: Any, report: CheckpointReport, size: int
+                 ) -> tuple[int, dict[str, Any]] | None:
+    """(where the data starts, the parsed header); None when the header cannot be read (the
+    report says why)."""
+    spath = report.path
+    (n,) = struct.unpack("<Q", fh.read(8))
+    if n > MAX_HEADER:
+        report.findings.append(finding("ST001", f"header length {n} exceeds the "
+                                       f"loader's limit of {MAX_HEADER} bytes",
+                                       evidence=spath, offset=0, length=8))
+        report.verdict = Verdict.DAMAGED if 8 + n <= size else Verdict.TRUNCATED
+        return None
+    if 8 + n > size:
+        report.findings.append(finding("ST001", f"header length {n} runs past the end "
+                                       f"of the {size}-byte file", evidence=spath,
+                                       offset=0, length=8))
+        report.verdict = Verdict.TRUNCATED
+        return None
+    try:
+        header = parse_header_text(fh.read(n))
+    except HeaderProblem as exc:
+        report.findings.append(finding(exc.code, str(exc), evidence=spath, offset=8,
+                                       length=n))
+        report.verdict = Verdict.DAMAGED
+        return None
+    return 8 + n, header
+
+
+def _damage(report: CheckpointReport, rec: TensorRecord, reason: str, code: str, title: str,
+            **where: Any) -> None:
+    rec.status = "damaged"
+    rec.reasons.append(reason)
+    report.findings.append(finding(code, title, evidence=report.path, tensors=[rec.name],
+                                   **where))
+
+
+def _entry(report: CheckpointReport, name: str, entry: Any, base: int
+           ) -> tuple[int, int, str] | None:
+    """One header entry as a tensor record (appended to the report): its dtype, shape and
+    byte extent checked; (begin, end, name) of its bytes, None when the entry is malformed
+    or its dtype unknown."""
+    rec = TensorRecord(name=name, file=report.path)
+    report.tensors.append(rec)
+    try:
+        code = entry["dtype"]
+        if not isinstance(code, str):
+            raise TypeError("dtype is not a string")
+        shape = tuple(_int(x) for x in entry["shape"])
+        begin, end = (_int(x) for x in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        _damage(report, rec, "malformed header entry", "ST003",
+                f"{name}: malformed header entry")
+        return None
+    info = dtypes.BY_SAFETENSORS.get(code)
+    rec.shape, rec.offset, rec.length = shape, base + begin, end - begin
+    rec.dtype = info.name if info else code
+    rec.storage = name
+    numel = 1
+    for s in shape:
+        numel *= s
+    if info is None and code not in dtypes.SAFETENSORS_SUBBYTE_BITS:
+        _damage(report, rec, f"unknown dtype {code}", "ST003",
+                f"{name}: unknown dtype {code!r}")
+        return None
+    bits = info.itemsize * 8 if info else dtypes.SAFETENSORS_SUBBYTE_BITS[code]
+    if numel * bits % 8 or numel * bits // 8 != end - begin or begin > end \
+            or begin < 0 or any(x < 0 for x in shape):
+        _damage(report, rec, "shape x dtype differs from the byte extent", "ST004",
+                f"{name}: shape {list(shape)} x {code} is {numel * bits / 8:g} bytes but "
+                f"data_offsets span {end - begin}", offset=base + begin, length=end - begin)
+    if code in dtypes.SAFETENSORS_UNLOADABLE:
+        _damage(report, rec, f"dtype {code}: no loader understands it", "ST003",
+                f"{name}: dtype {code!r} is in safetensors' header grammar but its loaders "
+                "refuse it (Dtype not understood): the file does not load")
+    return begin, end, name
+
+
+def _layout(report: CheckpointReport, entries: list[tuple[int, int, str]], base: int,
+            size: int) -> list[Verdict]:
+    """The byte ranges in order: overlaps, gaps, a file shorter or longer than they need."""
+    spath, verdicts = report.path, []
+    cursor = 0
+    for begin, end, name in entries:
+        if begin < cursor:
+            report.findings.append(finding("ST005", f"{name} overlaps the previous "
+                                           "tensor", evidence=spath,
+                                           offset=base + begin, tensors=[name]))
+            verdicts.append(Verdict.DAMAGED)
+        elif begin > cursor:
+            report.findings.append(finding("ST006", f"{begin - cursor} unused bytes "
+                                           f"before {name}", evidence=spath,
+                                           offset=base + cursor, length=begin - cursor))
+            verdicts.append(Verdict.DAMAGED)
+        cursor = max(cursor, end)
+    if base + cursor > size:
+        report.findings.append(finding(
+            "ST007", f"file is {size} bytes; the header needs {base + cursor}",
+            evidence=spath, offset=size, length=base + cursor - size))
+        verdicts.append(Verdict.TRUNCATED)
+    elif base + cursor < size:
+        report.findings.append(finding("ST008", f"{size - base - cursor} bytes after "
+                                       "the last tensor", evidence=spath,
+                                       offset=base + cursor))
+        verdicts.append(Verdict.DAMAGED)
+    return verdicts
+
+
+def _scan_payloads(fh: Any, report: CheckpointReport, entries: list[tuple[int, int, str]],
+                   base: int, size: int, options: ProbeOptions) -> None:
+    """Each well-formed tensor's bytes: truncated past the end, else unverified and (with
+    ``options.numeric``) scanned for numerical damage."""
+    spath = report.path
+    by_name = {r.name: r for r in report.tensors}
+    storages: dict[str, tensormap.StorageCheck] = {}
+    for begin, end, name in entries:
+        rec = by_name[name]
+        if rec.status != "ok":
+            continue
+        if base + end > size:
+            rec.status = "truncated"
+            rec.reasons.append(f"file ends {base + end - size} bytes before its end")
+            continue
+        rec.status = "unverified"
+        if options.numeric and rec.dtype in dtypes.BY_NAME:
+            sc = tensormap.StorageCheck(key=name, file=spath, data_offset=base + begin,
+                                        dtype=rec.dtype, status="unverified")
+            scan = numeric.StorageScan(rec.dtype, start=base + begin,
+                                       length=end - begin, names=[name])
+            zipwalk.crc_range(fh, base + begin, end - begin, on_chunk=scan.feed, crc=False)
+            sc.summary = scan.finish()
+            storages[name] = sc
+    report.findings.append(finding("ST009", "safetensors stores no checksums: payloads "
+                                   "verified numerically only", evidence=spath))
+    if storages:
+        report.findings.extend(tensormap.numeric_findings(storages, report.tensors, spath))

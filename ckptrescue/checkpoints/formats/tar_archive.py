@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,6 +35,7 @@ from ckptrescue.checkpoints.formats.pickle_verdict import judge
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
+from ckptrescue.checkpoints.formats.zip_window import ZipWindows
 from ckptrescue.checkpoints.formats.zipstream import StreamZip
 
 _PICKLE_SUFFIXES = (".pkl", ".pickle")
@@ -83,130 +85,23 @@ class TarArchiveFormat:
             return False
 
     @classmethod
-    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
+        """The members walked (problems of the archive itself), each checkpoint member judged
+        as its own kind, then the archive's listing."""
         spath = str(path)
         report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
                                   files=[spath])
-        verdicts: list[Verdict] = []
-        parts: list[dict[str, Any]] = []  # per checkpoint member: name, kind, result
-
-        def allowed(g: str) -> bool:
-            return pickle_policy.standalone_allowed(g) or pickle_policy.extra_allowed(
-                g, options.extra_allowed)
-
-        def visit(member: tarwalk.TarMember, reader: tarwalk.MemberReader) -> None:
-            head = reader.read(8)
-            kind = _kind(head, member.name)
-            if kind == "torch-zip":
-                sz = StreamZip(f"{spath}:{member.name}")
-                sz.feed(head)
-                while chunk := reader.read(_CHUNK):
-                    sz.feed(chunk)
-                parts.append({"member": member, "kind": kind, "stream": sz,
-                              "cut": reader.left > 0})
-            elif kind == "pickle":
-                data = head + reader.read(pickle_scan.MAX_PICKLE_BYTES - len(head))
-                parts.append({"member": member, "kind": kind, "data": data})
-
-        tw = tarwalk.walk(path, visit)
-        for kind, message, offset in tw.problems:
-            code = {"truncated": "TA002", "header": "TA001"}.get(kind, "TA003")
-            report.findings.append(finding(code, f"{path.name}: {message}", evidence=spath,
-                                           offset=None if tw.compressed else offset,
-                                           details={"kind": kind}))
-            verdicts.append(Verdict.TRUNCATED if kind == "truncated" else Verdict.DAMAGED)
-        if not tw.compressed:
-            with open_regular(path) as fh:
-                for m in tarwalk.iter_files(tw):
-                    fh.seek(m.data_offset)
-                    head = fh.read(min(8, m.size))
-                    kind = _kind(head, m.name)
-                    if kind == "pickle":
-                        fh.seek(m.data_offset)
-                        data = fh.read(min(m.size, pickle_scan.MAX_PICKLE_BYTES))
-                        parts.append({"member": m, "kind": kind, "data": data})
-                    elif kind == "torch-zip":
-                        parts.append({"member": m, "kind": kind})
-        multi = len(parts) > 1
-        members_json: list[dict[str, Any]] = []
-        globals_: set[str] = set()
-        unsafe: set[str] = set()
-        records: list[dict[str, Any]] = []
-        storages: dict[str, Any] = {}
-        strides: dict[str, list[int]] = {}
+        tw, parts = _checkpoint_members(path)
+        verdicts = _walk_problems(report, tw, path)
+        judged = _Members(report, tw, options, multi=len(parts) > 1)
         for part in parts:
-            m: tarwalk.TarMember = part["member"]
-            prefix = f"{m.name}/" if multi else ""
-            own: list[Verdict] = []
-            before = len(report.findings)
-            if part["kind"] == "pickle":
-                scan = pickle_scan.scan_pickle(part["data"], mode="memory", partial=True)
-                found, vs = judge(scan, spath, allowed=allowed, weights_only=False,
-                                  standalone=True, label=f"{path.name}:{m.name}")
-                report.findings.extend(found)
-                own.extend(vs)
-                globals_.update(scan.globals)
-                unsafe.update(g for f in found if f.code == "PK001"
-                              for g in f.details.get("globals", []))
-            elif "stream" in part:
-                tensors, info = part["stream"].finish(cut=part["cut"])
-                report.findings.extend(part["stream"].findings)
-                own.extend(part["stream"].verdicts)
-                for t in tensors:
-                    t.name = prefix + t.name
-                    t.file = spath
-                report.tensors.extend(tensors)
-                globals_.update(info["globals"])
-                unsafe.update(info["unsafe_globals"])
-            else:
-                from ckptrescue.checkpoints.formats.torch_zip import probe_zip
-
-                end = min(m.data_offset + m.size, tw.size)
-                with open_evidence(path) as fh:
-                    z = probe_zip(fh, spath, start=m.data_offset, end=end,
-                                  do_numeric=options.numeric, name_prefix=prefix,
-                                  extra_allowed=options.extra_allowed)
-                for rec in z.tensors:
-                    if multi and rec.storage is not None:
-                        rec.storage = f"{prefix}{rec.storage}"
-                report.tensors.extend(z.tensors)
-                report.findings.extend(z.findings)
-                own.extend(z.verdicts)
-                globals_.update(z.globals)
-                unsafe.update(z.unsafe_globals)
-                records.extend(z.records)
-                strides.update(z.strides)
-                for key, st in tensormap.storage_map(z.storages).items():
-                    storages[f"{prefix}{key}"] = st
-                if end < m.data_offset + m.size:
-                    own.append(Verdict.TRUNCATED)
-            mine = CheckpointReport(path=spath, format=part["kind"], verdict=Verdict.INTACT,
-                                    tensors=[t for t in report.tensors
-                                             if not multi or t.name.startswith(prefix)],
-                                    findings=report.findings[before:])
-            tensormap.finalize(mine, own)
-            verdicts.extend(own)
-            members_json.append({"name": m.name, "kind": part["kind"], "size": m.size,
-                                 "offset": None if tw.compressed else m.data_offset,
-                                 "verdict": str(mine.verdict)})
-            if mine.verdict is not Verdict.INTACT:
-                report.findings.append(finding(
-                    "TA004", f"member {m.name} ({part['kind']}) is {mine.verdict}",
-                    evidence=spath, offset=None if tw.compressed else m.data_offset,
-                    length=m.size, details={"member": m.name, "verdict": str(mine.verdict)}))
+            verdicts += judged.judge(part)
         if not parts:
             report.findings.append(finding(
                 "TA005", f"{path.name}: no checkpoint member (torch zip or pickle) among "
                 f"{len(tw.members)} member(s)", evidence=spath))
             verdicts.append(Verdict.UNREADABLE)
-        report.extra.update({
-            "globals": sorted(globals_), "unsafe_globals": sorted(unsafe), "strides": strides,
-            "records": records, "storages": storages,
-            "tar": {"compressed": tw.compressed, "complete": tw.complete,
-                    "members": [{"name": m.name, "size": m.size,
-                                 "offset": None if tw.compressed else m.data_offset}
-                                for m in tarwalk.iter_files(tw)][:4096],
-                    "checkpoints": members_json}})
+        report.extra.update(judged.extra())
         tensormap.finalize(report, verdicts)
         return report
 
@@ -219,3 +114,151 @@ class TarArchiveFormat:
 
 
 FORMATS = [TarArchiveFormat]
+
+
+@dataclass
+class _Part:
+    """A checkpoint member: its header, its kind, and what was read of it (a pickle's bytes,
+    or a compressed archive's zip verified as it streamed past)."""
+
+    member: tarwalk.TarMember
+    kind: str
+    data: bytes = b""
+    stream: StreamZip | None = None
+    cut: bool = False
+
+
+def _checkpoint_members(path: Path) -> tuple[Any, list[_Part]]:
+    """The archive walked once; its checkpoint members (torch zips and pickles)."""
+    spath = str(path)
+    parts: list[_Part] = []
+
+    def visit(member: tarwalk.TarMember, reader: tarwalk.MemberReader) -> None:
+        head = reader.read(8)
+        kind = _kind(head, member.name)
+        if kind == "torch-zip":
+            sz = StreamZip(f"{spath}:{member.name}")
+            sz.feed(head)
+            while chunk := reader.read(_CHUNK):
+                sz.feed(chunk)
+            parts.append(_Part(member, kind, stream=sz, cut=reader.left > 0))
+        elif kind == "pickle":
+            parts.append(_Part(member, kind, head + reader.read(
+                pickle_scan.MAX_PICKLE_BYTES - len(head))))
+
+    tw = tarwalk.walk(path, visit)
+    if not tw.compressed:
+        with open_regular(path) as fh:
+            for m in tarwalk.iter_files(tw):
+                fh.seek(m.data_offset)
+                kind = _kind(fh.read(min(8, m.size)), m.name)
+                if kind == "pickle":
+                    fh.seek(m.data_offset)
+                    parts.append(_Part(m, kind, fh.read(min(m.size,
+                                                            pickle_scan.MAX_PICKLE_BYTES))))
+                elif kind == "torch-zip":
+                    parts.append(_Part(m, kind))
+    return tw, parts
+
+
+def _walk_problems(report: CheckpointReport, tw: Any, path: Path) -> list[Verdict]:
+    """What the walk found wrong with the archive itself (TA001-TA003)."""
+    verdicts = []
+    for kind, message, offset in tw.problems:
+        code = {"truncated": "TA002", "header": "TA001"}.get(kind, "TA003")
+        report.findings.append(finding(code, f"{path.name}: {message}", evidence=report.path,
+                                       offset=None if tw.compressed else offset,
+                                       details={"kind": kind}))
+        verdicts.append(Verdict.TRUNCATED if kind == "truncated" else Verdict.DAMAGED)
+    return verdicts
+
+
+@dataclass
+class _Members:
+    """The checkpoint members judged in turn, into one report; what their zips share is
+    gathered by ``zips``, what the pickles bring beside."""
+
+    report: CheckpointReport
+    tw: Any
+    options: ProbeOptions
+    multi: bool
+    listed: list[dict[str, Any]] = field(default_factory=list)
+    zips: ZipWindows = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.zips = ZipWindows(self.report, numeric=self.options.numeric,
+                               extra_allowed=self.options.extra_allowed)
+
+    def _allowed(self, g: str) -> bool:
+        return pickle_policy.standalone_allowed(g) or pickle_policy.extra_allowed(
+            g, self.options.extra_allowed)
+
+    def _offset(self, m: tarwalk.TarMember) -> int | None:
+        return None if self.tw.compressed else m.data_offset
+
+    def judge(self, part: _Part) -> list[Verdict]:
+        """One member: its findings and tensors into the report, its own verdict listed (and
+        a TA004 finding when it is not intact); returns its verdicts."""
+        m, report = part.member, self.report
+        prefix = f"{m.name}/" if self.multi else ""
+        before = len(report.findings)
+        if part.kind == "pickle":
+            own = self._pickle(part)
+        elif part.stream is not None:
+            own = self._stream(part, prefix)
+        else:
+            own = self._zip(part, prefix)
+        mine = CheckpointReport(path=report.path, format=part.kind, verdict=Verdict.INTACT,
+                                tensors=[t for t in report.tensors
+                                         if not self.multi or t.name.startswith(prefix)],
+                                findings=report.findings[before:])
+        tensormap.finalize(mine, own)
+        self.listed.append({"name": m.name, "kind": part.kind, "size": m.size,
+                            "offset": self._offset(m), "verdict": str(mine.verdict)})
+        if mine.verdict is not Verdict.INTACT:
+            report.findings.append(finding(
+                "TA004", f"member {m.name} ({part.kind}) is {mine.verdict}",
+                evidence=report.path, offset=self._offset(m), length=m.size,
+                details={"member": m.name, "verdict": str(mine.verdict)}))
+        return own
+
+    def _pickle(self, part: _Part) -> list[Verdict]:
+        scan = pickle_scan.scan_pickle(part.data, mode="memory", partial=True)
+        found, verdicts = judge(scan, self.report.path, allowed=self._allowed,
+                                weights_only=False, standalone=True,
+                                label=f"{Path(self.report.path).name}:{part.member.name}")
+        self.report.findings.extend(found)
+        self.zips.globals_.update(scan.globals)
+        self.zips.unsafe.update(g for f in found if f.code == "PK001"
+                                for g in f.details.get("globals", []))
+        return list(verdicts)
+
+    def _stream(self, part: _Part, prefix: str) -> list[Verdict]:
+        assert part.stream is not None
+        tensors, info = part.stream.finish(cut=part.cut)
+        self.report.findings.extend(part.stream.findings)
+        for t in tensors:
+            t.name = prefix + t.name
+            t.file = self.report.path
+        self.report.tensors.extend(tensors)
+        self.zips.globals_.update(info["globals"])
+        self.zips.unsafe.update(info["unsafe_globals"])
+        return list(part.stream.verdicts)
+
+    def _zip(self, part: _Part, prefix: str) -> list[Verdict]:
+        """A torch zip in a plain tar, probed over its byte window exactly as a file."""
+        m = part.member
+        end = min(m.data_offset + m.size, self.tw.size)
+        with open_evidence(Path(self.report.path)) as fh:
+            z = self.zips.probe(fh, m.data_offset, end, prefix)
+        return [*z.verdicts, *([Verdict.TRUNCATED] if end < m.data_offset + m.size else [])]
+
+    def extra(self) -> dict[str, Any]:
+        tw = self.tw
+        return {
+            **self.zips.extra(),
+            "tar": {"compressed": tw.compressed, "complete": tw.complete,
+                    "members": [{"name": m.name, "size": m.size,
+                                 "offset": None if tw.compressed else m.data_offset}
+                                for m in tarwalk.iter_files(tw)][:4096],
+                    "checkpoints": self.listed}}

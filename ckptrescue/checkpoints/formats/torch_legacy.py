@@ -45,126 +45,22 @@ class TorchLegacyFormat:
         return head == _HEAD
 
     @classmethod
-    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:  # noqa: C901
+    def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
+        """The five pickles in turn (torch's own rules on the main object), their structure,
+        then each storage's element count and bytes after them (no checksums: numerics)."""
         spath = str(path)
         report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
                                   files=[spath])
         verdicts: list[Verdict] = []
-        size = os.path.getsize(path)
-
-        def allowed(g: str) -> bool:
-            return pickle_scan.weights_only_allowed(g) or pickle_policy.extra_allowed(
-                g, options.extra_allowed)
-
         with open(path, "rb") as fh:
-            scans: list[pickle_scan.PickleScan] = []
-            for i in range(5):
-                pos = fh.tell()
-                if i == 3:  # the main object: torch's own rules apply to it
-                    scan = torch_rebuild.scan_torch_pickle(fh, start=pos, mode="memory",
-                                                           partial=True, pid_items=6)
-                else:
-                    scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
-                label = f"legacy pickle {i + 1} of 5"
-                found, vs = judge(scan, spath, allowed=allowed, weights_only=True,
-                                  label=label)
-                report.findings.extend(found)
-                verdicts.extend(vs)
-                if scan.error:
-                    if i < 3:
-                        report.findings.append(finding("TL004", f"{label}: damaged",
-                                                       evidence=spath, offset=pos))
-                    break
-                scans.append(scan)
-                fh.seek(pos + scan.end)
+            scans = _scan_pickles(fh, report, options, verdicts)
             _structure(scans, spath, report, verdicts)
             report.extra["globals"] = sorted({g for s in scans for g in s.globals})
             report.extra["unsafe_globals"] = sorted({
                 g for f in report.findings if f.code == "PK001"
                 for g in f.details.get("globals", [])})
-            if len(scans) < 4:
-                tensormap.finalize(report, verdicts)
-                return report
-            named = list(pickle_scan.iter_named(scans[3].root))
-            refs_by_key: dict[str, list[Any]] = {}
-            for _, ref in named:
-                pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
-                if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
-                    refs_by_key.setdefault(pref.key, []).append(ref)
-            for pref in scans[3].persistent_refs:
-                if pref.is_storage:
-                    refs_by_key.setdefault(pref.key, []).append(pref)
-            keys = [str(k) for k in scans[4].root] if len(scans) == 5 and \
-                isinstance(scans[4].root, list) else sorted(refs_by_key)
-            names_by_key: dict[str, list[str]] = {}
-            for nm, ref in named:
-                pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
-                if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
-                    names_by_key.setdefault(pref.key, []).append(nm)
-            storages: dict[str, StorageCheck] = {}
-            pos = fh.tell()
-            cut = False
-            for key in keys:
-                refs = refs_by_key.get(key, [])
-                prefs = [r for r in refs if isinstance(r, pickle_scan.PersistentRef)]
-                dtype = tensormap.storage_dtype(refs)
-                info = dtypes.lookup(dtype)
-                isz = info.itemsize if info else 1
-                sc = StorageCheck(key=key, file=spath, dtype=dtype,
-                                  declared=tensormap.declared_nbytes(prefs[0], dtype)
-                                  if prefs else None)
-                storages[key] = sc
-                if cut:
-                    sc.mark("truncated", "file ends before this storage")
-                    continue
-                raw = os.pread(fh.fileno(), 8, pos)
-                if len(raw) < 8:
-                    cut = True
-                    sc.mark("truncated", "file ends before this storage's element count")
-                    continue
-                (count,) = struct.unpack("<q", raw)
-                sc.data_offset = pos + 8
-                nbytes = count * isz
-                if sc.declared is not None and nbytes != sc.declared:
-                    sc.mark("damaged", f"element count {count} x {isz} bytes differs from "
-                            f"the pickle's {sc.declared} bytes")
-                    report.findings.append(finding("TL002", f"storage {key}: {sc.reasons[-1]}",
-                                                   evidence=spath, offset=pos, length=8))
-                    if count < 0 or nbytes > size:
-                        cut = True
-                        continue
-                tensormap.stream_check(fh, sc, length=nbytes, do_numeric=options.numeric,
-                                       want_crc=False, names=names_by_key.get(key, []))
-                if (sc.available or 0) < nbytes:
-                    sc.mark("truncated", f"only {sc.available} of {nbytes} bytes present")
-                    cut = True
-                elif sc.status == "ok":
-                    sc.status = "unverified"
-                pos = sc.data_offset + nbytes
-            if cut:
-                report.findings.append(finding("TL001", "legacy checkpoint truncated: "
-                                               "storages cut short", evidence=spath,
-                                               offset=size))
-                verdicts.append(Verdict.TRUNCATED)
-            elif pos < size:
-                report.findings.append(finding("TL005", f"{size - pos} bytes after the last "
-                                               "storage", evidence=spath, offset=pos,
-                                               length=size - pos))
-            for sc in storages.values():
-                if sc.status == "damaged":
-                    verdicts.append(Verdict.DAMAGED)
-            strides: dict[str, list[int]] = {}
-            report.tensors = tensormap.tensor_records(named, storages, strides)
-            report.extra["strides"] = strides
-            report.extra["storages"] = tensormap.storage_map(storages)
-            for rec in report.tensors:
-                if rec.status == "unverified":
-                    rec.checksum = None
-            report.findings.append(finding("TL003", "legacy format stores no checksums: "
-                                           "payloads verified numerically only", evidence=spath))
-            if options.numeric:
-                report.findings.extend(tensormap.numeric_findings(storages, report.tensors,
-                                                                  spath))
+            if len(scans) >= 4:
+                _storages(fh, scans, report, options, verdicts)
         tensormap.finalize(report, verdicts)
         return report
 
@@ -219,3 +115,126 @@ def _structure(scans: list[pickle_scan.PickleScan], spath: str, report: Checkpoi
 
 PROTOCOL_VERSION = 1001
 FORMATS = [TorchLegacyFormat]
+
+
+def _scan_pickles(fh: Any, report: CheckpointReport, options: ProbeOptions,
+                  verdicts: list[Verdict]) -> list[pickle_scan.PickleScan]:
+    """The legacy file's pickles (magic, protocol, sys info, the object, the storage keys)
+    scanned in order, up to the first that fails; the file left after the last one."""
+    spath = report.path
+
+    def allowed(g: str) -> bool:
+        return pickle_scan.weights_only_allowed(g) or pickle_policy.extra_allowed(
+            g, options.extra_allowed)
+
+    scans: list[pickle_scan.PickleScan] = []
+    for i in range(5):
+        pos = fh.tell()
+        if i == 3:  # the main object: torch's own rules apply to it
+            scan = torch_rebuild.scan_torch_pickle(fh, start=pos, mode="memory",
+                                                   partial=True, pid_items=6)
+        else:
+            scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
+        label = f"legacy pickle {i + 1} of 5"
+        found, vs = judge(scan, spath, allowed=allowed, weights_only=True, label=label)
+        report.findings.extend(found)
+        verdicts.extend(vs)
+        if scan.error:
+            if i < 3:
+                report.findings.append(finding("TL004", f"{label}: damaged",
+                                               evidence=spath, offset=pos))
+            break
+        scans.append(scan)
+        fh.seek(pos + scan.end)
+    return scans
+
+
+def _storage_refs(scans: list[pickle_scan.PickleScan]
+                  ) -> tuple[list[Any], dict[str, list[Any]], list[str], dict[str, list[str]]]:
+    """(named tensors, refs by storage key, the keys in file order, tensor names by key)."""
+    named = list(pickle_scan.iter_named(scans[3].root))
+    refs_by_key: dict[str, list[Any]] = {}
+    names_by_key: dict[str, list[str]] = {}
+    for nm, ref in named:
+        pref = ref.storage if isinstance(ref, pickle_scan.TensorRef) else ref
+        if isinstance(pref, pickle_scan.PersistentRef) and pref.is_storage:
+            refs_by_key.setdefault(pref.key, []).append(ref)
+            names_by_key.setdefault(pref.key, []).append(nm)
+    for pref in scans[3].persistent_refs:
+        if pref.is_storage:
+            refs_by_key.setdefault(pref.key, []).append(pref)
+    keys = [str(k) for k in scans[4].root] if len(scans) == 5 and \
+        isinstance(scans[4].root, list) else sorted(refs_by_key)
+    return named, refs_by_key, keys, names_by_key
+
+
+def _storages(fh: Any, scans: list[pickle_scan.PickleScan], report: CheckpointReport,
+              options: ProbeOptions, verdicts: list[Verdict]) -> None:
+    """The storages after the pickles, in key order: each element count against the
+    pickle's size, the bytes there (numerics), a cut file or bytes after the last."""
+    spath, size = report.path, os.fstat(fh.fileno()).st_size
+    named, refs_by_key, keys, names_by_key = _storage_refs(scans)
+    storages: dict[str, StorageCheck] = {}
+    pos = fh.tell()
+    cut = False
+    for key in keys:
+        refs = refs_by_key.get(key, [])
+        prefs = [r for r in refs if isinstance(r, pickle_scan.PersistentRef)]
+        dtype = tensormap.storage_dtype(refs)
+        sc = StorageCheck(key=key, file=spath, dtype=dtype,
+                          declared=tensormap.declared_nbytes(prefs[0], dtype) if prefs else None)
+        storages[key] = sc
+        if cut:
+            sc.mark("truncated", "file ends before this storage")
+            continue
+        pos, cut = _storage(fh, sc, pos, size, report, options, names_by_key.get(key, []))
+    if cut:
+        report.findings.append(finding("TL001", "legacy checkpoint truncated: "
+                                       "storages cut short", evidence=spath, offset=size))
+        verdicts.append(Verdict.TRUNCATED)
+    elif pos < size:
+        report.findings.append(finding("TL005", f"{size - pos} bytes after the last "
+                                       "storage", evidence=spath, offset=pos,
+                                       length=size - pos))
+    verdicts += [Verdict.DAMAGED for sc in storages.values() if sc.status == "damaged"]
+    strides: dict[str, list[int]] = {}
+    report.tensors = tensormap.tensor_records(named, storages, strides)
+    report.extra["strides"] = strides
+    report.extra["storages"] = tensormap.storage_map(storages)
+    for rec in report.tensors:
+        if rec.status == "unverified":
+            rec.checksum = None
+    report.findings.append(finding("TL003", "legacy format stores no checksums: "
+                                   "payloads verified numerically only", evidence=spath))
+    if options.numeric:
+        report.findings.extend(tensormap.numeric_findings(storages, report.tensors, spath))
+
+
+def _storage(fh: Any, sc: StorageCheck, pos: int, size: int, report: CheckpointReport,
+             options: ProbeOptions, names: list[str]) -> tuple[int, bool]:
+    """One storage at ``pos``: its element count, then its bytes; returns (where the next
+    one starts, whether the file is cut here)."""
+    info = dtypes.lookup(sc.dtype)
+    isz = info.itemsize if info else 1
+    raw = os.pread(fh.fileno(), 8, pos)
+    if len(raw) < 8:
+        sc.mark("truncated", "file ends before this storage's element count")
+        return pos, True
+    (count,) = struct.unpack("<q", raw)
+    sc.data_offset = pos + 8
+    nbytes = count * isz
+    if sc.declared is not None and nbytes != sc.declared:
+        sc.mark("damaged", f"element count {count} x {isz} bytes differs from "
+                f"the pickle's {sc.declared} bytes")
+        report.findings.append(finding("TL002", f"storage {sc.key}: {sc.reasons[-1]}",
+                                       evidence=report.path, offset=pos, length=8))
+        if count < 0 or nbytes > size:
+            return pos, True
+    tensormap.stream_check(fh, sc, length=nbytes, do_numeric=options.numeric,
+                           want_crc=False, names=names)
+    if (sc.available or 0) < nbytes:
+        sc.mark("truncated", f"only {sc.available} of {nbytes} bytes present")
+        return sc.data_offset + nbytes, True
+    if sc.status == "ok":
+        sc.status = "unverified"
+    return sc.data_offset + nbytes, False

@@ -45,7 +45,7 @@ class ZipProbe:
     byteorder: str = "little"
 
 
-def _declared_sizes(scan: pickle_scan.PickleScan) -> dict[str, int]:
+def declared_sizes(scan: pickle_scan.PickleScan) -> dict[str, int]:
     sizes: dict[str, int] = {}
     refs_by_key: dict[str, list[Any]] = {}
     for _, ref in pickle_scan.iter_named(scan.root):
@@ -61,7 +61,7 @@ def _declared_sizes(scan: pickle_scan.PickleScan) -> dict[str, int]:
     return sizes
 
 
-class _Bounded(io.RawIOBase):
+class Bounded(io.RawIOBase):
     """A read-only view of ``fh`` from its current position up to ``end``."""
 
     def __init__(self, fh: BinaryIO, end: int) -> None:
@@ -84,7 +84,7 @@ class _Bounded(io.RawIOBase):
         return self._fh.readline(limit)
 
 
-def _byteorder(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> str:
+def byteorder_of(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> str:
     """The ``byteorder`` record ("little" when absent, as torch < 2.1 wrote none)."""
     if rec is None or rec.data_offset is None or not rec.compressed_size:
         return "little"
@@ -92,7 +92,7 @@ def _byteorder(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> str:
     return "big" if raw.strip() == b"big" else "little"
 
 
-def _alignment(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> int:
+def storage_alignment(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> int:
     if rec is None or rec.data_offset is None or not rec.compressed_size:
         return 64
     raw = zipwalk.pread(fh, rec.data_offset, min(rec.compressed_size, 16))
@@ -103,7 +103,7 @@ def _alignment(fh: BinaryIO, rec: zipwalk.ZipRecord | None) -> int:
     return value if 0 < value <= 1 << 20 else 64
 
 
-def _read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int, start: int,
+def read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int, start: int,
                  end: int, prescan: pickle_scan.PickleScan | None,
                  ) -> tuple[pickle_scan.PickleScan | None, list[Finding], list[Verdict]]:
     findings: list[Finding] = []
@@ -257,7 +257,7 @@ def _hash_combine(seed: int, value: int) -> int:
     return (seed ^ ((value + 0x9E3779B9 + (seed << 6) + (seed >> 2)) & mask)) & mask
 
 
-def _check_serialization_id(fh: BinaryIO, layout: zipwalk.ZipLayout, prefix: str, path: str,
+def check_serialization_id(fh: BinaryIO, layout: zipwalk.ZipLayout, prefix: str, path: str,
                             out: ZipProbe) -> None:
     target = None
     combined = 0

@@ -73,7 +73,7 @@ def reader_findings(fh: BinaryIO, layout: zipwalk.ZipLayout, path: str,
     records = Records(layout, view if view.prefix is not None else None)
     groups: dict[bytes, list[zipwalk.ZipRecord]] = {}
     for rec in view.entries:
-        groups.setdefault(miniz_rules._lower(rec.name_raw), []).append(rec)
+        groups.setdefault(miniz_rules.lower_name(rec.name_raw), []).append(rec)
     for recs in groups.values():
         if len(recs) < 2:
             continue

@@ -16,6 +16,7 @@ from ckptrescue.guard.tools import (
     zfs,
 )
 from ckptrescue.guard.tools._base import Entry
+from ckptrescue.guard.tools._base import Subcommands as Subcommands  # for guard.check
 
 GRAMMARS: dict[str, Entry] = {}
 for _module in (readonly, filesystems, mounting, devices, imaging, logs, zfs, cluster):
