@@ -30,9 +30,9 @@ def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("S3_BENCH_N", "5000"))
     latency = float(os.environ.get("S3_BENCH_LATENCY_MS", "20"))
     workers = int(os.environ.get("S3_BENCH_WORKERS", "16"))
+    from ckptrescue.stores.s3.api import verify_prefix
     from ckptrescue.stores.s3.client import ClientOptions, make_client, stats
     from ckptrescue.stores.s3.localserver import LocalS3, check_moto_checksum_support
-    from ckptrescue.stores.s3.verify import verify_prefix
 
     check_moto_checksum_support()
     proc = subprocess.Popen(

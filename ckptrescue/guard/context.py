@@ -380,15 +380,6 @@ class GuardContext:
         return _ancestor_in(path, self._evidence_ids) or self._placed_within(
             path, self._evidence_places)
 
-    def on_evidence(self, path: str) -> bool:
-        """Whether a write at ``path`` would change evidence: it is, or lies inside, evidence
-        (by any name), or lies on a filesystem whose block device is, or is backed by,
-        evidence."""
-        if self.is_evidence(path):
-            return True
-        fs_dev = _fs_device(path)
-        return fs_dev is not None and fs_dev in self._evidence_rdevs
-
     def writes_forbidden(self, path: str) -> str | None:
         """A reason why writing ``path`` is forbidden, or None."""
         if not path:

@@ -444,7 +444,6 @@ class Case:
         ``evidence.json`` is rewritten when the batch commits."""
         if kind in _LOCAL_KINDS and "://" not in source:
             source = os.path.abspath(source)  # a relative path means nothing later
-            self._refuse_holding_the_case(source)
         with self.writer():
             item = EvidenceItem(
                 id=f"E{self.count('evidence.added') + 1:03d}",
@@ -459,18 +458,6 @@ class Case:
             self.log("evidence.added", {"item": item.to_json()})
             self._state.evidence_dirty = True
         return item
-
-    def _refuse_holding_the_case(self, source: str) -> None:
-        """Evidence never holds the case examining it: the case's own writes (its audit log,
-        artifacts, work files) would change the evidence — a case inside an evidence directory
-        (by any name: a symlink, a bind mount), or on a filesystem of an evidence device or
-        of a loop device over an evidence image (``GuardContext.on_evidence``)."""
-        from ckptrescue.guard import GuardContext
-
-        if os.path.exists(source) and GuardContext(evidence_paths=(source,)).on_evidence(
-                str(self.root)):
-            raise CaseError(f"{source}: holds this case ({self.root}); the case's own records "
-                            "would change the evidence — keep the case outside it")
 
     def protected_paths(self) -> list[str]:
         """The case's own records, which no tool and no report may ever write."""

@@ -25,7 +25,15 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
-from ckptrescue.stores.base import MiB, ObjectInfo, Store, StoreOptions, StoreStats
+from ckptrescue.stores.base import (
+    MiB,
+    Notes,
+    ObjectInfo,
+    Protection,
+    Store,
+    StoreOptions,
+    StoreStats,
+)
 from ckptrescue.stores.urls import StoreUrl
 
 READ_OPERATIONS = frozenset({
@@ -213,16 +221,26 @@ class AzureStore(Store):
         snapshot = obj.details.get("snapshot") if obj is not None else None
         return self.container.get_blob_client(obj_key, snapshot=snapshot)
 
-    def block_list(self, obj: ObjectInfo) -> dict[str, Any] | None:
-        """A block blob's committed blocks (count, sizes); None for other blob types."""
+    def mismatch_detail(self, obj: ObjectInfo) -> dict[str, Any]:
+        """A block blob's committed blocks (count, sizes): where a mismatch could sit."""
         if "BLOCK" not in str(obj.details.get("blob_type") or "").upper():
-            return None
+            return {}
         try:
             committed, _ = self.blob_client(obj.key, obj).get_block_list("committed")
         except Exception as exc:
-            return {"error": translate(exc, self.url_of(obj.key, obj.version)).message}
-        return {"blocks": len(committed), "sizes": [b.size for b in committed][:1000],
-                "note": "the service keeps no per-block MD5: sizes locate, they do not verify"}
+            return {"block_list": {
+                "error": translate(exc, self.url_of(obj.key, obj.version)).message}}
+        return {"block_list": {
+            "blocks": len(committed), "sizes": [b.size for b in committed][:1000],
+            "note": "the service keeps no per-block MD5: sizes locate, they do not verify"}}
+
+    def unreadable(self, info: ObjectInfo) -> str | None:
+        if info.soft_deleted:
+            return "soft-deleted blob: unreadable without undelete (never done)"
+        return None
+
+    def judge(self, settings: dict[str, Any]) -> Protection:
+        return judge_azure(settings)
 
     def head(self, key: str, version: str | None = None) -> ObjectInfo:
         try:
@@ -331,3 +349,31 @@ class AzureStore(Store):
 def _neg(text: str | None) -> str:
     # newest first with a plain sort: invert each character of an ISO time string
     return "".join(chr(0x10FFFF - ord(c)) for c in (text or ""))
+
+
+def judge_azure(s: dict[str, Any]) -> Protection:
+    """What a container's settings (:meth:`AzureStore.settings`) mean for the evidence (pure)."""
+    notes = Notes()
+    if "container_error" in s:
+        notes.not_read(f"container properties: {s['container_error']}")
+    immutable = bool(s.get("has_immutability_policy") or s.get("has_legal_hold")
+                     or s.get("immutable_storage_with_versioning"))
+    soft = s.get("soft_delete") or {}
+    if "service_error" in s:
+        notes.not_read(f"soft delete (service properties): {s['service_error']}")
+    elif not soft.get("enabled"):
+        notes.warn("no-soft-delete", "blob soft delete is off: a deleted blob is gone at once")
+    versioning = s.get("versioning")
+    if versioning is None:
+        notes.not_read("versioning: not visible from the data plane (no blob, or no "
+                       "x-ms-version-id)")
+    elif not versioning:
+        notes.warn("versioning", "blob versioning looks off: blobs carry no version id")
+    if not immutable and "container_error" not in s:
+        notes.warn("no-lock", "no immutability policy or legal hold on the container")
+    if immutable:
+        notes.issues.append(("immutable", f"{s.get('container')}: keeps immutable versions"))
+        return notes.judged("immutable")
+    if versioning or soft.get("enabled"):
+        return notes.judged("versioned")
+    return notes.judged("unknown" if "container_error" in s else "unprotected")

@@ -6,6 +6,18 @@ builds its SDK client so that every request passes one choke point that refuses 
 the backend's ``READ_OPERATIONS`` before it is sent (S3: ``ckptrescue.stores.s3.client.make_client``;
 Azure: :class:`ckptrescue.stores.azure.ReadOnlyTransport`; GCS:
 :class:`ckptrescue.stores.gcs.ReadOnlySession`). The choke point also counts the operations.
+
+Verify, history, preflight, preserve, restore and the probe-in-place view are written once, over
+this interface (``stores/verify.py``, ``history.py``, ``preflight.py``, ``preserve.py``,
+``restore.py``, ``view.py``). What only one store can do is a *hook* they ask for, with a
+default that every store can answer: :meth:`Store.check_local` (S3: the stored checksum
+recomputed with the real multipart part boundaries, no download), :meth:`Store.fetch` (S3: the
+composite checksum checked as the bytes stream, mid-body resets resumed),
+:meth:`Store.describe_versions` / :meth:`Store.version_anomalies` / :meth:`Store.version_json`
+(S3: per-version HEADs, delete markers, null versions), :meth:`Store.stored_sha256` (S3: a
+known-good version by its stored SHA-256, no download), :meth:`Store.version_events`
+(S3: CloudTrail), :meth:`Store.judge` (each store's protection settings), and :data:`CODES`
+(the finding codes each backend reports).
 """
 
 from __future__ import annotations
@@ -15,8 +27,11 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple, Protocol
 
+from ckptrescue.errors import CkptRescueError, RemoteError, UsageError
+from ckptrescue.stores.kinds import OS_CODES
 from ckptrescue.stores.urls import StoreUrl, parse_store_url
 
 MiB = 1 << 20
@@ -36,7 +51,7 @@ class StoreOptions:
     profile: str | None = None  # S3
     region: str | None = None  # S3
     checksum_when: str = "supported"  # S3
-    concurrency: int | None = None  # parallel ranged GETs per store
+    concurrency: int | None = None  # parallel requests per store (ranged GETs, HEADs)
     block_size: int | None = None  # bytes per ranged GET
     readahead: int | None = None  # blocks fetched ahead of a sequential reader
     cache_blocks: int | None = None  # blocks kept per object (LRU; first and last pinned)
@@ -71,7 +86,9 @@ def tuning(scheme: str, options: StoreOptions) -> Tuning:
 class ObjectInfo:
     """One object version as the store describes it. ``version`` pins the exact bytes (S3
     VersionId, Azure snapshot/version id, GCS generation); ``hashes`` holds the stored values
-    the store returned, Base64 as the store gives them (``md5``, ``crc32c``, ``crc64``)."""
+    the store returned, Base64 as the store gives them (``md5``, ``crc32c``, ``crc64``).
+    ``native`` is the backend's own record of it (S3: the listing entry or HEAD), for its hooks;
+    it is never serialised."""
 
     key: str
     size: int
@@ -85,6 +102,16 @@ class ObjectInfo:
     kind: str = "version"  # version | snapshot | soft-deleted | delete-marker
     composite: bool = False  # GCS composite object (no md5Hash)
     details: dict[str, Any] = field(default_factory=dict)
+    native: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def version_id(self) -> str:
+        """The version as history lists it (``current`` when the store names none)."""
+        return self.version if self.version is not None else "current"
+
+    @property
+    def delete_marker(self) -> bool:
+        return self.kind == "delete-marker"
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "size": self.size, "version": self.version, "etag": self.etag,
@@ -92,6 +119,100 @@ class ObjectInfo:
                 "is_latest": self.is_latest, "deleted": self.deleted,
                 "soft_deleted": self.soft_deleted, "kind": self.kind,
                 "composite": self.composite, "details": self.details}
+
+
+class ObjectGone(RemoteError):
+    """The object (or that version of it) is not there: no such key/version, or a delete
+    marker is current."""
+
+    def __init__(self, message: str, *, delete_marker: bool = False) -> None:
+        super().__init__(message)
+        self.delete_marker = delete_marker
+
+
+@dataclass
+class Verdict:
+    """Bytes compared with one object's stored values: ``match``, ``mismatch`` or
+    ``unverifiable``; ``algorithm`` the strongest value compared; ``detail`` the message,
+    the values and the backend's own facts (form, parts, resets...)."""
+
+    status: str
+    algorithm: str | None
+    detail: dict[str, Any]
+
+
+@dataclass
+class Fetched(Verdict):
+    """A version streamed into a sink and checked on the way: its size and SHA-256 as
+    received, the object as the backend described it (``object``) and, for a multipart S3
+    object, its part layout."""
+
+    size: int = 0
+    sha256: str = ""
+    object: dict[str, Any] = field(default_factory=dict)
+    layout: dict[str, Any] | None = None
+
+
+@dataclass
+class Anomaly:
+    """Something odd about one key's version history (``kind``, a sentence, the versions)."""
+
+    kind: str
+    message: str
+    version_ids: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "version_ids": self.version_ids}
+
+
+class Protection(NamedTuple):
+    """A store's protection settings judged (:meth:`Store.judge`): ``verdict`` (immutable,
+    versioned, unprotected, unknown), ``warnings`` (what to tell the responder), ``unknown``
+    (settings that could not be read) and ``issues``: (finding kind, title) pairs."""
+
+    verdict: str
+    warnings: list[str]
+    unknown: list[str]
+    issues: list[tuple[str, str]]
+
+
+class Notes:
+    """What a judge (:meth:`Store.judge`) finds, as it finds it."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.unknown: list[str] = []
+        self.issues: list[tuple[str, str]] = []
+
+    def warn(self, kind: str, text: str) -> None:
+        self.warnings.append(text)
+        self.issues.append((kind, text))
+
+    def not_read(self, text: str) -> None:
+        self.unknown.append(text)
+        self.issues.append(("setting-unknown", text))
+
+    def judged(self, verdict: str) -> Protection:
+        return Protection(verdict, self.warnings, self.unknown, self.issues)
+
+
+class Sink(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
+class LocalWriteError(CkptRescueError):
+    """Writing received bytes into the local destination failed (no space, I/O error)."""
+
+
+def local_write_error(exc: OSError, dest: Any, where: str) -> LocalWriteError:
+    """A write into the local destination failed: one line naming the file and the
+    operation (no space left, an I/O error), not the object."""
+    name = getattr(dest, "name", None)
+    return LocalWriteError(
+        f"{name if isinstance(name, str) else 'the destination'}: {exc.strerror or exc} while "
+        f"writing the bytes of {where}",
+        hint="free space on the destination's filesystem (or check the disk) and run the "
+        "command again; objects already preserved are kept")
 
 
 @dataclass
@@ -112,10 +233,13 @@ class StoreStats:
 
 
 class Store(ABC):
-    """A read-only object store (one bucket/container). Subclasses implement the reads."""
+    """A read-only object store (one bucket/container). Subclasses implement the reads and
+    may override the hooks (module doc)."""
 
     scheme: ClassVar[str]
     READ_OPERATIONS: ClassVar[frozenset[str]]
+    CODES: ClassVar[dict[str, str]] = OS_CODES  # finding kind -> code (``stores/kinds.py``)
+    RECORDS: ClassVar[str] = "store"  # audit records and artifacts: "store.verify", ...
 
     def __init__(self, url: StoreUrl, options: StoreOptions) -> None:
         self.url = url
@@ -126,6 +250,12 @@ class Store(ABC):
     def url_of(self, key: str, version: str | None = None) -> str:
         out = self.url.child(key)
         return f"{out}?version={version}" if version else out
+
+    def connection(self) -> dict[str, Any]:
+        """How the store was reached (for the audit record)."""
+        return {"endpoint_url": self.options.endpoint_url}
+
+    # ---- reads every backend implements ----------------------------------------------------
 
     @abstractmethod
     def head(self, key: str, version: str | None = None) -> ObjectInfo:
@@ -138,7 +268,7 @@ class Store(ABC):
     @abstractmethod
     def list_versions(self, prefix: str) -> dict[str, list[ObjectInfo]]:
         """Every listed version of every key under ``prefix``, newest first per key
-        (noncurrent, snapshots, soft-deleted included and marked)."""
+        (noncurrent, snapshots, soft-deleted, delete markers included and marked)."""
 
     @abstractmethod
     def read_range(self, obj: ObjectInfo, start: int, length: int) -> bytes:
@@ -152,16 +282,115 @@ class Store(ABC):
     def settings(self) -> dict[str, Any]:
         """Protection settings of the bucket/container (for preflight), as read."""
 
+    @abstractmethod
+    def judge(self, settings: dict[str, Any]) -> Protection:
+        """What :meth:`settings` means for the evidence (pure)."""
+
+    # ---- listing -------------------------------------------------------------------------
+
+    def iter_listing(self, prefix: str) -> Iterator[list[ObjectInfo]]:
+        """Current objects under ``prefix`` page by page (work can start on the first page)."""
+        yield self.list_objects(prefix)
+
+    def find(self, key: str) -> ObjectInfo | None:
+        """The current object named exactly ``key``, if there is one (listed, not read)."""
+        return next((o for o in self.list_objects(key) if o.key == key), None)
+
+    def select(self) -> tuple[str, ObjectInfo | None]:
+        """What the URL names: ``(parent, obj)`` when its key is an existing object, else
+        ``(prefix, None)``: every object under the key taken as a folder."""
+        key = self.url.key
+        if key and not key.endswith("/"):
+            exact = self.find(key)
+            if exact is not None:
+                return (key.rsplit("/", 1)[0] + "/" if "/" in key else ""), exact
+            key += "/"
+        return key, None
+
     def resolve(self) -> tuple[str, list[ObjectInfo], bool]:
         """The URL's key as an exact object (``(parent, [obj], True)``) when one exists, else
         every object under it as a folder (``(prefix, objs, False)``)."""
-        key = self.url.key
-        if key and not key.endswith("/"):
-            exact = [o for o in self.list_objects(key) if o.key == key]
-            if exact:
-                return key.rsplit("/", 1)[0] + "/" if "/" in key else "", exact, True
-            key += "/"
-        return key, self.list_objects(key), False
+        prefix, exact = self.select()
+        if exact is not None:
+            return prefix, [exact], True
+        return prefix, self.list_objects(prefix), False
+
+    # ---- hooks (defaults every store answers; a backend overrides what it does better) ----
+
+    def check_local(self, obj: ObjectInfo, path: Path) -> Verdict:
+        """A local file against the object's stored values, downloading nothing."""
+        from ckptrescue.stores.integrity import compare, digest_file, verdict_of
+
+        size = path.stat().st_size
+        if size != obj.size:
+            return Verdict("mismatch", None, {
+                "message": f"size differs: local {size} bytes, remote {obj.size} bytes",
+                "form": "size", "expected": str(obj.size), "actual": str(size)})
+        return verdict_of(*compare(obj, digest_file(path)))
+
+    def fetch(self, obj: ObjectInfo, sink: Sink) -> Fetched:
+        """Stream exactly that version into ``sink``, checking it on the way."""
+        from ckptrescue.stores.integrity import Digest, compare, verdict_of
+
+        digest = Digest()
+        where = self.url_of(obj.key, obj.version)
+        for block in self.iter_content(obj):
+            digest.update(block)
+            try:
+                sink.write(block)
+            except OSError as exc:
+                raise local_write_error(exc, sink, where) from exc
+        verdict = verdict_of(*compare(obj, digest))
+        return Fetched(verdict.status, verdict.algorithm, verdict.detail, size=digest.size,
+                       sha256=digest.values()["sha256"], object=obj.to_json())
+
+    def mismatch_detail(self, obj: ObjectInfo) -> dict[str, Any]:
+        """What helps locate a mismatch in this object (Azure: the committed block list)."""
+        return {}
+
+    def describe_versions(self, versions: list[ObjectInfo]) -> None:
+        """Complete listed versions with what history shows of each (S3: HEAD each);
+        the listing says all there is by default."""
+        return
+
+    def version_anomalies(self, versions: list[ObjectInfo]) -> list[Anomaly]:
+        """Listing anomalies of one key's history (newest first); pure."""
+        out: list[Anomaly] = []
+        latest = [e.version_id for e in versions if e.is_latest]
+        if len(latest) > 1:
+            out.append(Anomaly("latest-count", f"{len(latest)} entries are current (expected "
+                               "one): the listing changed while it was read", latest))
+        if versions and not latest:
+            out.append(Anomaly("no-current-version",
+                               "no current version: the object was deleted; the versions listed "
+                               "remain", [e.version or "?" for e in versions]))
+        soft = [e.version or "?" for e in versions if e.soft_deleted]
+        if soft:
+            out.append(Anomaly("soft-deleted", f"{len(soft)} soft-deleted version(s) listed "
+                                               "(never undeleted by the kit)", soft))
+        return out
+
+    def version_json(self, info: ObjectInfo) -> dict[str, Any]:
+        """One version as history shows it."""
+        return {"version_id": info.version_id, "is_latest": info.is_latest,
+                "delete_marker": info.delete_marker, "deleted": info.deleted,
+                "soft_deleted": info.soft_deleted, "kind": info.kind,
+                "last_modified": info.last_modified, "size": info.size,
+                "checksum": dict(info.hashes) or None, "etag": info.etag}
+
+    def stored_sha256(self, info: ObjectInfo) -> str | None:
+        """The version's whole-content SHA-256 as the store keeps it (hex), if it keeps one."""
+        return None
+
+    def unreadable(self, info: ObjectInfo) -> str | None:
+        """Why this listed version cannot be read without changing the store, if it cannot."""
+        return None
+
+    def version_events(self, key: str, versions: list[ObjectInfo],
+                       source: Path | str) -> dict[str, list[dict[str, Any]]]:
+        """Who wrote or deleted each version, from the store's exported audit logs."""
+        raise UsageError(f"{self.url.store_name} keeps no CloudTrail: --cloudtrail is for "
+                         "s3:// URLs")
 
 
 def open_store(url: str | StoreUrl, options: StoreOptions | None = None) -> Store:

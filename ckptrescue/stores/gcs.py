@@ -24,7 +24,15 @@ from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
-from ckptrescue.stores.base import MiB, ObjectInfo, Store, StoreOptions, StoreStats
+from ckptrescue.stores.base import (
+    MiB,
+    Notes,
+    ObjectInfo,
+    Protection,
+    Store,
+    StoreOptions,
+    StoreStats,
+)
 from ckptrescue.stores.urls import StoreUrl
 
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
@@ -111,7 +119,6 @@ def make_session(options: StoreOptions, stats: StoreStats) -> tuple[Any, str]:
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session, endpoint
-
 
 
 class GcsStore(Store):
@@ -249,8 +256,14 @@ class GcsStore(Store):
             response.close()
 
     def settings(self) -> dict[str, Any]:
-        data = self._get(self.base, f"gs://{self.url.bucket}").json()
+        try:
+            data = self._get(self.base, f"gs://{self.url.bucket}").json()
+        except RemoteError as exc:  # denied: the verdict is unknown, the reason named
+            return {"bucket": self.url.bucket, "error": exc.message}
         return parse_bucket(data)
+
+    def judge(self, settings: dict[str, Any]) -> Protection:
+        return judge_gcs(settings)
 
 
 def parse_bucket(data: dict[str, Any]) -> dict[str, Any]:
@@ -276,3 +289,26 @@ def parse_bucket(data: dict[str, Any]) -> dict[str, Any]:
 
 def b64_crc32c(data_crc: int) -> str:
     return base64.b64encode(data_crc.to_bytes(4, "big")).decode()
+
+
+def judge_gcs(s: dict[str, Any]) -> Protection:
+    """What a bucket's settings (:func:`parse_bucket`) mean for the evidence (pure)."""
+    notes = Notes()
+    if "error" in s:
+        notes.not_read(f"bucket settings: {s['error']}")
+        return notes.judged("unknown")
+    locked = bool(s.get("retention_locked"))
+    if not s.get("versioning"):
+        notes.warn("versioning", "object versioning is off: overwrites and deletes are final")
+    if s.get("soft_delete_s") is None:
+        if "softDeletePolicy" not in s.get("fields_present", []):
+            notes.unknown.append("soft delete policy: not in the bucket resource")
+            notes.issues.append(("setting-unknown", notes.unknown[-1]))
+        notes.warn("no-soft-delete", "soft delete is off: a deleted object is gone at once")
+    if not locked and not s.get("object_retention"):
+        notes.warn("no-lock", "no locked retention policy (bucket lock) or object retention")
+    if locked:
+        notes.issues.append(("immutable", f"{s.get('bucket')}: keeps immutable versions"))
+        return notes.judged("immutable")
+    return notes.judged("versioned" if s.get("versioning") or s.get("soft_delete_s")
+                        else "unprotected")

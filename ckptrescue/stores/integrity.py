@@ -1,5 +1,6 @@
-"""Integrity of Azure Blob and GCS objects against the values the store keeps, side by side
-with S3 (``ckptrescue.stores.s3``, used as is for ``s3://`` URLs).
+"""Integrity of Azure Blob and GCS objects against the values the store keeps (the default of
+:meth:`ckptrescue.stores.base.Store.check_local` and :meth:`~ckptrescue.stores.base.Store.fetch`;
+the S3 backend checks its own checksums: ``ckptrescue.stores.s3.integrity``).
 
 * Azure: the blob's ``Content-MD5`` (``x-ms-blob-content-md5``). ``Put Blob`` validates it on
   upload; ``Put Block List`` stores whatever the client sent, or nothing: a blob committed from
@@ -9,8 +10,7 @@ with S3 (``ckptrescue.stores.s3``, used as is for ``s3://`` URLs).
 * GCS: ``crc32c`` (every object, composites included) and ``md5Hash`` (absent on composite
   objects: then CRC32C alone, finding OS006). Values are Base64, CRC32C big-endian.
 
-``verify(url)`` streams each object (nothing is stored) and recomputes its values;
-``verify(url, local_dir)`` hashes local files instead and downloads nothing.
+:func:`compare` is pure: content digests against an object's stored values.
 """
 
 from __future__ import annotations
@@ -18,14 +18,10 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.errors import CkptRescueError
-from ckptrescue.model import Finding, Severity
-from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
-from ckptrescue.stores.urls import parse_store_url
+from ckptrescue.stores.base import ObjectInfo, Verdict
 
 CHUNK = 8 << 20
 
@@ -55,6 +51,40 @@ class Digest:
         return {"md5": base64.b64encode(self.md5.digest()).decode(),
                 "crc32c": base64.b64encode(self.crc.digest()).decode(),
                 "sha256": self.sha256.hexdigest()}
+
+
+class Sha256Sink:
+    """A sink that keeps nothing but the SHA-256 of what it is given (content compared,
+    nothing stored)."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return len(data)
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    sink = Sha256Sink()
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            sink.write(block)
+    return sink.hexdigest()
+
+
+def count_statuses(objects: Iterable[Any], statuses: Iterable[str] = ()) -> dict[str, int]:
+    """Objects per ``status`` (every one of ``statuses`` listed, zero or not) and ``total``."""
+    counts = dict.fromkeys(statuses, 0)
+    total = 0
+    for obj in objects:
+        counts[obj.status] = counts.get(obj.status, 0) + 1
+        total += 1
+    counts["total"] = total
+    return counts
 
 
 def digest_of(blocks: Iterable[bytes]) -> Digest:
@@ -97,140 +127,9 @@ def compare(obj: ObjectInfo, digest: Digest) -> tuple[str, dict[str, Any]]:
     return "match", detail
 
 
-@dataclass
-class ObjectCheck:
-    key: str
-    version: str | None
-    status: str  # match | mismatch | unverifiable | missing-local | missing-remote | error
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "version": self.version, "status": self.status,
-                "detail": self.detail}
-
-
-@dataclass
-class StoreVerifyResult:
-    url: str
-    mode: str  # content (objects streamed) | local (local files hashed)
-    objects: list[ObjectCheck] = field(default_factory=list)
-    operations: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for obj in self.objects:
-            out[obj.status] = out.get(obj.status, 0) + 1
-        out["total"] = len(self.objects)
-        return out
-
-    @property
-    def ok(self) -> bool:
-        return all(o.status in ("match", "unverifiable") for o in self.objects)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"url": self.url, "mode": self.mode, "counts": self.counts,
-                "objects": [o.to_json() for o in self.objects], "operations": self.operations}
-
-    def findings(self) -> list[Finding]:
-        target = parse_store_url(self.url)
-        out = []
-        for obj in self.objects:
-            where = target.child(obj.key)
-            code, severity = {
-                "mismatch": ("OS001" if self.mode == "content" else "OS007", Severity.ERROR),
-                "missing-local": ("OS002", Severity.WARNING),
-                "missing-remote": ("OS003", Severity.WARNING),
-                "unverifiable": ("OS004", Severity.INFO),
-                "error": ("OS005", Severity.ERROR),
-            }.get(obj.status, (None, Severity.INFO))
-            if code:
-                out.append(Finding(code=code, severity=severity,
-                                   title=f"{obj.key}: {obj.detail.get('message', obj.status)}",
-                                   evidence=where, source="stores.verify", details=obj.detail))
-            if obj.detail.get("composite") and obj.status == "match":
-                out.append(Finding(code="OS006", severity=Severity.INFO,
-                                   title=f"{obj.key}: composite object, CRC32C only",
-                                   evidence=where, source="stores.verify"))
-        return out
-
-
-def _block_list(store: Store, obj: ObjectInfo) -> dict[str, Any] | None:
-    """An Azure block blob's committed blocks (ids, sizes): where a mismatch could sit."""
-    hook = getattr(store, "block_list", None)
-    return hook(obj) if hook is not None else None
-
-
-def check_object(store: Store, obj: ObjectInfo) -> ObjectCheck:
-    """Stream one object version and compare it with its stored values."""
-    try:
-        status, detail = compare(obj, digest_of(store.iter_content(obj)))
-    except CkptRescueError as exc:
-        return ObjectCheck(obj.key, obj.version, "error", {"message": exc.message})
-    if status != "match":
-        blocks = _block_list(store, obj)
-        if blocks:
-            detail["block_list"] = blocks
-    return ObjectCheck(obj.key, obj.version, status, detail)
-
-
-def verify(url: str, local_dir: Path | str | None = None, *,
-           options: StoreOptions | None = None, store: Store | None = None) -> Any:
-    """Check every object at or under an ``az://``/``gs://`` URL against its stored values:
-    streamed (no ``local_dir``) or against local files paired by relative key. ``s3://`` URLs
-    go to ``ckptrescue.stores.s3.verify.verify_prefix`` (with ``local_dir``) or to
-    ``ckptrescue.stores.s3.objects.download_verified`` per object."""
-    target = parse_store_url(url)
-    store = store or open_store(target, options)
-    prefix, objects, exact = store.resolve()
-    if target.scheme == "s3":
-        return _verify_s3(store, str(target), prefix, objects, local_dir)
-    result = StoreVerifyResult(url=str(target), mode="local" if local_dir else "content")
-    if local_dir is None:
-        result.objects = [check_object(store, obj) for obj in objects]
-    else:
-        root = Path(local_dir)
-        seen = set()
-        for obj in objects:
-            rel = obj.key[len(prefix):] if not exact else obj.key.rsplit("/", 1)[-1]
-            path = root / rel
-            seen.add(path)
-            if not path.is_file():
-                result.objects.append(ObjectCheck(obj.key, obj.version, "missing-local",
-                                                  {"message": f"no local file {rel}"}))
-                continue
-            status, detail = compare(obj, digest_file(path))
-            result.objects.append(ObjectCheck(obj.key, obj.version, status, detail))
-        if not exact:
-            for path in sorted(p for p in root.rglob("*") if p.is_file() and p not in seen):
-                rel = path.relative_to(root).as_posix()
-                result.objects.append(ObjectCheck(prefix + rel, None, "missing-remote",
-                                                  {"message": f"no object for {rel}"}))
-    result.operations = dict(store.stats.operations)
-    return result
-
-
-def _verify_s3(store: Store, url: str, prefix: str, objects: list[ObjectInfo],
-               local_dir: Path | str | None) -> Any:
-    from ckptrescue.stores.s3.objects import download_verified
-    from ckptrescue.stores.s3.verify import verify_prefix
-
-    client = store.client  # type: ignore[attr-defined]
-    if local_dir is not None:
-        return verify_prefix(url, local_dir, client=client)
-    result = StoreVerifyResult(url=url, mode="content")
-    for obj in objects:
-        sink = Digest()
-        try:
-            download = download_verified(client, store.url.bucket, obj.key, sink)
-        except CkptRescueError as exc:
-            result.objects.append(ObjectCheck(obj.key, obj.version, "error",
-                                              {"message": exc.message}))
-            continue
-        check = download.check
-        result.objects.append(ObjectCheck(obj.key, download.head.version_id, check.status,
-                                          {**check.detail(), "algorithm": check.algorithm,
-                                           "sha256": sink.values()["sha256"],
-                                           "size": sink.size}))
-    result.operations = dict(store.stats.operations)
-    return result
+def verdict_of(status: str, detail: dict[str, Any]) -> Verdict:
+    """A :func:`compare` outcome as a :class:`~ckptrescue.stores.base.Verdict` (the strongest
+    value compared named as its algorithm)."""
+    checked = detail.get("checked") or {}
+    algorithm = "MD5" if "md5" in checked else "CRC32C" if "crc32c" in checked else None
+    return Verdict(status, algorithm, detail)

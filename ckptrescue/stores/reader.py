@@ -106,9 +106,9 @@ class RangeReader:
         self._pins: set[int] = {0, self.nblocks - 1}
         self._units: dict[int, bytes] = {}  # UNIT-aligned small reads outside any stream
 
-    def _fetch(self, index: int) -> bytes:
-        start = index * self.block_size
-        length = min(self.block_size, self.obj.size - start)
+    def _get(self, start: int, unit: int) -> bytes:
+        """One ranged GET of ``unit`` bytes from ``start`` (fewer at the end), counted."""
+        length = min(unit, self.obj.size - start)
         try:
             data = self.store.read_range(self.obj, start, length)
         except Exception:
@@ -118,6 +118,9 @@ class RangeReader:
         if len(data) != length:
             raise OSError(f"short range read: {len(data)} of {length} bytes at {start}")
         return data
+
+    def _fetch(self, index: int) -> bytes:
+        return self._get(index * self.block_size, self.block_size)
 
     def _pinned(self, index: int) -> bool:
         return index in self._pins
@@ -175,16 +178,7 @@ class RangeReader:
         with self._lock:
             data = self._units.get(index)
         if data is None:
-            start = index * UNIT
-            length = min(UNIT, self.obj.size - start)
-            try:
-                data = self.store.read_range(self.obj, start, length)
-            except Exception:
-                self.accounting.add(self.obj.key, 0, error=True)
-                raise
-            self.accounting.add(self.obj.key, len(data))
-            if len(data) != length:
-                raise OSError(f"short range read: {len(data)} of {length} bytes at {start}")
+            data = self._get(index * UNIT, UNIT)
             with self._lock:
                 if len(self._units) < MAX_UNITS:
                     self._units[index] = data

@@ -22,10 +22,9 @@ from ckptrescue.record.case import Case
 def incident(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from ckptrescue.checkpoints.probes.checkpoints import probe_paths
     from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+    from ckptrescue.stores.s3.api import history, preserve
     from ckptrescue.stores.s3.client import ClientOptions
-    from ckptrescue.stores.s3.history import history
     from ckptrescue.stores.s3.localserver import start_local_s3
-    from ckptrescue.stores.s3.preserve import preserve
 
     root = tmp_path_factory.mktemp("incident")
     evidence = root / "evidence"

@@ -180,21 +180,3 @@ def test_extract_and_restore_into_a_bind_of_evidence_are_refused(scene: Scene) -
                   str(view / "restored"), "--case", str(scene.case.root),
                   "--endpoint-url", "http://127.0.0.1:9")
     assert r.returncode == 3 and "evidence" in r.stderr, (r.returncode, r.stderr)
-
-
-def test_evidence_never_holds_the_case_examining_it(scene: Scene) -> None:
-    """A case made inside a directory (or, through a bind mount, inside a subdirectory) that
-    then becomes its evidence would write its audit log into the evidence."""
-    ev = scene.root / "ev"
-    (ev / "sub").mkdir(parents=True)
-    (ev / "sub" / "model.pt").write_bytes(b"weights")
-    view = scene.root / "view"
-    view.mkdir()
-    scene.mount("--bind", str(ev / "sub"), str(view))
-    for where in (ev / "case", view / "case"):
-        assert scene.cli("case", "new", str(where)).returncode == 0
-        r = scene.cli("fs", "inspect", str(ev), "--case", str(where))
-        assert r.returncode != 0 and "holds this case" in r.stderr, (where, r.stderr)
-        assert list(Case.open(where).records("evidence.added")) == []
-    _seal(scene)  # no evidence was registered: nothing for the fixture to compare
-

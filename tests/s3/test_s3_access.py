@@ -47,7 +47,7 @@ def denied_prefix(s3server, writer, bucket, tmp_path):
 
 def test_access_denied_prefix_library_keeps_partial_results(denied_prefix, options, monkeypatch,
                                                              case):
-    from ckptrescue.stores.s3.verify import VerifyFailed, verify_prefix
+    from ckptrescue.stores.s3.api import VerifyFailed, verify_prefix
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", denied_prefix["key_id"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", denied_prefix["secret"])

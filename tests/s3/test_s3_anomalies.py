@@ -3,8 +3,8 @@ null versions, inconsistent IsLatest across pages) are built as listing entries 
 
 from __future__ import annotations
 
-from ckptrescue.stores.s3.history import find_anomalies
 from ckptrescue.stores.s3.objects import VersionEntry
+from ckptrescue.stores.s3.versions import find_anomalies
 
 
 def v(version_id, when, *, latest=False, marker=False):

@@ -16,9 +16,8 @@ import pytest
 from ckptrescue.engine.action import from_library
 from ckptrescue.engine.executor import record as record_step
 from ckptrescue.errors import RefusedError
+from ckptrescue.stores.s3.api import history, restore
 from ckptrescue.stores.s3.client import stats
-from ckptrescue.stores.s3.history import history
-from ckptrescue.stores.s3.restore import restore
 from fixtures.det import det_bytes
 
 KEY = "ckpt/model.pt"

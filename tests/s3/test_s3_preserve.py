@@ -8,8 +8,7 @@ from s3_testlib import MiB, put_multipart
 
 from ckptrescue.engine.action import from_library
 from ckptrescue.engine.executor import record
-from ckptrescue.stores.s3.preflight import preflight
-from ckptrescue.stores.s3.preserve import preserve
+from ckptrescue.stores.s3.api import preflight, preserve
 from fixtures.det import det_bytes
 
 

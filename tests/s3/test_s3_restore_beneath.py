@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ckptrescue.errors import RefusedError, UsageError
-from ckptrescue.stores.s3.restore import restore
+from ckptrescue.stores.s3.api import restore
 
 
 def test_restore_refuses_a_symlinked_directory_inside_to(writer, versioned_bucket, options,

@@ -11,8 +11,8 @@ from s3_testlib import MiB, put_multipart, tree_sha256, write_local
 
 from ckptrescue.engine.action import from_library
 from ckptrescue.engine.executor import record
+from ckptrescue.stores.s3.api import VerifyFailed, verify_prefix
 from ckptrescue.stores.s3.client import stats
-from ckptrescue.stores.s3.verify import VerifyFailed, verify_prefix
 from fixtures.det import det_bytes
 
 
@@ -155,7 +155,7 @@ def test_missing_bucket_is_a_usage_error(tmp_path, options):
 
 def test_local_files_never_uploaded_are_one_finding(tmp_path, s3server, bucket, options,
                                                      writer):
-    from ckptrescue.stores.s3.verify import verify_prefix
+    from ckptrescue.stores.s3.api import verify_prefix
 
     writer.put_object(Bucket=bucket, Key="n/a.bin", Body=b"a")
     write_local(tmp_path, "a.bin", b"a")

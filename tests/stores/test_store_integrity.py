@@ -16,9 +16,10 @@ from ckptrescue.checkpoints.probes.checkpoints import probe_paths
 from ckptrescue.errors import RefusedError
 from ckptrescue.stores import StoreOptions, open_store
 from ckptrescue.stores.history import history
-from ckptrescue.stores.integrity import verify
 from ckptrescue.stores.preflight import preflight
-from ckptrescue.stores.preserve import preserve, restore
+from ckptrescue.stores.preserve import preserve
+from ckptrescue.stores.restore import restore
+from ckptrescue.stores.verify import verify
 from fixtures import stores as fs
 from fixtures.det import det_bytes
 
@@ -205,7 +206,8 @@ def test_preflight_on_the_emulators(request, monkeypatch):
 
 
 def test_preflight_judgements():
-    from ckptrescue.stores.preflight import judge_azure, judge_gcs
+    from ckptrescue.stores.azure import judge_azure
+    from ckptrescue.stores.gcs import judge_gcs
 
     assert judge_azure({"has_immutability_policy": True, "soft_delete": {"enabled": True},
                         "versioning": True})[0] == "immutable"

@@ -1,8 +1,10 @@
 """Read one object's metadata, part layout and versions; download a version with verification.
 
-Public API (used by ``s3 verify/history/restore/preserve`` and by the datasets recovery code):
+Public API (used by the S3 backend, ``stores/s3/backend.py``, and by the datasets code):
 
-* :func:`head_object` -> :class:`ObjectHead` (``ChecksumMode=ENABLED``)
+* :func:`list_objects` / :func:`iter_object_pages` -> the current objects under a prefix
+* :func:`head_object` -> :class:`ObjectHead` (``ChecksumMode=ENABLED``); 404 is
+  :class:`~ckptrescue.stores.base.ObjectGone`
 * :func:`discover_layout` -> :class:`PartLayout` or None (GetObjectAttributes ObjectParts, else
   HeadObject ``PartNumber=i``)
 * :func:`key_versions` -> every version and delete marker of one key, newest first, each version
@@ -21,7 +23,8 @@ from datetime import datetime
 from typing import IO, Any
 from urllib.parse import urlparse
 
-from ckptrescue.errors import CkptRescueError, RemoteError
+from ckptrescue.errors import RemoteError
+from ckptrescue.stores.base import ObjectGone, local_write_error
 from ckptrescue.stores.s3.checksums import (
     checksums_from_response,
     composite_from_parts,
@@ -33,14 +36,6 @@ from ckptrescue.stores.s3.client import is_not_found, stats, translate_error
 from ckptrescue.stores.s3.integrity import Check, ObjectHead, PartLayout, make_plan
 
 CHUNK = 1 << 20
-
-
-class ObjectGone(RemoteError):
-    """HEAD/GET answered 404 (no such key/version, or a delete marker is current)."""
-
-    def __init__(self, message: str, *, delete_marker: bool = False) -> None:
-        super().__init__(message)
-        self.delete_marker = delete_marker
 
 
 def iso(value: Any) -> str | None:
@@ -57,6 +52,30 @@ def provenance_for(client: Any) -> str:
     return "server-verified" if host.endswith((".amazonaws.com", ".amazonaws.com.cn")) else (
         "client-asserted"
     )
+
+
+def iter_object_pages(client: Any, bucket: str, prefix: str, *, max_keys: int | None = None
+                      ) -> Iterator[list[dict[str, Any]]]:
+    """ListObjectsV2 pages under ``prefix`` (kit errors on failure)."""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+    if max_keys:
+        kwargs["MaxKeys"] = max_keys
+    while True:
+        try:
+            response = client.list_objects_v2(**kwargs)
+        except Exception as exc:
+            raise translate_error(exc, f"s3://{bucket}/{prefix}") from exc
+        yield list(response.get("Contents") or [])
+        token = response.get("NextContinuationToken")
+        if max_keys or not response.get("IsTruncated") or not token:
+            return
+        kwargs["ContinuationToken"] = token
+
+
+def list_objects(client: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
+    """Every object key under ``prefix`` -> its listing entry (ListObjectsV2, paginated)."""
+    return {item["Key"]: item for page in iter_object_pages(client, bucket, prefix)
+            for item in page}
 
 
 def head_from_response(bucket: str, key: str, response: dict[str, Any]) -> ObjectHead:
@@ -291,26 +310,16 @@ def list_versions(client: Any, bucket: str, prefix: str, *, exact: bool = False
     by_key: dict[str, list[tuple[int, VersionEntry]]] = {}
     seq = 0
     for versions, markers in iter_version_pages(client, bucket, prefix):
-        for item in versions:
+        for item, marker in [(v, False) for v in versions] + [(m, True) for m in markers]:
             entry = VersionEntry(
                 key=item["Key"],
                 version_id=str(item.get("VersionId") or "null"),
                 is_latest=bool(item.get("IsLatest")),
-                delete_marker=False,
+                delete_marker=marker,
                 last_modified=iso(item.get("LastModified")),
                 size=item.get("Size"),
                 etag=item.get("ETag"),
                 checksum_algorithms=list(item.get("ChecksumAlgorithm") or []),
-            )
-            by_key.setdefault(entry.key, []).append((seq, entry))
-            seq += 1
-        for item in markers:
-            entry = VersionEntry(
-                key=item["Key"],
-                version_id=str(item.get("VersionId") or "null"),
-                is_latest=bool(item.get("IsLatest")),
-                delete_marker=True,
-                last_modified=iso(item.get("LastModified")),
             )
             by_key.setdefault(entry.key, []).append((seq, entry))
             seq += 1
@@ -498,21 +507,6 @@ def download_verified(
     check.resets = read.resets
     return Download(head=head, check=check, layout=layout, size=check.size,
                     sha256=check.sha256 or "", resets=read.resets)
-
-
-class LocalWriteError(CkptRescueError):
-    """Writing received bytes into the local destination failed (no space, I/O error)."""
-
-
-def local_write_error(exc: OSError, dest: Any, where: str) -> CkptRescueError:
-    """A write into the local destination failed: one line naming the file and the
-    operation (no space left, an I/O error), not the object."""
-    name = getattr(dest, "name", None)
-    return LocalWriteError(
-        f"{name if isinstance(name, str) else 'the destination'}: {exc.strerror or exc} while "
-        f"writing the bytes of {where}",
-        hint="free space on the destination's filesystem (or check the disk) and run the "
-        "command again; objects already preserved are kept")
 
 
 def verify_stream(head: ObjectHead, layout: PartLayout | None, stream: IO[bytes], *,

@@ -1,4 +1,5 @@
-"""Known-good manifests for ``s3 history --manifest`` and ``s3 restore --known-good`` (pure).
+"""Known-good manifests for ``store|s3 history --manifest`` and ``store|s3 restore --manifest``
+(pure).
 
 Accepted: ``sha256sum`` output (``<64 hex>  <path>`` or ``<64 hex> *<path>``), or JSON — a
 ``{path: sha256}`` mapping, a list of ``{"path"/"key"/"name", "sha256"}`` objects, or an object
