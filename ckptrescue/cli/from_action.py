@@ -32,6 +32,7 @@ import typer
 from ckptrescue.cli.options import CaseDirOpt, JsonOpt, OptionalCaseOpt
 from ckptrescue.cli.output import info, interrupted
 from ckptrescue.display import shown_tree
+from ckptrescue.engine.argtypes import arg_type
 from ckptrescue.errors import ExitCode, ToolFailedError
 
 if TYPE_CHECKING:
@@ -107,7 +108,8 @@ class Command:
 # ---- building the typer command ----------------------------------------------------------------
 
 def _value_type(kind: str) -> Any:
-    return {"path": Path, "integer": int, "number": float, "boolean": bool}.get(kind, str)
+    """The value's type on the command line (typer converts to it): the one table's."""
+    return arg_type(kind).python
 
 
 def _annotation(spec: ArgSpec, *, optional: bool = False) -> tuple[Any, Any]:
@@ -131,7 +133,7 @@ def _annotation(spec: ArgSpec, *, optional: bool = False) -> tuple[Any, Any]:
         info["min"] = spec.minimum
     names = [spec.option] + ([spec.short] if spec.short else [])
     option = typer.Option(*names, **info)
-    if spec.type == "boolean":
+    if arg_type(spec.type).boolean:
         return Annotated[bool, option], False  # a flag flips the action's default
     if spec.required or spec.cli_required:
         return Annotated[base, option], inspect.Parameter.empty
@@ -224,7 +226,7 @@ def add_command(app: typer.Typer, name: str, command: Command) -> None:
 # ---- running it --------------------------------------------------------------------------------
 
 def _to_arg(spec: ArgSpec, value: Any) -> Any:
-    if spec.type == "boolean":
+    if arg_type(spec.type).boolean:
         return bool(spec.default) != bool(value)  # a flag flips the default
     if value is None:
         return None

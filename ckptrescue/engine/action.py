@@ -30,8 +30,9 @@ class ArgSpec:
     """One argument of an action: the single declaration the engine, the playbook linter, the
     CLI (``cli/from_action.py``) and the TUI's forms (``tui/form.py``) all read.
 
-    ``type``: path, location (a path or an s3://, az://, gs:// URL: text on the command line),
-    string, integer, number, boolean, list (of ``item``), mapping, s3_url, any.
+    ``type``: a row of the one table of argument types (``engine/argtypes.py``): path,
+    location (a path or an s3://, az://, gs:// URL: text on the command line), string,
+    integer, number, boolean, list (of ``item``), mapping, s3_url, any.
     On the command line an argument is ``positional`` (then always required there) or an
     option spelled ``flag`` (default ``--name-with-dashes``) with an optional ``short`` alias.
     A boolean option is a flag that flips the default: ``--load`` sets ``load=True`` (default

@@ -12,6 +12,7 @@ from typing import Any
 
 from ckptrescue import guard
 from ckptrescue.actions import registry
+from ckptrescue.engine.argtypes import arg_type
 from ckptrescue.errors import PlaybookError
 from ckptrescue.playbook.params import convert
 from ckptrescue.playbook.schema import ID_RE, WHEN_OPS, Playbook, references
@@ -111,19 +112,7 @@ def _literal_type_problem(kind: str, value: Any) -> str | None:
     """A type problem with a literal argument value (references are checked at run time)."""
     if isinstance(value, str) and references(value):
         return None
-    if kind == "list" and not isinstance(value, list):
-        return f"must be a list (got {value!r})"
-    if kind == "boolean" and not isinstance(value, bool):
-        return f"must be true or false (got {value!r})"
-    if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
-        return f"must be a whole number (got {value!r})"
-    if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
-        return f"must be a number (got {value!r})"
-    if kind in {"path", "location", "string", "s3_url"} and not isinstance(value, str):
-        return f"must be text (got {value!r})"
-    if kind == "s3_url" and isinstance(value, str) and value and not value.startswith("s3://"):
-        return f"must be an s3:// URL (got {value!r})"
-    return None
+    return arg_type(kind).literal_problem(value)
 
 
 def _placeholder(arg: str) -> str:

@@ -2,72 +2,24 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from ckptrescue.engine.argtypes import PLAYBOOK_TYPES, BadValue
 from ckptrescue.errors import PlaybookError
 from ckptrescue.playbook.schema import Playbook
 
 
-def _is_block(path: Path) -> bool:
-    try:
-        return stat.S_ISBLK(path.stat().st_mode)
-    except OSError:
-        return False
-
-
 def convert(ptype: str, name: str, raw: Any) -> Any:
-    """Convert and validate one value; raises PlaybookError with a clear message."""
-    def bad(why: str) -> PlaybookError:
-        return PlaybookError(f"parameter {name}: {raw!r} {why}")
-
-    if ptype == "integer":
-        if isinstance(raw, bool):
-            raise bad("is not an integer")
-        try:
-            return int(raw)
-        except (TypeError, ValueError):
-            raise bad("is not an integer") from None
-    if ptype == "boolean":
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in {"true", "yes", "1", "on"}:
-            return True
-        if text in {"false", "no", "0", "off"}:
-            return False
-        raise bad("is not a boolean (true/false)")
-    if ptype == "string":
-        return str(raw)
-    if ptype == "s3_url":
-        text = str(raw)
-        if not text.startswith("s3://") or len(text) <= 5 or text[5] == "/":
-            raise bad("is not an s3://bucket[/prefix] URL")
-        return text
-    path = Path(os.path.expanduser(str(raw)))
-    if ptype == "block_device":
-        if not _is_block(path):
-            raise bad("is not a block device")
-    elif ptype == "image":
-        if not (_is_block(path) or path.is_file()):
-            raise bad("is neither a block device nor an image file")
-    elif ptype == "path":
-        if not path.exists():
-            raise bad("does not exist")
-    elif ptype == "file":
-        if not path.is_file():
-            raise bad("is not an existing file")
-    elif ptype == "directory":
-        if not path.is_dir():
-            raise bad("is not an existing directory")
-    elif ptype == "new_directory":
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise bad("exists and is not an empty directory")
-    else:
-        raise bad(f"has unknown type {ptype}")
-    return str(path.resolve()) if path.exists() else str(path.absolute())
+    """Convert and validate one value by its type (``engine/argtypes.py``); raises
+    PlaybookError with a clear message."""
+    kind = PLAYBOOK_TYPES.get(ptype)
+    if kind is None:
+        raise PlaybookError(f"parameter {name}: {raw!r} has unknown type {ptype}")
+    try:
+        return kind.value(name, raw)
+    except BadValue as exc:
+        raise PlaybookError(str(exc)) from None
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, str]:

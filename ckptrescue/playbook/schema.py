@@ -11,20 +11,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptrescue.engine.argtypes import PLAYBOOK_TYPES
+
 SCHEMA_VERSION = 1
 
-PARAM_TYPES = {
-    "block_device": "an existing block device (e.g. /dev/sdb)",
-    "image": "a block device or a disk-image file",
-    "path": "an existing file or directory",
-    "file": "an existing regular file",
-    "directory": "an existing directory",
-    "new_directory": "a directory that does not exist yet or is empty",
-    "s3_url": "an s3://bucket[/prefix] URL",
-    "string": "any text",
-    "integer": "a whole number",
-    "boolean": "true or false",
-}
+# the playbook parameter types: the rows of the one table of argument types marked "parameter"
+PARAM_TYPES = {name: t.meaning for name, t in PLAYBOOK_TYPES.items()}
 
 STEP_KEYS = {"id", "action", "title", "with", "when", "on_failure"}
 PARAM_KEYS = {"name", "type", "description", "required", "default"}

@@ -8,13 +8,12 @@ here, so the form logic is tested without a terminal.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.engine.action import ArgSpec
+from ckptrescue.engine.argtypes import BadValue, arg_type
 from ckptrescue.errors import CkptRescueError
-from ckptrescue.tui.scenarios import EVIDENCE_TYPES
 
 if TYPE_CHECKING:
     from ckptrescue.engine.action import Action
@@ -36,16 +35,13 @@ class FormField:
     @property
     def is_switch(self) -> bool:
         """A yes/no value: a checkbox on the form, never a text box holding ``False``."""
-        return self.spec.type in BOOLEAN_TYPES
+        return arg_type(self.spec.type).boolean
 
 
 def parameter_spec(param: Parameter) -> ArgSpec:
     """A playbook parameter as an argument spec (its type is one of the playbook's types)."""
     return ArgSpec(param.name, param.type, required=param.required, default=param.default,
                    help=param.description)
-
-
-BOOLEAN_TYPES = frozenset({"boolean", "bool"})
 
 
 def switch_initial(spec: ArgSpec) -> bool:
@@ -58,20 +54,18 @@ def switch_initial(spec: ArgSpec) -> bool:
 
 def form_field(spec: ArgSpec) -> FormField:
     need = "required" if spec.required and spec.default is None else "optional"
-    if spec.type in BOOLEAN_TYPES:
+    if arg_type(spec.type).boolean:
         label = f"{spec.name}: {spec.help}"
     else:
         label = f"{spec.name} ({spec.type}, {need}): {spec.help}"
     if spec.advanced:
         label += " [advanced]"
-    if spec.type in BOOLEAN_TYPES:
+    if arg_type(spec.type).boolean:
         initial = "true" if switch_initial(spec) else "false"
     else:
         initial = "" if spec.default in (None, "") else str(spec.default)
-    picker = EVIDENCE_TYPES.get(spec.type) or (EVIDENCE_TYPES["path"]
-                                               if spec.item in ("path", "location")
-                                               and spec.type == "list"
-                                               else None)
+    picker = arg_type(spec.type).picker or (arg_type(spec.item).picker
+                                            if spec.type == "list" else None)
     return FormField(spec=spec, label=label, placeholder=spec.type, initial=initial,
                      picker=picker)
 
@@ -92,24 +86,18 @@ def action_fields(action: type[Action]) -> list[FormField]:
 
 
 def convert(spec: ArgSpec, raw: str) -> Any:
-    """A typed value from the text typed into a field (raises CkptRescueError)."""
+    """A typed value from the text typed into a field (raises CkptRescueError): the playbook
+    parameter types as ``-p`` converts them, the others by the one table of argument types."""
     from ckptrescue.errors import UsageError
     from ckptrescue.playbook import params
-    from ckptrescue.playbook.schema import PARAM_TYPES
 
-    if spec.type in PARAM_TYPES:
+    kind = arg_type(spec.type)
+    if kind.parameter:
         return params.convert(spec.type, spec.name, raw)
-    if spec.type == "number":
-        try:
-            return float(raw)
-        except ValueError:
-            raise UsageError(f"parameter {spec.name}: {raw!r} is not a number") from None
-    if spec.type == "list":
-        try:
-            return shlex.split(raw)
-        except ValueError as exc:
-            raise UsageError(f"parameter {spec.name}: {raw!r}: {exc}") from None
-    return raw
+    try:
+        return kind.value(spec.name, raw)
+    except BadValue as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_value(spec: ArgSpec, raw: str) -> tuple[bool, str]:

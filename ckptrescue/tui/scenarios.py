@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptrescue.engine.argtypes import ARG_TYPES
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -54,13 +56,6 @@ SCENARIOS: tuple[Scenario, ...] = (
              "snapshot link; the revision each problem breaks.", "hub-cache"),
 )
 
-# Parameter types whose value is evidence, with what the picker offers.
-EVIDENCE_TYPES = {
-    "block_device": "devices",
-    "image": "devices",
-    "path": "paths",
-    "location": "paths",  # a path, or an object-store URL typed in
-    "file": "paths",
-    "directory": "paths",
-}
+# Parameter types whose value is evidence, with what the picker offers (engine/argtypes.py)
+EVIDENCE_TYPES = {name: t.picker for name, t in ARG_TYPES.items() if t.picker}
 
