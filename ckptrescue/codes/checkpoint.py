@@ -37,6 +37,8 @@ CODES = {
     "TA003": (E, "Compressed tar stream damaged: gzip CRC-32 / length or zstd checksum fails"),
     "TA004": (E, "A checkpoint member of the tar archive is not intact (its own findings say how)"),
     "TA005": (E, "Tar archive holds no checkpoint member (torch zip or pickle)"),
+    "TA006": (W, "Two tar members share a name: extraction keeps the last, so the earlier one "
+              "is not what a loader reads (still judged for safety)"),
     # pickle inspection
     "PK001": (C, "Pickle references globals outside torch's weights-only allowlist"),
     "PK002": (E, "Pickle damaged: static parse stopped"),

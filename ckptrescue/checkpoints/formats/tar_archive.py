@@ -11,13 +11,19 @@ zip is a torch zip; a ``.nemo`` archive is the NeMo family's). The member header
   numeric scan; tensors keep their offsets in the archive, so salvage reads them in place); in
   a compressed tar, verified as the stream passes (``zipstream.StreamZip``: CRC per record,
   descriptors and central directory, the pickle) - read once, no temporary copy;
-* a pickle (``PROTO`` opcode, or a ``.pkl``/``.pickle`` name) - scanned as a standalone pickle
-  (``pickle.load`` resolves every global: off the exact list is ``unsafe``);
+* a legacy torch.save stream (its first pickle the magic number, any protocol) - in a plain
+  tar, probed over its byte window exactly as a file (``torch_legacy.probe_stream``); in a
+  compressed tar, its five pickles scanned;
+* a pickle (``PROTO`` opcode, or a ``.pkl``/``.pickle`` name) - scanned as a standalone pickle,
+  and every pickle after it (``pickle.load`` called again; it resolves every global: off the
+  exact list is ``unsafe``);
 * anything else - listed, not judged.
 
 A damaged member header, a cut archive, a zero block hiding later members, a bad gzip CRC-32 or
 zstd checksum are findings on the archive (``TA001``-``TA003``). Tensor names are prefixed with
-the member's name when the archive holds more than one checkpoint member.
+the member's name when the archive holds more than one checkpoint member. Two members of one
+name (``TA006``): extraction keeps the last, so only its tensors are mapped; the earlier one is
+still judged, and still makes the archive ``unsafe`` when it can run code.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.families import tarwalk
-from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap
+from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap, torch_legacy
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tensormap import finding
@@ -61,9 +67,15 @@ def _first_block(path: Path) -> bytes:
         return fh.read(tarwalk.BLOCK)
 
 
+_HEAD_BYTES = torch_legacy.DETECT_BYTES  # enough to tell a legacy torch.save stream
+_MAX_PICKLES = 16  # pickles read one after the other in a member (a legacy stream: five)
+
+
 def _kind(head: bytes, name: str) -> str | None:
     if head[:4] == b"PK\x03\x04":
         return "torch-zip"
+    if torch_legacy.is_legacy_head(head):
+        return "torch-legacy"
     if (len(head) >= 2 and head[0] == 0x80 and head[1] <= 5) or name.endswith(_PICKLE_SUFFIXES):
         return "pickle"
     return None
@@ -93,9 +105,12 @@ class TarArchiveFormat:
                                   files=[spath])
         tw, parts = _checkpoint_members(path)
         verdicts = _walk_problems(report, tw, path)
-        judged = _Members(report, tw, options, multi=len(parts) > 1)
+        # extraction keeps the last member of a name: the earlier ones are not the checkpoint
+        last = {part.member.name: part for part in parts}
+        judged = _Members(report, tw, options, multi=len(last) > 1)
         for part in parts:
-            verdicts += judged.judge(part)
+            verdicts += judged.judge(part, replaced_by=None if last[part.member.name] is part
+                                     else last[part.member.name])
         if not parts:
             report.findings.append(finding(
                 "TA005", f"{path.name}: no checkpoint member (torch zip or pickle) among "
@@ -134,7 +149,7 @@ def _checkpoint_members(path: Path) -> tuple[Any, list[_Part]]:
     parts: list[_Part] = []
 
     def visit(member: tarwalk.TarMember, reader: tarwalk.MemberReader) -> None:
-        head = reader.read(8)
+        head = reader.read(_HEAD_BYTES)
         kind = _kind(head, member.name)
         if kind == "torch-zip":
             sz = StreamZip(f"{spath}:{member.name}")
@@ -142,7 +157,7 @@ def _checkpoint_members(path: Path) -> tuple[Any, list[_Part]]:
             while chunk := reader.read(_CHUNK):
                 sz.feed(chunk)
             parts.append(_Part(member, kind, stream=sz, cut=reader.left > 0))
-        elif kind == "pickle":
+        elif kind is not None:  # a pickle, or a legacy stream's pickles (no offsets here)
             parts.append(_Part(member, kind, head + reader.read(
                 pickle_scan.MAX_PICKLE_BYTES - len(head))))
 
@@ -151,12 +166,12 @@ def _checkpoint_members(path: Path) -> tuple[Any, list[_Part]]:
         with open_regular(path) as fh:
             for m in tarwalk.iter_files(tw):
                 fh.seek(m.data_offset)
-                kind = _kind(fh.read(min(8, m.size)), m.name)
+                kind = _kind(fh.read(min(_HEAD_BYTES, m.size)), m.name)
                 if kind == "pickle":
                     fh.seek(m.data_offset)
                     parts.append(_Part(m, kind, fh.read(min(m.size,
                                                             pickle_scan.MAX_PICKLE_BYTES))))
-                elif kind == "torch-zip":
+                elif kind in ("torch-zip", "torch-legacy"):
                     parts.append(_Part(m, kind))
     return tw, parts
 
@@ -196,25 +211,37 @@ class _Members:
     def _offset(self, m: tarwalk.TarMember) -> int | None:
         return None if self.tw.compressed else m.data_offset
 
-    def judge(self, part: _Part) -> list[Verdict]:
+    def judge(self, part: _Part, replaced_by: _Part | None = None) -> list[Verdict]:
         """One member: its findings and tensors into the report, its own verdict listed (and
-        a TA004 finding when it is not intact); returns its verdicts."""
+        a TA004 finding when it is not intact); returns its verdicts. A member ``replaced_by``
+        a later one of the same name keeps only what makes it unsafe (TA006)."""
         m, report = part.member, self.report
         prefix = f"{m.name}/" if self.multi else ""
-        before = len(report.findings)
-        if part.kind == "pickle":
+        before, first = len(report.findings), len(report.tensors)
+        if part.data:
             own = self._pickle(part)
         elif part.stream is not None:
             own = self._stream(part, prefix)
+        elif part.kind == "torch-legacy":
+            own = self._legacy(part, prefix)
         else:
             own = self._zip(part, prefix)
         mine = CheckpointReport(path=report.path, format=part.kind, verdict=Verdict.INTACT,
-                                tensors=[t for t in report.tensors
-                                         if not self.multi or t.name.startswith(prefix)],
+                                tensors=report.tensors[first:],
                                 findings=report.findings[before:])
         tensormap.finalize(mine, own)
         self.listed.append({"name": m.name, "kind": part.kind, "size": m.size,
                             "offset": self._offset(m), "verdict": str(mine.verdict)})
+        if replaced_by is not None:
+            del report.tensors[first:]
+            later = self._offset(replaced_by.member)
+            report.findings.append(finding(
+                "TA006", f"member {m.name} appears again later in the archive"
+                + (f" (at {later})" if later is not None else "") + ": extraction keeps only "
+                f"the last one, so this one ({mine.verdict}) is not what a loader reads",
+                evidence=report.path, offset=self._offset(m), length=m.size,
+                details={"member": m.name, "verdict": str(mine.verdict)}))
+            return [v for v in own if v is Verdict.UNSAFE] + [Verdict.SUSPECT]
         if mine.verdict is not Verdict.INTACT:
             report.findings.append(finding(
                 "TA004", f"member {m.name} ({part.kind}) is {mine.verdict}",
@@ -223,15 +250,46 @@ class _Members:
         return own
 
     def _pickle(self, part: _Part) -> list[Verdict]:
-        scan = pickle_scan.scan_pickle(part.data, mode="memory", partial=True)
-        found, verdicts = judge(scan, self.report.path, allowed=self._allowed,
-                                weights_only=False, standalone=True,
-                                label=f"{Path(self.report.path).name}:{part.member.name}")
-        self.report.findings.extend(found)
-        self.zips.globals_.update(scan.globals)
-        self.zips.unsafe.update(g for f in found if f.code == "PK001"
-                                for g in f.details.get("globals", []))
-        return list(verdicts)
+        """Every pickle of the member, one after the other, as repeated ``pickle.load`` calls
+        read them (a legacy stream's five; the bytes after them are its storages)."""
+        data, pos, verdicts = part.data, 0, []
+        most = 5 if part.kind == "torch-legacy" else _MAX_PICKLES
+        for _ in range(most):
+            scan = pickle_scan.scan_pickle(data[pos:], start=pos, mode="memory", partial=True)
+            found, vs = judge(scan, self.report.path, allowed=self._allowed,
+                              weights_only=False, standalone=True,
+                              label=f"{Path(self.report.path).name}:{part.member.name}")
+            self.report.findings.extend(found)
+            verdicts += vs
+            self.zips.globals_.update(scan.globals)
+            self.zips.unsafe.update(g for f in found if f.code == "PK001"
+                                    for g in f.details.get("globals", []))
+            pos += scan.end
+            if scan.error or scan.end <= 0 or len(data) < pos + 2 or data[pos] != 0x80 \
+                    or data[pos + 1] > 5:
+                break
+        return verdicts
+
+    def _legacy(self, part: _Part, prefix: str) -> list[Verdict]:
+        """A legacy stream in a plain tar, probed over its byte window exactly as a file."""
+        m = part.member
+        end = min(m.data_offset + m.size, self.tw.size)
+        one = CheckpointReport(path=self.report.path, format="torch-legacy",
+                               verdict=Verdict.INTACT)
+        with open_evidence(Path(self.report.path)) as fh:
+            verdicts = torch_legacy.probe_stream(fh, one, self.options, start=m.data_offset,
+                                                 end=end, name_prefix=prefix)
+        for rec in one.tensors:
+            if prefix and rec.storage is not None:
+                rec.storage = f"{prefix}{rec.storage}"
+        self.report.tensors.extend(one.tensors)
+        self.report.findings.extend(one.findings)
+        self.zips.globals_.update(one.extra.get("globals", []))
+        self.zips.unsafe.update(one.extra.get("unsafe_globals", []))
+        self.zips.strides.update(one.extra.get("strides", {}))
+        for key, st in one.extra.get("storages", {}).items():
+            self.zips.storages[f"{prefix}{key}"] = st
+        return [*verdicts, *([Verdict.TRUNCATED] if end < m.data_offset + m.size else [])]
 
     def _stream(self, part: _Part, prefix: str) -> list[Verdict]:
         assert part.stream is not None

@@ -6,7 +6,9 @@ version 1001, ``sys_info`` dict, the main object (storages as persistent ids
 for each key in that order an ``int64 LE`` element count and ``count x itemsize`` raw bytes. No
 alignment, no checksums: payloads are verified by element counts and numerics only.
 
-Detected from structure: the first pickle must decode (statically) to the magic number.
+Detected from structure: the first pickle must decode (statically) to the magic number, at any
+pickle protocol (``torch.save(..., pickle_protocol=4)`` frames it). :func:`probe_stream` reads a
+stream inside a larger file too (a member of a plain tar, :mod:`tar_archive`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ckptrescue.checkpoints.formats import dtypes, pickle_policy, pickle_scan, t
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
 from ckptrescue.checkpoints.formats.tensormap import StorageCheck, finding
 from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
+from ckptrescue.checkpoints.formats.torch_zip_records import Bounded
 
 MAGIC = 0x1950A86A20F9469CFC6C
 _HEAD = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")
@@ -39,10 +42,10 @@ class TorchLegacyFormat:
             return False
         try:
             with open(path, "rb") as fh:
-                head = fh.read(len(_HEAD))
+                head = fh.read(DETECT_BYTES)
         except OSError:
             return False
-        return head == _HEAD
+        return is_legacy_head(head)
 
     @classmethod
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
@@ -51,16 +54,8 @@ class TorchLegacyFormat:
         spath = str(path)
         report = CheckpointReport(path=spath, format=cls.name, verdict=Verdict.INTACT,
                                   files=[spath])
-        verdicts: list[Verdict] = []
         with open(path, "rb") as fh:
-            scans = _scan_pickles(fh, report, options, verdicts)
-            _structure(scans, spath, report, verdicts)
-            report.extra["globals"] = sorted({g for s in scans for g in s.globals})
-            report.extra["unsafe_globals"] = sorted({
-                g for f in report.findings if f.code == "PK001"
-                for g in f.details.get("globals", [])})
-            if len(scans) >= 4:
-                _storages(fh, scans, report, options, verdicts)
+            verdicts = probe_stream(fh, report, options)
         tensormap.finalize(report, verdicts)
         return report
 
@@ -68,6 +63,41 @@ class TorchLegacyFormat:
     def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
                               ) -> Iterator[tuple[TensorRecord, str | None]]:
         yield from tensormap_salvageable(report)
+
+
+DETECT_BYTES = 64  # PROTO, an optional FRAME header, LONG1 of 10 bytes, STOP
+
+
+def is_legacy_head(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes) starts a legacy stream: its first pickle decodes,
+    statically, to the magic number - whatever the protocol torch.save was given
+    (``pickle_protocol=2`` writes ``80 02 8a 0a ...``; 4 and 5 add a FRAME)."""
+    if head.startswith(_HEAD):
+        return True
+    if len(head) < 2 or head[0] != 0x80 or not 2 <= head[1] <= 5:
+        return False
+    scan = pickle_scan.scan_pickle(head, mode="memory", partial=True)
+    return scan.error is None and type(scan.root) is int and scan.root == MAGIC
+
+
+def probe_stream(fh: Any, report: CheckpointReport, options: ProbeOptions, *, start: int = 0,
+                 end: int | None = None, name_prefix: str = "") -> list[Verdict]:
+    """The legacy stream in ``[start, end)`` of ``fh`` (a file, or a member of a plain tar)
+    into ``report``, offsets absolute, tensor names with ``name_prefix``: the five pickles in
+    turn (torch's own rules on the main object), their structure, then each storage's element
+    count and bytes after them (no checksums: numerics). Returns the verdicts."""
+    verdicts: list[Verdict] = []
+    end = os.fstat(fh.fileno()).st_size if end is None else end
+    fh.seek(start)
+    scans = _scan_pickles(fh, report, options, verdicts, end)
+    _structure(scans, report.path, report, verdicts)
+    report.extra["globals"] = sorted({g for s in scans for g in s.globals})
+    report.extra["unsafe_globals"] = sorted({
+        g for f in report.findings if f.code == "PK001"
+        for g in f.details.get("globals", [])})
+    if len(scans) >= 4:
+        _storages(fh, scans, report, options, verdicts, end, name_prefix)
+    return verdicts
 
 
 def _structure(scans: list[pickle_scan.PickleScan], spath: str, report: CheckpointReport,
@@ -118,7 +148,7 @@ FORMATS = [TorchLegacyFormat]
 
 
 def _scan_pickles(fh: Any, report: CheckpointReport, options: ProbeOptions,
-                  verdicts: list[Verdict]) -> list[pickle_scan.PickleScan]:
+                  verdicts: list[Verdict], end: int) -> list[pickle_scan.PickleScan]:
     """The legacy file's pickles (magic, protocol, sys info, the object, the storage keys)
     scanned in order, up to the first that fails; the file left after the last one."""
     spath = report.path
@@ -130,11 +160,12 @@ def _scan_pickles(fh: Any, report: CheckpointReport, options: ProbeOptions,
     scans: list[pickle_scan.PickleScan] = []
     for i in range(5):
         pos = fh.tell()
+        window = Bounded(fh, end)  # a tar member's stream ends where the member does
         if i == 3:  # the main object: torch's own rules apply to it
-            scan = torch_rebuild.scan_torch_pickle(fh, start=pos, mode="memory",
+            scan = torch_rebuild.scan_torch_pickle(window, start=pos, mode="memory",
                                                    partial=True, pid_items=6)
         else:
-            scan = pickle_scan.scan_pickle(fh, start=pos, mode="memory", partial=True)
+            scan = pickle_scan.scan_pickle(window, start=pos, mode="memory", partial=True)
         label = f"legacy pickle {i + 1} of 5"
         found, vs = judge(scan, spath, allowed=allowed, weights_only=True, label=label)
         report.findings.extend(found)
@@ -149,10 +180,11 @@ def _scan_pickles(fh: Any, report: CheckpointReport, options: ProbeOptions,
     return scans
 
 
-def _storage_refs(scans: list[pickle_scan.PickleScan]
+def _storage_refs(scans: list[pickle_scan.PickleScan], prefix: str = "",
                   ) -> tuple[list[Any], dict[str, list[Any]], list[str], dict[str, list[str]]]:
     """(named tensors, refs by storage key, the keys in file order, tensor names by key)."""
-    named = list(pickle_scan.iter_named(scans[3].root))
+    named = [(prefix + nm if nm else prefix.rstrip("/") or nm, ref)
+             for nm, ref in pickle_scan.iter_named(scans[3].root)]
     refs_by_key: dict[str, list[Any]] = {}
     names_by_key: dict[str, list[str]] = {}
     for nm, ref in named:
@@ -169,11 +201,12 @@ def _storage_refs(scans: list[pickle_scan.PickleScan]
 
 
 def _storages(fh: Any, scans: list[pickle_scan.PickleScan], report: CheckpointReport,
-              options: ProbeOptions, verdicts: list[Verdict]) -> None:
-    """The storages after the pickles, in key order: each element count against the
-    pickle's size, the bytes there (numerics), a cut file or bytes after the last."""
-    spath, size = report.path, os.fstat(fh.fileno()).st_size
-    named, refs_by_key, keys, names_by_key = _storage_refs(scans)
+              options: ProbeOptions, verdicts: list[Verdict], size: int, prefix: str) -> None:
+    """The storages after the pickles (up to ``size``, the stream's end), in key order: each
+    element count against the pickle's size, the bytes there (numerics), a cut stream or
+    bytes after the last."""
+    spath = report.path
+    named, refs_by_key, keys, names_by_key = _storage_refs(scans, prefix)
     storages: dict[str, StorageCheck] = {}
     pos = fh.tell()
     cut = False
@@ -216,7 +249,7 @@ def _storage(fh: Any, sc: StorageCheck, pos: int, size: int, report: CheckpointR
     one starts, whether the file is cut here)."""
     info = dtypes.lookup(sc.dtype)
     isz = info.itemsize if info else 1
-    raw = os.pread(fh.fileno(), 8, pos)
+    raw = os.pread(fh.fileno(), max(0, min(8, size - pos)), pos)
     if len(raw) < 8:
         sc.mark("truncated", "file ends before this storage's element count")
         return pos, True
@@ -228,10 +261,10 @@ def _storage(fh: Any, sc: StorageCheck, pos: int, size: int, report: CheckpointR
                 f"the pickle's {sc.declared} bytes")
         report.findings.append(finding("TL002", f"storage {sc.key}: {sc.reasons[-1]}",
                                        evidence=report.path, offset=pos, length=8))
-        if count < 0 or nbytes > size:
+        if count < 0 or nbytes > size - sc.data_offset:
             return pos, True
-    tensormap.stream_check(fh, sc, length=nbytes, do_numeric=options.numeric,
-                           want_crc=False, names=names)
+    tensormap.stream_check(fh, sc, length=max(0, min(nbytes, size - sc.data_offset)),
+                           do_numeric=options.numeric, want_crc=False, names=names)
     if (sc.available or 0) < nbytes:
         sc.mark("truncated", f"only {sc.available} of {nbytes} bytes present")
         return sc.data_offset + nbytes, True
