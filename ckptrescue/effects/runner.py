@@ -208,6 +208,7 @@ class SubprocessRunner:
         return guard.GuardContext(evidence_paths=tuple(paths), protected_paths=tuple(protected),
                                   attachments=tuple(self.attachments()),
                                   pools=self.zfs_pools,
+                                  dataset_mountpoint=self.zfs_mountpoint,
                                   output_dirs=tuple(output_dirs.recorded(self.case))
                                   if self.case is not None else None)
 
@@ -234,6 +235,21 @@ class SubprocessRunner:
         if proc.returncode != 0:
             return {} if b"no pools available" in proc.stderr + proc.stdout else None
         return kernel.parse_zpool_list(proc.stdout.decode("utf-8", "replace"))
+
+    def zfs_mountpoint(self, dataset: str) -> str | None:
+        """Where ``zfs mount DATASET`` would mount it, as zfs itself says (the altroot
+        included). The kit's own read, like ``zpool list``: not a step of the case."""
+        exe = shutil.which("zfs", path=minimal_env()["PATH"])
+        if exe is None or dataset.startswith("-"):
+            return None
+        try:
+            proc = subprocess.run([exe, "get", "-H", "-o", "value", "mountpoint", "--", dataset],
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                                  env=minimal_env(), check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        text = proc.stdout.decode("utf-8", "surrogateescape").strip()
+        return text if proc.returncode == 0 and text and "\n" not in text else None
 
     def check(self, call: ToolCall, ctx: guard.GuardContext | None = None) -> guard.Decision:
         argv = [str(a) for a in call.argv]

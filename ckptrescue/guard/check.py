@@ -210,9 +210,8 @@ def pins_of(grammar: Grammar, parsed: Parsed, args: list[str],
     what was judged — not a name resolved again later (a symlink swapped after the check, a
     node named ``UUID=…`` that libmount reads as a tag, a relative name) — and no tool there
     runs in a namespace that would catch the difference."""
-    words: list[tuple[int, str, str]] = [(i, "", w) for i, w in zip(parsed.operand_at,
-                                                                    parsed.operands,
-                                                                    strict=True)]
+    words: list[tuple[int, str, str]] = [(i, "", w) for i, w in zip(
+        parsed.operand_at, parsed.operands, strict=True)] if grammar.operand_paths else []
     for (key, value), at in zip(parsed.opts, parsed.value_at, strict=True):
         if key in grammar.paths and value is not None and at is not None:
             words.append((at[0], at[1], value))

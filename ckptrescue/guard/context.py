@@ -181,6 +181,9 @@ class GuardContext:
     # a device number's own node in /dev (what a host-namespace tool is given: ``check.pins``)
     device_node: Callable[[int], str | None] = field(default=node_of)
     pools: PoolLister | None = None
+    # where ``zfs mount DATASET`` would mount it (``zfs get mountpoint``, altroot included; the
+    # runner asks zfs); None: unknown, and a ZFS mount is refused
+    dataset_mountpoint: Callable[[str], str | None] | None = None
     # whether the kernel refuses writes to a block device right now (``/sys/.../ro`` and
     # BLKROGET), and what a write to a device reaches (partitions' disks, stacked devices, loop
     # backing files and devices)

@@ -93,6 +93,7 @@ class Grammar:
     # option keys whose values name a device or path the tool opens (with the operands, they
     # are pinned for a tool in the host's namespace: ``check.pins``)
     paths: tuple[str, ...] = ()
+    operand_paths: bool = True  # its operands name paths (False: pool or dataset names)
 
     def table(self) -> tuple[dict[str, Opt], dict[str, Opt]]:
         return _tables(self.options)

@@ -206,11 +206,11 @@ def mount_datasets(runner: SubprocessRunner, pool: str, evidence: str,
                                     "is not loaded: not mounted", evidence=evidence,
                                     source="mount"))
         else:
-            m = runner.run(ToolCall.of("zfs", "mount", "-o", "ro", ds, timeout_s=120,
-                                       purpose="mount a dataset read-only"))
+            m = runner.run(ToolCall.of("zfs", "mount", "-o", "ro,nosuid,nodev,noexec", ds,
+                                       timeout_s=120, purpose="mount a dataset read-only"))
             entry["mounted"] = m.returncode == 0
-            if m.returncode != 0:
-                entry["reason"] = (m.stderr or m.stdout).strip()[:300]
+            if m.refused or m.returncode != 0:
+                entry["reason"] = (m.refused or m.stderr or m.stdout).strip()[:300]
         out.append(entry)
     return out
 

@@ -82,6 +82,12 @@ REFUSED = [
     ("zpool import -f -o readonly=on tank", "-N"),
     ("zpool import -F -o readonly=on -N tank", "-F"),
     ("zpool import -o readonly=on tank", "-N"),
+    # the pool's mountpoints come from the evidence: only under an empty -R directory of yours
+    ("zpool import -o readonly=on -N tank", "-R ALTROOT"),
+    ("zpool import -o readonly=on -N -R /mnt/evidence tank", "evidence"),
+    ("zpool import -o readonly=on -N -R /etc/x tank", "/etc"),
+    ("zfs mount -o ro tank_ckr/ds", "nosuid"),
+    ("zfs mount -o ro,nosuid,nodev,noexec tank/ds", "not a dataset of a pool this case"),
     ("zpool scrub tank", "scrub"),
     ("zpool events -c", "clears"),
     ("zfs set compression=off tank/ds", "changes"),
@@ -191,10 +197,10 @@ ALLOWED = [
     "zpool events -v",
     "zpool list",
     "zpool import",
-    "zpool import -o readonly=on -N -R /mnt/evidence tank",
+    "zpool import -o readonly=on -N -R /mnt/alt tank",
     "zpool import -F -n -o readonly=on -N tank",
     "zpool import -f -o readonly=on -o cachefile=none -N -R /mnt/ev -d /dev/loop3 123 tank_ckr",
-    "zpool import -t -o readonly=on -N -d /dev/loop3 1234567 tank_ckr",
+    "zpool import -t -o readonly=on -N -R /mnt/alt -d /dev/loop3 1234567 tank_ckr",
     "zfs get -Hp checksum,compressratio -r tank",
     "dmsetup table",
     "dmsetup ls --tree",
@@ -297,3 +303,39 @@ def test_dmsetup_create_only_read_only_linear_tables(tmp_path) -> None:
     assert not check([*ok[:-1], str(bad)], CTX).allowed
     assert not check(["dmsetup", "create", "--noudevsync", "ckr-1a2b-vg-data", str(good)],
                      CTX).allowed
+
+
+def test_zfs_mount_goes_only_where_a_mount_point_may_be() -> None:
+    """A dataset mounts where its (evidence-controlled) mountpoint property says, the altroot
+    prefixed: that place must be one a mount point may be — never a host tree, however the
+    property spells it — and only for a pool this case imported read-only."""
+    from dataclasses import replace
+
+    where = {"tank_ckr/ok": "/mnt/alt/ok", "tank_ckr/up": "/mnt/alt/../../etc/cron.d",
+             "tank_ckr/leg": "legacy", "tank_ckr/ev": "/mnt/evidence/x"}
+    ctx = replace(CTX, attachments=(*CTX.attachments, k.of_pool(_POOL)),
+                  dataset_mountpoint=where.get)
+    opts = "ro,nosuid,nodev,noexec"
+    assert check(["zfs", "mount", "-o", opts, "tank_ckr/ok"], ctx).allowed
+    for ds, word in (("tank_ckr/up", "/etc"), ("tank_ckr/leg", "legacy"),
+                     ("tank_ckr/ev", "evidence"), ("tank_ckr/none", "unknown")):
+        d = check(["zfs", "mount", "-o", opts, ds], ctx)
+        assert not d.allowed and word in d.reason, (ds, d.reason)
+    d = check(["zfs", "mount", "-o", "ro,nosuid,nodev,noexec,suid", "tank_ckr/ok"], ctx)
+    assert not d.allowed
+
+
+def test_pool_and_dataset_names_are_never_rewritten_as_paths(tmp_path, monkeypatch) -> None:
+    """Host-namespace tools get the device node and path the guard judged in place of what was
+    typed; a pool or dataset name is a name, even when a file of that name is in the cwd."""
+    from dataclasses import replace
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tank_ckr").mkdir()
+    ctx = replace(CTX, attachments=(*CTX.attachments, k.of_pool(_POOL)))
+    d = check(["zpool", "export", "tank_ckr"], ctx)
+    assert d.allowed and d.pins == ()
+    (tmp_path / "disk").symlink_to("/dev/loop3")
+    ctx = replace(ctx, block_rdev=lambda p: _RDEVS.get(p) or (_LOOP.rdev if p == "disk" else None))
+    d = check(["losetup", "-d", "disk"], ctx)  # a path: given as the judged node
+    assert d.allowed and d.argv(["losetup", "-d", "disk"]) == ["losetup", "-d", "/dev/loop3"]

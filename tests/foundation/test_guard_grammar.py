@@ -186,7 +186,7 @@ ALSO_ALLOWED = [
     "dmsetup info --sort name",
     "find /mnt -type f -exec sha256sum {} +",
     "find /mnt -xdev -name '*.pt' -print0",
-    "zpool import -o readonly=off -o readonly=on -N -d /dev/loop3 tank",
+    "zpool import -o readonly=off -o readonly=on -N -R /mnt/alt -d /dev/loop3 tank",
     "mount -o ro -t ext4 -o noload,nosuid -o nodev,noexec /dev/loop3 /mnt/x",
     "losetup -d /dev/loop3",
     "losetup --detach /dev/loop3",

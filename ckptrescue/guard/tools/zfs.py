@@ -3,6 +3,7 @@ unmounted (``-o readonly=on -N``) and exported only when this case imported them
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from ckptrescue.guard.decision import Decision
@@ -58,6 +59,16 @@ def _zpool_import(p: Parsed, ctx: GuardContext) -> Decision | None:
         return Decision.refuse("zpool import without -N mounts datasets; import with -N")
     if len(p.operands) > 2:
         return Decision.refuse("zpool import takes one pool (and its new name)")
+    if p.has("n"):
+        return Decision.allow()  # -F -n: says whether a rewind would work; imports nothing
+    altroots = p.values("R")
+    if not altroots or props.get("altroot") not in (None, altroots[-1]):
+        return Decision.refuse("zpool import without -R ALTROOT: the pool's datasets would "
+                               "mount where the evidence's mountpoint properties say (/etc, "
+                               "a home directory…); import under an empty directory of yours")
+    reason = _mount_place(ctx, altroots[-1])
+    if reason:
+        return Decision.refuse(f"zpool import -R: {reason}")
     return Decision.allow(host_namespace=True)
 
 
@@ -99,18 +110,50 @@ ZPOOL = Subcommands(
                                   "V": "zpool import -V imports a faulted pool"},
                           # a listing reads the labels of every device under its -d
                           # directories (or /dev), as blkid does: the host's /dev, read-only
-                          devices=True, policy=_zpool_import, paths=("d", "R")),
-        "export": grammar("zpool export", "-a", "-f", "-F", policy=_zpool_export),
+                          devices=True, policy=_zpool_import, paths=("d", "R"),
+                          operand_paths=False),
+        "export": grammar("zpool export", "-a", "-f", "-F", policy=_zpool_export,
+                          operand_paths=False),
     },
     refused=ZPOOL_DANGER)
+
+
+ZFS_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "noexec")
+
+
+def _mount_place(ctx: GuardContext, path: str) -> str | None:
+    """Why ``path`` may not take a ZFS mount (or hold a pool's mounts): a place no output may
+    go (a host tree, evidence, the case's records), or an existing directory with files in it
+    (they would be hidden). zfs creates a missing directory itself."""
+    return ctx.writes_forbidden(path) or (
+        ctx.mount_point_forbidden(path) if os.path.lexists(path) else None)
 
 
 def _zfs_mount(p: Parsed, ctx: GuardContext) -> Decision | None:
     opts = [o.strip() for raw in p.values("o") for o in raw.split(",")]
     if "ro" not in opts or "rw" in opts:
         return Decision.refuse("zfs mount without -o ro")
+    if not p.operands:
+        return Decision.allow()  # lists what is mounted
     if len(p.operands) != 1:
         return Decision.refuse("zfs mount takes one dataset")
+    missing = [o for o in ZFS_MOUNT_OPTIONS if o not in opts]
+    if missing or any(o in opts for o in ("suid", "dev", "exec", "setuid", "devices")):
+        return Decision.refuse(f"zfs mount without -o {','.join(ZFS_MOUNT_OPTIONS)}: an "
+                               "evidence dataset never runs programs, set-uid bits or device "
+                               "nodes")
+    dataset = p.operands[0]
+    if ctx.attached_pool(dataset.split("/")[0]) is None:
+        return Decision.refuse(f"zfs mount {dataset}: not a dataset of a pool this case "
+                               "imported read-only (under its -R directory)")
+    where = ctx.dataset_mountpoint(dataset) if ctx.dataset_mountpoint else None
+    if not where or not where.startswith("/"):
+        return Decision.refuse(f"zfs mount {dataset}: cannot tell where it would mount "
+                               f"(mountpoint {where or 'unknown'})")
+    # the mountpoint comes from the evidence: it must be a place a mount point may be
+    reason = _mount_place(ctx, where)
+    if reason:
+        return Decision.refuse(f"zfs mount {dataset}: its mountpoint {where}: {reason}")
     return Decision.allow(host_namespace=True)
 
 
@@ -136,7 +179,7 @@ ZFS = Subcommands(
                                  "l": "zfs mount -l loads encryption keys",
                                  "f": "zfs mount -f forces a mount",
                                  "R": "zfs mount -R mounts every descendant"},
-                         policy=_zfs_mount),
+                         policy=_zfs_mount, operand_paths=False),
     },
     refused=_ZFS_CHANGE)
 
