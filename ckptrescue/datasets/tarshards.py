@@ -4,6 +4,11 @@ A WebDataset sample key is the member path up to the first dot of its base name
 (``shard/000123.jpg`` -> ``shard/000123``). A header with a bad checksum cannot be trusted for its
 size: the checker scans forward block by block to the next valid header (uncompressed shards).
 GNU long names (``L``) and pax ``path`` records are honoured for the key.
+
+The reader whose behaviour defines ``ok`` is WebDataset's: ``tarfile`` in stream mode (``r|``),
+which ends the archive at the first zero block. A valid member header anywhere after that block
+(a zeroed header mid-archive, a member size that swallowed the next header and landed on zeros)
+means members the training job silently never sees: damaged.
 """
 
 from __future__ import annotations
@@ -122,6 +127,7 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
                                      f"truncated header: {len(block)} of {BLOCK} bytes"))
             break
         if block == _ZERO:
+            _after_end(fh, pos, index, out)
             break
         if not header_ok(block):
             key = sample_key(_name(block)) or None
@@ -187,6 +193,28 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
         pos += BLOCK + padded
         index += 1
     return out
+
+
+def _after_end(fh: IO[bytes], pos: int, index: int, out: CheckOutcome) -> None:
+    """What follows the first zero block. A streaming reader (``tarfile`` mode ``r|``, as
+    WebDataset reads shards) ends the archive at the first zero block: a valid header after it
+    is a member those readers silently lose (a zeroed header, a member whose size swallowed
+    the next header). Reads to the end (a compressed stream's trailer is checked there)."""
+    at = pos + BLOCK
+    lost: int | None = None
+    while True:
+        block = read_exact(fh, BLOCK)
+        if len(block) < BLOCK:
+            break
+        if lost is None and block != _ZERO and header_ok(block):
+            lost = at
+        at += BLOCK
+    if lost is not None:
+        out.bad.append(BadRecord(index, pos, None, f"a zero block at offset {pos} ends the "
+                                 "archive for streaming readers (tarfile 'r|', WebDataset), but "
+                                 f"a member header follows at offset {lost}: the members from "
+                                 "there on are lost to them (a zeroed header, or a member size "
+                                 "that swallowed the next header?)"))
 
 
 def _skip(fh: IO[bytes], n: int) -> int:

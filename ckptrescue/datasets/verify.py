@@ -211,9 +211,7 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
                     outcome.limit = True
                 finally:
                     stream.close()
-                if stream.error:
-                    outcome.bad.append(BadRecord(None, None, None,
-                                                 f"{kind} stream damaged: {stream.error}"))
+                outcome.bad += frame_damage(stream, base)
             elif base in STREAMED:
                 checker(fh, entry.size, outcome)
             else:  # parquet, npz: checkers that return their outcome
@@ -230,6 +228,24 @@ def check_file(root: bytes, entry: FileEntry) -> FileCheck:
         if failure is not None:  # a library caught our I/O error and reported something else
             return _unreadable(entry.rel, fmt, failure, outcome.records)
     return _outcome(entry.rel, fmt, outcome)
+
+
+def frame_damage(stream: Decompressed, base: str) -> list[BadRecord]:
+    """The damaged members/frames of a decompressed stream as bad records (whole-file records:
+    ``index`` None), naming the compressed byte range and the lines (JSON lines) or
+    decompressed bytes they held; trailing zeros after a gzip TFRecord (``tf.data`` refuses
+    them: ``DataLossError``)."""
+    bad = [BadRecord(None, d.start, None, d.describe(lines=base == "jsonl"))
+           for d in stream.damaged]
+    if stream.error and not stream.damaged:
+        bad.append(BadRecord(None, None, None, f"{stream.kind} stream damaged: {stream.error}"))
+    if stream.trailing is not None and base == "tfrecord" and not stream.damaged:
+        offset, length, _zeros = stream.trailing
+        bad.append(BadRecord(None, offset, None, f"{length} zero byte(s) after the last "
+                             f"{stream.kind} member (compressed bytes {offset}-"
+                             f"{offset + length - 1}): tf.data stops there with a "
+                             "DataLossError"))
+    return bad
 
 
 def _outcome(rel: bytes, fmt: str, outcome: CheckOutcome) -> FileCheck:
