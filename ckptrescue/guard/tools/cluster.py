@@ -70,7 +70,12 @@ _KUBE_NO_WRITE = {"kubeconfig": "kubectl --kubeconfig loads a configuration that
                   "cache-dir": "kubectl --cache-dir writes where the kit said nothing may be "
                                "written",
                   "profile-output": "kubectl --profile-output writes a file",
-                  "profile": "kubectl --profile writes a profile file"}
+                  "profile": "kubectl --profile writes a profile file",
+                  **dict.fromkeys(("server", "insecure-skip-tls-verify", "tls-server-name",
+                                   "certificate-authority"),
+                                  "kubectl sends your kubeconfig's credentials to the server "
+                                  "it reaches: only the clusters your kubeconfig names, "
+                                  "verified as it says (--context/--cluster choose one)")}
 _GET = ("-o= --output=", "-A --all-namespaces=?", "-l= --selector=", "--field-selector=",
         "--sort-by=", "--show-labels=?", "--show-kind=?", "--no-headers=?", "-L= --label-columns=",
         "--chunk-size=", "--ignore-not-found=?", "-f= --filename=", "-R --recursive=?",
