@@ -40,7 +40,7 @@ def check(argv: Sequence[str], ctx: GuardContext | None = None, *, depth: int = 
     args = list(argv[1:])
     for arg in args:
         for cand in (arg, arg.partition("=")[2]):
-            if _PROCESS_RELATIVE.match(cand):
+            if cand and process_relative(cand):
                 return Decision.refuse(f"{cand}: a path relative to a process (its descriptors, "
                                        "its root) names one thing to the guard and another to "
                                        "the tool; give the file itself")
@@ -109,6 +109,33 @@ def _script_resplits(name: str, args: Sequence[str]) -> str | None:
                     "could split or expand into other arguments; rename or link the file to a "
                     "plain name")
     return None
+
+
+def process_relative(word: str, *, hops: int = 40) -> bool:
+    """Whether ``word``, read as a path the way the kernel walks it, passes through a process's
+    descriptors, root or working directory (``/proc/self/fd/N``, ``/proc/PID/root``,
+    ``/dev/fd/N``): spelt so (``/proc/./self/fd/3``, ``../../proc/1/root`` from the working
+    directory) or reached through a symlink along the way. Each symlink on the path is
+    followed by hand (never a magic link: a path reaching one is the answer)."""
+    path = os.path.normpath(os.path.join(os.getcwd(), word))
+    for _ in range(hops):
+        if _PROCESS_RELATIVE.match(path):
+            return True
+        parts = path.split("/")
+        cur = ""
+        for i in range(1, len(parts)):
+            cur = f"{cur}/{parts[i]}"
+            try:
+                if not os.path.islink(cur):
+                    continue
+                target = os.readlink(cur)
+            except (OSError, ValueError):
+                return False
+            path = os.path.normpath(os.path.join(os.path.dirname(cur), target, *parts[i + 1:]))
+            break
+        else:
+            return False
+    return True  # more links than a kernel would follow: not a path anyone should give
 
 
 def devices_named(args: Sequence[str]) -> list[str]:

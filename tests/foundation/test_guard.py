@@ -339,3 +339,22 @@ def test_pool_and_dataset_names_are_never_rewritten_as_paths(tmp_path, monkeypat
     ctx = replace(ctx, block_rdev=lambda p: _RDEVS.get(p) or (_LOOP.rdev if p == "disk" else None))
     d = check(["losetup", "-d", "disk"], ctx)  # a path: given as the judged node
     assert d.allowed and d.argv(["losetup", "-d", "disk"]) == ["losetup", "-d", "/dev/loop3"]
+
+
+def test_process_relative_paths_are_refused_however_spelt(tmp_path, monkeypatch) -> None:
+    """/proc/self/fd/N, /proc/PID/root, /dev/fd/N name one thing to the guard and another to
+    the tool: refused when spelt otherwise (``.`` components, relative to the working
+    directory) or reached through a symlink on the way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "root").symlink_to("/proc/self/root")
+    (tmp_path / "proc").symlink_to("/proc")
+    (tmp_path / "plain").symlink_to("/etc/hostname")
+    depth = "/".join([".."] * len(tmp_path.parts))
+    for word in ("/proc/./self/fd/0", "/proc//1/./root/etc", f"{depth}/proc/self/cwd",
+                 "root/etc/passwd", "proc/self/fd/1", "/dev/stdin", "/proc/thread-self/fd/2"):
+        d = check(["cat", word], GuardContext())
+        assert not d.allowed and "relative to a process" in d.reason, word
+        d = check(["dd", "if=/etc/hostname", f"of={word}"], GuardContext())
+        assert not d.allowed, word
+    assert check(["cat", "plain"], GuardContext()).allowed
+    assert check(["cat", "/proc/cpuinfo"], GuardContext()).allowed
