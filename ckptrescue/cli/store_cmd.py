@@ -1,6 +1,7 @@
-"""``ckptrescue store verify|history|preflight|preserve|restore URL``: generated from the
-store.* actions (S3, Azure Blob, GCS: one implementation each, ``ckptrescue/stores/``; the
-``s3`` commands are these for s3:// URLs)."""
+"""``ckptrescue store verify|history|preflight|preserve|restore URL``: generated from the store
+wing's actions (``stores/actions.py``: S3, Azure Blob and GCS, one implementation each); their
+text and exit codes are ``stores/render.py``'s, this module only registers them. The ``s3``
+commands are the same actions for s3:// URLs (``cli/s3_cmd.py``)."""
 
 from __future__ import annotations
 
@@ -8,28 +9,24 @@ from typing import Any
 
 import typer
 
-from ckptrescue.cli.from_action import CASE, Command, StepResult, add_command
-from ckptrescue.cli.output import emit_json, say
-from ckptrescue.cli.s3_cmd import verify_partial
-from ckptrescue.engine.outputs import StoreResultOutput
-from ckptrescue.errors import ExitCode
+from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
+from ckptrescue.cli.output import show
+from ckptrescue.stores import render
 
 store_app = typer.Typer(help="Object stores (S3, Azure Blob, GCS), read-only: checksums, "
                              "versions, retention, preserve and restore into local folders.",
                         no_args_is_help=True)
 
 
-def render(result: StepResult) -> int:
-    out: StoreResultOutput = result.out
-    if result.options["json"]:
-        emit_json(result.outputs)
-    else:
-        for f in result.findings:
-            if str(f.severity) != "info":
-                say(f"[{f.code}] {f.title}")
-        say(out.answer)
-    return int(ExitCode.OK if out.ok and not any(
-        str(f.severity) in ("error", "critical") for f in result.findings) else ExitCode.FINDINGS)
+def render_store(result: StepResult) -> int:
+    return show(render.store(result.out, result.findings), json=result.options[JSON],
+                data=result.outputs)
+
+
+def verify_partial(result: StepResult) -> None:
+    """Verification stopped early: what it established, before the error."""
+    show(render.verify_partial(result.outputs.get("objects", [])), json=result.options[JSON],
+         data=result.outputs)
 
 
 def check_preserve(args: dict[str, Any], options: dict[str, Any]) -> None:
@@ -53,5 +50,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 def register(app: typer.Typer) -> None:
     for verb in ("verify", "history", "preflight", "preserve", "restore"):
-        add_command(store_app, verb, Command(f"store.{verb}", render, **SETTINGS.get(verb, {})))
+        add_command(store_app, verb, Command(f"store.{verb}", render_store,
+                                             **SETTINGS.get(verb, {})))
     app.add_typer(store_app, name="store")

@@ -24,9 +24,9 @@ from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
     ImageOutput,
     LocateOutput,
-    S3HistoryOutput,
     TrainStateOutput,
 )
+from ckptrescue.stores.outputs import S3HistoryOutput
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case

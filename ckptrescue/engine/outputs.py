@@ -343,76 +343,6 @@ class ExtractOutput(StepOutputs):
         "The findings (JSON)."))
 
 
-# ---- object store ----------------------------------------------------------------------------
-
-@dataclass
-class S3VerifyOutput(StepOutputs):
-    objects: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "Per object: key, status, algorithm, detail."))
-    counts: dict[str, int] = field(default_factory=dict, metadata=doc("Objects per status."))
-    errors: list[str] = field(default_factory=list, metadata=doc(
-        "Errors that stopped part of the comparison."))
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors and all(o.get("status") in {"match", "unverifiable"}
-                                       for o in self.objects)
-
-
-@dataclass
-class S3HistoryOutput(StepOutputs):
-    keys: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "Per key: key, versions, known_good, anomalies (kind, message, version_ids), and with "
-        "a manifest manifest_sha256, known_good_by."))
-
-
-@dataclass
-class S3PreflightOutput(StepOutputs):
-    bucket: str = field(default="", metadata=doc("The bucket."))
-    region: str | None = field(default=None, metadata=doc("Its region."))
-    versioning: str | None = field(default=None, metadata=doc("Versioning status."))
-    mfa_delete: str | None = field(default=None, metadata=doc("MFA delete status."))
-    object_lock: str | None = field(default=None, metadata=doc("Object Lock status."))
-    default_retention: Any = field(default=None, metadata=doc("Default retention."))
-    verdict: str = field(default="", metadata=doc("immutable, or what is missing."))
-    warnings: list[str] = field(default_factory=list, metadata=doc("Warnings."))
-
-
-@dataclass
-class S3PreserveOutput(StepOutputs):
-    url: str = field(default="", metadata=doc("What was preserved."))
-    objects: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
-        "Per object version: key, version_id, status, size, sha256, algorithm, detail, "
-        "evidence_id."))
-    counts: dict[str, int] = field(default_factory=dict, metadata=doc("Objects per status."))
-    inventory_sha256: str | None = field(default=None, metadata=doc(
-        "SHA-256 of the inventory artifact."))
-
-    @property
-    def ok(self) -> bool:
-        return all(o.get("status") in {"match", "unverifiable"} for o in self.objects)
-
-
-@dataclass
-class S3RestoreOutput(StepOutputs):
-    url: str = field(default="", metadata=doc("The object."))
-    version_id: str | None = field(default=None, metadata=doc("The version restored."))
-    chosen_by: str | None = field(default=None, metadata=doc("How the version was chosen."))
-    path: str | None = field(default=None, metadata=doc("Where it was written."))
-    status: str = field(default="", metadata=doc("verified, or why not."))
-    size: int | None = field(default=None, metadata=doc("Bytes."))
-    sha256: str | None = field(default=None, metadata=doc("SHA-256 of what was written."))
-    algorithm: str | None = field(default=None, metadata=doc("The S3 checksum algorithm compared."))
-    detail: dict[str, Any] = field(default_factory=dict, metadata=doc("Details (message, ...)."))
-    manifest_sha256: str | None = field(default=None, metadata=doc(
-        "The manifest's hash for the key."))
-    object: Any = field(default=None, metadata=doc("The object's listing record."))
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "verified"
-
-
 # ---- datasets --------------------------------------------------------------------------------
 
 @dataclass
@@ -660,16 +590,6 @@ class WatchPassOutput(StepOutputs):
     bad_total: int = field(default=0, metadata=doc("Files bad or gone in the whole state."))
     notes: list[str] = field(default_factory=list, metadata=doc(
         "Alerts that could not be delivered."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
-
-
-@dataclass
-class StoreResultOutput(StepOutputs):
-    """The outputs of ``store verify|history|preflight|preserve|restore``: the library result's
-    JSON as it stands (``docs/stores.md`` describes each), plus the one-line answer."""
-
-    url: str = field(default="", metadata=doc("The object-store URL."))
-    ok: bool = field(default=True, metadata=doc("Nothing wrong was found."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
 
 

@@ -21,8 +21,6 @@ from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
     ImageOutput,
     LocateOutput,
-    S3HistoryOutput,
-    S3VerifyOutput,
     TrainStateOutput,
     TriageOutput,
 )
@@ -31,6 +29,7 @@ from ckptrescue.record import provenance
 from ckptrescue.record.audit import utc_now
 from ckptrescue.record.case import Case
 from ckptrescue.report import capability_sections
+from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput
 
 SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
 _MAP_WIDTH = 900

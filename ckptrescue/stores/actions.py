@@ -21,7 +21,9 @@ from ckptrescue.engine.action import (
     with_findings,
 )
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import (
+from ckptrescue.errors import UsageError
+from ckptrescue.model import AuditEvent
+from ckptrescue.stores.outputs import (
     S3HistoryOutput,
     S3PreflightOutput,
     S3PreserveOutput,
@@ -29,8 +31,6 @@ from ckptrescue.engine.outputs import (
     S3VerifyOutput,
     StoreResultOutput,
 )
-from ckptrescue.errors import UsageError
-from ckptrescue.model import AuditEvent
 
 _URL = ArgSpec("url", "string", required=True, positional=True, metavar="URL",
                help="s3://BUCKET/KEY, az://ACCOUNT/CONTAINER/BLOB (or https://ACCOUNT.blob."
