@@ -111,7 +111,7 @@ def test_drill_full_incident_in_the_tui(tmp_path: Path, monkeypatch: pytest.Monk
                    "bad sectors hit 1 tensor",
                    f"last known-good version {info['s3']['good_version']}"):
         assert needle in final.answer, (needle, final.answer)
-    verdicts = {p.split("/mnt-mount/")[1]: c["verdict"]
+    verdicts = {p.split("/mnt-mount/")[1]: c.verdict
                 for p, c in latest_checkpoints(case).items()}
     labels = seen["tree"]
     for rel, verdict in info["expected"]["verdicts"].items():

@@ -107,15 +107,15 @@ def test_guided_run_reaches_the_cli_verdicts(run_dir: Path, tmp_path: Path) -> N
     assert final.answer.startswith("resume from step-100.pt")
     assert f"answer: {final.answer}" in seen["run_text"]
     # verdicts in the tree are the case's (and the CLI case's) verdicts
-    tui_verdicts = {Path(p).name: c["verdict"] for p, c in latest_checkpoints(case).items()}
-    cli_verdicts = {Path(p).name: c["verdict"]
+    tui_verdicts = {Path(p).name: c.verdict for p, c in latest_checkpoints(case).items()}
+    cli_verdicts = {Path(p).name: c.verdict
                     for p, c in latest_checkpoints(Case.open(tmp_path / "cli-case")).items()}
     assert tui_verdicts == cli_verdicts == {"step-100.pt": "intact", "step-200.pt": "damaged",
                                             "step-300.pt": "truncated"}
     labels = seen["tree"]
     for name, verdict in tui_verdicts.items():
         assert any(name in label and f"[{verdict}]" in label for label in labels), (name, labels)
-    damaged = latest_checkpoints(case)[str(run_dir / "step-200.pt")]["damaged_tensors"]
+    damaged = latest_checkpoints(case)[str(run_dir / "step-200.pt")].damaged_tensors
     assert damaged and all(any(t in label and "[damaged]" in label for label in labels)
                            for t in damaged)
     assert f"resume from: {run_dir / 'step-100.pt'}" in seen["findings_text"]
