@@ -256,6 +256,9 @@ SAFETY_GUARANTEES: tuple[tuple[str, str, str], ...] = (
     ("recovered files written beneath their destination (no symlink, '..' or mount)",
      "construction", "beneath"),
     ("values are never templates; tools get a clean environment", "construction", "always"),
+    ("evidence judged where its filesystem keeps it (bind mounts, overlay layers); "
+     "host-namespace tools given the very device node and path judged", "construction",
+     "always"),
     ("read-only forms only, same-disk copies refused (the grammars)", "guard", "refusals"),
 )
 
