@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from fixtures import datasets as fx  # noqa: E402
+from fixtures.storage import detach_own  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +90,7 @@ def btrfs_with_bad_block(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
         if "mnt" in state:
             subprocess.run(["umount", state["mnt"]], check=False, timeout=60)
         if "loop" in state:
-            subprocess.run(["losetup", "-d", state["loop"]], check=False, timeout=60)
+            detach_own(state["loop"], image)
         if "image_sha" in state:
             after = hashlib.sha256(image.read_bytes()).hexdigest()
             assert after == state["image_sha"], "the read-only mounted image changed"

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.record.case import Case
+from fixtures.storage import detach_own
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("losetup", "mkfs.ext4")]
 OPTS = "ro,noload,nosuid,nodev,noexec"
@@ -190,7 +191,7 @@ class World:
         for m in reversed(self.mounts):
             _sh("umount", m["dir"], check=False)
         for lo in self.loops:
-            _sh("losetup", "-d", lo["dev"], check=False)
+            detach_own(lo["dev"], *self.images.values())
 
 
 @settings(max_examples=30, deadline=None, derandomize=True,

@@ -24,6 +24,7 @@ import pytest
 from ckptrescue import guard
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.record.case import Case
+from fixtures.storage import detach_own
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("bwrap", "losetup", "mkfs.ext4")]
 CLI = str(Path(sys.executable).with_name("ckptrescue"))
@@ -69,7 +70,7 @@ def scene(tmp_path):
         yield {"DEV": dev, "IMG": str(evidence), "LINK": str(link), "DIR": str(folder),
                "MAP": str(folder / "rescue.map"), "case": case, "root": tmp_path}
     finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
+        detach_own(dev, dev_img)
 
 
 DANGEROUS = [
@@ -213,7 +214,7 @@ def test_attached_by_this_case_can_be_detached_and_nothing_else(scene, tmp_path)
         again = runner.run(ToolCall.of("losetup", "-d", ours, timeout_s=60))
         assert again.refused, "detached once: no longer this case's"
     finally:
-        subprocess.run(["losetup", "-d", ours], check=False, capture_output=True)
+        detach_own(ours, img)
     records = [json.dumps(r["details"]) for r in case.records("safety.detached")]
     assert any(ours in r for r in records)
 

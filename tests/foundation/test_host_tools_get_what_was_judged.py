@@ -28,6 +28,7 @@ import pytest
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.record.case import Case
+from fixtures.storage import detach_own
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("losetup", "mkfs.ext4")]
 CLI = str(Path(sys.executable).with_name("ckptrescue"))
@@ -86,9 +87,9 @@ class Scene:
                 break
         for rec in self.case.records("safety.attached"):
             if rec["details"]["kind"] == "loop":
-                subprocess.run(["losetup", "-d", rec["details"]["name"]], capture_output=True)
+                detach_own(rec["details"]["name"], self.root)
         for dev in self.loops:
-            subprocess.run(["losetup", "-d", dev], capture_output=True)
+            detach_own(dev, self.root)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import pytest
 from ckptrescue import guard
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall, step_env
 from ckptrescue.record.case import Case
+from fixtures.storage import detach_own
 
 
 def _sha(path: Path) -> str:
@@ -46,7 +47,7 @@ def test_a_wrapper_script_never_gets_a_word_it_would_resplit(tmp_path: Path) -> 
                                          timeout_s=60))
             assert res.refused and "shell script" in res.refused, (word, res)
     finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
+        detach_own(dev, img)
     assert _sha(img) == before
 
 
@@ -132,7 +133,7 @@ def test_a_device_the_tool_only_reads_is_read_only_in_its_namespace(
         assert res.returncode != 0, res.stderr
         assert _sha(img) == before
     finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
+        detach_own(dev, img)
     leftover = subprocess.run(["losetup", "-j", dev], capture_output=True, text=True).stdout
     assert leftover == ""
     assert shutil.which("losetup")

@@ -18,6 +18,7 @@ from ckptrescue.playbook.lint import lint
 from ckptrescue.playbook.schema import json_schema
 from ckptrescue.playbook.validate import schema_problems
 from fixtures.det import det_bytes
+from fixtures.storage import detach_own
 
 SHIPPED = load.shipped()
 
@@ -176,7 +177,7 @@ def test_preserve_mounted_fs_copies_and_verifies(tmp_path: Path) -> None:
         assert statuses(tmp_path / "case")["copy"] in {"ok", "findings"}
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
-        subprocess.run(["losetup", "-d", loop], check=False)
+        detach_own(loop, img)
         shutil.rmtree(dest, ignore_errors=True)
     assert sha256(img) == before
 

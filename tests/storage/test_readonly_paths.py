@@ -17,6 +17,7 @@ import pytest
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.record.case import Case
+from fixtures.storage import detach_own
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("losetup", "mkfs.ext4",
                                                               "dumpe2fs")]
@@ -52,8 +53,8 @@ def scene(tmp_path: Path) -> Iterator[dict]:
             subprocess.run(["umount", m], check=False, capture_output=True)
         for name in dms:
             subprocess.run(["dmsetup", "remove", name], check=False, capture_output=True)
-        for dev in made:
-            subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+        for dev in reversed(made):  # a loop stacked on another first
+            detach_own(dev, tmp_path, *made)
     assert _sha(img) == before, "the evidence image changed"
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.record.case import Case
+from fixtures.storage import detach_own
 
 pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("ddrescue", "losetup", "rsync")]
 
@@ -47,6 +48,6 @@ def test_imaging_or_copying_onto_the_source_disk_is_refused_for_every_tool(tmp_p
         assert res.refused is None and res.returncode == 0, (res.refused, res.stderr)
         assert _sha(shm / "new" / "a.img") == before
     finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
+        detach_own(dev, img)
         shutil.rmtree(shm, ignore_errors=True)
     assert _sha(img) == before

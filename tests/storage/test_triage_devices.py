@@ -149,4 +149,4 @@ def test_a_device_volume_names_the_writer_on_its_mounted_filesystem(case, shm_di
             w.kill()
             w.wait()
         subprocess.run(["umount", str(mnt)], check=False)
-        subprocess.run(["losetup", "-d", loop], check=False)
+        fx.detach_own(loop, img)

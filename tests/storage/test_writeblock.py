@@ -257,5 +257,4 @@ def test_release_refuses_a_device_reused_under_the_recorded_name(case, shm_dir, 
             writeblock.release(dev, case)
         assert ro_flag(dev) == "1"
     finally:
-        fx.clear_blkro(dev)
-        fx.sh("losetup", "-d", dev, check=False)
+        fx.detach_own(dev, b)
