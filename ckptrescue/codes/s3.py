@@ -1,4 +1,5 @@
-"""Codes emitted by the S3 integrity commands (``ckptrescue.stores.s3``)."""
+"""Codes the object-store commands emit for S3 (``store …`` and ``s3 …`` on s3:// URLs;
+``ckptrescue/stores/kinds.py`` maps each kind of finding to its code per backend)."""
 
 from ckptrescue.model import Severity
 
@@ -21,7 +22,8 @@ CODES = {
     "S3022": (Severity.INFO, "Bucket keeps immutable versions (versioning and Object Lock)"),
     "S3030": (Severity.ERROR, "Preserved bytes do not match the object's stored checksum "
                               "(kept as received)"),
-    "S3031": (Severity.INFO, "Object preserved into the case, verified"),
+    "S3031": (Severity.INFO, "Object preserved into the case, verified (into a local folder: "
+                            "OS031)"),
     "S3040": (Severity.INFO, "Version restored into the recovery folder and verified"),
     "S3041": (Severity.ERROR, "Restored version does not verify (kept as .unverified)"),
 }

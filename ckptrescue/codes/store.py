@@ -1,5 +1,6 @@
-"""Codes emitted by the object-store commands (``ckptrescue.stores``: Azure Blob, GCS, and the
-probe-in-place view of any store)."""
+"""Codes emitted by the object-store commands for Azure Blob and GCS (``ckptrescue.stores``), and
+for S3 where S3 has no code of its own (``ckptrescue/stores/kinds.py``: one kind, a code per
+backend; ``codes/s3.py`` the S3 ones)."""
 
 from ckptrescue.model import Severity
 
@@ -7,7 +8,8 @@ CODES = {
     "OS001": (Severity.ERROR, "Object bytes do not match the store's stored MD5/CRC32C (Azure "
                               "Content-MD5, GCS md5Hash/crc32c)"),
     "OS002": (Severity.WARNING, "An object under the prefix has no local counterpart"),
-    "OS003": (Severity.WARNING, "A local file has no object under the prefix"),
+    "OS003": (Severity.INFO, "Local files have no object under the prefix (one finding, the "
+                            "keys in its details)"),
     "OS004": (Severity.INFO, "An object carries no stored value the kit can recompute"),
     "OS005": (Severity.ERROR, "An object could not be read (access denied, read error)"),
     "OS006": (Severity.INFO, "A composite GCS object: no md5Hash, verified by CRC32C only"),
@@ -26,7 +28,8 @@ CODES = {
     "OS024": (Severity.INFO, "A protection setting could not be read (not exposed or denied)"),
     "OS030": (Severity.ERROR, "Preserved bytes do not match the stored value (kept as "
                               "received)"),
-    "OS031": (Severity.INFO, "Object preserved into the local folder, verified"),
+    "OS031": (Severity.INFO, "Object preserved (into the local folder, any store; into the "
+                            "case, Azure/GCS), verified"),
     "OS040": (Severity.INFO, "Version restored into the recovery folder and verified"),
     "OS041": (Severity.ERROR, "Restored version does not verify (kept as .unverified)"),
 }
