@@ -147,6 +147,9 @@ def test_preserve_block_device_images_with_simulated_bad_sectors(tmp_path: Path)
             if r["action"] == "step.finished" and r["details"]["step"] == "image")).read_text())
         assert image_out["bad_ranges"] == [[1 << 20, (1 << 20) + 0x400]]
     finally:
+        from ckptrescue.storage import writeblock
+
+        writeblock.clear_immutable_tree(dest)  # the kit made its acquired image immutable
         shutil.rmtree(dest, ignore_errors=True)
     assert sha256(img) == before
 
