@@ -94,8 +94,12 @@ local files paired by relative key are compared and nothing is downloaded (--dow
 without a usable checksum are streamed and compared by content); without it, every object is
 streamed (nothing stored) and checked.
 
-Exit 0 when everything matches, 1 on a mismatch or a missing file/object, 4 when objects
-could not be read (what was established is kept)."""
+Fail closed: an object without a usable stored checksum is `unverified` and does not count as
+verified (--download compares it by content; --allow-unverified accepts it); the answer says how
+many.
+
+Exit 0 when everything verifies, 1 on a mismatch, a missing file/object or an unverified
+object, 4 when objects could not be read (what was established is kept)."""
     examples = ("ckptrescue store verify az://acct/ckpts/run7/ --json",
                 "ckptrescue store verify gs://ml-ckpt/run7/ /mnt/copy/run7")
     output_type = StoreResultOutput
@@ -105,6 +109,9 @@ could not be read (what was established is kept)."""
                          "streaming the objects."),
             ArgSpec("download", "boolean", default=False,
                     help="Download objects without a usable checksum and compare content."),
+            ArgSpec("allow_unverified", "boolean", default=False,
+                    help="Accept objects without a usable checksum (unverified) instead of "
+                         "exiting 1; the answer still counts them."),
             _WORKERS, *_CONNECTION)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -119,7 +126,8 @@ could not be read (what was established is kept)."""
             result = yield from ctx.blocking(lambda p: verify(
                 args["url"], args.get("local_dir") or None, options=_options(args),
                 download=bool(args.get("download")), workers=int(args.get("workers") or 16),
-                progress=lambda done, total, _key: p(done, total)),
+                progress=lambda done, total, _key: p(done, total),
+                allow_unverified=bool(args.get("allow_unverified"))),
                 unit="objects", label="verifying")
         except VerifyFailed as exc:  # what was established before it stopped is kept
             audit, artifacts = records_of(exc.partial)
@@ -301,7 +309,11 @@ class S3Verify(StoreVerify):
 Compare local files with the objects' server-side checksums (nothing downloaded): `store
 verify` for s3:// URLs.
 
-Exit 0 when everything matches, 1 on a mismatch or a missing file/object."""
+An object without a usable server-side checksum is `unverified`: not counted as verified
+(--download compares it by content, --allow-unverified accepts it).
+
+Exit 0 when everything verifies, 1 on a mismatch, a missing file/object or an unverified
+object."""
     examples = ("ckptrescue s3 verify s3://ml-ckpt/run7/ /mnt/ckpt/run7 --json",)
     output_type = S3VerifyOutput
     args = (_s3_url("s3://BUCKET/PREFIX"),

@@ -19,11 +19,13 @@ class S3VerifyOutput(StepOutputs):
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Objects per status."))
     errors: list[str] = field(default_factory=list, metadata=doc(
         "Errors that stopped part of the comparison."))
+    allow_unverified: bool = field(default=False, metadata=doc(
+        "Objects without a usable checksum (unverified) were accepted."))
 
     @property
     def ok(self) -> bool:
-        return not self.errors and all(o.get("status") in {"match", "unverifiable"}
-                                       for o in self.objects)
+        accepted = {"match", "unverified"} if self.allow_unverified else {"match"}
+        return not self.errors and all(o.get("status") in accepted for o in self.objects)
 
 
 @dataclass

@@ -54,8 +54,8 @@ def verify_partial(objects: list[dict[str, Any]]) -> Shown:
 def verify(out: S3VerifyOutput) -> Shown:
     shown = Shown(lines=object_lines(out.objects), exit_code=_exit(out.ok))
     shown.say(" ".join(f"{k}={v}" for k, v in out.counts.items()))
-    if out.extra.get("summary"):
-        shown.say(str(out.extra["summary"]))
+    if out.extra.get("answer") or out.extra.get("summary"):
+        shown.say(str(out.extra.get("answer") or out.extra["summary"]))
     return shown
 
 
@@ -98,8 +98,8 @@ def preserve(out: S3PreserveOutput) -> Shown:
     shown.lines += [f"{obj['status']:<13} {obj['key']} {obj['version_id'] or ''} "
                     f"sha256={obj['sha256']} {obj['evidence_id'] or ''}" for obj in out.objects]
     shown.say(" ".join(f"{k}={v}" for k, v in out.counts.items()))
-    if out.extra.get("summary"):
-        shown.say(str(out.extra["summary"]))
+    if out.extra.get("answer") or out.extra.get("summary"):
+        shown.say(str(out.extra.get("answer") or out.extra["summary"]))
     return shown
 
 

@@ -4,12 +4,14 @@
 relative key and compares the file with the object's stored values, downloading nothing
 (:meth:`~ckptrescue.stores.base.Store.check_local`: S3 recomputes its stored checksum, composite
 ones with the real part boundaries, or its ETag; Azure/GCS their MD5/CRC32C). An object that
-carries no usable value is ``unverifiable`` unless ``download``: then it is streamed (never
-stored) and compared with the local file by content. ``verify(url)`` streams every object and
+carries no usable value is ``unverified`` unless ``download``: then it is streamed (never
+stored) and compared with the local file by content. Fail closed: an unverified object does not
+count toward "everything verifies" (``ok`` is false, the command exits 1) unless
+``allow_unverified``; the answer states how many there are. ``verify(url)`` streams every object and
 checks it against its stored values (:meth:`~ckptrescue.stores.base.Store.fetch`).
 
 Requests run on a thread pool (``workers``) and start while later listing pages are still being
-fetched. Objects that could not be read are ``unverifiable`` with ``detail.error`` and stop the
+fetched. Objects that could not be read are ``unreadable`` with ``detail.error`` and stop the
 verdict: :class:`VerifyFailed` carries the partial result, as does a listing that fails.
 """
 
@@ -31,7 +33,7 @@ from ckptrescue.stores.integrity import Sha256Sink, count_statuses, sha256_file
 from ckptrescue.stores.kinds import OS_CODES
 from ckptrescue.stores.urls import parse_store_url
 
-STATUSES = ("match", "mismatch", "missing-local", "missing-remote", "unverifiable")
+STATUSES = ("match", "mismatch", "missing-local", "missing-remote", "unverified", "unreadable")
 Progress = Callable[[int, int, str], None]
 
 
@@ -42,7 +44,7 @@ class ObjectCheck:
 
     key: str
     rel: str
-    status: str  # match | mismatch | missing-local | missing-remote | unverifiable
+    status: str  # match | mismatch | missing-local | missing-remote | unverified | unreadable
     algorithm: str | None
     detail: dict[str, Any]
     version: str | None = None
@@ -60,6 +62,8 @@ class VerifyResult(Recorded):
     errors: list[str] = field(default_factory=list)
     operations: dict[str, int] = field(default_factory=dict)
     codes: dict[str, str] = field(default_factory=lambda: OS_CODES, repr=False)
+    # fail closed: an object without a usable checksum is not verified (True: accept them)
+    allow_unverified: bool = False
 
     @property
     def mode(self) -> str:
@@ -71,18 +75,31 @@ class VerifyResult(Recorded):
 
     @property
     def ok(self) -> bool:
-        return not self.errors and all(o.status in {"match", "unverifiable"}
-                                       for o in self.objects)
+        accepted = {"match", "unverified"} if self.allow_unverified else {"match"}
+        return not self.errors and all(o.status in accepted for o in self.objects)
 
     @property
     def summary(self) -> str:
-        return ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        """The answer: how many verified, and how many did not (never "everything verifies"
+        while an object had no usable checksum)."""
+        c = self.counts
+        total = c.get("total", len(self.objects))
+        text = f"{c.get('match', 0)} of {total} verified"
+        bad = [f"{c[k]} {k}" for k in STATUSES if k not in ("match", "unverified") and c.get(k)]
+        if bad:
+            text += "; " + ", ".join(bad)
+        if c.get("unverified"):
+            text += (f"; {c['unverified']} unverified (no usable stored checksum"
+                     + ("; accepted with --allow-unverified)" if self.allow_unverified else
+                        ": not counted as verified; --download compares them by content, "
+                        "--allow-unverified accepts them)"))
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "mode": self.mode,
                 "objects": [o.to_json() for o in sorted(self.objects, key=lambda o: o.rel)],
                 "counts": self.counts, "errors": list(self.errors),
-                "operations": dict(self.operations)}
+                "operations": dict(self.operations), "allow_unverified": self.allow_unverified}
 
     def findings(self) -> list[Finding]:
         out = []
@@ -103,10 +120,13 @@ class VerifyResult(Recorded):
             elif obj.status == "missing-local":
                 out.append(self._finding("missing-local", Severity.WARNING,
                                          f"{name}: no local file for this object", evidence, obj))
-            elif obj.status == "unverifiable":
-                kind, severity = ("unreadable", Severity.ERROR) if obj.detail.get("error") else (
-                    "unverifiable-local" if local else "unverifiable", Severity.INFO)
-                out.append(self._finding(kind, severity, f"{name}: unverifiable ({message})",
+            elif obj.status == "unreadable":
+                out.append(self._finding("unreadable", Severity.ERROR,
+                                         f"{name}: unreadable ({message})", evidence, obj))
+            elif obj.status == "unverified":
+                severity = Severity.INFO if self.allow_unverified else Severity.WARNING
+                out.append(self._finding("unverifiable-local" if local else "unverifiable",
+                                         severity, f"{name}: unverified ({message})",
                                          evidence, obj))
             if obj.detail.get("composite") and obj.status == "match":
                 out.append(self._finding("composite", Severity.INFO,
@@ -158,8 +178,8 @@ def check_file(store: Store, obj: ObjectInfo, rel: str, path: Path, *,
     can be recomputed)."""
     verdict = store.check_local(obj, path)
     if verdict.status != "unverifiable" or not download:
-        return ObjectCheck(obj.key, rel, verdict.status, verdict.algorithm, verdict.detail,
-                           obj.version)
+        return ObjectCheck(obj.key, rel, _status(verdict.status), verdict.algorithm,
+                           verdict.detail, obj.version)
     sink = Sha256Sink()  # --download: compare by content, streaming the object, storing nothing
     fetched = store.fetch(obj, sink)
     local_sha = sha256_file(path)
@@ -178,13 +198,19 @@ def check_content(store: Store, obj: ObjectInfo, rel: str) -> ObjectCheck:
     detail = {**fetched.detail, "sha256": fetched.sha256, "size": fetched.size}
     if fetched.status != "match":
         detail.update(store.mismatch_detail(obj))
-    return ObjectCheck(obj.key, rel, fetched.status, fetched.algorithm, detail,
+    return ObjectCheck(obj.key, rel, _status(fetched.status), fetched.algorithm, detail,
                        obj.version or fetched.object.get("version_id"))
+
+
+def _status(status: str) -> str:
+    """A store check's ``unverifiable`` (no usable stored value) is, for verify, an object
+    that was not verified."""
+    return "unverified" if status == "unverifiable" else status
 
 
 def verify(url: str, local_dir: Path | str | None = None, *, options: StoreOptions | None = None,
            store: Store | None = None, download: bool = False, workers: int = 16,
-           progress: Progress | None = None) -> VerifyResult:
+           progress: Progress | None = None, allow_unverified: bool = False) -> VerifyResult:
     """Verify every object at or under ``url`` (module doc). Raises :class:`VerifyFailed`
     (carrying the partial result and its records) when the listing fails or objects could not
     be read; per-object outcomes are in the result, which carries its ``<store>.verify``
@@ -195,7 +221,7 @@ def verify(url: str, local_dir: Path | str | None = None, *, options: StoreOptio
         raise UsageError(f"{root}: not a directory")
     store = store or open_store(target, options)
     result = VerifyResult(url=str(target), local_dir=str(root) if root is not None else None,
-                          codes=store.CODES)
+                          codes=store.CODES, allow_unverified=allow_unverified)
     try:
         prefix, exact = store.select()
     except CkptRescueError as exc:
@@ -225,7 +251,7 @@ def verify(url: str, local_dir: Path | str | None = None, *, options: StoreOptio
         except ObjectGone as exc:
             return ObjectCheck(obj.key, rel, "missing-remote", None, {"message": exc.message})
         except CkptRescueError as exc:
-            return ObjectCheck(obj.key, rel, "unverifiable", None,
+            return ObjectCheck(obj.key, rel, "unreadable", None,
                                {"message": exc.message, "error": True})
 
     def tick(future: Future[ObjectCheck]) -> None:
@@ -283,5 +309,6 @@ def _record(result: VerifyResult, store: Store, download: bool) -> None:
     result.record(f"{name}.verify", {"url": result.url, "local_dir": result.local_dir,
                                      "download": download, "client": store.connection(),
                                      "counts": dict(result.counts),
+                                     "allow_unverified": result.allow_unverified,
                                      "errors": list(result.errors)},
                   artifacts=[sha])

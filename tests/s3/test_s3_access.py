@@ -59,7 +59,7 @@ def test_access_denied_prefix_library_keeps_partial_results(denied_prefix, optio
     assert "access denied" in info.value.message
     objs = {o["key"]: o for o in info.value.partial.to_json()["objects"]}
     assert objs["open/a.bin"]["status"] == "match"
-    assert objs["secret/b.bin"]["status"] == "unverifiable"
+    assert objs["secret/b.bin"]["status"] == "unreadable"
     assert "access denied" in objs["secret/b.bin"]["detail"]["message"]
     assert "S3005" in [f.code for f in case.findings()]  # partial results are in the case too
 
@@ -77,5 +77,5 @@ def test_access_denied_prefix_cli_one_line_exit_4(denied_prefix, s3server):
     assert "Traceback" not in result.stderr
     partial = json.loads(result.stdout)
     assert {o["key"]: o["status"] for o in partial["objects"]} == {
-        "open/a.bin": "match", "secret/b.bin": "unverifiable"}
+        "open/a.bin": "match", "secret/b.bin": "unreadable"}
     assert os.environ.get("AWS_ACCESS_KEY_ID") != denied_prefix["key_id"]

@@ -123,20 +123,20 @@ def test_missing_on_either_side_and_size_difference(tmp_path, writer, bucket, op
     assert "size differs" in objs["short.bin"]["detail"]["message"]
     counts = result.to_json()["counts"]
     assert counts == {"match": 0, "mismatch": 1, "missing-local": 1, "missing-remote": 1,
-                      "unverifiable": 0, "total": 3}
+                      "unverified": 0, "unreadable": 0, "total": 3}
     codes = sorted(f.code for f in case.findings())
     assert codes == ["S3001", "S3002", "S3003"]
     assert case.verify().ok
 
 
-def test_kms_object_is_unverifiable_until_downloaded(tmp_path, s3server, bucket, options, reader):
+def test_kms_object_is_unverified_until_downloaded(tmp_path, s3server, bucket, options, reader):
     plain = s3server.writer_client(default_checksums=False)
     data = det_bytes(5000, 11)
     plain.put_object(Bucket=bucket, Key="k/enc.bin", Body=data, ServerSideEncryption="aws:kms")
     write_local(tmp_path, "enc.bin", data)
     obj = _by_key(verify_prefix(f"s3://{bucket}/k", tmp_path, client_options=options,
                                 client=reader))["enc.bin"]
-    assert obj["status"] == "unverifiable"
+    assert obj["status"] == "unverified"
     assert "not an MD5" in obj["detail"]["message"]
     assert stats(reader).bytes_downloaded == 0
     obj = _by_key(verify_prefix(f"s3://{bucket}/k", tmp_path, client_options=options,
@@ -165,3 +165,38 @@ def test_local_files_never_uploaded_are_one_finding(tmp_path, s3server, bucket, 
     s3003 = [f for f in result.findings() if f.code == "S3003"]
     assert len(s3003) == 1 and s3003[0].details["count"] == 13
     assert str(s3003[0].severity) == "info" and "13 local file(s)" in s3003[0].title
+
+
+def test_unverified_objects_fail_closed(tmp_path, s3server, bucket, options):
+    """An object without a usable checksum (SSE-KMS: its ETag is not an MD5, no Checksum*) is
+    `unverified`: it never counts toward "everything verifies". `s3 verify` exits 1 and says how
+    many; --allow-unverified accepts them (exit 0, still counted); --download verifies them."""
+    import json
+
+    from s3_testlib import run
+
+    plain = s3server.writer_client(default_checksums=False)
+    writer = s3server.writer_client()
+    data = det_bytes(3000, 12)
+    plain.put_object(Bucket=bucket, Key="fc/enc.bin", Body=data, ServerSideEncryption="aws:kms")
+    writer.put_object(Bucket=bucket, Key="fc/ok.bin", Body=b"fine", ChecksumAlgorithm="SHA256")
+    local = tmp_path / "local"
+    write_local(local, "enc.bin", data)
+    write_local(local, "ok.bin", b"fine")
+    result = verify_prefix(f"s3://{bucket}/fc", local, client_options=options)
+    assert {o.rel: o.status for o in result.objects} == {"enc.bin": "unverified",
+                                                        "ok.bin": "match"}
+    assert not result.ok
+    assert result.summary.startswith("1 of 2 verified; 1 unverified (no usable stored checksum")
+    warn = [f for f in result.findings() if f.code == "S3004"]
+    assert len(warn) == 1 and str(warn[0].severity) == "warning"
+    base = ["s3", "verify", f"s3://{bucket}/fc", str(local), "--endpoint-url",
+            s3server.endpoint_url]
+    strict = run(base)
+    assert strict.returncode == 1, strict.stderr
+    assert "1 of 2 verified; 1 unverified" in strict.stdout
+    allowed = run([*base, "--allow-unverified", "--json"])
+    assert allowed.returncode == 0, allowed.stderr
+    out = json.loads(allowed.stdout)
+    assert out["counts"]["unverified"] == 1 and out["allow_unverified"] is True
+    assert run([*base, "--download"]).returncode == 0  # compared by content: verified

@@ -52,7 +52,8 @@ def test_azure_content_md5_mismatch_named(request, monkeypatch):
     assert by["c/bad.bin"].status == "mismatch"
     assert by["c/bad.bin"].detail["checked"]["md5"]["match"] is False
     assert by["c/bad.bin"].detail["block_list"]["sizes"] == [100_000, 100_000]
-    assert by["c/nomd5.bin"].status == "unverifiable"
+    assert by["c/nomd5.bin"].status == "unverified"
+    assert "1 unverified (no usable stored checksum" in result.summary  # fail closed
     codes = {f.code for f in result.findings()}
     assert {"OS001", "OS004"} <= codes
     local = kit  # the same objects against local files: no download
