@@ -82,7 +82,22 @@ def _done(result: Any, ok: bool, answer: str, *, recorded: bool = False) -> Acti
     return done
 
 
-class StoreVerify(Action):
+class StoreAction(Action):
+    """An object-store action; ``s3_only``: its s3 name, which takes s3:// URLs only."""
+
+    s3_only = False
+
+    def url(self, args: dict[str, Any]) -> str:
+        """The URL argument, refused (one line, exit 2) when it names no store this action
+        takes."""
+        from ckptrescue.stores.s3.urls import parse_s3_url
+        from ckptrescue.stores.urls import parse_store_url
+
+        (parse_s3_url if self.s3_only else parse_store_url)(str(args["url"]))
+        return str(args["url"])
+
+
+class StoreVerify(StoreAction):
     name = "store.verify"
     summary = "Verify objects against their stored checksums (no download with LOCAL_DIR)"
     capability = "network_read"
@@ -122,9 +137,10 @@ object, 4 when objects could not be read (what was established is kept)."""
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.verify import VerifyFailed, verify
 
+        url = self.url(args)
         try:
             result = yield from ctx.blocking(lambda p: verify(
-                args["url"], args.get("local_dir") or None, options=_options(args),
+                url, args.get("local_dir") or None, options=_options(args),
                 download=bool(args.get("download")), workers=int(args.get("workers") or 16),
                 progress=lambda done, total, _key: p(done, total),
                 allow_unverified=bool(args.get("allow_unverified"))),
@@ -139,7 +155,7 @@ object, 4 when objects could not be read (what was established is kept)."""
         return _done(result, result.ok, result.summary)
 
 
-class StoreHistory(Action):
+class StoreHistory(StoreAction):
     name = "store.history"
     summary = "Every version of the objects; anomalies; the last known-good by a manifest"
     capability = "network_read"
@@ -168,8 +184,9 @@ Exit 0 when the history is clean, 1 on an anomaly or when no version matches the
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.history import history
 
+        url = self.url(args)
         result = yield from ctx.blocking(lambda p: history(
-            args["url"], manifest=args.get("manifest") or None,
+            url, manifest=args.get("manifest") or None,
             cloudtrail=args.get("cloudtrail") or None, by_content=bool(args.get("by_content")),
             options=_options(args)))
         for item in result.keys:
@@ -178,7 +195,7 @@ Exit 0 when the history is clean, 1 on an anomaly or when no version matches the
         return _done(result, not result.problems, result.summary)
 
 
-class StorePreflight(Action):
+class StorePreflight(StoreAction):
     name = "store.preflight"
     summary = "Can the store still lose the evidence? Versioning, retention, locks, soft delete"
     capability = "network_read"
@@ -199,13 +216,14 @@ Exit 0 when the store keeps immutable versions, 1 otherwise (copy first)."""
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.preflight import preflight
 
-        result = yield from ctx.blocking(lambda p: preflight(args["url"],
+        url = self.url(args)
+        result = yield from ctx.blocking(lambda p: preflight(url,
                                                              options=_options(args)))
         yield ctx.output(f"{result.url}: {result.verdict}")
         return _done(result, result.immutable, result.verdict)
 
 
-class StorePreserve(Action):
+class StorePreserve(StoreAction):
     name = "store.preserve"
     summary = "Copy objects into a local folder or the case's evidence, verifying each"
     capability = "write_recovery"
@@ -234,11 +252,12 @@ Never writes to the store."""
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.preserve import preserve
 
+        url = self.url(args)
         dest = args.get("dest")
         if dest:
             _refuse_unsafe_output(ctx, str(dest))
         result = yield from ctx.blocking(lambda p: preserve(
-            args["url"], Path(dest) if dest else None, case=None if dest else ctx.case,
+            url, Path(dest) if dest else None, case=None if dest else ctx.case,
             all_versions=bool(args.get("all_versions")), options=_options(args),
             progress=lambda done, total, _key: p(done, total)), label="preserving")
         if not dest:  # an acquisition into the case: artifacts, evidence, findings recorded
@@ -246,7 +265,7 @@ Never writes to the store."""
         done = _done(result, result.ok, f"{result.summary} into {dest} (layout: "
                                         f"{result.layout})")
         done.audit.append(AuditEvent("store.preserved", {
-            "url": args["url"], "dest": str(dest), "summary": result.summary,
+            "url": url, "dest": str(dest), "summary": result.summary,
             "counts": result.counts,
             "objects": [{"key": o.key, "version": o.version, "sha256": o.sha256,
                          "size": o.size, "status": o.status}
@@ -254,7 +273,7 @@ Never writes to the store."""
         return done
 
 
-class StoreRestore(Action):
+class StoreRestore(StoreAction):
     name = "store.restore"
     summary = "Restore one version (or the known-good one) into a local folder, verified"
     capability = "write_recovery"
@@ -285,12 +304,13 @@ Never into the store, never over a file."""
     def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.restore import restore
 
+        url = self.url(args)
         if self.needs_choice and (args.get("version") is None) == (args.get("manifest") is None):
             raise UsageError("give exactly one of --version ID or --manifest FILE")
         to = str(args.get("to") or ctx.work_dir("recovery"))
         _refuse_unsafe_output(ctx, to)
         result = yield from ctx.blocking(lambda p: restore(
-            args["url"], Path(to), version=args.get("version") or None,
+            url, Path(to), version=args.get("version") or None,
             known_good_manifest=args.get("manifest") or None,
             evidence=ctx.case.evidence_paths(), options=_options(args)))
         return _done(result, result.ok, result.summary)
@@ -304,6 +324,7 @@ def _s3_url(help_text: str) -> ArgSpec:
 
 class S3Verify(StoreVerify):
     name = "s3.verify"
+    s3_only = True
     summary = "Compare local files with the objects' server-side checksums (no download)"
     description = """
 Compare local files with the objects' server-side checksums (nothing downloaded): `store
@@ -324,6 +345,7 @@ object."""
 
 class S3History(StoreHistory):
     name = "s3.history"
+    s3_only = True
     summary = "Every version and delete marker; anomalies; the last known-good version"
     description = "Every version and delete marker, anomalies, checksums, last known-good, " \
                   "CloudTrail: `store history` for s3:// URLs."
@@ -335,6 +357,7 @@ class S3History(StoreHistory):
 
 class S3Preflight(StorePreflight):
     name = "s3.preflight"
+    s3_only = True
     summary = "Versioning and object-lock status of a bucket (are immutable copies kept?)"
     description = """
 Versioning, Object Lock and default retention: are immutable copies being kept? (`store
@@ -348,6 +371,7 @@ Exit 0 when versioning and Object Lock keep immutable versions, 1 otherwise (cop
 
 class S3Preserve(StorePreserve):
     name = "s3.preserve"
+    s3_only = True
     summary = "Download a prefix into the case's evidence, verifying every checksum"
     capability = "network_read"
     description = """
@@ -364,6 +388,7 @@ A mismatch is a finding; bytes are kept as received, hashed and inventoried."""
 
 class S3Restore(StoreRestore):
     name = "s3.restore"
+    s3_only = True
     summary = "Download one version (or the last known-good) into a recovery folder, verified"
     capability = "network_read"
     description = "Download one version into a recovery folder and verify it. Never into the " \
