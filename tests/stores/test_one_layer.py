@@ -103,6 +103,6 @@ def test_an_unreadable_object_stops_the_verdict_keeping_the_rest(
     assert len(errors) == 1 and "bad.bin" in errors[0] and "500" in errors[0], res.stderr
     objects = {o["key"]: o for o in json.loads(res.stdout)["objects"]}
     assert objects["ok.bin"]["status"] == "match"
-    assert objects["bad.bin"]["status"] == "unverifiable"
+    assert objects["bad.bin"]["status"] == "unreadable"
     assert objects["bad.bin"]["detail"]["error"] is True
     assert proxy.failed >= 1
