@@ -109,7 +109,9 @@ class Gate(Action):
 Check a dataset slice against its manifest, or a checkpoint, before a job starts; exit 0 means
 go. A dataset (with --manifest): every manifest entry under DIR (or under each --only prefix)
 present with the manifest's size, then a seeded sample of files hashed in full (--sample: a
-fraction below 1 or a file count; a fresh seed per launch unless --seed, recorded). An
+fraction, 1 = every file; --sample-count N: N files; a fresh seed per launch unless --seed,
+recorded). Fail closed: a file under DIR (or the --only slices) that the manifest does not list
+would be loaded unchecked: it is unverified and fails the gate unless --allow-unverified. An
 s3:// prefix: one listing instead of the stats, sampled objects checked against their stored
 full-object SHA-256, or a stored CRC the manifest recorded (build --checksums), without a byte
 read (downloaded only when the store holds neither), objects
@@ -126,8 +128,13 @@ ckptrescue.checkpoints.verified_load.load_verified for a torch.load that verifie
                     help="Dataset directory or s3://bucket/prefix (with --manifest), or "
                          "checkpoint."),
             ArgSpec("manifest", "path", short="-m", help="The dataset's sha256 manifest."),
-            ArgSpec("sample", "number", default=0.01,
-                    help="Files hashed in full: a fraction (< 1) or a count (>= 1)."),
+            ArgSpec("sample", "number", default=0.01, minimum=0,
+                    help="Share of the files hashed in full: a fraction, 1 = every file."),
+            ArgSpec("sample_count", "integer", minimum=0,
+                    help="Hash this many files in full instead of a share (--sample)."),
+            ArgSpec("allow_unverified", "boolean", default=False,
+                    help="Pass although files under the target are not in the manifest "
+                         "(they are still counted)."),
             ArgSpec("seed", "integer", help="Redraw a recorded sample."),
             ArgSpec("only", "list", metavar="PREFIX",
                     help="Gate only entries under this prefix (repeat)."),
@@ -152,6 +159,8 @@ ckptrescue.checkpoints.verified_load.load_verified for a torch.load that verifie
         if args.get("manifest"):
             result = yield from ctx.blocking(lambda p: gate_dataset(
                 args["target"], args["manifest"], sample=float(args.get("sample") or 0),
+                sample_count=args.get("sample_count"),
+                allow_unverified=bool(args.get("allow_unverified")),
                 seed=args.get("seed"), only=args.get("only") or (),
                 strict_mtime=bool(args.get("strict_mtime")),
                 endpoint_url=args.get("endpoint_url") or None))

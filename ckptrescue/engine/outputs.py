@@ -572,6 +572,12 @@ class GateOutput(StepOutputs):
     seed: int | None = field(default=None, metadata=doc("The sample's seed (redraw with it)."))
     problems: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Per problem: path, problem (and the worst finding for a checkpoint)."))
+    unverified: list[str] = field(default_factory=list, metadata=doc(
+        "Files under the target the manifest does not list (the first 100)."))
+    unverified_count: int = field(default=0, metadata=doc(
+        "How many such files: they fail the gate unless allow_unverified."))
+    allow_unverified: bool = field(default=False, metadata=doc(
+        "Files not in the manifest were accepted."))
 
 
 @dataclass

@@ -28,9 +28,9 @@ def test_an_unchanged_dataset_passes_and_the_sample_is_recorded(dataset: tuple[P
                                                                 ) -> None:
     root, manifest = dataset
     before = tree_digest(root)
-    result = gate_dataset(root, manifest, sample=5, seed=7)
+    result = gate_dataset(root, manifest, sample_count=5, seed=7)
     assert result.passed and result.checked == 21 and len(result.hashed) == 5
-    again = gate_dataset(root, manifest, sample=5, seed=7)
+    again = gate_dataset(root, manifest, sample_count=5, seed=7)
     assert again.hashed == result.hashed  # the seed redraws the same sample
     assert tree_digest(root) == before
 
@@ -50,9 +50,9 @@ def test_bit_rot_is_caught_when_sampled_and_a_slice_is_gated_alone(
         dataset: tuple[Path, Path]) -> None:
     root, manifest = dataset
     flip_byte(root / "eval" / "part-00.jsonl", 100)  # same size, different bytes
-    assert gate_dataset(root, manifest, sample=1.0 - 1e-9, seed=1).passed is False
-    assert gate_dataset(root, manifest, sample=1.0 - 1e-9, only=["train"]).passed
-    failed = gate_dataset(root, manifest, sample=100, only=["eval"])
+    assert gate_dataset(root, manifest, sample=1.0, seed=1).passed is False
+    assert gate_dataset(root, manifest, sample=1.0, only=["train"]).passed
+    failed = gate_dataset(root, manifest, sample_count=100, only=["eval"])
     assert failed.problems == [{"path": "eval/part-00.jsonl",
                                 "problem": "SHA-256 differs from the manifest"}]
 
@@ -95,3 +95,46 @@ def test_verified_load_refuses_an_unsafe_pickle(tmp_path: Path) -> None:
     with pytest.raises(CheckpointRejected, match="unsafe"):
         load_verified(path, weights_only=False)
     assert not marker.exists()
+
+
+def test_sample_one_hashes_every_file_and_a_count_has_its_own_option(
+        dataset: tuple[Path, Path]) -> None:
+    """--sample is a share (1.0 = every file, never "one file"); --sample-count is a number."""
+    from ckptrescue.errors import UsageError
+
+    root, manifest = dataset
+    assert len(gate_dataset(root, manifest, sample=1.0, seed=2).hashed) == 21
+    assert len(gate_dataset(root, manifest, sample_count=3, seed=2).hashed) == 3
+    assert len(gate_dataset(root, manifest, sample=0.5, seed=2).hashed) == 10
+    with pytest.raises(UsageError, match="--sample-count"):
+        gate_dataset(root, manifest, sample=4)
+    import json
+    import subprocess
+    import sys
+
+    cli = subprocess.run([sys.executable, "-m", "ckptrescue", "gate", str(root), "--manifest",
+                          str(manifest), "--sample", "1.0", "--json"], capture_output=True,
+                         text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert len(json.loads(cli.stdout)["hashed"]) == 21
+    bad = subprocess.run([sys.executable, "-m", "ckptrescue", "gate", str(root), "--manifest",
+                          str(manifest), "--sample", "5"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "--sample-count" in bad.stderr
+
+
+def test_files_the_manifest_does_not_list_fail_closed(dataset: tuple[Path, Path]) -> None:
+    """A file the manifest does not list would be loaded unchecked: unverified, the gate fails
+    and says how many, unless --allow-unverified; --only narrows it to the slice gated."""
+    root, manifest = dataset
+    write_jsonl(root / "train" / "part-99.jsonl", lines=3)  # added after the manifest
+    result = gate_dataset(root, manifest, sample=0)
+    assert not result.passed and result.problems == []
+    assert result.unverified_count == 1 and result.unverified == ["train/part-99.jsonl"]
+    assert result.reason.startswith("1 file(s) not in the manifest (unverified")
+    allowed = gate_dataset(root, manifest, sample=0, allow_unverified=True)
+    assert allowed.passed and "1 file(s) not in the manifest" in allowed.reason
+    assert gate_dataset(root, manifest, sample=0, only=["eval"]).passed
+    inside = root / "eval" / "data.sha256"  # a manifest kept inside the tree is not data
+    inside.write_bytes(manifest.read_bytes())
+    assert gate_dataset(root, inside, sample=0, only=["eval"]).passed

@@ -42,7 +42,7 @@ def store(tmp_path: Path):  # noqa: ANN201
 
 def test_an_unchanged_prefix_passes_without_a_byte_downloaded(store) -> None:  # noqa: ANN001
     srv, _writer, _objects, manifest = store
-    result = gate_dataset("s3://gate/ds/", manifest, sample=1.0 * len(NAMES), seed=3,
+    result = gate_dataset("s3://gate/ds/", manifest, sample=1.0, seed=3,
                           endpoint_url=srv.endpoint_url)
     assert result.passed, result.reason
     assert result.checked == len(NAMES) and sorted(result.hashed) == NAMES
@@ -56,7 +56,7 @@ def test_an_object_written_again_is_always_checked(store) -> None:  # noqa: ANN0
     writer.put_object(Bucket="gate", Key=f"ds/{NAMES[5]}", Body=bytes(bad),
                       ChecksumAlgorithm="SHA256")
     # a sample of 1 (seed 0) that does not draw it still checks it: its ETag changed
-    result = gate_dataset("s3://gate/ds/", manifest, sample=1, seed=0,
+    result = gate_dataset("s3://gate/ds/", manifest, sample_count=1, seed=0,
                           endpoint_url=srv.endpoint_url)
     assert not result.passed and NAMES[5] in result.hashed
     assert result.problems == [{"path": NAMES[5], "problem": "SHA-256 differs from the manifest"}]
@@ -73,7 +73,7 @@ def test_objects_without_a_stored_sha256_are_downloaded(store) -> None:  # noqa:
     plain.put_object(Bucket="gate", Key="plain/a.bin", Body=body)
     manifest = Path(str(_manifest) + ".plain")
     build_manifest("s3://gate/plain/", manifest, endpoint_url=srv.endpoint_url)
-    result = gate_dataset("s3://gate/plain/", manifest, sample=1, seed=1,
+    result = gate_dataset("s3://gate/plain/", manifest, sample_count=1, seed=1,
                           endpoint_url=srv.endpoint_url)
     assert result.passed and result.hashed_bytes == len(body)
 
@@ -81,7 +81,7 @@ def test_objects_without_a_stored_sha256_are_downloaded(store) -> None:  # noqa:
 def test_the_cli_exit_status_is_the_go_no_go(store) -> None:  # noqa: ANN001
     srv, writer, _objects, manifest = store
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-    argv = [EXE, "gate", "s3://gate/ds/", "--manifest", str(manifest), "--sample", "4",
+    argv = [EXE, "gate", "s3://gate/ds/", "--manifest", str(manifest), "--sample-count", "4",
             "--seed", "9", "--endpoint-url", srv.endpoint_url, "--json"]
     ok = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert ok.returncode == 0, ok.stderr
@@ -95,3 +95,13 @@ def test_the_cli_exit_status_is_the_go_no_go(store) -> None:  # noqa: ANN001
                            text=True, env=env, timeout=60)
     assert other.returncode == 2 and "Traceback" not in other.stderr
     assert "ckptrescue probe URL" in other.stderr
+
+
+def test_objects_the_manifest_does_not_list_fail_closed(store) -> None:  # noqa: ANN001
+    srv, writer, _objects, manifest = store
+    writer.put_object(Bucket="gate", Key="ds/late.bin", Body=b"added after the manifest",
+                      ChecksumAlgorithm="SHA256")
+    result = gate_dataset("s3://gate/ds/", manifest, sample=0, endpoint_url=srv.endpoint_url)
+    assert not result.passed and result.unverified == ["late.bin"]
+    assert gate_dataset("s3://gate/ds/", manifest, sample=0, endpoint_url=srv.endpoint_url,
+                        allow_unverified=True).passed
