@@ -50,6 +50,8 @@ SHA-256 of every file under DIR, in `sha256sum -c` format plus a JSON-lines side
 
 Streaming and parallel; an interrupted build resumes from OUT.partial.jsonl. Symlinks are
 followed only to regular files inside DIR; FIFOs, sockets and devices are skipped and listed.
+Fail closed: a skipped entry is not in the manifest, so nothing will verify it: the build exits
+1 and the answer counts them, unless --allow-unverified.
 
 DIR may also be s3://bucket/prefix: every object is hashed where it lives (streamed, never
 stored), with keys relative to the prefix as names."""
@@ -65,6 +67,9 @@ stored), with keys relative to the prefix as names."""
                          "(CRC64NVME, CRC32C, CRC32; repeat or comma-separate): an audit of "
                          "the uploaded objects then checks them against the store's own "
                          "full-object CRC without downloading."),
+            ArgSpec("allow_unverified", "boolean", default=False,
+                    help="Exit 0 although entries were skipped (they are not in the manifest: "
+                         "nothing will ever verify them)."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -78,6 +83,7 @@ stored), with keys relative to the prefix as names."""
             progress=files_progress(p), cancel=ctx.cancel,
             endpoint_url=args.get("endpoint_url") or None,
             checksums=_split(args.get("checksums"))), label="hashing")
+        result.allow_unverified = bool(args.get("allow_unverified"))
         return from_library(result, f"manifest {args['output']}")
 
 
@@ -87,7 +93,9 @@ class ManifestAudit(Action):
     description = """
 Check every file against a manifest: ok, corrupted, changed, missing, new, unreadable.
 
-Exit 0 when every file matches, 1 otherwise.
+Exit 0 when every file matches, 1 otherwise — also when the walk skipped entries (a directory
+it could not list, a special or unstattable file): they were not checked (unverified; the answer
+counts them; --allow-unverified accepts them).
 
 --sample 1% (or a file count) stats every file (missing and size-changed files are always
 reported) and hashes only a seeded sample of the rest; the answer is a 95% confidence bound
@@ -138,6 +146,9 @@ compared through a temporary state database instead (said in the notes)."""
                          "option), not only inside DIR: audit a clean view made by recover "
                          "--clean-view with --follow-links-into DIR --follow-links-into "
                          "RECOVERY_DIR. Local directories only."),
+            ArgSpec("allow_unverified", "boolean", default=False,
+                    help="Exit 0 although the walk skipped entries (not checked; still "
+                         "counted)."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -174,6 +185,7 @@ compared through a temporary state database instead (said in the notes)."""
             restart=bool(args.get("restart")), cancel=ctx.cancel,
             follow_into=list(args.get("follow_into") or ())),
             label="auditing")
+        result.allow_unverified = bool(args.get("allow_unverified"))
         out = result.to_json()
         audited = from_library(result, ", ".join(f"{k} {v}" for k, v in
                                                  sorted(out.get("counts", {}).items())))

@@ -218,7 +218,7 @@ ALLOW_EMPTY = ArgSpec("allow_empty", "boolean", default=False,
                            "warning and exit 1).")
 BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS, ALLOW_EMPTY),
                 order=("dir", "output", "checksums", "jobs", "scheduler", "no_progress",
-                       "allow_empty", "endpoint_url", CASE, JSON),
+                       "allow_empty", "allow_unverified", "endpoint_url", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
 def audit_interrupted(args: dict[str, Any]) -> str:
     from ckptrescue.datasets.audit_state import default_path
@@ -238,7 +238,7 @@ def audit_interrupted(args: dict[str, Any]) -> str:
 AUDIT = Command("manifest.audit", render_audit, extras=(NO_PROGRESS,),
                 order=("dir", "manifest", "quick", "sample", "seed", "state", "restart",
                        "follow_into", "jobs", "scheduler", "no_progress", "endpoint_url",
-                       "use_stored", CASE, JSON),
+                       "use_stored", "allow_unverified", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"] or a.get("quick")),
                 interrupted=audit_interrupted)
 UPDATE = Command("manifest.update", render_update, extras=(NO_PROGRESS,),

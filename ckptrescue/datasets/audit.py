@@ -106,6 +106,9 @@ class AuditResult(Recorded):
     files_omitted: int = 0
     # counts per status when ``files`` does not hold every row (from the state)
     stored_counts: dict[str, int] | None = field(default=None, repr=False)
+    # entries the walk skipped (unlistable directory, special or unstattable file): not checked
+    skipped: list[tuple[bytes, str]] = field(default_factory=list)
+    allow_unverified: bool = False
 
     @property
     def counts(self) -> dict[str, int]:
@@ -119,6 +122,8 @@ class AuditResult(Recorded):
     @property
     def ok(self) -> bool:
         c = self.counts
+        if self.skipped and not self.allow_unverified:
+            return False  # fail closed: what was not checked is not "everything matches"
         return not any(c[s] for s in STATUSES if s != "ok")
 
     def damaged(self) -> list[AuditRow]:
@@ -135,10 +140,18 @@ class AuditResult(Recorded):
             parts = ", ".join(f"{c[s]} {s}" for s in DAMAGED if c[s])
             text = f"{mode}{bad} of {listed} files in the manifest do not match ({parts})"
         if self.sample is not None:
-            return self._sampled_answer(c)
+            return self._sampled_answer(c) + self._skipped_answer()
         if c["new"]:
             text += f"; {c['new']} new file(s) not in the manifest"
-        return text
+        return text + self._skipped_answer()
+
+    def _skipped_answer(self) -> str:
+        if not self.skipped:
+            return ""
+        return (f"; {len(self.skipped)} entr(ies) skipped while walking, not checked "
+                f"(unverified: {display(self.skipped[0][0])}: {self.skipped[0][1]}"
+                + (" ...; accepted with --allow-unverified)" if self.allow_unverified else
+                   " ...; --allow-unverified accepts them)"))
 
     def _sampled_answer(self, c: dict[str, int]) -> str:
         assert self.sample is not None
@@ -167,6 +180,11 @@ class AuditResult(Recorded):
                                evidence_sha256=row.actual if not self.quick else None,
                                offset=row.offset, source="manifest.audit",
                                details={"expected": row.expected, "actual": row.actual}))
+        severity = Severity.INFO if self.allow_unverified else Severity.WARNING
+        for rel, reason in self.skipped[:1000]:
+            out.append(Finding("MF006", severity, f"{display(rel)}: skipped: {reason} (not "
+                               "checked: unverified)", evidence=shown_path(self.root, rel),
+                               source="manifest.audit"))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -175,7 +193,9 @@ class AuditResult(Recorded):
         out: dict[str, Any] = {"files": [row.to_json() for row in self.files],
                                "counts": self.counts, "quick": self.quick,
                                "answer": self.answer(), "state": self.state,
-                               "resumed": self.resumed, "files_omitted": self.files_omitted}
+                               "resumed": self.resumed, "files_omitted": self.files_omitted,
+                               "skipped": len(self.skipped),
+                               "allow_unverified": self.allow_unverified}
         if self.sample is not None:
             out["sample"] = self.sample.to_json()
         return out
@@ -346,6 +366,7 @@ def _quick_audit(root: Path, manifest: Path, *, restart: bool,
     result.notes += notes
     for s in sorted(outcome.skipped, key=lambda s: s.rel):
         result.notes.append(f"{display(s.rel)}: skipped: {s.reason}")
+        result.skipped.append((s.rel, s.reason))
     result.files = [AuditRow(rel, status, want, got, None, None, reason)
                     for rel, status, want, got, reason in outcome.rows]
     result.stored_counts = {s: n for s, n in outcome.counts.items() if n}
@@ -391,6 +412,7 @@ def _run(store: AuditState, identity: Identity, root: Path, manifest: Path, *, q
     _cancelled(cancel)
     for s in store.skipped():
         result.notes.append(f"{display(s.rel)}: skipped: {s.reason}")
+        result.skipped.append((s.rel, s.reason))
     if sample is not None:
         # the draw is from the manifest's names in order (random.sample over positions draws
         # the same entries as over the names themselves), so a seed draws the same entries from

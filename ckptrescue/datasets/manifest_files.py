@@ -113,10 +113,13 @@ class ManifestResult(Recorded):
     elapsed_s: float = 0.0
     jobs: int = 1
     scheduler: str | None = None
+    # fail closed: entries skipped (never hashed) leave the manifest short of the tree; they
+    # fail the build unless accepted
+    allow_unverified: bool = False
 
     @property
     def ok(self) -> bool:
-        return not self.unreadable
+        return not self.unreadable and (not self.skipped or self.allow_unverified)
 
     def findings(self) -> list[Finding]:
         out = [
@@ -133,9 +136,11 @@ class ManifestResult(Recorded):
                     source="manifest.build", details={"times": n})
             for rel, n in self.changed
         ]
+        severity = Severity.INFO if self.allow_unverified else Severity.WARNING
         out += [
-            Finding("MF006", Severity.INFO, f"{display(s.rel)}: skipped: {s.reason}",
-                    evidence=shown_path(self.root, s.rel), source="manifest.build")
+            Finding("MF006", severity, f"{display(s.rel)}: skipped: {s.reason} (not in the "
+                    "manifest: unverified)", evidence=shown_path(self.root, s.rel),
+                    source="manifest.build")
             for s in self.skipped
         ]
         return out
@@ -157,6 +162,10 @@ class ManifestResult(Recorded):
         text = (f"{self.file_count()} files ({self.total_bytes()} bytes) in "
                 f"{self.manifest_path}; {len(self.unreadable)} unreadable, "
                 f"{len(self.skipped)} skipped")
+        if self.skipped:
+            text += (" (not in the manifest: unverified"
+                     + ("; accepted with --allow-unverified)" if self.allow_unverified else
+                        "; --allow-unverified accepts them)"))
         if self.resumed:
             text += f"; {self.resumed} taken over from the interrupted build"
         return text
@@ -178,6 +187,7 @@ class ManifestResult(Recorded):
             "changed_while_hashed": [{"path": to_json_path(rel), "times": n}
                                      for rel, n in self.changed],
             "skipped": [{"path": to_json_path(s.rel), "reason": s.reason} for s in self.skipped],
+            "allow_unverified": self.allow_unverified,
             "answer": self.answer(),
         }
 

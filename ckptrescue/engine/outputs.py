@@ -366,16 +366,18 @@ class ManifestBuildOutput(StepOutputs):
     changed_while_hashed: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Files that changed while they were hashed and were hashed again: path, times."))
     answer: str = field(default="", metadata=doc("The one-line answer."))
+    allow_unverified: bool = field(default=False, metadata=doc(
+        "Skipped entries (not in the manifest) were accepted."))
 
     @property
     def ok(self) -> bool:
-        return not self.unreadable
+        return not self.unreadable and (not self.skipped or self.allow_unverified)
 
 
 @dataclass
 class ManifestAuditOutput(StepOutputs):
     json_keys = ("files", "counts", "quick", "sample", "answer", "bytes_downloaded", "state",
-                 "resumed", "files_omitted")
+                 "resumed", "files_omitted", "skipped", "allow_unverified")
     files: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Per file: path, status, expected, actual (offset when unreadable)."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Files per status."))
@@ -398,10 +400,17 @@ class ManifestAuditOutput(StepOutputs):
     reasons: dict[str, str] = field(default_factory=dict, metadata=doc(
         "Why, per path, where the audit says (not in --json)."))
     notes: list[str] = field(default_factory=list, metadata=doc("Notes (not in --json)."))
+    skipped: int = field(default=0, metadata=doc(
+        "Entries skipped while walking (unlistable directories, special files, unstattable "
+        "files): not checked, unverified."))
+    allow_unverified: bool = field(default=False, metadata=doc(
+        "Skipped entries were accepted (else they fail the audit)."))
 
     @property
     def ok(self) -> bool:
         bad = ("corrupted", "changed", "missing", "unreadable", "new")
+        if self.skipped and not self.allow_unverified:
+            return False
         if self.counts:
             return not any(self.counts.get(s) for s in bad)
         return all(row.get("status") == "ok" for row in self.files)
