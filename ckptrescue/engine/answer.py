@@ -20,6 +20,7 @@ from ckptrescue.checkpoints.outputs import (
 from ckptrescue.engine.capability_answers import EXAMINING as CAPABILITY_EXAMINING
 from ckptrescue.engine.capability_answers import capability_parts
 from ckptrescue.engine.case_outputs import outputs_of
+from ckptrescue.engine.evidence_answers import evidence_parts, serious_named
 from ckptrescue.engine.outputs import (
     DatasetCompareOutput,
     ImageOutput,
@@ -156,6 +157,7 @@ def answer_line(case: Case) -> str:
         if compared.compare.get("flagged"):
             parts.append(f"dataset: {compared.answer}")
     parts += capability_parts(case)
+    parts += evidence_parts(case)
     if not parts:
         return _no_answer(case)
     return "; ".join(parts)
@@ -185,10 +187,9 @@ def _no_answer(case: Case) -> str:
             examined = True
         elif d.get("status") in {"failed", "refused"}:
             failed.append(f"{d.get('step')} {d.get('status')}: {d.get('error') or ''}".strip())
-    serious = {(f.code, f.title, f.evidence, f.offset) for f in case.findings()
-               if f.severity.rank >= 2}
+    serious = [f for f in case.findings() if f.severity.rank >= 2]
     if serious:
-        return f"{len(serious)} serious finding(s); see the report"
+        return serious_named(serious)
     if failed and not examined:
         return "nothing could be examined: " + "; ".join(failed[-3:])
     if not examined:

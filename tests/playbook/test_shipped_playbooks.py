@@ -270,6 +270,10 @@ def test_dataset_audit_runs_and_recovers_from_snapshots(tmp_path: Path) -> None:
                                 manifest=str(manifest), backups=str(tmp_path / "snapshots"),
                                 recovery_dir=str(tmp_path / "recovered"))
     assert rc == 1, err
+    # the answer says what the serious findings are, not "2 serious finding(s); see the report"
+    assert "see the report" not in out["answer"], out["answer"]
+    assert "dataset audit: part-1.jsonl corrupted" in out["answer"], out["answer"]
+    assert "shards: part-1.jsonl damaged (line 2: does not parse" in out["answer"], out["answer"]
     assert (tmp_path / "recovered" / "part-1.jsonl").read_bytes() == \
         (snap / "part-1.jsonl").read_bytes()
     assert b"X" in (data / "part-1.jsonl").read_bytes(), "never writes into the dataset"
