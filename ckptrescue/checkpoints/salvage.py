@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ckptrescue.checkpoints.base import CheckpointReport, TensorRecord, Verdict
-from ckptrescue.checkpoints.formats import dtypes
+from ckptrescue.checkpoints.formats import dtypes, view_bits
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.effects import beneath
 from ckptrescue.effects.output_dirs import refuse_aliasing
@@ -188,22 +188,32 @@ class _Planned:
 
 
 def _plan(rec: TensorRecord, strides: dict[str, list[int]], *,
-          has_reader: bool = False) -> _Planned | str:
+          has_reader: bool = False, storable: bool = True) -> _Planned | str:
+    """How to copy ``rec``'s values, or why not (``storable=False``: also a dtype safetensors
+    has no code for, to hash its bytes)."""
     info = dtypes.lookup(rec.dtype)
-    if info is None or info.safetensors is None:
+    if info is None or (storable and info.safetensors is None):
         return f"dtype {rec.dtype} {NOT_STORABLE}"
     if rec.shape is None or (not has_reader and (rec.offset is None or rec.file is None)):
         return "byte location unknown"
+    why = view_bits.unresolvable(rec.dtype, view_bits.bits_of(rec.reasons))
+    if why:
+        return why
     numel = 1
     for s in rec.shape:
         numel *= s
-    return _Planned(rec.name, rec, info.safetensors, numel * info.itemsize,
+    return _Planned(rec.name, rec, info.safetensors or "", numel * info.itemsize,
                     strides.get(rec.name))
 
 
 def _copy(out: BinaryIO, p: _Planned) -> None:
-    """Write the tensor's C-contiguous little-endian bytes."""
+    """Write the tensor's C-contiguous little-endian bytes: the values the loaded tensor holds
+    (a negative or conjugate view resolved, ``view_bits``)."""
     rec = p.rec
+    bits = view_bits.bits_of(rec.reasons)
+    info = dtypes.lookup(rec.dtype)
+    if bits and info is not None:
+        out = view_bits.Resolving(out, info, bits)  # type: ignore[assignment]
     if p.big_endian:
         _copy_swapped(out, p)
         return
@@ -593,7 +603,8 @@ def tensor_digest(rec: TensorRecord, report: CheckpointReport, root: Path, *,
     """SHA-256 prefix (16 hex digits) of the C-contiguous little-endian bytes salvage would
     write for ``rec`` (what the real loader's tensor holds when the static map is right); None
     when its bytes cannot be located."""
-    p = _plan(rec, report.extra.get("strides", {}) or {}, has_reader=reader is not None)
+    p = _plan(rec, report.extra.get("strides", {}) or {}, has_reader=reader is not None,
+              storable=False)
     if isinstance(p, str):
         return None
     p.reader, p.root, p.report = reader, root, report

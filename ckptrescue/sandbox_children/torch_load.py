@@ -21,7 +21,27 @@ import json
 import sys
 from typing import Any
 
+from ckptrescue.checkpoints.formats.pickle_scan import unique_names
 from ckptrescue.sandbox_children import boundary
+
+
+def _nonfinite(item: Any) -> int:
+    """Non-finite values of one loaded tensor (0 where torch cannot count them: a sparse
+    layout's values are counted, a dtype with no kernels - float4 - is not)."""
+    import torch
+
+    if item.layout in (torch.sparse_coo,):
+        item = item.coalesce().values()
+    elif item.layout != torch.strided:
+        item = item.values()
+    if not (item.is_floating_point() or item.is_complex()) or not item.numel():
+        return 0
+    try:
+        if item.element_size() == 1:  # float8 kinds: isfinite is not implemented
+            item = item.to(torch.float32)
+        return int((~torch.isfinite(item)).sum())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return 0
 
 
 def _count(obj: Any, acc: dict[str, int]) -> None:
@@ -32,10 +52,7 @@ def _count(obj: Any, acc: dict[str, int]) -> None:
         item = todo.pop()
         if isinstance(item, torch.Tensor):
             acc["tensors"] += 1
-            if item.is_floating_point() and item.numel():
-                if item.element_size() == 1:  # float8 kinds: isfinite is not implemented
-                    item = item.to(torch.float32)
-                acc["nonfinite"] += int((~torch.isfinite(item)).sum())
+            acc["nonfinite"] += _nonfinite(item)
         elif isinstance(item, dict):
             todo.extend(item.values())
         elif isinstance(item, (list, tuple)):
@@ -48,29 +65,60 @@ MAX_MAPPED = 200_000  # tensors described in ``map`` (a bigger checkpoint is com
 def tensor_map(obj: Any) -> dict[str, list[Any]]:
     """``{name: [dtype, shape, sha256 prefix of the C-order bytes]}`` of every tensor in the
     loaded object, named as the static map names them (dict keys and list/tuple indices joined
-    with dots: ``pickle_scan.iter_named``)."""
+    with dots: ``pickle_scan.iter_named``, colliding names numbered alike)."""
+    import torch
+
+    out: dict[str, list[Any]] = {}
+    for name, item in unique_names(_walk_tensors(obj)):
+        if len(out) >= MAX_MAPPED:
+            break
+        if item.layout != torch.strided or item.is_quantized or item.is_meta:
+            continue
+        digest = _digest(item)
+        if digest is not None:
+            out[name or "<root>"] = [str(item.dtype).removeprefix("torch."),
+                                     list(item.shape), digest]
+    return out
+
+
+def _walk_tensors(obj: Any) -> Any:
+    """``(name, tensor)`` in the static map's walk order (``pickle_scan.iter_named``: depth
+    first, children in order), so that colliding names get the same ``#n`` on both sides."""
+    import torch
+
+    todo: list[tuple[str, Any, int]] = [("", obj, 0)]
+    while todo:
+        name, item, depth = todo.pop()
+        if isinstance(item, torch.Tensor):
+            yield name, item
+        elif depth < 64 and isinstance(item, dict):
+            todo.extend(reversed([(f"{name}.{k}" if name else str(k), v, depth + 1)
+                                  for k, v in item.items()]))
+        elif depth < 64 and isinstance(item, (list, tuple)):
+            todo.extend(reversed([(f"{name}.{i}" if name else str(i), v, depth + 1)
+                                  for i, v in enumerate(item)]))
+
+
+MAX_DESCRIBED_BYTES = 1 << 32  # a view torch expands beyond this (stride 0) is not described
+
+
+def _digest(item: Any) -> str | None:
+    """SHA-256 prefix of the values the loaded tensor holds, as C-order bytes: a conjugate or
+    negative view resolved first (torch keeps the stored bytes and a bit); None when they
+    cannot be had (a dtype without a copy kernel that is not contiguous, a broadcast view too
+    big to materialise) - that tensor is then not compared, never a load failure."""
     import hashlib
 
     import torch
 
-    out: dict[str, list[Any]] = {}
-    todo: list[tuple[str, Any, int]] = [("", obj, 0)]
-    while todo and len(out) < MAX_MAPPED:
-        name, item, depth = todo.pop()
-        if isinstance(item, torch.Tensor):
-            if item.layout != torch.strided or item.is_quantized or item.is_meta:
-                continue
-            raw = item.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-            digest = hashlib.sha256(memoryview(raw)).hexdigest()[:16]
-            out[name or "<root>"] = [str(item.dtype).removeprefix("torch."), list(item.shape),
-                                     digest]
-        elif depth < 64 and isinstance(item, dict):
-            todo.extend((f"{name}.{k}" if name else str(k), v, depth + 1)
-                        for k, v in item.items())
-        elif depth < 64 and isinstance(item, (list, tuple)):
-            todo.extend((f"{name}.{i}" if name else str(i), v, depth + 1)
-                        for i, v in enumerate(item))
-    return out
+    try:
+        item = item.detach().resolve_conj().resolve_neg()
+        if item.numel() * item.element_size() > MAX_DESCRIBED_BYTES:
+            return None
+        raw = item.contiguous().reshape(-1).view(torch.uint8).numpy()
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return None
+    return hashlib.sha256(memoryview(raw)).hexdigest()[:16]
 
 
 def _load(req: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import subprocess
 import sys
 import tarfile
@@ -31,10 +32,17 @@ import hashlib, io, json, os, pickle, sys, tarfile, tempfile
 import torch
 
 def tmap(obj):
-    out, todo = {}, [("", obj)]
+    # depth first, children in order; a name met again gets #1, #2, ... (the kit's convention)
+    out, todo, seen = {}, [("", obj)], {}
     while todo:
         name, item = todo.pop()
         if isinstance(item, torch.Tensor):
+            if name in seen:
+                n = seen[name]
+                while f"{name}#{n + 1}" in seen:
+                    n += 1
+                seen[name], name = n + 1, f"{name}#{n + 1}"
+            seen[name] = 0
             if item.layout != torch.strided or item.is_quantized:
                 continue
             item = item.detach().resolve_conj().resolve_neg().contiguous()
@@ -42,9 +50,9 @@ def tmap(obj):
             out[name or "<root>"] = [str(item.dtype).removeprefix("torch."), list(item.shape),
                                      hashlib.sha256(memoryview(raw)).hexdigest()[:16]]
         elif isinstance(item, dict):
-            todo.extend((f"{name}.{k}" if name else str(k), v) for k, v in item.items())
+            todo += reversed([(f"{name}.{k}" if name else str(k), v) for k, v in item.items()])
         elif isinstance(item, (list, tuple)):
-            todo.extend((f"{name}.{i}" if name else str(i), v) for i, v in enumerate(item))
+            todo += reversed([(f"{name}.{i}" if name else str(i), v) for i, v in enumerate(item)])
     return out
 
 class Recorder(pickle.Unpickler):
@@ -239,3 +247,130 @@ def test_tar_members_of_one_name_keep_the_last_as_extraction_does(tmp_path):
     out = salvage(path, tmp_path / "out", allow_next_to_input=True)
     [written] = oracle([("safetensors", Path(out.output))])
     assert written["ok"] and written["map"] == loaded["map"], written
+
+
+# -- safetensors headers: what serde_json and the safetensors loader accept ---------------------
+
+def _st(path: Path, header: bytes, n_floats: int = 6) -> Path:
+    data = b"".join(struct.pack("<f", float(i)) for i in range(n_floats))
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+    return path
+
+
+ENTRY = b'{"dtype":"F32","shape":[6],"data_offsets":[0,24]}'
+HEADERS = {
+    # the loader refuses these (safetensors 0.8: "unknown variant", "duplicate field")
+    "c128": b'{"a":{"dtype":"C128","shape":[3],"data_offsets":[0,24]}}',
+    "metadata_twice": b'{"__metadata__":{"x":"1"},"__metadata__":{"y":"2"},"a":' + ENTRY + b"}",
+    "metadata_twice_escaped": b'{"__metadata__":{},"\\u005f_metadata__":{},"a":' + ENTRY + b"}",
+    "dtype_twice": b'{"a":{"dtype":"F32","dtype":"I32","shape":[6],"data_offsets":[0,24]}}',
+    "shape_twice": b'{"a":{"dtype":"F32","shape":[3,2],"shape":[6],"data_offsets":[0,24]}}',
+    "form_feed_first": b'\x0c{"a":' + ENTRY + b"}",
+    # ... and loads these (JSON whitespace first, a repeated tensor name: the last wins,
+    # repeated unknown fields, repeated metadata keys)
+    "newline_first": b'\n{"a":' + ENTRY + b"}",
+    "spaces_tab_first": b' \t {"a":' + ENTRY + b"}",
+    "name_twice": b'{"a":{"dtype":"I32","shape":[6],"data_offsets":[0,24]},"a":' + ENTRY + b"}",
+    "unknown_twice": b'{"a":{"dtype":"F32","x":1,"x":2,"shape":[6],"data_offsets":[0,24]}}',
+    "metadata_key_twice": b'{"__metadata__":{"x":"1","x":"2"},"a":' + ENTRY + b"}",
+}
+
+
+def test_safetensors_headers_are_judged_by_the_loaders_own_grammar(tmp_path):
+    """``intact`` exactly where safe_open loads: C128 (no such dtype in safetensors) and a
+    struct field given twice were intact; whitespace before ``{`` was damaged/unreadable."""
+    paths = {n: _st(tmp_path / f"{n}.safetensors", h) for n, h in HEADERS.items()}
+    loaded = dict(zip(paths, oracle([("safetensors", p) for p in paths.values()]), strict=True))
+    assert not loaded["c128"]["ok"] and loaded["newline_first"]["ok"]  # the premise
+    for name, path in paths.items():
+        r = agree(path, loaded[name])
+        if loaded[name]["ok"]:
+            assert r.format == "safetensors" and r.verdict is Verdict.INTACT, (name, r.findings)
+        else:  # a form feed first is not even recognised as safetensors
+            assert r.verdict in (Verdict.DAMAGED, Verdict.UNREADABLE), (name, r.findings)
+
+
+# -- torch.save structures the fixtures never wrote -----------------------------------------------
+
+def _structures() -> dict[str, Any]:
+    import collections
+
+    import torch
+
+    base = _ar(24).reshape(4, 6)
+    cplx = torch.complex(_ar(4), _ar(4) + 10)
+    od = collections.OrderedDict([("w", _ar(4)), ("b", _ar(2))])
+    od._metadata = {"": {"version": 2}}  # type: ignore[attr-defined]
+    neg = _ar(5)._neg_view()
+    return {
+        # names that collide once joined with dots, and keys that are not strings
+        "collide": {"a.b": _ar(2), "a": {"b": _ar(3)}, 0: _ar(4), "0": _ar(5)},
+        "tuple_keys": {(1, 2): _ar(3), ("x", None): _ar(2), 7: [_ar(1), (_ar(2),)]},
+        # views torch stores with a bit: loaded values are the stored ones conjugated/negated
+        "conj_view": {"c": cplx.conj(), "plain": cplx, "row": base[1]},
+        "neg_view": {"n": neg, "w": base.t()},
+        "dtypes": {"c128": torch.complex(_ar(3, torch.float64), _ar(3, torch.float64)),
+                   "c64": cplx, "u16": _ar(3, torch.uint16), "f8": _ar(4).to(torch.float8_e5m2),
+                   "od": od},
+    }
+
+
+@pytest.fixture(scope="module")
+def structures(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Any]]]:
+    import torch
+
+    root = tmp_path_factory.mktemp("structures")
+    paths = {}
+    for name, obj in _structures().items():
+        torch.save(obj, root / f"{name}.pt")
+        paths[name] = root / f"{name}.pt"
+    loaded = oracle([("torch", p) for p in paths.values()])
+    return {n: (p, res) for (n, p), res in zip(paths.items(), loaded, strict=True)}
+
+
+@pytest.mark.parametrize("name", sorted(_structures()))
+def test_torch_save_structures_map_and_salvage_as_torch_loads_them(structures, tmp_path, name):
+    """The static map names, types and fills every tensor as torch.load gives it (colliding
+    names numbered alike on both sides; tuple keys named as Python prints them, not by an
+    object's address; a conjugate/negative view's values resolved), and salvage writes a file
+    safetensors loads holding those values (it wrote duplicate keys, and C128, which no
+    safetensors reader accepts: complex128 is now listed as not storable)."""
+    from ckptrescue.checkpoints.salvage import salvage
+
+    path, loaded = structures[name]
+    assert loaded["ok"], loaded
+    r = agree(path, loaded)
+    assert r.verdict is Verdict.INTACT, r.findings
+    out = salvage(path, tmp_path / "out")
+    [written] = oracle([("safetensors", Path(out.output))])
+    assert written["ok"], written
+    storable = {n: v for n, v in loaded["map"].items() if v[0] != "complex128"}
+    assert written["map"] == storable
+    assert {x["name"] for x in out.not_storable} == set(loaded["map"]) - set(storable)
+
+
+@pytest.mark.parametrize("name", ["conj_view", "neg_view", "collide"])
+def test_probe_load_compares_these_files_equal(structures, name):
+    """``probe --load``: the sandboxed torch.load's tensors equal the static map (a conjugate
+    view made the child's own description raise, and the file was called unreadable)."""
+    path, _ = structures[name]
+    r = probe1(path, load=True)
+    assert r.load["status"] == "ok", r.load
+    assert r.load["compared"]["compared"] == len(r.tensors) and r.verdict is Verdict.INTACT, \
+        r.findings
+
+
+def test_probe_load_of_layouts_and_dtypes_it_cannot_describe(tmp_path):
+    """A sparse tensor and safetensors' F4 load fine; the child's description of them (the
+    non-finite count) raised and the load was reported as refused (LD007, unreadable)."""
+    import torch
+
+    sparse = tmp_path / "sparse.pt"
+    torch.save({"s": torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), _ar(2), (2, 2)),
+                "w": _ar(3)}, sparse)
+    f4 = _st(tmp_path / "f4.safetensors",
+             b'{"a":{"dtype":"F4","shape":[48],"data_offsets":[0,24]}}')
+    for path in (sparse, f4):
+        r = probe1(path, load=True)
+        assert r.load["status"] == "ok" and r.verdict is Verdict.INTACT, (path, r.findings)
+        assert "LD008" not in {f.code for f in r.findings}

@@ -40,7 +40,7 @@ _TABLE = [
     DType("uint64", 8, "U64", "u8", "int"),
     DType("bool", 1, "BOOL", "?", "bool"),
     DType("complex64", 8, "C64", "c8", "complex"),
-    DType("complex128", 16, "C128", "c16", "complex"),
+    DType("complex128", 16, None, "c16", "complex"),  # no safetensors code (0.8 refuses C128)
     DType("complex32", 4, None, None, "complex"),
     DType("qint8", 1, None, "i1", "int"),
     DType("quint8", 1, None, "u1", "int"),

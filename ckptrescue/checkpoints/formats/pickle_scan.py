@@ -163,6 +163,9 @@ class TensorRef:
     stride: tuple[int, ...]
     dtype: str | None
     problem: str | None = None  # why torch's rebuild refuses this tensor (the torch rules)
+    # torch's view bits from the rebuild's metadata ("neg", "conj"): the loaded tensor holds
+    # the stored values negated / conjugated (``torch._C._set_tensor_metadata``)
+    bits: tuple[str, ...] = ()
 
     @property
     def numel(self) -> int:
@@ -252,17 +255,36 @@ def _build_tensor(func: Global, args: tuple[Any, ...]) -> Any:
             dtype = storage.storage_dtype if storage.is_storage else None
             if name == "_rebuild_tensor_v3" and len(args) >= 7:
                 dtype = _dtype_name(args[6]) or dtype
-            return TensorRef(storage, offset, size, stride, dtype)
+            at = {"_rebuild_tensor_v2": 6, "_rebuild_tensor_v3": 7}.get(name)  # metadata
+            meta = args[at] if at is not None and len(args) > at else None
+            # torch sets the bit for a key that is present, whatever its value
+            bits = tuple(k for k in ("neg", "conj") if isinstance(meta, dict) and k in meta)
+            return TensorRef(storage, offset, size, stride, dtype, bits=bits)
     return Call(func, args)
 
 
 
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
+class KeyRef:
+    """A dict key the scan keeps by identity (hashing a deep tuple recurses); named as Python
+    shows the key (``str``), as the loaded dict names it."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+
 def _hashable(key: Any) -> Any:
-    """Dict keys: plain scalars and stubs as themselves, anything else by identity (a deep
-    tuple is never hashed: hashing recurses)."""
-    if isinstance(key, (str, bytes, int, float, bool, type(None), Global, Call)):
+    """Dict keys: plain scalars, stubs and flat tuples of scalars as themselves (equal tuples
+    are one key, as in the real dict: ``{(1, 2): a}``), anything else by identity."""
+    if isinstance(key, (*_SCALARS, Global, Call)):
         return key
-    return ("<key>", id(key))
+    if type(key) is tuple and len(key) <= 64 and all(type(k) in _SCALARS for k in key):
+        return key
+    return KeyRef(key)
 
 
 def _unhashable(value: Any) -> bool:
@@ -746,21 +768,48 @@ def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: 
 
 
 def _key_str(key: Any) -> str:
-    if isinstance(key, tuple) and len(key) == 2 and key[0] == "<unhashable>":
-        return "?"
+    if isinstance(key, KeyRef):
+        key = key.key
+        return str(key) if type(key) is tuple else "?"
     if isinstance(key, bytes):
         return key.decode("utf-8", "replace")
     return str(key)
 
 
+def unique_names(named: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """``named`` with every name made unique: a name met again (``{"a.b": x, "a": {"b": y}}``,
+    ``{0: x, "0": y}``) gets ``#1``, ``#2``... in walk order - the order the sandbox child's
+    ``tensor_map`` walks the loaded object too, so both sides name the same tensor alike."""
+    seen: dict[str, int] = {}
+    for name, value in named:
+        n = seen.get(name)
+        if n is None:
+            seen[name] = 0
+            yield name, value
+            continue
+        while True:
+            n += 1
+            candidate = f"{name}#{n}"
+            if candidate not in seen:
+                break
+        seen[name] = n
+        seen[candidate] = 0
+        yield candidate, value
+
+
 def iter_named(root: Any) -> Iterator[tuple[str, Any]]:
-    """Yield ``(dotted_name, value)`` for every TensorRef and bare PersistentRef in the graph.
+    """Yield ``(dotted_name, value)`` for every TensorRef and bare PersistentRef in the graph,
+    each name once (:func:`unique_names`).
 
     Iterative (no recursion limit), visits shared objects once per path but guards cycles;
     bounded (depth 64, 2M nodes) against hostile pickles.
     Dict keys become name parts, list/tuple items their index; an unknown object's BUILD state
     is walked like a dict, its constructor args by index.
     """
+    return unique_names(_walk_named(root))
+
+
+def _walk_named(root: Any) -> Iterator[tuple[str, Any]]:
     todo: list[tuple[str, Any, frozenset[int]]] = [("", root, frozenset())]
     visited = 0
     while todo:

@@ -38,20 +38,59 @@ class HeaderProblem(ValueError):
         self.code = code
 
 
+JSON_SPACE = b" \t\n\r"  # what serde_json skips between tokens (a form feed is refused)
+# Fields serde's derived deserializers take once: a second one is "duplicate field" (the
+# tensor map itself is a HashMap: a repeated tensor name is taken, the last one winning)
+_ONCE_AT_TOP = ("__metadata__",)
+_ONCE_IN_ENTRY = ("dtype", "shape", "data_offsets")
+
+
+class _Object(dict):  # type: ignore[type-arg]
+    """A JSON object that remembers which keys it was given more than once."""
+
+    repeated: frozenset[str] = frozenset()
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    obj = _Object(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        obj.repeated = frozenset(k for k, _ in pairs if k in seen or seen.add(k))
+    return obj
+
+
+def _duplicate_field(header: dict[str, Any]) -> str | None:
+    """A struct field given twice (serde: "duplicate field"), at the top or in an entry."""
+    for key in _ONCE_AT_TOP:
+        if key in getattr(header, "repeated", ()):
+            return key
+    for name, entry in header.items():
+        if name != "__metadata__":
+            for key in _ONCE_IN_ENTRY:
+                if key in getattr(entry, "repeated", ()):
+                    return key
+    return None
+
+
 def parse_header_text(text: bytes) -> dict[str, Any]:
-    """The header object, by the loader's rules (``safetensors/src/tensor.rs``): starts with
-    ``{``, UTF-8, JSON nested at most :data:`MAX_DEPTH` deep, an object; ``__metadata__`` (if
-    present and not null) maps strings to strings. Raises :class:`HeaderProblem`."""
-    if not text.startswith(b"{"):
+    """The header object, by the loader's rules (``safetensors/src/tensor.rs``, serde_json):
+    UTF-8, JSON (whitespace before ``{`` is skipped, as serde does) nested at most
+    :data:`MAX_DEPTH` deep, an object; ``__metadata__`` at most once and (if present and not
+    null) mapping strings to strings; ``dtype``/``shape``/``data_offsets`` once per entry.
+    Raises :class:`HeaderProblem`."""
+    if not text.lstrip(JSON_SPACE).startswith(b"{"):
         raise HeaderProblem("ST002", "header does not start with '{' (the loader refuses it)")
     deep = too_deep(text, MAX_DEPTH)
     if deep is not None:
         raise HeaderProblem("ST010", f"header JSON nested deeper than {MAX_DEPTH} levels "
                             f"(at header byte {deep})")
     try:
-        header = json.loads(text.decode("utf-8"))
+        header = json.loads(text.decode("utf-8"), object_pairs_hook=_object)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise HeaderProblem("ST002", f"header unreadable: {exc}") from exc
+    if isinstance(header, dict) and (twice := _duplicate_field(header)) is not None:
+        raise HeaderProblem("ST002", f"header unreadable: duplicate field `{twice}` (the "
+                            "loader refuses it)")
     if not isinstance(header, dict):
         raise HeaderProblem("ST002", "header is not a JSON object")
     meta = header.get("__metadata__")
@@ -102,7 +141,7 @@ class SafetensorsFormat:
         if len(raw) < 10:
             return False
         (n,) = struct.unpack_from("<Q", raw)
-        body = raw[8:].lstrip(b" ")
+        body = raw[8:].lstrip(JSON_SPACE)
         return 2 <= n <= MAX_HEADER and body.startswith(b"{") and (
             body[1:2] in (b'"', b"}", b" ", b"\n"))
 

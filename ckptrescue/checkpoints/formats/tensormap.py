@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ckptrescue.checkpoints.base import TensorRecord, Verdict
-from ckptrescue.checkpoints.formats import dtypes, numeric, streaming
+from ckptrescue.checkpoints.formats import dtypes, numeric, streaming, view_bits
 from ckptrescue.checkpoints.formats.pickle_scan import PersistentRef, TensorRef
 from ckptrescue.codes.checkpoint import CODES
 from ckptrescue.model import Finding
@@ -175,6 +175,8 @@ def tensor_records(named: list[tuple[str, Any]], storages: dict[str, StorageChec
         if isinstance(ref, TensorRef) and ref.problem:
             rec.status = "damaged"
             rec.reasons.append(f"torch refuses to rebuild it: {ref.problem}")
+        if isinstance(ref, TensorRef) and ref.bits:
+            rec.reasons.extend(view_bits.markers(ref.bits))
         if sc.status == "truncated" and sc.available is not None and length is not None \
                 and rel + length <= sc.available:
             rec.status = "ok"  # the part of a cut storage this view uses is complete

@@ -171,12 +171,22 @@ def rebuild_problem(name: str, args: tuple[Any, ...]) -> str | None:
     if requires_grad and not _grad_ok(dtype):
         return f"only Tensors of floating point and complex dtype can require gradients ({dtype})"
     metadata = args[high - 1] if len(args) == high else None
-    if metadata:
-        if not isinstance(metadata, dict):
-            return f"tensor metadata: expected dict, got {type(metadata).__name__}"
-        info = dtypes.lookup(dtype)
-        if metadata.get("conj") and info is not None and info.kind != "complex":
-            return f"tensor metadata sets conj on a {dtype} tensor"
+    return _metadata_problem(metadata, dtype) if metadata else None
+
+
+def _metadata_problem(metadata: Any, dtype: str | None) -> str | None:
+    """``torch._utils.set_tensor_metadata``: a dict of ``str`` keys to values pybind reads as
+    ``bool`` (None, bool, int, float); a ``conj`` key, whatever its value, asserts on a dtype
+    that is not complex (a ``neg`` key sets the neg bit, whatever its value)."""
+    if not isinstance(metadata, dict):
+        return f"tensor metadata: expected dict, got {type(metadata).__name__}"
+    for key, value in metadata.items():
+        if type(key) is not str or not (value is None or type(value) in (bool, int, float)):
+            return "_set_tensor_metadata(): incompatible function arguments (metadata " \
+                f"{key!r:.40}: {type(value).__name__})"
+    info = dtypes.lookup(dtype)
+    if "conj" in metadata and info is not None and info.kind != "complex":
+        return f"tensor metadata sets conj on a {dtype} tensor (isComplexType assertion)"
     return None
 
 

@@ -25,6 +25,15 @@ def _format(name: str) -> Any:
     return next((f for f in formats() if getattr(f, "name", None) == name), None)
 
 
+def _as_loaded(dtype: str | None, shape: tuple[int, ...] | None
+               ) -> tuple[str | None, tuple[int, ...] | None]:
+    """How the loader presents a static dtype: safetensors' ``F4`` (two values a byte) is
+    torch's ``float4_e2m1fn_x2`` with the last dimension halved (``safetensors/torch.py``)."""
+    if dtype == "F4" and shape and shape[-1] % 2 == 0:
+        return "float4_e2m1fn_x2", (*shape[:-1], shape[-1] // 2)
+    return dtype, shape
+
+
 def compare(report: CheckpointReport, loaded: dict[str, list[Any]]) -> dict[str, Any]:
     """``{"compared", "mismatches": [{"name", "what", "static", "loaded"}], "static_only",
     "loaded_only"}`` for the tensors named on both sides."""
@@ -39,11 +48,12 @@ def compare(report: CheckpointReport, loaded: dict[str, list[Any]]) -> dict[str,
     for name in common:
         rec = static[name]
         dtype, shape, digest = loaded[name][:3]
-        if rec.dtype is not None and rec.dtype != dtype:
+        sdtype, sshape = _as_loaded(rec.dtype, rec.shape)
+        if sdtype is not None and sdtype != dtype:
             mismatches.append({"name": name, "what": "dtype", "static": rec.dtype,
                                "loaded": dtype})
-        elif rec.shape is not None and list(rec.shape) != list(shape):
-            mismatches.append({"name": name, "what": "shape", "static": list(rec.shape),
+        elif sshape is not None and list(sshape) != list(shape):
+            mismatches.append({"name": name, "what": "shape", "static": list(sshape),
                                "loaded": list(shape)})
         elif rec.status in _VERIFIED:
             mine = tensor_digest(rec, report, root, reader=reader)
