@@ -145,9 +145,8 @@ def answer_line(case: Case) -> str:
             parts.append(f"bad sectors hit {len(hit)} tensor{'s' if len(hit) != 1 else ''}")
     for history in outputs_of(case, S3HistoryOutput)[-1:]:
         for key in history.keys:
-            if key.get("known_good"):
-                parts.append(f"s3 {_name(key['key'])}: last known-good version "
-                             f"{key['known_good']}")
+            if key.known_good:
+                parts.append(f"s3 {_name(key.key)}: last known-good version {key.known_good}")
     for state in outputs_of(case, TrainStateOutput)[-1:]:
         if state.findings:
             kinds = sorted({str(f.get("code")) for f in state.findings})

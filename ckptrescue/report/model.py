@@ -382,8 +382,8 @@ def build(case: Case) -> dict[str, Any]:
             d = r["details"]
             versions[d["tool"]] = {"executable": d.get("executable"), "version": d.get("version")}
     salvages = [s.to_json() for s in salvage_results(case)]
-    s3_known_good = [k for out in outputs_of(case, S3HistoryOutput)[-1:]
-                     for k in out.keys if k.get("known_good")]
+    s3_known_good = [k.to_json() for out in outputs_of(case, S3HistoryOutput)[-1:]
+                     for k in out.keys if k.known_good]
     s3_verify = outputs_of(case, S3VerifyOutput)
     locates = outputs_of(case, LocateOutput)
     model: dict[str, Any] = {

@@ -9,12 +9,79 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.model import StepOutputs, doc
+from ckptrescue.model import JsonRecord, StepOutputs, doc
+
+
+@dataclass
+class VerifiedObject(JsonRecord):
+    """One object (or local file) a verify compared."""
+
+    key: str = field(default="", metadata=doc("Its key relative to the prefix (the local path)."))
+    status: str = field(default="", metadata=doc(
+        "match, mismatch, missing-local, missing-remote, unverified, unreadable."))
+    algorithm: str | None = field(default=None, metadata=doc("The stored value compared."))
+    detail: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "message, form, expected, actual, parts, layout, resets, error..."))
+
+
+@dataclass
+class VersionAnomaly(JsonRecord):
+    kind: str = field(default="", metadata=doc("latest-count, delete-marker-on-top, ..."))
+    message: str = field(default="", metadata=doc("What it means."))
+    version_ids: list[str] = field(default_factory=list, metadata=doc("The versions named."))
+
+
+@dataclass
+class ListedVersion(JsonRecord):
+    """One version of a key as its store lists it (Azure/GCS add deleted, soft_deleted, kind,
+    etag: kept as they are)."""
+
+    version_id: str = field(default="", metadata=doc("The version (current: none named)."))
+    is_latest: bool = field(default=False, metadata=doc("The current version."))
+    delete_marker: bool = field(default=False, metadata=doc("An S3 delete marker."))
+    last_modified: str | None = field(default=None, metadata=doc("When it was written."))
+    size: int | None = field(default=None, metadata=doc("Bytes."))
+    checksum: Any = field(default=None, metadata=doc("The stored checksum(s)."))
+    events: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+        "S3 with --cloudtrail: who wrote or deleted it."))
+    manifest_check: str | None = field(default=None, metadata=doc(
+        "With --manifest: why it is (not) the known-good version."))
+
+
+@dataclass
+class KeyVersions(JsonRecord):
+    """Every version of one key, its anomalies and its last known-good version."""
+
+    key: str = field(default="", metadata=doc("The key."))
+    versions: list[ListedVersion] = field(default_factory=list, metadata=doc("Newest first."))
+    known_good: str | None = field(default=None, metadata=doc(
+        "The last known-good version (with --manifest)."))
+    anomalies: list[VersionAnomaly] = field(default_factory=list, metadata=doc(
+        "What is odd about the listing."))
+    manifest_sha256: str | None = field(default=None, metadata=doc("The manifest's SHA-256."))
+    known_good_by: str | None = field(default=None, metadata=doc(
+        "stored-sha256 or content."))
+
+
+@dataclass
+class PreservedRecord(JsonRecord):
+    """One object (version) a preserve copied."""
+
+    key: str = field(default="", metadata=doc("The key."))
+    version_id: str | None = field(default=None, metadata=doc("The version copied."))
+    status: str = field(default="", metadata=doc("match, mismatch, unverifiable, error."))
+    size: int | None = field(default=None, metadata=doc("Bytes."))
+    sha256: str | None = field(default=None, metadata=doc("SHA-256 of the bytes received."))
+    algorithm: str | None = field(default=None, metadata=doc("The stored value compared."))
+    detail: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "message, resumed, resets, reason..."))
+    evidence_id: str | None = field(default=None, metadata=doc("Into the case: its evidence."))
+    path: str | None = field(default=None, metadata=doc("Into a folder: its copy."))
 
 
 @dataclass
 class S3VerifyOutput(StepOutputs):
-    objects: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+    objects: list[VerifiedObject] = field(default_factory=list, metadata=doc(
         "Per object: key, status, algorithm, detail."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Objects per status."))
     errors: list[str] = field(default_factory=list, metadata=doc(
@@ -25,12 +92,12 @@ class S3VerifyOutput(StepOutputs):
     @property
     def ok(self) -> bool:
         accepted = {"match", "unverified"} if self.allow_unverified else {"match"}
-        return not self.errors and all(o.get("status") in accepted for o in self.objects)
+        return not self.errors and all(o.status in accepted for o in self.objects)
 
 
 @dataclass
 class S3HistoryOutput(StepOutputs):
-    keys: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+    keys: list[KeyVersions] = field(default_factory=list, metadata=doc(
         "Per key: key, versions, known_good, anomalies (kind, message, version_ids), and with "
         "a manifest manifest_sha256, known_good_by."))
 
@@ -50,16 +117,16 @@ class S3PreflightOutput(StepOutputs):
 @dataclass
 class S3PreserveOutput(StepOutputs):
     url: str = field(default="", metadata=doc("What was preserved."))
-    objects: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
+    objects: list[PreservedRecord] = field(default_factory=list, metadata=doc(
         "Per object version: key, version_id, status, size, sha256, algorithm, detail, "
-        "evidence_id."))
+        "evidence_id (into the case) or path (into a folder)."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Objects per status."))
     inventory_sha256: str | None = field(default=None, metadata=doc(
         "SHA-256 of the inventory artifact."))
 
     @property
     def ok(self) -> bool:
-        return all(o.get("status") in {"match", "unverifiable"} for o in self.objects)
+        return all(o.status in {"match", "unverifiable"} for o in self.objects)
 
 
 @dataclass

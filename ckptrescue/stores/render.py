@@ -22,6 +22,7 @@ from ckptrescue.stores.outputs import (
     S3RestoreOutput,
     S3VerifyOutput,
     StoreResultOutput,
+    VerifiedObject,
 )
 
 SERIOUS = {str(Severity.ERROR), str(Severity.CRITICAL)}
@@ -40,15 +41,15 @@ def store(out: StoreResultOutput, findings: Sequence[Finding]) -> Shown:
     return shown
 
 
-def object_lines(objects: list[dict[str, Any]]) -> list[str]:
+def object_lines(objects: list[VerifiedObject]) -> list[str]:
     """One line per object compared: status, key, algorithm, what was found."""
-    return [f"{obj['status']:<15} {obj['key']}  [{obj.get('algorithm') or '-'}] "
-            f"{(obj.get('detail') or {}).get('message', '')}" for obj in objects]
+    return [f"{obj.status:<15} {obj.key}  [{obj.algorithm or '-'}] "
+            f"{obj.detail.get('message', '')}" for obj in objects]
 
 
 def verify_partial(objects: list[dict[str, Any]]) -> Shown:
     """What a verification that stopped early established (its error follows)."""
-    return Shown(lines=object_lines(objects))
+    return Shown(lines=object_lines([VerifiedObject.from_json(o) for o in objects]))
 
 
 def verify(out: S3VerifyOutput) -> Shown:
@@ -62,21 +63,21 @@ def verify(out: S3VerifyOutput) -> Shown:
 def history(out: S3HistoryOutput) -> Shown:
     shown = Shown()
     for item in out.keys:
-        shown.say(f"{item['key']}  known-good: {item['known_good'] or '-'}")
-        for v in item["versions"]:
-            kind = "DELETE-MARKER" if v["delete_marker"] else f"{v['size']} bytes"
-            checksum = v["checksum"] or {}
-            shown.say(f"  {'*' if v['is_latest'] else ' '} {v['version_id']}  "
-                      f"{v['last_modified']}  {kind}  {checksum.get('algorithm', '')} "
+        shown.say(f"{item.key}  known-good: {item.known_good or '-'}")
+        for v in item.versions:
+            kind = "DELETE-MARKER" if v.delete_marker else f"{v.size} bytes"
+            checksum = v.checksum or {}
+            shown.say(f"  {'*' if v.is_latest else ' '} {v.version_id}  "
+                      f"{v.last_modified}  {kind}  {checksum.get('algorithm', '')} "
                       f"{checksum.get('value', '')}")
-            for event in v.get("events", []):
+            for event in v.events:
                 shown.say(f"      {event['event_name']} by {event['principal']} from "
                           f"{event['source_ip']} ({event['user_agent']}) at "
                           f"{event['event_time']}")
-        for anomaly in item["anomalies"]:
-            shown.say(f"  ANOMALY {anomaly['kind']}: {anomaly['message']}")
-    problems = any(k["anomalies"] for k in out.keys) or any(
-        k.get("manifest_sha256") and k["known_good"] is None for k in out.keys)
+        for anomaly in item.anomalies:
+            shown.say(f"  ANOMALY {anomaly.kind}: {anomaly.message}")
+    problems = any(k.anomalies for k in out.keys) or any(
+        k.manifest_sha256 and k.known_good is None for k in out.keys)
     shown.exit_code = _exit(not problems)
     return shown
 
@@ -95,8 +96,8 @@ def preflight(out: S3PreflightOutput) -> Shown:
 
 def preserve(out: S3PreserveOutput) -> Shown:
     shown = Shown(exit_code=_exit(out.ok))
-    shown.lines += [f"{obj['status']:<13} {obj['key']} {obj['version_id'] or ''} "
-                    f"sha256={obj['sha256']} {obj['evidence_id'] or ''}" for obj in out.objects]
+    shown.lines += [f"{obj.status:<13} {obj.key} {obj.version_id or ''} "
+                    f"sha256={obj.sha256} {obj.evidence_id or ''}" for obj in out.objects]
     shown.say(" ".join(f"{k}={v}" for k, v in out.counts.items()))
     if out.extra.get("answer") or out.extra.get("summary"):
         shown.say(str(out.extra.get("answer") or out.extra["summary"]))
