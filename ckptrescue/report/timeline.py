@@ -5,7 +5,9 @@ A case collects far more than a reader can use: ``dmesg`` alone brings hundreds 
 
 * the kit's own actions (a step once, with its outcome; its start is folded into its end);
 * collected lines (kernel, journal) that are about the incident: the **evidence devices** (a
-  block device given as evidence and its partitions, at any time; a loop, device-mapper or mount
+  block device given as evidence and its partitions, at any time -- a loop device only since it
+  was last attached before it became evidence: its lines before that were about the file an
+  earlier user had attached to that number; a loop, device-mapper or mount
   device the kit itself attached, only while the kit held it), **I/O errors** (any device),
   **OOM** and **hung-task** lines, and the **job** (a training process triage found: its pid or
   name); a filesystem message counts when it names one of those devices;
@@ -51,6 +53,7 @@ OOM = re.compile(r"Out of memory|oom-kill|oom_reaper|invoked oom-killer|Killed p
 HUNG = re.compile(r"blocked for more than \d+ seconds|hung_task|INFO: task \S+ blocked",
                   re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
+LOOP_ATTACHED = re.compile(r"(?<![\w-])(loop\d+): detected capacity change from 0 to [1-9]")
 _WHOLE_DEVICE = re.compile(r"^(?P<base>(?:nvme\d+n\d+|mmcblk\d+|loop\d+|nbd\d+|md\d+|"
                            r"dm-\d+|[a-z]+?))(?:p?\d+)?$")
 
@@ -63,11 +66,25 @@ class Subjects:
     held: dict[str, list[tuple[datetime, datetime | None]]] = field(default_factory=dict)
     pids: set[str] = field(default_factory=set)
     names: set[str] = field(default_factory=set)
+    added: dict[str, datetime] = field(default_factory=dict)     # evidence device -> when added
+    attached: dict[str, datetime] = field(default_factory=dict)  # loop device -> its last attach
+
+    def learn_attaches(self, events: list[TimelineEvent]) -> None:
+        """For each evidence loop device, the last kernel attach line before it became evidence:
+        a loop number is reused, and what the kernel said about it before is about another
+        file."""
+        for e in events:
+            m = LOOP_ATTACHED.search(e.message) if e.source in COLLECTED_SOURCES else None
+            if m is None or m[1] not in self.devices:
+                continue
+            added = self.added.get(m[1])
+            if (added is None or e.time <= added) and e.time >= self.attached.get(m[1], e.time):
+                self.attached[m[1]] = e.time
 
     def device_hit(self, text: str, when: datetime) -> str | None:
         """The evidence device ``text`` names (as a word), if any, at ``when``."""
         for dev in self.devices:
-            if _names_device(text, dev):
+            if _names_device(text, dev) and when >= self.attached.get(_whole(dev), when):
                 return dev
         for dev, spans in self.held.items():
             if _names_device(text, dev) and any(
@@ -89,6 +106,12 @@ class Subjects:
 def _names_device(text: str, dev: str) -> bool:
     """``sdb`` names sdb and its partitions (sdb1), not sdba; ``loop0`` names loop0p1."""
     return re.search(rf"(?<![\w-]){re.escape(dev)}(p?\d+)?(?![\w-])", text) is not None
+
+
+def _whole(name: str) -> str:
+    """The whole device of a kernel name (``loop1p2`` -> ``loop1``)."""
+    m = _WHOLE_DEVICE.match(name)
+    return m["base"] if m else name
 
 
 def _kernel_name(path: str) -> str | None:
@@ -115,8 +138,10 @@ def subjects_of(records: list[dict[str, Any]], triage_processes: list[dict[str, 
             for path in (item.get("source"), (item.get("details") or {}).get("realpath")):
                 name = _kernel_name(str(path or ""))
                 if name:  # the device and the whole disk it is on (I/O errors name the disk)
-                    m = _WHOLE_DEVICE.match(name)
-                    subjects.devices.update({name, m["base"] if m else name})
+                    subjects.devices.update({name, _whole(name)})
+                    if when is not None:
+                        for dev in (name, _whole(name)):
+                            subjects.added.setdefault(dev, when)
         elif action in {"safety.attached", "safety.detached"} and when is not None:
             name = _kernel_name(str(d.get("name") or ""))
             if d.get("kind") == "mount":
@@ -208,6 +233,7 @@ def select(kit: list[dict[str, Any]], events: list[TimelineEvent], subjects: Sub
     """The rows the report shows: the kit's actions and the collected events that bear on the
     incident inside ``window``; the rest counted by reason."""
     start, end, why = window
+    subjects.learn_attaches(events)
     collapsed: dict[str, int] = {}
     shown: list[dict[str, Any]] = []
     collected = 0

@@ -185,15 +185,36 @@ def _under(path: str, volume: str | None) -> bool:
     return path == volume or path.startswith(volume.rstrip("/") + "/")
 
 
+LOOP_ATTACHED = re.compile(r"(?<![\w-])(loop\d+): detected capacity change from 0 to [1-9]")
+_LOOP_NAMED = re.compile(r"(?<![\w-])(loop\d+)(?:p\d+)?(?![\w-])")
+
+
 def scan_kernel_log(text: str) -> list[dict[str, str]]:
+    """The storage messages of a kernel log, in order. A message about a loop device that was
+    attached again after it (``loopN: detected capacity change from 0 to ...``) concerns the
+    file an earlier user had behind that number: those devices are listed in
+    ``earlier_use_of``, and ``attribute`` does not count the message as the volume's."""
+    lines = text.splitlines()
+    last_attach = {m[1]: i for i, line in enumerate(lines) if (m := LOOP_ATTACHED.search(line))}
     out = []
     patterns = kernel_patterns()
-    for line in text.splitlines():
+    for i, line in enumerate(lines):
         for kind, pat in patterns:
             if pat.search(line):
-                out.append({"kind": kind, "line": line.strip()})
+                msg = {"kind": kind, "line": line.strip()}
+                earlier = sorted({d for d in _LOOP_NAMED.findall(line)
+                                  if last_attach.get(d, -1) > i})
+                if earlier:
+                    msg["earlier_use_of"] = ",".join(earlier)
+                out.append(msg)
                 break
     return out
+
+
+def _loop_of(name: str) -> str | None:
+    """``loop1`` of ``loop1`` or ``loop1p2``; None for any other device."""
+    m = _LOOP_NAMED.fullmatch(name)
+    return m[1] if m else None
 
 
 def attribute(messages: list[dict[str, str]], names: set[str]) -> None:
@@ -207,7 +228,8 @@ def attribute(messages: list[dict[str, str]], names: set[str]) -> None:
     any_dev = re.compile(r"(?<![\w-])(sd[a-z]+\d*|nvme\d+(?:c\d+)?(?:n\d+(?:p\d+)?)?|dm-\d+|"
                          r"md\d+|loop\d+|vd[a-z]+\d*|xvd[a-z]+\d*)(?![\w-])")
     for m in messages:
-        hits = sorted(set(pat.findall(m["line"])))
+        earlier = set(filter(None, m.get("earlier_use_of", "").split(",")))
+        hits = sorted({h for h in pat.findall(m["line"]) if _loop_of(h) not in earlier})
         m["devices"] = ",".join(hits)
         m["scope"] = "volume" if hits else ("other" if any_dev.search(m["line"]) else "unknown")
 

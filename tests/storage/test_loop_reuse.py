@@ -1,0 +1,110 @@
+"""A loop number is reused: what the kernel said about ``loopN`` before it was attached to the
+evidence is about another file, and neither triage nor the report's timeline lays it at the
+evidence's door.
+
+Found by a responder on a machine whose loop devices many jobs had used: ``triage --volume``
+raised TR004 (error) "6 kernel message(s) about io errors on the volume's devices (loop1)" for an
+ext4 volume, from XFS shutdown lines an earlier job's image had caused on loop1 half an hour
+before; the report's timeline filled three pages with earlier jobs' loop1 mount lines, each
+marked "evidence device loop1".
+
+The setup is real: an XFS image on a loop device, mounted and shut down (``xfs_io -x -c
+shutdown``: the kernel logs "XFS (loopN): Log I/O Error ... Shutting down filesystem"), released;
+then an ext4 image attached to the very same number, as the evidence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from cli_helpers import invoke, run_cli
+
+from fixtures import storage as fx
+
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("mkfs.xfs", "mkfs.ext4", "xfs_io")]
+
+
+def _shut_down_xfs_on(dev: str) -> None:
+    mnt = Path(tempfile.mkdtemp(prefix="ckr-reuse-"))
+    try:
+        fx.sh("mount", "-t", "xfs", dev, str(mnt))
+        try:
+            (mnt / "f").write_bytes(b"x" * 4096)
+            fx.sh("xfs_io", "-x", "-c", "shutdown", str(mnt))
+        finally:
+            fx.sh("umount", str(mnt), check=False)
+    finally:
+        mnt.rmdir()
+
+
+@contextlib.contextmanager
+def reused_loop(old: Path, new: Path):
+    """A loop device that held ``old`` (its XFS shut down) and now holds ``new``."""
+    for _ in range(20):
+        dev = fx.sh("losetup", "--find", "--show", str(old)).stdout.strip()
+        try:
+            _shut_down_xfs_on(dev)
+        finally:
+            fx.detach_own(dev, old)
+        for _ in range(20):  # the detach completes asynchronously
+            if fx.sh("losetup", dev, str(new), check=False).returncode == 0:
+                break
+            time.sleep(0.05)
+        if fx.backed_by(dev, new):
+            try:
+                yield dev
+            finally:
+                fx.detach_own(dev, new)
+            return
+    pytest.fail("no loop number could be attached twice in a row (others took each one)")
+
+
+@pytest.fixture
+def evidence_on_a_reused_loop(shm_dir):
+    old = fx.make_fs(shm_dir / "earlier-job.img", "xfs")
+    new = fx.make_fs(shm_dir / "evidence.img", "ext4")
+    with reused_loop(old, new) as dev:
+        yield dev, Path(dev).name
+
+
+def test_triage_does_not_blame_the_volume_for_an_earlier_use_of_its_loop(
+        evidence_on_a_reused_loop, tmp_path):
+    dev, name = evidence_on_a_reused_loop
+    case = tmp_path / "case"
+    assert invoke("case", "new", str(case)).returncode == 0
+    mnt = tmp_path / "vol"
+    mnt.mkdir()
+    fx.sh("mount", "-t", "ext4", dev, str(mnt))  # the live volume triage looks at
+    try:
+        r = invoke("triage", "--case", str(case), "--volume", str(mnt), "--seconds", "0.1",
+                   "--json")
+    finally:
+        fx.sh("umount", str(mnt), check=False)
+    out = json.loads(r.stdout)
+    earlier = [m for m in out["kernel_messages"] if f"XFS ({name})" in m["line"]]
+    assert earlier, "the earlier XFS shutdown is in the kernel log"
+    assert {m["scope"] for m in earlier} == {"other"}
+    assert {m.get("earlier_use_of") for m in earlier} == {name}
+    blamed = [f for f in out["findings"] if f["code"] == "TR004" and f["severity"] == "error"]
+    assert blamed == [], blamed
+
+
+def test_report_timeline_shows_the_evidence_loop_only_since_its_attach(
+        evidence_on_a_reused_loop, tmp_path):
+    dev, name = evidence_on_a_reused_loop
+    case = tmp_path / "case"
+    assert invoke("case", "new", str(case)).returncode == 0
+    assert invoke("triage", "--case", str(case), "--seconds", "0.1").returncode in (0, 1)
+    r = run_cli("image", dev, "--case", str(case), "--dest", str(tmp_path / "ev"))
+    assert r.returncode == 0, r.stderr
+    r = invoke("report", str(case), "-f", "json", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["timeline"]["rows"]
+    ours = [row for row in rows if row["why"] == f"evidence device {name}"]
+    assert any("detected capacity change from 0 to" in row["text"] for row in ours)
+    assert not [row for row in ours if f"XFS ({name})" in row["text"]], ours
