@@ -43,8 +43,8 @@ def check_restore(args: dict[str, Any], options: dict[str, Any]) -> None:
 
 COMMANDS = {
     "verify": Command("s3.verify", _rendered(render.verify), on_failure=verify_partial,
-                      order=("url", "local_dir", "download", "allow_unverified", "workers", CASE,
-                             JSON, *_ENDPOINT),
+                      order=("url", "local_dir", "download", "allow_unverified", "manifest",
+                             "workers", CASE, JSON, *_ENDPOINT),
                       deprecated={"--workers": "workers"}),  # -j/--jobs, as every command
     "history": Command("s3.history", _rendered(render.history),
                        order=("url", "manifest", "cloudtrail", "by_content", CASE, JSON,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.engine.case_outputs import outputs_of
 from ckptrescue.engine.outputs import DatasetVerifyOutput, ManifestAuditOutput
-from ckptrescue.stores.outputs import S3VerifyOutput
+from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput
 
 if TYPE_CHECKING:
     from ckptrescue.model import Finding
@@ -84,9 +84,25 @@ def _side(obj: dict[str, Any]) -> str:
             "both": " (neither matches the manifest)"}.get(str(side), "")
 
 
+def _latest_not_known_good(history: S3HistoryOutput) -> list[str]:
+    """Keys whose newest version is not the known-good one the manifest identified."""
+    out = []
+    for key in history.keys:
+        good = key.get("known_good")
+        latest = next((v for v in key.get("versions", []) if v.get("is_latest")), None)
+        if good and latest is not None and latest.get("version_id") != good:
+            out.append(f"{PurePath(str(key.get('key'))).name} (known-good version {good})")
+    return out
+
+
 def evidence_parts(case: Case) -> list[str]:
     """Answer parts for the latest manifest audit, shard check and store verification."""
     parts: list[str] = []
+    for history in outputs_of(case, S3HistoryOutput)[-1:]:
+        stale = _latest_not_known_good(history)
+        if stale:
+            parts.append("WARNING: the store's latest object is not the known-good version: "
+                         + _named(stale) + " (a download of the latest gets the bad copy)")
     for audit in outputs_of(case, ManifestAuditOutput)[-1:]:
         if (text := _audit(audit)) is not None:
             parts.append(text)

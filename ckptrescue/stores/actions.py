@@ -127,6 +127,10 @@ object, 4 when objects could not be read (what was established is kept)."""
             ArgSpec("allow_unverified", "boolean", default=False,
                     help="Accept objects without a usable checksum (unverified) instead of "
                          "exiting 1; the answer still counts them."),
+            ArgSpec("manifest", "path",
+                    help="Known-good SHA-256s (sha256sum format or the kit's JSON): for a "
+                         "mismatch, say which side matches them (the store's object or the "
+                         "local file)."),
             _WORKERS, *_CONNECTION)
 
     def plan(self, args: dict[str, Any]) -> list[str]:
@@ -143,7 +147,8 @@ object, 4 when objects could not be read (what was established is kept)."""
                 url, args.get("local_dir") or None, options=_options(args),
                 download=bool(args.get("download")), workers=int(args.get("workers") or 16),
                 progress=lambda done, total, _key: p(done, total),
-                allow_unverified=bool(args.get("allow_unverified"))),
+                allow_unverified=bool(args.get("allow_unverified")),
+                manifest=args.get("manifest") or None),
                 unit="objects", label="verifying")
         except VerifyFailed as exc:  # what was established before it stopped is kept
             audit, artifacts = records_of(exc.partial)

@@ -111,8 +111,15 @@ class VerifyResult(Recorded):
             message = str(obj.detail.get("message", obj.status))
             if obj.status == "mismatch":
                 parts = obj.detail.get("parts") or []
-                title = f"{name}: local file does not match the object ({message})" if local \
-                    else f"{name}: {message}"
+                side = obj.detail.get("wrong_side")
+                if side == "store":
+                    title = (f"{name}: the store's object is the bad copy: it does not match the "
+                             "local file, which matches the known-good manifest ("
+                             f"{message.split('; ')[0]})")
+                elif local:
+                    title = f"{name}: local file does not match the object ({message})"
+                else:
+                    title = f"{name}: {message}"
                 out.append(self._finding("local-mismatch" if local else "content-mismatch",
                                          Severity.ERROR, title, evidence, obj,
                                          offset=parts[0]["offset"] if parts else None,
@@ -202,6 +209,60 @@ def check_content(store: Store, obj: ObjectInfo, rel: str) -> ObjectCheck:
                        obj.version or fetched.object.get("version_id"))
 
 
+def judge_sides(check: ObjectCheck, path: Path, manifest: dict[str, str], prefix: str) -> None:
+    """Which side of a mismatch is wrong, by the known-good manifest: the local file's SHA-256
+    (hashed here) and the object's (its stored full-object SHA256, or the content downloaded by
+    ``--download``) against the manifest's. A local file that matches the manifest means the
+    store's object is the bad copy (they differ): ``detail.wrong_side`` = ``store``; an object
+    that matches it means the local file is wrong (``local``); neither: ``both``."""
+    from ckptrescue.stores.manifest import expected_sha256
+
+    known = expected_sha256(manifest, check.key, prefix) or expected_sha256(manifest, check.rel)
+    if known is None:
+        return
+    local_sha = sha256_file(path)
+    remote_sha = _remote_sha256(check)
+    if local_sha == known:
+        side = "store"
+    elif remote_sha == known:
+        side = "local"
+    elif remote_sha is not None:
+        side = "both"
+    else:
+        side = "local"  # the object was not compared with the manifest (no stored SHA256)
+    check.detail.update({"wrong_side": side, "known_good_sha256": known,
+                         "local_sha256": local_sha, "object_sha256": remote_sha})
+    said = {"store": "the local file matches the known-good manifest: the store's object is "
+                     "the bad copy",
+            "local": "the object matches the known-good manifest: the local file is the bad "
+                     "copy" if remote_sha == known else
+                     "the local file does not match the known-good manifest (the object was "
+                     "not compared with it: no stored SHA-256)",
+            "both": "neither the local file nor the object matches the known-good manifest"}
+    check.detail["message"] = f"{check.detail.get('message', 'differs')}; {said[side]}"
+
+
+def _remote_sha256(check: ObjectCheck) -> str | None:
+    """The object's full SHA-256 when the comparison knows it: a stored full-object SHA256
+    (Base64) or the content downloaded by ``--download`` (hex)."""
+    import base64
+    import binascii
+
+    detail = check.detail
+    value = detail.get("expected")
+    if not isinstance(value, str):
+        return None
+    if detail.get("form") == "download":
+        return value
+    if check.algorithm == "SHA256" and detail.get("form") == "full-object":
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        return raw.hex() if len(raw) == 32 else None
+    return None
+
+
 def _status(status: str) -> str:
     """A store check's ``unverifiable`` (no usable stored value) is, for verify, an object
     that was not verified."""
@@ -210,7 +271,8 @@ def _status(status: str) -> str:
 
 def verify(url: str, local_dir: Path | str | None = None, *, options: StoreOptions | None = None,
            store: Store | None = None, download: bool = False, workers: int = 16,
-           progress: Progress | None = None, allow_unverified: bool = False) -> VerifyResult:
+           progress: Progress | None = None, allow_unverified: bool = False,
+           manifest: Path | str | dict[str, str] | None = None) -> VerifyResult:
     """Verify every object at or under ``url`` (module doc). Raises :class:`VerifyFailed`
     (carrying the partial result and its records) when the listing fails or objects could not
     be read; per-object outcomes are in the result, which carries its ``<store>.verify``
@@ -287,6 +349,15 @@ def verify(url: str, local_dir: Path | str | None = None, *, options: StoreOptio
         for rel in sorted(set(local) - set(futures)):
             result.objects.append(ObjectCheck(prefix + rel, rel, "missing-remote", None,
                                               {"message": "no object with this key"}))
+    if manifest is not None and root is not None:
+        from ckptrescue.stores.manifest import load_manifest
+
+        wanted = load_manifest(manifest) if isinstance(manifest, str | Path) else manifest
+        for check in result.objects:
+            if check.status == "mismatch":
+                path = root / check.rel if exact is not None else local.get(check.rel)
+                if path is not None:
+                    judge_sides(check, path, wanted, prefix)
     result.operations = dict(store.stats.operations)
     _record(result, store, download)
     if listing_error is not None:

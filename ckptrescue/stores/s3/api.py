@@ -38,13 +38,15 @@ def s3_store(url: str, client_options: ClientOptions | None = None, client: Any 
 def verify_prefix(url: str, local_dir: Path | str, *, client_options: ClientOptions | None = None,
                   download: bool = False, workers: int = 16,
                   progress: Callable[[int, int, str], None] | None = None,
-                  client: Any = None, allow_unverified: bool = False) -> VerifyResult:
+                  client: Any = None, allow_unverified: bool = False,
+                  manifest: Path | str | dict[str, str] | None = None) -> VerifyResult:
     """Verify every object under ``url`` against ``local_dir`` (``stores.verify.verify``)."""
     if not Path(local_dir).is_dir():
         raise UsageError(f"{local_dir}: not a directory")
     options = client_options or ClientOptions(max_pool_connections=workers)
     return verify(url, local_dir, store=s3_store(url, options, client), download=download,
-                  workers=workers, progress=progress, allow_unverified=allow_unverified)
+                  workers=workers, progress=progress, allow_unverified=allow_unverified,
+                  manifest=manifest)
 
 
 def history(url: str, *, client_options: ClientOptions | None = None,
