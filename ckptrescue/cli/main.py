@@ -21,30 +21,76 @@ from ckptrescue.errors import CkptRescueError, ExitCode
 
 # Command modules, in help order. A module that is not present yet is skipped.
 _COMMAND_MODULES = (
-    "case_cmd", "exec_cmd", "probe_cmd", "resume_cmd", "storage_cmd", "writeblock_cmd", "s3_cmd", "store_cmd",
-    "dataset_cmd", "hub_cmd", "recover_cmd", "watch_cmd", "analysis_cmd", "playbook_cmd", "report_cmd",
-    "drill_cmd", "tui_cmd",
+    "case_cmd", "exec_cmd", "probe_cmd", "resume_cmd", "storage_cmd", "writeblock_cmd", "s3_cmd",
+    "store_cmd", "dataset_cmd", "hub_cmd", "recover_cmd", "watch_cmd", "analysis_cmd",
+    "playbook_cmd", "report_cmd", "drill_cmd", "tui_cmd",
+)
+# The top-level command names each module registers: a command line that names one builds that
+# module's commands only, not all of them (tests/cli/test_cli_routes.py keeps this true).
+ROUTES: dict[str, str] = {
+    "case": "case_cmd", "exec": "exec_cmd", "probe": "probe_cmd", "salvage": "probe_cmd",
+    "rank": "probe_cmd", "resume": "resume_cmd", "devices": "storage_cmd",
+    "triage": "storage_cmd", "image": "storage_cmd", "copy": "storage_cmd",
+    "mount": "storage_cmd", "umount": "storage_cmd", "locate": "storage_cmd",
+    "extract": "storage_cmd", "fs": "storage_cmd", "writeblock": "writeblock_cmd",
+    "s3": "s3_cmd", "store": "store_cmd", "manifest": "dataset_cmd", "dataset": "dataset_cmd",
+    "hub": "hub_cmd", "recover": "recover_cmd", "watch": "watch_cmd",
+    "trainstate": "analysis_cmd", "gate": "analysis_cmd", "playbook": "playbook_cmd",
+    "report": "report_cmd", "drill": "drill_cmd", "tui": "tui_cmd",
+}
+HELP = (
+    "Forensic incident response for corrupted ML training checkpoints and datasets.\n\n"
+    "Preserve evidence, inspect it read-only, find which files, objects and tensors are "
+    "damaged, pick the checkpoint to resume from, salvage what is intact, and write an "
+    "auditable incident report.\n\n"
+    "Results go to stdout, progress and diagnostics to stderr. An expected failure is "
+    "one line (ckptrescue: error: ...), with a hint line when there is one; put --debug "
+    "before the command (or set CKPTRESCUE_DEBUG=1) to see the traceback behind it. "
+    "Conventions shared by every command: docs/conventions.md."
 )
 
-app = typer.Typer(
-    name="ckptrescue",
-    help=(
-        "Forensic incident response for corrupted ML training checkpoints and datasets.\n\n"
-        "Preserve evidence, inspect it read-only, find which files, objects and tensors are "
-        "damaged, pick the checkpoint to resume from, salvage what is intact, and write an "
-        "auditable incident report.\n\n"
-        "Results go to stdout, progress and diagnostics to stderr. An expected failure is "
-        "one line (ckptrescue: error: ...), with a hint line when there is one; put --debug "
-        "before the command (or set CKPTRESCUE_DEBUG=1) to see the traceback behind it. "
-        "Conventions shared by every command: docs/conventions.md."
-    ),
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help: option text such as "[cluster]" is shown as written
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+
+def new_app(modules: tuple[str, ...] = _COMMAND_MODULES) -> typer.Typer:
+    """The command tree of ``modules`` (default: every command)."""
+    app = typer.Typer(
+        name="ckptrescue",
+        help=HELP,
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,  # plain help: option text such as "[cluster]" is shown as written
+        add_completion=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    for name in modules:
+        try:
+            module = importlib.import_module(f"ckptrescue.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"ckptrescue.cli.{name}":
+                continue
+            raise
+        module.register(app)
+    return app
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The smallest command tree that runs ``argv``: the module of the command it names, else
+    (help, a version, a mistyped command) every command."""
+    words = [a for a in argv if a not in ("--debug",)]
+    if words and words[0] in ROUTES:
+        return new_app((ROUTES[words[0]],))
+    return new_app()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``cli.main.app``: the whole command tree (documentation, tests), built when asked for."""
+    if name == "app":
+        app = new_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(name)
+
 
 _STATE = {"debug": False}
 
@@ -55,7 +101,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
@@ -65,20 +110,6 @@ def _root(
         "without it every expected failure is one line.")] = False,
 ) -> None:
     _STATE["debug"] = debug or bool(os.environ.get("CKPTRESCUE_DEBUG"))
-
-
-def _register_all() -> None:
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"ckptrescue.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"ckptrescue.cli.{name}":
-                continue
-            raise
-        module.register(app)
-
-
-_register_all()
 
 
 def main() -> None:
@@ -100,7 +131,7 @@ def run(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
     interrupt_said(reset=True)
     try:
-        result = app(args=argv, prog_name="ckptrescue", standalone_mode=False)
+        result = app_for(argv)(args=argv, prog_name="ckptrescue", standalone_mode=False)
         code = int(result) if isinstance(result, int) else 0
         if code == ExitCode.INTERRUPT and not interrupt_said():
             # typer turns an unhandled Ctrl-C into 130; only a command that knows what it

@@ -174,15 +174,16 @@ def register(app: typer.Typer) -> None:
 
 def test_an_action_and_its_command(copy: Path) -> None:
     """``actions/<area>.py`` (or ``<wing>/actions.py``) with its record, ``cli/<area>_cmd.py``,
-    and the module's name in ``cli/main.py``'s ``_COMMAND_MODULES``: the registry, the
-    generated command, the engine and the case reader find it."""
+    and in ``cli/main.py`` the module's name in ``_COMMAND_MODULES`` and its command's in
+    ``ROUTES``: the registry, the generated command, the engine and the case reader find it."""
     pkg = copy / "ckptrescue"
     (pkg / "actions/toy.py").write_text(TOY_ACTION, encoding="utf-8")
     (pkg / "cli/toy_cmd.py").write_text(TOY_COMMAND, encoding="utf-8")
     main = pkg / "cli/main.py"
     text = main.read_text(encoding="utf-8")
-    text, n = re.subn(r'("tui_cmd",)', r'\1 "toy_cmd",', text)
-    assert n == 1
+    text, n = re.subn(r'("tui_cmd",\n\))', r'"toy_cmd", \1', text)
+    text, m = re.subn(r'(ROUTES: dict\[str, str\] = \{\n)', r'\1    "toy": "toy_cmd",\n', text)
+    assert n == m == 1
     main.write_text(text, encoding="utf-8")
     case = copy / "case"
     cli = [sys.executable, "-m", "ckptrescue"]
