@@ -5,11 +5,11 @@ report" (pure over audit records: each the latest step of its action, read by ty
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ckptrescue.engine.case_outputs import outputs_of
 from ckptrescue.engine.outputs import DatasetVerifyOutput, ManifestAuditOutput
-from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput
+from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput, VerifiedObject
 
 if TYPE_CHECKING:
     from ckptrescue.model import Finding
@@ -61,25 +61,25 @@ def _shards(out: DatasetVerifyOutput) -> str | None:
 
 
 def _stores(out: S3VerifyOutput) -> str | None:
-    wrong = [o for o in out.objects if o.get("status") not in ("match", "unverified")]
-    unverified = [o for o in out.objects if o.get("status") == "unverified"]
+    wrong = [o for o in out.objects if o.status not in ("match", "unverified")]
+    unverified = [o for o in out.objects if o.status == "unverified"]
     parts: list[str] = []
     if wrong:
-        parts.append("store verify: " + _named([f"{o.get('key')} {o.get('status')}"
-                                                + _side(o) for o in wrong]))
+        parts.append("store verify: " + _named([f"{o.key} {o.status}" + _side(o)
+                                                for o in wrong]))
     if unverified:
         parts.append(f"store verify: {len(unverified)} object(s) unverified (no usable stored "
                      "checksum" + ("; accepted)" if out.allow_unverified else ")"))
-    bad_latest = [o for o in wrong if (o.get("detail") or {}).get("wrong_side") == "store"]
+    bad_latest = [o for o in wrong if o.detail.get("wrong_side") == "store"]
     if bad_latest:
         parts.append("WARNING: the store's latest object is the bad copy for "
-                     + _named([str(o.get("key")) for o in bad_latest])
+                     + _named([o.key for o in bad_latest])
                      + " (restore the known-good version; do not re-download the latest)")
     return "; ".join(parts) or None
 
 
-def _side(obj: dict[str, Any]) -> str:
-    side = (obj.get("detail") or {}).get("wrong_side")
+def _side(obj: VerifiedObject) -> str:
+    side = obj.detail.get("wrong_side")
     return {"store": " (the store's object is wrong)", "local": " (the local file is wrong)",
             "both": " (neither matches the manifest)"}.get(str(side), "")
 
@@ -88,10 +88,10 @@ def _latest_not_known_good(history: S3HistoryOutput) -> list[str]:
     """Keys whose newest version is not the known-good one the manifest identified."""
     out = []
     for key in history.keys:
-        good = key.get("known_good")
-        latest = next((v for v in key.get("versions", []) if v.get("is_latest")), None)
-        if good and latest is not None and latest.get("version_id") != good:
-            out.append(f"{PurePath(str(key.get('key'))).name} (known-good version {good})")
+        good = key.known_good
+        latest = next((v for v in key.versions if v.is_latest), None)
+        if good and latest is not None and latest.version_id != good:
+            out.append(f"{PurePath(key.key).name} (known-good version {good})")
     return out
 
 
