@@ -133,3 +133,21 @@ def test_new_sections_show_what_a_responder_acts_on(full_case: Case) -> None:
     # the training-state finding and the frozen tensor
     assert "TS001" in html and "TS001" in md and ">yes<" in html
     assert "&lt;script&gt;" in html and "<script>alert" not in html
+
+
+def test_markdown_findings_each_on_its_own_line(full_case: Case) -> None:
+    """Found by a responder reading report.md: every finding after the first of an item, and
+    the next item's heading, ran on in one line (``…@ 4758528+1024### E002 — image``)."""
+    from cli_helpers import invoke
+
+    r = invoke("report", str(full_case.root), "-f", "md", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    section = r.stdout.split("\n## Findings\n", 1)[1].split("\n## ", 1)[0]
+    severities = ("**info**", "**warning**", "**error**", "**critical**")
+    recorded = [f for g in report_model.build(full_case)["findings_grouped"]
+                for o in g["objects"] for f in o["findings"]]
+    finding_lines = [ln for ln in section.splitlines() if ln.startswith("  - **")]
+    assert len(finding_lines) == len(recorded)
+    for line in section.splitlines():
+        assert "###" not in line or line.startswith("### "), line
+        assert sum(line.count(f"- {s}") for s in severities) <= 1, line
