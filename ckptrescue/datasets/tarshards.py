@@ -183,7 +183,13 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
         long_name = None
         pax_size = None
         key = sample_key(name)
-        got = _skip(fh, padded)
+        inner = name.lower().endswith((".tar", ".tgz", ".tar.gz"))  # a tar in a tar holds headers
+        got, swallowed = _skip(fh, padded, look=not inner)
+        if swallowed is not None:
+            out.bad.append(BadRecord(index, pos, key, f"member {name!r}: its size ({length}) "
+                                     "runs over a valid member header at offset "
+                                     f"{pos + BLOCK + swallowed}: it swallowed the members "
+                                     "there (a streaming reader returns them as its data)"))
         if got < padded:
             have = max(got, 0)
             out.bad.append(BadRecord(index, pos, key, f"member {name!r} truncated: "
@@ -217,14 +223,27 @@ def _after_end(fh: IO[bytes], pos: int, index: int, out: CheckOutcome) -> None:
                                  "that swallowed the next header?)"))
 
 
-def _skip(fh: IO[bytes], n: int) -> int:
+def _skip(fh: IO[bytes], n: int, *, look: bool = False) -> tuple[int, int | None]:
+    """Read past ``n`` bytes of member data; with ``look``, also the offset (in the data) of
+    the first block that is a valid ustar header: a size that swallowed the next member."""
     left = n
+    done = 0
+    found: int | None = None
     while left:
         chunk = fh.read(min(left, 1 << 20))
         if not chunk:
             break
+        if look and found is None:
+            at = chunk.find(b"ustar", 257)
+            while at >= 0 and found is None:
+                start = at - 257
+                if (done + start) % BLOCK == 0 and start + BLOCK <= len(chunk) \
+                        and header_ok(chunk[start:start + BLOCK]):
+                    found = done + start
+                at = chunk.find(b"ustar", at + 1)
         left -= len(chunk)
-    return n - left
+        done += len(chunk)
+    return n - left, found
 
 
 def _resync(fh: IO[bytes], start: int, size: int) -> int | None:
