@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ckptrescue.engine.case_outputs import outputs_of
 from ckptrescue.engine.outputs import DatasetVerifyOutput, ManifestAuditOutput
-from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput, VerifiedObject
+from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput, StoreResultOutput, VerifiedObject
 
 if TYPE_CHECKING:
     from ckptrescue.model import Finding
@@ -112,6 +112,12 @@ def evidence_parts(case: Case) -> list[str]:
     for verified in outputs_of(case, S3VerifyOutput)[-1:]:
         if (text := _stores(verified)) is not None:
             parts.append(text)
+    for result in outputs_of(case, StoreResultOutput)[-1:]:  # store verify (any store)
+        objects = result.extra.get("objects")
+        if isinstance(objects, list) and "mode" in result.extra:
+            as_verify = S3VerifyOutput.from_json(result.extra)
+            if (text := _stores(as_verify)) is not None:
+                parts.append(text)
     return parts
 
 

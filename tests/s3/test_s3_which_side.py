@@ -86,3 +86,28 @@ def test_the_answer_warns_that_the_latest_object_is_bad(tmp_path, s3server, writ
     assert "WARNING: the store's latest object is not the known-good version: step-300.pt " \
         f"(known-good version {v1})" in answer, answer
     assert "step-300.pt mismatch (the store's object is wrong)" in answer, answer
+
+
+def test_store_verify_names_its_side_in_the_answer_too(tmp_path, s3server, writer,
+                                                       versioned_bucket) -> None:
+    """`store verify URL LOCAL --manifest M` (the store command for any store): same judgment,
+    same answer part."""
+    bucket = versioned_bucket
+    good = det_bytes(2048, 7)
+    writer.put_object(Bucket=bucket, Key="sv/a.bin", Body=good[::-1],
+                      ChecksumAlgorithm="SHA256")
+    local = tmp_path / "local"
+    write_local(local, "a.bin", good)
+    manifest = tmp_path / "SHA256SUMS"
+    manifest.write_text(f"{hashlib.sha256(good).hexdigest()}  a.bin\n")
+    case = tmp_path / "case"
+    assert run(["case", "new", str(case)]).returncode == 0
+    out = run(["store", "verify", f"s3://{bucket}/sv/", str(local), "--manifest", str(manifest),
+               "--case", str(case), "--endpoint-url", s3server.endpoint_url])
+    assert out.returncode == 1, out.stderr
+    from ckptrescue.engine.answer import answer_line
+    from ckptrescue.record.case import Case
+
+    answer = answer_line(Case.open(case))
+    assert "store verify: a.bin mismatch (the store's object is wrong)" in answer, answer
+    assert "WARNING: the store's latest object is the bad copy for a.bin" in answer, answer
