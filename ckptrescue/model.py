@@ -16,7 +16,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
 from functools import cache
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 
 class Severity(StrEnum):
@@ -71,7 +71,7 @@ class Finding:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Finding:
+    def from_json(cls, data: JsonObject) -> Finding:
         return cls(
             code=str(data["code"]),
             severity=Severity(data["severity"]),
@@ -176,6 +176,24 @@ class Recorded:
 
 R = TypeVar("R", bound="JsonRecord")
 
+# The JSON form of a record: what ``to_json`` gives and ``from_json`` takes (JSON-safe values
+# under string keys); stored as an artifact or an audit record's details.
+JsonObject = dict[str, Any]
+
+
+class AuditRecord(TypedDict, total=False):
+    """One record of a case's hash-chained log as stored (``record/audit.py``): ``artifacts``
+    only when it names some."""
+
+    seq: int
+    time: str
+    actor: str
+    action: str
+    details: JsonObject
+    artifacts: list[str]
+    prev: str
+    hash: str
+
 
 def doc(text: str) -> dict[str, str]:
     """A field's documentation (its metadata; shown in docs/step-outputs.md)."""
@@ -200,7 +218,7 @@ class JsonRecord:
         return [f.name for f in fields(cls) if f.name != "extra"]
 
     @classmethod
-    def from_json(cls: type[R], data: dict[str, Any] | None) -> R:
+    def from_json(cls: type[R], data: JsonObject | None) -> R:
         data = dict(data or {})
         hints = _field_types(cls)
         names = cls.declared()
@@ -210,7 +228,7 @@ class JsonRecord:
         record.__dict__["_order"] = tuple(data)
         return record
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         absent = () if self.emit_defaults else self.__dict__.get("_absent", ())
         out = {n: _dump(getattr(self, n)) for n in self.declared() if n not in absent}
         out.update(self.extra)
@@ -291,7 +309,7 @@ class StepOutputs(JsonRecord):
     json_keys: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
-    def public_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+    def public_json(cls, data: JsonObject) -> JsonObject:
         """The command's documented ``--json`` shape of stored outputs ``data``."""
         if cls.json_keys is None:
             return data

@@ -83,7 +83,9 @@ def step_outputs() -> str:
              "`ckptrescue/engine/outputs.py`) by `docs/generate.py`; do not edit by hand.",
              "Each action's steps store their outputs as a JSON artifact of this record type;",
              "playbooks refer to them as `${step_id.field}`, and the CLI, `answer.py`, the",
-             "report and the TUI read them by type. Keys not listed are kept as they are.", ""]
+             "report and the TUI read them by type. Keys not listed are kept as they are.",
+             "`JsonObject` is a JSON object (string keys, JSON values) whose keys the meaning",
+             "lists.", ""]
     nested: list[Any] = []
 
     def table(rows: list[tuple[str, str, str]]) -> list[str]:

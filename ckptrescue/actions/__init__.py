@@ -1,7 +1,7 @@
 """Built-in engine actions, registered in one place.
 
 Each module in this package, and the ``actions`` module of each wing named in :data:`WINGS`
-(``ckptrescue/checkpoints/actions.py``), defines ``ACTIONS``: classes derived from
+(``ckptrescue/checkpoints/actions/``), defines ``ACTIONS``: classes derived from
 :class:`ckptrescue.engine.action.Action`. :func:`registry` collects them by name. Playbooks,
 the CLI and the TUI refer to actions only by these names — never to shell text.
 """

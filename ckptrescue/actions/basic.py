@@ -7,7 +7,7 @@ from collections.abc import Generator
 from typing import Any
 
 from ckptrescue.effects.runner import ToolCall
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event, GateReached
 from ckptrescue.engine.outputs import CaseVerifyOutput, CollectLogsOutput, ConfirmOutput, ExecOutput
 from ckptrescue.model import AuditEvent, Finding, Severity
@@ -20,10 +20,10 @@ class Confirm(Action):
     output_type = ConfirmOutput
     args = (ArgSpec("prompt", "string", required=True, help="What the responder confirms."),)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"confirm: {args.get('prompt')}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         prompt = str(args["prompt"])
         answer = ctx.confirm(prompt)
         yield GateReached(step_id=ctx.step_id, prompt=prompt, answered=answer)
@@ -56,7 +56,7 @@ command exits 3 with a one-line reason (also in the audit log)."""
                 help="A non-zero exit is not a failure."),
     )
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         from ckptrescue import guard
 
         argv = [str(a) for a in args["argv"]]
@@ -64,7 +64,7 @@ command exits 3 with a one-line reason (also in the audit log)."""
         shown = shlex.join(argv)
         return [shown if decision.allowed else f"{shown}    # REFUSED: {decision.reason}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         argv = tuple(str(a) for a in args["argv"])
         result = ctx.runner.run(ToolCall(argv=argv, timeout_s=float(args["timeout_s"]),
                                          purpose=f"step {ctx.step_id}"), cancel=ctx.cancel)
@@ -109,7 +109,7 @@ class CollectLogs(Action):
             ArgSpec("pods", "list", help="Pods in that namespace: describe and logs."),
             ArgSpec("k8s_context", "string", help="kubectl context."))
 
-    def _calls(self, args: dict[str, Any]) -> list[tuple[str, ...]]:
+    def _calls(self, args: ActionArgs) -> list[tuple[str, ...]]:
         from ckptrescue.storage.collect.host import Kube, Window, tool_calls
 
         k8s = Kube(str(args["k8s_namespace"]), tuple(p for p in args.get("pods") or () if p),
@@ -118,7 +118,7 @@ class CollectLogs(Action):
                           [str(j) for j in args.get("slurm_jobs") or () if str(j)], k8s,
                           journal=bool(args.get("journal", True)))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         lines = [shlex.join(c) for c in self._calls(args)]
         files = (["system logs (messages, syslog, kern.log, slurmd)"]
                  if args.get("system_logs", True) else []) + list(args.get("logs") or [])
@@ -127,7 +127,7 @@ class CollectLogs(Action):
                          + ", ".join(str(f) for f in files if str(f)))
         return lines
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         import shutil
 
         from ckptrescue.storage.collect.host import SYSTEM_LOGS, read_logs
@@ -165,10 +165,10 @@ class CaseVerify(Action):
     output_type = CaseVerifyOutput
     args = ()
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return ["verify the audit chain and every artifact"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         report = ctx.case.verify()
         yield ctx.output(f"chain {'intact' if report.ok else 'BROKEN'}; head {report.chain.head}")
         return ActionResult(status="ok" if report.ok else "failed", outputs=report.to_json(),

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
 from ckptrescue.engine.outputs import DrillLoadOutput
 from ckptrescue.errors import UsageError
@@ -19,10 +18,10 @@ class DrillLoad(Action):
     output_type = DrillLoadOutput
     args = (ArgSpec("dir", "path", required=True, help="Directory built by `ckptrescue drill`."),)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"read {args['dir']}/drill.json"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         path = Path(args["dir"]) / "drill.json"
         try:
             info = json.loads(path.read_text())

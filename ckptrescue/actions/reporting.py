@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
 from ckptrescue.engine.outputs import ReportOutput
 from ckptrescue.model import ArtifactData
@@ -22,11 +21,11 @@ class Report(Action):
         ArgSpec("output", "path", help="Output file (default: CASE/report.<format>)."),
     )
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"render the {args.get('format', 'html')} report to "
                 f"{args.get('output') or 'CASE/report.' + str(args.get('format', 'html'))}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.report.render import write
 
         fmt = str(args.get("format") or "html")

@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 
 class Verdict(StrEnum):
@@ -72,7 +72,7 @@ class TensorRecord:
     checksum: str | None = None  # e.g. "crc32:1a2b3c4d" when the format records one
     reasons: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name, "dtype": self.dtype,
             "shape": list(self.shape) if self.shape is not None else None,
@@ -102,8 +102,8 @@ class CheckpointReport:
     def tensors_total(self) -> int:
         return len(self.tensors)
 
-    def to_json(self, *, with_tensors: bool = False) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self, *, with_tensors: bool = False) -> JsonObject:
+        data: JsonObject = {
             "path": self.path,
             "format": self.format,
             "verdict": str(self.verdict),

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 WRAPPERS = {
     "module": "DistributedDataParallel / DataParallel (saved from the wrapper)",
@@ -69,10 +69,10 @@ class Key:
 class Rule:
     kind: str  # container, strip, add, rename, tie, flat
     cause: str
-    detail: dict[str, Any]
+    detail: JsonObject
     fixes: int = 0  # names it made match
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"kind": self.kind, "cause": self.cause, "detail": self.detail,
                 "fixes": self.fixes}
 
@@ -148,7 +148,7 @@ class KeyExplanation:
             text += f"; still missing {len(self.missing)}"
         return text
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         rows = sorted(self.mapping.items())
         return {"checkpoint_keys": self.checkpoint_keys, "expected_keys": self.expected_keys,
                 "matched_before": self.matched_before, "matched_after": self.matched_after,
@@ -465,7 +465,7 @@ class KeyMismatchResult(Recorded):
     def answer(self) -> str:
         return self.explanation.answer() if self.explanation else "no names compared"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = {"checkpoint": self.checkpoint, "expected_from": self.expected_from,
                 "format": self.format, "verdict": self.verdict}
         data.update(self.explanation.to_json() if self.explanation else {})

@@ -6,9 +6,8 @@ answer and the report read fields, never ``c["key"]``. ``to_json`` gives the sto
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from ckptrescue.model import JsonRecord, StepOutputs, doc
+from ckptrescue.model import JsonObject, JsonRecord, StepOutputs, doc
 
 NOT_INTACT_KINDS = ("damaged", "missing", "suspect")  # the tensor lists of a checkpoint
 
@@ -24,7 +23,7 @@ class CheckpointFinding(JsonRecord):
     length: int | None = None
     tensors: list[str] = field(default_factory=list)
     evidence: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
 
 
 @dataclass
@@ -63,7 +62,7 @@ class CheckpointSummary(JsonRecord):
         "Tensors its index names but no file holds."))
     findings: list[CheckpointFinding] = field(default_factory=list, metadata=doc(
         "What the probe found."))
-    load: dict[str, Any] | None = field(default=None, metadata=doc(
+    load: JsonObject | None = field(default=None, metadata=doc(
         "With --load: the sandboxed real load's outcome (status, ...)."))
     tensors: list[TensorEntry] | None = field(default=None, metadata=doc(
         "With --tensors: every tensor with its location and status."))
@@ -160,7 +159,7 @@ class SalvageOutput(StepOutputs):
         "Checkpoints whose salvage failed: checkpoint, error."))
 
     @staticmethod
-    def public_record(record: SalvageRecord) -> dict[str, Any]:
+    def public_record(record: SalvageRecord) -> JsonObject:
         """``salvage --json``: one record without the ``checkpoint`` key the step adds."""
         return {k: v for k, v in record.to_json().items() if k != "checkpoint"}
 
@@ -223,3 +222,157 @@ class RankOutput(StepOutputs):
     def pointer_fix(self) -> PointerFix | None:
         fix = self.extra.get("pointer_fix")
         return PointerFix.from_json(fix) if fix else None
+
+
+# ---- the resume checks ------------------------------------------------------------------
+
+@dataclass
+class SafeGlobalsOutput(StepOutputs):
+    paths: list[str] = field(default_factory=list, metadata=doc("The files or directories given."))
+    files: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "Per torch file: path, format, verdict, globals_total, needed (global, status: safe, "
+        "unlisted, dangerous or blocked; lists, source, reason), blockers (what no "
+        "registration fixes), loads_with_safe_list, error (not a torch file)."))
+    safe: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "The globals safe to register, over every file: global, lists, source."))
+    not_safe: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "The globals not to register: global, status, reason."))
+    snippet: str = field(default="", metadata=doc(
+        "Python registering the safe globals with torch.serialization.add_safe_globals."))
+    snippet_lines: list[str] = field(default_factory=list, metadata=doc(
+        "The same, one line per item (what the terminal shows)."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        """Every torch file loads with weights_only=True once the safe list is registered."""
+        return all(f.get("loads_with_safe_list") for f in self.files if f.get("error") is None)
+
+
+@dataclass
+class KeyMismatchOutput(StepOutputs):
+    checkpoint: str = field(default="", metadata=doc("The checkpoint examined."))
+    expected_from: str = field(default="", metadata=doc(
+        "Where the model's names came from: a reference checkpoint, a key list or a model "
+        "class (instantiated in the loader sandbox)."))
+    format: str = field(default="", metadata=doc("The checkpoint's format."))
+    verdict: str = field(default="", metadata=doc("Its probe verdict."))
+    checkpoint_keys: int = field(default=0, metadata=doc("Tensor names in the checkpoint."))
+    expected_keys: int = field(default=0, metadata=doc("Names the model expects."))
+    matched_before: int = field(default=0, metadata=doc("Expected names found as saved."))
+    matched_after: int = field(default=0, metadata=doc(
+        "Expected names accounted for after the mapping (ties included)."))
+    resolved: bool = field(default=False, metadata=doc(
+        "The mapping accounts for every expected name with its shape."))
+    causes: list[str] = field(default_factory=list, metadata=doc(
+        "The causes found, in order (container, module. from DDP, _orig_mod. from "
+        "torch.compile, FSDP names and flat parameters, a renamed layer, tied weights)."))
+    rules: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "The rules: kind (container, strip, add, rename, tie, flat), cause, detail, fixes."))
+    mapping: list[dict[str, str]] = field(default_factory=list, metadata=doc(
+        "Per renamed name (up to 5,000): from (the checkpoint's), to (the model's)."))
+    mapping_total: int = field(default=0, metadata=doc("Names the mapping renames."))
+    tied: list[dict[str, str]] = field(default_factory=list, metadata=doc(
+        "Names saved once: name (the model's), copy_of (the name present)."))
+    missing: list[str] = field(default_factory=list, metadata=doc(
+        "Expected names still unaccounted for (up to 5,000)."))
+    missing_total: int = field(default=0, metadata=doc("Their count."))
+    unexpected: list[str] = field(default_factory=list, metadata=doc(
+        "Names of the state dict the model does not use (up to 5,000)."))
+    unexpected_total: int = field(default=0, metadata=doc("Their count."))
+    outside: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "Top-level entries of the checkpoint beside the state dict (optimizer, ...), with "
+        "their tensor counts."))
+    shape_mismatches: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "Names that map but whose shape differs: checkpoint, model, saved_shape, "
+        "expected_shape."))
+    flat_params: list[str] = field(default_factory=list, metadata=doc(
+        "FSDP flat parameters (no renaming maps them)."))
+    snippet: str = field(default="", metadata=doc(
+        "Python (fix_keys) applying the mapping to a loaded state dict."))
+    snippet_lines: list[str] = field(default_factory=list, metadata=doc(
+        "The same, one line per item (what the terminal shows)."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return self.matched_before == self.expected_keys and not self.unexpected_total
+
+
+@dataclass
+class ReassemblyOutput(StepOutputs):
+    step_dir: str = field(default="", metadata=doc("The step directory examined."))
+    family: str = field(default="", metadata=doc("Its multi-rank family."))
+    step: int | None = field(default=None, metadata=doc("Its step or iteration."))
+    world: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "The world sizes the step's metadata (or a verified copy's) records."))
+    candidates: list[str] = field(default_factory=list, metadata=doc(
+        "The directories looked in (temporary/partial siblings, copies of the run)."))
+    ranks: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "Per expected rank file: rank, role, relpath, status (present, replaced, missing, "
+        "damaged), source, sha256, size, tried (path, outcome)."))
+    needed: int = field(default=0, metadata=doc("Rank files missing or damaged in the step."))
+    reassemblable: bool = field(default=False, metadata=doc(
+        "Every rank file is present or has a verified copy, and the set passes the family's "
+        "cross-rank checks."))
+    check_problems: list[str] = field(default_factory=list, metadata=doc(
+        "What the family's cross-rank checks say of the assembled set."))
+    plan_file: str | None = field(default=None, metadata=doc(
+        "With --plan: the plan (JSON, schema ckptrescue.reassembly-plan/1)."))
+    plan_script: str | None = field(default=None, metadata=doc(
+        "With --plan: the script beside it (copies into a new directory, then sha256sum -c)."))
+    dest: str | None = field(default=None, metadata=doc(
+        "With --plan: the new directory the script builds."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not self.needed
+
+
+@dataclass
+class WorldSizeOutput(StepOutputs):
+    step_dir: str = field(default="", metadata=doc("The step examined."))
+    ranks: int = field(default=0, metadata=doc("The world size asked about."))
+    family: str = field(default="", metadata=doc("Its format or multi-rank family."))
+    verdict: str = field(default="", metadata=doc("Its probe verdict (only a verified step is "
+                                                  "planned for)."))
+    step: int | None = field(default=None, metadata=doc("Its step or iteration."))
+    saved_world: JsonObject = field(default_factory=dict, metadata=doc(
+        "The world sizes the step records (dp, mp, zero_stage; tp, pp; processes)."))
+    loads: str = field(default="", metadata=doc(
+        "as-saved, reshards, after-conversion, no, not-verified."))
+    how: str = field(default="", metadata=doc("Why, in one sentence."))
+    commands: list[str] = field(default_factory=list, metadata=doc(
+        "The conversion to run (ds_to_universal, Megatron's converter); the kit runs none."))
+    files_needed: list[str] = field(default_factory=list, metadata=doc(
+        "The step's files the conversion reads."))
+    config: JsonObject = field(default_factory=dict, metadata=doc(
+        "Configuration the load then needs (DeepSpeed: checkpoint.load_universal)."))
+    notes: list[str] = field(default_factory=list, metadata=doc("Notes."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return self.loads in ("as-saved", "reshards")
+
+
+@dataclass
+class ReplicaOutput(StepOutputs):
+    persistent: str = field(default="", metadata=doc("The persistent copy of the step."))
+    replicas: list[str] = field(default_factory=list, metadata=doc(
+        "The replica directories compared (node-local copies, copies fetched from peers)."))
+    files: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "Per rank file a replica holds: relpath, persistent (path, verdict, tensors, status), "
+        "replicas (where, path, verdict, tensors, status: same, differs, damaged, unreadable; "
+        "differing tensors, only_here, only_persistent), resume_from, decision."))
+    counts: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "Replica files per status."))
+    replica_only: list[str] = field(default_factory=list, metadata=doc(
+        "Files a replica holds that the persistent copy does not."))
+    answer: str = field(default="", metadata=doc("The one-line answer."))
+
+    @property
+    def ok(self) -> bool:
+        return not any(k != "same" and v for k, v in self.counts.items()) and all(
+            (f.get("persistent") or {}).get("status") == "intact" for f in self.files)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.checkpoints.base import CheckpointReport, Verdict, worst_verdict
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -50,18 +51,18 @@ class RankResult:
     # "target": step root, "family": name}; None when the pointer is right or there is none
     pointer_fix: dict[str, Any] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The stable shape; family keys appear only for multi-rank family steps (a run of
         single-file checkpoints keeps exactly ``{"checkpoints": [{"path", "verdict"}],
         "resume_from"}``)."""
-        rows: list[dict[str, Any]] = []
+        rows: list[JsonObject] = []
         for c in self.checkpoints:
-            row: dict[str, Any] = {"path": c.path, "verdict": str(c.verdict)}
+            row: JsonObject = {"path": c.path, "verdict": str(c.verdict)}
             if c.family is not None:
                 row.update({"step": c.step, "family": c.family, "bad_ranks": c.bad_ranks[:64],
                             "bad_ranks_total": len(c.bad_ranks)})
             rows.append(row)
-        data: dict[str, Any] = {"checkpoints": rows, "resume_from": self.resume_from}
+        data: JsonObject = {"checkpoints": rows, "resume_from": self.resume_from}
         if self.family is not None:
             data.update({"family": self.family, "pointer_fix": self.pointer_fix})
         return data
@@ -96,7 +97,7 @@ def _family_info(reps: list[CheckpointReport]) -> tuple[str | None, int | None, 
     return str(infos[0].get("family")), step if isinstance(step, int) else None, bad
 
 
-def _pointer_fix(ranked: list[RankedCheckpoint], family: str | None) -> dict[str, Any] | None:
+def _pointer_fix(ranked: list[RankedCheckpoint], family: str | None) -> JsonObject | None:
     for c in ranked:
         for r in c.reports:
             for fix in r.extra.get("pointers", []):

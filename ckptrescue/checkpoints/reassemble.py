@@ -49,7 +49,7 @@ from ckptrescue.checkpoints.families.base import (
     verdict_of,
 )
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 PLAN_SCHEMA = "ckptrescue.reassembly-plan/1"
 _DECORATION = re.compile(r"(tmp|temp|partial|incomplete|staging|stage|bak|backup|old|copy|"
@@ -79,7 +79,7 @@ class RankPlan:
     size: int | None = None
     tried: list[Tried] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"rank": self.rank, "role": self.role, "relpath": self.relpath,
                 "status": self.status, "source": self.source, "sha256": self.sha256,
                 "size": self.size, "tried": [t.to_json() for t in self.tried[:20]]}
@@ -153,7 +153,7 @@ class ReassemblyResult(Recorded):
                                        source=src))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"step_dir": self.step_dir, "family": self.family, "step": self.step,
                 "world": self.world, "candidates": self.candidates,
                 "ranks": [r.to_json() for r in self.ranks],

@@ -26,7 +26,7 @@ from typing import Any
 from ckptrescue.checkpoints.base import ProbeOptions, Verdict
 from ckptrescue.checkpoints.families.base import Family, Member, probe_member_file
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 CHUNK = 1 << 20
 MAX_FILES = 100_000
@@ -49,7 +49,7 @@ class Copy:
     only_persistent: list[str] = field(default_factory=list)
     signature: Signature = field(default_factory=dict, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"where": self.where, "path": self.path, "verdict": self.verdict,
                 "tensors": self.tensors, "status": self.status,
                 "differing": self.differing[:MAX_LISTED], "differing_total": self.differing_total,
@@ -65,7 +65,7 @@ class RankFile:
     resume_from: str | None = None
     decision: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"relpath": self.relpath,
                 "persistent": self.persistent.to_json() if self.persistent else None,
                 "replicas": [c.to_json() for c in self.replicas],
@@ -144,7 +144,7 @@ class ReplicaResult(Recorded):
                                "persistent copy does not", evidence=rel, source=src))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"persistent": self.persistent, "replicas": self.replicas,
                 "files": [f.to_json() for f in self.files], "counts": self.counts(),
                 "replica_only": self.replica_only[:200], "answer": self.answer()}

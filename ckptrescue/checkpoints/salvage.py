@@ -34,7 +34,7 @@ from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.effects import beneath
 from ckptrescue.effects.output_dirs import refuse_aliasing
 from ckptrescue.errors import RefusedError, UsageError
-from ckptrescue.model import ArtifactData, Finding, Recorded
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -88,7 +88,7 @@ class SalvageResult(Recorded):
             out[self.fill_from or "fill_from"] = list(self.filled)
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"source": self.source, "source_verdict": self.source_verdict,
                 "output": self.output, "recovered": self.recovered, "lost": self.lost,
                 "filled": self.filled, "fill_from": self.fill_from,

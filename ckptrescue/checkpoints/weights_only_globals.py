@@ -37,7 +37,7 @@ from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, zipwalk
 from ckptrescue.checkpoints.formats.torch_legacy import TorchLegacyFormat
 from ckptrescue.checkpoints.formats.torch_zip import TorchZipFormat
 from ckptrescue.checkpoints.formats.torch_zip_view import inflate_small
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 # modules torch._weights_only_unpickler refuses whatever is registered (_blocklisted_modules)
 BLOCKED_MODULES = ("sys", "os", "posix", "nt")
@@ -115,7 +115,7 @@ class Needed:
     source: str = ""
     reason: str = ""  # why it is needed (a BUILD type) or why it cannot be registered
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"global": self.name, "status": self.status, "lists": list(self.lists),
                 "source": self.source, "reason": self.reason}
 
@@ -136,7 +136,7 @@ class FileGlobals:
         return (self.error is None and not self.blockers
                 and all(n.status == "safe" for n in self.needed))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "format": self.format, "verdict": self.verdict,
                 "globals_total": self.globals_total,
                 "needed": [n.to_json() for n in self.needed], "blockers": list(self.blockers),
@@ -235,7 +235,7 @@ class SafeGlobalsResult(Recorded):
                     details={"blockers": f.blockers, "verdict": f.verdict}))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"paths": list(self.paths), "files": [f.to_json() for f in self.files],
                 "safe": [n.to_json() for n in self.union("safe")],
                 "not_safe": [n.to_json() for s in ("unlisted", "dangerous", "blocked")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 DS_TO_UNIVERSAL = "python -m deepspeed.checkpoint.ds_to_universal"
 MEGATRON_CONVERT = "python tools/checkpoint/convert.py"  # Megatron-LM's converter
@@ -76,7 +76,7 @@ class WorldSizeResult(Recorded):
                         source=src, details={"ranks": self.ranks,
                                              "saved_world": self.saved_world})]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"step_dir": self.step_dir, "ranks": self.ranks, "family": self.family,
                 "verdict": self.verdict, "step": self.step, "saved_world": self.saved_world,
                 "loads": self.loads, "how": self.how, "commands": self.commands,

@@ -7,7 +7,7 @@ import typer
 
 from ckptrescue.cli.from_action import Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
-from ckptrescue.engine.outputs import GateOutput, TrainStateOutput
+from ckptrescue.datasets.outputs import GateOutput, TrainStateOutput
 from ckptrescue.errors import ExitCode
 
 

@@ -11,8 +11,7 @@ import typer
 
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, info, say
-from ckptrescue.engine.action import ArgSpec
-from ckptrescue.engine.outputs import (
+from ckptrescue.datasets.outputs import (
     DatasetCompareOutput,
     DatasetProfileOutput,
     DatasetVerifyOutput,
@@ -22,6 +21,7 @@ from ckptrescue.engine.outputs import (
     ManifestUpdateOutput,
     QuarantineOutput,
 )
+from ckptrescue.engine.action import ActionArgs, ArgSpec
 from ckptrescue.errors import ExitCode
 
 manifest_app = typer.Typer(help="Checksum manifests of dataset directories (sha256sum format).",
@@ -40,7 +40,7 @@ def _display(path: str) -> str:
     return display(from_json_path(path))
 
 
-def build_interrupted(args: dict[str, Any]) -> str:
+def build_interrupted(args: ActionArgs) -> str:
     from ckptrescue.datasets.manifest import partial_path
 
     partial = partial_path(args["output"])
@@ -138,7 +138,7 @@ def render_diff(result: StepResult) -> int:
     return int(ExitCode.FINDINGS if out.differs or bad else ExitCode.OK)
 
 
-def update_interrupted(args: dict[str, Any]) -> str:
+def update_interrupted(args: ActionArgs) -> str:
     return (f"ckptrescue: interrupted; {args['manifest']} was not changed: run the same command "
             "again")
 
@@ -220,7 +220,7 @@ BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS, ALLOW_EMPTY
                 order=("dir", "output", "checksums", "jobs", "scheduler", "no_progress",
                        "allow_empty", "allow_unverified", "endpoint_url", CASE, JSON),
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
-def audit_interrupted(args: dict[str, Any]) -> str:
+def audit_interrupted(args: ActionArgs) -> str:
     from ckptrescue.datasets.audit_state import default_path
     from ckptrescue.datasets.s3dataset import is_s3
 

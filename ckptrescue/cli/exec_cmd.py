@@ -10,12 +10,12 @@ import typer
 
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json
-from ckptrescue.engine.action import ArgSpec
+from ckptrescue.engine.action import ActionArgs, ArgSpec
 from ckptrescue.engine.outputs import ExecOutput
 from ckptrescue.errors import ExitCode
 
 
-def dry_run(args: dict[str, Any], options: dict[str, Any], plan: Any) -> int | None:
+def dry_run(args: ActionArgs, options: dict[str, Any], plan: Any) -> int | None:
     """``--dry-run``: show what would run, run nothing."""
     from ckptrescue.engine import executor as engine
 

@@ -36,10 +36,9 @@ from ckptrescue.engine.argtypes import arg_type
 from ckptrescue.errors import ExitCode, ToolFailedError
 
 if TYPE_CHECKING:
-    from ckptrescue.engine.action import Action, ArgSpec
+    from ckptrescue.engine.action import Action, ActionArgs, ArgSpec
     from ckptrescue.engine.executor import Plan
-    from ckptrescue.engine.outputs import StepOutputs
-    from ckptrescue.model import Finding
+    from ckptrescue.model import Finding, JsonObject, StepOutputs
     from ckptrescue.record.case import Case
 
 CASE = "case"  # the names of the two common options in ``Command.order``
@@ -57,12 +56,12 @@ class StepResult:
     """What a renderer gets: the step's outputs (typed and as stored), its findings, the case."""
 
     out: Any  # the action's StepOutputs type
-    outputs: dict[str, Any]
+    outputs: JsonObject
     status: str
     error: str | None
     findings: list[Finding]
     case: Case
-    args: dict[str, Any]
+    args: ActionArgs
     options: dict[str, Any]
 
 
@@ -93,12 +92,12 @@ class Command:
     order: tuple[str, ...] = ()
     fixed: Mapping[str, Any] = field(default_factory=dict)
     json: bool = True
-    check: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
-    before: Callable[[dict[str, Any], dict[str, Any], Plan], int | None] | None = None
+    check: Callable[[ActionArgs, dict[str, Any]], None] | None = None
+    before: Callable[[ActionArgs, dict[str, Any], Plan], int | None] | None = None
     on_failure: Callable[[StepResult], None] | None = None
-    interrupted: Callable[[dict[str, Any]], str] | None = None
-    quiet: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None
-    title: Callable[[dict[str, Any]], str] | None = None
+    interrupted: Callable[[ActionArgs], str] | None = None
+    quiet: Callable[[ActionArgs, dict[str, Any]], bool] | None = None
+    title: Callable[[ActionArgs], str] | None = None
     renders_failures: bool = False
     context_settings: Mapping[str, Any] = field(default_factory=dict)
     optional: tuple[str, ...] = ()
@@ -236,9 +235,9 @@ def _to_arg(spec: ArgSpec, value: Any) -> Any:
 
 
 def split_values(command: Command, action: type[Action],
-                 values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+                 values: Mapping[str, Any]) -> tuple[ActionArgs, dict[str, Any]]:
     """(action arguments, presentation options) from the parsed command line."""
-    args: dict[str, Any] = {}
+    args: ActionArgs = {}
     specs = {spec.name: spec for spec in cli_args(action)}
     for spec in specs.values():
         value = _to_arg(spec, values.get(_py_name(spec)))

@@ -7,7 +7,7 @@ import typer
 
 from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
-from ckptrescue.engine.outputs import HubCacheOutput
+from ckptrescue.datasets.outputs import HubCacheOutput
 from ckptrescue.errors import ExitCode
 
 hub_app = typer.Typer(help="The Hugging Face hub cache, verified offline.", no_args_is_help=True)

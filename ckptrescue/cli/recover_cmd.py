@@ -7,7 +7,7 @@ import typer
 
 from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import emit_json, say
-from ckptrescue.engine.outputs import RecoverOutput
+from ckptrescue.datasets.outputs import RecoverOutput
 from ckptrescue.errors import ExitCode
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import typer
 
-from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
-from ckptrescue.cli.output import emit_json, say
-from ckptrescue.engine.outputs import (
+from ckptrescue.checkpoints.outputs import (
     KeyMismatchOutput,
     ReassemblyOutput,
     ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
+from ckptrescue.cli.from_action import JSON, Command, StepResult, add_command
+from ckptrescue.cli.output import emit_json, say
 from ckptrescue.errors import ExitCode
 
 resume_app = typer.Typer(help="What a run needs to resume that no loader tells it: the exact "

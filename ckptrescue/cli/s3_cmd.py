@@ -17,7 +17,7 @@ import typer
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import show
 from ckptrescue.cli.store_cmd import verify_partial
-from ckptrescue.engine.action import ArgSpec
+from ckptrescue.engine.action import ActionArgs, ArgSpec
 from ckptrescue.stores import render
 
 s3_app = typer.Typer(help="S3 integrity: server-side checksums, version history, known-good "
@@ -32,7 +32,7 @@ def _rendered(how: Any) -> Any:
     return render_step
 
 
-def check_restore(args: dict[str, Any], options: dict[str, Any]) -> None:
+def check_restore(args: ActionArgs, options: dict[str, Any]) -> None:
     from ckptrescue.errors import UsageError
 
     if options["known_good"] and args.get("manifest") is None:

@@ -4,14 +4,15 @@ engine actions (``cli/from_action.py``) and this module only renders their step 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.options import JsonOpt
 from ckptrescue.cli.output import emit_json, info, say
-from ckptrescue.engine.outputs import (
+from ckptrescue.errors import ExitCode
+from ckptrescue.storage.outputs import (
     CopyOutput,
     ExtractOutput,
     FsInspectOutput,
@@ -20,7 +21,9 @@ from ckptrescue.engine.outputs import (
     MountOutput,
     TriageOutput,
 )
-from ckptrescue.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptrescue.engine.action import ActionArgs
 
 fs_app = typer.Typer(help="Filesystem state, read-only (XFS, ext4, ZFS, device health).",
                      no_args_is_help=True)
@@ -85,7 +88,7 @@ def render_triage(result: StepResult) -> int:
     return _code(result.findings)
 
 
-def _stop_on_sigterm(args: dict[str, Any], options: dict[str, Any], plan: Any) -> None:
+def _stop_on_sigterm(args: ActionArgs, options: dict[str, Any], plan: Any) -> None:
     import signal
 
     def terminate(signum: int, frame: Any) -> None:

@@ -5,13 +5,16 @@ commands are the same actions for s3:// URLs (``cli/s3_cmd.py``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
 from ckptrescue.cli.output import show
 from ckptrescue.stores import render
+
+if TYPE_CHECKING:
+    from ckptrescue.engine.action import ActionArgs
 
 store_app = typer.Typer(help="Object stores (S3, Azure Blob, GCS), read-only: checksums, "
                              "versions, retention, preserve and restore into local folders.",
@@ -29,7 +32,7 @@ def verify_partial(result: StepResult) -> None:
          data=result.outputs)
 
 
-def check_preserve(args: dict[str, Any], options: dict[str, Any]) -> None:
+def check_preserve(args: ActionArgs, options: dict[str, Any]) -> None:
     from ckptrescue.errors import UsageError
 
     if not args.get("dest") and options[CASE] is None:

@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.audit_state import (
@@ -51,7 +50,7 @@ from ckptrescue.datasets.walk import (
     to_json_path,
 )
 from ckptrescue.errors import EvidenceError, UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 STATUSES = ("ok", "corrupted", "changed", "missing", "new", "unreadable")
 DAMAGED = ("corrupted", "changed", "missing", "unreadable")
@@ -82,8 +81,8 @@ class AuditRow:
     error: str | None = None
     reason: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"path": to_json_path(self.rel), "status": self.status,
+    def to_json(self) -> JsonObject:
+        row: JsonObject = {"path": to_json_path(self.rel), "status": self.status,
                                "expected": self.expected, "actual": self.actual}
         if self.status == "unreadable":
             row["offset"] = self.offset
@@ -187,10 +186,10 @@ class AuditResult(Recorded):
                                source="manifest.audit"))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """Every row, or above :data:`LIST_ALL_MAX` files the rows that are not ok
         (``files_omitted``: the ok rows left out; ``counts`` is always complete)."""
-        out: dict[str, Any] = {"files": [row.to_json() for row in self.files],
+        out: JsonObject = {"files": [row.to_json() for row in self.files],
                                "counts": self.counts, "quick": self.quick,
                                "answer": self.answer(), "state": self.state,
                                "resumed": self.resumed, "files_omitted": self.files_omitted,

@@ -51,6 +51,7 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.walk import FileEntry, Skipped, safe_relative, scan
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 SCHEMA = 2
 STATE_SUFFIX = ".audit.sqlite"
@@ -613,7 +614,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+def describe(path: str | os.PathLike[str]) -> JsonObject:
     """What a state file holds (for messages and tests): its meta and row counts."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 DEFAULT_SAMPLE = 0.01
 MIN_SAMPLE = 8  # a fraction of a small slice still hashes a few files
 
@@ -46,7 +48,7 @@ class GateResult:
     unverified_count: int = 0
     allow_unverified: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"target": self.target, "passed": self.passed, "reason": self.reason,
                 "checked": self.checked, "hashed": self.hashed,
                 "hashed_bytes": self.hashed_bytes, "seed": self.seed,

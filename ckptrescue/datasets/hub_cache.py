@@ -35,7 +35,7 @@ from typing import Any
 
 from ckptrescue.datasets.hashing import locate_read_error
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -57,7 +57,7 @@ class Blob:
     error_offset: int | None = None
     linked_from: list[str] = field(default_factory=list)  # "rev:path"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "size": self.size, "kind": self.kind, "status": self.status,
                 "actual": self.actual, "error": self.error, "error_offset": self.error_offset,
                 "linked_from": self.linked_from[:20], "links": len(self.linked_from)}
@@ -71,7 +71,7 @@ class Link:
     blob: str | None = None
     detail: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"revision": self.revision, "path": self.path, "status": self.status,
                 "blob": self.blob, "detail": self.detail}
 
@@ -104,7 +104,7 @@ class Repo:
     def names_of(self, commit: str) -> list[str]:
         return sorted(r for r, c in self.refs.items() if c == commit)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"folder": self.folder, "repo_type": self.repo_type, "repo_id": self.repo_id,
                 "refs": dict(sorted(self.refs.items())), "revisions": self.revisions,
                 "blobs": [b.to_json() for b in self.blobs if b.status != "ok"],
@@ -214,7 +214,7 @@ class HubCacheResult(Recorded):
                                    source=src))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"root": self.root, "counts": self.counts(), "bytes_hashed": self.bytes_hashed,
                 "repos": [r.to_json() for r in self.repos], "problems": self.problems,
                 "answer": self.answer()}

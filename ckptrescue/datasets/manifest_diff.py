@@ -37,7 +37,7 @@ from typing import Any
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import display, to_json_path
 from ckptrescue.errors import UsageError
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 
 CHANGES_SUFFIX = ".changes.jsonl"
 LIST_MAX = 1000  # changes kept in the step's outputs (every change is in OUT.changes.jsonl)
@@ -61,7 +61,7 @@ class Change:
     old_rel: bytes | None = None
     old_sha256: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"status": self.status, "path": to_json_path(self.rel), "sha256": self.sha256,
                 "old_path": to_json_path(self.old_rel) if self.old_rel is not None else None,
                 "old_sha256": self.old_sha256}
@@ -73,7 +73,7 @@ class BadLine:
     lineno: int
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"manifest": self.manifest, "line": self.lineno, "reason": self.reason}
 
 
@@ -140,7 +140,7 @@ class ManifestDiffResult(Recorded):
                                details={"names": self.duplicates[:20]}))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         listed = len(self.changes)
         return {"old": self.old, "new": self.new, "output": self.output,
                 "changes_file": self.changes_file, "counts": dict(self.counts),

@@ -16,7 +16,7 @@ from typing import Any, overload
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import Skipped, display, from_json_path, shown_path, to_json_path
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 
 SIDECAR_SUFFIX = ".jsonl"
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -44,7 +44,7 @@ class ManifestEntry:
     # again); not part of the manifest or its sidecar
     changed: int = field(default=0, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out: dict[str, Any] = {
             "path": to_json_path(self.rel),
             "size": self.size,
@@ -64,7 +64,7 @@ class ManifestEntry:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ManifestEntry:
+    def from_json(cls, data: JsonObject) -> ManifestEntry:
         mtime_ns = data.get("mtime_ns")
         if mtime_ns is None:
             mtime_ns = int(float(data.get("mtime", 0)) * 1e9)
@@ -92,7 +92,7 @@ class UnreadableFile:
     error: str
     offset: int | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": to_json_path(self.rel), "error": self.error, "offset": self.offset}
 
 
@@ -170,7 +170,7 @@ class ManifestResult(Recorded):
             text += f"; {self.resumed} taken over from the interrupted build"
         return text
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "root": self.root,
             "manifest": self.manifest_path,

@@ -21,7 +21,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.manifest import check_paths, hash_many
@@ -36,7 +35,7 @@ from ckptrescue.datasets.manifest_files import (
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, Skipped, display, shown_path, to_json_path, walk
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 PREV_SUFFIX = ".prev"
 
@@ -88,7 +87,7 @@ class UpdateResult(Recorded):
                 for s in self.skipped]
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "root": self.root,
             "manifest": self.manifest_path,

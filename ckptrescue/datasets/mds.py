@@ -38,6 +38,7 @@ from typing import IO, Any
 from ckptrescue.datasets.decompress import Decompressed, LimitReached
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, open_tracked, read_exact
 from ckptrescue.errors import ToolMissingError
+from ckptrescue.model import JsonObject
 
 MAX_INDEX = 64 << 20  # index.json bytes read
 MAX_CONFIG = 1 << 20  # a shard's config JSON
@@ -121,7 +122,7 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
 
 def check_shard(fh: Any, size: int | None, out: CheckOutcome, *, key: str | None = None,
                 expect_samples: int | None = None,
-                expect_columns: dict[str, Any] | None = None) -> int:
+                expect_columns: JsonObject | None = None) -> int:
     """The shard layout; returns how many bytes it read (the shard's length when it ended
     cleanly). ``expect_*`` come from the index entry."""
     bad = _Bad(out, key)
@@ -197,7 +198,7 @@ def check_shard(fh: Any, size: int | None, out: CheckOutcome, *, key: str | None
 
 
 def _columns(config: bytes, bad: _Bad, at: int,
-             expect: dict[str, Any] | None) -> list[int | None] | None:
+             expect: JsonObject | None) -> list[int | None] | None:
     try:
         obj = json.loads(config)
         names, sizes = obj["column_names"], obj["column_sizes"]
@@ -397,7 +398,7 @@ def check_dir(root: str | os.PathLike[str], *, shards: bool = True) -> CheckOutc
     return out
 
 
-def _hashers(info: dict[str, Any], skipped: list[str], name: str) -> dict[str, Any]:
+def _hashers(info: JsonObject, skipped: list[str], name: str) -> dict[str, Any]:
     found = {}
     for algo in sorted(info.get("hashes") or {}):
         h = hasher(algo)
@@ -408,7 +409,7 @@ def _hashers(info: dict[str, Any], skipped: list[str], name: str) -> dict[str, A
     return found
 
 
-def _compare(hashers: dict[str, Any], info: dict[str, Any], name: str, span: str,
+def _compare(hashers: dict[str, Any], info: JsonObject, name: str, span: str,
              out: CheckOutcome, what: str) -> None:
     for algo, h in hashers.items():
         want = str(info["hashes"][algo]).lower()
@@ -417,8 +418,8 @@ def _compare(hashers: dict[str, Any], info: dict[str, Any], name: str, span: str
                                      f"match index.json ({want}): {span} suspect"))
 
 
-def _check_listed(path: str, name: str, entry: dict[str, Any], raw: dict[str, Any],
-                  zipped: dict[str, Any] | None, span: str, out: CheckOutcome,
+def _check_listed(path: str, name: str, entry: JsonObject, raw: JsonObject,
+                  zipped: JsonObject | None, span: str, out: CheckOutcome,
                   skipped: list[str], shards: bool) -> None:
     info = zipped or raw
     size = os.stat(path).st_size
@@ -451,9 +452,9 @@ def _check_listed(path: str, name: str, entry: dict[str, Any], raw: dict[str, An
     _compare(file_hashers, info, name, span, out, "")
 
 
-def _check_compressed(tee: _Tee, kind: str, name: str, entry: dict[str, Any],
-                      raw: dict[str, Any], span: str, out: CheckOutcome, skipped: list[str],
-                      shards: bool, columns: dict[str, Any]) -> None:
+def _check_compressed(tee: _Tee, kind: str, name: str, entry: JsonObject,
+                      raw: JsonObject, span: str, out: CheckOutcome, skipped: list[str],
+                      shards: bool, columns: JsonObject) -> None:
     raw_hashers = _hashers(raw, skipped, name)
     try:
         stream = Decompressed(tee, kind)

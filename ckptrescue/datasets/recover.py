@@ -50,7 +50,7 @@ from ckptrescue.datasets.walk import (
 )
 from ckptrescue.effects import beneath
 from ckptrescue.errors import CkptRescueError, RefusedError, UsageError
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 
 _CHUNK = 1 << 20
 OK_OUTCOME = "matches the manifest; copied and verified"
@@ -63,7 +63,7 @@ class Attempt:
     source: str
     outcome: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"source": self.source, "outcome": self.outcome}
 
 
@@ -77,7 +77,7 @@ class RecoverRow:
     reason: str = ""
     tried: list[Attempt] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": to_json_path(self.rel), "damage": self.damage,
                 "status": "recovered" if self.recovered else "unrecoverable",
                 "source": self.source, "sha256": self.sha256, "reason": self.reason,
@@ -175,14 +175,14 @@ class RecoverResult(Recorded):
                                         "unrecoverable": len(self.plan_unrecoverable)}))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"source": self.source, "to": self.to,
                 "files": [r.to_json() for r in self.files],
                 "counts": {"recovered": len(self.recovered),
                            "unrecoverable": len(self.unrecovered)},
                 "answer": self.answer(), **self._outputs_json()}
 
-    def _outputs_json(self) -> dict[str, Any]:
+    def _outputs_json(self) -> JsonObject:
         out: dict[str, Any] = {}
         if self.plan_file is not None:
             out.update(plan=self.plan or [], plan_file=self.plan_file,

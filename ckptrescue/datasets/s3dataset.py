@@ -41,6 +41,7 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 _CHUNK = 1 << 20
 
@@ -267,7 +268,7 @@ def full_object_crc(head: dict[str, Any], algorithm: str) -> str | None:
     return value.strip()
 
 
-def _head(client: Any, bucket: str, obj: S3Object) -> dict[str, Any] | None:
+def _head(client: Any, bucket: str, obj: S3Object) -> JsonObject | None:
     try:
         return dict(client.head_object(Bucket=bucket, Key=obj.key, ChecksumMode="ENABLED"))
     except Exception:  # noqa: BLE001 - the download then says what is wrong with the object
@@ -386,7 +387,7 @@ class S3AuditResult(AuditResult):
                 f"{len(self.verified) - stored - by_crc} downloaded "
                 f"({self.bytes_downloaded} bytes read)")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = super().to_json()
         for row, audited in zip(out["files"], self.files, strict=True):
             if audited.rel in self.verified:

@@ -14,9 +14,10 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 T = TypeVar("T")
 CONFIDENCE = 0.95
@@ -124,7 +125,7 @@ class SampleStats:
                 f"fewer than {percent_up(self.upper_bound_95)}% of the {self.population:,} "
                 f"files are {what}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"seed": self.seed, "size": self.size, "population": self.population,
                 "bad": self.bad, "upper_bound_95": self.upper_bound_95,
                 "statement": self.statement()}

@@ -17,6 +17,7 @@ from typing import Any
 
 from ckptrescue.datasets.hashing import locate_read_error
 from ckptrescue.datasets.walk import to_json_path
+from ckptrescue.model import JsonObject
 
 STATUSES = ("ok", "damaged", "unreadable", "unchecked")
 
@@ -30,7 +31,7 @@ class BadRecord:
     key: str | None
     problem: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"index": self.index, "offset": self.offset, "key": self.key,
                 "problem": self.problem}
 
@@ -55,7 +56,7 @@ class FileCheck:
     note: str = ""
     limit: bool = False  # unchecked because a decompression limit was reached
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": to_json_path(self.rel), "format": self.format, "status": self.status,
                 "bad_records": [b.to_json() for b in self.bad_records],
                 "records": self.records, "note": self.note}

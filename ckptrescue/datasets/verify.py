@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from ckptrescue.datasets import (
     arrow_ipc,
@@ -46,7 +46,7 @@ from ckptrescue.datasets.shardcheck import (
 )
 from ckptrescue.datasets.walk import FileEntry, display, join, shown_path, walk
 from ckptrescue.errors import EvidenceError, ToolMissingError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 # ``checker(fh, size[, outcome])``: the STREAMED ones fill the ``outcome`` they are given (kept
 # when a decompression limit stops them half way); every checker returns its outcome.
@@ -145,7 +145,7 @@ class DatasetVerifyResult(Recorded):
                                    details={"format": f.format, "index": b.index, "key": b.key}))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"files": [f.to_json() for f in self.files], "counts": self.counts,
                 "answer": self.answer()}
 

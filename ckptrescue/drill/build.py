@@ -20,6 +20,7 @@ from typing import Any
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, formats
 from ckptrescue.drill import faults, xfsimage
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 BUCKET = "drill-checkpoints"
 MARKER = "PWNED-if-this-exists"
@@ -32,11 +33,11 @@ class DrillResult:
     badsectors_map: Path
     known_good: Path
     marker: Path
-    faults: list[dict[str, Any]] = field(default_factory=list)
-    s3: dict[str, Any] | None = None
-    expected: dict[str, Any] = field(default_factory=dict)
+    faults: list[JsonObject] = field(default_factory=list)
+    s3: JsonObject | None = None
+    expected: JsonObject = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "root": str(self.root), "image": str(self.image),
             "badsectors_map": str(self.badsectors_map), "known_good_manifest": str(self.known_good),
@@ -88,7 +89,7 @@ def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult
     for name in ("step-200.pt", "step-300.pt", "step-100.pt"):
         shutil.copy2(run / name, pristine / name)
 
-    found: list[dict[str, Any]] = []
+    found: list[JsonObject] = []
     # 1. a single high exponent-bit flip inside one tensor of step-200
     rep = _probe(run / "step-200.pt")
     off, _ = _tensor(rep, "model.3.weight")
@@ -187,7 +188,7 @@ def _separate_media_dir(out: Path) -> Path:
     return out.parent / f"{out.name}-images"
 
 
-def full_incident_params(result: DrillResult) -> dict[str, Any]:
+def full_incident_params(result: DrillResult) -> JsonObject:
     """Parameters for ``playbook run full-incident -P DIR/params.json`` on this drill."""
     dest = _separate_media_dir(result.root)
     dest.mkdir(parents=True, exist_ok=True)
@@ -208,7 +209,7 @@ def full_incident_params(result: DrillResult) -> dict[str, Any]:
     return params
 
 
-def _seed_bucket(out: Path, run: Path, pristine: Path, found: list[dict[str, Any]]
+def _seed_bucket(out: Path, run: Path, pristine: Path, found: list[JsonObject]
                  ) -> dict[str, Any]:
     from ckptrescue.drill import s3daemon
     from ckptrescue.stores.s3.localserver import DUMMY_CREDENTIALS

@@ -17,6 +17,7 @@ from typing import Any
 
 from ckptrescue.drill import silent_data, silent_run
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 SCHEMA = "ckptrescue.drill.silent/1"
 BASELINE, CURRENT, RUN = "data-v1", "data-v2", "run"
@@ -30,9 +31,9 @@ class SilentDrill:
     current: Path
     run: Path
     params: dict[str, Any] = field(default_factory=dict)
-    expected: dict[str, Any] = field(default_factory=dict)
+    expected: JsonObject = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"root": str(self.root), "baseline": str(self.baseline),
                 "current": str(self.current), "run": str(self.run),
                 "params": self.params, "expected": self.expected}

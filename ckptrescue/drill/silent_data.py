@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from ckptrescue.model import JsonObject
 
 MASK = (1 << 64) - 1
 SHARDS = 8
@@ -107,7 +108,7 @@ def _weighted(rng: SplitMix64, weights: tuple[int, ...]) -> int:
     return len(weights) - 1
 
 
-def record(rng: SplitMix64, shard: int, i: int) -> dict[str, Any]:
+def record(rng: SplitMix64, shard: int, i: int) -> JsonObject:
     """One clean record; ``score_milli`` is the score in thousandths (an int)."""
     ids = [rng.below(len(VOCAB)) for _ in range(rng.between(14, 41))]
     score = sum(rng.below(1000) for _ in range(12)) // 12
@@ -118,12 +119,12 @@ def record(rng: SplitMix64, shard: int, i: int) -> dict[str, Any]:
             "lang": "de" if rng.below(10) == 0 else "en"}
 
 
-def shard_records(seed: int, shard: int, n: int = RECORDS) -> list[dict[str, Any]]:
+def shard_records(seed: int, shard: int, n: int = RECORDS) -> list[JsonObject]:
     rng = SplitMix64(seed * 1_000_003 + shard)
     return [record(rng, shard, i) for i in range(n)]
 
 
-def apply(fault: Fault, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def apply(fault: Fault, recs: list[JsonObject]) -> list[JsonObject]:
     """The records of ``fault``'s shard after the fault (a new list; the input is unchanged)."""
     out = [dict(r) for r in recs]
     for r in out:
@@ -137,7 +138,7 @@ def apply(fault: Fault, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def jsonl_line(r: dict[str, Any]) -> str:
+def jsonl_line(r: JsonObject) -> str:
     """The record as a JSON line; ``score`` as exact decimal text (no float formatting)."""
     score = f"{r['score_milli'] // 1000}.{r['score_milli'] % 1000:03d}"
     return ("{" + f'"id": {json.dumps(r["id"])}, "text": {json.dumps(r["text"])}, '
@@ -146,7 +147,7 @@ def jsonl_line(r: dict[str, Any]) -> str:
             f'"meta": {{"lang": {json.dumps(r["lang"])}}}' + "}\n")
 
 
-def _write(path: Path, recs: list[dict[str, Any]]) -> Path:
+def _write(path: Path, recs: list[JsonObject]) -> Path:
     path.write_bytes("".join(jsonl_line(r) for r in recs).encode())
     return path
 
@@ -171,12 +172,12 @@ def write_version(root: Path, seed: int, *, faults: tuple[Fault, ...] = ()) -> l
     return sorted(paths)
 
 
-def expected(baseline: str, current: str) -> list[dict[str, Any]]:
+def expected(baseline: str, current: str) -> list[JsonObject]:
     """One entry per finding a comparison of ``current`` against ``baseline`` must report."""
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for fault in FAULTS:
         for field, code in zip(fault.fields, fault.codes, strict=True):
-            entry: dict[str, Any] = {"kind": fault.kind, "shard": shard_name(fault.shard),
+            entry: JsonObject = {"kind": fault.kind, "shard": shard_name(fault.shard),
                                      "field": field, "code": code, "what": fault.what,
                                      "dataset": current, "baseline": baseline}
             if fault.copy_of is not None:

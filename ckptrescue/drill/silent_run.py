@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.drill.silent_data import SplitMix64
+from ckptrescue.model import JsonObject
 
 STEPS = (1000, 1200, 1400, 1600)
 FROZEN_AT = STEPS[0]
@@ -92,7 +93,7 @@ def lr_at(step: int) -> float:
     return (TOTAL_STEPS - step) / float(1 << 22)
 
 
-def checkpoint(params: dict[str, _Param], k: int, step: int) -> dict[str, Any]:
+def checkpoint(params: dict[str, _Param], k: int, step: int) -> JsonObject:
     """The checkpoint saved after ``step`` steps (``k``: its index in :data:`STEPS`)."""
     import torch
 
@@ -135,7 +136,7 @@ def write_run(directory: Path) -> list[Path]:
     return paths
 
 
-def expected() -> list[dict[str, Any]]:
+def expected() -> list[JsonObject]:
     """The training-state findings an analysis of the run must report."""
     return [{"kind": "frozen-layer", "code": "TS001", "tensor": f"model.{FROZEN}",
              "step": FROZEN_AT, "checkpoints": [f"step-{s}.pt" for s in STEPS],

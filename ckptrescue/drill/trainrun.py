@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 STEPS = (100, 200, 300, 350, 400)
 
 
@@ -39,7 +41,7 @@ def _model() -> Any:
     )
 
 
-def write_run(run_dir: Path, *, marker: Path) -> dict[str, Any]:
+def write_run(run_dir: Path, *, marker: Path) -> JsonObject:
     """Train for a few hundred tiny steps, saving checkpoints; returns what was written."""
     import torch
     from torch import nn

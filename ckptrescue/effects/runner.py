@@ -32,6 +32,7 @@ from ckptrescue import guard
 from ckptrescue.effects import confine, output_dirs
 from ckptrescue.errors import ToolMissingError
 from ckptrescue.guard import kernel
+from ckptrescue.model import JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -108,7 +109,7 @@ class ToolResult:
     def stderr(self) -> str:
         return self.stderr_bytes.decode("utf-8", "replace")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "argv": self.argv,
             "returncode": self.returncode,

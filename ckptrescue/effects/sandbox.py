@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.confine import PROC_READ_ONLY  # the child is root there too
 from ckptrescue.effects.runner import SubprocessRunner
+from ckptrescue.model import JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -59,16 +60,16 @@ class ChildOutcome:
     blocked or sandbox-unavailable. ``attempts`` lists what a blocked child tried."""
 
     status: str
-    result: dict[str, Any] = field(default_factory=dict)
+    result: JsonObject = field(default_factory=dict)
     returncode: int | None = None
     signal_name: str | None = None
     stderr_tail: str = ""
     duration_s: float = 0.0
-    attempts: list[dict[str, Any]] = field(default_factory=list)
+    attempts: list[JsonObject] = field(default_factory=list)
     reason: str = ""
     files: dict[str, str] = field(default_factory=dict)  # small text files the child left
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = {
             "status": self.status,
             "result": self.result,
@@ -176,8 +177,8 @@ def _read_scratch_file(scratch: str, name: str, limit: int) -> str:
         os.close(fd)
 
 
-def _read_attempts(scratch: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _read_attempts(scratch: str) -> list[JsonObject]:
+    out: list[JsonObject] = []
     for line in _read_scratch_file(scratch, _ATTEMPTS, 256 * 1024).splitlines()[:200]:
         try:
             item = json.loads(line)
@@ -194,7 +195,7 @@ def _keep_files(scratch: str, names: list[str]) -> dict[str, str]:
 
 def run_child(
     child: str,
-    request: dict[str, Any],
+    request: JsonObject,
     *,
     case: Case | None = None,
     memory_mb: int | None = 4096,
@@ -245,11 +246,11 @@ def run_child(
     return _outcome(result, started=started, attempts=attempts, files=files)
 
 
-def _outcome(result: Any, *, started: bool, attempts: list[dict[str, Any]],
+def _outcome(result: Any, *, started: bool, attempts: list[JsonObject],
              files: dict[str, str]) -> ChildOutcome:
     tail = result.stderr[-2000:]
     rc = result.returncode
-    common: dict[str, Any] = {"returncode": rc, "stderr_tail": tail,
+    common: JsonObject = {"returncode": rc, "stderr_tail": tail,
                               "duration_s": result.duration_s, "files": files}
     sig = _signal_of(rc, sandboxed=True)
     if attempts or sig == "SIGSYS":

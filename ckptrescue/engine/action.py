@@ -15,14 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ckptrescue.engine.events import Event, StepOutput, StepProgress
-from ckptrescue.engine.outputs import StepOutputs
-from ckptrescue.model import ArtifactData, AuditEvent, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, AuditEvent, Finding, JsonObject, Recorded, Severity, StepOutputs
 
 if TYPE_CHECKING:
     from ckptrescue.effects.runner import SubprocessRunner
     from ckptrescue.record.case import Case
 
 T = TypeVar("T")
+
+# An action's arguments: by ``ArgSpec`` name, defaults filled in (``Action.with_defaults``),
+# references resolved; what ``plan`` and ``run`` take.
+ActionArgs = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class ActionResult:
     """
 
     status: str = "ok"
-    outputs: dict[str, Any] = field(default_factory=dict)
+    outputs: JsonObject = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     summary: str = ""
     error: str | None = None
@@ -126,7 +129,7 @@ def with_findings(audit: Sequence[AuditEvent], findings: Sequence[Finding]) -> l
     return out + expanded
 
 
-def to_outputs(result: Any) -> dict[str, Any]:
+def to_outputs(result: Any) -> JsonObject:
     data = result.to_json() if hasattr(result, "to_json") else result
     return data if isinstance(data, dict) else {"result": data}
 
@@ -154,7 +157,7 @@ class StepContext:
     step_id: str
     cancel: threading.Event
     confirm: Callable[[str], bool | None]
-    outputs: dict[str, dict[str, Any]]  # earlier steps' outputs by step id
+    outputs: dict[str, JsonObject]  # earlier steps' outputs by step id
     # the action classes of every step of the run (what other steps will record)
     plan_actions: tuple[type[Action], ...] = ()
 
@@ -228,16 +231,16 @@ class Action:
         return {a.name for a in cls.args}
 
     @classmethod
-    def with_defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+    def with_defaults(cls, given: ActionArgs) -> ActionArgs:
         merged = {a.name: a.default for a in cls.args if a.default is not None}
         merged.update(given)
         return merged
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         """Human-readable lines: the commands this step would run (for --dry-run)."""
         shown = ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
         return [f"{self.name}({shown})"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         raise NotImplementedError
         yield  # pragma: no cover

@@ -17,16 +17,12 @@ from ckptrescue.checkpoints.outputs import (
     SalvageOutput,
     SalvageRecord,
 )
+from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
 from ckptrescue.engine.capability_answers import EXAMINING as CAPABILITY_EXAMINING
 from ckptrescue.engine.capability_answers import capability_parts
 from ckptrescue.engine.case_outputs import outputs_of
 from ckptrescue.engine.evidence_answers import evidence_parts, serious_named
-from ckptrescue.engine.outputs import (
-    DatasetCompareOutput,
-    ImageOutput,
-    LocateOutput,
-    TrainStateOutput,
-)
+from ckptrescue.storage.outputs import ImageOutput, LocateOutput
 from ckptrescue.stores.outputs import S3HistoryOutput
 
 if TYPE_CHECKING:

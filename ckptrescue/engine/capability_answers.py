@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import (
-    HubCacheOutput,
+from ckptrescue.checkpoints.outputs import (
     KeyMismatchOutput,
-    ManifestDiffOutput,
     ReassemblyOutput,
     ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
+from ckptrescue.datasets.outputs import HubCacheOutput, ManifestDiffOutput
+from ckptrescue.engine.case_outputs import outputs_of
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case

@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ckptrescue.model import StepOutputs
+from ckptrescue.model import JsonObject, StepOutputs
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -65,7 +65,7 @@ LEGACY_OUTPUT_TYPES: dict[str, str] = {
 }
 
 
-def output_type_of(details: dict[str, Any]) -> str | None:
+def output_type_of(details: JsonObject) -> str | None:
     """The output type a ``step.finished`` record names (an older case's: by its action)."""
     name = details.get("output_type") or LEGACY_OUTPUT_TYPES.get(str(details.get("action")))
     return str(name) if name else None

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
+from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import DatasetVerifyOutput, ManifestAuditOutput
 from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput, StoreResultOutput, VerifiedObject
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.actions import registry
-from ckptrescue.engine.action import ActionResult, StepContext
+from ckptrescue.engine.action import ActionArgs, ActionResult, StepContext
 from ckptrescue.engine.events import (
     Event,
     FindingEmitted,
@@ -29,7 +29,7 @@ from ckptrescue.engine.events import (
     StepStarted,
 )
 from ckptrescue.errors import CkptRescueError, PlaybookError
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 from ckptrescue.playbook import describe, load, params
 from ckptrescue.playbook.lint import lint
 from ckptrescue.playbook.schema import REF_RE, Playbook, Step
@@ -75,7 +75,7 @@ def prepare(playbook: Playbook | str | Path, given: dict[str, Any]) -> Plan:
     return Plan(playbook=playbook, params=params.bind(playbook, given))
 
 
-def single_step(action: str, args: dict[str, Any], *, step_id: str | None = None) -> Plan:
+def single_step(action: str, args: ActionArgs, *, step_id: str | None = None) -> Plan:
     """A one-step plan (how the CLI's direct commands drive the engine)."""
     step = Step(id=step_id or action.replace(".", "-"), action=action, args=args)
     digest = hashlib.sha256(canonical({"action": action, "args": args})).hexdigest()
@@ -90,7 +90,7 @@ class _Unresolved(Exception):  # noqa: N818
     pass
 
 
-def _lookup(path: str, values: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> Any:
+def _lookup(path: str, values: dict[str, Any], outputs: dict[str, JsonObject]) -> Any:
     head, *rest = path.split(".")
     if not rest:
         if head not in values:
@@ -109,7 +109,7 @@ def _lookup(path: str, values: dict[str, Any], outputs: dict[str, dict[str, Any]
     return cur
 
 
-def resolve(value: Any, values: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> Any:
+def resolve(value: Any, values: dict[str, Any], outputs: dict[str, JsonObject]) -> Any:
     if isinstance(value, dict):
         return {k: resolve(v, values, outputs) for k, v in value.items()}
     if isinstance(value, list):
@@ -129,7 +129,7 @@ def resolve(value: Any, values: dict[str, Any], outputs: dict[str, dict[str, Any
     return REF_RE.sub(sub, value)
 
 
-def evaluate_when(cond: Any, values: dict[str, Any], outputs: dict[str, dict[str, Any]],
+def evaluate_when(cond: Any, values: dict[str, Any], outputs: dict[str, JsonObject],
                   statuses: dict[str, str]) -> bool:
     if cond is None:
         return True
@@ -199,14 +199,14 @@ def dry_run(plan: Plan) -> list[DryRunStep]:
 
 # ---- running ----------------------------------------------------------------------------------
 
-def finished_steps(case: Case, run_key: str) -> dict[str, dict[str, Any]]:
+def finished_steps(case: Case, run_key: str) -> dict[str, JsonObject]:
     """Steps of an unfinished earlier attempt of ``run_key``: step id -> step.finished details.
 
     Only an attempt that did not complete (interrupted, killed, stopped at a gate, failed) is
     resumed. Once a run of the same command has completed, running it again starts afresh:
     its finished steps (a released mount, a written report) must not be taken as still valid.
     """
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, JsonObject] = {}
     ends = sorted([*case.records("step.finished"), *case.records("run.finished")],
                   key=lambda r: int(r["seq"]))  # read through the index, not a replay
     for record in ends:
@@ -221,7 +221,7 @@ def finished_steps(case: Case, run_key: str) -> dict[str, dict[str, Any]]:
     return done
 
 
-def load_outputs(case: Case, details: dict[str, Any]) -> dict[str, Any]:
+def load_outputs(case: Case, details: JsonObject) -> JsonObject:
     sha = details.get("outputs_sha256")
     if not sha:
         return {}
@@ -291,7 +291,7 @@ class _RunState:
         self.confirm = confirm
         self.actions = registry()
         self.done = finished_steps(case, plan.run_key) if resume else {}
-        self.outputs: dict[str, dict[str, Any]] = {}
+        self.outputs: dict[str, JsonObject] = {}
         self.statuses: dict[str, str] = {}
         self.plan_actions = tuple(self.actions[s.action] for s in plan.playbook.steps
                                   if s.action in self.actions)
@@ -353,7 +353,7 @@ class _RunState:
             result = yield from self._drive(step, action, ctx, args)
         return result
 
-    def _drive(self, step: Step, action: Any, ctx: StepContext, args: dict[str, Any]
+    def _drive(self, step: Step, action: Any, ctx: StepContext, args: ActionArgs
                ) -> Generator[Event, None, ActionResult]:
         """The action's events passed on until it returns; an unanswered gate stops it; its
         errors become its result (an action bug must not lose the case)."""

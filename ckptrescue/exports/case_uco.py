@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ckptrescue.exports.records import canonical_text, describe_record, iso_utc, parse_time
+from ckptrescue.model import JsonObject
 from ckptrescue.record.audit import GENESIS, verify_lines
 
 if TYPE_CHECKING:
@@ -75,12 +76,12 @@ _STEP_STATUS = {"ok": "Success", "failed": "Fail", "refused": "Fail", "error": "
                 "cancelled": "Fail", "stopped": "Pending", "skipped": "Complete/Finish"}
 
 
-def export_case_uco(case: Case) -> dict[str, Any]:
+def export_case_uco(case: Case) -> JsonObject:
     """The case as a CASE/UCO JSON-LD document (a dict; :func:`dumps` for the exact bytes)."""
     return _Builder(case).build()
 
 
-def dumps(doc: dict[str, Any]) -> str:
+def dumps(doc: JsonObject) -> str:
     """The canonical text of an export: sorted keys, two-space indent, ASCII only (every
     control and non-ASCII character as ``\\uXXXX``: ``cat`` of it is inert, names exact)."""
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
@@ -142,7 +143,7 @@ def _under(path: str, root: str) -> bool:
 @dataclass
 class _Action:
     iri: str
-    node: dict[str, Any]
+    node: JsonObject
     objects: list[str] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
     subactions: list[str] = field(default_factory=list)
@@ -159,7 +160,7 @@ class _Builder:
         except ValueError:
             self.ns = uuid.uuid5(uuid.NAMESPACE_URL, f"urn:ckptrescue:case:{case_id}")
         self.prefix = f"urn:ckptrescue:case:{self.ns}:"
-        self.nodes: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, JsonObject] = {}
         raw = case.audit.read_bytes()
         self.audit_bytes = raw
         self.chain = verify_lines(raw)
@@ -169,9 +170,9 @@ class _Builder:
         self.provenance: list[str] = []
         self.annotations: list[str] = []
         self.relationships: list[str] = []
-        self.evidence: list[tuple[dict[str, Any], str]] = []  # (item, iri)
+        self.evidence: list[tuple[JsonObject, str]] = []  # (item, iri)
         self.artifacts: dict[str, str] = {}  # sha256 -> iri
-        self.artifact_info: dict[str, dict[str, Any]] = {}
+        self.artifact_info: dict[str, JsonObject] = {}
         self.checkpoints: dict[str, str] = {}  # probed path -> iri
         self.subjects: dict[str, str] = {}  # finding evidence string -> iri
         self.mounts: list[tuple[str, str]] = []  # (mount point, evidence iri)
@@ -182,7 +183,7 @@ class _Builder:
     def iri(self, cls: str, *key: str) -> str:
         return f"{self.prefix}{cls}-{uuid.uuid5(self.ns, chr(0).join(key))}"
 
-    def add(self, node: dict[str, Any]) -> str:
+    def add(self, node: JsonObject) -> str:
         iri = str(node["@id"])
         if iri not in self.nodes:
             self.nodes[iri] = node
@@ -191,7 +192,7 @@ class _Builder:
                 self.nodes[iri].setdefault(key, value)
         return iri
 
-    def facet(self, owner: str, cls: str, props: dict[str, Any]) -> dict[str, str]:
+    def facet(self, owner: str, cls: str, props: JsonObject) -> dict[str, str]:
         """A facet of ``owner`` with the ``case_utils.inherent_uuid`` IRI scheme."""
         owner_uuid = uuid.UUID(owner[-36:])
         facet_uuid = uuid.uuid5(owner_uuid, CONTEXT["uco-observable"] + cls)
@@ -257,7 +258,7 @@ class _Builder:
         return self.identities[name]
 
     # -- evidence -----------------------------------------------------------------------------
-    def add_evidence(self, record: dict[str, Any], item: dict[str, Any]) -> str:
+    def add_evidence(self, record: JsonObject, item: JsonObject) -> str:
         kind = str(item.get("kind") or "")
         source = str(item.get("source") or "")
         details = item.get("details") if isinstance(item.get("details"), dict) else {}
@@ -267,7 +268,7 @@ class _Builder:
                        record["hash"])
         types: list[str]
         facets: list[dict[str, str] | None] = []
-        props: dict[str, Any] = {}
+        props: JsonObject = {}
         if kind == "block-device":
             types = ["uco-observable:StorageMedium"]
             facets.append(self.facet(iri, "DeviceFacet", {
@@ -358,7 +359,7 @@ class _Builder:
         return out
 
     # -- artifacts ----------------------------------------------------------------------------
-    def add_artifact(self, sha: str, producer: dict[str, Any]) -> str:
+    def add_artifact(self, sha: str, producer: JsonObject) -> str:
         if sha in self.artifacts:
             return self.artifacts[sha]
         info = self.artifact_info.get(sha, {})
@@ -410,7 +411,7 @@ class _Builder:
             if owner != obj:
                 self.relate(obj, owner, "Contained_Within")
 
-    def checkpoint(self, details: dict[str, Any], record: dict[str, Any]) -> str:
+    def checkpoint(self, details: JsonObject, record: JsonObject) -> str:
         path = str(details.get("path") or "")
         if path in self.checkpoints:
             return self.checkpoints[path]
@@ -464,10 +465,10 @@ class _Builder:
         return [iri]
 
     # -- actions ------------------------------------------------------------------------------
-    def new_action(self, record: dict[str, Any], *, started: bool = False) -> _Action:
+    def new_action(self, record: JsonObject, *, started: bool = False) -> _Action:
         iri = self.iri("InvestigativeAction", "record", record["hash"])
         details = record.get("details") or {}
-        node: dict[str, Any] = {
+        node: JsonObject = {
             "@id": iri, "@type": "case-investigation:InvestigativeAction",
             "uco-core:name": str(record["action"]),
             "uco-core:description": describe_record(record),
@@ -497,7 +498,7 @@ class _Builder:
         self.action_order.append(iri)
         return action
 
-    def finish_step(self, step: _Action, record: dict[str, Any]) -> None:
+    def finish_step(self, step: _Action, record: JsonObject) -> None:
         node = step.node
         node["uco-core:name"] = "step.finished"
         node["uco-core:description"] = describe_record(record)
@@ -509,7 +510,7 @@ class _Builder:
             node["uco-action:endTime"] = {"@type": "xsd:dateTime", "@value": iso_utc(when)}
         node["uco-action:actionStatus"] = _status(record) or "Unknown"
 
-    def tool_of(self, record: dict[str, Any], versions: dict[str, tuple[str, str]]) -> str:
+    def tool_of(self, record: JsonObject, versions: dict[str, tuple[str, str]]) -> str:
         details = record.get("details") or {}
         argv = details.get("argv") or []
         if record["action"] in {"tool.run", "tool.refused", "tool.missing", "tool.interrupted",
@@ -521,7 +522,7 @@ class _Builder:
         return self.kit_tool()
 
     # -- the document -------------------------------------------------------------------------
-    def build(self) -> dict[str, Any]:
+    def build(self) -> JsonObject:
         manifest = self.manifest
         inv = f"{self.prefix}Investigation-{self.ns}"
         versions: dict[str, tuple[str, str]] = {}
@@ -653,7 +654,7 @@ class _Builder:
                       self.content_facet(iri, sha, len(self.audit_bytes))]})
         return iri
 
-    def link_objects(self, action: _Action, record: dict[str, Any]) -> None:
+    def link_objects(self, action: _Action, record: JsonObject) -> None:
         details = record.get("details") or {}
         name = record["action"]
         if name == "evidence.added":
@@ -678,7 +679,7 @@ class _Builder:
                 if isinstance(arg, str) and "=" in arg:
                     action.objects += self.evidence_for(arg.split("=", 1)[1])
 
-    def link_results(self, action: _Action, record: dict[str, Any]) -> None:
+    def link_results(self, action: _Action, record: JsonObject) -> None:
         details = record.get("details") or {}
         if record["action"] == "evidence.added":
             item = details.get("item") or {}
@@ -711,7 +712,7 @@ class _Builder:
         node = self.nodes[derived]
         node.setdefault("case-investigation:wasDerivedFrom", []).append(_ref(source))
 
-    def add_finding(self, record: dict[str, Any], parent: _Action | None) -> None:
+    def add_finding(self, record: JsonObject, parent: _Action | None) -> None:
         finding = (record.get("details") or {}).get("finding") or {}
         iri = self.iri("Annotation", "finding", record["hash"])
         evidence = finding.get("evidence")
@@ -743,7 +744,7 @@ class _Builder:
             parent.results.append(iri)
 
 
-def _evidence_class(kind: str, details: dict[str, Any]) -> str:
+def _evidence_class(kind: str, details: JsonObject) -> str:
     return {"block-device": "StorageMedium", "directory": "Directory", "mount": "Directory",
             "file": "File", "image": "File"}.get(kind, "ObservableObject")
 
@@ -752,7 +753,7 @@ def _str(value: Any) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 
-def _status(record: dict[str, Any]) -> str | None:
+def _status(record: JsonObject) -> str | None:
     details = record.get("details") or {}
     name = record["action"]
     if name == "tool.run":
@@ -770,13 +771,13 @@ def _status(record: dict[str, Any]) -> str | None:
     return "Complete/Finish"
 
 
-def all_codes(doc: dict[str, Any]) -> list[str]:
+def all_codes(doc: JsonObject) -> list[str]:
     """The finding codes an export carries (for checks and tests)."""
     return sorted(str(n.get("uco-core:name")) for n in doc.get("@graph", [])
                   if n.get("@type") == "uco-core:Annotation")
 
 
-def sha256_values(doc: dict[str, Any]) -> set[str]:
+def sha256_values(doc: JsonObject) -> set[str]:
     """Every SHA256 hash value in an export."""
     return {str(n["uco-types:hashValue"]["@value"]) for n in doc.get("@graph", [])
             if n.get("@type") == "uco-types:Hash"}

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 
 def parse_time(value: Any) -> datetime | None:
     """A timezone-aware datetime from an ISO 8601 string (``Z``, ``,`` or ``.`` fractions)."""
@@ -33,7 +35,7 @@ def canonical_text(obj: Any) -> str:
                       default=str)
 
 
-def describe_record(record: dict[str, Any]) -> str:
+def describe_record(record: JsonObject) -> str:
     """One line for an action (attacker-chosen names stay data: it is a JSON string)."""
     d = record.get("details") or {}
     name = record["action"]

@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 from ckptrescue.display import shown_text
 from ckptrescue.exports.records import describe_record, iso_utc, parse_time
+from ckptrescue.model import JsonObject
 from ckptrescue.record.audit import verify_lines
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class TimelineEvent:
     source: str  # ckptrescue, kernel, journal, s3, cloudtrail, file
     timestamp_desc: str
     message: str
-    attributes: dict[str, Any] = field(default_factory=dict)
+    attributes: JsonObject = field(default_factory=dict)
     time_exact: bool = True
     time_note: str = ""
     order: tuple[int, int] = (0, 0)  # (audit seq, line) for a stable order at equal times
@@ -86,9 +87,9 @@ class TimelineEvent:
     def sort_key(self) -> tuple[datetime, int, tuple[int, int], str]:
         return (self.time, _SOURCE_RANK.get(self.source, 9), self.order, self.message)
 
-    def to_timesketch(self) -> dict[str, Any]:
+    def to_timesketch(self) -> JsonObject:
         """The event as one Timesketch row: mandatory fields first, then flat attributes."""
-        row: dict[str, Any] = {
+        row: JsonObject = {
             "message": self.message,
             "datetime": iso_utc(self.time),
             "timestamp": _micros(self.time),
@@ -113,7 +114,7 @@ def timeline_events(case: Case) -> list[TimelineEvent]:
     chain = verify_lines(case.audit.read_bytes())
     records = chain.records
     events: list[TimelineEvent] = []
-    stored: dict[str, dict[str, Any]] = {}
+    stored: dict[str, JsonObject] = {}
     for record in records:
         details = record.get("details") or {}
         if record["action"] == "artifact.stored" and isinstance(details.get("sha256"), str):
@@ -149,7 +150,7 @@ def _dedupe(events: Iterable[TimelineEvent]) -> Iterator[TimelineEvent]:
         yield event
 
 
-def _kit_events(record: dict[str, Any]) -> Iterator[TimelineEvent]:
+def _kit_events(record: JsonObject) -> Iterator[TimelineEvent]:
     action = str(record["action"])
     if action == "artifact.stored":
         return
@@ -157,7 +158,7 @@ def _kit_events(record: dict[str, Any]) -> Iterator[TimelineEvent]:
     if when is None:
         return
     details = record.get("details") or {}
-    attributes: dict[str, Any] = {"action": action, "audit_seq": record["seq"],
+    attributes: JsonObject = {"action": action, "audit_seq": record["seq"],
                                   "audit_hash": record["hash"], "actor": record.get("actor")}
     desc = "Recorded in the case audit log"
     if action == "finding":
@@ -208,7 +209,7 @@ def log_form(argv: list[str]) -> str | None:
     return "journal-short"
 
 
-def _log_events(case: Case, record: dict[str, Any], stored: dict[str, dict[str, Any]]
+def _log_events(case: Case, record: JsonObject, stored: dict[str, JsonObject]
                 ) -> Iterator[TimelineEvent]:
     details = record.get("details") or {}
     collected = parse_time(record.get("time"))
@@ -254,7 +255,7 @@ def _read_artifact(case: Case, sha: str) -> str | None:
         return None
 
 
-def parse_log_lines(text: str, collected: datetime, origin: dict[str, Any], seq: int, *,
+def parse_log_lines(text: str, collected: datetime, origin: JsonObject, seq: int, *,
                     source: str, form: str = "syslog") -> Iterator[TimelineEvent]:
     """dmesg (``--time-format iso`` with or without ``-x``; the default ``[seconds]`` and
     ``ctime`` forms), ``journalctl -o short-iso[-precise]`` and syslog lines (RFC 3339 or BSD).
@@ -276,9 +277,9 @@ def parse_log_lines(text: str, collected: datetime, origin: dict[str, Any], seq:
         yield pending
 
 
-def _log_line(line: str, lineno: int, collected: datetime, origin: dict[str, Any], seq: int,
+def _log_line(line: str, lineno: int, collected: datetime, origin: JsonObject, seq: int,
               *, source: str, form: str) -> TimelineEvent:
-    attrs: dict[str, Any] = {**origin, "line": lineno}
+    attrs: JsonObject = {**origin, "line": lineno}
     when: datetime | None = None
     note = ""
     message = line
@@ -322,14 +323,14 @@ def _log_line(line: str, lineno: int, collected: datetime, origin: dict[str, Any
         order=(seq, lineno))
 
 
-def parse_journal_json(text: str, collected: datetime, origin: dict[str, Any], seq: int
+def parse_journal_json(text: str, collected: datetime, origin: JsonObject, seq: int
                        ) -> Iterator[TimelineEvent]:
     """``journalctl -o json``: one object per line; the time is ``__REALTIME_TIMESTAMP``
     (microseconds since the epoch); ``MESSAGE`` may be an array of bytes."""
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        attrs: dict[str, Any] = {**origin, "line": lineno}
+        attrs: JsonObject = {**origin, "line": lineno}
         try:
             entry = json.loads(raw)
         except ValueError:
@@ -377,7 +378,7 @@ def _journal_text(value: Any) -> str:
 
 # ---- S3 and CloudTrail -----------------------------------------------------------------------
 
-def _s3_events(case: Case, record: dict[str, Any]) -> Iterator[TimelineEvent]:
+def _s3_events(case: Case, record: JsonObject) -> Iterator[TimelineEvent]:
     details = record.get("details") or {}
     seq = int(record["seq"])
     if record["action"] == "s3.history":
@@ -408,7 +409,7 @@ def _s3_events(case: Case, record: dict[str, Any]) -> Iterator[TimelineEvent]:
                 evidence_id=item.get("id"))
 
 
-def _version_events(bucket: str, key: str, version: dict[str, Any], known_good: Any,
+def _version_events(bucket: str, key: str, version: JsonObject, known_good: Any,
                     order: tuple[int, int], evidence_id: Any = None
                     ) -> Iterator[TimelineEvent]:
     version_id = version.get("version_id")
@@ -433,7 +434,7 @@ def _version_events(bucket: str, key: str, version: dict[str, Any], known_good: 
             yield from _cloudtrail_event(event, bucket, key, order)
 
 
-def _cloudtrail_event(event: dict[str, Any], bucket: str, key: str, order: tuple[int, int]
+def _cloudtrail_event(event: JsonObject, bucket: str, key: str, order: tuple[int, int]
                       ) -> Iterator[TimelineEvent]:
     when = parse_time(event.get("event_time"))
     if when is None:
@@ -489,7 +490,7 @@ def _cloudtrail_file_events(case: Case, sha: str, seq: int) -> Iterator[Timeline
 
 # ---- file mtimes -----------------------------------------------------------------------------
 
-def _mtime_events(record: dict[str, Any]) -> Iterator[TimelineEvent]:
+def _mtime_events(record: JsonObject) -> Iterator[TimelineEvent]:
     if record["action"] != "checkpoint.probed":
         return
     details = record.get("details") or {}

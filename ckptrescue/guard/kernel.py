@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 LOOP_GET_STATUS64 = 0x4C05
 BLKROGET = 0x125E
 _LOOP_INFO64 = struct.Struct("=QQQQQIIII64s64s32sQQ")
@@ -480,7 +482,7 @@ class Attachment:
     def get(self, key: str) -> Any:
         return dict(self.ident).get(key)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"kind": self.kind, "name": self.name, **dict(self.ident)}
 
     @classmethod

@@ -7,6 +7,7 @@ from typing import Any
 
 from ckptrescue.engine.argtypes import PLAYBOOK_TYPES, BadValue
 from ckptrescue.errors import PlaybookError
+from ckptrescue.model import JsonObject
 from ckptrescue.playbook.schema import Playbook
 
 
@@ -32,7 +33,7 @@ def parse_assignments(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def load_file(path: Path) -> dict[str, Any]:
+def load_file(path: Path) -> JsonObject:
     """Parameters from a JSON or YAML mapping file."""
     import yaml
 
@@ -45,7 +46,7 @@ def load_file(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
-def bind(playbook: Playbook, given: dict[str, Any]) -> dict[str, Any]:
+def bind(playbook: Playbook, given: JsonObject) -> JsonObject:
     """Validate every parameter before anything runs; returns typed values."""
     unknown = sorted(set(given) - {p.name for p in playbook.parameters})
     if unknown:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptrescue.engine.argtypes import PLAYBOOK_TYPES
+from ckptrescue.model import JsonObject
 
 SCHEMA_VERSION = 1
 
@@ -93,7 +94,7 @@ def references(value: Any) -> list[tuple[str, str]]:
     return found
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema() -> JsonObject:
     """The JSON Schema of playbook files (schema version 1)."""
     scalar = {"type": ["string", "number", "integer", "boolean", "null"]}
     anything = {}

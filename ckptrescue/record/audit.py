@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ckptrescue.errors import CkptRescueError
+from ckptrescue.model import AuditRecord, JsonObject
 
 GENESIS = "0" * 64
 _TAIL_WINDOW = 1 << 16
@@ -43,7 +44,7 @@ def canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def record_hash(record: dict[str, Any]) -> str:
+def record_hash(record: AuditRecord) -> str:
     """SHA-256 of a record's canonical JSON without its ``hash`` field."""
     body = {k: v for k, v in record.items() if k != "hash"}
     return hashlib.sha256(canonical(body)).hexdigest()
@@ -65,7 +66,7 @@ def default_actor() -> str:
 class ChainReport:
     """Result of verifying an audit log."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[AuditRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     torn_tail: bool = False
@@ -81,7 +82,7 @@ class ChainReport:
         return self.records[-1]["hash"] if self.records else GENESIS
 
 
-def _parse(raw: bytes) -> dict[str, Any] | None:
+def _parse(raw: bytes) -> AuditRecord | None:
     try:
         record = json.loads(raw)
     except ValueError:
@@ -168,7 +169,7 @@ class Appended:
     """A record as written: where its line starts in ``audit.jsonl`` and how long it is
     (newline included)."""
 
-    record: dict[str, Any]
+    record: AuditRecord
     offset: int
     length: int
 
@@ -199,7 +200,7 @@ class AuditLog:
         self._fd: int | None = None
         self._tail: tuple[int, str, int] | None = None  # next seq, prev hash, end offset
         self._torn = b""
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[AuditRecord] = []
         self._pending_data: list[bytes] = []
         self._pending_bytes = 0
         self._prefix = b""  # a newline that terminates torn bytes before the next record
@@ -247,11 +248,11 @@ class AuditLog:
     def append(
         self,
         action: str,
-        details: dict[str, Any] | None = None,
+        details: JsonObject | None = None,
         *,
         artifacts: list[str] | None = None,
         durable: bool = False,
-    ) -> dict[str, Any]:
+    ) -> AuditRecord:
         """Chain one record and return it; written at once outside a batch or when
         ``durable``, else with the batch."""
         with self._mutex:
@@ -286,7 +287,7 @@ class AuditLog:
                 if alone:
                     self.end()
 
-    def _queue(self, record: dict[str, Any]) -> None:
+    def _queue(self, record: AuditRecord) -> None:
         data = canonical(record) + b"\n"
         if not self._pending:
             self._oldest = time.monotonic()
@@ -323,7 +324,7 @@ class AuditLog:
                     self._fail(exc, "syncing")
                 self._unsynced = False
 
-    def _write(self, fd: int, records: list[dict[str, Any]], sizes: list[int],
+    def _write(self, fd: int, records: list[AuditRecord], sizes: list[int],
                data: bytes) -> int:
         """One write loop (short writes continue where they stopped); returns the offset the
         data starts at. The log must end where this writer left it."""
@@ -389,10 +390,10 @@ class AuditLog:
         seq: int,
         prev: str,
         action: str,
-        details: dict[str, Any],
+        details: JsonObject,
         artifacts: list[str] | None,
-    ) -> dict[str, Any]:
-        record: dict[str, Any] = {
+    ) -> AuditRecord:
+        record: AuditRecord = {
             "seq": seq,
             "time": utc_now(),
             "actor": self.actor,
@@ -408,7 +409,7 @@ class AuditLog:
     def read_bytes(self) -> bytes:
         return self.path.read_bytes() if self.path.exists() else b""
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> Iterator[AuditRecord]:
         """Parsed records, streamed, skipping torn lines (:func:`verify_lines` judges them).
         Records of this process's batch not yet written are written first (not synced)."""
         self.flush(sync=False)
@@ -427,7 +428,7 @@ class AuditLog:
                 if isinstance(record, dict) and "seq" in record:
                     yield record
 
-    def head(self) -> dict[str, Any] | None:
+    def head(self) -> AuditRecord | None:
         fd = os.open(self.path, os.O_RDONLY)
         try:
             return _read_tail(fd)[0]
@@ -435,7 +436,7 @@ class AuditLog:
             os.close(fd)
 
 
-def _read_tail(fd: int) -> tuple[dict[str, Any] | None, bytes]:
+def _read_tail(fd: int) -> tuple[AuditRecord | None, bytes]:
     """The last complete record and every byte after its line (torn leftovers, if any)."""
     size = os.fstat(fd).st_size
     if size == 0:

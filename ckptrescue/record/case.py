@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from ckptrescue import __version__
 from ckptrescue.errors import CaseError
-from ckptrescue.model import Finding
+from ckptrescue.model import AuditRecord, Finding, JsonObject
 from ckptrescue.record import lock
 from ckptrescue.record.atomic import leftovers, write_json_atomic
 from ckptrescue.record.audit import (
@@ -87,9 +87,9 @@ class EvidenceItem:
     sha256: str | None
     acquired_how: str
     acquired_at: str
-    details: dict[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -119,7 +119,7 @@ class VerifyReport:
     def all_problems(self) -> list[str]:
         return self.chain.problems + self.problems
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "ok": self.ok,
             "records": len(self.chain.records),
@@ -245,7 +245,7 @@ class Case:
 
     # -- properties -----------------------------------------------------------------------------
     @property
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> JsonObject:
         try:
             data = json.loads((self.root / MANIFEST).read_text())
         except (OSError, ValueError) as exc:
@@ -360,9 +360,9 @@ class Case:
 
     # -- logging ----------------------------------------------------------------------------------
     def log(
-        self, action: str, details: dict[str, Any] | None = None, *,
+        self, action: str, details: JsonObject | None = None, *,
         artifacts: list[str] | None = None, durable: bool = False,
-    ) -> dict[str, Any]:
+    ) -> AuditRecord:
         """Append an audit record (with the batch; at once when ``durable`` or its action is
         in :data:`DURABLE`); refuses once the case is sealed."""
         with self.writer():
@@ -382,7 +382,7 @@ class Case:
     def findings(self) -> list[Finding]:
         return [Finding.from_json(r["details"]["finding"]) for r in self.records("finding")]
 
-    def records(self, action: str | None = None) -> Iterator[dict[str, Any]]:
+    def records(self, action: str | None = None) -> Iterator[AuditRecord]:
         """Records of the log, oldest first; one action's are read through the index (no
         replay of the log) when it indexes that action."""
         index = self._state.view()
@@ -438,7 +438,7 @@ class Case:
         acquired_how: str,
         size: int | None = None,
         sha256: str | None = None,
-        details: dict[str, Any] | None = None,
+        details: JsonObject | None = None,
     ) -> EvidenceItem:
         """Inventory one item; its id (``E001``...) comes from the log, under the writer lock.
         ``evidence.json`` is rewritten when the batch commits."""
@@ -667,7 +667,7 @@ class Case:
             report.problems.append(f"{SEAL} differs from the case.sealed record (seq "
                                    f"{chain.records[seals[0]]['seq']}): it was edited")
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         counts: dict[str, int] = {}
         records = 0
         head = None
@@ -692,7 +692,7 @@ class Case:
         }
 
 
-def _seal_json(record: dict[str, Any]) -> dict[str, Any]:
+def _seal_json(record: AuditRecord) -> JsonObject:
     return {"seq": record["seq"], "head": record["hash"], "time": record["time"]}
 
 

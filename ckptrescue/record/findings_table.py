@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -43,7 +43,7 @@ class Group:
         ranges = merge_ranges(spans)
         what = f"{len(tensors)} tensors" if tensors else f"{n} findings"
         reason = _reason(first)
-        details: dict[str, Any] = {
+        details: JsonObject = {
             "aggregated": n, "tensors_total": len(tensors),
             "ranges": [list(r) for r in ranges[:SHOWN_RANGES]], "ranges_total": len(ranges),
             "table": table, "table_format": "jsonl",

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.model import JsonObject
+
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
 
@@ -36,7 +38,7 @@ class Provenance:
         """``E002:run/step-300.pt`` — short, stable, unambiguous across evidence items."""
         return f"{self.evidence_id}:{self.inner_path}" if self.inner_path else self.evidence_id
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"evidence_id": self.evidence_id, "kind": self.kind, "source": self.source,
                 "sha256": self.sha256, "inner_path": self.inner_path,
                 "filesystem": self.filesystem, "partition_start": self.partition_start,
@@ -90,7 +92,7 @@ class ProvenanceIndex:
         return found.label if found else str(path or "")
 
 
-def _item_for(target: str, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _item_for(target: str, items: list[JsonObject]) -> JsonObject | None:
     real = os.path.realpath(target) if target.startswith("/") else target
     for item in items:
         details = item.get("details") or {}
@@ -104,7 +106,7 @@ def _item_for(target: str, items: list[dict[str, Any]]) -> dict[str, Any] | None
 def index(case: Case) -> ProvenanceIndex:
     """Every way a path in this case's records leads back to an evidence item."""
     from ckptrescue.engine.case_outputs import outputs_of
-    from ckptrescue.engine.outputs import CopyOutput, MountOutput
+    from ckptrescue.storage.outputs import CopyOutput, MountOutput
 
     items = [e.to_json() for e in case.evidence()]
     # an image acquired from another evidence item is the one examined: prefer the acquired

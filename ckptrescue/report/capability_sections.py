@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.outputs import (
-    HubCacheOutput,
+from ckptrescue.checkpoints.outputs import (
     KeyMismatchOutput,
-    ManifestDiffOutput,
     ReassemblyOutput,
     ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
+from ckptrescue.datasets.outputs import HubCacheOutput, ManifestDiffOutput
+from ckptrescue.engine.case_outputs import outputs_of
+from ckptrescue.model import JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -28,7 +28,7 @@ ROWS = 50  # rows per table in the report (the JSON report's step outputs have t
 
 
 def table(title: str, testid: str, columns: list[str], rows: list[list[Any]],
-          total: int | None = None) -> dict[str, Any]:
+          total: int | None = None) -> JsonObject:
     shown = [[("" if c is None else str(c)) for c in r] for r in rows[:ROWS]]
     more = (total if total is not None else len(rows)) - len(shown)
     return {"title": title, "testid": testid, "columns": columns, "rows": shown,
@@ -36,13 +36,13 @@ def table(title: str, testid: str, columns: list[str], rows: list[list[Any]],
 
 
 def section(answer: str, *, facts: list[list[Any]] | None = None,
-            tables: list[dict[str, Any]] | None = None,
-            notes: list[str] | None = None) -> dict[str, Any]:
+            tables: list[JsonObject] | None = None,
+            notes: list[str] | None = None) -> JsonObject:
     return {"answer": answer, "facts": [[str(a), str(b)] for a, b in facts or []],
             "tables": [t for t in tables or [] if t["rows"]], "notes": list(notes or [])}
 
 
-def manifest_diff(case: Case) -> dict[str, Any] | None:
+def manifest_diff(case: Case) -> JsonObject | None:
     outs = outputs_of(case, ManifestDiffOutput)
     if not outs:
         return None
@@ -59,7 +59,7 @@ def manifest_diff(case: Case) -> dict[str, Any] | None:
               rows, len(out.changes) + out.changes_omitted)])
 
 
-def safe_globals(case: Case) -> dict[str, Any] | None:
+def safe_globals(case: Case) -> JsonObject | None:
     outs = outputs_of(case, SafeGlobalsOutput)
     if not outs:
         return None
@@ -82,7 +82,7 @@ def safe_globals(case: Case) -> dict[str, Any] | None:
         table("Not to register", "safe-globals-not-safe", ["global", "status", "why"], bad)])
 
 
-def hub_cache(case: Case) -> dict[str, Any] | None:
+def hub_cache(case: Case) -> JsonObject | None:
     outs = outputs_of(case, HubCacheOutput)
     if not outs:
         return None
@@ -117,7 +117,7 @@ def hub_cache(case: Case) -> dict[str, Any] | None:
               blobs)])
 
 
-def key_mismatch(case: Case) -> dict[str, Any] | None:
+def key_mismatch(case: Case) -> JsonObject | None:
     outs = outputs_of(case, KeyMismatchOutput)
     if not outs:
         return None
@@ -145,7 +145,7 @@ def key_mismatch(case: Case) -> dict[str, Any] | None:
               + out.unexpected_total)])
 
 
-def reassembly(case: Case) -> dict[str, Any] | None:
+def reassembly(case: Case) -> JsonObject | None:
     outs = outputs_of(case, ReassemblyOutput)
     if not outs:
         return None
@@ -166,7 +166,7 @@ def reassembly(case: Case) -> dict[str, Any] | None:
               rejected)])
 
 
-def world_size(case: Case) -> dict[str, Any] | None:
+def world_size(case: Case) -> JsonObject | None:
     outs = outputs_of(case, WorldSizeOutput)
     if not outs:
         return None
@@ -185,7 +185,7 @@ def world_size(case: Case) -> dict[str, Any] | None:
               [[f] for f in last.files_needed])])
 
 
-def replicas(case: Case) -> dict[str, Any] | None:
+def replicas(case: Case) -> JsonObject | None:
     outs = outputs_of(case, ReplicaOutput)
     if not outs:
         return None
@@ -213,6 +213,6 @@ BUILDERS = {"manifest_diff": manifest_diff, "safe_globals": safe_globals,
             "replicas": replicas, "hub_cache": hub_cache}
 
 
-def build(case: Case) -> dict[str, dict[str, Any] | None]:
+def build(case: Case) -> dict[str, JsonObject | None]:
     """Every capability section's model (None where the case holds no such step)."""
     return {key: builder(case) for key, builder in BUILDERS.items()}

@@ -15,20 +15,15 @@ from typing import Any
 
 from ckptrescue import __version__
 from ckptrescue.checkpoints.outputs import RankOutput
+from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
 from ckptrescue.display import shown_tree
 from ckptrescue.engine.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
-from ckptrescue.engine.outputs import (
-    DatasetCompareOutput,
-    ImageOutput,
-    LocateOutput,
-    TrainStateOutput,
-    TriageOutput,
-)
-from ckptrescue.model import Severity
+from ckptrescue.model import JsonObject, Severity
 from ckptrescue.record import provenance
 from ckptrescue.record.audit import utc_now
 from ckptrescue.record.case import Case
 from ckptrescue.report import capability_sections
+from ckptrescue.storage.outputs import ImageOutput, LocateOutput, TriageOutput
 from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput
 
 SEVERITY_ORDER = [Severity.CRITICAL, Severity.ERROR, Severity.WARNING, Severity.INFO]
@@ -52,7 +47,7 @@ class Section:
     def anchor(self) -> str:
         return self.name.replace("_", "-")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "anchor": self.anchor, "title": self.title,
                 "has_content": self.has_content, "always": self.always, "shown": self.shown}
 
@@ -61,7 +56,7 @@ class Section:
 # Titles may use {commands} and {refusals} (their counts). A new section goes here and into
 # both templates (reports/templates/report.html.j2, report.md.j2) under the same name;
 # tests/report/test_parity.py checks they agree, and docs/report.md lists them.
-SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = (
+SECTIONS: tuple[tuple[str, str, bool, Callable[[JsonObject], bool]], ...] = (
     ("answer", "Answer", True, lambda m: bool(m["answer"])),
     ("examined", "What was examined", True, lambda m: bool(m["examined"])),
     ("checkpoints", "Checkpoints", False, lambda m: bool(m["checkpoints"])),
@@ -93,14 +88,14 @@ SECTIONS: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], bool]], ...] = 
 )
 
 
-def sections(model: dict[str, Any]) -> list[Section]:
+def sections(model: JsonObject) -> list[Section]:
     """The report's sections for ``model``, in order, shown or not."""
     counts = {"commands": len(model["commands"]), "refusals": len(model["refusals"])}
     return [Section(name, title.format(**counts), bool(has(model)), always)
             for name, title, always, has in SECTIONS]
 
 
-def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
+def _timeline_entry(record: JsonObject) -> JsonObject | None:
     action = record["action"]
     d = record.get("details", {})
     text = {
@@ -128,7 +123,7 @@ def _timeline_entry(record: dict[str, Any]) -> dict[str, Any] | None:
             "step": d.get("step"), "run": d.get("run_key")}
 
 
-def _timeline(case: Case, records: list[dict[str, Any]]) -> dict[str, Any]:
+def _timeline(case: Case, records: list[JsonObject]) -> JsonObject:
     """The kit's own actions and what the case collected that bears on the incident (evidence
     devices, I/O errors, OOM and hung tasks, the job; checkpoint mtimes, object versions) inside
     a window around it, on one time axis; the rest counted (``report/timeline.py``). The full
@@ -153,7 +148,7 @@ def _timeline(case: Case, records: list[dict[str, Any]]) -> dict[str, Any]:
     return tl.select(kit, events, subjects, window=window, iso=iso_utc).to_json()
 
 
-def _bad_sector_map(case: Case) -> dict[str, Any] | None:
+def _bad_sector_map(case: Case) -> JsonObject | None:
     images = outputs_of(case, ImageOutput)
     if not images:
         return None
@@ -182,7 +177,7 @@ def _bad_sector_map(case: Case) -> dict[str, Any] | None:
             "rescued_bytes": img.rescued_bytes, "image_sha256": img.image_sha256}
 
 
-def _recommendations(model: dict[str, Any]) -> list[str]:
+def _recommendations(model: JsonObject) -> list[str]:
     recs: list[str] = []
     resume = model.get("resume_from")
     if resume:
@@ -222,10 +217,10 @@ def _recommendations(model: dict[str, Any]) -> list[str]:
     return recs
 
 
-def kernel_guarantees(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def kernel_guarantees(records: list[JsonObject]) -> list[JsonObject]:
     """The ``safety.kernel`` records of the case, whatever their guarantee (block devices,
     images, the runner's namespace, ...), each distinct state once, in order."""
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     seen: set[tuple[Any, ...]] = set()
     for r in records:
         if r.get("action") != "safety.kernel":
@@ -263,11 +258,11 @@ SAFETY_GUARANTEES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def safety_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def safety_table(records: list[JsonObject]) -> list[JsonObject]:
     """For each guarantee: enforced by the kernel, by construction or by the guard alone, and
     whether it held for this case (from its records: ``safety.kernel``, ``safety.attached``,
     ``safety.output_dir``, ``tool.refused``)."""
-    by: dict[str, list[dict[str, Any]]] = {}
+    by: dict[str, list[JsonObject]] = {}
     for r in records:
         by.setdefault(str(r.get("action")), []).append(r.get("details") or {})
     kernel = by.get("safety.kernel", [])
@@ -320,12 +315,12 @@ def _unique(findings: list[Any]) -> list[Any]:
 TABLE_PREVIEW = 20
 
 
-def _with_table(case: Case, finding: Any) -> dict[str, Any]:
+def _with_table(case: Case, finding: Any) -> JsonObject:
     """A finding's JSON; one that stands for many (record/findings_table.py) also carries the
     first rows of its per-tensor table and where the whole table is."""
     from ckptrescue.record.findings_table import rows, table_of
 
-    data: dict[str, Any] = finding.to_json()
+    data: JsonObject = finding.to_json()
     table = table_of(finding)
     if table is not None:
         try:
@@ -338,7 +333,7 @@ def _with_table(case: Case, finding: Any) -> dict[str, Any]:
     return data
 
 
-def build(case: Case) -> dict[str, Any]:
+def build(case: Case) -> JsonObject:
     records = list(case.records())
     verification = case.verify()
     findings = _unique(case.findings())
@@ -386,7 +381,7 @@ def build(case: Case) -> dict[str, Any]:
                      for k in out.keys if k.known_good]
     s3_verify = outputs_of(case, S3VerifyOutput)
     locates = outputs_of(case, LocateOutput)
-    model: dict[str, Any] = {
+    model: JsonObject = {
         "generated": utc_now(),
         "tool_version": __version__,
         "manifest": case.manifest,
@@ -444,10 +439,10 @@ def build(case: Case) -> dict[str, Any]:
     return shown_tree(model)  # names from the evidence are shown, never obeyed (display.py)
 
 
-def _row_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _row_groups(rows: list[JsonObject]) -> list[JsonObject]:
     """Tensors with the same status and the same reasons on one row (22 optimizer tensors lost
     past a truncation point are one line, not 22): status, reasons, names in order."""
-    groups: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+    groups: dict[tuple[str, tuple[str, ...]], JsonObject] = {}
     for row in rows:
         key = (row["status"], tuple(row["reasons"]))
         group = groups.setdefault(key, {"status": row["status"], "reasons": row["reasons"],
@@ -456,12 +451,12 @@ def _row_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-def _s3_rows(verify: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _s3_rows(verify: JsonObject | None) -> list[JsonObject]:
     """The objects that do not match, for the report: each mismatch on its own row; keys that
     are only missing on one side, one row per status (their keys listed)."""
     if not verify:
         return []
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     missing: dict[str, list[str]] = {}
     for o in verify.get("objects", []):
         status = str(o.get("status"))
@@ -477,14 +472,14 @@ def _s3_rows(verify: dict[str, Any] | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _group_findings(by_sev: dict[str, list[dict[str, Any]]],
-                    evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _group_findings(by_sev: dict[str, list[JsonObject]],
+                    evidence: list[JsonObject]) -> list[JsonObject]:
     """Findings by evidence item, then by the checkpoint/object/file they are about, most
     severe first: what a responder reads one piece of evidence at a time."""
     import re
 
     items = {e["id"]: e for e in evidence}
-    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    groups: dict[str, dict[str, list[JsonObject]]] = {}
     for sev in (str(s) for s in SEVERITY_ORDER):
         for f in by_sev.get(sev, []):
             where = str(f.get("evidence") or "")
@@ -510,9 +505,9 @@ def _group_findings(by_sev: dict[str, list[dict[str, Any]]],
     return out
 
 
-def _examined(case: Case, model: dict[str, Any]) -> list[dict[str, Any]]:
+def _examined(case: Case, model: JsonObject) -> list[JsonObject]:
     """What was examined, what was not (and why), per step of the case's runs."""
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     for r in case.records():
         d = r.get("details", {})
         if r["action"] == "step.finished":
@@ -533,7 +528,7 @@ def _examined(case: Case, model: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _multirank(rank: dict[str, Any] | None) -> dict[str, Any] | None:
+def _multirank(rank: JsonObject | None) -> JsonObject | None:
     """The family steps of the latest rank: per step its verdict and bad ranks, the pointer
     change the resume needs (the kit never writes it)."""
     if not rank or not rank.get("family"):
@@ -546,7 +541,7 @@ def _multirank(rank: dict[str, Any] | None) -> dict[str, Any] | None:
             "pointer_fix": rank.get("pointer_fix"), "steps": steps}
 
 
-def _training_state(outs: list[TrainStateOutput]) -> dict[str, Any] | None:
+def _training_state(outs: list[TrainStateOutput]) -> JsonObject | None:
     """The latest training-state analysis: its checkpoints, findings, and the tensors worth
     a look (frozen, or the largest relative updates)."""
     if not outs:
@@ -566,7 +561,7 @@ def _training_state(outs: list[TrainStateOutput]) -> dict[str, Any] | None:
             "scalars": dict(sorted(out.scalars.items())[:12])}
 
 
-def _dataset_content(outs: list[DatasetCompareOutput]) -> dict[str, Any] | None:
+def _dataset_content(outs: list[DatasetCompareOutput]) -> JsonObject | None:
     """The latest dataset comparison: each flag with its test and effect size, and the spot
     checks side by side (marked values are what drove the flag)."""
     if not outs:
@@ -592,11 +587,11 @@ def _dataset_content(outs: list[DatasetCompareOutput]) -> dict[str, Any] | None:
             "flagged": out.compare.get("flagged", []), "spot_checks": spots}
 
 
-def _sample(sample: dict[str, Any]) -> dict[str, Any]:
+def _sample(sample: JsonObject) -> JsonObject:
     return {"shard": sample.get("shard"), "indices": sample.get("indices", []),
             "records": [{"index": r.get("index"), "values": r.get("values", {}),
                          "marked": r.get("marked", {})} for r in sample.get("records", [])]}
 
 
-def to_json(model: dict[str, Any]) -> str:
+def to_json(model: JsonObject) -> str:
     return json.dumps(model, indent=2, sort_keys=True, default=str)

@@ -32,6 +32,8 @@ from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.model import JsonObject
+
 if TYPE_CHECKING:
     from ckptrescue.exports.timeline import TimelineEvent
 
@@ -124,7 +126,7 @@ def _kernel_name(path: str) -> str | None:
     return name or None
 
 
-def subjects_of(records: list[dict[str, Any]], triage_processes: list[dict[str, Any]],
+def subjects_of(records: list[JsonObject], triage_processes: list[JsonObject],
                 parse_time: Any) -> Subjects:
     """Evidence devices, the devices the kit attached (with when it held them), the job."""
     subjects = Subjects()
@@ -214,13 +216,13 @@ def display_time(value: Any) -> str:
 
 @dataclass
 class Selection:
-    rows: list[dict[str, Any]]
+    rows: list[JsonObject]
     collapsed: dict[str, int]
     collected: int
     shown_collected: int
-    window: dict[str, Any]
+    window: JsonObject
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"rows": self.rows, "collapsed": [{"reason": k, "count": v} for k, v in
                                                  sorted(self.collapsed.items(),
                                                         key=lambda kv: -kv[1])],
@@ -228,14 +230,14 @@ class Selection:
                 "shown_collected": self.shown_collected, "window": self.window}
 
 
-def select(kit: list[dict[str, Any]], events: list[TimelineEvent], subjects: Subjects, *,
+def select(kit: list[JsonObject], events: list[TimelineEvent], subjects: Subjects, *,
            window: tuple[datetime | None, datetime | None, str], iso: Any) -> Selection:
     """The rows the report shows: the kit's actions and the collected events that bear on the
     incident inside ``window``; the rest counted by reason."""
     start, end, why = window
     subjects.learn_attaches(events)
     collapsed: dict[str, int] = {}
-    shown: list[dict[str, Any]] = []
+    shown: list[JsonObject] = []
     collected = 0
 
     def drop(reason: str) -> None:
@@ -274,10 +276,10 @@ def select(kit: list[dict[str, Any]], events: list[TimelineEvent], subjects: Sub
                              "end_display": display_time(iso(end)) if end else ""})
 
 
-def _merge_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _merge_repeats(rows: list[JsonObject]) -> list[JsonObject]:
     """Consecutive lines of one source whose messages differ only in their numbers: once, with
     how many and until when."""
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for row in rows:
         last = out[-1] if out else None
         if (last is not None and last["source"] == row["source"]
@@ -293,7 +295,7 @@ def _merge_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _fold_steps(kit: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _fold_steps(kit: list[JsonObject]) -> list[JsonObject]:
     """A step's start folds into its end (one row: outcome, started at); a start without an
     end (interrupted) stays."""
     ends = {(e.get("run"), e.get("step")) for e in kit if e["action"] == "step.finished"}

@@ -16,12 +16,12 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ckptrescue.effects import output_dirs
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import RefusedError, ToolFailedError, UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 from ckptrescue.storage import filesystem, netfs, samedisk, sysfs, walk, writeblock
 from ckptrescue.storage.filesystem import CopySources
 
@@ -44,7 +44,7 @@ class CopyResult(Recorded):
     source_readonly: bool = True
     findings: list[Finding] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"source": self.source, "dest": self.dest, "files": self.files,
                 "bytes": self.bytes, "manifest_sha256": self.manifest_sha256,
                 "verified": self.verified, "differences": self.differences,

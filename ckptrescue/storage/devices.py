@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ckptrescue.model import JsonObject
 from ckptrescue.storage import samedisk, sysfs
 
 
@@ -36,7 +37,7 @@ class Device:
     physical_leaves: list[str] = field(default_factory=list)
     udev: dict[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects import beneath
 from ckptrescue.effects.output_dirs import refuse_aliasing
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 from ckptrescue.storage.copy import sha256_stream
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class Extracted:
     format: str
     files: list[dict[str, str]]  # {"path": rel, "sha256": hex}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"checkpoint": self.checkpoint, "format": self.format, "files": self.files}
 
 
@@ -50,7 +50,7 @@ class ExtractResult(Recorded):
     left_behind: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"mountpoint": self.mountpoint, "to": self.to,
                 "extracted": [e.to_json() for e in self.extracted],
                 "left_behind": self.left_behind,

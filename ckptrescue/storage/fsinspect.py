@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 from ckptrescue.storage import filesystem, samedisk, sysfs
 from ckptrescue.storage.candidates import pick_filesystem
 from ckptrescue.storage.filesystem import inspect_finding, run_tool
@@ -53,12 +53,12 @@ class InspectResult(Recorded):
     target: str
     device: str
     fstype: str | None
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: JsonObject = field(default_factory=dict)
     health: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"target": self.target, "device": self.device, "fstype": self.fstype,
                 "facts": self.facts, "health": self.health,
                 "findings": [f.to_json() for f in self.findings], "notes": self.notes}
@@ -174,7 +174,7 @@ def nvme_error_findings(entries: list[nvme.NvmeErrorEntry], ev: str, lba_size: i
                lba_size=lba_size)]
 
 
-def mounted_state(dev: str) -> dict[str, Any]:
+def mounted_state(dev: str) -> JsonObject:
     """Read-only sysfs state of a *mounted* filesystem on ``dev`` (``/sys/fs/{ext4,xfs}/NAME``):
     the live error counters and log head/tail. Only reads; the ``trigger_*`` and error
     injection attributes are never touched."""

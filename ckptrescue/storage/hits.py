@@ -7,9 +7,8 @@ Shared by ``locate`` (FIEMAP of a mount), ``locate_offline`` and the filesystems
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from ckptrescue.model import Finding, Recorded
+from ckptrescue.model import Finding, JsonObject, Recorded
 
 
 @dataclass
@@ -22,7 +21,7 @@ class FileHit:
     unwritten: bool = False
     inode: int | None = None  # known on the offline (xfs_db/debugfs) path
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "file_offset": self.file_offset, "length": self.length,
                 "tensors": self.tensors}
 
@@ -33,7 +32,7 @@ class RangeHits:
     end: int
     files: list[FileHit] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"start": self.start, "end": self.end, "files": [f.to_json() for f in self.files]}
 
 
@@ -49,11 +48,11 @@ class LocateResult(Recorded):
     unmapped: list[tuple[int, int, str]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The documented JSON shape (issue 5)."""
         return {"ranges": [r.to_json() for r in self.ranges]}
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> JsonObject:
         return {**self.to_json(), "method": self.method, "partition_start": self.partition_start,
                 "fstype": self.fstype, "tensor_map": self.tensor_map, "notes": self.notes}
 

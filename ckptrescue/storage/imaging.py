@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ckptrescue.effects import output_dirs
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 from ckptrescue.record.case import sha256_file
 from ckptrescue.storage import netfs, samedisk, sysfs
 from ckptrescue.storage.parsers import ddrescue_mapfile
@@ -59,13 +59,13 @@ class ImageResult(Recorded):
     findings: list[Finding] = field(default_factory=list)
     resumed: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The documented JSON shape (issue 5)."""
         return {"image": self.image, "mapfile": self.mapfile, "image_sha256": self.image_sha256,
                 "size": self.size, "rescued_bytes": self.rescued_bytes,
                 "bad_ranges": [[s, e] for s, e in self.bad_ranges]}
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> JsonObject:
         """Everything else known about the run (for reports)."""
         return {**self.to_json(), "mapfile_sha256": self.mapfile_sha256, "source": self.source,
                 "source_sha256": self.source_sha256, "rescued_sha256": self.rescued_sha256,
@@ -75,13 +75,13 @@ class ImageResult(Recorded):
                 "resumed": self.resumed, "findings": [f.to_json() for f in self.findings]}
 
 
-def _source_facts(source: Path) -> dict[str, Any]:
+def _source_facts(source: Path) -> JsonObject:
     if not source.exists():
         raise EvidenceError(f"{source}: no such device or file")
     is_dev = sysfs.is_block_device(source)
     if not is_dev and not source.is_file():
         raise EvidenceError(f"{source}: not a block device or regular file")
-    facts: dict[str, Any] = {
+    facts: JsonObject = {
         "source": str(source), "realpath": os.path.realpath(source), "block_device": is_dev,
         "size": sysfs.size_bytes(source), "sector_size": sysfs.logical_sector_size(source),
     }
@@ -100,7 +100,7 @@ def _source_facts(source: Path) -> dict[str, Any]:
     return facts
 
 
-def _refuse_if_mounted_rw(source: Path, facts: dict[str, Any]) -> None:
+def _refuse_if_mounted_rw(source: Path, facts: JsonObject) -> None:
     if not facts["block_device"]:
         return
     name = facts["kernel_name"]
@@ -127,7 +127,7 @@ def _check_room(dest: Path, image: Path, size: int) -> int:
     return free
 
 
-def _sidecar_check(path: Path, facts: dict[str, Any], image: Path, mapfile: Path) -> bool:
+def _sidecar_check(path: Path, facts: JsonObject, image: Path, mapfile: Path) -> bool:
     """True when resuming. Refuses a mapfile/sidecar that belongs to another source."""
     if path.exists():
         old = json.loads(path.read_text())
@@ -309,7 +309,7 @@ def _hash_image(img: Path, good: list[tuple[int, int]]) -> tuple[str, str]:
     return whole.hexdigest(), rescued.hexdigest()
 
 
-def _finish(case: Case, src: Path, facts: dict[str, Any], img: Path, mapf: Path,
+def _finish(case: Case, src: Path, facts: JsonObject, img: Path, mapf: Path,
             findings: list[Finding], resumed: bool, *, record: bool = True) -> ImageResult:
     size = facts["size"]
     mp = ddrescue_mapfile.parse(mapf.read_text(), name=str(mapf))

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.model import Finding, Recorded
+from ckptrescue.model import Finding, JsonObject, Recorded
 from ckptrescue.storage.loops import release
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class MountResult(Recorded):
     datasets: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = asdict(self)
         data["findings"] = [f.to_json() for f in self.findings]
         return data
@@ -76,14 +76,14 @@ def held(case: Case) -> dict[str, dict[str, Any]]:
     return _states(case)
 
 
-def mount_state(case: Case, mountpoint: str | Path) -> dict[str, Any] | None:
+def mount_state(case: Case, mountpoint: str | Path) -> JsonObject | None:
     """What :func:`mount` recorded for ``mountpoint`` in this case's log (None if not a kit
     mount, or unmounted since). Never read from a file a tool could have written."""
     state = _states(case).get(_key(mountpoint))
     return dict(state) if state is not None else None
 
 
-def zfs_mount_holding(case: Case, path: str | Path) -> dict[str, Any] | None:
+def zfs_mount_holding(case: Case, path: str | Path) -> JsonObject | None:
     """The record of a ZFS pool this case imported whose altroot holds ``path``, if any."""
     real = os.path.realpath(path)
     for data in _states(case).values():

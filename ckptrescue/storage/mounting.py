@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError, UsageError
-from ckptrescue.model import AuditEvent, Finding, Severity
+from ckptrescue.model import AuditEvent, Finding, JsonObject, Severity
 from ckptrescue.storage import filesystem, sysfs
 from ckptrescue.storage.candidates import (
     FsCandidate,
@@ -140,7 +140,7 @@ def mount(target: str | Path, mountpoint: str | Path, *, case: Case,
     return result
 
 
-def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | None = None) -> dict[str, Any]:
+def umount(mountpoint: str | Path, *, case: Case, runner: SubprocessRunner | None = None) -> JsonObject:
     """Unmount what :func:`mount` mounted and detach exactly what it attached (the caller
     records :func:`unmounted_record`)."""
     data = mount_state(case, mountpoint)

@@ -33,9 +33,8 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, JsonObject, Severity
 from ckptrescue.storage import samedisk, sysfs
 from ckptrescue.storage.samedisk import Sameness
 
@@ -116,7 +115,7 @@ class StorageIdentity:
                 "fuse": f"FUSE {self.daemon or '?'} {self.source}"}
         return what.get(self.kind, f"{self.fstype} {self.source}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "kind": self.kind, "fstype": self.fstype,
                 "source": self.source, "mountpoint": self.mountpoint, "root": self.root,
                 "dev": self.dev, "servers": sorted(self.servers), "name": self.name,
@@ -594,7 +593,7 @@ class StorageComparison:
     source: StorageIdentity
     dest: StorageIdentity
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"verdict": str(self.verdict), "reason": self.reason,
                 "source": self.source.to_json(), "dest": self.dest.to_json()}
 
@@ -646,7 +645,7 @@ class TailCheck:
     def ok(self) -> bool:
         return not self.error and self.got == self.wanted and not self.beyond
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "size": self.size, "offset": self.offset,
                 "wanted": self.wanted, "got": self.got, "error": self.error,
                 "beyond": self.beyond, "readable_end": self.readable_end, "ok": self.ok}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
-from ckptrescue.model import Finding, Recorded, Severity
+from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 from ckptrescue.storage import sysfs
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class ProcessInfo:
     write_rate_bps: float | None = None
     cwd_on_volume: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -104,7 +104,7 @@ class TriageResult(Recorded):
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"volume": self.volume, "seconds": self.seconds,
                 "processes": [p.to_json() for p in self.processes],
                 "writers": [p.pid for p in self.processes if p.open_for_write],

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ckptrescue.effects.runner import SubprocessRunner
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, JsonObject, Severity
 from ckptrescue.storage import sysfs
 from ckptrescue.storage.filesystem import inspect_finding, run_tool
 from ckptrescue.storage.parsers import zfs_get, zpool_events, zpool_status
@@ -28,7 +28,7 @@ def inspect_zfs(runner: SubprocessRunner, node: str, fsinfo: dict[str, str],
     import scan of this member would find (``zpool import -d MEMBER``: imports nothing)."""
     from ckptrescue.storage.parsers import zfs_label
 
-    facts: dict[str, Any] = {}
+    facts: JsonObject = {}
     out: list[Finding] = []
     try:
         size = sysfs.size_bytes(node)
@@ -109,7 +109,7 @@ PROPERTIES = ("checksum", "compression", "compressratio", "recordsize", "copies"
 _BAD_PROPERTY = re.compile(r"invalid property '([^']+)'")
 
 
-def _zfs_get(runner: SubprocessRunner, pool: str, facts: dict[str, Any]) -> dict[str, Any]:
+def _zfs_get(runner: SubprocessRunner, pool: str, facts: JsonObject) -> JsonObject:
     """``zfs get -Hp`` of the pool's datasets. A ZFS that does not know a property (zfs-fuse has
     no ``encryption``) refuses the whole list: ask again without it, and say which were left."""
     props = list(PROPERTIES)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ckptrescue.engine.action import (
     Action,
+    ActionArgs,
     ActionResult,
     ArgSpec,
     StepContext,
@@ -49,7 +50,7 @@ _WORKERS = ArgSpec("workers", "integer", default=16, flag="--jobs", short="-j", 
                    help="Concurrent requests (the same word as every command's --jobs).")
 
 
-def _options(args: dict[str, Any]) -> Any:
+def _options(args: ActionArgs) -> Any:
     from ckptrescue.stores.base import StoreOptions
 
     workers = args.get("workers")
@@ -59,7 +60,7 @@ def _options(args: dict[str, Any]) -> Any:
                         concurrency=max(1, int(workers) // 2) if workers else None)
 
 
-def _endpoint(args: dict[str, Any]) -> str:
+def _endpoint(args: ActionArgs) -> str:
     return f" (endpoint {args['endpoint_url']})" if args.get("endpoint_url") else ""
 
 
@@ -133,12 +134,12 @@ object, 4 when objects could not be read (what was established is kept)."""
                          "local file)."),
             _WORKERS, *_CONNECTION)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         what = f"hash {args['local_dir']} locally" if args.get("local_dir") else \
             "stream every object (nothing stored)"
         return [f"list + HEAD every object at or under {args['url']}{_endpoint(args)}; {what}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.verify import VerifyFailed, verify
 
         url = self.url(args)
@@ -183,10 +184,10 @@ Exit 0 when the history is clean, 1 on an anomaly or when no version matches the
                     help="Judge versions by downloaded content, not a stored SHA-256."),
             *_CONNECTION)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"list every version (+ HEAD each on S3) of {args['url']}{_endpoint(args)}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.history import history
 
         url = self.url(args)
@@ -215,10 +216,10 @@ Exit 0 when the store keeps immutable versions, 1 otherwise (copy first)."""
     output_type = StoreResultOutput
     args = (_URL, *_CONNECTION)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"read the protection settings of {args['url']}{_endpoint(args)}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.preflight import preflight
 
         url = self.url(args)
@@ -249,12 +250,12 @@ Never writes to the store."""
                     help="Every version, not only the current objects."),
             *_CONNECTION)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         into = args.get("dest") or "CASE/evidence"
         return [f"GET every object under {args['url']}{_endpoint(args)} into {into}, "
                 "checked, hashed and inventoried"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.preserve import preserve
 
         url = self.url(args)
@@ -300,13 +301,13 @@ Never into the store, never over a file."""
             *_CONNECTION)
     needs_choice = False  # s3.restore: exactly one of --version and --manifest
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         which = args.get("version") or ("the newest version matching the manifest"
                                         if args.get("manifest") else "the current version")
         return [f"GET {which} of {args['url']}{_endpoint(args)} into "
                 f"{args.get('to') or 'CASE/work/recovery'} (never the store), verified"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.stores.restore import restore
 
         url = self.url(args)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from ckptrescue.errors import CkptRescueError, RemoteError, UsageError
+from ckptrescue.model import JsonObject
 from ckptrescue.stores.kinds import OS_CODES
 from ckptrescue.stores.urls import StoreUrl, parse_store_url
 
@@ -113,7 +114,7 @@ class ObjectInfo:
     def delete_marker(self) -> bool:
         return self.kind == "delete-marker"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"key": self.key, "size": self.size, "version": self.version, "etag": self.etag,
                 "last_modified": self.last_modified, "hashes": dict(self.hashes),
                 "is_latest": self.is_latest, "deleted": self.deleted,
@@ -161,7 +162,7 @@ class Anomaly:
     message: str
     version_ids: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"kind": self.kind, "message": self.message, "version_ids": self.version_ids}
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.errors import CkptRescueError
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 from ckptrescue.stores.base import Anomaly, ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.integrity import Sha256Sink
 from ckptrescue.stores.kinds import OS_CODES
@@ -47,7 +47,7 @@ class KeyHistory:
     events: dict[str, list[dict[str, Any]]] | None = None  # version -> who wrote/deleted it
     shown: list[dict[str, Any]] = field(default_factory=list, repr=False)  # versions as listed
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         versions = []
         for info, item in zip(self.versions, self.shown, strict=True):
             item = dict(item)
@@ -71,7 +71,7 @@ class HistoryResult(Recorded):
     keys: list[KeyHistory] = field(default_factory=list)
     codes: dict[str, str] = field(default_factory=lambda: OS_CODES, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"keys": [k.to_json() for k in self.keys]}
 
     def key(self, key: str) -> KeyHistory:

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 from ckptrescue.stores.base import Store, StoreOptions, open_store
 from ckptrescue.stores.kinds import OS_CODES
 from ckptrescue.stores.urls import parse_store_url
@@ -60,7 +60,7 @@ class PreflightResult(Recorded):
     def immutable(self) -> bool:
         return self.verdict == "immutable"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**self.settings, "url": self.url, "store": self.scheme,
                 "settings": self.settings, "verdict": self.verdict,
                 "warnings": self.warnings, "unknown": self.unknown}

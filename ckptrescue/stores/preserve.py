@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ckptrescue.errors import CkptRescueError
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, JsonObject, Severity
 from ckptrescue.record.audit import CaseWriteError
 from ckptrescue.stores.base import LocalWriteError, ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.counts import counts_line, short_reason
@@ -57,7 +57,7 @@ class PreservedObject:
     def version_id(self) -> str | None:
         return self.version
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"key": self.key, "version": self.version, "version_id": self.version,
                 "status": self.status, "size": self.size, "sha256": self.sha256,
                 "algorithm": self.algorithm, "stored": self.stored, "detail": self.detail,
@@ -90,7 +90,7 @@ class PreserveResult:
         """"2 of 3 preserved (1 already by an earlier run), 1 failed: HTTP 500"."""
         return counts_line(self.objects)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"url": self.url, "dest": self.dest, "objects": [o.to_json() for o in self.objects],
                 "counts": self.counts, "summary": self.summary,
                 "inventory_sha256": self.inventory_sha256, "operations": self.operations}

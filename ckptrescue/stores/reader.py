@@ -17,8 +17,8 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
 
+from ckptrescue.model import JsonObject
 from ckptrescue.stores.base import ObjectInfo, Store
 
 MAX_STREAMS = 8
@@ -38,7 +38,7 @@ class ObjectAccount:
     requests: int = 0
     errors: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"url": self.url, "key": self.key, "size": self.size, "version": self.version,
                 "bytes_read": self.bytes_read, "requests": self.requests,
                 "errors": self.errors}
@@ -75,7 +75,7 @@ class Accounting:
         """Total size of the objects that were read from (the ratio's denominator)."""
         return sum(o.size for o in self.objects.values() if o.requests)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         total = self.object_bytes
         return {
             "url": self.url, "store": self.store,

@@ -22,7 +22,7 @@ from typing import Any
 
 from ckptrescue.effects import beneath
 from ckptrescue.errors import RefusedError, UsageError
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.kinds import OS_CODES
 from ckptrescue.stores.manifest import expected_sha256, load_manifest
@@ -56,7 +56,7 @@ class RestoreResult(Recorded):
     def summary(self) -> str:
         return f"{self.status}: {self.path}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"url": self.url, "version": self.version, "version_id": self.version,
                 "chosen_by": self.chosen_by, "path": self.path, "status": self.status,
                 "size": self.size, "sha256": self.sha256, "algorithm": self.algorithm,

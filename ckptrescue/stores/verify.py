@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.errors import CkptRescueError, RemoteError, UsageError
-from ckptrescue.model import ArtifactData, Finding, Recorded, Severity
+from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 from ckptrescue.stores.base import ObjectGone, ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.integrity import Sha256Sink, count_statuses, sha256_file
 from ckptrescue.stores.kinds import OS_CODES
@@ -49,7 +49,7 @@ class ObjectCheck:
     detail: dict[str, Any]
     version: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"key": self.rel, "status": self.status, "algorithm": self.algorithm,
                 "detail": self.detail}
 
@@ -95,7 +95,7 @@ class VerifyResult(Recorded):
                         "--allow-unverified accepts them)"))
         return text
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"url": self.url, "mode": self.mode,
                 "objects": [o.to_json() for o in sorted(self.objects, key=lambda o: o.rel)],
                 "counts": self.counts, "errors": list(self.errors),

@@ -11,7 +11,8 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
+
+from ckptrescue.model import JsonObject
 
 VERDICT_ICON = {
     "intact": "✓", "suspect": "?", "damaged": "✗", "incomplete": "✗", "truncated": "✗",
@@ -96,8 +97,8 @@ class EvidenceGroup:
     """One top-level node: an evidence item (or a probed path) and the checkpoints under it."""
 
     label: str
-    detail: dict[str, Any] = field(default_factory=dict)
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    detail: JsonObject = field(default_factory=dict)
+    checkpoints: list[JsonObject] = field(default_factory=list)
 
 
 def _under(path: str, root: str) -> bool:
@@ -105,7 +106,7 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/") or root == "/"
 
 
-def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
+def group_checkpoints(model: JsonObject, mounts: list[JsonObject],
                       probed_roots: list[str]) -> list[EvidenceGroup]:
     """Group the report model's checkpoints by the evidence they were found in.
 
@@ -120,7 +121,7 @@ def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
     groups: dict[str, EvidenceGroup] = {}
     roots: list[tuple[str, str]] = []  # (prefix, group key)
 
-    def group(key: str, label: str, detail: dict[str, Any]) -> None:
+    def group(key: str, label: str, detail: JsonObject) -> None:
         if key not in groups:
             groups[key] = EvidenceGroup(label=label, detail=detail)
 
@@ -167,7 +168,7 @@ def group_checkpoints(model: dict[str, Any], mounts: list[dict[str, Any]],
     return [g for g in groups.values() if g.checkpoints or "id" in g.detail]
 
 
-def checkpoint_label(ckpt: dict[str, Any], root: str | None = None) -> str:
+def checkpoint_label(ckpt: JsonObject, root: str | None = None) -> str:
     verdict = str(ckpt.get("verdict"))
     path = str(ckpt.get("path", ""))
     name = path
@@ -178,12 +179,12 @@ def checkpoint_label(ckpt: dict[str, Any], root: str | None = None) -> str:
     return f"{VERDICT_ICON.get(verdict, '?')} [{verdict}] {name}"
 
 
-def tensor_rows(ckpt: dict[str, Any]) -> list[dict[str, Any]]:
+def tensor_rows(ckpt: JsonObject) -> list[JsonObject]:
     """Tensors with a verdict other than intact (damaged, suspect, missing) and their reasons."""
     return list(ckpt.get("rows", []))
 
 
-def finding_lines(finding: dict[str, Any]) -> list[str]:
+def finding_lines(finding: JsonObject) -> list[str]:
     """A finding (JSON shape) as detail lines: title, where, tensors, details, artifacts."""
     lines = [f"{finding.get('code')} [{finding.get('severity')}] {finding.get('title')}"]
     if finding.get("evidence"):
@@ -206,7 +207,7 @@ def finding_lines(finding: dict[str, Any]) -> list[str]:
 
 # ---- the bad-sector map -----------------------------------------------------------------------
 
-def sector_map_lines(bsm: dict[str, Any] | None, width: int = 60) -> list[str]:
+def sector_map_lines(bsm: JsonObject | None, width: int = 60) -> list[str]:
     """A text rendering of the report model's ``bad_sector_map``: a bar, then each bad range
     with the files and tensors it hit (from the locate step)."""
     if not bsm:
@@ -248,7 +249,7 @@ class TreeWords:
     no_checkpoints: str | None  # the leaf under an evidence item without checkpoints
 
 
-def tree_words(model: dict[str, Any]) -> TreeWords:
+def tree_words(model: JsonObject) -> TreeWords:
     """``Evidence -> checkpoints -> tensors`` only when the case is about checkpoints; a dataset
     case's evidence is just "Evidence", its steps listed under "Dataset steps"."""
     actions = {str(e.get("action")) for e in model.get("examined") or []}
@@ -263,12 +264,12 @@ def tree_words(model: dict[str, Any]) -> TreeWords:
     return TreeWords("Evidence", "(nothing examined yet: F1 starts a guided run)", None)
 
 
-def dataset_steps(model: dict[str, Any]) -> list[dict[str, Any]]:
+def dataset_steps(model: JsonObject) -> list[JsonObject]:
     """The dataset steps the case ran (what was examined), in order, for the tree."""
     return [e for e in model.get("examined") or [] if e.get("action") in DATASET_ACTIONS]
 
 
-def step_label(row: dict[str, Any]) -> str:
+def step_label(row: JsonObject) -> str:
     icon = STATUS_ICON.get(str(row.get("status")), "·")
     note = f": {row['note']}" if row.get("note") else ""
     return f"{icon} {row.get('step')} [{row.get('action')}] {row.get('status')}{note}"

@@ -31,8 +31,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pure", ("checkpoints.formats", "checkpoints.families", "storage.parsers", "guard")),
     ("effects", ("effects", "record")),
     ("capabilities", ("checkpoints", "stores", "storage", "datasets", "sandbox_children")),
-    ("engine", ("engine", "actions", "checkpoints.actions", "stores.actions", "playbook",
-                "report", "exports", "record.provenance")),
+    ("engine", ("engine", "actions", "checkpoints.actions", "stores.actions", "datasets.actions",
+                "storage.actions", "playbook", "report", "exports", "record.provenance")),
     ("adapters", ("cli", "tui", "drill", "__main__")),
 )
 

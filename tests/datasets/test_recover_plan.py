@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke
 
-from ckptrescue.actions.recovery import Recover
+from ckptrescue.datasets.actions.recovery import Recover
 from ckptrescue.datasets.audit import audit
 from ckptrescue.datasets.manifest import build_manifest
+from ckptrescue.datasets.outputs import RecoverOutput
 from ckptrescue.datasets.recover import recover
 from ckptrescue.datasets.recover_plan import bash_word, comment_text, verify_view
 from ckptrescue.datasets.walk import from_json_path, to_json_path
 from ckptrescue.engine.action import from_library
 from ckptrescue.engine.executor import record
-from ckptrescue.engine.outputs import RecoverOutput
 from ckptrescue.errors import UsageError
 from fixtures.datasets import tree_digest
 

@@ -24,8 +24,8 @@ def test_trainstate_names_the_incident_and_exits_1(tmp_path: Path) -> None:
 
 def test_trainstate_on_a_healthy_run_exits_0_and_is_recorded_in_the_case(tmp_path: Path
                                                                          ) -> None:
+    from ckptrescue.datasets.outputs import TrainStateOutput
     from ckptrescue.engine.answer import outputs_of
-    from ckptrescue.engine.outputs import TrainStateOutput
     from ckptrescue.record.case import Case
 
     write_run(tmp_path / "run")

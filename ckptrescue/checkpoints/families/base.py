@@ -28,7 +28,7 @@ from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRe
 from ckptrescue.checkpoints.base import formats as registry_formats
 from ckptrescue.checkpoints.formats.regular_file import not_regular, open_regular
 from ckptrescue.checkpoints.formats.tolerant_read import add_unreadable
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 SOURCE = "ckptrescue.checkpoints.families"
 # Above this many members, tensor records are kept only for members that are not intact.
@@ -115,7 +115,7 @@ def _verdicts() -> dict[str, Verdict]:
 
 def finding(code: str, title: str, *, evidence: str | Path | None = None,
             ranks: list[str] | tuple[str, ...] = (), tensors: list[str] | tuple[str, ...] = (),
-            details: dict[str, Any] | None = None, offset: int | None = None,
+            details: JsonObject | None = None, offset: int | None = None,
             length: int | None = None) -> Finding:
     """A family finding with the catalogue's severity; ``ranks`` go to ``details["ranks"]``."""
     data = dict(details or {})

@@ -44,7 +44,7 @@ from ckptrescue.checkpoints.families.base import (
     read_text,
 )
 from ckptrescue.checkpoints.families.pickles import as_int, data_pkl_root, plain, top_level, zip_pickle_root
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 _MODEL = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
 _MODEL3 = re.compile(r"^zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt$")
@@ -122,7 +122,7 @@ class DeepSpeedFamily(Family):
 
     # -- layout --------------------------------------------------------------------------------
     @classmethod
-    def _metadata(cls, root: Path, names: list[str]) -> dict[str, Any]:
+    def _metadata(cls, root: Path, names: list[str]) -> JsonObject:
         """The first readable model-states file's metadata (static scan of its data.pkl)."""
         for n in names:
             if _MODEL.match(n) or _MODEL3.match(n):
@@ -132,7 +132,7 @@ class DeepSpeedFamily(Family):
         return {}
 
     @classmethod
-    def _optim_metadata(cls, root: Path, names: list[str]) -> dict[str, Any]:
+    def _optim_metadata(cls, root: Path, names: list[str]) -> JsonObject:
         """Without a readable model-states file: dp size, ZeRO stage and config from the first
         readable optimizer file (``partition_count``, ``zero_stage``, ``ds_config``), the mp size
         from the file names (``..._mp_rank_XX_...``: the highest + 1)."""

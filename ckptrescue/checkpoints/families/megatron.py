@@ -43,7 +43,7 @@ from ckptrescue.checkpoints.families.base import (
     read_text,
 )
 from ckptrescue.checkpoints.families.pickles import as_int, data_pkl_root, plain, zip_pickle_root
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 _ITER = re.compile(r"^iter_(\d+)$")
 _MP = re.compile(r"^mp_rank_(\d+)(?:_(\d+))?$")
@@ -86,7 +86,7 @@ def _iter_of(root: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _args(root_obj: Any) -> dict[str, Any]:
+def _args(root_obj: Any) -> JsonObject:
     if not isinstance(root_obj, dict):
         return {}
     args = plain(root_obj.get("args"))

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.families.base import Family, Pointer, StepLayout, finding, is_file, listdir
 from ckptrescue.checkpoints.formats.regular_file import open_regular
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 TMP = ".orbax-checkpoint-tmp"
 STEP_META = "_CHECKPOINT_METADATA"
@@ -77,7 +77,7 @@ def _param_names(meta: Any) -> list[str]:
     return names
 
 
-def _kvstore(item: Path, ocdbt: bool) -> dict[str, Any]:
+def _kvstore(item: Path, ocdbt: bool) -> JsonObject:
     base = {"driver": "file", "path": str(item) + "/"}
     return {"driver": "ocdbt", "base": base} if ocdbt else base
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptrescue.checkpoints.formats import pickle_scan
+from ckptrescue.model import JsonObject
 
 _M = "torch.distributed.checkpoint.metadata."
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -62,7 +63,7 @@ def _unhashable(key: Any) -> bool:
     return isinstance(key, pickle_scan.Call) and key.qualname in UNHASHABLE
 
 
-def _state(obj: Any) -> dict[str, Any] | None:
+def _state(obj: Any) -> JsonObject | None:
     state = obj.state if isinstance(obj, pickle_scan.Call) else None
     if isinstance(state, tuple) and len(state) == 2:
         merged: dict[str, Any] = {}
@@ -80,7 +81,7 @@ def _ints(value: Any) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
 
 
-def _fields(obj: Any, where: str, out: list[str]) -> dict[str, Any] | None:
+def _fields(obj: Any, where: str, out: list[str]) -> JsonObject | None:
     """The object's field state when it is the dataclass the loader expects, else a problem."""
     if not isinstance(obj, pickle_scan.Call):
         out.append(f"{where}: a {type(obj).__name__} where a DCP dataclass belongs")

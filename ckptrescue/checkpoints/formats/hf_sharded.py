@@ -31,6 +31,7 @@ from ckptrescue.checkpoints.base import (
 from ckptrescue.checkpoints.formats import tensormap
 from ckptrescue.checkpoints.formats.jsondepth import too_deep
 from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.model import JsonObject
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})(?P<ext>\.[A-Za-z0-9_.]+)$")
 MAX_INDEX = 64 * 1024 * 1024
@@ -44,7 +45,7 @@ def _plain_name(name: str) -> bool:
         and "\x00" not in name
 
 
-def _read_index(path: Path) -> dict[str, Any] | None:
+def _read_index(path: Path) -> JsonObject | None:
     try:
         if path.stat().st_size > MAX_INDEX:
             return None

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptrescue.checkpoints.formats import dtypes
+from ckptrescue.model import JsonObject
 
 PAGE = 4096
 EXAMPLES = 8  # non-finite elements kept (with a flip-back explanation) per scanned range
@@ -443,7 +444,7 @@ class Suspicion:
     title: str
     offset: int | None
     length: int | None
-    details: dict[str, Any]
+    details: JsonObject
 
 
 def judge(summary: NumericSummary, names: list[str]) -> list[Suspicion]:

@@ -24,6 +24,7 @@ from ckptrescue.checkpoints.formats import dtypes, numeric, tensormap, zipwalk
 from ckptrescue.checkpoints.formats.jsondepth import too_deep
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
+from ckptrescue.model import JsonObject
 
 MAX_HEADER = 100_000_000
 # serde_json (the Rust loader's parser) refuses nesting deeper than 128; a valid header needs 3.
@@ -72,7 +73,7 @@ def _duplicate_field(header: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_header_text(text: bytes) -> dict[str, Any]:
+def parse_header_text(text: bytes) -> JsonObject:
     """The header object, by the loader's rules (``safetensors/src/tensor.rs``, serde_json):
     UTF-8, JSON (whitespace before ``{`` is skipped, as serde does) nested at most
     :data:`MAX_DEPTH` deep, an object; ``__metadata__`` at most once and (if present and not

@@ -43,6 +43,7 @@ from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
 from ckptrescue.checkpoints.formats.zip_window import ZipWindows
 from ckptrescue.checkpoints.formats.zipstream import StreamZip
+from ckptrescue.model import JsonObject
 
 _PICKLE_SUFFIXES = (".pkl", ".pickle")
 _CHUNK = 1 << 20
@@ -311,7 +312,7 @@ class _Members:
             z = self.zips.probe(fh, m.data_offset, end, prefix)
         return [*z.verdicts, *([Verdict.TRUNCATED] if end < m.data_offset + m.size else [])]
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> JsonObject:
         tw = self.tw
         return {
             **self.zips.extra(),

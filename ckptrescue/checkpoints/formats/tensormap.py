@@ -17,7 +17,7 @@ from ckptrescue.checkpoints.base import TensorRecord, Verdict
 from ckptrescue.checkpoints.formats import dtypes, numeric, streaming, view_bits
 from ckptrescue.checkpoints.formats.pickle_scan import PersistentRef, TensorRef
 from ckptrescue.codes.checkpoint import CODES
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.checkpoints.base import CheckpointReport
@@ -29,7 +29,7 @@ BYTES_VERIFY = "bytes verify (CRC-32 matches)"
 
 def finding(code: str, title: str, *, evidence: str | None, offset: int | None = None,
             length: int | None = None, tensors: Iterable[str] = (),
-            details: dict[str, Any] | None = None) -> Finding:
+            details: JsonObject | None = None) -> Finding:
     """A Finding with the catalogue's severity for ``code``."""
     severity = CODES[code][0]
     return Finding(code=code, severity=severity, title=title, evidence=evidence, offset=offset,

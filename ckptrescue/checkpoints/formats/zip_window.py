@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 from ckptrescue.checkpoints.base import CheckpointReport
 from ckptrescue.checkpoints.formats import tensormap
 from ckptrescue.checkpoints.formats.torch_zip_records import ZipProbe
+from ckptrescue.model import JsonObject
 
 
 @dataclass
@@ -47,6 +48,6 @@ class ZipWindows:
             self.storages[f"{prefix}{key}"] = st
         return z
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> JsonObject:
         return {"globals": sorted(self.globals_), "unsafe_globals": sorted(self.unsafe),
                 "strides": self.strides, "records": self.records, "storages": self.storages}

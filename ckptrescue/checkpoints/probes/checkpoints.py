@@ -29,7 +29,7 @@ from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.base import formats as registry_formats
 from ckptrescue.checkpoints.probes.single import probe_one
 from ckptrescue.errors import EvidenceError, UsageError
-from ckptrescue.model import AuditEvent
+from ckptrescue.model import AuditEvent, JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -293,6 +293,6 @@ def _size(files: list[str]) -> int:
     return total
 
 
-def probe_json(reports: list[CheckpointReport], *, with_tensors: bool = False) -> dict[str, Any]:
+def probe_json(reports: list[CheckpointReport], *, with_tensors: bool = False) -> JsonObject:
     """The stable ``probe --json`` shape."""
     return {"checkpoints": [r.to_json(with_tensors=with_tensors) for r in reports]}

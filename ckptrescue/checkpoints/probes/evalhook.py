@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.sandbox import run_confined
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Recorded
+from ckptrescue.model import JsonObject, Recorded
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -74,7 +74,7 @@ class EvalResult(Recorded):
     def passed(self) -> bool:
         return self.status == "passed"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"checkpoint": self.checkpoint, "argv": self.argv, "status": self.status,
                 "metric": self.metric, "threshold": self.threshold,
                 "returncode": self.returncode, "signal": self.signal,

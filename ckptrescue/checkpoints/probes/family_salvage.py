@@ -32,6 +32,7 @@ from ckptrescue.checkpoints.salvage import (
 )
 from ckptrescue.effects import beneath
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -49,7 +50,7 @@ class FamilySalvageResult(SalvageResult):
     fill_step: int | None = None
     ranks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = super().to_json()
         data.update({"family": self.family, "step": self.step, "fill_step": self.fill_step,
                      "ranks": self.ranks})

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.checkpoints.base import CheckpointReport
+from ckptrescue.model import JsonObject
 
 _VERIFIED = ("ok", "unverified", "suspect")
 
@@ -34,7 +35,7 @@ def _as_loaded(dtype: str | None, shape: tuple[int, ...] | None
     return dtype, shape
 
 
-def compare(report: CheckpointReport, loaded: dict[str, list[Any]]) -> dict[str, Any]:
+def compare(report: CheckpointReport, loaded: dict[str, list[Any]]) -> JsonObject:
     """``{"compared", "mismatches": [{"name", "what", "static", "loaded"}], "static_only",
     "loaded_only"}`` for the tensors named on both sides."""
     from ckptrescue.checkpoints.salvage import tensor_digest

@@ -15,6 +15,7 @@ from typing import Any
 from ckptrescue.checkpoints.base import CheckpointReport, TensorRecord, Verdict, worst_verdict
 from ckptrescue.checkpoints.formats import dtypes
 from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.model import JsonObject
 
 CHUNK = 1 << 20
 FEW = 4
@@ -27,7 +28,7 @@ def _comparable(rec: TensorRecord, report: CheckpointReport) -> bool:
             and rec.shape is not None)
 
 
-def _diff(a: TensorRecord, b: TensorRecord) -> dict[str, Any]:
+def _diff(a: TensorRecord, b: TensorRecord) -> JsonObject:
     """Stream both byte ranges; count differing elements and keep the first few XORs."""
     import numpy as np
 

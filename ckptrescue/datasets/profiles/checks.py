@@ -14,6 +14,7 @@ from typing import Any
 from ckptrescue.datasets.profiles import stats
 from ckptrescue.datasets.profiles.fieldstats import FieldStats
 from ckptrescue.datasets.profiles.profile import ShardProfile
+from ckptrescue.model import JsonObject
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Thresholds:
     categorical_max: int = 32        # at most this many distinct values: a categorical field
     count_change: float = 0.1        # versions: a shard's record count changed by this share
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dict(self.__dict__)
 
 
@@ -64,7 +65,7 @@ class Check:
         significant = self.p_value is None or self.p_value < level
         return replace(self, flagged=self.effect_passed and significant)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"code": self.code, "shard": self.shard, "reference": self.reference,
                 "field": self.field, "measure": self.measure, "test": self.test,
                 "statistic": _num(self.statistic), "dof": self.dof,

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from ckptrescue.datasets.profiles import advice
 from ckptrescue.datasets.profiles.checks import Check, Thresholds, field_checks, shard_checks
 from ckptrescue.datasets.profiles.profile import DatasetProfile, ShardProfile, merge_shards
 from ckptrescue.datasets.profiles.rest import minus
 from ckptrescue.errors import UsageError
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 Mode = Literal["versions", "shards"]
 
@@ -54,7 +54,7 @@ class CompareResult:
         return (f"{n} deviation(s) in {len(shards)} shard(s): " + ", ".join(shards[:5])
                 + (" ..." if len(shards) > 5 else ""))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"mode": self.mode, "thresholds": self.thresholds.to_json(),
                 "per_test_level": self.level, "tests_run": len(self.checks),
                 "answer": self.answer(), "flagged": [c.to_json() for c in self.flagged],

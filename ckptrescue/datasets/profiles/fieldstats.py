@@ -20,6 +20,7 @@ from ckptrescue.datasets.profiles.values import (
     number,
     type_name,
 )
+from ckptrescue.model import JsonObject
 
 TOPK = 64
 MAX_TYPES = 32
@@ -41,12 +42,12 @@ class Distribution:
         self.hist.merge(other.hist)
         self.moments.merge(other.moments)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"moments": self.moments.to_json(), "hist": self.hist.to_json(),
                 "p50": self.hist.quantile(0.5), "p99": self.hist.quantile(0.99)}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Distribution:
+    def from_json(cls, d: JsonObject) -> Distribution:
         return cls(LogHistogram.from_json(d["hist"]), Moments.from_json(d["moments"]))
 
 
@@ -119,7 +120,7 @@ class FieldStats:
             return None
         return sorted(typed.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "present": self.present, "nulls": self.nulls, "empties": self.empties,
             "nonfinite": self.nonfinite, "types": dict(sorted(self.types.items())),
@@ -128,7 +129,7 @@ class FieldStats:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> FieldStats:
+    def from_json(cls, d: JsonObject) -> FieldStats:
         return cls(int(d["present"]), int(d["nulls"]), int(d["empties"]), int(d["nonfinite"]),
                    {str(k): int(v) for k, v in d["types"].items()},
                    {str(m): Distribution.from_json(v) for m, v in d["dists"].items()},

@@ -12,11 +12,11 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ckptrescue.datasets.profiles.fieldstats import FieldStats
 from ckptrescue.datasets.profiles.sketches import BottomK
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 SCHEMA = "ckptrescue.profile/1"
 # How the sketches were computed (the JSON keys are those of SCHEMA): 1 = record by record
@@ -35,12 +35,12 @@ class ProfileOptions:
     tokenizer: str | None = None
     sample: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"fields": list(self.fields) if self.fields is not None else None,
                 "tokenizer": self.tokenizer, "sample": self.sample}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ProfileOptions:
+    def from_json(cls, d: JsonObject) -> ProfileOptions:
         f = d.get("fields")
         return cls(tuple(f) if f is not None else None, d.get("tokenizer"), d.get("sample"))
 
@@ -80,7 +80,7 @@ class ShardProfile:
     def near_rate(self) -> float:
         return self.near_count / self.near_checked if self.near_checked else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "path": self.path, "format": self.format, "size": self.size, "records": self.records,
             "complete": self.complete, "note": self.note, "unparsed": self.unparsed,
@@ -93,7 +93,7 @@ class ShardProfile:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], options: ProfileOptions) -> ShardProfile:
+    def from_json(cls, d: JsonObject, options: ProfileOptions) -> ShardProfile:
         dup = d["duplicates"]
         return cls(
             path=str(d["path"]), format=str(d["format"]), size=int(d["size"]),
@@ -146,14 +146,14 @@ class DatasetProfile:
     def merged(self) -> ShardProfile:
         return merge_shards(self.shards)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"schema": SCHEMA, "sketches": self.sketches, "root": self.root,
                 "options": self.options.to_json(),
                 "records": self.records,
                 "shards": [s.to_json() for s in sorted(self.shards, key=lambda s: s.path)]}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> DatasetProfile:
+    def from_json(cls, d: JsonObject) -> DatasetProfile:
         schema = d.get("schema")
         if not isinstance(schema, str) or not schema.startswith("ckptrescue.profile/"):
             raise UsageError("not a ckptrescue dataset profile (no 'schema' key)")

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 MANTISSA_BITS = 4
 _SUB = 1 << MANTISSA_BITS
 _EXP_OFFSET = 1100  # float exponents are within [-1073, 1024]
@@ -119,11 +121,11 @@ class Moments:
         """Sample variance (n - 1 in the denominator); 0 for fewer than two values."""
         return self.m2 / (self.n - 1) if self.n > 1 else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"n": self.n, "mean": self.mean, "m2": self.m2, "min": self.min, "max": self.max}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Moments:
+    def from_json(cls, d: JsonObject) -> Moments:
         return cls(int(d["n"]), float(d["mean"]), float(d["m2"]), d["min"], d["max"])
 
 
@@ -242,12 +244,12 @@ class TopK:
             parts.append(rest)
         return -sum(c / self.total * math.log2(c / self.total) for c in parts if c)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"k": self.k, "total": self.total, "decrements": self.decrements,
                 "top": [[key, c] for key, c in self.top()]}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TopK:
+    def from_json(cls, d: JsonObject) -> TopK:
         return cls(int(d["k"]), {str(k): int(c) for k, c in d["top"]}, int(d["total"]),
                    int(d["decrements"]))
 
@@ -310,7 +312,7 @@ class DupSample:
         """Sampled records that repeat an earlier one (records - distinct)."""
         return self.sampled - len(self.seen)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"capacity": self.capacity, "limit": self.limit, "sampled": self.sampled,
                 "duplicates": self.duplicates}
 
@@ -359,11 +361,11 @@ class BottomK:
         shared = sum(1 for h in union if h in self.hashes and h in other.hashes)
         return shared / len(union), shared, len(union)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"k": self.k, "hashes": [format(h, "016x") for h in sorted(self.hashes)]}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BottomK:
+    def from_json(cls, d: JsonObject) -> BottomK:
         out = cls(int(d["k"]), {int(h, 16) for h in d["hashes"]})
         out._max = max(out.hashes) if out.hashes else -1
         return out

@@ -30,7 +30,7 @@ from ckptrescue.datasets.profiles.values import (
     record_hash,
     type_name,
 )
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 MAX_CHARS = 200
 RECORD = "$record"  # the mark of a whole record (duplicates)
@@ -49,7 +49,7 @@ class SpotRecord:
     values: dict[str, str]              # field -> the value as shown (truncated)
     marked: dict[str, str] = field(default_factory=dict)  # field -> why it is marked
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"index": self.index, "values": self.values, "marked": self.marked}
 
 
@@ -64,7 +64,7 @@ class SpotSample:
     def indices(self) -> list[int]:
         return [r.index for r in self.records]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"shard": self.shard, "indices": self.indices, "records_read": self.records_read,
                 "note": self.note, "records": [r.to_json() for r in self.records]}
 
@@ -80,7 +80,7 @@ class SpotCheck:
     method: str = ("record i drawn when BLAKE2b-64(i, 8 bytes LE; key=seed, 8 bytes LE) is "
                    "among the k smallest")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"seed": self.seed, "k": self.k, "method": self.method, "code": self.code,
                 "fields": list(self.fields), "flagged": self.flagged.to_json(),
                 "reference": self.reference.to_json() if self.reference else None}
@@ -132,7 +132,7 @@ def _show(value: Any, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
-def _why(code: str | None, fname: str, rec: dict[str, Any], details: dict[str, Any],
+def _why(code: str | None, fname: str, rec: dict[str, Any], details: JsonObject,
          tokens: Any) -> str | None:
     if fname not in rec:
         return "missing" if code == "DP003" else None

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from ckptrescue.checkpoints.formats.protowire import WireError, iter_fields, packed_varints, signed64
+from ckptrescue.model import JsonObject
 
 MAX_RECORD = 256 << 20
 _HDR = struct.Struct("<QI")
@@ -90,7 +91,7 @@ def _feature(buf: bytes) -> Any:
     return None
 
 
-def parse_example(payload: bytes) -> dict[str, Any] | None:
+def parse_example(payload: bytes) -> JsonObject | None:
     """The features of a serialized ``tf.train.Example`` (None when it is not one)."""
     out: dict[str, Any] = {}
     try:

@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 FLATTEN_DEPTH = 3
 ROOT_FIELD = "$"
 
@@ -27,7 +29,7 @@ class Opaque:
     digest: bytes
 
 
-def flatten(record: Any) -> dict[str, Any]:
+def flatten(record: Any) -> JsonObject:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; a non-mapping record -> ``{"$": record}``."""
     if type(record) is not dict and not isinstance(record, Mapping):
         return {ROOT_FIELD: record}

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 SCHEMA = "ckptrescue.datasets.quarantine/1"
 FILE_STATUSES = ("corrupted", "changed", "missing", "unreadable")  # audit: the whole file is bad
 
@@ -36,7 +38,7 @@ class QuarantinedRecord:
     offset: int | None
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "index": self.index, "key": self.key, "offset": self.offset,
                 "reason": self.reason}
 
@@ -130,7 +132,7 @@ class Quarantine:
         return set(self._by_index.get(self.relative(path), ()))
 
     # -- files ------------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"schema": SCHEMA, "root": self.root,
                 "files": [{"path": p, "reason": r} for p, r in sorted(self.files.items())],
                 "records": [r.to_json() for r in sorted(

@@ -30,7 +30,7 @@ from typing import Any
 from ckptrescue.codes.trainstate import CODES
 from ckptrescue.datasets.trainstate.metrics import PairStats, SignStats, median
 from ckptrescue.datasets.trainstate.values import CheckpointValues, open_checkpoint
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 MOVING_SHARE = 0.5
 MIN_FROZEN_INTERVALS = 2  # a layer that stops changing mid-run: this many identical intervals
@@ -61,7 +61,7 @@ class TensorTrend:
     def frozen(self) -> bool:
         return bool(self.intervals) and all(i["identical"] for i in self.intervals)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "intervals": self.intervals,
                 "sign_agreement": self.sign_agreement, "norms": self.norms,
                 "frozen": self.frozen}
@@ -75,7 +75,7 @@ class TrainStateResult:
     findings: list[Finding]
     skipped: dict[str, str]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"checkpoints": self.checkpoints,
                 "tensors": [t.to_json() for t in self.tensors],
                 "scalars": self.scalars, "skipped": self.skipped,
@@ -83,7 +83,7 @@ class TrainStateResult:
 
 
 def finding(code: str, title: str, *, evidence: str | None, tensors: list[str] | None = None,
-            details: dict[str, Any] | None = None) -> Finding:
+            details: JsonObject | None = None) -> Finding:
     return Finding(code=code, severity=CODES[code][0], title=title, evidence=evidence,
                    source="trainstate", tensors=tuple(tensors or ()), details=details or {})
 

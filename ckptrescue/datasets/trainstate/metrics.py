@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 
 @dataclass
 class PairStats:
@@ -48,7 +50,7 @@ class PairStats:
             return 0.0 if self.sum_d2 == 0.0 else math.inf
         return math.sqrt(self.sum_d2 / self.sum_a2)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"rel_l2": _finite(self.rel_l2), "max_abs_change": self.max_abs_d,
                 "identical": self.identical, "elements": self.n,
                 "nonfinite": self.nonfinite}

@@ -20,7 +20,7 @@ from typing import Any
 
 from ckptrescue.codes.watch import CODES
 from ckptrescue.datasets.watch.state import WatchState
-from ckptrescue.model import Finding
+from ckptrescue.model import Finding, JsonObject
 
 
 @dataclass
@@ -37,7 +37,7 @@ class PassResult:
     bad: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"source": self.source, "full": self.full, "files_total": self.files_total,
                 "checked": self.checked, "new": self.new, "changed": self.changed,
                 "missing": self.missing, "bytes_read": self.bytes_read,

@@ -16,9 +16,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ckptrescue.model import ArtifactData
+from ckptrescue.model import ArtifactData, JsonObject
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
 SYSTEM_LOGS = ("/var/log/messages", "/var/log/syslog", "/var/log/kern.log",
@@ -81,7 +80,7 @@ class LogRead:
     error: str | None = None
     data: ArtifactData | None = field(default=None, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "kind": self.kind, "size": self.size, "offset": self.offset,
                 "read": self.read, "truncated": self.truncated, "sha256": self.sha256,
                 "error": self.error}

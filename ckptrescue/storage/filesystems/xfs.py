@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckptrescue.effects import output_dirs
 from ckptrescue.effects.runner import SubprocessRunner
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, JsonObject, Severity
 from ckptrescue.storage import sysfs
 from ckptrescue.storage.filesystem import (
     Facts,
@@ -85,7 +85,7 @@ class Xfs(Filesystem):
 FILESYSTEMS = [Xfs]
 
 
-def preserve_xfs_log(runner: SubprocessRunner, case: Case, dev: str) -> dict[str, Any]:
+def preserve_xfs_log(runner: SubprocessRunner, case: Case, dev: str) -> JsonObject:
     """Copy the internal log (``xfs_logprint -C``) into the case before anything else reads
     the filesystem: it is exactly what a replay would consume."""
     tmp = output_dirs.claim(case, tempfile.mkdtemp(prefix="xfs-log-", dir=case.work_dir),
@@ -102,7 +102,7 @@ def preserve_xfs_log(runner: SubprocessRunner, case: Case, dev: str) -> dict[str
 
 def inspect_xfs(runner: SubprocessRunner, dev: str, ev: str,
                 case: Case | None = None) -> tuple[dict[str, Any], list[Finding]]:
-    facts: dict[str, Any] = {}
+    facts: JsonObject = {}
     out: list[Finding] = []
     info = _run(runner, "xfs_info", dev, purpose="xfs geometry")
     facts["xfs_info"] = info.stdout.strip()

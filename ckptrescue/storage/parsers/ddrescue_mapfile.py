@@ -12,9 +12,9 @@ Block status: ``?`` non-tried, ``*`` non-trimmed, ``/`` non-scraped, ``-`` bad s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ckptrescue.errors import EvidenceError
+from ckptrescue.model import JsonObject
 
 BLOCK_STATUSES = {"?": "non-tried", "*": "non-trimmed", "/": "non-scraped", "-": "bad-sector",
                   "+": "finished"}
@@ -97,7 +97,7 @@ class Mapfile:
         """Everything not rescued (``-``, ``*``, ``/``, ``?``): what the image does not hold."""
         return self.ranges("-", "*", "/", "?")
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         return {
             "current_pos": self.current_pos,
             "current_status": self.current_status,

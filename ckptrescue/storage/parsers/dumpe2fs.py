@@ -8,7 +8,8 @@ the kernel recorded errors.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from ckptrescue.model import JsonObject
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Ext4Super:
         return {k: v for k, v in self.fields.items()
                 if k.startswith(("First error", "Last error"))}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"state": self.state, "features": sorted(self.features),
                 "needs_recovery": self.needs_recovery, "error_count": self.error_count,
                 "errors": self.errors, "journal_start": self.fields.get("Journal start"),

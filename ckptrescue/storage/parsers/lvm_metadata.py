@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 SECTOR = 512
 LABEL_ID = b"LABELONE"
 LVM2_TYPE = b"LVM2 001"
@@ -198,7 +200,7 @@ def lvm_crc(data: bytes, initial: int = INITIAL_CRC) -> int:
 _TOKEN = re.compile(r'\s+|#[^\n]*|"(?:[^"\\]|\\.)*"|[{}\[\]=,]|[^\s{}\[\]=,"#]+')
 
 
-def parse_config(text: str) -> dict[str, Any]:
+def parse_config(text: str) -> JsonObject:
     """lvm config syntax -> nested dicts (sections), lists, ints and strings."""
     tokens = [t for t in _TOKEN.findall(text) if t.strip() and not t.startswith("#")]
     pos = 0
@@ -214,7 +216,7 @@ def parse_config(text: str) -> dict[str, Any]:
             except ValueError:
                 return tok
 
-    def section(end: str | None) -> dict[str, Any]:
+    def section(end: str | None) -> JsonObject:
         nonlocal pos
         out: dict[str, Any] = {}
         while pos < len(tokens):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 CRIT_BITS = {0: "available spare below threshold", 1: "temperature out of range",
              2: "NVM subsystem reliability degraded", 3: "media placed in read-only mode",
              4: "volatile memory backup failed", 5: "persistent memory region read-only"}
@@ -30,11 +32,11 @@ class NvmeHealth:
     error_log_entries: int
     unsafe_shutdowns: int | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dict(self.__dict__)
 
 
-def _get(data: dict[str, Any], key: str) -> Any:
+def _get(data: JsonObject, key: str) -> Any:
     if key in data:
         return data[key]
     for alias, canonical in _ALIASES.items():
@@ -43,7 +45,7 @@ def _get(data: dict[str, Any], key: str) -> Any:
     return None
 
 
-def parse_health(data: dict[str, Any]) -> NvmeHealth:
+def parse_health(data: JsonObject) -> NvmeHealth:
     crit = data.get("critical_warning", 0)
     if isinstance(crit, dict):  # some nvme-cli versions nest {"value": N, ...}
         crit = crit.get("value", 0)
@@ -112,12 +114,12 @@ class NvmeErrorEntry:
         where = f" at LBA {self.lba} (nsid {self.nsid})" if self.is_media_error else ""
         return f"#{self.error_count}: {sct}: {text} on {queue}{where}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**self.__dict__, "status_type": self.status_type, "status_code": self.status_code,
                 "media_error": self.is_media_error, "text": self.describe()}
 
 
-def parse_error_log(data: dict[str, Any]) -> list[NvmeErrorEntry]:
+def parse_error_log(data: JsonObject) -> list[NvmeErrorEntry]:
     """The entries that hold an error (``error_count`` > 0), newest first as the drive keeps
     them. Unused slots of the log are all zero and dropped."""
     out = []

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 EXIT_BITS = {
     0: "command line did not parse",
     1: "device open failed or device in low-power mode",
@@ -48,7 +50,7 @@ class SmartReport:
     self_test_errors: int | None = None
     nvme_health: dict[str, Any] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dict(self.__dict__)
 
 

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptrescue.model import JsonObject
+
 LABEL_SIZE = 256 << 10
 NVLIST_OFFSET = 16 << 10
 NVLIST_SIZE = 112 << 10
@@ -198,7 +200,7 @@ class MemberReport:
     labels: list[Label]
 
     @property
-    def config(self) -> dict[str, Any] | None:
+    def config(self) -> JsonObject | None:
         """The configuration of the valid label with the highest txg."""
         good = [lb for lb in self.labels if lb.config]
         if not good:
@@ -212,7 +214,7 @@ class MemberReport:
         ubs = [u for lb in self.labels for u in lb.uberblocks if u.checksum_ok is not False]
         return max(ubs, key=lambda u: u.txg, default=None)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         cfg = self.config or {}
         ub = self.active_uberblock
         tree = cfg.get("vdev_tree") or {}

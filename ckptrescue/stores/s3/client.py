@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
+from ckptrescue.model import JsonObject
 
 READ_OPERATIONS = frozenset(
     {
@@ -57,7 +58,7 @@ class ClientOptions:
     read_timeout: float = 60.0
     max_attempts: int = 3
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "endpoint_url": self.endpoint_url,
             "profile": self.profile,

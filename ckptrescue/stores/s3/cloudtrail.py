@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 WRITE_EVENTS = frozenset({
     "PutObject", "CompleteMultipartUpload", "CopyObject", "UploadPart", "UploadPartCopy",
@@ -50,7 +51,7 @@ class ObjectEvent:
     delete_marker: bool = False
     file: str = ""
 
-    def to_json(self, matched_by: str | None = None) -> dict[str, Any]:
+    def to_json(self, matched_by: str | None = None) -> JsonObject:
         out = {
             "event_name": self.event_name,
             "event_time": self.event_time,

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptrescue.model import JsonObject
 from ckptrescue.stores.s3.checksums import (
     KNOWN_UNSUPPORTED,
     PREFERENCE,
@@ -116,7 +117,7 @@ class ObjectHead:
             out["type"] = "FULL_OBJECT"  # a single-part upload is always full-object
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "bucket": self.bucket,
             "key": self.key,
@@ -151,7 +152,7 @@ class PartLayout:
     part_checksums: dict[str, list[str]] = field(default_factory=dict)
     checksum_type: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"parts": len(self.sizes), "sizes": self.sizes, "source": self.source}
 
 

@@ -24,6 +24,7 @@ from typing import IO, Any
 from urllib.parse import urlparse
 
 from ckptrescue.errors import RemoteError
+from ckptrescue.model import JsonObject
 from ckptrescue.stores.base import ObjectGone, local_write_error
 from ckptrescue.stores.s3.checksums import (
     checksums_from_response,
@@ -271,7 +272,7 @@ class VersionEntry:
             return None
         return self.head.checksum_json()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "version_id": self.version_id,
             "is_latest": self.is_latest,
@@ -377,7 +378,7 @@ class Download:
     sha256: str
     resets: list[dict[str, Any]] = field(default_factory=list)  # resumed mid-body resets
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "resets": self.resets,
             "object": self.head.to_json(),

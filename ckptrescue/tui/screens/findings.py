@@ -16,6 +16,7 @@ from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from ckptrescue.display import shown
+from ckptrescue.model import JsonObject
 from ckptrescue.tui.messages import CaseDataLoaded
 from ckptrescue.tui.viewmodel import (
     VERDICT_ICON,
@@ -40,7 +41,7 @@ def _lost_line(item: Any) -> str:
     return str(item)
 
 
-def spot_lines(spot: dict[str, Any]) -> list[str]:
+def spot_lines(spot: JsonObject) -> list[str]:
     """A spot check side by side: flagged records, then the reference's; marked values first
     (they drove the flag), with the seed and indices to redraw it."""
     if spot.get("error"):
@@ -64,8 +65,8 @@ def spot_lines(spot: dict[str, Any]) -> list[str]:
 def load_case_data(case: Any) -> CaseDataLoaded:
     """Read the report model and what groups it (runs in a worker thread)."""
     from ckptrescue.engine.answer import outputs_of
-    from ckptrescue.engine.outputs import MountOutput
     from ckptrescue.report import model as report_model
+    from ckptrescue.storage.outputs import MountOutput
 
     model = report_model.build(case)
     roots: list[str] = []
@@ -94,13 +95,13 @@ class FindingsScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.model: dict[str, Any] | None = None
+        self.model: JsonObject | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("reading the case...", id="answer", classes="answer", markup=False)
         with Horizontal():
-            tree: Tree[dict[str, Any]] = Tree("case", id="tree")
+            tree: Tree[JsonObject] = Tree("case", id="tree")
             tree.show_root = False
             yield tree
             with VerticalScroll(id="detail-box"):
@@ -193,7 +194,7 @@ class FindingsScreen(Screen[None]):
         tree.cursor_line = 0
         self._show(tree.root.children[0].data if tree.root.children else None)
 
-    def _add_checkpoint(self, parent: TreeNode[dict[str, Any]], ckpt: dict[str, Any],
+    def _add_checkpoint(self, parent: TreeNode[JsonObject], ckpt: JsonObject,
                         root: str | None) -> None:
         node = parent.add(Text(checkpoint_label(ckpt, root)), data={"kind": "checkpoint", **ckpt},
                           expand=ckpt.get("verdict") not in ("intact", None))
@@ -207,13 +208,13 @@ class FindingsScreen(Screen[None]):
                                                                      **ckpt})
 
     @on(Tree.NodeHighlighted)
-    def _highlighted(self, event: Tree.NodeHighlighted[dict[str, Any]]) -> None:
+    def _highlighted(self, event: Tree.NodeHighlighted[JsonObject]) -> None:
         self._show(event.node.data)
 
-    def _show(self, data: dict[str, Any] | None) -> None:
+    def _show(self, data: JsonObject | None) -> None:
         self.query_one("#detail", Static).update("\n".join(self._detail_lines(data)))
 
-    def _table_page(self, finding: dict[str, Any], start: int) -> list[str]:
+    def _table_page(self, finding: JsonObject, start: int) -> list[str]:
         """One page of an aggregated finding's per-tensor table, read from its artifact."""
         from ckptrescue.record.findings_table import rows
 
@@ -229,7 +230,7 @@ class FindingsScreen(Screen[None]):
             lines.append(f"cannot read the table: {exc.strerror or exc}")
         return lines
 
-    def _detail_lines(self, data: dict[str, Any] | None) -> list[str]:
+    def _detail_lines(self, data: JsonObject | None) -> list[str]:
         model = self.model or {}
         if not data or data.get("kind") == "help":
             return ["Highlight a node for its details.", "",

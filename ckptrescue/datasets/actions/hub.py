@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.datasets.outputs import HubCacheOutput
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import HubCacheOutput
 
 
 class HubVerify(Action):
@@ -31,11 +30,11 @@ Exit 0 when every blob and link verifies, 1 otherwise."""
                     help="The hub cache directory (default: $HF_HUB_CACHE, $HF_HOME/hub, else "
                          "~/.cache/huggingface/hub)."),)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"hash every blob of the hub cache {args.get('cache') or '(default)'} and "
                 "check every snapshot link (no network)"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.hub_cache import verify_cache
 
         result = yield from ctx.blocking(lambda p: verify_cache(

@@ -5,12 +5,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
-from ckptrescue.actions._util import progress_adapter
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.actions.shared import progress_adapter
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import (
+from ckptrescue.storage.outputs import (
     CopyOutput,
     ExtractOutput,
     FsInspectOutput,
@@ -40,11 +39,11 @@ kernel-log I/O and filesystem errors, and the freeze checklist."""
                     help="Mount point of the affected volume (default: every volume)."),
             ArgSpec("seconds", "number", default=3, help="Write-rate window."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"psutil: processes with files open for writing under {args.get('volume') or '/'}"
                 f" (write rates over {args.get('seconds')}s)", "dmesg -x --time-format iso"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.triage import triage
 
         result = yield from ctx.blocking(lambda p: triage(
@@ -78,7 +77,7 @@ write-blocked by the kernel (BLKROSET) and the finished image and mapfile made i
                     help="ddrescue test-mode map (-H): blocks not '+' read as errors (drills "
                          "and tests)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         src = args["source"]
         dest = args.get("dest") or "CASE/images"
         test = f" -H {args['simulate_bad_map']}" if args.get("simulate_bad_map") else ""
@@ -88,7 +87,7 @@ write-blocked by the kernel (BLKROSET) and the finished image and mapfile made i
                 f"{test} {src} {dest}/IMAGE {dest}/IMAGE.map",
                 "sha256 of the image, the mapfile (and the source when fully readable)"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.imaging import image
 
         result = yield from ctx.blocking(lambda p: image(
@@ -119,13 +118,13 @@ rsync -c -n verify pass."""
             ArgSpec("dest", "path", help="Destination on other media (default "
                                          "CASE/copies/NAME)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         src, dst = args["mountpoint"], args.get("dest") or "CASE/work/copy"
         return [f"rsync -aHAXS --numeric-ids -x --open-noatime -i {src}/ {dst}/",
                 f"rsync -aHAXS --numeric-ids -x -c -n -i {src}/ {dst}/",
                 "sha256 manifest of both sides"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.copy import copy_tree
 
         result = yield from ctx.blocking(lambda p: copy_tree(
@@ -152,7 +151,7 @@ SMART/NVMe health and the NVMe error log."""
                     help="Also query SMART/NVMe health."),
             ArgSpec("filesystem", "string", help=_FILESYSTEM_HELP))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         t = args["target"]
         return [f"blkid -p {t}", f"xfs_info {t}", f"xfs_db -r -c 'sb 0' -c print {t}",
                 f"xfs_logprint -t {t}", f"xfs_repair -n {t}", f"dumpe2fs -h {t} (ext4)",
@@ -160,7 +159,7 @@ SMART/NVMe health and the NVMe error log."""
                 "smartctl -x -j DEVICE / nvme smart-log DEVICE -o json / nvme error-log DEVICE "
                 "-o json (when a device)"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.fsinspect import fs_inspect
 
         ctx.case.ensure_evidence(args["target"], how="examined in place, read-only (fs.inspect)")
@@ -198,14 +197,14 @@ datasets mounted with zfs mount -o ro; umount exports it."""
                     help="Another image or device of the same ZFS pool (mirror, raidz); repeat "
                          "for each."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         t, m = args["target"], args.get("mountpoint") or "CASE/work/mnt-STEP"
         return [f"losetup --read-only --find --show {t}",
                 f"mount -t FSTYPE -o ro,norecovery|ro,noload[,nouuid] /dev/loopN {m}",
                 "or, for a ZFS member: zpool import -o readonly=on -o cachefile=none -N "
                 f"-R {m} -d /dev/loopN GUID; zfs mount -o ro DATASET"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.mounting import mount
 
         ctx.case.ensure_evidence(args["target"], how="attached read-only and mounted (mount)")
@@ -234,10 +233,10 @@ class Umount(Action):
     args = (ArgSpec("mountpoint", "path", required=True, positional=True,
                     help="A mount point made by `ckptrescue mount`."),)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"umount {args['mountpoint']}", "losetup -d /dev/loopN (the one mount attached)"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.mounting import umount, unmounted_record
 
         result = umount(args["mountpoint"], case=ctx.case, runner=ctx.runner)
@@ -264,11 +263,11 @@ events name the files), then the checkpoint tensor map of every file hit."""
             ArgSpec("mountpoint", "path", cli=False,
                     help="A read-only mount of the image (optional)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"parse {args['mapfile']}; FIEMAP on the read-only mount of {args['image']} "
                 "(xfs_db -r / debugfs when not mountable); tensor map of every checkpoint hit"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.locate import locate
 
         ctx.case.ensure_evidence(args["image"], how="examined in place, read-only (locate)")
@@ -301,11 +300,11 @@ verdict."""
                     help="Read-only mount holding checkpoints."),
             ArgSpec("to", "path", required=True, help="New recovery directory."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"probe every checkpoint under {args['mountpoint']}; copy the intact ones and "
                 f"their companion files to {args['to']}, re-hashed"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.extract import extract
 
         result = yield from ctx.blocking(lambda p: extract(args["mountpoint"], args["to"],

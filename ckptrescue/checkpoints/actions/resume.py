@@ -10,17 +10,16 @@ resume.replicas: node-local replicas against the persistent copy, tensor by tens
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
-from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import (
+from ckptrescue.checkpoints.outputs import (
     KeyMismatchOutput,
     ReassemblyOutput,
     ReplicaOutput,
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.engine.events import Event
 
 
 class SafeGlobals(Action):
@@ -47,11 +46,11 @@ PATH may be a directory: every torch file under it (a DeepSpeed step, a run)."""
                     cli_name="path",
                     help="Checkpoint files (torch zip or legacy) or directories of them."),)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"list the globals torch.load(weights_only=True) needs in {p} (static scan)"
                 for p in args["paths"]]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.weights_only_globals import needed_globals
 
         result = yield from ctx.blocking(lambda p: needed_globals(list(args["paths"])),
@@ -99,12 +98,12 @@ Exit 0 when the names match as saved, 1 otherwise."""
             ArgSpec("model_kwargs", "string", metavar="JSON",
                     help="With --model-class: keyword arguments as a JSON object."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         source = args.get("reference") or args.get("keys") or \
             f"{args.get('model_class')} (in the loader sandbox)"
         return [f"compare the names of {args['checkpoint']} with {source}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         import json
 
         from ckptrescue.checkpoints.key_mismatch import explain_checkpoint
@@ -155,12 +154,12 @@ Exit 0 when the step is complete as saved, 1 otherwise."""
                     help="With --plan: where the script builds the step (a new directory; "
                          "default beside the plan)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"look for verified copies of the rank files {args['step_dir']} lacks"
                 + (f"; write the plan {args['plan']}" if args.get("plan") else "")]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.actions._util import refuse_unsafe_output
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.actions.shared import refuse_unsafe_output
         from ckptrescue.checkpoints.reassemble import reassemble
 
         for key in ("plan", "dest"):
@@ -195,10 +194,10 @@ at N ranks as saved or by resharding, 1 otherwise."""
             ArgSpec("ranks", "integer", required=True, minimum=1, cli_required=True,
                     help="The world size to resume at."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"can {args['step_dir']} resume at {args.get('ranks')} ranks"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.world_size import plan_world_size
 
         result = yield from ctx.blocking(lambda p: plan_world_size(
@@ -230,11 +229,11 @@ Exit 0 when every replica is identical to an intact persistent copy, 1 otherwise
                     help="Replica directories, each holding some of the step's rank files "
                          "under the same names."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"compare {r} with {args['persistent']} tensor by tensor (no load)"
                 for r in args.get("replicas") or []]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.replicas import compare_replicas
 
         result = yield from ctx.blocking(lambda p: compare_replicas(

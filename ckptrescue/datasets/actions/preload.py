@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.datasets.outputs import GateOutput, QuarantineOutput
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import GateOutput, QuarantineOutput
 from ckptrescue.errors import UsageError
+from ckptrescue.model import JsonObject
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -50,19 +50,19 @@ WebDataset shard list and sample filter, a Hugging Face datasets filter (docs/da
             ArgSpec("verify", "list", item="path", help="A `dataset verify --json` output "
                     "(repeat the option)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"quarantine list of {args['dir']} -> {args['output']}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput
         from ckptrescue.datasets.quarantine.listing import build
         from ckptrescue.engine.answer import outputs_of
-        from ckptrescue.engine.outputs import DatasetVerifyOutput, ManifestAuditOutput
         from ckptrescue.errors import UsageError
 
         root = Path(args["dir"])
         out = Path(args["output"])
         paths = Path(args["paths"]) if args.get("paths") else out.with_suffix(".paths")
-        from ckptrescue.actions._util import refuse_unsafe_output
+        from ckptrescue.actions.shared import refuse_unsafe_output
 
         for target in (out, paths):
             if _inside(target, root):
@@ -89,7 +89,7 @@ WebDataset shard list and sample filter, a Hugging Face datasets filter (docs/da
                             summary=answer)
 
 
-def _read_json(path: str) -> dict[str, Any]:
+def _read_json(path: str) -> JsonObject:
     from ckptrescue.errors import UsageError
 
     try:
@@ -145,11 +145,11 @@ ckptrescue.checkpoints.verified_load.load_verified for a torch.load that verifie
             ArgSpec("endpoint_url", "string",
                     help="S3-compatible endpoint (for an s3:// dataset)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         what = "dataset" if args.get("manifest") else "checkpoint"
         return [f"gate the {what} {args['target']}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.gate import gate_checkpoint, gate_dataset
 
         target = str(args["target"])

@@ -8,9 +8,9 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.datasets.outputs import DatasetCompareOutput, DatasetProfileOutput, TrainStateOutput
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import DatasetCompareOutput, DatasetProfileOutput, TrainStateOutput
 from ckptrescue.model import Finding, Severity
 
 SPOT_SHARDS = 5  # spot checks drawn for at most this many flagged shards
@@ -37,10 +37,10 @@ Exit 0 when nothing is found, 1 otherwise."""
     args = (ArgSpec("run_dir", "path", required=True, positional=True,
                     help="A run directory holding two or more checkpoints."),)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"compare consecutive checkpoints under {args['run_dir']} (static reads)"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.trainstate.analysis import analyse, run_checkpoints
 
         result = yield from ctx.blocking(
@@ -85,11 +85,11 @@ Compare two profiles (or the shards of one) with `dataset compare`."""
             ArgSpec("scheduler", "string",
                     help="Dask scheduler address: profile on a cluster's workers."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"profile every shard under {args['dir']}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.actions._util import refuse_unsafe_output
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.actions.shared import refuse_unsafe_output
         from ckptrescue.datasets.profiles.build import profile_dataset
         from ckptrescue.datasets.profiles.profile import save
 
@@ -154,11 +154,11 @@ Exit 0 when nothing deviates, 1 otherwise."""
             ArgSpec("spot", "integer", default=8, minimum=0,
                     help="Records per spot-check sample (0: none)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"compare {args.get('current') or args['baseline']} with "
                 f"{args['baseline'] if args.get('current') else 'the rest of its shards'}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.profiles.compare import compare
         from ckptrescue.errors import UsageError
 

@@ -7,15 +7,15 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
-from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import (
+from ckptrescue.datasets.outputs import (
     DatasetVerifyOutput,
     ManifestAuditOutput,
     ManifestBuildOutput,
     ManifestDiffOutput,
     ManifestUpdateOutput,
 )
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.engine.events import Event
 
 _SOURCE_HELP = "Dataset directory or s3://bucket/prefix (read only, never written)."
 _DIR_HELP = "Dataset directory (read only, never written)."
@@ -72,10 +72,10 @@ stored), with keys relative to the prefix as names."""
                          "nothing will ever verify them)."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"sha256 of every file under {args['dir']} -> {args['output']}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.manifest import build_manifest
 
         result = yield from ctx.blocking(lambda p: build_manifest(
@@ -151,13 +151,13 @@ compared through a temporary state database instead (said in the notes)."""
                          "counted)."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"audit {args['dir']} against {args['manifest']}"
                 + (" (size+mtime only)" if args.get("quick") else "")
                 + (f" (sample {args['sample']}, seed {args.get('seed') or 0})"
                    if args.get("sample") else "")]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.audit import audit
         from ckptrescue.datasets.s3dataset import is_s3
         from ckptrescue.datasets.walk import to_json_path
@@ -165,7 +165,7 @@ compared through a temporary state database instead (said in the notes)."""
         state = args.get("state") or None
         if not is_s3(args["dir"]):
             if state or not args.get("quick"):  # a --quick audit without --state writes none
-                from ckptrescue.actions._util import refuse_unsafe_output
+                from ckptrescue.actions.shared import refuse_unsafe_output
                 from ckptrescue.datasets.audit_state import check_location, default_path
 
                 target = Path(state) if state else default_path(args["manifest"])
@@ -220,11 +220,11 @@ ETag changed (LastModified for a sidecar without ETags)."""
                     help="Manifest to update (outside DIR; needs its .jsonl sidecar)."),
             _JOBS, _SCHEDULER, _ENDPOINT)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"update {args['manifest']} for {args['dir']} (hash only new and changed "
                 "files; old manifest kept as .prev)"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.manifest_update import update_manifest
 
         result = yield from ctx.blocking(lambda p: update_manifest(
@@ -263,15 +263,15 @@ every change, removed entries included."""
                     help="Write the changes here as a sha256sum manifest (NEW's added, changed "
                          "and renamed entries) and OUT.changes.jsonl beside it."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"compare manifest {args['old']} with {args['new']} (no data read)"
                 + (f" -> {args['output']}" if args.get("output") else "")]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.manifest_diff import diff_manifests
 
         if args.get("output"):
-            from ckptrescue.actions._util import refuse_unsafe_output
+            from ckptrescue.actions.shared import refuse_unsafe_output
 
             refuse_unsafe_output(ctx.case, str(args["output"]))
         result = yield from ctx.blocking(lambda p: diff_manifests(
@@ -297,10 +297,10 @@ every JSON line, .npy/.npz headers against sizes. Exit 1 when anything is damage
                     help=_DIR_HELP),
             _JOBS, _SCHEDULER)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"verify every dataset shard under {args['dir']}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.verify import verify_dataset
 
         result = yield from ctx.blocking(lambda p: verify_dataset(

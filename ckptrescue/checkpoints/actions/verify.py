@@ -1,5 +1,5 @@
-"""The checkpoint wing's actions: probe, salvage, rank (their records: ``outputs.py``, their
-text: ``render.py``)."""
+"""The checkpoint wing's verifying actions: probe, salvage, rank (their records:
+``checkpoints/outputs.py``; their text: ``checkpoints/render.py``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ckptrescue.checkpoints.outputs import (
 )
 from ckptrescue.engine.action import (
     Action,
+    ActionArgs,
     ActionResult,
     ArgSpec,
     StepContext,
@@ -60,7 +61,7 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
             ArgSpec("endpoint_url", "string",
                     help="Object-store endpoint for s3://, az://, gs:// paths (emulators)."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
         lines = [f"static probe (zip/CRC/pickle scan/numerics) of {p}" for p in paths]
         if args.get("load"):
@@ -68,7 +69,7 @@ Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.""
                          "TensorFlow) in a resource-limited child")
         return lines
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.probes.checkpoints import probe_paths, probe_records
 
         paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
@@ -132,19 +133,19 @@ when nothing at all could be recovered."""
 
     SALVAGEABLE = ("damaged", "truncated", "incomplete")
 
-    def _targets(self, args: dict[str, Any]) -> list[str]:
+    def _targets(self, args: ActionArgs) -> list[str]:
         if args.get("checkpoint"):
             return [str(args["checkpoint"])]
         probed = [CheckpointSummary.from_json(c) for c in args.get("probed") or []
                   if isinstance(c, dict)]
         return [c.path for c in probed if c.verdict in self.SALVAGEABLE]
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         what = args.get("checkpoint") or "every damaged/truncated checkpoint the probe found"
         return [f"salvage verified tensors of {what} into {args.get('out_dir') or 'CASE/work/salvage'}"
                 + (f", filling from {args['fill_from']}" if args.get("fill_from") else "")]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.salvage import salvage
 
         targets = self._targets(args)
@@ -244,7 +245,7 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
                     help="Read the metric from stdout with this regex (group 'metric', else "
                          "group 1; default: the last line, a number or {\"metric\": x})."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         lines = [f"probe and rank every checkpoint under {args['run_dir']}"
                  + (" (with sandboxed real loads)" if args.get("load") else "")]
         if args.get("eval"):
@@ -255,7 +256,7 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
                          "checkpoints, newest first, until one passes")
         return lines
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.probes.checkpoints import probe_records
         from ckptrescue.checkpoints.rank import rank
 
@@ -290,7 +291,7 @@ Exit 0 when a resumable (intact) checkpoint exists (and passes the eval), else 1
         return done
 
 
-def _eval_accept(args: dict[str, Any], case: Any, evals: list[Any]) -> Any:
+def _eval_accept(args: ActionArgs, case: Any, evals: list[Any]) -> Any:
     """``rank``'s ``accept``: the responder's eval of one candidate (its result kept in
     ``evals``); passes when the eval passes."""
     from ckptrescue.checkpoints.probes.evalhook import argv_template, run_eval

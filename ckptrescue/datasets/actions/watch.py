@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.datasets.outputs import WatchPassOutput
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import WatchPassOutput
 
 
 class WatchPass(Action):
@@ -28,10 +27,10 @@ class WatchPass(Action):
             ArgSpec("prometheus_textfile", "path",
                     help="Write Prometheus textfile metrics here."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"watch pass over {args['source']}"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.watch.alerts import post_webhook, write_textfile
         from ckptrescue.datasets.watch.passes import run_pass
         from ckptrescue.datasets.watch.state import WatchState
@@ -44,7 +43,7 @@ class WatchPass(Action):
             raise UsageError(f"{state_path}: the watch state must live outside {source}")
         only = [p.encode("utf-8", "surrogateescape") for p in args["paths"]] \
             if args.get("paths") else None
-        from ckptrescue.actions._util import refuse_unsafe_output
+        from ckptrescue.actions.shared import refuse_unsafe_output
 
         for target in (state_path, args.get("prometheus_textfile")):
             if target:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Generator
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import DeviceHealthOutput
+from ckptrescue.storage.outputs import DeviceHealthOutput
 
 
 class DeviceHealth(Action):
@@ -21,11 +20,11 @@ class DeviceHealth(Action):
     args = (ArgSpec("target", "path", required=True,
                     help="Block device (an image file has no health: skipped)."),)
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         return [f"smartctl -x -j DISK; nvme smart-log / error-log -o json (the disk under "
                 f"{args['target']})"]
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.storage.fsinspect import device_health
 
         target = str(args["target"])

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from ckptrescue.engine.action import Action, ActionResult, ArgSpec, StepContext, from_library
+from ckptrescue.datasets.outputs import RecoverOutput
+from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.engine.events import Event
-from ckptrescue.engine.outputs import RecoverOutput
 
 _DIR_HELP = "Dataset directory (read only, never written)."
 
@@ -60,7 +59,7 @@ for the rerun to train on; files neither ok nor recovered are left out and liste
                     help="Make VIEW (new or empty, outside DIR) a tree of symlinks to the "
                          "verified files, with its manifest VIEW.sha256 beside it."))
 
-    def plan(self, args: dict[str, Any]) -> list[str]:
+    def plan(self, args: ActionArgs) -> list[str]:
         from ckptrescue.datasets.recover_plan import script_path, view_manifest_path
 
         lines = [f"audit {args['dir']} against {args['manifest']}; for each bad file the newest "
@@ -73,8 +72,8 @@ for the rerun to train on; files neither ok nor recovered are left out and liste
                          f"manifest -> {view_manifest_path(args['clean_view'])}")
         return lines
 
-    def run(self, ctx: StepContext, args: dict[str, Any]) -> Generator[Event, None, ActionResult]:
-        from ckptrescue.actions._util import refuse_unsafe_output
+    def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
+        from ckptrescue.actions.shared import refuse_unsafe_output
         from ckptrescue.datasets.manifest_files import sidecar_path
         from ckptrescue.datasets.recover import recover
         from ckptrescue.datasets.recover_plan import script_path, view_manifest_path
