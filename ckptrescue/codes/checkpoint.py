@@ -37,6 +37,13 @@ CODES = {
     "TA003": (E, "Compressed tar stream damaged: gzip CRC-32 / length or zstd checksum fails"),
     "TA004": (E, "A checkpoint member of the tar archive is not intact (its own findings say how)"),
     "TA005": (E, "Tar archive holds no checkpoint member (torch zip or pickle)"),
+    "ZA001": (E, "A checkpoint member of a plain zip archive is not intact (its own findings say "
+              "how)"),
+    "ZA002": (W, "Two zip members share a name: extraction keeps the last, so the earlier one "
+              "is not what a loader reads (still judged for safety)"),
+    "ZA003": (E, "A checkpoint member of a zip archive is compressed with a method the kit does "
+              "not read: neither its bytes nor its pickle are verified"),
+    "ZA004": (E, "A deflated zip member does not inflate to its recorded size and CRC-32"),
     "TA006": (W, "Two tar members share a name: extraction keeps the last, so the earlier one "
               "is not what a loader reads (still judged for safety)"),
     # pickle inspection

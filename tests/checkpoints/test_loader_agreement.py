@@ -28,7 +28,7 @@ from ckptrescue.checkpoints.base import Verdict
 from .conftest import probe1
 
 ORACLE = r"""
-import hashlib, io, json, os, pickle, sys, tarfile, tempfile
+import hashlib, io, json, os, pickle, sys, tarfile, tempfile, zipfile
 import torch
 
 def tmap(obj):
@@ -67,11 +67,15 @@ def load(kind, path):
         from safetensors import safe_open
         with safe_open(path, framework="pt") as f:
             return tmap({k: f.get_tensor(k) for k in f.keys()})
-    if kind == "tar":
+    if kind in ("tar", "zip"):
         out = {}
         with tempfile.TemporaryDirectory() as d:
-            with tarfile.open(path) as t:
-                t.extractall(d, filter="data")
+            if kind == "zip":
+                with zipfile.ZipFile(path) as z:
+                    z.extractall(d)
+            else:
+                with tarfile.open(path) as t:
+                    t.extractall(d, filter="data")
             files = sorted(os.path.relpath(os.path.join(r, f), d)
                            for r, _, fs in os.walk(d) for f in fs)
             for rel in files:
@@ -374,3 +378,67 @@ def test_probe_load_of_layouts_and_dtypes_it_cannot_describe(tmp_path):
         r = probe1(path, load=True)
         assert r.load["status"] == "ok" and r.verdict is Verdict.INTACT, (path, r.findings)
         assert "LD008" not in {f.code for f in r.findings}
+
+
+# -- a plain zip of checkpoints (zip run.zip step.pt) ---------------------------------------------
+
+def _zip(path: Path, members: list[tuple[str, bytes]], method: int) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", method) as zf:
+        for name, data in members:
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data,
+                        compress_type=method)
+    return path
+
+
+def _with_payload(saved: bytes) -> bytes:
+    """``saved`` (a torch zip) with its data.pkl replaced by the payload."""
+    import zipfile
+
+    src, out = zipfile.ZipFile(io.BytesIO(saved)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, PAYLOAD if info.filename.endswith("data.pkl")
+                         else src.read(info.filename))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("method", [0, 8], ids=["stored", "deflated"])
+def test_a_zip_of_checkpoints_is_walked_member_by_member(tmp_path, method):
+    """``zip run.zip step.pt``: a torch.save file zipped for transfer was ``truncated`` (stored)
+    or ``unknown`` (deflated), and a payload in the inner data.pkl was never ``unsafe``. Now each
+    member is probed (in place when stored: the map is torch.load's, byte for byte, and salvage
+    reads it), a payload makes the archive unsafe, and a deflated member whose bytes changed
+    does not inflate to its CRC-32 (zipfile refuses to extract it)."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"w": _ar(24).reshape(4, 6), "n": _ar(3, torch.int64)}, buf)
+    saved = buf.getvalue()
+    good = _zip(tmp_path / "good.zip", [("step.pt", saved),
+                                        ("legacy.pt", _legacy_bytes({"v": _ar(5)}))], method)
+    bad = _zip(tmp_path / "payload.zip", [("step.pt", _with_payload(saved))], method)
+    loaded, refused = oracle([("zip", good), ("zip", bad)])
+    assert loaded["ok"] and not refused["ok"], (loaded, refused)  # weights_only refuses it
+    r = probe1(good)
+    assert r.format == "zip" and r.verdict is Verdict.INTACT, r.findings
+    assert {n: v[:2] for n, v in static_map(r).items()} == \
+        {n: v[:2] for n, v in loaded["map"].items()}
+    if method == 0:
+        assert static_map(r) == loaded["map"]
+        from ckptrescue.checkpoints.salvage import salvage
+
+        out = salvage(good, tmp_path / "out", allow_next_to_input=True)
+        [written] = oracle([("safetensors", Path(out.output))])
+        assert written["map"] == loaded["map"]
+    r = probe1(bad)
+    assert r.verdict is Verdict.UNSAFE and "os.system" in r.extra["unsafe_globals"], r.findings
+    if method == 8:
+        raw = bytearray(good.read_bytes())
+        raw[200] ^= 0x10  # inside the first member's deflate stream
+        flipped = tmp_path / "flipped.zip"
+        flipped.write_bytes(bytes(raw))
+        [extracted] = oracle([("zip", flipped)])
+        assert not extracted["ok"]
+        assert probe1(flipped).verdict not in (Verdict.INTACT, Verdict.SUSPECT)

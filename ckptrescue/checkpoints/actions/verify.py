@@ -37,7 +37,8 @@ class Probe(Action):
     description = """Verify checkpoints without executing them; exit 0 when every one is intact, else 1.
 
 Formats: torch.save zip and legacy, safetensors, Hugging Face sharded, torch DCP,
-TensorFlow TensorBundle / SavedModel / checkpoint state, Keras .keras / .h5.
+TensorFlow TensorBundle / SavedModel / checkpoint state, Keras .keras / .h5; checkpoints
+inside .tar / .tar.gz / .tar.zst and plain .zip archives, walked in place.
 Verdicts: intact, suspect, damaged, truncated, incomplete, unsafe, unreadable."""
     examples = ("ckptrescue probe runs/exp1/ --reference runs/exp1/step_900.pt --json",)
     output_type = ProbeOutput

@@ -199,6 +199,8 @@ class _Members:
     options: ProbeOptions
     multi: bool
     listed: list[dict[str, Any]] = field(default_factory=list)
+    # finding codes: a member not intact, a member replaced by a later one of its name
+    codes: tuple[str, str] = ("TA004", "TA006")
     zips: ZipWindows = field(init=False)
 
     def __post_init__(self) -> None:
@@ -219,7 +221,7 @@ class _Members:
         m, report = part.member, self.report
         prefix = f"{m.name}/" if self.multi else ""
         before, first = len(report.findings), len(report.tensors)
-        if part.data:
+        if part.data or part.kind == "pickle":
             own = self._pickle(part)
         elif part.stream is not None:
             own = self._stream(part, prefix)
@@ -237,7 +239,7 @@ class _Members:
             del report.tensors[first:]
             later = self._offset(replaced_by.member)
             report.findings.append(finding(
-                "TA006", f"member {m.name} appears again later in the archive"
+                self.codes[1], f"member {m.name} appears again later in the archive"
                 + (f" (at {later})" if later is not None else "") + ": extraction keeps only "
                 f"the last one, so this one ({mine.verdict}) is not what a loader reads",
                 evidence=report.path, offset=self._offset(m), length=m.size,
@@ -245,7 +247,7 @@ class _Members:
             return [v for v in own if v is Verdict.UNSAFE] + [Verdict.SUSPECT]
         if mine.verdict is not Verdict.INTACT:
             report.findings.append(finding(
-                "TA004", f"member {m.name} ({part.kind}) is {mine.verdict}",
+                self.codes[0], f"member {m.name} ({part.kind}) is {mine.verdict}",
                 evidence=report.path, offset=self._offset(m), length=m.size,
                 details={"member": m.name, "verdict": str(mine.verdict)}))
         return own
@@ -253,10 +255,11 @@ class _Members:
     def _pickle(self, part: _Part) -> list[Verdict]:
         """Every pickle of the member, one after the other, as repeated ``pickle.load`` calls
         read them (a legacy stream's five; the bytes after them are its storages)."""
-        data, pos, verdicts = part.data, 0, []
-        most = 5 if part.kind == "torch-legacy" else _MAX_PICKLES
-        for _ in range(most):
+        data, pos, verdicts, scans = part.data, 0, [], []
+        legacy = part.kind == "torch-legacy"
+        for _ in range(5 if legacy else _MAX_PICKLES):
             scan = pickle_scan.scan_pickle(data[pos:], start=pos, mode="memory", partial=True)
+            scans.append(scan)
             found, vs = judge(scan, self.report.path, allowed=self._allowed,
                               weights_only=False, standalone=True,
                               label=f"{Path(self.report.path).name}:{part.member.name}")
@@ -269,6 +272,9 @@ class _Members:
             if scan.error or scan.end <= 0 or len(data) < pos + 2 or data[pos] != 0x80 \
                     or data[pos + 1] > 5:
                 break
+        if legacy and not any(s.error for s in scans):
+            prefix = f"{part.member.name}/" if self.multi else ""
+            verdicts += torch_legacy.unread_stream(scans, part.member.size, self.report, prefix)
         return verdicts
 
     def _legacy(self, part: _Part, prefix: str) -> list[Verdict]:
@@ -321,3 +327,11 @@ class _Members:
                                  "offset": None if tw.compressed else m.data_offset}
                                 for m in tarwalk.iter_files(tw)][:4096],
                     "checkpoints": self.listed}}
+
+
+# Public names for the other archive of checkpoints (``zip_archive``: a plain zip of them):
+# the same member kinds and the same judging of each member.
+MemberPart = _Part
+Members = _Members
+member_kind = _kind
+HEAD_BYTES = _HEAD_BYTES

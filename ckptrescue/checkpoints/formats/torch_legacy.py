@@ -100,6 +100,44 @@ def probe_stream(fh: Any, report: CheckpointReport, options: ProbeOptions, *, st
     return verdicts
 
 
+def unread_stream(scans: list[pickle_scan.PickleScan], size: int, report: CheckpointReport,
+                  prefix: str = "") -> list[Verdict]:
+    """A legacy stream read once through a decompressor (a member of a compressed archive):
+    its five pickles were judged from the bytes as they passed; the storages after them are
+    not read (no offsets to come back to), so each tensor is ``unverified`` - but their sizes
+    must add up to the member's: the pickles' end plus, per storage key, an 8-byte element
+    count and ``numel x itemsize`` bytes (TL001 short, TL005 longer)."""
+    verdicts: list[Verdict] = []
+    _structure(scans, report.path, report, verdicts)
+    if len(scans) < 5:
+        return verdicts
+    named, refs_by_key, keys, _names = _storage_refs(scans, prefix)
+    storages: dict[str, StorageCheck] = {}
+    expected = sum(scan.end for scan in scans)
+    for key in keys:
+        refs = refs_by_key.get(key, [])
+        prefs = [r for r in refs if isinstance(r, pickle_scan.PersistentRef)]
+        dtype = tensormap.storage_dtype(refs)
+        sc = StorageCheck(key=key, file=report.path, dtype=dtype, status="unverified",
+                          declared=tensormap.declared_nbytes(prefs[0], dtype) if prefs else None)
+        sc.reasons.append("legacy stream in a compressed archive: storage bytes not read")
+        storages[key] = sc
+        expected += 8 + (sc.declared or 0)
+    if size < expected:
+        report.findings.append(finding("TL001", f"legacy stream truncated: {size} bytes, its "
+                                       f"pickles declare {expected}", evidence=report.path))
+        verdicts.append(Verdict.TRUNCATED)
+    elif size > expected:
+        report.findings.append(finding("TL005", f"{size - expected} bytes after the last "
+                                       "storage", evidence=report.path))
+    report.tensors.extend(tensormap.tensor_records(named, storages, {}))
+    report.findings.append(finding(
+        "TL003", "legacy stream in a compressed archive: its pickles are judged, its storages "
+        "not read (no checksums to compare; extract it and probe the file to scan them)",
+        evidence=report.path))
+    return verdicts
+
+
 def _structure(scans: list[pickle_scan.PickleScan], spath: str, report: CheckpointReport,
                verdicts: list[Verdict]) -> None:
     """``torch/serialization.py::_legacy_load``'s checks: magic, protocol 1001, persistent ids

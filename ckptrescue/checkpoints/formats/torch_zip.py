@@ -442,3 +442,6 @@ def tensormap_salvageable(report: CheckpointReport,
 
 
 FORMATS = [TorchZipFormat]
+
+# Public name: whether a list of zip member names is a torch zip's (``zip_archive``)
+prefix_of = _prefix_of
