@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ckptrescue.errors import CaseError
 from ckptrescue.model import JsonObject, StepOutputs
 
 if TYPE_CHECKING:
@@ -100,6 +101,6 @@ def outputs_of(case: Case, kind: type[O]) -> list[O]:
             continue
         try:
             results.append(kind.from_json(parsed_artifact(case, details["outputs_sha256"])))
-        except (OSError, ValueError):
-            continue
+        except (OSError, ValueError, CaseError):
+            continue  # an artifact no longer as stored (case verify names it) is not read
     return results

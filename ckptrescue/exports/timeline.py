@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from ckptrescue.display import shown_text
 from ckptrescue.exports.records import describe_record, iso_utc, parse_time
 from ckptrescue.model import JsonObject
-from ckptrescue.record.audit import verify_lines
+from ckptrescue.record.audit import verify_lines, well_formed
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -112,7 +112,7 @@ class TimelineEvent:
 def timeline_events(case: Case) -> list[TimelineEvent]:
     """Every event the case knows of, oldest first (read-only)."""
     chain = verify_lines(case.audit.read_bytes())
-    records = chain.records
+    records = [r for r in chain.records if well_formed(r)]  # others: case verify names them
     events: list[TimelineEvent] = []
     stored: dict[str, JsonObject] = {}
     for record in records:

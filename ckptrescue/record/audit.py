@@ -34,14 +34,29 @@ from typing import Any, NoReturn
 
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.model import AuditRecord, JsonObject
+from ckptrescue.record.regular import kind_of, open_regular
 
 GENESIS = "0" * 64
 _TAIL_WINDOW = 1 << 16
 
 
 def canonical(obj: Any) -> bytes:
-    """Canonical JSON bytes used for hashing."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Canonical JSON bytes used for hashing, and the exact bytes of a record's line.
+
+    UTF-8; a lone surrogate (a file name that is not UTF-8, as ``os.fsdecode`` gives it) is
+    written as its JSON escape (``\\udcff``), which reads back as the same string."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
+def as_read_back(obj: AuditRecord) -> tuple[AuditRecord, bytes]:
+    """``obj`` as a reader of its canonical line gets it, and that line: JSON turns integer keys
+    into strings (and re-sorts them) and tuples into lists, so a record is hashed as it will be
+    read, never as the caller's objects were."""
+    data = canonical(obj)
+    back = json.loads(data)
+    again = canonical(back)
+    return (obj, data) if again == data else (back, again)
 
 
 def record_hash(record: AuditRecord) -> str:
@@ -60,6 +75,24 @@ def default_actor() -> str:
     except (KeyError, OSError):
         user = str(os.getuid())
     return f"{user}@{socket.gethostname()}"
+
+
+# what a record of these actions holds in its details, always a JSON object
+_OBJECT_FIELDS = {"evidence.added": "item", "finding": "finding", "case.created": "manifest"}
+
+
+def well_formed(record: Any) -> bool:
+    """A record of the shape the kit writes: an object with an integer ``seq``, a ``hash``,
+    details that are an object (holding the object its action names: an evidence item, a
+    finding). Readers skip any other (only an edit of the log makes one; ``verify`` names it)."""
+    if not isinstance(record, dict) or not isinstance(record.get("seq"), int) \
+            or not isinstance(record.get("hash"), str):
+        return False
+    details = record.get("details")
+    if not isinstance(details, dict):
+        return False
+    field_name = _OBJECT_FIELDS.get(record.get("action"))  # type: ignore[arg-type]
+    return field_name is None or isinstance(details.get(field_name), dict)
 
 
 @dataclass
@@ -117,7 +150,8 @@ def verify_lines(data: bytes) -> ChainReport:
         seq = record.get("seq")
         if garbage:
             blob = b"\n".join(garbage)
-            ack = record.get("details", {}) if record.get("action") == "audit.torn_tail" else {}
+            ack = record.get("details") if record.get("action") == "audit.torn_tail" else None
+            ack = ack if isinstance(ack, dict) else {}
             if (ack.get("length"), ack.get("sha256")) != (len(blob),
                                                            hashlib.sha256(blob).hexdigest()):
                 report.problems.append(
@@ -139,6 +173,14 @@ def verify_lines(data: bytes) -> ChainReport:
         if record.get("hash") != record_hash(record):
             report.problems.append(
                 f"record seq {seq} (line {lineno}): content does not match its hash (edited)"
+            )
+            report.first_broken_seq = seq
+            return report
+        if raw != canonical(record):
+            report.problems.append(
+                f"record seq {seq} (line {lineno}): its bytes are not the ones the kit wrote "
+                "(same content, rewritten: spacing, key order, escapes or a repeated key; "
+                "edited)"
             )
             report.first_broken_seq = seq
             return report
@@ -372,9 +414,14 @@ class AuditLog:
     def _open(self) -> int:
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                   0o644)
+                self._fd = open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EINVAL):
+                    raise CaseWriteError(
+                        f"{self.path}: the case's log is a {kind_of(self.path)}, not a regular "
+                        "file of the case; the kit never writes through it",
+                        hint="`case verify` shows the case as it is; restore the log from a "
+                        "copy you trust") from exc
                 self._fail(exc, "opening the audit log")
         return self._fd
 
@@ -403,6 +450,7 @@ class AuditLog:
         if artifacts:
             record["artifacts"] = sorted(set(artifacts))
         record["prev"] = prev
+        record, _ = as_read_back(record)
         record["hash"] = record_hash(record)
         return record
 
@@ -425,7 +473,7 @@ class AuditLog:
                     record = json.loads(raw)
                 except ValueError:
                     continue
-                if isinstance(record, dict) and "seq" in record:
+                if well_formed(record):
                     yield record
 
     def head(self) -> AuditRecord | None:

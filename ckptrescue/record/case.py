@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -51,8 +52,10 @@ from ckptrescue.record.audit import (
     ChainReport,
     utc_now,
     verify_lines,
+    well_formed,
 )
-from ckptrescue.record.index import INDEXED, RecordIndex, check_file
+from ckptrescue.record.index import INDEX, INDEXED, RecordIndex, check_file
+from ckptrescue.record.regular import is_sha256, kind_of, read_regular, sha256_regular
 
 MANIFEST = "case.json"
 AUDIT = "audit.jsonl"
@@ -131,6 +134,10 @@ class VerifyReport:
         }
 
 
+class ArtifactChangedError(CaseError):
+    """An artifact is no longer what the case stored (edited, replaced by a symlink)."""
+
+
 class _State:
     """What every ``Case`` object of one directory shares within a process: the log with its
     batch, the record index, the writer depth and the derived files still to rewrite."""
@@ -149,7 +156,7 @@ class _State:
     def written(self, placed: list[Appended]) -> None:
         """After each write of the log: index the records (the index is derived: a failure to
         write it is repaired by the next writer)."""
-        lines = self.index.extend((p.record, p.offset, p.length) for p in placed)
+        lines = self.index.extend([(p.record, p.offset, p.length) for p in placed])
         try:
             self.index.write_lines(lines)
         except OSError:
@@ -341,9 +348,9 @@ class Case:
         if state.derived_checked:
             return
         state.derived_checked = True
-        logged = [r["details"]["item"] for r in index.records("evidence.added")]
+        logged = [e.to_json() for e in self.evidence()]
         try:
-            current = json.loads((self.root / EVIDENCE).read_text())
+            current = json.loads(read_regular(self.root / EVIDENCE))
         except (OSError, ValueError):
             current = None
         if current != logged:
@@ -380,7 +387,15 @@ class Case:
                 self.add_finding(finding)
 
     def findings(self) -> list[Finding]:
-        return [Finding.from_json(r["details"]["finding"]) for r in self.records("finding")]
+        """The findings of the log (a record of another shape, which only an edit of the log
+        makes and ``verify`` names, is left out rather than stopping every reader)."""
+        found = []
+        for record in self.records("finding"):
+            try:
+                found.append(Finding.from_json(record["details"]["finding"]))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+        return found
 
     def records(self, action: str | None = None) -> Iterator[AuditRecord]:
         """Records of the log, oldest first; one action's are read through the index (no
@@ -421,14 +436,38 @@ class Case:
         return ArtifactWriter(self, name=name, kind=kind, log=log)
 
     def artifact_path(self, sha256: str) -> Path:
+        """Where the artifact of this SHA-256 is (a name that is not one is refused: a record
+        never leads a reader out of ``artifacts/``)."""
+        if not is_sha256(sha256):
+            raise CaseError(f"{self.root}: {str(sha256)[:80]!r} is not the SHA-256 of an "
+                            "artifact")
         return self.artifacts_dir / sha256
 
     def read_artifact(self, sha256: str) -> bytes:
-        return self.artifact_path(sha256).read_bytes()
+        """An artifact's bytes, as stored: a regular file of the case whose content still has
+        its SHA-256 (else :class:`ArtifactChangedError`; ``case verify`` names it too)."""
+        path = self.artifact_path(sha256)
+        try:
+            data = read_regular(path)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EINVAL):
+                raise ArtifactChangedError(f"{path}: is a {kind_of(path)}, not the artifact "
+                                           "the case stored") from exc
+            raise
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise ArtifactChangedError(f"{path}: its content no longer has its SHA-256 "
+                                       "(changed after it was stored)")
+        return data
 
     # -- evidence --------------------------------------------------------------------------------
     def evidence(self) -> list[EvidenceItem]:
-        return [EvidenceItem(**r["details"]["item"]) for r in self.records("evidence.added")]
+        items = []
+        for record in self.records("evidence.added"):
+            try:
+                items.append(EvidenceItem(**record["details"]["item"]))
+            except (KeyError, TypeError):
+                continue  # not a record the kit writes (``verify`` names it)
+        return items
 
     def add_evidence(
         self,
@@ -542,27 +581,45 @@ class Case:
 
         The derived files (``evidence.json``, ``seal.json``, ``index.jsonl``) are recomputed
         from the log: a missing one, or one behind the log (a crash between a write of the log
-        and its rewrite) is a note; one that says what the log does not is a problem. The log
-        itself: every edit, deletion, reorder or forged append of its records is found by the
-        chain; a record after the ``case.sealed`` record, or a ``seal.json`` the log has no
+        and its rewrite) is a note; one that says what the log does not is a problem. They are
+        read before the log, so a writer working meanwhile can only have put the log ahead of
+        them, never them ahead of the log: verify beside a writer raises no false alarm. The
+        log itself: every edit, deletion, reorder or forged append of its records is found by
+        the chain; a record after the ``case.sealed`` record, or a ``seal.json`` the log has no
         ``case.sealed`` record for, is a problem. What the chain cannot show alone is a whole log
         rewritten (or cut back before its seal, with ``seal.json`` removed too): compare with
         the head kept out of band (``expect_head``)."""
-        chain = verify_lines(self.audit.read_bytes())
+        derived = {name: _read_derived(self.root / name)
+                   for name in (MANIFEST, EVIDENCE, SEAL, INDEX)}
+        log_problem = None
+        try:
+            data = read_regular(self.audit.path)
+        except FileNotFoundError:
+            data = b""
+        except OSError as exc:
+            data = b""
+            log_problem = (f"{AUDIT} is a {kind_of(self.audit.path)}, not the case's log file"
+                           if exc.errno in (errno.ELOOP, errno.EINVAL)
+                           else f"{AUDIT}: unreadable ({exc.strerror or exc})")
+        chain = verify_lines(data)
         report = VerifyReport(chain=chain)
+        if log_problem:
+            report.problems.append(log_problem)
+        odd = next((r for r in chain.records if not well_formed(r)), None)
+        if odd is not None:
+            report.problems.append(f"record seq {odd['seq']} ({str(odd.get('action'))[:40]}) "
+                                   "is not of the shape the kit writes; readers leave it out")
         self._verify_artifacts(chain, report)
         created = next((r for r in chain.records if r.get("action") == "case.created"), None)
-        try:
-            manifest = json.loads((self.root / MANIFEST).read_text())
-        except (OSError, ValueError):
-            manifest = None
-        if created is not None and manifest != created["details"].get("manifest"):
+        manifest = _json_of(derived[MANIFEST])
+        if created is not None and manifest != _details(created).get("manifest"):
             report.problems.append(f"{MANIFEST} differs from the manifest recorded in record seq "
                                    f"{created['seq']} (case.created): it was edited")
         if chain.ok:
-            self._verify_evidence(chain, report)
-            self._verify_seal(chain, report)
-            problems, notes = check_file(self.root, chain.records, chain.places)
+            self._verify_evidence(chain, report, derived[EVIDENCE])
+            self._verify_seal(chain, report, derived[SEAL])
+            problems, notes = check_file(self.root, chain.records, chain.places,
+                                         data=derived[INDEX])
             report.problems += problems
             report.notes += notes
         for leftover in leftovers(self.root):
@@ -587,9 +644,15 @@ class Case:
     def _verify_artifacts(self, chain: ChainReport, report: VerifyReport) -> None:
         seen: set[str] = set()
         for record in chain.records:
-            for sha in record.get("artifacts", []):
+            named = record.get("artifacts", [])
+            if not isinstance(named, list) or not all(is_sha256(a) for a in named):
+                report.problems.append(
+                    f"record seq {record['seq']} ({record.get('action')}) names artifacts that "
+                    f"are not SHA-256 names ({str(named)[:80]}): the kit never writes that")
+                continue
+            for sha in named:
                 seen.add(sha)
-                if not self.artifact_path(sha).is_file():
+                if kind_of(self.artifacts_dir / sha) == "missing":
                     report.problems.append(
                         f"artifact {sha} referenced by record seq {record['seq']} "
                         f"({record['action']}) is missing"
@@ -600,7 +663,14 @@ class Case:
                     report.notes.append(f"unfinished artifact upload {path.name} ignored")
                     continue
                 report.artifacts_checked += 1
-                actual = sha256_file(path)
+                try:
+                    actual = sha256_regular(path)
+                except OSError as exc:
+                    what = (f"a {kind_of(path)}, not a regular file of the case"
+                            if exc.errno in (errno.ELOOP, errno.EINVAL)
+                            else f"unreadable ({exc.strerror or exc})")
+                    report.problems.append(f"artifact {path.name} is {what}: it was replaced")
+                    continue
                 if actual != path.name:
                     report.problems.append(
                         f"artifact {path.name} was changed (its content hashes to {actual})"
@@ -608,19 +678,24 @@ class Case:
                 elif path.name not in seen:
                     report.notes.append(f"artifact {path.name} is not referenced by the log")
 
-    def _verify_evidence(self, chain: ChainReport, report: VerifyReport) -> None:
-        logged = [r["details"]["item"] for r in chain.records
-                  if r.get("action") == "evidence.added"]
-        path = self.root / EVIDENCE
-        try:
-            inventory = json.loads(path.read_text())
-        except FileNotFoundError:
+    def _verify_evidence(self, chain: ChainReport, report: VerifyReport,
+                         data: bytes | OSError | None) -> None:
+        logged: list[Any] = []
+        for record in chain.records:
+            if record.get("action") != "evidence.added":
+                continue
+            item = _details(record).get("item")
+            if not isinstance(item, dict):
+                report.problems.append(f"record seq {record['seq']} (evidence.added) holds no "
+                                       "evidence item: the kit never writes that")
+                return
+            logged.append(item)
+        if data is None:
             report.notes.append(f"{EVIDENCE} is missing; it is derived from the log "
                                 f"({len(logged)} evidence.added record(s)) and rewritten by the "
                                 "next command that writes into the case")
             return
-        except (OSError, ValueError):
-            inventory = None
+        inventory = _json_of(data)
         if inventory == logged:
             return
         if isinstance(inventory, list) and inventory == logged[:len(inventory)]:
@@ -631,9 +706,9 @@ class Case:
         report.problems.append(f"{EVIDENCE} differs from the evidence.added records of the "
                                "log: it was edited")
 
-    def _verify_seal(self, chain: ChainReport, report: VerifyReport) -> None:
+    def _verify_seal(self, chain: ChainReport, report: VerifyReport,
+                     data: bytes | OSError | None) -> None:
         seals = [i for i, r in enumerate(chain.records) if r.get("action") == "case.sealed"]
-        seal_file = self.root / SEAL
         if seals:
             first = chain.records[seals[0]]
             after = len(chain.records) - 1 - seals[0]
@@ -641,27 +716,26 @@ class Case:
                 report.problems.append(
                     f"{after} record(s) were appended after the seal (case.sealed is record "
                     f"seq {first['seq']}): the kit never writes into a sealed case")
-        try:
-            seal = json.loads(seal_file.read_text()) if seal_file.exists() else None
-        except (OSError, ValueError):
-            report.problems.append(f"{seal_file}: unreadable seal file")
-            return
-        if seal is None:
+        if data is None:
             if seals:
                 report.notes.append(f"{SEAL} is missing; it is derived from the case.sealed "
                                     f"record (seq {chain.records[seals[0]]['seq']})")
             return
+        seal = _json_of(data)
+        if not isinstance(seal, dict):
+            report.problems.append(f"{self.root / SEAL}: unreadable seal file")
+            return
         hashes = {r["hash"]: r for r in chain.records}
-        head = seal.get("head") if isinstance(seal, dict) else None
+        head = seal.get("head")
         if not seals:
-            if head in hashes:
+            if isinstance(head, str) and head in hashes:
                 report.problems.append(
                     f"{SEAL} names head {head} (seq {seal.get('seq')}), but the log holds no "
                     "case.sealed record: the seal was removed from the log")
             else:
                 report.problems.append(
-                    f"the sealed head {head} (seq {seal.get('seq') if isinstance(seal, dict) else '?'})"
-                    " is not in the log: the log was truncated or rewritten after sealing")
+                    f"the sealed head {head} (seq {seal.get('seq')}) is not in the log: the log "
+                    "was truncated or rewritten after sealing")
             return
         if seal != _seal_json(chain.records[seals[0]]):
             report.problems.append(f"{SEAL} differs from the case.sealed record (seq "
@@ -693,7 +767,31 @@ class Case:
 
 
 def _seal_json(record: AuditRecord) -> JsonObject:
-    return {"seq": record["seq"], "head": record["hash"], "time": record["time"]}
+    return {"seq": record["seq"], "head": record["hash"], "time": record.get("time")}
+
+
+def _details(record: AuditRecord) -> JsonObject:
+    details = record.get("details")
+    return details if isinstance(details, dict) else {}
+
+
+def _read_derived(path: Path) -> bytes | OSError | None:
+    """A derived file's bytes (None: missing; the error: not a regular file, unreadable)."""
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc
+
+
+def _json_of(data: bytes | OSError | None) -> Any:
+    if not isinstance(data, bytes):
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 class ArtifactWriter:

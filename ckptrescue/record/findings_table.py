@@ -11,12 +11,16 @@ a table back.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ckptrescue.model import Finding, JsonObject
+from ckptrescue.record.regular import open_regular
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -133,13 +137,38 @@ def table_of(finding: Finding | dict[str, Any]) -> str | None:
     return table if isinstance(table, str) and details.get("aggregated") else None
 
 
+def open_table(case: Case, table: str) -> IO[bytes]:
+    """The table artifact, open at its start, after checking that it is still what the case
+    stored (a regular file of the case with its SHA-256); else ``ArtifactChangedError``: a
+    reader never pages through an edited table as the case's."""
+    from ckptrescue.record.case import ArtifactChangedError
+
+    path = case.artifact_path(table)
+    try:
+        fh = os.fdopen(open_regular(path), "rb")
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL):
+            raise ArtifactChangedError(f"{path}: not the findings table the case stored (a "
+                                       "symlink or a special file)") from exc
+        raise
+    digest = hashlib.sha256()
+    while block := fh.read(1 << 20):
+        digest.update(block)
+    if digest.hexdigest() != table:
+        fh.close()
+        raise ArtifactChangedError(f"{path}: the findings table was changed after it was "
+                                   "stored; `case verify` names it")
+    fh.seek(0)
+    return fh
+
+
 def rows(case: Case, finding: Finding | dict[str, Any], *, start: int = 0,
          limit: int | None = None) -> Iterator[Finding]:
     """Page through an aggregated finding's table (streamed; ``start``/``limit`` rows)."""
     table = table_of(finding)
     if table is None:
         return
-    with open(case.artifact_path(table), "rb") as fh:
+    with open_table(case, table) as fh:
         for i, line in enumerate(fh):
             if i < start:
                 continue

@@ -1,30 +1,34 @@
 """Where each record of the log is, by action: readers find a case's evidence, steps, outputs and
-findings without replaying the whole log.
+findings without parsing the whole log.
 
-``CASE/index.jsonl`` is derived from ``audit.jsonl`` and can be rebuilt from it at any time. Each
-line names one record: ``{"a": action, "h": hash, "n": length, "o": offset, "s": seq}`` (its line
-in the log is ``n`` bytes at byte ``o``, newline included). Every record of an action in
-:data:`INDEXED` has a line; so does the last record of each write (the index says how far it
-covers the log).
+Each process derives its index from ``audit.jsonl`` itself, in one pass over its bytes that
+parses only the records of the actions in :data:`INDEXED` (a record's line starts with its
+action: the canonical JSON sorts ``action`` first), and keeps up incrementally after that. The
+readers (the answer, the report, the TUI, the next writer's evidence ids) never take a derived
+file on trust: an edited ``index.jsonl`` changes nothing they show or write.
 
-A reader (:class:`RecordIndex`) takes the index file as far as its last line agrees with the log
-(that record is read back and its seq and hash compared) and reads the log only after it; a
-missing, torn or disagreeing index is rebuilt from the log in memory. The case's writer appends
-lines after each write of the log, and rewrites the file (temp file, ``fsync``, rename) when it
-finds it missing or wrong. ``case verify`` checks every line against the log
-(:func:`check_file`).
+``CASE/index.jsonl`` is that index written down for readers outside the kit, derived and
+rewritten like the case's other summaries: each line names one record,
+``{"a": action, "h": hash, "n": length, "o": offset, "s": seq}`` (its line in the log is ``n``
+bytes at byte ``o``, newline included); every record of an indexed action has a line, and so
+does the last record of each write (how far it covers the log). The case's writer appends lines
+after each write of the log and rewrites the file (temp file, ``fsync``, rename) when it is not
+the one it knows. ``case verify`` checks every line against the log (:func:`check_file`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ckptrescue.model import AuditRecord
 from ckptrescue.record.atomic import write_atomic
+from ckptrescue.record.audit import well_formed
+from ckptrescue.record.regular import open_regular, read_regular
 
 INDEX = "index.jsonl"
 INDEXED = frozenset({
@@ -34,6 +38,8 @@ INDEXED = frozenset({
 })
 # parsed records of these actions are kept in memory once read (few per case)
 _CACHED = INDEXED - {"finding"}
+_PREFIX = b'{"action":"'
+_INDEXED_BYTES = frozenset(a.encode() for a in INDEXED)
 
 
 @dataclass(frozen=True)
@@ -66,23 +72,20 @@ def parse_line(raw: bytes) -> Entry | None:
     return entry if entry.offset >= 0 and entry.length > 0 else None
 
 
-def scan_log(fh: Any, start: int) -> Iterator[tuple[Entry, dict[str, Any]]]:
-    """Every complete record of the log from byte ``start`` (a line start), with its place.
-    Lines that are not records (an acknowledged torn write) are skipped; a last line without
-    its newline (a write in progress, a torn tail) is not a record yet."""
-    fh.seek(start)
-    pos = start
-    for raw in fh:
-        size = len(raw)
-        if raw.endswith(b"\n"):
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                record = None
-            if isinstance(record, dict) and "seq" in record and "hash" in record:
-                yield Entry(int(record["seq"]), str(record["hash"]), str(record.get("action")),
-                            pos, size), record
-        pos += size
+def action_of(raw: bytes) -> bytes | None:
+    """The action a canonical record line starts with (None for any other line)."""
+    if not raw.startswith(_PREFIX):
+        return None
+    end = raw.find(b'"', len(_PREFIX))
+    return raw[len(_PREFIX):end] if end > 0 else None
+
+
+def _record(raw: bytes) -> AuditRecord | None:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if well_formed(record) else None  # else: verify names what it is
 
 
 def wanted(entry: Entry) -> bool:
@@ -90,37 +93,42 @@ def wanted(entry: Entry) -> bool:
 
 
 class RecordIndex:
-    """The in-memory index of one case's log, kept up to date incrementally."""
+    """The in-memory index of one case's log, derived from the log and kept up to date."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.log_path = self.root / "audit.jsonl"
         self.path = self.root / INDEX
         self.entries: list[Entry] = []
-        self.last: Entry | None = None  # the last record covered
+        self.last: Entry | None = None  # the last record read (where the index stops)
+        self.scanned = 0  # the log is read up to here (the end of its last complete line)
         self.log_size = -1
         self.file_size = -1  # bytes of index.jsonl known to agree with ``entries``
         self._by_action: dict[str, list[Entry]] = {}
-        self._parsed: dict[int, dict[str, Any]] = {}
+        self._parsed: dict[int, AuditRecord] = {}
+        self._mutex = threading.RLock()
 
     # -- keeping up ----------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Catch up with the log: from the index file the first time, then from the log."""
-        try:
-            size = os.stat(self.log_path).st_size
-        except FileNotFoundError:
-            self._reset()
-            self.log_size = 0
-            return
-        if size == self.log_size:
-            return
-        if self.log_size < 0 or not self._still_there(self.last):
-            self._reset()
-            self._load_file()
-        self._catch_up()
+        """Catch up with the log (from its start the first time, or when it was cut or
+        rewritten under this index)."""
+        with self._mutex:
+            try:
+                size = os.stat(self.log_path).st_size
+            except FileNotFoundError:
+                self._reset()
+                self.log_size = 0
+                return
+            if size == self.log_size:
+                return
+            if self.log_size < 0 or size < self.scanned or not self._still_there(self.last):
+                self._reset()
+            self.log_size = size
+            self._catch_up({})
 
     def _reset(self) -> None:
-        self.entries, self.last, self.log_size, self.file_size = [], None, -1, -1
+        self.entries, self.last, self.scanned = [], None, 0
+        self.log_size, self.file_size = -1, -1
         self._by_action, self._parsed = {}, {}
 
     def _still_there(self, entry: Entry | None) -> bool:
@@ -136,92 +144,76 @@ class RecordIndex:
         return isinstance(record, dict) and record.get("seq") == entry.seq \
             and record.get("hash") == entry.hash and raw.endswith(b"\n")
 
-    def _load_file(self) -> None:
+    def _catch_up(self, known: dict[int, AuditRecord]) -> list[Entry]:
+        """Read the log from :attr:`scanned` to its last complete line; ``known``: records this
+        process just wrote, by offset (not parsed again). Returns the new lines of the index."""
+        lines: list[Entry] = []
+        tail: tuple[int, bytes] | None = None
         try:
-            data = self.path.read_bytes()
-        except OSError:
-            return
-        entries: list[Entry] = []
-        used = 0
-        for raw in data.splitlines(keepends=True):
-            entry = parse_line(raw) if raw.endswith(b"\n") else None
-            if entry is None or (entries and entry.seq <= entries[-1].seq):
-                break
-            entries.append(entry)
-            used += len(raw)
-        # trust the file up to its last line that the log agrees with
-        while entries and not self._still_there(entries[-1]):
-            entries.pop()
-            used = -1
-        if not entries:
-            return
-        self.file_size = used if used == len(data) else -1
-        self.last = entries[-1]
-        for entry in entries:
-            if wanted(entry):
-                self._add(entry)
-
-    def _catch_up(self) -> None:
-        start = self.last.end if self.last is not None else 0
-        try:
-            with open(self.log_path, "rb") as fh:
-                for entry, record in scan_log(fh, start):
-                    self._take(entry, record)
-                self.log_size = os.fstat(fh.fileno()).st_size
+            fh = open(self.log_path, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
-            self.log_size = 0
+            return lines
+        with fh:
+            fh.seek(self.scanned)
+            pos = self.scanned
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    break  # a write in progress, or a torn tail: not a record yet
+                if action_of(raw) in _INDEXED_BYTES:
+                    record = known.get(pos) or _record(raw)
+                    if record is not None and self._take(record, pos, len(raw)):
+                        lines.append(self.entries[-1])
+                tail = (pos, raw)
+                pos += len(raw)
+            self.scanned = pos
+        if tail is not None and (self.last is None or self.last.offset != tail[0]):
+            record = known.get(tail[0]) or _record(tail[1])
+            if record is not None and (self.last is None or record["seq"] > self.last.seq):
+                self.last = Entry(record["seq"], record["hash"], str(record.get("action")),
+                                  tail[0], len(tail[1]))
+                lines.append(self.last)  # how far the index covers the log
+        return lines
 
-    def _take(self, entry: Entry, record: dict[str, Any] | None) -> None:
+    def _take(self, record: AuditRecord, offset: int, length: int) -> bool:
+        entry = Entry(record["seq"], record["hash"], str(record.get("action")), offset, length)
         if self.last is not None and entry.seq <= self.last.seq:
-            return
+            return False  # a repeated record (verify names it)
         self.last = entry
-        if wanted(entry):
-            self._add(entry)
-            if record is not None and entry.action in _CACHED:
-                self._parsed[entry.seq] = record
-
-    def _add(self, entry: Entry) -> None:
         self.entries.append(entry)
         self._by_action.setdefault(entry.action, []).append(entry)
+        if entry.action in _CACHED:
+            self._parsed[entry.seq] = record
+        return True
 
-    def extend(self, placed: Iterable[tuple[dict[str, Any], int, int]]) -> list[Entry]:
-        """Records this process just wrote (record, offset, length); returns their lines."""
-        lines: list[Entry] = []
-        if self.log_size < 0:
-            self.refresh()  # first look at this log: it already holds what was just written
+    def extend(self, placed: list[tuple[AuditRecord, int, int]]) -> list[Entry]:
+        """After this process wrote records (record, offset, length): read them into the index
+        (without parsing them again); returns the new lines of the index."""
+        with self._mutex:
+            if self.log_size < 0:
+                self.refresh()  # first look at this log: it already holds what was just written
+                return []
+            lines = self._catch_up({offset: record for record, offset, _length in placed})
+            self.log_size = max(self.log_size, self.scanned)
             return lines
-        last: Entry | None = None
-        for record, offset, length in placed:
-            entry = Entry(int(record["seq"]), str(record["hash"]), str(record["action"]),
-                          offset, length)
-            if self.last is not None and entry.seq <= self.last.seq:
-                continue
-            self._take(entry, record)
-            if wanted(entry):
-                lines.append(entry)
-            last = entry
-            self.log_size = max(self.log_size, entry.end)
-        if last is not None and (not lines or lines[-1] != last):
-            lines.append(last)  # how far the index covers the log
-        return lines
 
     # -- reading -------------------------------------------------------------------------------
     def of(self, action: str) -> list[Entry]:
-        return list(self._by_action.get(action, ()))
+        with self._mutex:
+            return list(self._by_action.get(action, ()))
 
-    def records(self, action: str) -> Iterator[dict[str, Any]]:
+    def records(self, action: str) -> Iterator[AuditRecord]:
         """The records of one indexed action, oldest first."""
-        entries = self._by_action.get(action, ())
+        entries = self.of(action)
         if not entries:
             return
         with open(self.log_path, "rb") as fh:
-            for entry in list(entries):
+            for entry in entries:
                 record = self._parsed.get(entry.seq)
                 if record is None:
                     fh.seek(entry.offset)
-                    try:
-                        record = json.loads(fh.read(entry.length))
-                    except ValueError:
+                    record = _record(fh.read(entry.length))
+                    if record is None or record.get("seq") != entry.seq \
+                            or record.get("hash") != entry.hash:
                         continue  # the log changed under the index; verify names it
                     if action in _CACHED:
                         self._parsed[entry.seq] = record
@@ -231,45 +223,54 @@ class RecordIndex:
     def write_lines(self, lines: list[Entry]) -> None:
         """Append lines after a write of the log (the writer's side); rewrite the whole file
         when it is not the one this index knows."""
-        try:
-            size = os.stat(self.path).st_size
-        except FileNotFoundError:
-            size = -2
-        if size != self.file_size:
-            self.rewrite()
-            return
-        if not lines:
-            return
-        data = b"".join(e.line() for e in lines)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        self.file_size += len(data)
+        with self._mutex:
+            try:
+                size = os.lstat(self.path).st_size
+            except FileNotFoundError:
+                size = -2
+            if size != self.file_size:
+                self.rewrite()
+                return
+            if not lines:
+                return
+            data = b"".join(e.line() for e in lines)
+            fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                done = os.write(fd, data)
+            finally:
+                os.close(fd)
+            self.file_size = self.file_size + done if done == len(data) else -1
 
     def rewrite(self) -> None:
-        lines = list(self.entries)
-        if self.last is not None and (not lines or lines[-1] != self.last):
-            lines.append(self.last)
-        data = b"".join(e.line() for e in lines)
-        write_atomic(self.path, data)
-        self.file_size = len(data)
+        with self._mutex:
+            lines = list(self.entries)
+            if self.last is not None and (not lines or lines[-1] != self.last):
+                lines.append(self.last)
+            data = b"".join(e.line() for e in lines)
+            write_atomic(self.path, data)
+            self.file_size = len(data)
 
 
-def check_file(root: Path, records: list[dict[str, Any]], places: dict[int, tuple[int, int]]
-               ) -> tuple[list[str], list[str]]:
+def check_file(root: Path, records: list[AuditRecord], places: dict[int, tuple[int, int]],
+               *, data: bytes | OSError | bool | None = True) -> tuple[list[str], list[str]]:
     """(problems, notes) of ``index.jsonl`` against the verified records of the log and their
     places (seq -> (offset, length)). Missing or behind: a note (it is re-derived); a line that
-    names a record the log does not hold there, or an indexed record left out: a problem."""
+    names a record the log does not hold there, or an indexed record left out: a problem.
+    ``data``: the file's bytes as read before the log (None: missing; an error: unreadable);
+    by default it is read here."""
     path = Path(root) / INDEX
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if data is True:
+        try:
+            data = read_regular(path)
+        except FileNotFoundError:
+            data = None
+        except OSError as exc:
+            data = exc
+    if data is None:
         return [], [f"{INDEX} is missing; it is derived from the log and rebuilt by the next "
                     "command that writes into the case"]
-    except OSError as exc:
-        return [f"{INDEX}: unreadable ({exc.strerror})"], []
+    if not isinstance(data, bytes):
+        return [f"{INDEX}: unreadable or not a regular file ({data.strerror or data})"], []
     by_seq = {int(r["seq"]): r for r in records}
     problems: list[str] = []
     notes: list[str] = []

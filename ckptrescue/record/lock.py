@@ -8,13 +8,15 @@ lock file when it took the lock.
 
 Within one process the lock is re-entrant and shared: every ``Case`` object of the same directory
 and every thread use the one lock (``flock`` would otherwise block a process on itself). The
-lock file is opened ``O_CLOEXEC``: programs the kit runs never inherit it. A crashed holder's lock
-is released by the kernel when its last descriptor closes; the holder line left in the file is
-only ever read while the lock is taken by someone.
+lock file is opened ``O_CLOEXEC``: programs the kit runs never inherit it; and only as a
+regular file: a symlink planted in its place (to evidence, say) is refused, never written
+through. A crashed holder's lock is released by the kernel when its last descriptor closes;
+the holder line left in the file is only ever read while the lock is taken by someone.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptrescue.errors import CaseError
+from ckptrescue.record.regular import kind_of, open_regular, read_regular
 
 LOCK_NAME = ".writer.lock"
 DEFAULT_WAIT_S = 10.0
@@ -70,7 +73,7 @@ def wait_seconds() -> float:
 def holder(root: Path) -> dict[str, object]:
     """What the lock file says about its holder (empty when unknown)."""
     try:
-        data = json.loads((Path(root) / LOCK_NAME).read_text() or "{}")
+        data = json.loads(read_regular(Path(root) / LOCK_NAME) or b"{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -92,10 +95,14 @@ def acquire(root: Path, *, wait: float | None = None) -> None:
             return
         path = Path(root) / LOCK_NAME
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
-            raise CaseError(f"{path}: cannot open the case's writer lock "
-                            f"({exc.strerror or exc})") from exc
+            what = {errno.ELOOP: "it is a symlink", errno.EINVAL: f"it is a {kind_of(path)}"
+                    }.get(exc.errno or 0, exc.strerror or str(exc))
+            raise CaseError(f"{path}: cannot open the case's writer lock ({what})",
+                            hint="the kit writes only regular files of the case, never through "
+                            "a symlink; remove it if nobody is writing into the case"
+                            ) from exc
         deadline = time.monotonic() + (wait_seconds() if wait is None else wait)
         while True:
             try:

@@ -18,6 +18,7 @@ from ckptrescue.checkpoints.outputs import RankOutput
 from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
 from ckptrescue.display import shown_tree
 from ckptrescue.engine.answer import answer_line, latest_checkpoints, outputs_of, salvage_results
+from ckptrescue.errors import CaseError
 from ckptrescue.model import JsonObject, Severity
 from ckptrescue.record import provenance
 from ckptrescue.record.audit import utc_now
@@ -119,7 +120,11 @@ def _timeline_entry(record: JsonObject) -> JsonObject | None:
     }.get(action)
     if text is None:
         return None
-    return {"time": record["time"], "seq": record["seq"], "action": action, "text": text(),
+    try:
+        shown = text()
+    except (KeyError, TypeError):  # only an edit of the log makes one; case verify names it
+        shown = f"{action} (a record of another shape than the kit writes)"
+    return {"time": record.get("time"), "seq": record["seq"], "action": action, "text": shown,
             "step": d.get("step"), "run": d.get("run_key")}
 
 
@@ -327,7 +332,7 @@ def _with_table(case: Case, finding: Any) -> JsonObject:
             data["table_rows"] = [f"{r.title}" + (f" @ {r.offset}+{r.length}"
                                                   if r.offset is not None else "")
                                   for r in rows(case, finding, limit=TABLE_PREVIEW)]
-        except OSError:
+        except (OSError, CaseError):  # gone or changed: case verify names it
             data["table_rows"] = []
         data["table_path"] = f"artifacts/{table}"
     return data
