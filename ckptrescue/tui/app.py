@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 
+from ckptrescue.tui.typeahead import TypeAhead
+
 if TYPE_CHECKING:
     from textual.screen import Screen
 
@@ -33,8 +35,9 @@ Screen { background: $surface; }
 """
 
 
-class CkptRescueApp(App[None]):
-    """ckptrescue's guided incident cockpit."""
+class CkptRescueApp(TypeAhead, App[None]):
+    """ckptrescue's guided incident cockpit (keys typed during a screen change wait for the next
+    screen: ``tui/typeahead.py``)."""
 
     TITLE = "ckptrescue"
     CSS = CSS

@@ -180,7 +180,7 @@ def test_enter_through_the_form_reaches_the_plan_with_every_key(tmp_path: Path) 
             if isinstance(control, Input):
                 keys += [*text(typed.get(name, "")), "enter"]  # others keep their default
             else:
-                keys.append("tab")  # a checkbox: Enter would toggle it
+                keys.append("enter")  # a checkbox: Enter moves on, its value kept
         assert set(typed) <= {str(c.id)[2:] for c in app.screen._controls()}  # noqa: SLF001
         burst(app, keys)
         try:
@@ -254,3 +254,73 @@ def test_a_dataset_case_tree_does_not_talk_about_checkpoints(tmp_path: Path) -> 
                    for label in labels), labels
 
     drive(app, script)
+
+
+def test_enter_on_a_checkbox_moves_on_and_never_toggles_it(tmp_path: Path) -> None:
+    """Found by a responder: path, Enter, Enter in probe-checkpoints' form toggled `load` on
+    and stayed in the form (the docs say Enter in the last field opens the plan); a third Enter
+    toggled it back. Space toggles; Enter moves on, the last field's Enter opens the plan."""
+    from textual.widgets import Checkbox
+
+    from ckptrescue.playbook import load
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.params import ParamsScreen
+    from ckptrescue.tui.screens.plan import PlanScreen
+
+    run = tmp_path / "run"
+    run.mkdir()
+    case = Case.create(tmp_path / "case", title="t")
+    app = make_app(case)
+    book = load.load_file(load.resolve("probe-checkpoints"))
+
+    async def script(pilot: Any) -> None:
+        from ckptrescue.tui.screens.scenario import ScenarioScreen
+
+        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
+        await app.push_screen(ParamsScreen(book))
+        await pilot.pause()
+        assert isinstance(app.screen._controls()[-1], Checkbox)  # noqa: SLF001 - the last field
+        burst(app, [*text(str(run)), "enter", "enter"])
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 10, "the plan")
+        assert app.screen.plan.params["load"] is False
+        assert "load: no" in screen_text(app)
+        await pilot.pause()
+
+    drive(app, script)
+
+
+def test_keys_typed_on_through_a_screen_change_reach_the_next_screen(tmp_path: Path) -> None:
+    """Found by a responder in tmux: ``INC-8 Tab title Tab name Enter Down Enter`` in one burst
+    created the case and left the scenario list on its first entry: the Down and Enter typed
+    while the case was being created went to the start screen, which was going away. Keys typed
+    while a screen change is pending wait for the next screen (type-ahead), there and on from
+    the scenario list to the parameters and on to the plan."""
+    from textual.widgets import Input
+
+    from ckptrescue.tui.app import make_app
+    from ckptrescue.tui.screens.plan import PlanScreen
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    app = make_app(None, cases_root=cases)
+
+    async def script(pilot: Any) -> None:
+        await pilot.pause()
+        # the scenario list's second entry is "Corrupted checkpoint" -> probe-checkpoints
+        burst(app, [*text("INC-8"), "tab", *text("bit flips"), "tab", *text("eve"), "enter",
+                    "down", "enter", *text(str(run)), "enter", "enter"])
+        try:
+            await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 20, "the plan")
+        except AssertionError:
+            inputs = {i.id: i.value for i in app.screen.query(Input)}
+            raise AssertionError(f"no plan: {app.screen!r} {inputs}") from None
+        plan = app.screen.plan
+        assert plan.playbook.name == "probe-checkpoints"
+        assert plan.params["run_dir"] == str(run) and plan.params["load"] is False
+        await pilot.pause()
+
+    drive(app, script)
+    manifest = json.loads((cases / "INC-8" / "case.json").read_text())
+    assert (manifest["title"], manifest["examiner"]) == ("bit flips", "eve")

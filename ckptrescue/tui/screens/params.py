@@ -48,8 +48,9 @@ class ParamsScreen(Screen[None]):
         Binding("f2", "pick", "Pick evidence"),
         Binding("f5", "preview", "Plan preview"),
         Binding("escape", "app.pop_screen", "Back"),
-        # Enter in a text field moves on at once (a priority binding, handled before the next
-        # key is routed): typing straight on never lands in the field just left
+        # Enter in a field moves on at once (a priority binding, handled before the next key is
+        # routed): typing straight on never lands in the field just left, and a checkbox passed
+        # with Enter keeps its value
         Binding("enter", "next_field", "Next field", show=False, priority=True),
     ]
 
@@ -124,16 +125,22 @@ class ParamsScreen(Screen[None]):
             self._check(param)
 
     def action_next_field(self) -> None:
-        """Enter in a text field: the next field, or the plan after the last one."""
+        """Enter in a field (a text box or a checkbox: space toggles it, Enter never does): the
+        next field, or the plan after the last one."""
         focused = self.focused
         controls = self._controls()
-        if not isinstance(focused, Input) or focused not in controls:
-            raise SkipAction()  # buttons, checkboxes: their own Enter
+        if not isinstance(focused, Input | Checkbox) or focused not in controls:
+            raise SkipAction()  # buttons: their own Enter
         index = controls.index(focused)
         if index + 1 < len(controls):
             self.set_focus(controls[index + 1])  # now (Widget.focus() would wait for the queue)
-        else:  # the plan, once every field holds what was typed before this Enter
-            after_typed(controls, lambda: self.action_preview() if self.is_current else None)
+        else:  # the plan, once every field holds what was typed before this Enter; the keys
+            self.app.hold_keys()  # type: ignore[attr-defined] - typed on wait for it
+            after_typed(controls, self._preview_if_current)
+
+    def _preview_if_current(self) -> None:
+        if not (self.is_current and self.action_preview()):
+            self.app.release_keys()  # type: ignore[attr-defined] - staying: the form's error
 
     def values(self) -> dict[str, str]:
         out = {}
@@ -178,7 +185,8 @@ class ParamsScreen(Screen[None]):
             self.action_pick(event.button.id.split("-", 1)[1])
 
     # -- on to the plan ---------------------------------------------------------------------------
-    def action_preview(self) -> None:
+    def action_preview(self) -> bool:
+        """Open the plan preview; False (the form shows why) when the values do not make one."""
         from ckptrescue.engine import executor as engine
         from ckptrescue.tui.screens.plan import PlanScreen
 
@@ -187,12 +195,13 @@ class ParamsScreen(Screen[None]):
         if bad:
             error.update(f"Fix {', '.join(bad)} first.")
             self.query_one(f"#p-{bad[0]}", Input).focus()
-            return
+            return False
         given: dict[str, Any] = {k: v for k, v in self.values().items() if v}
         try:
             plan = engine.prepare(self.playbook, given)
         except CkptRescueError as exc:
             error.update(exc.message)
-            return
+            return False
         error.update("")
         self.app.push_screen(PlanScreen(plan))
+        return True

@@ -14,6 +14,7 @@ from textual.widgets.option_list import Option
 
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui.scenarios import SCENARIOS
+from ckptrescue.tui.widgets.fields import FieldOptionList, after_typed
 
 
 class ScenarioScreen(Screen[None]):
@@ -24,7 +25,8 @@ class ScenarioScreen(Screen[None]):
     ScenarioScreen #about { width: 1fr; border: round $secondary; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "choose", "Choose"),
+        # a priority binding: the keys typed after it wait for the parameters screen
+        Binding("enter", "choose", "Choose", show=False, priority=True),
         Binding("f7", "app.findings", "Findings"),
         Binding("f8", "app.report", "Report"),
         Binding("ctrl+o", "app.open_case", "Other case"),
@@ -40,7 +42,7 @@ class ScenarioScreen(Screen[None]):
             options: list[Option | None] = [Option(s.title, id=f"s:{s.key}") for s in SCENARIOS]
             options.append(None)
             options += [Option(f"playbook: {name}", id=f"p:{name}") for name in load.shipped()]
-            yield OptionList(*options, id="choices")
+            yield FieldOptionList(*options, id="choices")
             with VerticalScroll(id="about"):
                 yield Static("", id="about-text", markup=False)
         yield Footer()
@@ -91,9 +93,18 @@ class ScenarioScreen(Screen[None]):
         self._open(event.option.id or "")
 
     def action_choose(self) -> None:
+        """Open the highlighted entry once the list has moved with every key typed before this
+        Enter; the keys typed after it wait for the parameters screen."""
+        self.app.hold_keys()  # type: ignore[attr-defined]
         choices = self.query_one("#choices", OptionList)
-        if choices.highlighted is not None:
-            self._open(choices.get_option_at_index(choices.highlighted).id or "")
+        after_typed([choices], self._choose_highlighted)
+
+    def _choose_highlighted(self) -> None:
+        choices = self.query_one("#choices", OptionList)
+        if not self.is_current or choices.highlighted is None:
+            self.app.release_keys()  # type: ignore[attr-defined]
+            return
+        self._open(choices.get_option_at_index(choices.highlighted).id or "")
 
     def _open(self, option_id: str) -> None:
         from ckptrescue.playbook import load
@@ -104,5 +115,6 @@ class ScenarioScreen(Screen[None]):
             book = load.load_file(load.resolve(name))
         except CkptRescueError as exc:
             self.notify(exc.message, severity="error")
+            self.app.release_keys()  # type: ignore[attr-defined]
             return
         self.app.push_screen(ParamsScreen(book))

@@ -87,37 +87,41 @@ class StartScreen(Screen[None]):
     def _error(self, text: str) -> None:
         self.query_one("#start-error", Static).update(text)
 
-    def action_open_case(self) -> None:
+    def action_open_case(self) -> bool:
+        """Open the typed case; False (and the error shown) when it cannot be."""
         from ckptrescue.record.case import Case
 
         path = self._path()
         if path is None:
-            return
+            return False
         try:
             case = Case.open(path)
             case.manifest  # noqa: B018 - a readable manifest or a one-line error
         except CkptRescueError as exc:
             self._error(exc.message + (f" ({exc.hint})" if exc.hint else ""))
-            return
+            return False
         self.app.set_case(case)  # type: ignore[attr-defined]
+        return True
 
-    def action_create_case(self) -> None:
+    def action_create_case(self) -> bool:
+        """Create the typed case; False (and the error shown) when it cannot be."""
         from ckptrescue.record.case import Case
 
         path = self._path()
         if path is None:
-            return
+            return False
         title = self.query_one("#title", Input).value.strip()
         examiner = self.query_one("#examiner", Input).value.strip()
         try:
             case = Case.create(path, title=title, examiner=examiner)
         except CkptRescueError as exc:
             self._error(exc.message)
-            return
+            return False
         except OSError as exc:
             self._error(f"{path}: cannot create the case ({exc.strerror})")
-            return
+            return False
         self.app.set_case(case)  # type: ignore[attr-defined]
+        return True
 
     def action_back(self) -> None:
         if getattr(self.app, "case", None) is not None and len(self.app.screen_stack) > 2:
@@ -142,21 +146,25 @@ class StartScreen(Screen[None]):
         fields = [self.query_one(f"#{name}", Input) for name in ("case-dir", "title", "examiner")]
         if focused.id == "case-dir":
             self.set_focus(fields[1])  # now (Widget.focus() would wait for the queue)
+            self.app.hold_keys()  # type: ignore[attr-defined] - it may open the case
             after_typed(fields[:1], self._open_if_case)
         elif focused.id == "title":
             self.set_focus(fields[2])
         else:
+            self.app.hold_keys()  # type: ignore[attr-defined] - the keys typed on go to the case
             after_typed(fields, self._create_if_current)
 
     def _open_if_case(self) -> None:
         raw = self.query_one("#case-dir", Input).value.strip()
         path = self._path() if raw else None
-        if self.is_current and path is not None and (path / "case.json").is_file():
-            self.action_open_case()
+        opened = (self.is_current and path is not None and (path / "case.json").is_file()
+                  and self.action_open_case())
+        if not opened:  # staying here: the keys typed on belong to the title field
+            self.app.release_keys()  # type: ignore[attr-defined]
 
     def _create_if_current(self) -> None:
-        if self.is_current:
-            self.action_create_case()
+        if not (self.is_current and self.action_create_case()):
+            self.app.release_keys()  # type: ignore[attr-defined]
 
     @on(OptionList.OptionSelected, "#recent")
     def _recent_selected(self, event: OptionList.OptionSelected) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from textual import events
 from textual.widget import Widget
-from textual.widgets import Checkbox, Input
+from textual.widgets import Checkbox, Input, OptionList
 
 
 class _InOrder:
@@ -50,6 +50,16 @@ class FieldCheckbox(_InOrder, Checkbox):
 
     async def _on_key(self, event: events.Key) -> None:
         await self._run_own_binding(event)
+
+
+class FieldOptionList(_InOrder, OptionList):
+    """A list whose moves (arrows, home/end, pages) apply in the order typed: an Enter typed
+    right after them chooses the entry they reached."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        if await self._run_own_binding(event):
+            return
+        await super()._on_key(event)
 
 
 def after_typed(widgets: Sequence[Widget], callback: Callable[[], Any]) -> None:
