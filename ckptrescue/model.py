@@ -215,16 +215,22 @@ class JsonRecord:
 
     @classmethod
     def declared(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name != "extra"]
+        return list(_plan(cls)[1])
 
     @classmethod
     def from_json(cls: type[R], data: JsonObject | None) -> R:
         data = dict(data or {})
-        hints = _field_types(cls)
-        names = cls.declared()
-        known = {n: _load(hints.get(n), data[n]) for n in names if n in data}
-        record = cls(**known, extra={k: v for k, v in data.items() if k not in names})
-        record.__dict__["_absent"] = frozenset(n for n in names if n not in data)
+        plan, names, name_set = _plan(cls)
+        known: JsonObject = {}
+        for name, convert in plan:  # the field types are read once per class (_plan)
+            if name in data:
+                value = data[name]
+                known[name] = value if convert is None or value is None else convert(value)
+        extra = {k: v for k, v in data.items() if k not in name_set} \
+            if len(known) < len(data) else {}
+        record = cls(**known, extra=extra)
+        record.__dict__["_absent"] = _NONE_ABSENT if len(known) == len(names) \
+            else frozenset(n for n in names if n not in data)
         record.__dict__["_order"] = tuple(data)
         return record
 
@@ -264,6 +270,38 @@ class JsonRecord:
 @cache
 def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+_NONE_ABSENT: frozenset[str] = frozenset()
+
+
+@cache
+def _plan(cls: type) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...], frozenset[str]]:
+    """How ``from_json`` reads ``cls``: (field name, converter or None) per declared field,
+    the names in order, and as a set; what :func:`_load` would do to a value, decided once."""
+    hints = _field_types(cls)
+    names = tuple(f.name for f in fields(cls) if f.name != "extra")
+    return tuple((n, _converter(hints.get(n))) for n in names), names, frozenset(names)
+
+
+def _converter(hint: Any) -> Any:
+    """A function doing what ``_load(hint, value)`` does to a non-None value, or None when it
+    keeps the value as it is."""
+    if hint is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _converter(inner[0]) if len(inner) == 1 else None
+    if (record := _record_type(hint)) is not None:
+        return lambda value: record.from_json(value) if isinstance(value, dict) else value
+    if origin is list and args and (item := _record_type(args[0])) is not None:
+        return lambda value: [item.from_json(v) if isinstance(v, dict) else v for v in value] \
+            if isinstance(value, list) else value
+    if origin is dict and len(args) == 2 and (item := _record_type(args[1])) is not None:
+        return lambda value: {k: item.from_json(v) if isinstance(v, dict) else v
+                              for k, v in value.items()} if isinstance(value, dict) else value
+    return None
 
 
 def _record_type(hint: Any) -> type[JsonRecord] | None:
