@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from ckptrescue import __version__
+from ckptrescue.cli.help_words import HelpWordsGroup
 from ckptrescue.cli.output import interrupt_said
 from ckptrescue.display import shown, shown_text
 from ckptrescue.errors import CkptRescueError, ExitCode
@@ -54,6 +55,7 @@ def new_app(modules: tuple[str, ...] = _COMMAND_MODULES) -> typer.Typer:
     """The command tree of ``modules`` (default: every command)."""
     app = typer.Typer(
         name="ckptrescue",
+        cls=HelpWordsGroup,  # --help names values in words (docs/conventions.md)
         help=HELP,
         no_args_is_help=True,
         pretty_exceptions_show_locals=False,

@@ -154,6 +154,51 @@ def test_positionals_for_things_acted_on_options_for_how(cmd: Cmd) -> None:
         assert any("--json" in p.opts for p in cmd.params), f"{cmd.path}: no --json"
 
 
+# the spelling of a value in --help, as the table in docs/conventions.md shows it
+METAVAR = {"--case": "DIR", "--output": "FILE", "--to": "DIR", "--dest": "DIR", "--jobs": "N",
+           "--scheduler": "ADDRESS", "--endpoint-url": "URL", "--manifest": "FILE",
+           "--state": "PATH"}
+
+
+def _help_of(path: str) -> str:
+    res = invoke(*path.split(), "--help")
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.path)
+def test_help_names_values_in_words(cmd: Cmd) -> None:
+    """Found by a responder: ``PATH|URL <list[str]>``, ``-j, --jobs <int range>``, ``--case
+    <path>``, ``case_dir`` -- Python types and parameter names where docs/conventions.md says
+    ``--case DIR``, ``-j, --jobs N``, ``CASE_DIR``."""
+    text = _help_of(cmd.path)
+    usage, rest = text.split("\n", 1)
+    assert "<" not in usage, usage
+    for line in rest.splitlines():
+        m = re.match(r"^  (-[-\w, ]+?|[A-Z_|.]+)( [^ ].*?)?(  |$)", line)
+        if m and (line.startswith("  -") or line.lstrip()[:1].isupper()):
+            assert not re.search(r"<[a-z][\w\[\] ]*>", m[0]), f"{cmd.path}: {line.strip()}"
+    for p in cmd.params:
+        long = next((o for o in p.opts if o.startswith("--")), "")
+        if not p.hidden and long in METAVAR and not p.is_flag:
+            assert re.search(rf"{re.escape(long)} {METAVAR[long]}\b", text), \
+                f"{cmd.path}: {long} {METAVAR[long]} (docs/conventions.md)"
+    for word in re.findall(r"\{([^}]+)\}|\[([^\]]+)\]", usage):
+        name = "".join(word)
+        if name not in ("OPTIONS",) and not name.startswith("-"):
+            assert name == name.upper(), f"{cmd.path}: positional {name} (shown in capitals)"
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.path)
+def test_help_examples_print_as_written(cmd: Cmd) -> None:
+    """Found by a responder copying an example: click rewrapped it at 80 columns
+    (``--fill-`` / ``from``; ``--jobs 4`` on a line of its own)."""
+    written = [ln.strip() for ln in cmd.help.splitlines() if ln.strip().startswith("ckptrescue ")]
+    shown = {ln.strip() for ln in _help_of(cmd.path).splitlines()}
+    for example in written:
+        assert example in shown, f"{cmd.path}: example not printed as written: {example}"
+
+
 def test_the_exceptions_are_the_documented_ones() -> None:
     text = (REPO / "docs" / "conventions.md").read_text(encoding="utf-8")
     exceptions = text.split("## Exceptions", 1)[1]
