@@ -477,6 +477,9 @@ def _check_compressed(tee: _Tee, kind: str, name: str, entry: JsonObject,
         out.bad.append(BadRecord(None, inner.pos, name, f"{kind} stream damaged after "
                                  f"{inner.pos} decompressed bytes: {stream.error}: {span} "
                                  "suspect"))
+    else:  # a frame whose check failed after its content was read (the stream went on)
+        out.bad += [BadRecord(None, d.start, name, f"{d.describe()}: {span} suspect")
+                    for d in stream.damaged]
     want = int(raw.get("bytes", -1))
     if inner.pos != want:
         out.bad.append(BadRecord(None, min(inner.pos, want), name,

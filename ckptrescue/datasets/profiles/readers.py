@@ -95,7 +95,8 @@ def open_records(path: str | bytes, state: ReadState, *,
             state.stopped = f"{fmt} reader stopped: {type(exc).__name__}: {exc}"
         finally:
             if kind is not None:
-                error = stream.error
+                error = stream.error or (stream.damaged[0].describe() if stream.damaged
+                                         else None)
                 stream.close()
                 if error and state.stopped is None:
                     state.stopped = f"{kind} stream damaged: {error}"
