@@ -1,15 +1,22 @@
 """The parts of the one-line answer that name what a dataset audit, a shard check or an
 object-store verification found: the files and objects, not "N serious finding(s); see the
-report" (pure over audit records: each the latest step of its action, read by type)."""
+report"; and what was brought back (an object version restored and verified, dataset files
+recovered) (pure over audit records: each the latest step of its action, read by type)."""
 
 from __future__ import annotations
 
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput
+from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput, RecoverOutput
 from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.stores.outputs import S3HistoryOutput, S3VerifyOutput, StoreResultOutput, VerifiedObject
+from ckptrescue.stores.outputs import (
+    S3HistoryOutput,
+    S3RestoreOutput,
+    S3VerifyOutput,
+    StoreResultOutput,
+    VerifiedObject,
+)
 
 if TYPE_CHECKING:
     from ckptrescue.model import Finding
@@ -118,7 +125,25 @@ def evidence_parts(case: Case) -> list[str]:
             as_verify = S3VerifyOutput.from_json(result.extra)
             if (text := _stores(as_verify)) is not None:
                 parts.append(text)
+    # what was brought back: a responder who restored a good copy must not read only "damaged"
+    parts += [text for restored in outputs_of(case, S3RestoreOutput)
+              if (text := _restored(restored, case)) is not None]
+    for recovered in outputs_of(case, RecoverOutput)[-1:]:
+        if recovered.answer:
+            parts.append(f"dataset recovery: {recovered.answer}")
     return parts
+
+
+def _restored(out: S3RestoreOutput, case: Case) -> str | None:
+    """"step-400.pt: version 863c… restored, verified: CASE/recovery/run/step-400.pt"."""
+    if out.status != "verified" or not out.path:
+        return None
+    where = out.path
+    root = str(case.root).rstrip("/") + "/"
+    if where.startswith(root):
+        where = "CASE/" + where[len(root):]
+    version = f"version {out.version_id} " if out.version_id else ""
+    return f"{PurePath(out.url).name}: {version}restored, verified: {where}"
 
 
 def serious_named(findings: list[Finding]) -> str:
