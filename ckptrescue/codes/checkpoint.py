@@ -44,6 +44,8 @@ CODES = {
     "ZA003": (E, "A checkpoint member of a zip archive is compressed with a method the kit does "
               "not read: neither its bytes nor its pickle are verified"),
     "ZA004": (E, "A deflated zip member does not inflate to its recorded size and CRC-32"),
+    "ZA005": (E, "An extractor would refuse a checkpoint member of the zip, or read it elsewhere "
+                 "(directory, local header, version, flags or stored CRC-32)"),
     "TA006": (W, "Two tar members share a name: extraction keeps the last, so the earlier one "
               "is not what a loader reads (still judged for safety)"),
     # pickle inspection

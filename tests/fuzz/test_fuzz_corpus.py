@@ -151,7 +151,8 @@ def test_corpus_totality() -> None:
 
 ORACLE_SEEDS = {"torch_zip": "torch", "torch_legacy": "torch", "safetensors": "safetensors",
                 "keras_h5": "h5py", "npy": "numpy", "npz": "numpy", "parquet": "pyarrow",
-                "torch_tar": "torch-tar", "torch_tgz": "torch-tar"}
+                "torch_tar": "torch-tar", "torch_tgz": "torch-tar",
+                "torch_in_zip": "torch-zip-archive", "torch_legacy_p3": "torch"}
 ORACLE_PER_SEED = int(os.environ.get("CKPTRESCUE_FUZZ_ORACLE", "100"))
 
 _LOADER = r"""
@@ -178,6 +179,17 @@ for line in sys.stdin:
             with tarfile.open(path) as tf:
                 member = next(m for m in tf.getmembers() if m.name.endswith(".pt"))
                 data = tf.extractfile(member).read()
+            obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+            for n, t in flatten(obj).items():
+                got[n] = hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8)
+                                        .numpy().tobytes()).hexdigest()
+        elif lib == "torch-zip-archive":  # zipfile reads the member, torch.load loads it
+            import io, zipfile, torch
+            sys.path.insert(0, job["repo"])
+            from fixtures.checkpoints import flatten
+            with zipfile.ZipFile(path) as zf:
+                member = next(n for n in zf.namelist() if n.endswith(".pt"))
+                data = zf.read(member)
             obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
             for n, t in flatten(obj).items():
                 got[n] = hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8)

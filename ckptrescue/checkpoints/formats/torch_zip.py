@@ -28,6 +28,7 @@ from ckptrescue.checkpoints.formats import (
     torch_rebuild,
     torch_zip_shadow,
     torch_zip_view,
+    zipinflate,
     zipwalk,
 )
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
@@ -344,7 +345,13 @@ class ZipProbing:
             rec = records.get(prefix + meta)
             if rec is None or rec.data_offset is None or rec.compressed_size is None:
                 continue
-            if rec.crc and not rec.truncated:
+            if rec.crc and not rec.truncated and rec.method == 8:  # deflated: CRC of the inflated
+                why = zipinflate.judge(zipinflate.inflate_member(
+                    fh, rec.data_offset, rec.compressed_size, rec.size), rec.size, rec.crc)
+                if why:
+                    self._find("TZ012", f"{rec.name}: {why}", Verdict.DAMAGED,
+                               offset=rec.data_offset, length=rec.compressed_size)
+            elif rec.crc and not rec.truncated:
                 crc, got = zipwalk.crc_range(fh, rec.data_offset, rec.compressed_size)
                 if got < rec.compressed_size or crc != rec.crc:
                     self._find("TZ012", f"{rec.name}: CRC-32 mismatch", Verdict.DAMAGED,

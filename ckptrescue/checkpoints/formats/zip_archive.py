@@ -20,6 +20,12 @@ of a tar is (:class:`tar_archive.Members`):
 
 A member not intact is ``ZA001``; two members of one name ``ZA002`` (extraction keeps the
 last); a deflated member that does not inflate to its recorded size and CRC-32 ``ZA004``.
+
+The walk reads the archive as the kit does; a responder extracts it with an extractor. So each
+checkpoint member is also opened as Python's ``zipfile`` opens it (the same end records, the
+same central record, the same local header, its version and flags) and, when stored, read
+through it to its CRC-32: a member the extractor would refuse or read elsewhere is ``ZA005``
+(damaged), whatever the walk saw - the verdict holds only where both readings agree.
 """
 
 from __future__ import annotations
@@ -108,7 +114,8 @@ class ZipArchiveFormat:
         verdicts: list[Verdict] = []
         parts: list[MemberPart] = []
         with open_evidence(path) as fh:
-            for rec, kind in _checkpoint_records(fh):
+            found = _checkpoint_records(fh)
+            for rec, kind in found:
                 size = rec.compressed_size if rec.method == STORED else rec.size
                 member = TarMember(rec.name, "file", size or 0, rec.header_offset,
                                    rec.data_offset or 0)
@@ -118,6 +125,8 @@ class ZipArchiveFormat:
                 part = _read_member(fh, rec, member, kind, report, verdicts)
                 if part is not None:
                     parts.append(part)
+            verdicts += _extractor_disagrees(fh, [rec for rec, kind in found if kind is not None],
+                                             report)
         last = {part.member.name: part for part in parts}
         judged = Members(report, walk, options, multi=len(last) > 1, codes=("ZA001", "ZA002"))
         for part in parts:
@@ -136,6 +145,42 @@ class ZipArchiveFormat:
         from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
 
         yield from tensormap_salvageable(report)
+
+
+def _extractor_disagrees(fh: BinaryIO, records: list[zipwalk.ZipRecord],
+                         report: CheckpointReport) -> list[Verdict]:
+    """ZA005 for each checkpoint member that ``zipfile`` would not hand over as the walk read it
+    (end records, central and local headers, version, encryption; a stored member's CRC-32)."""
+    import zipfile
+
+    def found(message: str, offset: int | None = None) -> list[Verdict]:
+        report.findings.append(finding("ZA005", message, evidence=report.path, offset=offset))
+        return [Verdict.DAMAGED]
+
+    if not records:
+        return []
+    fh.seek(0)
+    try:
+        archive = zipfile.ZipFile(fh)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 - any refusal of a hostile directory is the finding
+        return found(f"an extractor cannot read the archive's directory: "
+                     f"{type(exc).__name__}: {exc}")
+    out: list[Verdict] = []
+    for rec in {rec.name: rec for rec in records}.values():  # extraction keeps the last (ZA002)
+        try:
+            info = archive.getinfo(rec.name)
+            if info.header_offset != rec.header_offset:
+                out += found(f"member {rec.name}: an extractor reads it at byte "
+                             f"{info.header_offset}, not {rec.header_offset}", rec.header_offset)
+                continue
+            with archive.open(info) as member:
+                if info.compress_type == zipfile.ZIP_STORED:
+                    while member.read(1 << 20):
+                        pass
+        except Exception as exc:  # noqa: BLE001 - the extractor's refusal is the finding
+            out += found(f"member {rec.name}: an extractor refuses it: "
+                         f"{type(exc).__name__}: {exc}", rec.header_offset)
+    return out
 
 
 def _read_member(fh: BinaryIO, rec: zipwalk.ZipRecord, member: TarMember, kind: str,

@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".pt2",
                        ".distcp", ".model", ".weights", ".h5", ".keras", ".index", ".msgpack")
-# compressed tar archives (formats/tar_archive.py): a damaged one no format detects any more is
-# still reported, not skipped
-ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tzst")
+# compressed tar archives (formats/tar_archive.py) and zips named for the checkpoint they hold
+# (formats/zip_archive.py): a damaged one no format detects any more is still reported, not
+# skipped (a plain ``.zip`` may hold anything: only its content makes it a checkpoint archive)
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tzst", ".pt.zip", ".pth.zip", ".ckpt.zip",
+                    ".bin.zip", ".safetensors.zip")
 MAX_DEPTH = 6
 
 
