@@ -174,6 +174,8 @@ def preserve(url: str, dest: Path | str | None = None, *, case: Case | None = No
         for n, (obj, is_current) in enumerate(todo):
             source = store.url_of(obj.key, None if is_current else obj.version)
             preserved = into.earlier(obj, source)
+            if preserved is not None and preserved.status == "mismatch":
+                preserved = None  # what did not match is fetched again (the store may mend)
             if preserved is None:
                 try:
                     preserved = into.keep(obj, source, is_current, n)

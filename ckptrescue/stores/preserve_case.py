@@ -69,6 +69,16 @@ class CaseDestination:
         with self.case.artifact_writer(name=name, kind=self.kind) as writer:
             fetched = self.store.fetch(obj, writer)
         message = fetched.detail.get("message")
+        before = self.known.get(source)
+        if before is not None and before.sha256 == writer.sha256:
+            # fetched again because it did not match, and the same bytes came back: the case
+            # holds them already (inventoried once)
+            return PreservedObject(obj.key, obj.version or fetched.object.get("version_id"),
+                                   fetched.status, fetched.size, writer.sha256,
+                                   fetched.algorithm, {**fetched.detail, "message": f"{message}"
+                                                       f"; the same bytes as {before.id}"},
+                                   stored=dict(obj.hashes), evidence_id=before.id,
+                                   source=source)
         item = self.case.add_evidence(
             kind=self.kind, source=source,
             acquired_how=f"{url.store_name} GET (read-only client), {message}",

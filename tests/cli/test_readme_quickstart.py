@@ -35,6 +35,17 @@ def command_of(line: str) -> str:
     return re.split(r"\s+#\s", line, maxsplit=1)[0].strip()
 
 
+VERSION = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|"
+                     r"\b[0-9a-f]{4}…")
+
+
+def readme_answer() -> str:
+    """The answer the README shows ("The answer looks like:"), as one line."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("The answer looks like:", 1)[1].split("```", 2)[1]
+    return " ".join(block.split())
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -82,6 +93,10 @@ def test_readme_quickstart_runs_as_printed(tmp_path: Path) -> None:
     assert f"  {playbook}\n" in res.stdout
     # the playbook's closing lines: the answer, the case, the report; evidence-relative names
     assert "answer: resume from step-300.pt" in res.stdout
+    # ... and it is the answer the README shows (object versions aside)
+    printed = re.search(r"^answer: (.*)$", res.stdout, re.M)
+    assert printed and VERSION.sub("V", printed.group(1)) == VERSION.sub("V", readme_answer()), \
+        printed.group(1) if printed else res.stdout[-2000:]
     case = drill / "case"
     assert f"case:   {case}\n" in res.stdout
     assert f"report: {case / 'report.html'}\n" in res.stdout

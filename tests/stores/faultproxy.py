@@ -1,14 +1,24 @@
 """A small fault-injecting HTTP proxy on 127.0.0.1 in front of a local S3 endpoint (moto's
 server): it forwards every request unchanged and, for the object GETs its rule picks, answers
 HTTP 500 instead, or sends the headers and half the body and then resets the connection (RST).
-It counts the object GETs it saw, so a test can tell what a rerun fetched again."""
+It counts the object GETs it saw, so a test can tell what a rerun fetched again.
+
+A lying server, for the GETs its rule picks: ``short`` (half the body, with a Content-Length
+that says so: a clean, complete, short answer), ``fin`` (the full Content-Length, half the body,
+then a clean close), ``lie-checksum`` (the body as stored, a ``x-amz-checksum-sha256`` header of
+other bytes), ``swap:/bucket/key`` (200 with another object's body under this object's headers),
+``other-version`` (another object's bytes and ETag, ignoring ``If-Match``: what a ranged retry
+gets when the object changed between the requests), ``slow`` (headers, then a byte a second)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.client
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -31,6 +41,7 @@ class FaultProxy:
         target = urlsplit(upstream)
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
         self.rule: Rule = lambda *_: "pass"
+        self.other_path = ""  # the object an "other-version" answer serves
         self.gets: dict[str, int] = {}
         self.lock = threading.Lock()
         proxy = self
@@ -61,22 +72,55 @@ class FaultProxy:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)
-                try:
-                    conn.request(self.command, self.path, body=body or None, headers=headers)
-                    response = conn.getresponse()
-                    data = response.read()
-                finally:
-                    conn.close()
-                self.send_response(response.status)
-                for name, value in response.getheaders():
+                status, upstream_headers, data = proxy.forward(self.command, self.path, body,
+                                                               headers)
+                length = len(data)
+                if action.startswith("swap:") or action == "other-version":
+                    other = action[5:] if action.startswith("swap:") else proxy.other_path
+                    plain = {k: v for k, v in headers.items()
+                             if k.lower() not in {"if-match", "range"}}
+                    _s, other_headers, other_data = proxy.forward("GET", other, b"", plain)
+                    if action == "other-version":
+                        upstream_headers = [(k, v) for k, v in upstream_headers
+                                            if k.lower() != "etag"] + \
+                            [(k, v) for k, v in other_headers if k.lower() == "etag"]
+                        start = int(headers.get("Range", "bytes=0-")[6:].split("-")[0] or 0)
+                        other_data = other_data[start:]
+                    data = other_data
+                    length = len(data)
+                elif action == "short":
+                    data = data[: len(data) // 2]
+                    length = len(data)
+                elif action == "fin":
+                    data = data[: len(data) // 2]
+                elif action == "lie-checksum":
+                    lie = base64.b64encode(hashlib.sha256(b"not these bytes").digest()).decode()
+                    upstream_headers = [(k, lie if k.lower() == "x-amz-checksum-sha256" else v)
+                                        for k, v in upstream_headers]
+                self.send_response(status)
+                for name, value in upstream_headers:
                     if name.lower() in {"transfer-encoding", "connection"} or (
                             name.lower() == "content-length" and self.command != "HEAD"):
                         continue
                     self.send_header(name, value)
                 if self.command != "HEAD":
-                    self.send_header("Content-Length", str(len(data)))
+                    self.send_header("Content-Length", str(length))
                 self.end_headers()
+                if action == "fin":
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                if action == "slow":
+                    try:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(1.0)
+                    except OSError:
+                        pass
+                    self.close_connection = True
+                    return
                 if action == "reset" and self.command == "GET" and len(data) > 1:
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
@@ -96,6 +140,16 @@ class FaultProxy:
         self.endpoint_url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def forward(self, method: str, path: str, body: bytes, headers: dict[str, str]
+                ) -> tuple[int, list[tuple[str, str]], bytes]:
+        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+        try:
+            conn.request(method, path, body=body or None, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.getheaders(), response.read()
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         self.server.shutdown()

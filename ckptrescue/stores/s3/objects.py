@@ -35,6 +35,7 @@ from ckptrescue.stores.s3.checksums import (
 )
 from ckptrescue.stores.s3.client import is_not_found, stats, translate_error
 from ckptrescue.stores.s3.integrity import Check, ObjectHead, PartLayout, make_plan
+from ckptrescue.stores.s3.stall import StallGuard
 
 CHUNK = 1 << 20
 
@@ -419,14 +420,29 @@ def stream_body(client: Any, kwargs: dict[str, Any], sink: Callable[[bytes], Non
     middle of the body is resumed with a ranged GET from the first byte not yet received,
     pinned to the same version and ETag (``If-Match``: never another object's bytes), at most
     ``retries`` times; each reset is listed in the result (callers report them). Raises a
-    :class:`RemoteError` naming the resets when they do not stop."""
+    :class:`RemoteError` naming the resets when they do not stop, or the rate when the body
+    trickles (:mod:`~ckptrescue.stores.s3.stall`: a stall is given up on, not resumed)."""
+    resets_of = _reset_errors()
+    with StallGuard() as guard:
+        try:
+            return _stream(client, kwargs, sink, guard, where=where, chunk=chunk,
+                           retries=retries, resets_of=resets_of)
+        except Exception as exc:
+            if guard.stalled:
+                raise RemoteError(f"{where}: {guard.why()}") from exc
+            raise
+
+
+def _stream(client: Any, kwargs: dict[str, Any], sink: Callable[[bytes], None],
+            guard: StallGuard, *, where: str, chunk: int, retries: int,
+            resets_of: tuple[type[BaseException], ...]) -> BodyRead:
     import botocore.exceptions as bx
 
-    resets_of = _reset_errors()
     response = client.get_object(**kwargs)
     read = BodyRead(response=response, size=0)
     length = response.get("ContentLength")
     body = response["Body"]
+    guard.watch(body)
     while True:
         try:
             while True:
@@ -437,10 +453,15 @@ def stream_body(client: Any, kwargs: dict[str, Any], sink: Callable[[bytes], Non
                     # stream: every byte has been delivered; the caller's check decides
                     return read
                 if not block:
+                    if guard.stalled:  # the guard cut it: what came is not the whole body
+                        raise RemoteError(f"{where}: {guard.why()}")
                     return read
                 sink(block)
                 read.size += len(block)
+                guard.moved(len(block))
         except resets_of as exc:
+            if guard.stalled:
+                raise
             if len(read.resets) >= retries:
                 raise RemoteError(
                     f"{where}: the connection was reset in the middle of the body "
@@ -455,7 +476,28 @@ def stream_body(client: Any, kwargs: dict[str, Any], sink: Callable[[bytes], Non
                 ranged["IfMatch"] = response["ETag"]
             if response.get("VersionId") not in (None, "null"):
                 ranged["VersionId"] = response["VersionId"]
-            body = client.get_object(**ranged)["Body"]
+            answer = client.get_object(**ranged)
+            _same_bytes(response, answer, read.size, where)
+            body = answer["Body"]
+            guard.watch(body)
+
+
+def _same_bytes(first: dict[str, Any], ranged: dict[str, Any], start: int, where: str) -> None:
+    """A ranged GET that resumes a body continues the same bytes: the same ETag, from the byte
+    asked for. A server that ignores ``If-Match`` (the object changed between the requests) or
+    the ``Range`` would otherwise have the kit keep two objects spliced into one."""
+    etag, again = first.get("ETag"), ranged.get("ETag")
+    if etag and again != etag:
+        ranged["Body"].close()
+        raise RemoteError(f"{where}: the object changed between reads: the ranged GET resuming "
+                          f"a reset answered ETag {again}, not {etag} (the server ignored "
+                          "If-Match); its bytes were not spliced onto the first ones")
+    content_range = str(ranged.get("ContentRange") or "")
+    if not content_range.startswith(f"bytes {start}-"):
+        ranged["Body"].close()
+        raise RemoteError(f"{where}: the ranged GET resuming a reset at byte {start} answered "
+                          f"{content_range or 'the whole object'}; its bytes were not spliced "
+                          "onto the first ones")
 
 
 def download_verified(
