@@ -131,15 +131,24 @@ def _shown_walk(value: Any, *, lines: bool) -> Any:
 @dataclasses.dataclass
 class Shown:
     """What a command shows of a step's outputs (built by a wing's pure renderer, printed by
-    the front end): ``lines`` for stdout (left out with ``--json``), ``notes`` for stderr, and
-    the exit code."""
+    the front end): ``lines`` for stdout and ``asides`` for stderr beside them (both left out
+    with ``--json``), ``notes`` for stderr in any case, and the exit code."""
 
     lines: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     exit_code: int = 0
+    asides: list[str] = dataclasses.field(default_factory=list)
 
     def say(self, text: str) -> None:
         self.lines.append(text)
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+    def aside(self, text: str) -> None:
+        self.asides.append(text)
+
+    @classmethod
+    def answered(cls, lines: list[str], answer: str, ok: bool) -> Shown:
+        """``lines`` then the one-line answer; exit 0 when ``ok``, else 1 (findings)."""
+        return cls(lines=[*lines, answer], exit_code=0 if ok else 1)

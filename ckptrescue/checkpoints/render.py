@@ -1,5 +1,5 @@
-"""The checkpoint wing's text: what ``probe``, ``salvage`` and ``rank`` show of their step's
-typed outputs, and their exit codes. Pure (records in, lines out); the CLI prints them
+"""The checkpoint wing's text: what ``probe``, ``salvage``, ``rank`` and the ``resume`` checks
+show of their step's typed outputs, and their exit codes. Pure (records in, lines out); the CLI prints them
 (``cli/probe_cmd.py``), names made inert on the way."""
 
 from __future__ import annotations
@@ -7,10 +7,15 @@ from __future__ import annotations
 from ckptrescue.checkpoints.outputs import (
     NOT_INTACT_KINDS,
     CheckpointSummary,
+    KeyMismatchOutput,
     ProbeOutput,
     RankedCheckpoint,
     RankOutput,
+    ReassemblyOutput,
+    ReplicaOutput,
+    SafeGlobalsOutput,
     SalvageRecord,
+    WorldSizeOutput,
 )
 from ckptrescue.display import Shown
 from ckptrescue.errors import ExitCode
@@ -89,3 +94,121 @@ def rank(out: RankOutput) -> Shown:
         shown.say(f"pointer: {fix.pointer} says {fix.current!r}; write {fix.write!r} "
                   "to resume from the newest complete step (ckptrescue never writes it)")
     return shown
+
+
+# ---- the resume checks ------------------------------------------------------------------
+
+def safe_globals(out: SafeGlobalsOutput) -> Shown:
+    lines: list[str] = []
+    for f in out.files:
+        if f.get("error"):
+            lines.append(f"{f['path']}: {f['error']}")
+            continue
+        needed = f.get("needed") or []
+        if not needed and not f.get("blockers"):
+            lines.append(f"{f['path']}: loads with torch.load(weights_only=True) as it is")
+            continue
+        lines.append(f"{f['path']}: torch.load(weights_only=True) refuses it as it is")
+        for n in needed:
+            where = f"  [{', '.join(n['lists'])}]" if n.get("lists") else ""
+            lines.append(f"    {n['status'].upper():<9} {n['global']}{where}"
+                         + (f"  ({n['reason']})" if n.get("reason") else ""))
+        for b in f.get("blockers") or []:
+            lines.append(f"    BLOCKER   {b}")
+    if out.safe:
+        lines.append("safe to register, and why:")
+        by_list: dict[str, list[dict[str, str]]] = {}
+        for n in out.safe:
+            by_list.setdefault(n["lists"][0], []).append(n)
+        for name, entries in by_list.items():
+            lines.append(f"  [{name}] {entries[0]['source']}:")
+            for n in entries:
+                lines.append(f"    {n['global']}")
+        lines.append("register them before torch.load(..., weights_only=True):")
+        for line in out.snippet_lines:
+            lines.append(f"    {line}")
+    return Shown.answered(lines, out.answer, out.ok)
+
+
+def keys(out: KeyMismatchOutput) -> Shown:
+    lines: list[str] = []
+    lines.append(f"{out.checkpoint} ({out.format}, {out.verdict}) against {out.expected_from}")
+    for rule in out.rules:
+        lines.append(f"    CAUSE  {rule['cause']}")
+    for row in out.mapping[:40]:
+        lines.append(f"    {row['from']} -> {row['to']}")
+    if out.mapping_total > 40:
+        lines.append(f"    ... {out.mapping_total - 40} more (--json lists them)")
+    for tie in out.tied:
+        lines.append(f"    {tie['name']} = {tie['copy_of']}  (tied, saved once)")
+    for bad in out.shape_mismatches[:20]:
+        lines.append(f"    SHAPE  {bad['checkpoint']} {bad['saved_shape']} vs {bad['model']} "
+                     f"{bad['expected_shape']}")
+    for name in out.missing[:20]:
+        lines.append(f"    MISSING    {name}")
+    for name in out.unexpected[:20]:
+        lines.append(f"    UNEXPECTED {name}")
+    if out.outside:
+        lines.append("    left aside: " + ", ".join(f"{k} ({v} tensors)" for k, v in out.outside.items()))
+    if out.rules and out.matched_after > out.matched_before:
+        lines.append("apply it to the loaded state dict before model.load_state_dict(fix_keys(sd)):")
+        for line in out.snippet_lines:
+            lines.append(f"    {line}")
+    return Shown.answered(lines, out.answer, out.ok)
+
+
+def reassemble(out: ReassemblyOutput) -> Shown:
+    lines: list[str] = []
+    lines.append(f"{out.step_dir}: {out.family} step {out.step}, world "
+                 + ", ".join(f"{k}={v}" for k, v in out.world.items()))
+    for r in out.ranks:
+        if r["status"] == "present":
+            continue
+        lines.append(f"    {r['status'].upper():<9} {r['rank']} {r['role']}"
+                     + (f" <- {r['source']}" if r.get("source") and r["status"] == "replaced" else ""))
+        for t in r.get("tried") or []:
+            if t["outcome"] != "verified" and not t["outcome"].startswith("not present"):
+                lines.append(f"        rejected {t['path']}: {t['outcome']}")
+    for p in out.check_problems:
+        lines.append(f"    CHECK     {p}")
+    if out.plan_file:
+        lines.append(f"plan written: {out.plan_file}; review and run {out.plan_script} (it builds "
+                     f"{out.dest}; nothing is moved)")
+    return Shown.answered(lines, out.answer, out.ok)
+
+
+def world_size(out: WorldSizeOutput) -> Shown:
+    lines: list[str] = []
+    lines.append(f"{out.step_dir}: {out.family} ({out.verdict}), saved with "
+                 + (", ".join(f"{k}={v}" for k, v in out.saved_world.items()) or "no recorded world"))
+    for cmd in out.commands:
+        lines.append(f"    run:    {cmd}")
+    if out.files_needed:
+        lines.append(f"    it reads {len(out.files_needed)} file(s):")
+        for f in out.files_needed[:40]:
+            lines.append(f"        {f}")
+    if out.config:
+        import json
+
+        lines.append(f"    then load with: {json.dumps(out.config)}")
+    for note in out.notes:
+        lines.append(f"    note: {note}")
+    return Shown.answered(lines, out.answer, out.ok)
+
+
+def replicas(out: ReplicaOutput) -> Shown:
+    lines: list[str] = []
+    for f in out.files:
+        p = f.get("persistent") or {}
+        lines.append(f"{f['relpath']}: persistent {p.get('status')}; resume from "
+                     f"{f.get('resume_from') or '(none: ' + str(f.get('decision')) + ')'}")
+        for r in f.get("replicas") or []:
+            line = f"    {r['status'].upper():<10} {r['path']}"
+            if r.get("differing_total"):
+                line += f"  ({r['differing_total']} tensor(s): {', '.join(r['differing'][:6])})"
+            elif r["status"] in ("damaged", "unreadable"):
+                line += f"  ({r['verdict']})"
+            lines.append(line)
+    for rel in out.replica_only[:20]:
+        lines.append(f"    ONLY IN A REPLICA {rel}")
+    return Shown.answered(lines, out.answer, out.ok)

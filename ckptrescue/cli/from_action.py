@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ckptrescue.cli.options import CaseDirOpt, JsonOpt, OptionalCaseOpt
-from ckptrescue.cli.output import info, interrupted
-from ckptrescue.display import shown_tree
+from ckptrescue.cli.output import info, interrupted, show
+from ckptrescue.display import Shown, shown_tree
 from ckptrescue.engine.argtypes import arg_type
 from ckptrescue.errors import ExitCode, ToolFailedError
 
@@ -63,6 +63,19 @@ class StepResult:
     case: Case
     args: ActionArgs
     options: dict[str, Any]
+
+
+def renders(text: Callable[..., Shown], json: Callable[[StepResult], Any] | None = None, *,
+            findings: bool = False) -> Callable[[StepResult], int]:
+    """A command's renderer from a wing's pure one (``<wing>/render.py``): the lines, asides
+    and exit code ``text(outputs)`` gives (``text(outputs, findings)`` with ``findings``: the
+    step's findings); with ``--json`` the stored outputs (or what ``json(result)`` makes of
+    them) instead of the lines."""
+    def render(result: StepResult) -> int:
+        shown = text(result.out, result.findings) if findings else text(result.out)
+        return show(shown, json=result.options[JSON],
+                    data=json(result) if json is not None else result.outputs)
+    return render
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,15 @@ def interrupt_said(reset: bool = False) -> bool:
 
 
 def show(shown: Shown, *, json: bool, data: Any = None) -> int:
-    """Print what a wing's renderer made of a step (``data`` as JSON instead of its lines with
-    ``--json``; its notes on stderr either way) and return its exit code."""
+    """Print what a wing's renderer made of a step (``data`` as JSON instead of its lines and
+    asides with ``--json``; its notes on stderr either way) and return its exit code."""
     if json:
         emit_json(data)
     else:
         for line in shown.lines:
             say(line)
+        for aside in shown.asides:
+            info(aside)
     for note in shown.notes:
         info(note)
     return shown.exit_code

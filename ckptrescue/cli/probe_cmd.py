@@ -6,14 +6,9 @@ from __future__ import annotations
 import typer
 
 from ckptrescue.checkpoints import render
-from ckptrescue.checkpoints.outputs import ProbeOutput, RankOutput, SalvageOutput
-from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
+from ckptrescue.checkpoints.outputs import SalvageOutput
+from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command, renders
 from ckptrescue.cli.output import show
-
-
-def render_probe(result: StepResult) -> int:
-    out: ProbeOutput = result.out
-    return show(render.probe(out), json=result.options[JSON], data=result.outputs)
 
 
 def render_salvage(result: StepResult) -> int:
@@ -23,19 +18,14 @@ def render_salvage(result: StepResult) -> int:
                 data=SalvageOutput.public_record(record))
 
 
-def render_rank(result: StepResult) -> int:
-    out: RankOutput = result.out
-    return show(render.rank(out), json=result.options[JSON], data=result.outputs)
-
-
 COMMANDS = {
-    "probe": Command("probe", render_probe),
+    "probe": Command("probe", renders(render.probe)),
     "salvage": Command("salvage", render_salvage),
     # a one-step run has no probe step: rank records the probe findings itself
-    "rank": Command("rank", render_rank, order=("run_dir", CASE, "load", "jobs", "scheduler",
-                                               "endpoint_url", "eval", "eval_min", "eval_max",
-                                               "eval_timeout", "eval_memory_mb",
-                                               "eval_metric_regex", JSON)),
+    "rank": Command("rank", renders(render.rank),
+                    order=("run_dir", CASE, "load", "jobs", "scheduler", "endpoint_url", "eval",
+                           "eval_min", "eval_max", "eval_timeout", "eval_memory_mb",
+                           "eval_metric_regex", JSON)),
 }
 
 
