@@ -135,7 +135,29 @@ def _detach(runner: SubprocessRunner, case: Case, loopdev: str, backing: str | N
                                  purpose="detach the loop device the kit attached"))
     if res.refused:
         return [f"losetup -d {loopdev}: refused: {res.refused}"]
-    return [] if res.returncode == 0 else [f"losetup -d {loopdev}: {res.stderr.strip()[:200]}"]
+    if res.returncode != 0:
+        return [f"losetup -d {loopdev}: {res.stderr.strip()[:200]}"]
+    return _detached(case, loopdev, backing)
+
+
+DETACH_WAIT_S = 5.0
+
+
+def _detached(case: Case, loopdev: str, backing: str | None) -> list[str]:
+    """``losetup -d`` of a device something still holds open (a udev probe, a reader) only
+    marks it for release when the last holder closes it: the kernel's state, not the exit
+    code, says whether it is gone. Waits up to ``DETACH_WAIT_S`` for it, then says it is not."""
+    import time
+
+    deadline = time.monotonic() + DETACH_WAIT_S
+    while sysfs.loop_backing_file(Path(loopdev).name) == backing:
+        if time.monotonic() > deadline:
+            case.log("storage.detach_deferred", {"device": loopdev, "backing_file": backing})
+            return [f"losetup -d {loopdev}: still attached to {backing} after "
+                    f"{DETACH_WAIT_S:g} s (held open elsewhere: the kernel releases it when the "
+                    "last holder closes it)"]
+        time.sleep(0.05)
+    return []
 
 
 def attach_slice(runner: SubprocessRunner, info: dict[str, Any], start: int, size: int,

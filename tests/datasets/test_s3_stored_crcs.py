@@ -87,7 +87,7 @@ def test_a_manifest_without_crcs_downloads_them(uploaded, tmp_path: Path) -> Non
 
 def test_the_gate_uses_the_recorded_crcs_too(uploaded) -> None:  # noqa: ANN001
     srv, _writer, _local, manifest = uploaded
-    result = gate_dataset("s3://crcs/ds/", manifest, sample=4, seed=5,
+    result = gate_dataset("s3://crcs/ds/", manifest, sample_count=4, seed=5,
                           endpoint_url=srv.endpoint_url)
     assert result.passed, result.reason
     # a, b, c by CRC and d by SHA-256 cost nothing; e (no stored checksum) only if sampled

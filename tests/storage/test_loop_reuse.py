@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -42,26 +43,47 @@ def _shut_down_xfs_on(dev: str) -> None:
         mnt.rmdir()
 
 
+def _kernel_says_reattached(name: str) -> tuple[bool, str]:
+    """Whether the kernel log's last line about ``name`` that is an XFS line comes before its
+    last attach line (the precondition the tests are about), and the log's lines about it."""
+    log = fx.sh("dmesg", check=False).stdout.splitlines()
+    about = [ln for ln in log if re.search(rf"(?<![\w-]){name}(?![\w-])", ln)]
+    attach = [i for i, ln in enumerate(about) if f"{name}: detected capacity change from 0 to"
+              in ln]
+    xfs = [i for i, ln in enumerate(about) if f"XFS ({name})" in ln]
+    ok = bool(attach and xfs) and attach[-1] > xfs[-1]
+    return ok, "\n".join(about[-30:])
+
+
 @contextlib.contextmanager
 def reused_loop(old: Path, new: Path):
-    """A loop device that held ``old`` (its XFS shut down) and now holds ``new``."""
+    """A loop device that held ``old`` (its XFS shut down) and now holds ``new``, the kernel's
+    log showing the XFS lines before the new attach (else another number is tried: on a busy
+    machine the numbers are shared with other jobs)."""
+    seen = ""
     for _ in range(20):
         dev = fx.sh("losetup", "--find", "--show", str(old)).stdout.strip()
         try:
             _shut_down_xfs_on(dev)
         finally:
             fx.detach_own(dev, old)
-        for _ in range(20):  # the detach completes asynchronously
+        for _ in range(40):  # the detach completes asynchronously
             if fx.sh("losetup", dev, str(new), check=False).returncode == 0:
                 break
             time.sleep(0.05)
-        if fx.backed_by(dev, new):
-            try:
-                yield dev
-            finally:
-                fx.detach_own(dev, new)
-            return
-    pytest.fail("no loop number could be attached twice in a row (others took each one)")
+        if not fx.backed_by(dev, new):
+            continue
+        ok, seen = _kernel_says_reattached(Path(dev).name)
+        if not ok:
+            fx.detach_own(dev, new)
+            continue
+        try:
+            yield dev
+        finally:
+            fx.detach_own(dev, new)
+        return
+    pytest.fail("no loop number could be attached twice in a row with the kernel's log in that "
+                f"order (others took each one); the last one's lines:\n{seen}")
 
 
 @pytest.fixture
@@ -88,7 +110,8 @@ def test_triage_does_not_blame_the_volume_for_an_earlier_use_of_its_loop(
     out = json.loads(r.stdout)
     earlier = [m for m in out["kernel_messages"] if f"XFS ({name})" in m["line"]]
     assert earlier, "the earlier XFS shutdown is in the kernel log"
-    assert {m["scope"] for m in earlier} == {"other"}
+    assert {m["scope"] for m in earlier} == {"other"}, \
+        [m["line"] for m in earlier] + ["-- the kernel log:", _kernel_says_reattached(name)[1]]
     assert {m.get("earlier_use_of") for m in earlier} == {name}
     blamed = [f for f in out["findings"] if f["code"] == "TR004" and f["severity"] == "error"]
     assert blamed == [], blamed
@@ -107,4 +130,5 @@ def test_report_timeline_shows_the_evidence_loop_only_since_its_attach(
     rows = json.loads(r.stdout)["timeline"]["rows"]
     ours = [row for row in rows if row["why"] == f"evidence device {name}"]
     assert any("detected capacity change from 0 to" in row["text"] for row in ours)
-    assert not [row for row in ours if f"XFS ({name})" in row["text"]], ours
+    assert not [row for row in ours if f"XFS ({name})" in row["text"]], \
+        [row["text"] for row in ours] + ["-- the kernel log:", _kernel_says_reattached(name)[1]]

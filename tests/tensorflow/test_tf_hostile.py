@@ -19,7 +19,7 @@ import pytest
 
 from ckptrescue.checkpoints.base import ProbeOptions, Verdict
 from ckptrescue.checkpoints.formats.sstable import mask
-from ckptrescue.checkpoints.formats.tensorbundle import probe_bundle
+from ckptrescue.checkpoints.formats.tensorbundle import TensorBundleFormat, probe_bundle
 from ckptrescue.checkpoints.probes.checkpoints import discover, probe_one
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,10 +35,11 @@ def test_100000_entry_index_probes_in_linear_time(tmp_path: Path) -> None:
     write_bundle(prefix, 100_000)
     small = tmp_path / "small"
     write_bundle(small, 10_000)
+    fmt = TensorBundleFormat
     t0 = time.process_time()
-    r_small = probe_bundle(small, ProbeOptions(numeric=True))
+    r_small = probe_one(fmt, Path(f"{small}.index"), ProbeOptions(numeric=True))
     t1 = time.process_time()
-    report = probe_bundle(prefix, ProbeOptions(numeric=True))
+    report = probe_one(fmt, Path(f"{prefix}.index"), ProbeOptions(numeric=True))
     t2 = time.process_time()
     assert report.verdict is Verdict.INTACT and report.tensors_total == 100_000
     assert r_small.tensors_total == 10_000

@@ -6,8 +6,11 @@ not import each other.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
@@ -50,13 +53,28 @@ def _unreadable(path: Path) -> CheckpointReport:
     return report
 
 
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """The cycle collector off while a probe builds its records: a checkpoint of 100,000 tensors
+    makes millions of objects that hold no cycles, and the collector's full passes over them made
+    the probe grow faster than the number of tensors (10k entries 0.37 s, 100k 5.4 s; 3.1 s
+    without them). Reference counting still frees everything; the collector runs again after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def probe_one(fmt: type | None, path: Path, options: ProbeOptions) -> CheckpointReport:
     """Probe one checkpoint root with its format (or report it unreadable)."""
     if fmt is None:
         return _unreadable(path)
     from ckptrescue.checkpoints.formats.tolerant_read import collect_unreadable
 
-    with collect_unreadable() as unreadable:
+    with collect_unreadable() as unreadable, cyclic_gc_paused():
         try:
             report: CheckpointReport = fmt.probe(path, options)
         except OSError as exc:
