@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ckptrescue.model import Finding, JsonObject
 
@@ -175,3 +175,20 @@ def formats() -> list[type[CheckpointFormat]]:
         found.extend(getattr(module, "FORMATS", []))
     found.sort(key=lambda f: getattr(f, "priority", 100))
     return found
+
+
+Detector = TypeVar("Detector", bound=type)
+
+
+def first_detecting(candidates: Iterable[Detector], path: Path, *,
+                    passing: tuple[type[Exception], ...] = (OSError, ValueError),
+                    ) -> Detector | None:
+    """The first of ``candidates`` (formats or families, in the order given) whose ``detect``
+    takes ``path``; one that raises one of ``passing`` on it is passed over. None: none does."""
+    for candidate in candidates:
+        try:
+            if candidate.detect(path):
+                return candidate
+        except passing:
+            continue
+    return None

@@ -165,14 +165,11 @@ class ReassemblyResult(Recorded):
 # -- finding the step and its candidates ------------------------------------------------------
 
 def family_of(step: Path) -> type[Family]:
-    from ckptrescue.checkpoints.families import families
+    from ckptrescue.checkpoints.families import detecting
 
-    for fam in families():
-        try:
-            if fam.detect(step):
-                return fam
-        except OSError:
-            continue
+    fam = detecting(step)
+    if fam is not None:
+        return fam
     raise UsageError(f"{step}: not a step directory of a multi-rank family (DeepSpeed "
                      "global_stepN, Megatron iter_N, ...)")
 

@@ -235,15 +235,9 @@ def _decide(f: RankFile) -> None:
 def _family(step: Path) -> type[Family]:
     """The step's multi-rank family (its exact globals apply to its rank files), else the
     plain base (no extra globals)."""
-    from ckptrescue.checkpoints.families import families
+    from ckptrescue.checkpoints.families import detecting
 
-    for fam in families():
-        try:
-            if fam.detect(step):
-                return fam
-        except OSError:
-            continue
-    return Family
+    return detecting(step) or Family
 
 
 def _rank_files(root: Path) -> dict[str, Path]:

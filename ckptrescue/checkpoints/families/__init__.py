@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,3 +45,11 @@ def families() -> list[type[Family]]:
 def by_name(name: str) -> type[Family] | None:
     """The family whose ``name`` (the ``format`` in probe JSON) is ``name``."""
     return next((f for f in _discover() if f.name == name), None)
+
+
+def detecting(step: Path) -> type[Family] | None:
+    """The first family (by priority) that takes ``step`` as one of its steps; a family that
+    cannot read it (``OSError``) is passed over. None: no family does."""
+    from ckptrescue.checkpoints.base import first_detecting
+
+    return first_detecting(_discover(), step, passing=(OSError,))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict, first_detecting
 from ckptrescue.checkpoints.base import formats as registry_formats
 from ckptrescue.checkpoints.formats.regular_file import not_regular, open_regular
 from ckptrescue.checkpoints.formats.tolerant_read import add_unreadable
@@ -140,13 +140,7 @@ def _single_file_formats() -> tuple[type, ...]:
 
 def member_format(path: Path) -> type | None:
     """The single-file format of a rank file, from the registry (never a family)."""
-    for fmt in _single_file_formats():
-        try:
-            if fmt.detect(path):
-                return fmt
-        except (OSError, ValueError):
-            continue
-    return None
+    return first_detecting(_single_file_formats(), path)
 
 
 def shorten(items: list[str], n: int = 8) -> str:

@@ -26,6 +26,7 @@ from ckptrescue.checkpoints.base import (
     ProbeOptions,
     TensorRecord,
     Verdict,
+    first_detecting,
     worst_verdict,
 )
 from ckptrescue.checkpoints.formats import tensormap
@@ -72,13 +73,8 @@ def _shard_format(path: Path) -> Any:
     from ckptrescue.checkpoints.formats.torch_legacy import TorchLegacyFormat
     from ckptrescue.checkpoints.formats.torch_zip import TorchZipFormat
 
-    for fmt in (SafetensorsFormat, TorchZipFormat, TorchLegacyFormat):
-        try:
-            if fmt.detect(path):
-                return fmt
-        except (OSError, ValueError, OverflowError):
-            continue
-    return None
+    return first_detecting((SafetensorsFormat, TorchZipFormat, TorchLegacyFormat), path,
+                           passing=(OSError, ValueError, OverflowError))
 
 
 # Shard extensions of Hugging Face weight files (``save_pretrained``'s names).

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict, first_detecting
 from ckptrescue.checkpoints.base import formats as registry_formats
 from ckptrescue.checkpoints.probes.single import probe_one
 from ckptrescue.errors import EvidenceError, UsageError
@@ -111,13 +111,7 @@ def _companions(fmt: type, root: Path) -> set[Path]:
 
 
 def _detect(path: Path) -> type | None:
-    for fmt in formats():
-        try:
-            if fmt.detect(path):
-                return fmt
-        except (OSError, ValueError):
-            continue
-    return None
+    return first_detecting(formats(), path)
 
 
 def discover(paths: Iterable[Path]) -> list[tuple[type | None, Path]]:
