@@ -33,6 +33,7 @@ from ckptrescue.checkpoints.families.base import (
     Member,
     MemberSummary,
     StepLayout,
+    claim_steps,
     finding,
     listdir,
 )
@@ -144,14 +145,7 @@ class AccelerateFamily(Family):
 
     @classmethod
     def claim(cls, directory: Path) -> list[Path]:
-        if _is_step(directory):
-            return [directory]
-        out: list[Path] = []
-        for n in listdir(directory):
-            p = directory / n
-            if p.is_dir() and not p.is_symlink() and _is_step(p):
-                out.append(p)
-        return out
+        return claim_steps(directory, _is_step, links=False)
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:

@@ -444,3 +444,35 @@ def listdir(directory: Path) -> list[str]:
         return sorted(os.listdir(directory))
     except OSError:
         return []
+
+
+def claim_steps(directory: Path, is_step: Callable[[Path], bool], *,
+                links: bool = True) -> list[Path]:
+    """A family's ``claim``: ``[directory]`` when ``is_step`` takes it, else the entries directly
+    in it that ``is_step`` takes, in name order (``links=False``: none reached through a symbolic
+    link)."""
+    if is_step(directory):
+        return [directory]
+    return [directory / n for n in listdir(directory)
+            if (links or not (directory / n).is_symlink()) and is_step(directory / n)]
+
+
+class DirectoryStepFamily(Family):
+    """A family whose step is one directory that :meth:`is_step` recognises on its own (FSDP's
+    DCP step, Orbax's step): ``detect`` is ``is_step`` (False when it cannot be read), ``claim``
+    the directory itself or the steps directly in it."""
+
+    @classmethod
+    def is_step(cls, path: Path) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        try:
+            return cls.is_step(path)
+        except OSError:
+            return False
+
+    @classmethod
+    def claim(cls, directory: Path) -> list[Path]:
+        return claim_steps(directory, cls.detect)

@@ -38,6 +38,7 @@ from ckptrescue.checkpoints.families.base import (
     MemberSummary,
     Pointer,
     StepLayout,
+    claim_steps,
     finding,
     is_file,
     listdir,
@@ -100,11 +101,7 @@ class DeepSpeedFamily(Family):
 
     @classmethod
     def claim(cls, directory: Path) -> list[Path]:
-        if cls._is_step(directory):
-            return [directory]
-        return [directory / n for n in listdir(directory)
-                if (directory / n).is_dir() and not (directory / n).is_symlink()
-                and cls._is_step(directory / n)]
+        return claim_steps(directory, cls._is_step, links=False)
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
-from ckptrescue.checkpoints.families.base import Family, Pointer, StepLayout, finding, is_file, listdir
+from ckptrescue.checkpoints.families.base import (
+    DirectoryStepFamily,
+    Pointer,
+    StepLayout,
+    finding,
+    is_file,
+    listdir,
+)
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
 
@@ -67,7 +74,7 @@ def _value(path: str, offset: int, dtype: str | None) -> float | None:
     return float(struct.unpack(fmt, raw)[0]) if len(raw) == struct.calcsize(fmt) else None
 
 
-class FsdpDcpFamily(Family):
+class FsdpDcpFamily(DirectoryStepFamily):
     """A DCP step written by several ranks (``fsdp-dcp``)."""
 
     name: ClassVar[str] = "fsdp-dcp"
@@ -76,17 +83,8 @@ class FsdpDcpFamily(Family):
     allowed_globals: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
-    def detect(cls, path: Path) -> bool:
-        try:
-            return _is_step(path)
-        except OSError:
-            return False
-
-    @classmethod
-    def claim(cls, directory: Path) -> list[Path]:
-        if cls.detect(directory):
-            return [directory]
-        return [directory / n for n in listdir(directory) if cls.detect(directory / n)]
+    def is_step(cls, path: Path) -> bool:
+        return _is_step(path)
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:

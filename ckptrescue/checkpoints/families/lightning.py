@@ -142,12 +142,6 @@ class LightningFamily(Family):
         return out
 
     @classmethod
-    def companions(cls, root: Path) -> list[Path]:
-        if root.is_dir():
-            return [p for p in root.rglob("*") if p.is_file()]
-        return [root]
-
-    @classmethod
     def step_of(cls, root: Path) -> int | None:
         m = _STEP.search(root.name)
         return int(m.group(1)) if m else None

@@ -37,6 +37,7 @@ from ckptrescue.checkpoints.families.base import (
     MemberSummary,
     Pointer,
     StepLayout,
+    claim_steps,
     finding,
     is_file,
     listdir,
@@ -93,8 +94,18 @@ def _args(root_obj: Any) -> JsonObject:
     return args if isinstance(args, dict) else {}
 
 
-class _MegatronPointers(Family):
-    """``latest_checkpointed_iteration.txt``: an iteration number (or ``release``)."""
+class _MegatronRun(Family):
+    """What both Megatron layouts share: ``iter_N`` (or ``release``) step directories, never
+    one reached through a symbolic link, and ``latest_checkpointed_iteration.txt``: an iteration
+    number (or ``release``)."""
+
+    @classmethod
+    def _is_step(cls, directory: Path) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def claim(cls, directory: Path) -> list[Path]:
+        return claim_steps(directory, cls._is_step, links=False)
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
@@ -115,7 +126,7 @@ class _MegatronPointers(Family):
         return str(step) if step is not None else root.name
 
 
-class MegatronFamily(_MegatronPointers):
+class MegatronFamily(_MegatronRun):
     """Legacy ``iter_N/mp_rank_TT[_PPP]/model_optim_rng.pt`` (``megatron``)."""
 
     name: ClassVar[str] = "megatron"
@@ -125,13 +136,6 @@ class MegatronFamily(_MegatronPointers):
     def _is_step(cls, directory: Path) -> bool:
         return (_ITER.match(directory.name) is not None or directory.name == "release") and any(
             _MP.match(n) for n in listdir(directory))
-
-    @classmethod
-    def claim(cls, directory: Path) -> list[Path]:
-        if cls._is_step(directory):
-            return [directory]
-        return [directory / n for n in listdir(directory)
-                if not (directory / n).is_symlink() and cls._is_step(directory / n)]
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:
@@ -339,7 +343,7 @@ def _stage_findings(models: list[MemberSummary], tp: int | None, pp: int | None
     return out
 
 
-class MegatronDistFamily(_MegatronPointers):
+class MegatronDistFamily(_MegatronRun):
     """``torch_dist`` iteration directories (``megatron-dist``)."""
 
     name: ClassVar[str] = "megatron-dist"
@@ -364,13 +368,6 @@ class MegatronDistFamily(_MegatronPointers):
             text = read_text(directory / "metadata.json") or ""
             return "torch_dist" in text or "sharded_backend" in text
         return "common.pt" in names and any(n.endswith(".distcp") for n in names)
-
-    @classmethod
-    def claim(cls, directory: Path) -> list[Path]:
-        if cls._is_step(directory):
-            return [directory]
-        return [directory / n for n in listdir(directory)
-                if not (directory / n).is_symlink() and cls._is_step(directory / n)]
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:

@@ -70,10 +70,6 @@ class NemoFamily(Family):
     allowed_globals: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
-    def claim(cls, directory: Path) -> list[Path]:
-        return []
-
-    @classmethod
     def detect(cls, path: Path) -> bool:
         try:
             if not path.is_file():

@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
-from ckptrescue.checkpoints.families.base import Family, Pointer, StepLayout, finding, is_file, listdir
+from ckptrescue.checkpoints.families.base import (
+    DirectoryStepFamily,
+    Pointer,
+    StepLayout,
+    finding,
+    is_file,
+    listdir,
+)
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding, JsonObject
 
@@ -82,24 +89,15 @@ def _kvstore(item: Path, ocdbt: bool) -> JsonObject:
     return {"driver": "ocdbt", "base": base} if ocdbt else base
 
 
-class OrbaxFamily(Family):
+class OrbaxFamily(DirectoryStepFamily):
     """An Orbax ``CheckpointManager`` step directory (``orbax``)."""
 
     name: ClassVar[str] = "orbax"
     allowed_globals: ClassVar[frozenset[str]] = frozenset()  # Orbax writes JSON, zarr, OCDBT
 
     @classmethod
-    def detect(cls, path: Path) -> bool:
-        try:
-            return _is_step(path)
-        except OSError:
-            return False
-
-    @classmethod
-    def claim(cls, directory: Path) -> list[Path]:
-        if cls.detect(directory):
-            return [directory]
-        return [directory / n for n in listdir(directory) if cls.detect(directory / n)]
+    def is_step(cls, path: Path) -> bool:
+        return _is_step(path)
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:

@@ -71,13 +71,7 @@ def plain(obj: Any, depth: int = 0, budget: _Budget | None = None) -> Any:  # no
         return [plain(v, depth + 1, budget) for v in list(obj)[:max(budget.left, 0)]]
     if isinstance(obj, pickle_scan.Call):
         out = {"__class__": obj.qualname}
-        state = obj.state
-        if isinstance(state, tuple) and len(state) == 2:
-            merged: dict[Any, Any] = {}
-            for part in state:
-                if isinstance(part, dict):
-                    merged.update(part)
-            state = merged
+        state = obj.merged_state
         if isinstance(state, dict):
             for k, v in state.items():
                 out[str(k)] = plain(v, depth + 1, budget)

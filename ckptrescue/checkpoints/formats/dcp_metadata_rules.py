@@ -64,13 +64,7 @@ def _unhashable(key: Any) -> bool:
 
 
 def _state(obj: Any) -> JsonObject | None:
-    state = obj.state if isinstance(obj, pickle_scan.Call) else None
-    if isinstance(state, tuple) and len(state) == 2:
-        merged: dict[str, Any] = {}
-        for part in state:
-            if isinstance(part, dict):
-                merged.update(part)
-        return merged
+    state = obj.merged_state if isinstance(obj, pickle_scan.Call) else None
     return state if isinstance(state, dict) else None
 
 

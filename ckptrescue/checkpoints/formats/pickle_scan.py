@@ -98,15 +98,22 @@ class Call:
     def qualname(self) -> str:
         return self.func.qualname if isinstance(self.func, Global) else "?"
 
-    def attr(self, name: str, default: Any = None) -> Any:
-        """A field from the BUILD state (dict state or (dict, slots) state)."""
+    @property
+    def merged_state(self) -> Any:
+        """The BUILD state with a ``(dict, slots)`` pair merged into one dict (any other state
+        as it is)."""
         state = self.state
         if isinstance(state, tuple) and len(state) == 2:
             merged: dict[Any, Any] = {}
             for part in state:
                 if isinstance(part, dict):
                     merged.update(part)
-            state = merged
+            return merged
+        return state
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """A field from the BUILD state (dict state or (dict, slots) state)."""
+        state = self.merged_state
         if isinstance(state, dict):
             return state.get(name, default)
         return default
