@@ -36,10 +36,11 @@ class DrillResult:
     faults: list[JsonObject] = field(default_factory=list)
     s3: JsonObject | None = None
     expected: JsonObject = field(default_factory=dict)
+    image_sha256: str = ""  # the evidence's hash as built: compare it after a run
 
     def to_json(self) -> JsonObject:
         return {
-            "root": str(self.root), "image": str(self.image),
+            "root": str(self.root), "image": str(self.image), "image_sha256": self.image_sha256,
             "badsectors_map": str(self.badsectors_map), "known_good_manifest": str(self.known_good),
             "marker": str(self.marker), "faults": self.faults, "s3": self.s3,
             "expected": self.expected,
@@ -162,7 +163,7 @@ def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult
                   "tensors": ["model.0.weight"], "device_ranges": [[start, end]]})
 
     result = DrillResult(root=out, image=image, badsectors_map=badmap, known_good=known_good,
-                         marker=marker, faults=found)
+                         marker=marker, faults=found, image_sha256=_sha256(image))
     if s3:
         result.s3 = _seed_bucket(out, run, pristine, found)
     shutil.rmtree(staging)

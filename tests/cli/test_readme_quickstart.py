@@ -41,9 +41,8 @@ VERSION = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 
 def readme_answer() -> str:
     """The answer the README shows ("The answer looks like:"), as one line."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    block = text.split("The answer looks like:", 1)[1].split("```", 2)[1]
-    return " ".join(block.split())
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    return text.split("The answer looks like:", 1)[1].split("```", 2)[1].strip()
 
 
 def sha256(path: Path) -> str:

@@ -1,22 +1,28 @@
-"""`make demo`'s path, for real: drill -> `playbook run full-incident --yes` -> report.
+"""`make demo` itself, for real, run once for the module: drill -> `playbook run full-incident
+--yes` -> report, as a user runs it.
 
 The answer and the report must match the faults the drill injected; the evidence (the drill's
-disk image) hashes the same before and after; the malicious pickle never runs; everything the
-drill and the run started is stopped (S3 server, loop devices, mounts).
+disk image) hashes as the drill built it; the malicious pickle never runs; everything the drill
+and the run started is stopped (S3 server, loop devices, mounts); the HTML report opens in
+headless Chromium and prints to a PDF of at most 20 pages.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from cli_helpers import EXE
+
+# one `make demo` serves every test here: they run on one worker
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("make", "ddrescue", "mkfs.xfs"),
+              pytest.mark.xdist_group("make-demo")]
 
 
 def sha256(path: Path) -> str:
@@ -32,39 +38,54 @@ def loops_backed_by(prefix: str) -> list[str]:
     return [line for line in out.splitlines() if prefix in line]
 
 
-@pytest.mark.privileged
-@pytest.mark.needs_tool("ddrescue", "mkfs.xfs", "xfs_db")
-def test_drill_full_incident_report(tmp_path: Path) -> None:
-    drill, case = tmp_path / "drill", tmp_path / "case"
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "drill", "AWS_SECRET_ACCESS_KEY": "drill"}
-    built = subprocess.run([EXE, "drill", str(drill), "--json"], capture_output=True, text=True,
-                           timeout=600, env=env)
-    assert built.returncode == 0, built.stderr
-    try:
-        info = json.loads(built.stdout)
-        images = json.loads((drill / "params.json").read_text())["image_dest"]  # this drill's
-        kinds = {f["kind"] for f in info["faults"]}
-        assert {"bit-flip", "truncated", "missing-shard", "nan-poison", "malicious-pickle",
-                "bad-sectors", "s3-corrupted-version"} <= kinds
-        image = Path(info["image"])
-        before = sha256(image)
-        run = subprocess.run([EXE, "playbook", "run", "full-incident", "--case", str(case),
-                              "--yes", "-P", str(drill / "params.json"), "--json"],
-                             capture_output=True, text=True, timeout=1200, env=env)
-        assert run.returncode == 1, run.stderr  # done, problems found
-        result = json.loads(run.stdout)
-        answer = result["answer"]
-        report = subprocess.run([EXE, "report", str(case), "--format", "json", "-o", "-"],
-                                capture_output=True, text=True, timeout=120)
-        model = json.loads(report.stdout)
-    finally:
-        subprocess.run([EXE, "drill", str(drill), "--stop"], capture_output=True, timeout=60)
-    # evidence unchanged; the payload never ran; nothing left behind
-    assert sha256(image) == before
+@dataclass
+class Demo:
+    out: Path
+    res: subprocess.CompletedProcess[str]
+
+    @property
+    def info(self) -> dict:
+        return json.loads((self.out / "drill" / "drill.json").read_text())
+
+    @property
+    def answer(self) -> str:
+        return next(line for line in self.res.stdout.splitlines()
+                    if line.startswith("answer: "))[len("answer: "):]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path_factory.mktemp("make-demo") / "demo"
+    res = subprocess.run(["make", "-s", "-C", str(repo), "demo", f"DEMO_DIR={out}"],
+                         capture_output=True, text=True, timeout=1500)
+    return Demo(out, res)
+
+
+def test_make_demo(demo: Demo) -> None:
+    """`make demo` itself: exit 0, the one-line answer, the report's path; nothing left running."""
+    assert demo.res.returncode == 0, demo.res.stderr[-3000:]
+    lines = demo.res.stdout.strip().splitlines()
+    assert lines[-1].startswith("report: ") and Path(lines[-1][8:]).is_file()
+    assert demo.answer.startswith("resume from step-300.pt")
+    assert "unsafe: step-350.pt (posix.system)" in demo.answer
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"ckptrescue.drill.s3daemon {demo.out}" not in ps
+    images = json.loads((demo.out / "drill" / "params.json").read_text())["image_dest"]
+    assert not loops_backed_by(str(demo.out)) and not loops_backed_by(images)
+    assert str(demo.out) not in Path("/proc/mounts").read_text()
+    assert not (demo.out / "drill" / "s3server.json").exists()
+
+
+@pytest.mark.needs_tool("xfs_db")
+def test_drill_full_incident_report(demo: Demo, tmp_path: Path) -> None:
+    assert demo.res.returncode == 0, demo.res.stderr[-3000:]
+    info, answer, case = demo.info, demo.answer, demo.out / "case"
+    model = json.loads(subprocess.run([EXE, "report", str(case), "--format", "json", "-o", "-"],
+                                      capture_output=True, text=True, timeout=120).stdout)
+    # evidence unchanged since the drill built it; the payload never ran
+    assert sha256(Path(info["image"])) == info["image_sha256"]
     assert not Path(info["marker"]).exists()
-    assert not loops_backed_by(str(tmp_path)) and not loops_backed_by(images)
-    assert str(case) not in Path("/proc/mounts").read_text()
-    assert not (drill / "s3server.json").exists()
     # the answer names what the drill injected
     assert answer.startswith("resume from step-300.pt")
     for needle in ("step-400.pt truncated", "step-200.pt damaged", "step-100.pt damaged",
@@ -133,26 +154,15 @@ def test_drill_full_incident_report(tmp_path: Path) -> None:
     restored = list((case / "work" / "recovery").rglob("step-300.pt"))
     assert restored, "s3.restore wrote nothing"
     known = dict(line.split("  ", 1)[::-1] for line in
-                 (drill / "known-good.sha256").read_text().splitlines())
+                 (demo.out / "drill" / "known-good.sha256").read_text().splitlines())
     assert sha256(restored[0]) == known["run/step-300.pt"]
 
 
 @pytest.mark.needs_tool("chromium")
-@pytest.mark.privileged
-def test_demo_report_html_in_chromium(tmp_path: Path) -> None:
-    """The HTML report of a full drill run, opened in headless Chromium."""
-    drill, case = tmp_path / "drill", tmp_path / "case"
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "drill", "AWS_SECRET_ACCESS_KEY": "drill"}
-    subprocess.run([EXE, "drill", str(drill), "--no-s3"], check=True, capture_output=True,
-                   timeout=600, env=env)
-    try:
-        params = json.loads((drill / "params.json").read_text())
-        subprocess.run([EXE, "playbook", "run", "full-incident", "--case", str(case), "--yes",
-                        *[f"-p{k}={v}" for k, v in params.items()]],
-                       capture_output=True, text=True, timeout=1200, env=env)
-    finally:
-        subprocess.run([EXE, "drill", str(drill), "--stop"], capture_output=True, timeout=60)
-    html = case / "report.html"
+def test_demo_report_html_in_chromium(demo: Demo, tmp_path: Path) -> None:
+    """The HTML report `make demo` wrote, opened in headless Chromium."""
+    assert demo.res.returncode == 0, demo.res.stderr[-3000:]
+    html = demo.out / "report.html"
     assert html.exists()
     chromium = shutil.which("chromium")
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -167,22 +177,3 @@ def test_demo_report_html_in_chromium(tmp_path: Path) -> None:
     subprocess.run([chromium, *flags, f"--screenshot={png}", "--window-size=1200,3000",
                     html.as_uri()], capture_output=True, timeout=120, check=False)
     assert png.stat().st_size > 20_000
-
-
-@pytest.mark.privileged
-@pytest.mark.needs_tool("make", "ddrescue", "mkfs.xfs")
-def test_make_demo(tmp_path: Path) -> None:
-    """`make demo` itself: exit 0, the one-line answer, the report's path; nothing left running."""
-    repo = Path(__file__).resolve().parents[2]
-    out = tmp_path / "demo"
-    res = subprocess.run(["make", "-s", "-C", str(repo), "demo", f"DEMO_DIR={out}"],
-                         capture_output=True, text=True, timeout=1500)
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = res.stdout.strip().splitlines()
-    assert lines[-1].startswith("report: ") and Path(lines[-1][8:]).is_file()
-    answer = next(line for line in lines if line.startswith("answer: "))
-    assert answer.startswith("answer: resume from step-300.pt")
-    assert "unsafe: step-350.pt (posix.system)" in answer
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert f"ckptrescue.drill.s3daemon {out}" not in ps
-    assert not loops_backed_by(str(out)) and str(out) not in Path("/proc/mounts").read_text()
