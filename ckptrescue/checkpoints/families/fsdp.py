@@ -26,7 +26,6 @@ from typing import ClassVar
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.families.base import (
     DirectoryStepFamily,
-    Pointer,
     StepLayout,
     finding,
     is_file,
@@ -75,25 +74,20 @@ def _value(path: str, offset: int, dtype: str | None) -> float | None:
 
 
 class FsdpDcpFamily(DirectoryStepFamily):
-    """A DCP step written by several ranks (``fsdp-dcp``)."""
+    """A DCP step written by several ranks (``fsdp-dcp``). No pointer file: torchtitan resumes
+    from the highest step-N with a .metadata."""
 
     name: ClassVar[str] = "fsdp-dcp"
     # DCP's .metadata globals are the dcp format's exact list (formats/pickle_policy.py
     # DCP_ALLOWED_EXACT); the items are weights-only torch zips: nothing beyond.
     allowed_globals: ClassVar[frozenset[str]] = frozenset()
 
-    @classmethod
-    def is_step(cls, path: Path) -> bool:
-        return _is_step(path)
+    is_step = staticmethod(_is_step)
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
         m = _STEP.search(root.name)
         return int(m.group(1)) if m else None
-
-    @classmethod
-    def pointers(cls, run_dir: Path) -> list[Pointer]:
-        return []  # torchtitan resumes from the highest step-N with a .metadata
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:

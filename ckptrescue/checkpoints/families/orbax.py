@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.families.base import (
     DirectoryStepFamily,
-    Pointer,
     StepLayout,
     finding,
     is_file,
@@ -90,23 +89,18 @@ def _kvstore(item: Path, ocdbt: bool) -> JsonObject:
 
 
 class OrbaxFamily(DirectoryStepFamily):
-    """An Orbax ``CheckpointManager`` step directory (``orbax``)."""
+    """An Orbax ``CheckpointManager`` step directory (``orbax``). No pointer file: the newest
+    committed step directory is it."""
 
     name: ClassVar[str] = "orbax"
     allowed_globals: ClassVar[frozenset[str]] = frozenset()  # Orbax writes JSON, zarr, OCDBT
 
-    @classmethod
-    def is_step(cls, path: Path) -> bool:
-        return _is_step(path)
+    is_step = staticmethod(_is_step)
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
         m = _STEP.match(root.name)
         return int(m.group(1)) if m else None
-
-    @classmethod
-    def pointers(cls, run_dir: Path) -> list[Pointer]:
-        return []  # Orbax has no pointer file: the newest committed step directory is it
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:
