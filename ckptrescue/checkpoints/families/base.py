@@ -418,9 +418,9 @@ class Family:
     @classmethod
     def iter_verified_tensors(cls, path: Path, report: CheckpointReport):  # noqa: ANN206
         """Salvage: tensors whose bytes verified in their rank file."""
-        from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
+        from ckptrescue.checkpoints.formats.tensormap import salvageable
 
-        yield from tensormap_salvageable(report)
+        return salvageable(report)
 
 
 def read_text(path: Path, limit: int = 4096) -> str | None:

@@ -205,9 +205,9 @@ class NemoFamily(Family):
     @classmethod
     def iter_verified_tensors(cls, path: Path, report: CheckpointReport):  # noqa: ANN206
         """Salvage: tensors whose bytes verified inside the archive (absolute offsets)."""
-        from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
+        from ckptrescue.checkpoints.formats.tensormap import salvageable
 
-        yield from tensormap_salvageable(report)
+        return salvageable(report)
 
 
 FAMILIES = [NemoFamily]

@@ -13,7 +13,6 @@ Tensor names are the stored FQNs (a multi-chunk tensor's chunks are ``fqn@o1,o2`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,8 +25,8 @@ from ckptrescue.checkpoints.base import (
 )
 from ckptrescue.checkpoints.formats import dcp_metadata_rules, pickle_policy, pickle_scan, tensormap
 from ckptrescue.checkpoints.formats.regular_file import open_regular
-from ckptrescue.checkpoints.formats.tensormap import finding
-from ckptrescue.checkpoints.formats.torch_zip import probe_zip, tensormap_salvageable
+from ckptrescue.checkpoints.formats.tensormap import StorageSalvage, finding
+from ckptrescue.checkpoints.formats.torch_zip import probe_zip
 
 
 def _allowed(qualname: str) -> bool:
@@ -78,7 +77,7 @@ def _tiles(size: tuple[int, ...], chunks: list[tuple[tuple[int, ...], tuple[int,
     return None
 
 
-class DcpFormat:
+class DcpFormat(StorageSalvage):
     """A torch.distributed.checkpoint directory (``dcp``)."""
 
     name: ClassVar[str] = "dcp"
@@ -238,11 +237,6 @@ class DcpFormat:
                 report.extra.setdefault("strides", {})[label] = \
                     part.strides.get(label) or part.strides.get("")
             report.tensors.append(t)
-
-    @classmethod
-    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
-                              ) -> Iterator[tuple[TensorRecord, str | None]]:
-        yield from tensormap_salvageable(report)
 
 
 FORMATS = [DcpFormat]

@@ -25,7 +25,7 @@ from typing import BinaryIO, ClassVar
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
-from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.checkpoints.formats.tensormap import StorageSalvage, finding
 
 SUFFIXES = (".pkl", ".pickle", ".dill", ".joblib", ".npy", ".pckl", ".p")
 ACCELERATE_RNG = re.compile(r"^random_states_\d+\.pkl$")
@@ -230,7 +230,7 @@ def _seven_zip_pickles(path: Path) -> list[tuple[str, bytes]] | None:
         return None
 
 
-class AccelerateRngFormat:
+class AccelerateRngFormat(StorageSalvage):
     """Accelerate's ``random_states_<rank>.pkl``: a torch zip (``accelerate-rng``) whose pickle
     may name numpy's array reconstruction (``np.random.get_state()``) besides the weights-only
     list; anything else is judged as in any torch zip."""
@@ -260,13 +260,6 @@ class AccelerateRngFormat:
             report.verdict = Verdict.INTACT
             tensormap.finalize(report, others)
         return report
-
-    @classmethod
-    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
-                              ) -> Iterator[tuple[TensorRecord, str | None]]:
-        from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
-
-        yield from tensormap_salvageable(report)
 
 
 FORMATS = [AccelerateRngFormat, PickleFileFormat]

@@ -68,3 +68,15 @@ def not_regular(path: str | Path) -> str | None:
     except OSError:
         return None
     return None if stat.S_ISREG(mode) else kind_of(mode)
+
+
+def head_of(path: Path, size: int) -> bytes | None:
+    """The first ``size`` bytes of the regular file at ``path`` (fewer when it is shorter), for a
+    format's ``detect``; None when it is not a regular file or cannot be read."""
+    if not path.is_file():
+        return None
+    try:
+        with open_regular(path) as fh:
+            return fh.read(size)
+    except OSError:
+        return None

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
 from ckptrescue.checkpoints.formats import dtypes, numeric, tensormap, zipwalk
 from ckptrescue.checkpoints.formats.jsondepth import too_deep
+from ckptrescue.checkpoints.formats.regular_file import head_of
 from ckptrescue.checkpoints.formats.tensormap import finding
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
 from ckptrescue.model import JsonObject
@@ -132,14 +133,8 @@ class SafetensorsFormat:
 
     @classmethod
     def detect(cls, path: Path) -> bool:
-        if not path.is_file():
-            return False
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(9 + 64)
-        except OSError:
-            return False
-        if len(raw) < 10:
+        raw = head_of(path, 9 + 64)
+        if raw is None or len(raw) < 10:
             return False
         (n,) = struct.unpack_from("<Q", raw)
         body = raw[8:].lstrip(JSON_SPACE)

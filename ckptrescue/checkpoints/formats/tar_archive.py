@@ -29,17 +29,16 @@ still judged, and still makes the archive ``unsafe`` when it can run code.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.families import tarwalk
 from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, tensormap, torch_legacy
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
 from ckptrescue.checkpoints.formats.regular_file import open_regular
-from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.checkpoints.formats.tensormap import StorageSalvage, finding
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
 from ckptrescue.checkpoints.formats.zip_window import ZipWindows
 from ckptrescue.checkpoints.formats.zipstream import StreamZip
@@ -82,7 +81,7 @@ def _kind(head: bytes, name: str) -> str | None:
     return None
 
 
-class TarArchiveFormat:
+class TarArchiveFormat(StorageSalvage):
     """A tar archive holding checkpoints (``tar``)."""
 
     name: ClassVar[str] = "tar"
@@ -120,13 +119,6 @@ class TarArchiveFormat:
         report.extra.update(judged.extra())
         tensormap.finalize(report, verdicts)
         return report
-
-    @classmethod
-    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
-                              ) -> Iterator[tuple[TensorRecord, str | None]]:
-        from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
-
-        yield from tensormap_salvageable(report)
 
 
 FORMATS = [TarArchiveFormat]

@@ -9,8 +9,9 @@ a bad storage implicates every tensor viewing it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ckptrescue.checkpoints.base import TensorRecord, Verdict
@@ -245,3 +246,27 @@ def finalize(report: CheckpointReport, extra_verdicts: Iterable[Verdict] = ()) -
     from ckptrescue.checkpoints.base import worst_verdict
 
     report.verdict = worst_verdict([report.verdict, *verdicts])
+
+
+def salvageable(report: CheckpointReport) -> Iterator[tuple[TensorRecord, str | None]]:
+    """Shared salvage rule for storage-based formats: ok/unverified/suspect bytes are usable
+    (and damaged ones whose bytes verify); each tensor with the reason it is not (None: it is)."""
+    for rec in report.tensors:
+        usable = rec.status in ("ok", "unverified", "suspect") or (
+            rec.status == "damaged" and BYTES_VERIFY in rec.reasons)
+        if usable and rec.offset is not None and rec.length is not None \
+                and rec.shape is not None:
+            yield rec, None
+        else:
+            yield rec, "; ".join(rec.reasons) or rec.status
+
+
+class StorageSalvage:
+    """A format whose tensors are byte ranges of storages it checked (torch zip and legacy, DCP,
+    the tar and zip archives of them): it salvages by :func:`salvageable`."""
+
+    @classmethod
+    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
+                              ) -> Iterator[tuple[TensorRecord, str | None]]:
+        """Every tensor with a reason it cannot be salvaged (None when its bytes verify)."""
+        return salvageable(report)

@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.formats import dtypes, pickle_policy, pickle_scan, tensormap, torch_rebuild
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
-from ckptrescue.checkpoints.formats.tensormap import StorageCheck, finding
-from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
+from ckptrescue.checkpoints.formats.regular_file import head_of
+from ckptrescue.checkpoints.formats.tensormap import StorageCheck, StorageSalvage, finding
 from ckptrescue.checkpoints.formats.torch_zip_records import Bounded
 
 MAGIC = 0x1950A86A20F9469CFC6C
 _HEAD = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")
 
 
-class TorchLegacyFormat:
+class TorchLegacyFormat(StorageSalvage):
     """Legacy (non-zip) torch.save stream (``torch-legacy``)."""
 
     name: ClassVar[str] = "torch-legacy"
@@ -38,14 +37,8 @@ class TorchLegacyFormat:
 
     @classmethod
     def detect(cls, path: Path) -> bool:
-        if not path.is_file():
-            return False
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(DETECT_BYTES)
-        except OSError:
-            return False
-        return is_legacy_head(head)
+        head = head_of(path, DETECT_BYTES)
+        return head is not None and is_legacy_head(head)
 
     @classmethod
     def probe(cls, path: Path, options: ProbeOptions) -> CheckpointReport:
@@ -58,11 +51,6 @@ class TorchLegacyFormat:
             verdicts = probe_stream(fh, report, options)
         tensormap.finalize(report, verdicts)
         return report
-
-    @classmethod
-    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
-                              ) -> Iterator[tuple[TensorRecord, str | None]]:
-        yield from tensormap_salvageable(report)
 
 
 DETECT_BYTES = 64  # PROTO, an optional FRAME header, LONG1 of 10 bytes, STOP

@@ -16,11 +16,10 @@ allowlist makes the verdict ``unsafe``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
-from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.formats import (
     pickle_policy,
     pickle_scan,
@@ -32,7 +31,7 @@ from ckptrescue.checkpoints.formats import (
     zipwalk,
 )
 from ckptrescue.checkpoints.formats.pickle_verdict import judge
-from ckptrescue.checkpoints.formats.tensormap import StorageCheck
+from ckptrescue.checkpoints.formats.tensormap import StorageCheck, StorageSalvage
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
 from ckptrescue.checkpoints.formats.torch_zip_records import (
     Bounded,
@@ -385,7 +384,7 @@ class ZipProbing:
             out.findings.extend(tensormap.numeric_findings(out.storages, out.tensors, path))
 
 
-class TorchZipFormat:
+class TorchZipFormat(StorageSalvage):
     """torch.save zip archive (``torch-zip``)."""
 
     name: ClassVar[str] = "torch-zip"
@@ -427,25 +426,6 @@ class TorchZipFormat:
         report.extra["storages"] = tensormap.storage_map(part.storages)
         tensormap.finalize(report, part.verdicts)
         return report
-
-    @classmethod
-    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
-                              ) -> Iterator[tuple[TensorRecord, str | None]]:
-        """Every tensor with a reason it cannot be salvaged (None when its bytes verify)."""
-        yield from tensormap_salvageable(report)
-
-
-def tensormap_salvageable(report: CheckpointReport,
-                          ) -> Iterator[tuple[TensorRecord, str | None]]:
-    """Shared salvage rule for storage-based formats: ok/unverified/suspect bytes are usable."""
-    for rec in report.tensors:
-        usable = rec.status in ("ok", "unverified", "suspect") or (
-            rec.status == "damaged" and tensormap.BYTES_VERIFY in rec.reasons)
-        if usable and rec.offset is not None and rec.length is not None \
-                and rec.shape is not None:
-            yield rec, None
-        else:
-            yield rec, "; ".join(rec.reasons) or rec.status
 
 
 FORMATS = [TorchZipFormat]

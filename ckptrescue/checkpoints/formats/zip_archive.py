@@ -31,17 +31,16 @@ through it to its CRC-32: a member the extractor would refuse or read elsewhere 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, ClassVar
 
-from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, TensorRecord, Verdict
+from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.families.tarwalk import TarMember
 from ckptrescue.checkpoints.formats import pickle_scan, tensormap, zipinflate, zipwalk
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tar_archive import HEAD_BYTES, MemberPart, Members, member_kind
-from ckptrescue.checkpoints.formats.tensormap import finding
+from ckptrescue.checkpoints.formats.tensormap import StorageSalvage, finding
 from ckptrescue.checkpoints.formats.tolerant_read import open_evidence
 from ckptrescue.checkpoints.formats.zipstream import StreamZip
 
@@ -88,7 +87,7 @@ def _checkpoint_records(fh: BinaryIO) -> list[tuple[zipwalk.ZipRecord, str | Non
     return out if any(kind in _ARCHIVE_KINDS for _r, kind in out) else []
 
 
-class ZipArchiveFormat:
+class ZipArchiveFormat(StorageSalvage):
     """A plain zip archive holding checkpoints (``zip``)."""
 
     name: ClassVar[str] = "zip"
@@ -138,13 +137,6 @@ class ZipArchiveFormat:
         report.extra.update(extra)
         tensormap.finalize(report, verdicts)
         return report
-
-    @classmethod
-    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
-                              ) -> Iterator[tuple[TensorRecord, str | None]]:
-        from ckptrescue.checkpoints.formats.torch_zip import tensormap_salvageable
-
-        yield from tensormap_salvageable(report)
 
 
 def _extractor_disagrees(fh: BinaryIO, records: list[zipwalk.ZipRecord],

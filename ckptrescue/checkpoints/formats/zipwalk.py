@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -210,30 +210,17 @@ def guess_data_offset(rec: ZipRecord, alignment: int, start: int = 0) -> int:
 
 def _find_descriptor(fh: BinaryIO, data_offset: int, end: int) -> tuple[int, int, int] | None:
     """Search forward for a descriptor whose compressed size equals the distance."""
-    pos = data_offset
-    carry = b""
-    while pos < end:
-        block = pread(fh, pos, min(CHUNK, end - pos))
-        if not block:
-            return None
-        buf = carry + block
-        base = pos - len(carry)
-        j = buf.find(DESC_SIG)
-        while j >= 0:
-            at = base + j
-            desc = pread(fh, at, 24)
-            if len(desc) >= 16:
-                crc, csize32, _ = struct.unpack_from("<III", desc, 4)
-                if csize32 == at - data_offset:
-                    return at, crc, 16
-            if len(desc) == 24:
-                crc = struct.unpack_from("<I", desc, 4)[0]
-                (csize64,) = struct.unpack_from("<Q", desc, 8)
-                if csize64 == at - data_offset:
-                    return at, crc, 24
-            j = buf.find(DESC_SIG, j + 1)
-        carry = buf[-3:]
-        pos += len(block)
+    for at in _sig_offsets(fh, data_offset, end, DESC_SIG):
+        desc = pread(fh, at, 24)
+        if len(desc) >= 16:
+            crc, csize32, _ = struct.unpack_from("<III", desc, 4)
+            if csize32 == at - data_offset:
+                return at, crc, 16
+        if len(desc) == 24:
+            crc = struct.unpack_from("<I", desc, 4)[0]
+            (csize64,) = struct.unpack_from("<Q", desc, 8)
+            if csize64 == at - data_offset:
+                return at, crc, 24
     return None
 
 
@@ -331,19 +318,26 @@ def walk_local(
     return layout
 
 
-def _find_sig(fh: BinaryIO, pos: int, end: int, sig: bytes) -> int | None:
+def _sig_offsets(fh: BinaryIO, pos: int, end: int, sig: bytes) -> Iterator[int]:
+    """Every offset of ``sig`` in ``[pos, end)``, in order, read a chunk at a time (a match
+    across two chunks included); stops where the file ends."""
     carry = b""
     while pos < end:
         block = pread(fh, pos, min(CHUNK, end - pos))
         if not block:
-            return None
+            return
         buf = carry + block
+        base = pos - len(carry)
         j = buf.find(sig)
-        if j >= 0:
-            return pos - len(carry) + j
+        while j >= 0:
+            yield base + j
+            j = buf.find(sig, j + 1)
         carry = buf[-(len(sig) - 1):]
         pos += len(block)
-    return None
+
+
+def _find_sig(fh: BinaryIO, pos: int, end: int, sig: bytes) -> int | None:
+    return next(_sig_offsets(fh, pos, end, sig), None)
 
 
 def find_local_names(fh: BinaryIO, limit: int = CHUNK) -> list[str]:
