@@ -45,7 +45,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport
-from ckptrescue.checkpoints.families.base import Family, Member, MemberSummary, Pointer, StepLayout, read_text
+from ckptrescue.checkpoints.families.base import (
+    Family,
+    Member,
+    MemberSummary,
+    Pointer,
+    StepLayout,
+    number_in,
+    read_text,
+)
 
 _STEP = re.compile(r"^step_(\d+)$")
 _RANK = re.compile(r"^rank(\d+)\.pt$")
@@ -66,8 +74,7 @@ class ExampleFamily(Family):
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
-        m = _STEP.match(root.name)
-        return int(m.group(1)) if m else None
+        return number_in(_STEP.match(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:
@@ -88,8 +95,7 @@ class ExampleFamily(Family):
         text = read_text(run_dir / "latest")
         if text is None:
             return []
-        m = _STEP.match(text.strip())
-        return [Pointer(run_dir / "latest", text.strip(), int(m.group(1)) if m else None,
+        return [Pointer(run_dir / "latest", text.strip(), number_in(_STEP.match(text.strip())),
                         cls.name)]
 
 

@@ -36,6 +36,7 @@ from ckptrescue.checkpoints.families.base import (
     claim_steps,
     finding,
     listdir,
+    number_in,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
@@ -149,8 +150,7 @@ class AccelerateFamily(Family):
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
-        m = _CKPT.match(root.name)
-        return int(m.group(1)) if m else None
+        return number_in(_CKPT.match(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:  # noqa: C901

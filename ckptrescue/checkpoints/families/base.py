@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -141,6 +142,12 @@ def _single_file_formats() -> tuple[type, ...]:
 def member_format(path: Path) -> type | None:
     """The single-file format of a rank file, from the registry (never a family)."""
     return first_detecting(_single_file_formats(), path)
+
+
+def number_in(m: re.Match[str] | None) -> int | None:
+    """The number a name's match captured in its first group (a step, an iteration, a rank),
+    None without a match."""
+    return int(m.group(1)) if m else None
 
 
 def shorten(items: list[str], n: int = 8) -> str:

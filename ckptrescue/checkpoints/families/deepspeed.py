@@ -42,6 +42,7 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     is_file,
     listdir,
+    number_in,
     read_text,
 )
 from ckptrescue.checkpoints.families.pickles import as_int, data_pkl_root, plain, top_level, zip_pickle_root
@@ -105,8 +106,7 @@ class DeepSpeedFamily(Family):
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
-        m = _TAG_STEP.search(root.name)
-        return int(m.group(1)) if m else None
+        return number_in(_TAG_STEP.search(root.name))
 
     @classmethod
     def pointers(cls, run_dir: Path) -> list[Pointer]:

@@ -30,6 +30,7 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     is_file,
     listdir,
+    number_in,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
@@ -48,8 +49,7 @@ def _ranks(directory: Path) -> dict[int, list[str]]:
 
 
 def _rank_of(path: str | None) -> int | None:
-    m = _DATA.match(Path(path).name) if path else None
-    return int(m.group(1)) if m else None
+    return number_in(_DATA.match(Path(path).name) if path else None)
 
 
 def _is_step(d: Path) -> bool:
@@ -86,8 +86,7 @@ class FsdpDcpFamily(DirectoryStepFamily):
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
-        m = _STEP.search(root.name)
-        return int(m.group(1)) if m else None
+        return number_in(_STEP.search(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:

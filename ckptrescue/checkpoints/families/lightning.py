@@ -37,6 +37,7 @@ from ckptrescue.checkpoints.families.base import (
     StepLayout,
     finding,
     is_file,
+    number_in,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
@@ -143,8 +144,7 @@ class LightningFamily(Family):
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
-        m = _STEP.search(root.name)
-        return int(m.group(1)) if m else None
+        return number_in(_STEP.search(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:

@@ -41,6 +41,7 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     is_file,
     listdir,
+    number_in,
     read_text,
 )
 from ckptrescue.checkpoints.families.pickles import as_int, data_pkl_root, plain, zip_pickle_root
@@ -83,8 +84,7 @@ MEGATRON_GLOBALS = frozenset({
 
 
 def _iter_of(root: Path) -> int | None:
-    m = _ITER.match(root.name)
-    return int(m.group(1)) if m else None
+    return number_in(_ITER.match(root.name))
 
 
 def _args(root_obj: Any) -> JsonObject:

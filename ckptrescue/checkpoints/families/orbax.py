@@ -34,6 +34,7 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     is_file,
     listdir,
+    number_in,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding, JsonObject
@@ -99,8 +100,7 @@ class OrbaxFamily(DirectoryStepFamily):
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
-        m = _STEP.match(root.name)
-        return int(m.group(1)) if m else None
+        return number_in(_STEP.match(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:
