@@ -29,6 +29,12 @@ def _names(names: list[str], limit: int) -> str:
                                        else "")
 
 
+def _snippet(lines: list[str], intro: str, snippet_lines: list[str]) -> None:
+    """The Python a resume check prints to paste: its intro line, then the code indented."""
+    lines.append(intro)
+    lines.extend(f"    {line}" for line in snippet_lines)
+
+
 def checkpoint_lines(c: CheckpointSummary) -> list[str]:
     """One probed checkpoint: its verdict line, the tensors that are not intact, the findings
     above info, the sandboxed load's outcome."""
@@ -124,9 +130,7 @@ def safe_globals(out: SafeGlobalsOutput) -> Shown:
             lines.append(f"  [{name}] {entries[0]['source']}:")
             for n in entries:
                 lines.append(f"    {n['global']}")
-        lines.append("register them before torch.load(..., weights_only=True):")
-        for line in out.snippet_lines:
-            lines.append(f"    {line}")
+        _snippet(lines, "register them before torch.load(..., weights_only=True):", out.snippet_lines)
     return Shown.answered(lines, out.answer, out.ok)
 
 
@@ -151,9 +155,8 @@ def keys(out: KeyMismatchOutput) -> Shown:
     if out.outside:
         lines.append("    left aside: " + ", ".join(f"{k} ({v} tensors)" for k, v in out.outside.items()))
     if out.rules and out.matched_after > out.matched_before:
-        lines.append("apply it to the loaded state dict before model.load_state_dict(fix_keys(sd)):")
-        for line in out.snippet_lines:
-            lines.append(f"    {line}")
+        _snippet(lines, "apply it to the loaded state dict before model.load_state_dict(fix_keys(sd)):",
+                 out.snippet_lines)
     return Shown.answered(lines, out.answer, out.ok)
 
 

@@ -9,7 +9,8 @@ resume.replicas: node-local replicas against the persistent copy, tensor by tens
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from typing import Any
 
 from ckptrescue.checkpoints.outputs import (
     KeyMismatchOutput,
@@ -20,6 +21,14 @@ from ckptrescue.checkpoints.outputs import (
 )
 from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext, from_library
 from ckptrescue.engine.events import Event
+
+
+def _answered(ctx: StepContext, work: Callable[[Callable[..., None]], Any], *, label: str,
+              unit: str = "B") -> Generator[Event, None, ActionResult]:
+    """Run a resume check's library call (``work(progress)``) off the event loop and hand its
+    result on, answered by its own ``answer()``."""
+    result = yield from ctx.blocking(work, label=label, unit=unit)
+    return from_library(result, result.answer())
 
 
 class SafeGlobals(Action):
@@ -53,9 +62,8 @@ PATH may be a directory: every torch file under it (a DeepSpeed step, a run)."""
     def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.weights_only_globals import needed_globals
 
-        result = yield from ctx.blocking(lambda p: needed_globals(list(args["paths"])),
-                                         label="scanning")
-        return from_library(result, result.answer())
+        return (yield from _answered(ctx, lambda p: needed_globals(list(args["paths"])),
+                                     label="scanning"))
 
 
 class Keys(Action):
@@ -117,12 +125,11 @@ Exit 0 when the names match as saved, 1 otherwise."""
                 raise UsageError(f"--model-kwargs: not JSON: {exc}") from exc
             if not isinstance(kwargs, dict):
                 raise UsageError("--model-kwargs: a JSON object ({\"name\": value})")
-        result = yield from ctx.blocking(lambda p: explain_checkpoint(
+        return (yield from _answered(ctx, lambda p: explain_checkpoint(
             args["checkpoint"], reference=args.get("reference") or None,
             keys_file=args.get("keys") or None, model_class=args.get("model_class") or None,
             model_path=args.get("model_path") or None, model_kwargs=kwargs, case=ctx.case),
-            label="comparing")
-        return from_library(result, result.answer())
+            label="comparing"))
 
 
 class Reassemble(Action):
@@ -165,10 +172,9 @@ Exit 0 when the step is complete as saved, 1 otherwise."""
         for key in ("plan", "dest"):
             if args.get(key):
                 refuse_unsafe_output(ctx.case, str(args[key]))
-        result = yield from ctx.blocking(lambda p: reassemble(
+        return (yield from _answered(ctx, lambda p: reassemble(
             args["step_dir"], plan=args.get("plan") or None, dest=args.get("dest") or None,
-            progress=p), label="verifying", unit="files")
-        return from_library(result, result.answer())
+            progress=p), label="verifying", unit="files"))
 
 
 class WorldSize(Action):
@@ -200,9 +206,8 @@ at N ranks as saved or by resharding, 1 otherwise."""
     def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.world_size import plan_world_size
 
-        result = yield from ctx.blocking(lambda p: plan_world_size(
-            args["step_dir"], int(args["ranks"])), label="probing")
-        return from_library(result, result.answer())
+        return (yield from _answered(ctx, lambda p: plan_world_size(
+            args["step_dir"], int(args["ranks"])), label="probing"))
 
 
 class Replicas(Action):
@@ -236,10 +241,9 @@ Exit 0 when every replica is identical to an intact persistent copy, 1 otherwise
     def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.checkpoints.replicas import compare_replicas
 
-        result = yield from ctx.blocking(lambda p: compare_replicas(
+        return (yield from _answered(ctx, lambda p: compare_replicas(
             args["persistent"], list(args.get("replicas") or []), progress=p),
-            label="comparing", unit="files")
-        return from_library(result, result.answer())
+            label="comparing", unit="files"))
 
 
 ACTIONS = [SafeGlobals, Keys, Reassemble, WorldSize, Replicas]
