@@ -133,6 +133,16 @@ def check_location(state: Path, root: str | os.PathLike[str], *, default: bool) 
                               "--state PATH outside DIR")
 
 
+def lock_or_refuse(fd: int, busy: str, *, hint: str) -> None:
+    """Take the exclusive lock on the open state file ``fd``; when another process holds it,
+    close ``fd`` and refuse with ``busy`` (a second writer never waits, never shares)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UsageError(busy, hint=hint) from None
+
+
 class AuditState:
     """One open state database (held under an exclusive lock until :meth:`close`)."""
 
@@ -157,12 +167,8 @@ class AuditState:
             where = "beside the manifest" if default else "at"
             raise UsageError(f"{path}: cannot write the audit state {where} it "
                              f"({exc.strerror})", hint=hint) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise UsageError(f"{path}: another audit is using this state",
-                             hint="wait for it, or pass --state PATH") from None
+        lock_or_refuse(fd, f"{path}: another audit is using this state",
+                       hint="wait for it, or pass --state PATH")
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")

@@ -18,14 +18,13 @@ once are refused. Disk: about the size of the sidecar plus the walk (~300 bytes 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckptrescue.datasets.audit_state import entry_chunks
+from ckptrescue.datasets.audit_state import entry_chunks, lock_or_refuse
 from ckptrescue.datasets.manifest_files import ManifestEntry, read_jsonl_entries
 from ckptrescue.datasets.walk import FileEntry, Skipped, scan
 from ckptrescue.errors import UsageError
@@ -85,12 +84,8 @@ class BuildStore:
             raise UsageError(f"{path}: cannot write the build's scratch database beside the "
                              f"manifest ({exc.strerror})",
                              hint="write the manifest to a writable directory") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise UsageError(f"{out}: another manifest build is writing it now",
-                             hint="wait for it, or write the manifest elsewhere") from None
+        lock_or_refuse(fd, f"{out}: another manifest build is writing it now",
+                       hint="wait for it, or write the manifest elsewhere")
         try:
             # whatever a killed build left is scratch: start from an empty database
             os.ftruncate(fd, 0)

@@ -36,6 +36,7 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ckptrescue.datasets.shardcheck import read_exact
 from ckptrescue.errors import ToolMissingError
 
 MAX_RATIO = 100
@@ -235,45 +236,42 @@ class Decompressed:
                                                     self.out, self.out, self.lines, None, why))
                 return
             out_start, lines_start = self.out, self.lines
-            if self.kind == "gzip":
-                self._unread(data)
-                try:
-                    yield from self._gzip_member(index, start)
-                except _Damage as exc:
-                    self.error = str(exc)
-                    self._damage(index, start, None, out_start, lines_start, str(exc))
-                    return
-                index += 1
-                self.frames = index
-                continue
-            decoder = _new_decoder(self.kind)
             try:
-                while True:
-                    try:
-                        produced = decoder.decompress(data, OUT_STEP)
-                    except MemoryError:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - any decoder error is damage
-                        raise _Damage(str(exc) or type(exc).__name__) from exc
-                    if produced:
-                        self._last_byte_newline = produced.endswith(b"\n")
-                        yield self._emit(produced)
-                    if decoder.eof:
-                        self._unread(bytes(decoder.unused_data))
-                        break
-                    if not decoder.needs_input:
-                        data = b""
-                        continue
-                    data = self._chunk()
-                    if not data:
-                        raise _Damage(f"the {_FRAME_WORD[self.kind]} is cut short (no end "
-                                      "marker / trailer)")
+                if self.kind == "gzip":
+                    self._unread(data)
+                    yield from self._gzip_member(index, start)
+                else:
+                    yield from self._frame(data)
             except _Damage as exc:
                 self.error = str(exc)
                 self._damage(index, start, None, out_start, lines_start, str(exc))
                 return
             index += 1
             self.frames = index
+
+    def _frame(self, data: bytes):  # noqa: ANN202
+        """One bzip2/xz stream (its first bytes ``data``), decoded a step at a time."""
+        decoder = _new_decoder(self.kind)
+        while True:
+            try:
+                produced = decoder.decompress(data, OUT_STEP)
+            except MemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any decoder error is damage
+                raise _Damage(str(exc) or type(exc).__name__) from exc
+            if produced:
+                self._last_byte_newline = produced.endswith(b"\n")
+                yield self._emit(produced)
+            if decoder.eof:
+                self._unread(bytes(decoder.unused_data))
+                return
+            if not decoder.needs_input:
+                data = b""
+                continue
+            data = self._chunk()
+            if not data:
+                raise _Damage(f"the {_FRAME_WORD[self.kind]} is cut short (no end "
+                              "marker / trailer)")
 
     def _gzip_member(self, index: int, start: int):  # noqa: ANN202, C901
         """One gzip member (RFC 1952) inflated raw, its CRC-32 and ISIZE checked after its
@@ -471,15 +469,7 @@ def peek(fh: IO[bytes], kind: str, n: int) -> bytes:
     """The first ``n`` decompressed bytes (``fh`` is rewound afterwards)."""
     stream = Decompressed(fh, kind)
     try:
-        chunks: list[bytes] = []
-        left = n
-        while left > 0:
-            chunk = stream.read(left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_exact(stream, n)
     finally:
         stream.close()
         fh.seek(0)

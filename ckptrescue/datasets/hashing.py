@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ckptrescue.effects.files import open_read_only
+
 CHUNK = 1 << 20
 PREFETCH_MIN = 4 << 20  # files at least this large are read ahead by a reader thread
 PREFETCH_BUFFERS = 4
@@ -131,12 +133,7 @@ def _hash_once(path: str | bytes, *, chunk: int, on_bytes: Callable[[int], None]
     head = b""
     size = 0
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0) | os.O_NONBLOCK)
-    except PermissionError:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            return HashOutcome(None, 0, _msg(exc), 0)
+        fd = open_read_only(path, os.O_NONBLOCK)
     except OSError as exc:
         return HashOutcome(None, 0, _msg(exc), 0)
     st = os.fstat(fd)

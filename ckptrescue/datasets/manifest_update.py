@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -229,16 +228,8 @@ def _write_temp(target: Path, chunks: Iterable[bytes]) -> Path:
 
 
 def _copy_temp(source: Path, target: Path) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with source.open("rb") as src, os.fdopen(fd, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-            dst.flush()
-            os.fsync(dst.fileno())
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-    return Path(name)
+    with source.open("rb") as src:
+        return _write_temp(target, iter(lambda: src.read(1 << 20), b""))
 
 
 def _fsync_dir(path: Path) -> None:

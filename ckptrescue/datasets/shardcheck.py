@@ -13,10 +13,11 @@ import io
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ckptrescue.datasets.hashing import locate_read_error
 from ckptrescue.datasets.walk import to_json_path
+from ckptrescue.effects.files import open_read_only
 from ckptrescue.model import JsonObject
 
 STATUSES = ("ok", "damaged", "unreadable", "unchecked")
@@ -122,22 +123,24 @@ def failure_of(fh: io.BufferedReader) -> UnreadableAt | None:
 
 def open_tracked(path: str | bytes, *, buffer_size: int = 1 << 20) -> io.BufferedReader:
     """Open read-only (no atime update where allowed) with EIO -> :class:`UnreadableAt`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0) | os.O_NONBLOCK)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = open_read_only(path, os.O_NONBLOCK)
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO/device since it was listed
         os.close(fd)
         raise OSError(errno.EINVAL, "no longer a regular file")
     return io.BufferedReader(_TrackedRaw(fd), buffer_size=buffer_size)
 
 
-def read_exact(fh: io.BufferedIOBase, n: int) -> bytes:
-    """Read up to ``n`` bytes, looping over short reads (returns fewer only at EOF)."""
+class Readable(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+def read_exact(fh: Readable, n: int) -> bytes:
+    """Read up to ``n`` bytes, looping over short reads (returns fewer only at EOF); at most
+    1 MiB a read, so a length field that lies allocates no more than the file holds."""
     chunks: list[bytes] = []
     left = n
     while left > 0:
-        chunk = fh.read(left)
+        chunk = fh.read(min(left, 1 << 20))
         if not chunk:
             break
         chunks.append(chunk)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from ckptrescue.checkpoints.formats.protowire import WireError, iter_fields, packed_varints, signed64
+from ckptrescue.datasets.shardcheck import read_exact
 from ckptrescue.model import JsonObject
 
 MAX_RECORD = 256 << 20
@@ -28,23 +29,11 @@ class Truncated(Exception):
     """The stream stopped inside a record (or a length is implausible)."""
 
 
-def _read(fh: IO[bytes], n: int) -> bytes:
-    chunks: list[bytes] = []
-    left = n
-    while left > 0:
-        chunk = fh.read(min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 def iter_payloads(fh: IO[bytes]) -> Iterator[bytes]:
     """Every record's data; raises :class:`Truncated` when the framing breaks."""
     index = 0
     while True:
-        hdr = _read(fh, 12)
+        hdr = read_exact(fh, 12)
         if not hdr:
             return
         if len(hdr) < 12:
@@ -53,7 +42,7 @@ def iter_payloads(fh: IO[bytes]) -> Iterator[bytes]:
         if length > MAX_RECORD:
             raise Truncated(f"record {index}: length {length} over {MAX_RECORD} bytes "
                             "(damaged length field?)")
-        data = _read(fh, length + 4)
+        data = read_exact(fh, length + 4)
         if len(data) < length + 4:
             raise Truncated(f"record {index}: truncated ({len(data)} of {length + 4} bytes)")
         yield data[:length]

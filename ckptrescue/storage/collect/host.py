@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckptrescue.effects.files import open_read_only
 from ckptrescue.model import ArtifactData, JsonObject
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
@@ -106,14 +107,7 @@ def read_logs(paths: Iterable[str], *, max_bytes: int = MAX_LOG_BYTES) -> list[L
         name = os.path.basename(path.rstrip("/")) or path
         entry = LogRead(path=path, kind=f"log:{name}")
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0) | os.O_NONBLOCK)
-        except PermissionError:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                entry.error = exc.strerror or str(exc)
-                out.append(entry)
-                continue
+            fd = open_read_only(path, os.O_NONBLOCK)
         except FileNotFoundError:
             if path not in SYSTEM_LOGS:
                 entry.error = "no such file"
