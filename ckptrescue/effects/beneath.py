@@ -30,6 +30,7 @@ from pathlib import PurePosixPath
 from typing import IO, Any
 
 from ckptrescue.errors import RefusedError
+from ckptrescue.guard.kernel import fd_mount_id as mount_id
 
 # linux/openat2.h
 RESOLVE_NO_XDEV = 0x01
@@ -131,19 +132,6 @@ def _refuse_symlink(root: str | os.PathLike[str], parts: list[str], exc: OSError
         why = os.strerror(exc.errno or 0)
     return RefusedError(f"{shown}: {why}; the kit writes only beneath {os.fsdecode(root)}, "
                         "never through a symlink, '..' or a mount")
-
-
-def mount_id(fd: int) -> int | None:
-    """The id of the mount an open descriptor lies on (``/proc/self/fdinfo``: ``mnt_id``); a
-    bind mount of the same filesystem has the same ``st_dev`` but another mount id."""
-    try:
-        with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"mnt_id:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def _where(fd: int) -> tuple[int, int | None]:

@@ -414,14 +414,7 @@ class SubprocessRunner:
             if self.case is not None:
                 self.case.log("tool.failed_to_start", {"argv": shown, "error": str(exc)})
             raise ToolMissingError(f"{call.argv[0]}: could not start ({exc})") from exc
-        sinks = {"stdout": _Sink(self, "stdout", shown, call.max_output_bytes),
-                 "stderr": _Sink(self, "stderr", shown, call.max_output_bytes)}
-        threads = [
-            threading.Thread(target=sinks["stdout"].drain, args=(proc.stdout,), daemon=True),
-            threading.Thread(target=sinks["stderr"].drain, args=(proc.stderr,), daemon=True),
-        ]
-        for t in threads:
-            t.start()
+        sinks, threads = _drain(self, proc, shown, call.max_output_bytes)
         timed_out = cancelled = False
         deadline = start + call.timeout_s
         try:
@@ -453,17 +446,9 @@ class SubprocessRunner:
                                                    "duration_s": round(time.monotonic() - start,
                                                                        3)})
             raise
-        for t in threads:
-            t.join()
-        duration = time.monotonic() - start
-        out, err = sinks["stdout"].finish(), sinks["stderr"].finish()
-        result = ToolResult(
-            argv=shown, returncode=proc.returncode, timed_out=timed_out, cancelled=cancelled,
-            truncated=sinks["stdout"].truncated or sinks["stderr"].truncated,
-            duration_s=duration, stdout_sha256=out, stderr_sha256=err,
-            stdout_bytes=sinks["stdout"].memory, stderr_bytes=sinks["stderr"].memory,
-            executable=exe,
-        )
+        result = _finished(proc, sinks, threads, start=start, argv=shown, executable=exe,
+                           timed_out=timed_out, cancelled=cancelled)
+        duration, out, err = result.duration_s, result.stdout_sha256, result.stderr_sha256
         if self.case is not None:
             rec = self.case.log(
                 "tool.run",
@@ -518,12 +503,7 @@ class SubprocessRunner:
             stderr=subprocess.PIPE, env=minimal_env(env_extra), start_new_session=True,
             preexec_fn=preexec, shell=False,
         )
-        sinks = {"stdout": _Sink(self, "stdout", shown, max_output_bytes),
-                 "stderr": _Sink(self, "stderr", shown, max_output_bytes)}
-        threads = [threading.Thread(target=sinks[k].drain, args=(s,), daemon=True)
-                   for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
-        for t in threads:
-            t.start()
+        sinks, threads = _drain(self, proc, shown, max_output_bytes)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -535,16 +515,9 @@ class SubprocessRunner:
             _kill_group(proc)
             proc.wait()
             raise
-        for t in threads:
-            t.join()
-        duration = time.monotonic() - start
-        out, err = sinks["stdout"].finish(), sinks["stderr"].finish()
-        result = ToolResult(
-            argv=shown, returncode=proc.returncode, timed_out=timed_out,
-            truncated=sinks["stdout"].truncated or sinks["stderr"].truncated, duration_s=duration,
-            stdout_sha256=out, stderr_sha256=err, stdout_bytes=sinks["stdout"].memory,
-            stderr_bytes=sinks["stderr"].memory, executable=str(argv[0]),
-        )
+        result = _finished(proc, sinks, threads, start=start, argv=shown,
+                           executable=str(argv[0]), timed_out=timed_out)
+        duration, out, err = result.duration_s, result.stdout_sha256, result.stderr_sha256
         if self.case is not None:
             rec = self.case.log(
                 "sandbox.run",
@@ -565,6 +538,35 @@ def spawn_detached(argv: Sequence[str], *, log: Path, env_extra: dict[str, str] 
         return subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=fh,
                                 stderr=fh, start_new_session=True,
                                 env={**os.environ, **(env_extra or {})})
+
+
+def _drain(runner: SubprocessRunner, proc: subprocess.Popen[bytes], shown: list[str],
+           max_output_bytes: int) -> tuple[dict[str, _Sink], list[threading.Thread]]:
+    """A sink per output stream of ``proc``, each drained by its own (started) thread."""
+    sinks = {"stdout": _Sink(runner, "stdout", shown, max_output_bytes),
+             "stderr": _Sink(runner, "stderr", shown, max_output_bytes)}
+    threads = [threading.Thread(target=sinks[k].drain, args=(s,), daemon=True)
+               for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+    for t in threads:
+        t.start()
+    return sinks, threads
+
+
+def _finished(proc: subprocess.Popen[bytes], sinks: dict[str, _Sink],
+              threads: list[threading.Thread], *, start: float, argv: list[str],
+              executable: str, timed_out: bool, cancelled: bool = False) -> ToolResult:
+    """The result of a child that has exited: its output drained to the end and stored."""
+    for t in threads:
+        t.join()
+    duration = time.monotonic() - start
+    out, err = sinks["stdout"].finish(), sinks["stderr"].finish()
+    return ToolResult(
+        argv=argv, returncode=proc.returncode, timed_out=timed_out, cancelled=cancelled,
+        truncated=sinks["stdout"].truncated or sinks["stderr"].truncated,
+        duration_s=duration, stdout_sha256=out, stderr_sha256=err,
+        stdout_bytes=sinks["stdout"].memory, stderr_bytes=sinks["stderr"].memory,
+        executable=executable,
+    )
 
 
 class _Sink:

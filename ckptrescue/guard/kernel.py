@@ -223,14 +223,19 @@ def _decode_dev(huge: int) -> int:
     return os.makedev(major, minor)
 
 
+def _block_names(prefix: str) -> list[str]:
+    """The kernel's block devices whose names start with ``prefix``, sorted (none when
+    ``/sys/block`` cannot be read)."""
+    try:
+        return sorted(n for n in os.listdir(SYS_BLOCK) if n.startswith(prefix))
+    except OSError:
+        return []
+
+
 def loops() -> dict[int, Loop]:
     """Every bound loop device, by device number."""
     out: dict[int, Loop] = {}
-    try:
-        names = sorted(n for n in os.listdir(SYS_BLOCK) if n.startswith("loop"))
-    except OSError:
-        return out
-    for name in names:
+    for name in _block_names("loop"):
         if _read(f"{SYS_BLOCK}/{name}/loop/backing_file") is None:
             continue  # unbound
         rdev = dev_parse(_read(f"{SYS_BLOCK}/{name}/dev") or "")
@@ -303,14 +308,21 @@ def mount_id_at(path: str) -> int | None:
     except (OSError, ValueError):
         return None
     try:
+        return fd_mount_id(fd)
+    finally:
+        os.close(fd)
+
+
+def fd_mount_id(fd: int) -> int | None:
+    """The id of the mount an open descriptor lies on (``/proc/self/fdinfo``: ``mnt_id``); a
+    bind mount of the same filesystem has the same ``st_dev`` but another mount id."""
+    try:
         with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
             for line in fh:
                 if line.startswith(b"mnt_id:"):
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         return None
-    finally:
-        os.close(fd)
     return None
 
 
@@ -423,11 +435,7 @@ class Dm:
 
 def dms() -> dict[str, Dm]:
     out: dict[str, Dm] = {}
-    try:
-        names = sorted(n for n in os.listdir(SYS_BLOCK) if n.startswith("dm-"))
-    except OSError:
-        return out
-    for sysname in names:
+    for sysname in _block_names("dm-"):
         name = _read(f"{SYS_BLOCK}/{sysname}/dm/name")
         rdev = dev_parse(_read(f"{SYS_BLOCK}/{sysname}/dev") or "")
         if name is None or rdev is None:
