@@ -274,19 +274,33 @@ def _hosts(ident: StorageIdentity) -> frozenset[str]:
                      s.strip("[]").lower() for s in ident.servers)
 
 
+def _trees_on_hosts(a: StorageIdentity, b: StorageIdentity, ha: frozenset[str],
+                    hb: frozenset[str], *, different: str, same: str,
+                    one: str) -> tuple[Sameness, str]:
+    """Two remote trees by their hosts: no host in common, one tree (the same or nested
+    paths) on a common host, or two trees of one host (may share its disks). The messages
+    are formats of ``ha``/``hb`` (each side's hosts), ``daemon``, ``host``, ``a``/``b`` (the
+    paths)."""
+    common = ha & hb
+    if not common:
+        return Sameness.DIFFERENT, different.format(ha=", ".join(sorted(ha)),
+                                                    hb=", ".join(sorted(hb)), daemon=a.daemon)
+    words = {"host": min(common), "a": a.name, "b": b.name}
+    if _overlap(a.name, b.name):
+        return Sameness.SAME, same.format(**words)
+    return Sameness.UNKNOWN, one.format(**words)
+
+
 def _same_kind(a: StorageIdentity, b: StorageIdentity) -> tuple[Sameness, str]:
     ha, hb = _hosts(a), _hosts(b)
     common = ha & hb
     if a.kind == "nfs":
         if not ha or not hb:
             return Sameness.UNKNOWN, "an NFS mount without a server address"
-        if not common:
-            return Sameness.DIFFERENT, (f"different NFS servers ({', '.join(sorted(ha))} vs "
-                                        f"{', '.join(sorted(hb))})")
-        if _overlap(a.name, b.name):
-            return Sameness.SAME, f"the same NFS export tree on {min(common)} ({a.name}, {b.name})"
-        return Sameness.UNKNOWN, (f"one NFS server ({min(common)}), exports {a.name} and {b.name}: "
-                                  "they may be one filesystem or one disk on the server")
+        return _trees_on_hosts(a, b, ha, hb, different="different NFS servers ({ha} vs {hb})",
+                               same="the same NFS export tree on {host} ({a}, {b})",
+                               one="one NFS server ({host}), exports {a} and {b}: they may be "
+                                   "one filesystem or one disk on the server")
     if a.kind == "lustre":
         if a.name and b.name and a.name != b.name:
             return Sameness.DIFFERENT, (f"different Lustre filesystems ({a.name} vs {b.name}: "
@@ -332,13 +346,11 @@ def _same_kind(a: StorageIdentity, b: StorageIdentity) -> tuple[Sameness, str]:
                 return Sameness.DIFFERENT, f"different remote hosts ({a.source} vs {b.source})"
             return Sameness.UNKNOWN, f"{a.daemon} and {b.daemon} may reach the same storage"
         if ha or hb:
-            if not common:
-                return Sameness.DIFFERENT, (f"different {a.daemon} hosts "
-                                            f"({', '.join(sorted(ha))} vs {', '.join(sorted(hb))})")
-            if _overlap(a.name, b.name):
-                return Sameness.SAME, f"the same remote tree on {min(common)}"
-            return Sameness.UNKNOWN, (f"one remote host ({min(common)}), paths {a.name} and "
-                                      f"{b.name}: may be one disk there")
+            return _trees_on_hosts(a, b, ha, hb,
+                                   different="different {daemon} hosts ({ha} vs {hb})",
+                                   same="the same remote tree on {host}",
+                                   one="one remote host ({host}), paths {a} and {b}: may be one "
+                                       "disk there")
         if a.source == b.source:
             return Sameness.SAME, f"the same {a.daemon} bucket/remote {a.source}"
         return Sameness.DIFFERENT, f"different {a.daemon} remotes ({a.source} vs {b.source})"
