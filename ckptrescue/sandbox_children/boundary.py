@@ -142,6 +142,13 @@ def allowed_globals() -> frozenset[str]:
     return frozenset(pickle_scan.exact_allowed_globals())
 
 
+def failure(exc: BaseException, limit: int = 2000) -> dict[str, Any]:
+    """A child's result for what raised: the exception's qualified type and its message (cut to
+    ``limit`` characters)."""
+    return {"ok": False, "exception": f"{type(exc).__module__}.{type(exc).__name__}",
+            "message": str(exc)[:limit]}
+
+
 def enter(req: dict[str, Any]) -> None:
     """Arm the audit hook and install the seccomp filter (see the module docstring).
 

@@ -52,8 +52,7 @@ def main() -> None:
     try:
         result = _keys(req)
     except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
-        result = {"ok": False, "exception": f"{type(exc).__module__}.{type(exc).__name__}",
-                  "message": str(exc)[:2000]}
+        result = boundary.failure(exc)
     print(json.dumps(result))
 
 

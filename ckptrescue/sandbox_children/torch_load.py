@@ -175,9 +175,8 @@ def _load_family(req: dict[str, Any]) -> dict[str, Any]:
             del obj
             results.append({"rank": member["rank"], "path": member["path"], "ok": True, **acc})
         except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
-            results.append({"rank": member["rank"], "path": member["path"], "ok": False,
-                            "exception": f"{type(exc).__module__}.{type(exc).__name__}",
-                            "message": str(exc)[:300]})
+            results.append({"rank": member["rank"], "path": member["path"],
+                            **boundary.failure(exc, 300)})
     bad = [r for r in results if not r["ok"]]
     return {"ok": not bad, "members": results, "tensors": sum(r.get("tensors", 0)
                                                               for r in results),
@@ -212,8 +211,7 @@ def main() -> None:
             _count(obj, acc)
             result = {"ok": True, **acc, "map": tensor_map(obj)}
     except BaseException as exc:  # noqa: BLE001 - every outcome is a result here
-        result = {"ok": False, "exception": f"{type(exc).__module__}.{type(exc).__name__}",
-                  "message": str(exc)[:2000]}
+        result = boundary.failure(exc)
     print(json.dumps(result))
 
 
