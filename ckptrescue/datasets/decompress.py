@@ -33,6 +33,7 @@ import bz2
 import lzma
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -235,19 +236,27 @@ class Decompressed:
                     self.damaged.append(FrameDamage(self.kind, index, start, start + length,
                                                     self.out, self.out, self.lines, None, why))
                 return
-            out_start, lines_start = self.out, self.lines
-            try:
-                if self.kind == "gzip":
-                    self._unread(data)
-                    yield from self._gzip_member(index, start)
-                else:
-                    yield from self._frame(data)
-            except _Damage as exc:
-                self.error = str(exc)
-                self._damage(index, start, None, out_start, lines_start, str(exc))
+            if self.kind == "gzip":
+                self._unread(data)
+                frame = self._gzip_member(index, start)
+            else:
+                frame = self._frame(data)
+            if not (yield from self._guarded(index, start, frame)):
                 return
             index += 1
             self.frames = index
+
+    def _guarded(self, index: int, start: int, frame: Iterator[bytes]):  # noqa: ANN202
+        """``frame``'s output; the damage it raises is recorded against frame ``index`` (begun
+        at ``start``) and ends the walk. Returns whether the frame ended whole."""
+        out_start, lines_start = self.out, self.lines
+        try:
+            yield from frame
+        except _Damage as exc:
+            self.error = str(exc)
+            self._damage(index, start, None, out_start, lines_start, str(exc))
+            return False
+        return True
 
     def _frame(self, data: bytes):  # noqa: ANN202
         """One bzip2/xz stream (its first bytes ``data``), decoded a step at a time."""
@@ -370,42 +379,45 @@ class Decompressed:
             if len(header) < 5 + rest or fhd & 0x08:  # reserved bit set: invalid
                 self._frame_fail(index, start, None, "frame header damaged")
                 return
-            decoder = self._zs.ZstdDecompressor().decompressobj()
-            out_start, lines_start = self.out, self.lines
-            try:
-                for out in self._feed(decoder, header):
-                    yield out
-                while True:
-                    bh = self._take(3)
-                    if len(bh) < 3:
-                        raise _Damage("block header cut short (truncated frame)")
-                    word = int.from_bytes(bh, "little")
-                    last, btype, bsize = word & 1, (word >> 1) & 3, word >> 3
-                    if btype == 3:
-                        raise _Damage("reserved block type (corrupt block header)")
-                    body = self._take(1 if btype == 1 else bsize)
-                    if len(body) < (1 if btype == 1 else bsize):
-                        raise _Damage("block cut short (truncated frame)")
-                    for out in self._feed(decoder, bh + body):
-                        yield out
-                    if last:
-                        break
-                if checksum:
-                    tail = self._take(4)
-                    if len(tail) < 4:
-                        raise _Damage("content checksum cut short (truncated frame)")
-                    try:
-                        for out in self._feed(decoder, tail):
-                            yield out
-                    except _Damage as exc:  # the content was read: name the frame, go on
-                        self._damage(index, start, self.consumed, out_start, lines_start,
-                                     f"fails its content checksum ({exc})")
-            except _Damage as exc:
-                self.error = str(exc)
-                self._damage(index, start, None, out_start, lines_start, str(exc))
+            frame = self._zstd_frame(index, start, header, checksum=bool(checksum))
+            if not (yield from self._guarded(index, start, frame)):
                 return
             index += 1
             self.frames = index
+
+    def _zstd_frame(self, index: int, start: int, header: bytes, *,  # noqa: ANN202
+                    checksum: bool):
+        """One zstd frame after its ``header``, block by block; a content checksum that fails
+        is recorded once the content was handed on (the walk goes on)."""
+        decoder = self._zs.ZstdDecompressor().decompressobj()
+        out_start, lines_start = self.out, self.lines
+        for out in self._feed(decoder, header):
+            yield out
+        while True:
+            bh = self._take(3)
+            if len(bh) < 3:
+                raise _Damage("block header cut short (truncated frame)")
+            word = int.from_bytes(bh, "little")
+            last, btype, bsize = word & 1, (word >> 1) & 3, word >> 3
+            if btype == 3:
+                raise _Damage("reserved block type (corrupt block header)")
+            body = self._take(1 if btype == 1 else bsize)
+            if len(body) < (1 if btype == 1 else bsize):
+                raise _Damage("block cut short (truncated frame)")
+            for out in self._feed(decoder, bh + body):
+                yield out
+            if last:
+                break
+        if checksum:
+            tail = self._take(4)
+            if len(tail) < 4:
+                raise _Damage("content checksum cut short (truncated frame)")
+            try:
+                for out in self._feed(decoder, tail):
+                    yield out
+            except _Damage as exc:  # the content was read: name the frame, go on
+                self._damage(index, start, self.consumed, out_start, lines_start,
+                             f"fails its content checksum ({exc})")
 
     def _feed(self, decoder: Any, data: bytes):  # noqa: ANN202
         try:
