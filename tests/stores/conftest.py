@@ -108,3 +108,12 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     member = fs.damaged_tensor(damaged / "model.pt")
     return {"model.pt": intact / "model.pt", "model.safetensors": intact / "model.safetensors",
             "damaged.pt": damaged / "model.pt", "damaged_member": Path(member)}
+
+
+@pytest.fixture
+def proxy(motoserver: Any) -> Iterator[Any]:
+    """A fault-injecting HTTP proxy on 127.0.0.1 in front of moto (``faultproxy.FaultProxy``)."""
+    from faultproxy import FaultProxy
+
+    with FaultProxy(motoserver.endpoint_url) as fault:
+        yield fault

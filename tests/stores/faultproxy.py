@@ -160,3 +160,14 @@ class FaultProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def versioned_bucket(motoserver: Any, name: str, data: dict[str, bytes]) -> str:
+    """A versioned bucket on moto holding ``data`` (key -> bytes), each object with its stored
+    full-object SHA-256, written by the test's own client (never the kit's)."""
+    writer = motoserver.writer_client()
+    writer.create_bucket(Bucket=name)
+    writer.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    for key, body in data.items():
+        writer.put_object(Bucket=name, Key=key, Body=body, ChecksumAlgorithm="SHA256")
+    return name

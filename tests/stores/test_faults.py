@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_helpers import invoke
-from faultproxy import FaultProxy
+from faultproxy import FaultProxy, versioned_bucket
 
 from ckptrescue.record.case import Case
 
@@ -27,19 +26,7 @@ DATA = {f"run/obj-{i}.bin": bytes((i * 7 + j) % 251 for j in range(200_000 + 100
 @pytest.fixture
 def bucket(motoserver: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    name = f"faults-{next(_n)}"
-    writer = motoserver.writer_client()
-    writer.create_bucket(Bucket=name)
-    writer.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-    for key, data in DATA.items():
-        writer.put_object(Bucket=name, Key=key, Body=data, ChecksumAlgorithm="SHA256")
-    return name
-
-
-@pytest.fixture
-def proxy(motoserver: Any) -> Iterator[FaultProxy]:
-    with FaultProxy(motoserver.endpoint_url) as fault:
-        yield fault
+    return versioned_bucket(motoserver, f"faults-{next(_n)}", DATA)
 
 
 def _object_gets(proxy: FaultProxy) -> int:
