@@ -38,9 +38,12 @@ def _skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``): the TUI tests share fixed-path screens, so they
-    run in one worker."""
+    run in one worker. First of the hooks: xdist's worker hook reads the ``xdist_group`` marks
+    to name the groups, and a mark added after it was ignored (the TUI tests went to both
+    workers, one waiting on the other's lock of the screens' directory)."""
     tui = REPO / "tests" / "tui"
     for item in items:
         if tui in Path(str(item.path)).parents:
