@@ -118,10 +118,36 @@ def _client(address: str) -> Any:
             "--scheduler needs Dask distributed, which is not installed",
             hint="pip install 'ckptrescue[cluster]'  (or: pip install 'dask[distributed]')",
         ) from exc
+    refused = _refused(address)
+    if refused:
+        raise RemoteError(f"cannot reach the Dask scheduler at {address}: {refused}")
     try:
         return Client(address, timeout=f"{CONNECT_TIMEOUT_S:g}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise RemoteError(f"cannot reach the Dask scheduler at {address}: {exc}") from exc
+
+
+def _refused(address: str) -> str:
+    """Why a ``tcp://HOST:PORT`` scheduler cannot be reached at all, at once: a refused
+    connection or a name that does not resolve (Dask's client would retry either until its
+    20 s timeout). "" when it answers, for any other scheme, or when it only seems slow (the
+    client's own timeout then decides)."""
+    import socket
+
+    scheme, _, rest = address.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return ""
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=min(5.0, CONNECT_TIMEOUT_S)):
+            return ""
+    except ConnectionRefusedError:
+        return "connection refused (nothing listens on that port)"
+    except socket.gaierror as exc:
+        return f"the host name does not resolve ({exc.strerror or exc})"
+    except (OSError, ValueError):
+        return ""
 
 
 def connect(address: str) -> Any:

@@ -50,3 +50,4 @@ def test_unreachable_scheduler_is_one_line_error(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 4 and "Traceback" not in res.stderr
     assert "cannot reach the Dask scheduler" in res.stderr
+    assert "connection refused" in res.stderr  # said at once, not after the client's timeout
