@@ -177,7 +177,7 @@ class StepContext:
         ``progress(done, total=None, rate=None, eta_s=None, items_done=None, items_total=None)``
         may be called from any thread (``items``: files or objects, when the work counts them).
         """
-        events: queue.Queue[Event] = queue.Queue()
+        events: queue.Queue[Event | None] = queue.Queue()  # None: the work has ended
         box: dict[str, Any] = {}
 
         def progress(done: float, total: float | None = None, rate: float | None = None,
@@ -192,15 +192,20 @@ class StepContext:
                 box["value"] = fn(progress)
             except BaseException as exc:  # re-raised in the engine thread
                 box["error"] = exc
+            finally:
+                events.put(None)  # the end is said, not polled for (a poll cost up to 0.1 s)
 
         thread = threading.Thread(target=target, daemon=True, name=f"step-{self.step_id}")
         thread.start()
         try:
-            while thread.is_alive() or not events.empty():
+            while True:
                 try:
-                    yield events.get(timeout=0.1)
+                    event = events.get(timeout=0.1)  # a timeout: Ctrl-C arrives meanwhile
                 except queue.Empty:
                     continue
+                if event is None:
+                    break
+                yield event
         except BaseException:
             # Ctrl-C arrives in this thread: ask the work to stop (libraries that take `cancel`
             # stop their tools) and give it time to clean up before the interrupt goes on.
