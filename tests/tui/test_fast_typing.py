@@ -35,6 +35,26 @@ def burst(app: Any, keys: list[str]) -> None:
 def text(s: str) -> list[str]:
     return list(s)
 
+def _probe_form_app(tmp_path: Path) -> tuple[Path, Any]:
+    """(a run directory, the app on a new case) for probe-checkpoints' parameters form."""
+    from ckptrescue.tui.app import make_app
+
+    run = tmp_path / "run"
+    run.mkdir()
+    return run, make_app(Case.create(tmp_path / "case", title="t"))
+
+
+async def _open_probe_form(pilot: Any, app: Any) -> None:
+    """From the scenario list to probe-checkpoints' parameters form."""
+    from ckptrescue.playbook import load
+    from ckptrescue.tui.screens.params import ParamsScreen
+    from ckptrescue.tui.screens.scenario import ScenarioScreen
+
+    await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
+    await app.push_screen(ParamsScreen(load.load_file(load.resolve("probe-checkpoints"))))
+    await pilot.pause()
+
+
 
 def test_typing_straight_on_after_tab_lands_in_the_new_field(tmp_path: Path) -> None:
     from textual.widgets import Input
@@ -112,23 +132,12 @@ def test_enter_moves_on_at_once_and_creates_the_case(tmp_path: Path) -> None:
 def test_parameters_typed_at_full_speed_and_a_boolean_is_a_checkbox(tmp_path: Path) -> None:
     from textual.widgets import Checkbox, Input
 
-    from ckptrescue.playbook import load
-    from ckptrescue.tui.app import make_app
-    from ckptrescue.tui.screens.params import ParamsScreen
     from ckptrescue.tui.screens.plan import PlanScreen
 
-    run = tmp_path / "run"
-    run.mkdir()
-    case = Case.create(tmp_path / "case", title="t")
-    app = make_app(case)
-    book = load.load_file(load.resolve("probe-checkpoints"))
+    run, app = _probe_form_app(tmp_path)
 
     async def script(pilot: Any) -> None:
-        from ckptrescue.tui.screens.scenario import ScenarioScreen
-
-        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
-        await app.push_screen(ParamsScreen(book))
-        await pilot.pause()
+        await _open_probe_form(pilot, app)
         screen = app.screen
         load_box = screen.query_one("#p-load")
         assert isinstance(load_box, Checkbox) and load_box.value is False
@@ -262,23 +271,12 @@ def test_enter_on_a_checkbox_moves_on_and_never_toggles_it(tmp_path: Path) -> No
     toggled it back. Space toggles; Enter moves on, the last field's Enter opens the plan."""
     from textual.widgets import Checkbox
 
-    from ckptrescue.playbook import load
-    from ckptrescue.tui.app import make_app
-    from ckptrescue.tui.screens.params import ParamsScreen
     from ckptrescue.tui.screens.plan import PlanScreen
 
-    run = tmp_path / "run"
-    run.mkdir()
-    case = Case.create(tmp_path / "case", title="t")
-    app = make_app(case)
-    book = load.load_file(load.resolve("probe-checkpoints"))
+    run, app = _probe_form_app(tmp_path)
 
     async def script(pilot: Any) -> None:
-        from ckptrescue.tui.screens.scenario import ScenarioScreen
-
-        await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
-        await app.push_screen(ParamsScreen(book))
-        await pilot.pause()
+        await _open_probe_form(pilot, app)
         assert isinstance(app.screen._controls()[-1], Checkbox)  # noqa: SLF001 - the last field
         burst(app, [*text(str(run)), "enter", "enter"])
         await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), 10, "the plan")
