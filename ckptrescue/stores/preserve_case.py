@@ -73,22 +73,19 @@ class CaseDestination:
         if before is not None and before.sha256 == writer.sha256:
             # fetched again because it did not match, and the same bytes came back: the case
             # holds them already (inventoried once)
-            return PreservedObject(obj.key, obj.version or fetched.object.get("version_id"),
-                                   fetched.status, fetched.size, writer.sha256,
-                                   fetched.algorithm, {**fetched.detail, "message": f"{message}"
-                                                       f"; the same bytes as {before.id}"},
-                                   stored=dict(obj.hashes), evidence_id=before.id,
-                                   source=source)
-        item = self.case.add_evidence(
-            kind=self.kind, source=source,
-            acquired_how=f"{url.store_name} GET (read-only client), {message}",
-            size=fetched.size, sha256=writer.sha256,
-            details={"object": fetched.object, "verification": {
-                "status": fetched.status, "algorithm": fetched.algorithm, **fetched.detail},
-                "artifact": writer.sha256, "layout": fetched.layout})
+            evidence_id, detail = before.id, {**fetched.detail,
+                                              "message": f"{message}; the same bytes as {before.id}"}
+        else:
+            evidence_id, detail = self.case.add_evidence(
+                kind=self.kind, source=source,
+                acquired_how=f"{url.store_name} GET (read-only client), {message}",
+                size=fetched.size, sha256=writer.sha256,
+                details={"object": fetched.object, "verification": {
+                    "status": fetched.status, "algorithm": fetched.algorithm, **fetched.detail},
+                    "artifact": writer.sha256, "layout": fetched.layout}).id, fetched.detail
         return PreservedObject(obj.key, obj.version or fetched.object.get("version_id"),
                                fetched.status, fetched.size, writer.sha256, fetched.algorithm,
-                               fetched.detail, stored=dict(obj.hashes), evidence_id=item.id,
+                               detail, stored=dict(obj.hashes), evidence_id=evidence_id,
                                source=source)
 
     def kept(self, obj: PreservedObject) -> None:
