@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import invoke
+from fixture_cache import cached_dir
 
 from ckptrescue.checkpoints.key_mismatch import explain_checkpoint
 from ckptrescue.record.case import Case
@@ -57,16 +57,17 @@ ORACLE = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def made() -> Path:
-    """The fixture files, written once and cached under build/ (rebuilt when torch changes)."""
+    """The fixture files, written once under an exclusive lock (xdist workers wait and reuse them)
+    and cached under build/ until the writer or torch changes."""
     version = importlib.metadata.version("torch")
-    out = REPO / "build" / "fixtures" / f"key-prefixes-{version}"
-    if not (out / ".done").is_file():
-        shutil.rmtree(out, ignore_errors=True)
+
+    def write(out: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", "fixtures.key_prefixes", str(out)],
                               cwd=REPO, capture_output=True, text=True, timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        (out / ".done").write_text(version)
-    return out
+
+    return cached_dir("key-prefixes", write, ["fixtures/key_prefixes.py"],
+                      extra=f"torch=={version}")
 
 
 def oracle(made: Path, name: str, result_json: dict, cls: str = "TinyLM") -> dict:
