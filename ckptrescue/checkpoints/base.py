@@ -11,8 +11,6 @@ of classes implementing :class:`CheckpointFormat`. Discovery is lazy and needs n
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from ckptrescue.model import Finding, JsonObject
+from ckptrescue.plugins import plugin_modules
 
 
 class Verdict(StrEnum):
@@ -167,12 +166,8 @@ def formats() -> list[type[CheckpointFormat]]:
     """Every registered checkpoint format, in registration order (lazy discovery)."""
     from ckptrescue.checkpoints import formats as pkg
 
-    found: list[type[CheckpointFormat]] = []
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{pkg.__name__}.{info.name}")
-        found.extend(getattr(module, "FORMATS", []))
+    found: list[type[CheckpointFormat]] = [
+        fmt for module in plugin_modules(pkg) for fmt in getattr(module, "FORMATS", [])]
     found.sort(key=lambda f: getattr(f, "priority", 100))
     return found
 

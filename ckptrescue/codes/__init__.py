@@ -7,17 +7,16 @@ them; the README's finding-code table is checked against it by the tests.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import sys
 
 from ckptrescue.model import Severity
+from ckptrescue.plugins import plugin_modules
 
 
 def all_codes() -> dict[str, tuple[Severity, str]]:
     """Every documented finding code, from every area module."""
     merged: dict[str, tuple[Severity, str]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for module in plugin_modules(sys.modules[__name__]):
         for code, entry in getattr(module, "CODES", {}).items():
             if code in merged:
                 raise RuntimeError(f"finding code {code} defined twice")

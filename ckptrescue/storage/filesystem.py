@@ -21,8 +21,6 @@ TYPE in ``candidates.volume_manager`` (see ``storage/lvm.py``).
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall, ToolResult
 from ckptrescue.model import Finding, Severity
+from ckptrescue.plugins import plugin_modules
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -173,12 +172,8 @@ def registry() -> tuple[type[Filesystem], ...]:
     """Every registered filesystem, in ``order`` (lazy discovery)."""
     from ckptrescue.storage import filesystems as pkg
 
-    found: list[type[Filesystem]] = []
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{pkg.__name__}.{info.name}")
-        found.extend(getattr(module, "FILESYSTEMS", []))
+    found: list[type[Filesystem]] = [
+        fs for module in plugin_modules(pkg) for fs in getattr(module, "FILESYSTEMS", [])]
     found.sort(key=lambda f: f.order)
     return tuple(found)
 

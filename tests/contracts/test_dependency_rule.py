@@ -27,7 +27,8 @@ from import_graph import (
 
 # Lowest first. A module imports package modules of its own layer or of a layer before it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("model", "errors", "checkpoints.base", "codes", "resources", "display")),
+    ("core", ("model", "errors", "checkpoints.base", "codes", "resources", "display",
+              "plugins")),
     ("pure", ("checkpoints.formats", "checkpoints.families", "storage.parsers", "guard")),
     ("effects", ("effects", "record")),
     ("capabilities", ("checkpoints", "stores", "storage", "datasets", "sandbox_children")),

@@ -10,10 +10,11 @@ working). ``formats/families.py`` registers them as checkpoint formats.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ckptrescue.plugins import plugin_modules
 
 if TYPE_CHECKING:
     from ckptrescue.checkpoints.families.base import Family
@@ -23,16 +24,10 @@ SKIPPED_FAMILY_MODULES: dict[str, str] = {}
 
 @functools.cache
 def _discover() -> tuple[type[Family], ...]:
-    found: list[type[Family]] = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if info.name.startswith("_") or info.name == "base":
-            continue
-        try:
-            module = importlib.import_module(f"{__name__}.{info.name}")
-        except Exception as exc:  # noqa: BLE001 - one broken family must not stop the others
-            SKIPPED_FAMILY_MODULES[info.name] = f"{type(exc).__name__}: {exc}"
-            continue
-        found.extend(getattr(module, "FAMILIES", []))
+    package = sys.modules[__name__]
+    found: list[type[Family]] = [
+        family for module in plugin_modules(package, skip={"base"}, broken=SKIPPED_FAMILY_MODULES)
+        for family in getattr(module, "FAMILIES", [])]
     found.sort(key=lambda f: getattr(f, "priority", 5))
     return tuple(found)
 

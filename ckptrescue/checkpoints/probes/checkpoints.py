@@ -30,6 +30,7 @@ from ckptrescue.checkpoints.base import formats as registry_formats
 from ckptrescue.checkpoints.probes.single import probe_one
 from ckptrescue.errors import EvidenceError, UsageError
 from ckptrescue.model import AuditEvent, JsonObject
+from ckptrescue.plugins import plugin_modules
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -63,21 +64,10 @@ def formats() -> list[type]:
         return list(registry_formats())
     except Exception as exc:  # noqa: BLE001 - fall back to per-module discovery below
         SKIPPED_FORMAT_MODULES["<registry>"] = f"{type(exc).__name__}: {exc}"
-    import importlib
-    import pkgutil
-
     from ckptrescue.checkpoints import formats as pkg
 
-    found: list[type] = []
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        try:
-            module = importlib.import_module(f"{pkg.__name__}.{info.name}")
-        except Exception as exc:  # noqa: BLE001
-            SKIPPED_FORMAT_MODULES[info.name] = f"{type(exc).__name__}: {exc}"
-            continue
-        found.extend(getattr(module, "FORMATS", []))
+    found: list[type] = [fmt for module in plugin_modules(pkg, broken=SKIPPED_FORMAT_MODULES)
+                         for fmt in getattr(module, "FORMATS", [])]
     found.sort(key=lambda f: getattr(f, "priority", 100))
     return found
 
