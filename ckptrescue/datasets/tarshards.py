@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import IO
 
+from ckptrescue.checkpoints.families.tarwalk import checksum_ok, octal
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, read_exact
 
 BLOCK = 512
@@ -29,32 +30,11 @@ def sample_key(name: str) -> str:
     return f"{head}/{stem}" if head else stem
 
 
-def header_ok(block: bytes) -> bool:
-    stored = _octal(block[148:156])
-    if stored is None:
-        return False
-    unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:])
-    signed = sum(b - 256 if b > 127 else b for b in block[:148] + block[156:]) + 8 * 32
-    return stored in (unsigned, signed)
-
-
-def _octal(field: bytes) -> int | None:
-    text = field.split(b"\0", 1)[0].strip(b" \0")
-    if not text:
-        return 0
-    try:
-        return int(text, 8)
-    except ValueError:
-        return None
-
-
 def _size(block: bytes) -> int | None:
     field = block[124:136]
     if field[0] == 0xFF:  # GNU base-256, negative: tarfile reads a negative size
         return -(256 ** 11 - int.from_bytes(field[1:], "big"))
-    if field[0] & 0x80:  # GNU base-256
-        return int.from_bytes(field[1:], "big")
-    return _octal(field)
+    return octal(field)
 
 
 def _pax_records(data: bytes) -> dict[str, bytes] | None:
@@ -129,7 +109,7 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
         if block == _ZERO:
             _after_end(fh, pos, index, out)
             break
-        if not header_ok(block):
+        if not checksum_ok(block):
             key = sample_key(_name(block)) or None
             out.bad.append(BadRecord(index, pos, key, "header checksum mismatch"))
             nxt = _resync(fh, pos + BLOCK, size) if size is not None else None
@@ -212,7 +192,7 @@ def _after_end(fh: IO[bytes], pos: int, index: int, out: CheckOutcome) -> None:
         block = read_exact(fh, BLOCK)
         if len(block) < BLOCK:
             break
-        if lost is None and block != _ZERO and header_ok(block):
+        if lost is None and block != _ZERO and checksum_ok(block):
             lost = at
         at += BLOCK
     if lost is not None:
@@ -238,7 +218,7 @@ def _skip(fh: IO[bytes], n: int, *, look: bool = False) -> tuple[int, int | None
             while at >= 0 and found is None:
                 start = at - 257
                 if (done + start) % BLOCK == 0 and start + BLOCK <= len(chunk) \
-                        and header_ok(chunk[start:start + BLOCK]):
+                        and checksum_ok(chunk[start:start + BLOCK]):
                     found = done + start
                 at = chunk.find(b"ustar", at + 1)
         left -= len(chunk)
@@ -253,7 +233,7 @@ def _resync(fh: IO[bytes], start: int, size: int) -> int | None:
         block = read_exact(fh, BLOCK)
         if len(block) < BLOCK:
             return None
-        if block != _ZERO and header_ok(block):
+        if block != _ZERO and checksum_ok(block):
             return pos
         pos += BLOCK
     return None

@@ -56,11 +56,12 @@ class TarWalk:
         return {m.name: m for m in self.members}
 
 
-def _octal(field_bytes: bytes) -> int | None:
+def octal(field_bytes: bytes) -> int | None:
+    """A tar header's number field as ``tarfile`` reads it: GNU base-256 when the high bit is
+    set, else octal digits up to the first NUL (blank: 0); None when they are not octal."""
     if field_bytes[:1] and field_bytes[0] & 0x80:  # GNU base-256 (sizes >= 8 GiB)
-        value = int.from_bytes(field_bytes[1:], "big")
-        return value
-    text = field_bytes.replace(b"\x00", b" ").strip()
+        return int.from_bytes(field_bytes[1:], "big")
+    text = field_bytes.split(b"\x00", 1)[0].strip()
     if not text:
         return 0
     try:
@@ -69,8 +70,10 @@ def _octal(field_bytes: bytes) -> int | None:
         return None
 
 
-def _checksum_ok(header: bytes) -> bool:
-    stored = _octal(header[148:156])
+def checksum_ok(header: bytes) -> bool:
+    """The header's stored checksum equals the sum of its bytes, the checksum field counted as
+    spaces (unsigned, or signed as old tar wrote it)."""
+    stored = octal(header[148:156])
     if stored is None:
         return False
     blanked = header[:148] + b" " * 8 + header[156:]
@@ -132,7 +135,7 @@ Visit = Callable[[TarMember, MemberReader], None]
 
 def is_tar_header(block: bytes) -> bool:
     """A ustar/GNU header with a valid checksum (detection: never raises)."""
-    return len(block) >= BLOCK and block[257:262] == b"ustar" and _checksum_ok(block[:BLOCK])
+    return len(block) >= BLOCK and block[257:262] == b"ustar" and checksum_ok(block[:BLOCK])
 
 
 def walk(path: Path, visit: Visit | None = None) -> TarWalk:
@@ -205,12 +208,12 @@ def _walk_stream(fh: BinaryIO, out: TarWalk, size: int | None,  # noqa: C901
                                      "a member header: readers that stop at the first zero "
                                      "block (tarfile) lose every member after it", pos))
             return
-        if not _checksum_ok(header):
+        if not checksum_ok(header):
             out.problems.append(("header", f"member header at offset {pos}: checksum mismatch "
                                  "(damaged header; members after it cannot be located)", pos))
             return
         kind = header[156:157]
-        member_size = _octal(header[124:136])
+        member_size = octal(header[124:136])
         if member_size is None:
             out.problems.append(("header", f"member header at offset {pos}: size field "
                                  "unreadable", pos))
