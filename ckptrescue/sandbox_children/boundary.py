@@ -1,8 +1,9 @@
 """The child's side of the loader sandbox: what it tried, and the seccomp filter.
 
-Every child calls :func:`started` first (the parent tells a child that never ran, because
-bubblewrap could not build the sandbox, from a child that failed) and :func:`enter` after its
-heavy imports and before it touches the file. ``enter`` installs, in this order:
+Every child calls :func:`start` first (it reads the request and calls :func:`started`: the
+parent tells a child that never ran, because bubblewrap could not build the sandbox, from a
+child that failed) and :func:`enter` after its heavy imports and before it touches the file.
+``enter`` installs, in this order:
 
 1. a Python audit hook (``sys.addaudithook``) for **attribution**: an attempt to run a program
    (``os.system``, ``os.exec*``, ``os.posix_spawn``, ``os.fork``, ``subprocess.Popen``,
@@ -55,6 +56,15 @@ class _State:
     allowed_globals: frozenset[str] = frozenset()
     armed = False
     count = 0
+
+
+def start() -> dict[str, Any]:
+    """A child's first step: its request (the JSON file ``argv[1]`` names), once
+    :func:`started` has marked the child as running."""
+    with open(sys.argv[1]) as fh:
+        req = json.load(fh)
+    started(req)
+    return req
 
 
 def started(req: dict[str, Any]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -42,9 +41,7 @@ def _try(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as fh:
-        req = json.load(fh)
-    boundary.started(req)
+    req = boundary.start()
     boundary.enter(req)
     action = req.get("action", "echo")
     if action == "allocate":

@@ -42,9 +42,7 @@ def _keys(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as fh:
-        req = json.load(fh)
-    boundary.started(req)
+    req = boundary.start()
     import torch  # noqa: F401 - the heavy import before the boundary closes
     import torch.nn  # noqa: F401
 

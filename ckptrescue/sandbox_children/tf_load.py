@@ -75,9 +75,7 @@ def _probe_prefix(tf: Any, prefix: str, max_errors: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as fh:
-        req = json.load(fh)
-    boundary.started(req)
+    req = boundary.start()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 

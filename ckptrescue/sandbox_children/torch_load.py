@@ -18,7 +18,6 @@ DCP's ``CheckpointException`` derives from BaseException, hence the broad catch 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from ckptrescue.checkpoints.formats.pickle_scan import unique_names
@@ -197,9 +196,7 @@ def _import_loaders(loader: str) -> None:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as fh:
-        req = json.load(fh)
-    boundary.started(req)
+    req = boundary.start()
     _import_loaders(str(req.get("loader")))
     boundary.enter(req)
     try:
