@@ -200,6 +200,11 @@ def doc(text: str) -> dict[str, str]:
     return {"doc": text}
 
 
+def answer_field() -> Any:
+    """The ``answer`` field of a step's outputs: the one-line answer ('' until there is one)."""
+    return field(default="", metadata=doc("The one-line answer."))
+
+
 @dataclass
 class JsonRecord:
     """A typed record stored as JSON. ``from_json`` turns nested dicts into the record types

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckptrescue.model import JsonObject, JsonRecord, StepOutputs, doc
+from ckptrescue.model import JsonObject, JsonRecord, StepOutputs, answer_field, doc
 
 NOT_INTACT_KINDS = ("damaged", "missing", "suspect")  # the tensor lists of a checkpoint
 
@@ -241,7 +241,7 @@ class SafeGlobalsOutput(StepOutputs):
         "Python registering the safe globals with torch.serialization.add_safe_globals."))
     snippet_lines: list[str] = field(default_factory=list, metadata=doc(
         "The same, one line per item (what the terminal shows)."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:
@@ -292,7 +292,7 @@ class KeyMismatchOutput(StepOutputs):
         "Python (fix_keys) applying the mapping to a loaded state dict."))
     snippet_lines: list[str] = field(default_factory=list, metadata=doc(
         "The same, one line per item (what the terminal shows)."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:
@@ -323,7 +323,7 @@ class ReassemblyOutput(StepOutputs):
         "With --plan: the script beside it (copies into a new directory, then sha256sum -c)."))
     dest: str | None = field(default=None, metadata=doc(
         "With --plan: the new directory the script builds."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:
@@ -350,7 +350,7 @@ class WorldSizeOutput(StepOutputs):
     config: JsonObject = field(default_factory=dict, metadata=doc(
         "Configuration the load then needs (DeepSpeed: checkpoint.load_universal)."))
     notes: list[str] = field(default_factory=list, metadata=doc("Notes."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:
@@ -370,7 +370,7 @@ class ReplicaOutput(StepOutputs):
         "Replica files per status."))
     replica_only: list[str] = field(default_factory=list, metadata=doc(
         "Files a replica holds that the persistent copy does not."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.model import JsonObject, StepOutputs, doc
+from ckptrescue.model import JsonObject, StepOutputs, answer_field, doc
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ManifestBuildOutput(StepOutputs):
         "Entries skipped: path, reason."))
     changed_while_hashed: list[JsonObject] = field(default_factory=list, metadata=doc(
         "Files that changed while they were hashed and were hashed again: path, times."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
     allow_unverified: bool = field(default=False, metadata=doc(
         "Skipped entries (not in the manifest) were accepted."))
 
@@ -47,7 +47,7 @@ class ManifestAuditOutput(StepOutputs):
         "Per file: path, status, expected, actual (offset when unreadable)."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Files per status."))
     quick: bool = field(default=False, metadata=doc("Size and mtime only."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
     sample: JsonObject | None = field(default=None, metadata=doc(
         "A sampled audit (--sample) only: seed, size, population, bad, upper_bound_95 (exact "
         "one-sided Clopper-Pearson), statement."))
@@ -103,7 +103,7 @@ class ManifestDiffOutput(StepOutputs):
         "Lines not in sha256sum format (up to 20 per manifest): manifest, line, reason."))
     duplicates: list[JsonObject] = field(default_factory=list, metadata=doc(
         "Names listed twice with different hashes: manifest, path, hashes."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def differs(self) -> bool:
@@ -124,7 +124,7 @@ class HubCacheOutput(StepOutputs):
     problems: list[str] = field(default_factory=list, metadata=doc(
         "Entries of the cache root that are not repositories."))
     bytes_hashed: int = field(default=0, metadata=doc("Bytes read and hashed."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:
@@ -139,7 +139,7 @@ class DatasetVerifyOutput(StepOutputs):
         "Per file: path, format, status, bad_records (index, offset, key, problem), records, "
         "note."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("Files per status."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:
@@ -154,7 +154,7 @@ class RecoverOutput(StepOutputs):
     files: list[JsonObject] = field(default_factory=list, metadata=doc(
         "Per damaged file: path, damage, status, source, sha256, reason, tried."))
     counts: dict[str, int] = field(default_factory=dict, metadata=doc("recovered, unrecoverable."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
     plan: list[JsonObject] = field(default_factory=list, metadata=doc(
         "With --plan: the swap-back plan, one entry per recovered file: path, damage, target "
         "(the damaged file in DIR, or where the missing file belongs), replacement (the verified "
@@ -196,7 +196,7 @@ class TrainStateOutput(StepOutputs):
         "Tensors not compared, with the reason."))
     findings: list[JsonObject] = field(default_factory=list, metadata=doc(
         "TS001-TS008 findings (also recorded in the case)."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
 
 @dataclass
@@ -204,7 +204,7 @@ class DatasetProfileOutput(StepOutputs):
     profile: JsonObject = field(default_factory=dict, metadata=doc(
         "The dataset profile (schema ckptrescue.profile/1, docs/profiles.md)."))
     output: str | None = field(default=None, metadata=doc("Where the profile was written."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
 
 @dataclass
@@ -215,7 +215,7 @@ class DatasetCompareOutput(StepOutputs):
     spot_checks: list[JsonObject] = field(default_factory=list, metadata=doc(
         "Per flagged shard (up to 5): seed, k, method, the sampled records of the flagged and "
         "the reference shard with the values that drove the flag marked."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:
@@ -229,7 +229,7 @@ class QuarantineOutput(StepOutputs):
     output: str | None = field(default=None, metadata=doc("The JSON list written."))
     path_list: str | None = field(default=None, metadata=doc(
         "The plain list of whole bad files written."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
 
 @dataclass
@@ -268,7 +268,7 @@ class WatchPassOutput(StepOutputs):
     bad_total: int = field(default=0, metadata=doc("Files bad or gone in the whole state."))
     notes: list[str] = field(default_factory=list, metadata=doc(
         "Alerts that could not be delivered."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
 
 @dataclass
@@ -294,7 +294,7 @@ class ManifestUpdateOutput(StepOutputs):
     inode_checked: bool = field(default=True, metadata=doc(
         "False when the old sidecar recorded no inodes (size and mtime compared only)."))
     elapsed_s: float = field(default=0.0, metadata=doc("Seconds."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
 
     @property
     def ok(self) -> bool:

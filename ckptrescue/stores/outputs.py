@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.model import JsonRecord, StepOutputs, doc
+from ckptrescue.model import JsonRecord, StepOutputs, answer_field, doc
 
 
 @dataclass
@@ -156,4 +156,4 @@ class StoreResultOutput(StepOutputs):
 
     url: str = field(default="", metadata=doc("The object-store URL."))
     ok: bool = field(default=True, metadata=doc("Nothing wrong was found."))
-    answer: str = field(default="", metadata=doc("The one-line answer."))
+    answer: str = answer_field()
