@@ -14,7 +14,7 @@ DEMO_DIR ?= demo-out
 AZURITE_VERSION := 3.35.0
 AZURITE := build/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: setup system-packages azurite test demo bench lint clean help docs
+.PHONY: setup system-packages azurite bytecode test demo bench lint clean help docs
 
 help:
 	@echo "make demo   - set up if needed, run the drill incident end to end, print the report path"
@@ -59,13 +59,18 @@ $(STAMP): pyproject.toml constraints.txt
 # pytest-xdist: one worker per core (TEST_WORKERS=0 runs in one process); the TUI tests share
 # fixed-path screens and run in one worker (--dist loadgroup).
 TEST_WORKERS ?= auto
-test: setup
+# Every command the tests, the demo and the benchmarks start imports the kit anew: its bytecode
+# is written once here (also where PYTHONDONTWRITEBYTECODE is set), not compiled per process.
+bytecode:
+	@$(PY) -m compileall -q ckptrescue tests fixtures bench >/dev/null
+
+test: setup bytecode
 	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
 
 # The drill serves its bucket on 127.0.0.1 with moto, which accepts any credentials.
 demo: export AWS_ACCESS_KEY_ID = drill
 demo: export AWS_SECRET_ACCESS_KEY = drill
-demo: setup
+demo: setup bytecode
 	@if [ -d $(DEMO_DIR)/drill ]; then $(VENV)/bin/ckptrescue drill $(DEMO_DIR)/drill --stop >/dev/null; fi
 	@rm -rf $(DEMO_DIR)
 	@set -e; trap '$(VENV)/bin/ckptrescue drill $(DEMO_DIR)/drill --stop >/dev/null' EXIT; \
@@ -80,11 +85,11 @@ demo: setup
 FUZZ_CASES ?= 100000
 FUZZ_EXPLORE ?= 200
 .PHONY: fuzz
-fuzz: setup
+fuzz: setup bytecode
 	CKPTRESCUE_FUZZ_CASES=$(FUZZ_CASES) CKPTRESCUE_FUZZ_EXPLORE=$(FUZZ_EXPLORE) CKPTRESCUE_FUZZ_ORACLE=1000 \
 	    $(VENV)/bin/pytest -q -p no:cacheprovider -o timeout=0 tests/fuzz
 
-bench: setup
+bench: setup bytecode
 	$(PY) bench/run_all.py
 
 lint: setup

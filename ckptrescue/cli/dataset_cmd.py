@@ -55,7 +55,7 @@ BUILD = Command("manifest.build", render_build, extras=(NO_PROGRESS, ALLOW_EMPTY
                 quiet=lambda a, o: bool(o["no_progress"]), interrupted=build_interrupted)
 def audit_interrupted(args: ActionArgs) -> str:
     from ckptrescue.datasets.audit_state import default_path
-    from ckptrescue.datasets.s3dataset import is_s3
+    from ckptrescue.stores.urls import is_s3
 
     if is_s3(args["dir"]):
         return "ckptrescue: interrupted (an s3:// audit keeps no state: it starts over)"

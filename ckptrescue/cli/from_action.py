@@ -190,9 +190,9 @@ def help_text(action: type[Action]) -> str:
 
 def build(command: Command) -> Callable[..., int]:
     """The typer callback of ``command``, with a signature generated from the action."""
-    from ckptrescue.actions import registry
+    from ckptrescue.actions import ACTIONS
 
-    action = registry()[command.action]
+    action = ACTIONS[command.action]
     specs = {s.name: s for s in cli_args(action)}
     extras = {s.name: s for s in command.extras}
     order = list(command.order) or [*specs, *extras, CASE, *([JSON] if command.json else [])]
@@ -286,7 +286,8 @@ def open_case(mode: str, case_dir: Path | None, *, title: str) -> Iterator[Case]
         return
     scratch = Path(tempfile.mkdtemp(prefix="ckptrescue-case-"))
     try:
-        yield Case.create(scratch / "case", title=f"{title} (temporary)")
+        # removed when the command ends: nothing in it needs to outlive a crash
+        yield Case.create(scratch / "case", title=f"{title} (temporary)", durable=False)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

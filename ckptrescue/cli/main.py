@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from ckptrescue import __version__
+from ckptrescue.cli import coercion
 from ckptrescue.cli.help_words import HelpWordsGroup
 from ckptrescue.cli.output import interrupt_said
 from ckptrescue.display import shown, shown_text
@@ -53,6 +54,7 @@ HELP = (
 
 def new_app(modules: tuple[str, ...] = _COMMAND_MODULES) -> typer.Typer:
     """The command tree of ``modules`` (default: every command)."""
+    coercion.install()  # values converted as typer does, without a pydantic model each
     app = typer.Typer(
         name="ckptrescue",
         cls=HelpWordsGroup,  # --help names values in words (docs/conventions.md)

@@ -59,11 +59,11 @@ def watch(
             --prometheus-textfile /var/lib/node_exporter/ckptrescue.prom
     """
     from ckptrescue.cli.from_action import step_error
-    from ckptrescue.datasets.s3dataset import is_s3
     from ckptrescue.engine import executor as engine
     from ckptrescue.engine.events import StepFinished
     from ckptrescue.errors import EvidenceError, ExitCode
     from ckptrescue.record.case import Case
+    from ckptrescue.stores.urls import is_s3
 
     if not is_s3(source) and not Path(source).is_dir():
         raise EvidenceError(f"{source}: not a directory (watch a dataset directory or an "

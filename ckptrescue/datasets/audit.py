@@ -51,6 +51,7 @@ from ckptrescue.datasets.walk import (
 )
 from ckptrescue.errors import EvidenceError, UsageError
 from ckptrescue.model import Finding, JsonObject, Recorded, Severity
+from ckptrescue.stores.urls import is_s3
 
 STATUSES = ("ok", "corrupted", "changed", "missing", "new", "unreadable")
 DAMAGED = ("corrupted", "changed", "missing", "unreadable")
@@ -258,8 +259,6 @@ def audit(
     ``follow_into``: directories a symlink in ``dir`` may lead into besides ``dir`` itself (a
     clean view's links into DIR and the recovery directory); local directories only.
     """
-    from ckptrescue.datasets.s3dataset import audit_s3, is_s3
-
     if sample is not None and quick:
         raise UsageError("--sample and --quick do not go together (quick reads no content)")
     follow = [str(p) for p in follow_into]
@@ -268,6 +267,8 @@ def audit(
             raise UsageError("--follow-links-into is for local directories")
         if sample is not None:
             raise UsageError("--sample audits local directories only")
+        from ckptrescue.datasets.s3dataset import audit_s3  # it imports this module
+
         return audit_s3(str(dir), manifest, quick=quick, jobs=jobs, scheduler=scheduler,
                         progress=progress, endpoint_url=endpoint_url, use_stored=use_stored)
     root = Path(dir)

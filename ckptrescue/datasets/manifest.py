@@ -45,6 +45,7 @@ from ckptrescue.datasets.manifest_files import (
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, join
 from ckptrescue.errors import EvidenceError, UsageError
+from ckptrescue.stores.urls import is_s3
 
 # the records and file helpers live in manifest_files (shared with the S3 builder); these names
 # stay importable from here
@@ -109,10 +110,10 @@ def build_manifest(
     in the same pass and recorded in the sidecar, in S3's form, so that an audit of the uploaded
     objects can use the store's own CRCs.
     """
-    from ckptrescue.datasets.s3dataset import build_manifest_s3, is_s3
-
     checksums = normal_checksums(checksums)
     if is_s3(dir):
+        from ckptrescue.datasets.s3dataset import build_manifest_s3
+
         return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,
                                  progress=progress, endpoint_url=endpoint_url,
                                  checksums=checksums)

@@ -148,7 +148,7 @@ def update_manifest(
 
     ``dir`` may be ``s3://bucket/prefix``: objects are compared by size and ETag
     (``s3_manifest_update``)."""
-    from ckptrescue.datasets.s3dataset import is_s3
+    from ckptrescue.stores.urls import is_s3
 
     if is_s3(dir):
         from ckptrescue.datasets.s3_manifest_update import update_manifest_s3

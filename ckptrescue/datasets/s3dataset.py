@@ -46,11 +46,6 @@ from ckptrescue.model import JsonObject
 _CHUNK = 1 << 20
 
 
-def is_s3(location: str | os.PathLike[str]) -> bool:
-    text = str(location)
-    return text.startswith(("s3://", "s3:/"))
-
-
 def normalise(location: str | os.PathLike[str]) -> str:
     text = str(location)
     if text.startswith("s3:/") and not text.startswith("s3://"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.actions import registry
+from ckptrescue.actions import ACTIONS
 from ckptrescue.engine.action import ActionArgs, ActionResult, StepContext
 from ckptrescue.engine.events import (
     Event,
@@ -167,7 +167,7 @@ def evaluate_when(cond: Any, values: dict[str, Any], outputs: dict[str, JsonObje
 
 def dry_run(plan: Plan) -> list[DryRunStep]:
     """Every step with the commands it would run (step-output references stay symbolic)."""
-    actions = registry()
+    actions = ACTIONS
     out: list[DryRunStep] = []
     for step in plan.playbook.steps:
         action = actions[step.action]()
@@ -252,6 +252,22 @@ def run(
                         resume=resume)
 
 
+class RunnerWhenUsed:
+    """The case's :class:`~ckptrescue.effects.runner.SubprocessRunner`, made (and the safety
+    guard imported) when a step first runs a command: most steps run none."""
+
+    def __init__(self, case: Case) -> None:
+        self._case = case
+        self._runner: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._runner is None:
+            from ckptrescue.effects.runner import SubprocessRunner
+
+            self._runner = SubprocessRunner(self._case)
+        return getattr(self._runner, name)
+
+
 def _run(
     plan: Plan,
     *,
@@ -261,9 +277,7 @@ def _run(
     confirm: Callable[[str], bool | None] | None,
     resume: bool | None,
 ) -> Iterator[Event]:
-    from ckptrescue.effects.runner import SubprocessRunner
-
-    state = _RunState(plan, case, runner or SubprocessRunner(case), cancel or threading.Event(),
+    state = _RunState(plan, case, runner or RunnerWhenUsed(case), cancel or threading.Event(),
                       confirm, plan.resumable if resume is None else resume)
     yield state.start()
     for step in plan.playbook.steps:
@@ -289,7 +303,7 @@ class _RunState:
                  confirm: Callable[[str], bool | None] | None, resume: bool) -> None:
         self.plan, self.case, self.runner, self.cancel = plan, case, runner, cancel
         self.confirm = confirm
-        self.actions = registry()
+        self.actions = ACTIONS
         self.done = finished_steps(case, plan.run_key) if resume else {}
         self.outputs: dict[str, JsonObject] = {}
         self.statuses: dict[str, str] = {}

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from ckptrescue.errors import PlaybookError
 from ckptrescue.playbook.schema import (
@@ -21,9 +19,14 @@ from ckptrescue.playbook.schema import (
 )
 from ckptrescue.resources import data_dir
 
+if TYPE_CHECKING:
+    import yaml
+
 
 def line_map(node: yaml.Node | None) -> dict[tuple[Any, ...], int]:
     """Map a path of keys/indexes to the 1-based line where it starts."""
+    import yaml  # PyYAML only when a playbook is read: every command imports this module
+
     lines: dict[tuple[Any, ...], int] = {}
 
     def walk(n: yaml.Node, path: tuple[Any, ...]) -> None:
@@ -47,6 +50,8 @@ def _parse(text: str) -> tuple[yaml.Node | None, Any]:
     PyYAML has it (a playbook in ~1 ms instead of ~13: the TUI's first screen describes one),
     the same safe constructor either way; a document libyaml refuses is parsed again by the
     pure-Python parser, so that errors read the same everywhere."""
+    import yaml
+
     loaders = [getattr(yaml, "CSafeLoader", None), yaml.SafeLoader]
     for loader_class in [cls for cls in loaders if cls is not None]:
         loader = loader_class(text)
@@ -62,6 +67,8 @@ def _parse(text: str) -> tuple[yaml.Node | None, Any]:
 
 
 def load_text(text: str, *, source: str = "<memory>") -> Playbook:
+    import yaml
+
     try:
         node, data = _parse(text)
     except yaml.YAMLError as exc:

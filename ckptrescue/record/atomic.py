@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably. Raises OSError naming the path."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and (``durable``) durably. Raises OSError
+    naming the path. ``durable=False`` (a scratch case removed when its command ends) skips
+    the two ``fsync``s: still atomic for a reader, not kept through a crash."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -21,7 +23,8 @@ def write_atomic(path: Path, data: bytes) -> None:
             view, done = memoryview(data), 0
             while done < len(data):
                 done += os.write(fd, view[done:])
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.chmod(tmp, 0o644)
@@ -30,6 +33,8 @@ def write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(dfd)
@@ -37,8 +42,9 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
+    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
+                 durable=durable)
 
 
 def leftovers(directory: Path) -> list[Path]:

@@ -227,7 +227,9 @@ class AuditLog:
     calls it once per step) and at :meth:`end`. One ``write`` loop takes short writes; one
     ``fsync`` per flush. A crash loses at most the records not yet written; a write cut short
     (no space) leaves a torn tail that the next append acknowledges (``audit.torn_tail``).
-    ``listeners`` are told what each write put where (the case's record index).
+    ``listeners`` are told what each write put where (the case's record index). ``durable``
+    False (a scratch case removed when its command ends) writes the same records and never
+    ``fsync``s them.
     """
 
     sync_interval = 1.0
@@ -248,6 +250,7 @@ class AuditLog:
         self._prefix = b""  # a newline that terminates torn bytes before the next record
         self._oldest = 0.0
         self._unsynced = False
+        self.durable = True
 
     # -- batches -------------------------------------------------------------------------------
     def begin(self) -> None:
@@ -361,7 +364,8 @@ class AuditLog:
                     listener(placed)
             if sync and self._unsynced:
                 try:
-                    os.fsync(fd)
+                    if self.durable:
+                        os.fsync(fd)
                 except OSError as exc:
                     self._fail(exc, "syncing")
                 self._unsynced = False

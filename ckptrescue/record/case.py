@@ -147,11 +147,15 @@ class _State:
         self.mutex = threading.RLock()
         self.audit = AuditLog(root / AUDIT)
         self.index = RecordIndex(root)
+        self.durable = True
         self.depth = 0
         self.sealed = False
         self.evidence_dirty = False
         self.derived_checked = False
         self.audit.listeners.append(self.written)
+
+    def set_durable(self, durable: bool) -> None:
+        self.durable = self.audit.durable = self.index.durable = durable
 
     def written(self, placed: list[Appended]) -> None:
         """After each write of the log: index the records (the index is derived: a failure to
@@ -203,7 +207,11 @@ class Case:
 
     # -- creation and opening -------------------------------------------------------------
     @classmethod
-    def create(cls, root: Path, *, title: str = "", examiner: str = "") -> Case:
+    def create(cls, root: Path, *, title: str = "", examiner: str = "",
+               durable: bool = True) -> Case:
+        """A new case at ``root``. ``durable=False``: a scratch case that its command removes
+        when it ends (a command run without ``--case``): the same records, hash chain and
+        derived files, never ``fsync``ed (nothing of it outlives the process)."""
         root = Path(root)
         if (root / MANIFEST).exists():
             raise CaseError(f"{root}: a case already exists here")
@@ -225,6 +233,7 @@ class Case:
             "tool_version": __version__,
         }
         case = cls(root)
+        case._state.set_durable(durable)
         with case.writer():
             if (root / MANIFEST).exists() or (root / AUDIT).exists():
                 raise CaseError(f"{root}: a case already exists here")
@@ -358,7 +367,7 @@ class Case:
 
     def _write_derived(self, path: Path, data: Any) -> None:
         try:
-            write_json_atomic(path, data)
+            write_json_atomic(path, data, durable=self._state.durable)
         except OSError as exc:
             raise CaseWriteError(f"{path}: {exc.strerror or exc} while writing it atomically",
                                  hint="free space on the case's filesystem; the log keeps "
@@ -837,7 +846,8 @@ class ArtifactWriter:
         try:
             try:
                 self._fh.flush()
-                os.fsync(self._fh.fileno())
+                if self.case._state.durable:
+                    os.fsync(self._fh.fileno())
             finally:
                 with contextlib.suppress(OSError):
                     self._fh.close()

@@ -107,6 +107,7 @@ class RecordIndex:
         self._by_action: dict[str, list[Entry]] = {}
         self._parsed: dict[int, AuditRecord] = {}
         self._mutex = threading.RLock()
+        self.durable = True  # False: a scratch case's index, rewritten without fsync
 
     # -- keeping up ----------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -247,7 +248,7 @@ class RecordIndex:
             if self.last is not None and (not lines or lines[-1] != self.last):
                 lines.append(self.last)
             data = b"".join(e.line() for e in lines)
-            write_atomic(self.path, data)
+            write_atomic(self.path, data, durable=self.durable)
             self.file_size = len(data)
 
 

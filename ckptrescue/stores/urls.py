@@ -36,6 +36,12 @@ class StoreUrl:
         return {"s3": "S3", "az": "Azure Blob", "gs": "GCS"}[self.scheme]
 
 
+def is_s3(location: object) -> bool:
+    """Whether ``location`` (text or a path) names an S3 bucket or prefix (``s3://``; ``s3:/``
+    as a path object spells it)."""
+    return str(location).startswith(("s3://", "s3:/"))
+
+
 def is_store_url(text: str) -> bool:
     """Whether ``text`` names an object store (what the CLI dispatches on)."""
     if text.startswith(tuple(f"{s}://" for s in SCHEMES)):

@@ -159,8 +159,8 @@ compared through a temporary state database instead (said in the notes)."""
 
     def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.audit import audit
-        from ckptrescue.datasets.s3dataset import is_s3
         from ckptrescue.datasets.walk import to_json_path
+        from ckptrescue.stores.urls import is_s3
 
         state = args.get("state") or None
         if not is_s3(args["dir"]):

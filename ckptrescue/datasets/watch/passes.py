@@ -68,7 +68,8 @@ def run_pass(source: str, state: WatchState, *, manifest: str | None = None,
              only: list[bytes] | None = None, endpoint_url: str | None = None,
              cancel: threading.Event | None = None) -> PassResult:
     """One pass over ``source`` (a directory or s3://bucket/prefix); see the module doc."""
-    from ckptrescue.datasets.s3dataset import is_s3, normalise
+    from ckptrescue.datasets.s3dataset import normalise
+    from ckptrescue.stores.urls import is_s3
 
     started = time.monotonic()
     expected = _manifest(manifest)
