@@ -37,12 +37,16 @@ def _within(value: float, info: Any) -> float:
 
 
 def _whole(text: Any, info: Any) -> int:
+    if type(text) is int:  # a default
+        return int(_within(text, info))
     if not isinstance(text, str) or not _WHOLE.match(text):
         raise _Unsure
     return int(_within(int(text), info))
 
 
 def _number(text: Any, info: Any) -> float:
+    if type(text) in (int, float) and text == text:  # a default (not NaN)
+        return float(_within(text, info))
     if not isinstance(text, str) or not _DECIMAL.match(text):
         raise _Unsure
     return float(_within(float(text), info))

@@ -50,13 +50,13 @@ def _outcome(runtime: Any, value: Any, param: Any) -> tuple[str, Any]:
     return "value", (type(got), [(type(x), repr(x)) for x in items])  # repr: nan is nan
 
 
-def _samples(annotation: Any, tmp_path: Path) -> list[Any]:
+def _samples(annotation: Any, tmp_path: Path, default: Any) -> list[Any]:
     from typing import get_args, get_origin
 
     leaf = get_args(annotation)[0] if get_origin(annotation) is list else annotation
     base: list[Any]
-    if leaf in (int, float):
-        base = NUMBERS
+    if leaf in (int, float):  # and the values a default may hold
+        base = [*NUMBERS, 0, 1, 7, -3, 2.5, 0.0, float("inf"), float("nan"), True, 10**30]
     elif leaf is Path:
         (tmp_path / "f").write_text("x")
         base = [str(tmp_path), str(tmp_path / "f"), str(tmp_path / "missing"), "", "-", ".",
@@ -65,6 +65,7 @@ def _samples(annotation: Any, tmp_path: Path) -> list[Any]:
         base = [True, False, "true", "0", ""]
     else:
         base = TEXTS
+    base = [*base, default] if default is not None else base
     if get_origin(annotation) is list:
         return [[v] for v in base] + [list(base[:3]), tuple(base[:2]), base[0]]
     return base
@@ -82,7 +83,7 @@ def test_every_parameter_converts_as_typer_does(tmp_path: Path) -> None:
             continue
         fast_ones += 1
         stock = build_runtime_param(descriptor)
-        for value in _samples(descriptor.annotation, tmp_path):
+        for value in _samples(descriptor.annotation, tmp_path, param.default):
             assert _outcome(fast, value, param) == _outcome(stock, value, param), (where, value)
     # the kit's own parameters all take the fast way (text, numbers, flags, paths, lists)
     assert fast_ones >= 0.9 * len(params), (fast_ones, len(params))
