@@ -30,8 +30,8 @@ What a family defines (``families/base.py``: ``Family``; all classmethods):
 ``pointers(run_dir) -> list[Pointer]`` / ``pointer_value(pointer, root) -> str``
     The run's newest-step pointer files and what one must hold to name ``root``; the run-level
     check (``probes/checkpoints.py``) reports a wrong pointer with the exact value to write.
-``step_of(root) -> int | None``
-    The step number from the root's name.
+``step_name`` (or ``step_of(root) -> int | None``)
+    The pattern whose first group is the step number in a step root's name.
 
 Codes: ``codes/family.py`` (FM001-FM049), ``codes/family_more.py`` (FM050-FM099); a code in
 that module's ``VERDICT`` map sets the step verdict when emitted. Fixture writers (the real
@@ -63,6 +63,7 @@ class ExampleFamily(Family):
     """``step_N/rank{0..W-1}.pt`` with a ``world_size`` file and a ``latest`` pointer."""
 
     name: ClassVar[str] = "example-family"
+    step_name: ClassVar[re.Pattern[str]] = _STEP
     allowed_globals: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
@@ -71,10 +72,6 @@ class ExampleFamily(Family):
             return [directory]
         return sorted(p for p in directory.iterdir()
                       if _STEP.match(p.name) and (p / "world_size").is_file())
-
-    @classmethod
-    def step_of(cls, root: Path) -> int | None:
-        return number_in(_STEP.match(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:

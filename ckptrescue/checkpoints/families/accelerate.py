@@ -36,7 +36,6 @@ from ckptrescue.checkpoints.families.base import (
     claim_steps,
     finding,
     listdir,
-    number_in,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
@@ -134,6 +133,7 @@ class AccelerateFamily(Family):
     """An Accelerate ``save_state`` directory (``accelerate``)."""
 
     name: ClassVar[str] = "accelerate"
+    step_name: ClassVar[re.Pattern[str]] = _CKPT
     # Accelerate's own load (``accelerate/utils/other.py`` ``load``) adds TORCH_SAFE_GLOBALS to
     # torch's weights-only list for the RNG files (numpy's RNG state is an ndarray):
     allowed_globals: ClassVar[frozenset[str]] = frozenset({
@@ -147,10 +147,6 @@ class AccelerateFamily(Family):
     @classmethod
     def claim(cls, directory: Path) -> list[Path]:
         return claim_steps(directory, _is_step, links=False)
-
-    @classmethod
-    def step_of(cls, root: Path) -> int | None:
-        return number_in(_CKPT.match(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:  # noqa: C901

@@ -222,6 +222,8 @@ class Family:
     priority: ClassVar[int] = 5
     family: ClassVar[bool] = True
     allowed_globals: ClassVar[frozenset[str]] = frozenset()
+    # the step number in a step root's name, as the pattern's first group (None: not named so)
+    step_name: ClassVar[re.Pattern[str] | None] = None
 
     # -- discovery -----------------------------------------------------------------------------
     @classmethod
@@ -244,7 +246,8 @@ class Family:
 
     @classmethod
     def step_of(cls, root: Path) -> int | None:
-        return None
+        """The step number ``root``'s name carries (``step_name``'s first group), else None."""
+        return number_in(cls.step_name.search(root.name)) if cls.step_name else None
 
     @classmethod
     def pointers(cls, run_dir: Path) -> list[Pointer]:

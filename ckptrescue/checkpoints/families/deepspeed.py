@@ -42,7 +42,6 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     is_file,
     listdir,
-    number_in,
     read_text,
 )
 from ckptrescue.checkpoints.families.pickles import as_int, data_pkl_root, plain, top_level, zip_pickle_root
@@ -75,6 +74,7 @@ class DeepSpeedFamily(Family):
     """``global_stepN/`` of DeepSpeed rank files (``deepspeed``)."""
 
     name: ClassVar[str] = "deepspeed"
+    step_name: ClassVar[re.Pattern[str]] = _TAG_STEP
     # Exact classes DeepSpeed 0.19.8 pickles into its rank files. DeepSpeed registers no safe
     # globals (it loads with ``torch.load(..., weights_only=False)``:
     # ``runtime/checkpoint_engine/torch_checkpoint_engine.py`` ``load``,
@@ -103,10 +103,6 @@ class DeepSpeedFamily(Family):
     @classmethod
     def claim(cls, directory: Path) -> list[Path]:
         return claim_steps(directory, cls._is_step, links=False)
-
-    @classmethod
-    def step_of(cls, root: Path) -> int | None:
-        return number_in(_TAG_STEP.search(root.name))
 
     @classmethod
     def pointers(cls, run_dir: Path) -> list[Pointer]:

@@ -78,15 +78,12 @@ class FsdpDcpFamily(DirectoryStepFamily):
     from the highest step-N with a .metadata."""
 
     name: ClassVar[str] = "fsdp-dcp"
+    step_name: ClassVar[re.Pattern[str]] = _STEP
     # DCP's .metadata globals are the dcp format's exact list (formats/pickle_policy.py
     # DCP_ALLOWED_EXACT); the items are weights-only torch zips: nothing beyond.
     allowed_globals: ClassVar[frozenset[str]] = frozenset()
 
     is_step = staticmethod(_is_step)
-
-    @classmethod
-    def step_of(cls, root: Path) -> int | None:
-        return number_in(_STEP.search(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:

@@ -37,7 +37,6 @@ from ckptrescue.checkpoints.families.base import (
     StepLayout,
     finding,
     is_file,
-    number_in,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
@@ -107,6 +106,7 @@ class LightningFamily(Family):
     """A Lightning ``.ckpt`` file or FSDP-strategy ``.ckpt`` directory (``lightning``)."""
 
     name: ClassVar[str] = "lightning"
+    step_name: ClassVar[re.Pattern[str]] = _STEP
     priority: ClassVar[int] = 4
     # Lightning registers no safe globals (it loads with torch's default weights_only=True,
     # ``lightning/fabric/utilities/cloud_io.py`` ``_load``); its hyper-parameters are saved as
@@ -141,10 +141,6 @@ class LightningFamily(Family):
             if p.suffix == ".ckpt" and cls.detect(p):
                 out.append(p)
         return out
-
-    @classmethod
-    def step_of(cls, root: Path) -> int | None:
-        return number_in(_STEP.search(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:

@@ -34,7 +34,6 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     is_file,
     listdir,
-    number_in,
 )
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding, JsonObject
@@ -94,13 +93,10 @@ class OrbaxFamily(DirectoryStepFamily):
     committed step directory is it."""
 
     name: ClassVar[str] = "orbax"
+    step_name: ClassVar[re.Pattern[str]] = _STEP
     allowed_globals: ClassVar[frozenset[str]] = frozenset()  # Orbax writes JSON, zarr, OCDBT
 
     is_step = staticmethod(_is_step)
-
-    @classmethod
-    def step_of(cls, root: Path) -> int | None:
-        return number_in(_STEP.match(root.name))
 
     @classmethod
     def layout(cls, root: Path) -> StepLayout:
