@@ -11,12 +11,11 @@ from ckptrescue.engine.events import (
     FindingEmitted,
     GateReached,
     RunFinished,
-    RunStarted,
     StepFinished,
     StepOutput,
     StepProgress,
-    StepSkipped,
     StepStarted,
+    transcript_line,
 )
 
 
@@ -107,12 +106,12 @@ class EventPrinter:
 
         if not isinstance(event, StepProgress):
             self.close()
-        if isinstance(event, RunStarted):
-            w(f"== run {event.playbook} ({len(event.steps)} steps, run key {event.run_key})\n")
-        elif isinstance(event, StepStarted):
+        if isinstance(event, StepStarted):
             self._actions[event.step_id] = event.action
-            w(f"-> {event.step_id} [{event.action}] {event.title}\n")
-        elif isinstance(event, StepOutput):
+        said = transcript_line(event)
+        if said is not None:
+            w(said + "\n")
+        if isinstance(event, StepOutput):
             for line in event.text.splitlines()[-20:]:
                 w(f"   {line}\n")
         elif isinstance(event, StepProgress):
@@ -134,18 +133,10 @@ class EventPrinter:
         elif isinstance(event, GateReached):
             state = {True: "confirmed", False: "declined", None: "waiting (no answer)"}
             w(f"?? gate {event.step_id}: {event.prompt} -> {state[event.answered]}\n")
-        elif isinstance(event, StepSkipped):
-            w(f"-- {event.step_id} skipped: {event.reason}\n")
         elif isinstance(event, StepFinished):
-            extra = f": {event.error}" if event.error else (f": {event.summary}"
-                                                             if event.summary else "")
-            w(f"<- {event.step_id} {event.status}{extra}\n")
             self._learn(event.step_id)
-        elif isinstance(event, RunFinished):
-            w(f"== run {event.status}" + (f" at step {event.failed_step}"
-                                          if event.failed_step else "") + "\n")
-            if event.answer:
-                w(f"answer: {event.answer}\n")
+        elif isinstance(event, RunFinished) and event.answer:
+            w(f"answer: {event.answer}\n")
         self.stream.flush()
 
     def _which(self, evidence: str | None, title: str) -> str:

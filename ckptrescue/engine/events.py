@@ -83,3 +83,22 @@ class RunFinished(Event):
     status: str = "ok"  # ok, findings, failed, stopped, cancelled
     answer: str = ""
     failed_step: str | None = None
+
+
+def transcript_line(event: Event) -> str | None:
+    """The run transcript's line for a run or step that starts, is skipped or finishes (the same
+    on the terminal and in the TUI); None for the other events, which each front end shows its
+    own way."""
+    if isinstance(event, RunStarted):
+        return f"== run {event.playbook} ({len(event.steps)} steps, run key {event.run_key})"
+    if isinstance(event, StepStarted):
+        return f"-> {event.step_id} [{event.action}] {event.title}"
+    if isinstance(event, StepSkipped):
+        return f"-- {event.step_id} skipped: {event.reason}"
+    if isinstance(event, StepFinished):
+        extra = event.error or event.summary
+        return f"<- {event.step_id} {event.status}" + (f": {extra}" if extra else "")
+    if isinstance(event, RunFinished):
+        return f"== run {event.status}" + (f" at step {event.failed_step}" if event.failed_step
+                                           else "")
+    return None

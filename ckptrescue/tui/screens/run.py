@@ -18,12 +18,12 @@ from ckptrescue.engine.events import (
     FindingEmitted,
     GateReached,
     RunFinished,
-    RunStarted,
     StepFinished,
     StepOutput,
     StepProgress,
     StepSkipped,
     StepStarted,
+    transcript_line,
 )
 from ckptrescue.tui.messages import EngineEvent, GateAsked, GateReply, RunCrashed
 from ckptrescue.tui.widgets.progress import StepProgressPanel
@@ -125,13 +125,9 @@ class RunScreen(Screen[None]):
         event = shown_tree(message.event)  # names are shown, never obeyed
         steps = self.query_one(StepTable)
         log = self.query_one("#log", Log)
-        if isinstance(event, RunStarted):
-            log.write_line(f"== run {event.playbook} ({len(event.steps)} steps, "
-                           f"run key {event.run_key})")
-        elif isinstance(event, StepStarted):
+        if isinstance(event, StepStarted):
             self.current_step = event.step_id
             steps.set_status(event.step_id, "running", event.title)
-            log.write_line(f"-> {event.step_id} [{event.action}] {event.title}")
         elif isinstance(event, StepOutput):
             for line in event.text.splitlines():
                 log.write_line(f"   {line}")
@@ -151,13 +147,13 @@ class RunScreen(Screen[None]):
         elif isinstance(event, StepSkipped):
             resumed = "already finished" in event.reason
             steps.set_status(event.step_id, "resumed" if resumed else "skipped", event.reason)
-            log.write_line(f"-- {event.step_id} skipped: {event.reason}")
         elif isinstance(event, StepFinished):
             self.query_one(StepProgressPanel).clear()
             steps.set_status(event.step_id, event.status, event.error or event.summary)
-            extra = f": {event.error or event.summary}" if (event.error or event.summary) else ""
-            log.write_line(f"<- {event.step_id} {event.status}{extra}")
-        elif isinstance(event, RunFinished):
+        said = transcript_line(event)
+        if said is not None:
+            log.write_line(said)
+        if isinstance(event, RunFinished):
             self._finished(event)
 
     def _finished(self, event: RunFinished) -> None:
@@ -166,7 +162,6 @@ class RunScreen(Screen[None]):
         self.app.engine_running = False  # type: ignore[attr-defined]
         log = self.query_one("#log", Log)
         where = f" at step {event.failed_step}" if event.failed_step else ""
-        log.write_line(f"== run {event.status}{where}")
         log.write_line(f"answer: {event.answer}")
         hint = {"cancelled": "  (r resumes; finished steps are not repeated)",
                 "stopped": "  (r resumes and asks the gate again)",
