@@ -191,6 +191,9 @@ FOOTER_FLIPS = """
 import io, json, os, struct, sys
 import pyarrow.parquet as pq
 data = open(sys.argv[1], "rb").read()
+# read once here: read_table's first call imports pyarrow's dataset layer (~0.15 s), which every
+# forked child would otherwise import again
+pq.read_table(io.BytesIO(data))
 (flen,) = struct.unpack("<I", data[-8:-4])
 start = len(data) - 8 - flen
 found = []
