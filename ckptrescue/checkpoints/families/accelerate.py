@@ -21,7 +21,6 @@ from different steps); Adam-style ``state.*.step`` counters must agree (FM004).
 from __future__ import annotations
 
 import re
-import struct
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,7 +36,6 @@ from ckptrescue.checkpoints.families.base import (
     finding,
     listdir,
 )
-from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.model import Finding
 
 _RNG = re.compile(r"^random_states_(\d+)\.pkl$")
@@ -117,16 +115,10 @@ def _is_step(directory: Path) -> bool:
 
 def _scalar(rec: Any) -> float | None:
     """A one-element tensor's value read from its bytes (Adam's ``step``)."""
-    fmt = {"float32": "<f", "float64": "<d", "int64": "<q", "int32": "<i"}.get(rec.dtype or "")
-    if fmt is None or rec.file is None or rec.offset is None or not rec.length:
+    if rec.file is None or not rec.length:
         return None
-    try:
-        with open_regular(rec.file) as fh:
-            fh.seek(rec.offset)
-            raw = fh.read(struct.calcsize(fmt))
-    except OSError:
-        return None
-    return float(struct.unpack(fmt, raw)[0]) if len(raw) == struct.calcsize(fmt) else None
+    value = pickles.scalar_value(Path(rec.file), rec.offset, rec.dtype)
+    return None if value is None else float(value)
 
 
 class AccelerateFamily(Family):

@@ -18,7 +18,6 @@ FQNs (``fqn@offsets`` for a chunk), each record's ``file`` the rank's ``.distcp`
 from __future__ import annotations
 
 import re
-import struct
 from collections import Counter
 from pathlib import Path
 from typing import ClassVar
@@ -32,7 +31,7 @@ from ckptrescue.checkpoints.families.base import (
     listdir,
     number_in,
 )
-from ckptrescue.checkpoints.formats.regular_file import open_regular
+from ckptrescue.checkpoints.families.pickles import scalar_value
 from ckptrescue.model import Finding
 
 _DATA = re.compile(r"^__(\d+)_(\d+)\.distcp$")
@@ -58,19 +57,6 @@ def _is_step(d: Path) -> bool:
     if is_file(d / "meta.pt") or (is_file(d / "metadata.json") and is_file(d / "common.pt")):
         return False
     return any(r > 0 for r in _ranks(d))
-
-
-def _value(path: str, offset: int, dtype: str | None) -> float | None:
-    fmt = {"float32": "<f", "float64": "<d", "int64": "<q", "int32": "<i"}.get(dtype or "")
-    if fmt is None:
-        return None
-    try:
-        with open_regular(path) as fh:
-            fh.seek(offset)
-            raw = fh.read(struct.calcsize(fmt))
-    except OSError:
-        return None
-    return float(struct.unpack(fmt, raw)[0]) if len(raw) == struct.calcsize(fmt) else None
 
 
 class FsdpDcpFamily(DirectoryStepFamily):
@@ -127,7 +113,7 @@ class FsdpDcpFamily(DirectoryStepFamily):
         if idle:
             findings.append(finding("FM051", f"ranks {idle} wrote no data file", evidence=root,
                                     ranks=[f"rank{r}" for r in idle]))
-        steps: dict[int, set[float]] = {}
+        steps: dict[int, set[float | int]] = {}
         for rec in report.tensors:
             leaf = rec.name.split("@", 1)[0]
             if not (leaf.startswith("optimizer.state.") and leaf.endswith(".step")):
@@ -135,7 +121,7 @@ class FsdpDcpFamily(DirectoryStepFamily):
             r = _rank_of(rec.file)
             if r is None or rec.offset is None or rec.status not in ("ok", "unverified"):
                 continue
-            v = _value(rec.file or "", rec.offset, rec.dtype)
+            v = scalar_value(Path(rec.file or ""), rec.offset, rec.dtype)
             if v is not None:
                 steps.setdefault(r, set()).add(v)
         expected = layout.step
