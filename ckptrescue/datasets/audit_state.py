@@ -118,15 +118,17 @@ class Identity:
         return f"{self.root} (mode {self.mode}, manifest sha256 {self.manifest[:12]}...)"
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
+def writes_inside(path: Path, root: str | os.PathLike[str]) -> bool:
+    """A file written at ``path`` (its directory resolved; the name itself may be a link not
+    yet followed) would land in ``root`` (resolved) or below it."""
+    real_root = os.path.realpath(root)
+    real_path = os.path.join(os.path.realpath(path.parent), path.name)  # noqa: PTH118
+    return real_path == real_root or real_path.startswith(real_root.rstrip("/") + "/")
 
 
 def check_location(state: Path, root: str | os.PathLike[str], *, default: bool) -> None:
     """Refuse a state inside DIR (the dataset is evidence), with the way out."""
-    real_root = os.path.realpath(root)
-    real_state = os.path.join(os.path.realpath(state.parent), state.name)  # noqa: PTH118
-    if _inside(real_state, real_root):
+    if writes_inside(state, root):
         why = "beside the manifest, which is inside DIR" if default else "inside DIR"
         raise UsageError(f"{state}: the audit state would be written {why} ({root})",
                          hint="the dataset is evidence and is never written to: pass "

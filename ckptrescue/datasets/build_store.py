@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckptrescue.datasets.audit_state import entry_chunks, lock_or_refuse
+from ckptrescue.datasets.audit_state import entry_chunks, lock_or_refuse, writes_inside
 from ckptrescue.datasets.manifest_files import ManifestEntry, read_jsonl_entries
 from ckptrescue.datasets.walk import FileEntry, Skipped, scan
 from ckptrescue.errors import UsageError
@@ -55,10 +55,6 @@ def store_path(out: str | os.PathLike[str]) -> Path:
     return Path(str(out) + BUILD_SUFFIX)
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 class BuildStore:
     """One build's scratch database, locked until :meth:`remove`."""
 
@@ -73,8 +69,7 @@ class BuildStore:
     def create(cls, out: Path, root: Path) -> BuildStore:
         """A fresh store beside ``out`` (a stale one left by a killed build is replaced)."""
         path = store_path(out)
-        real_path = os.path.join(os.path.realpath(path.parent), path.name)  # noqa: PTH118
-        if _inside(real_path, os.path.realpath(root)):
+        if writes_inside(path, root):
             raise UsageError(f"{path}: the build's scratch database would be written inside "
                              f"{root}", hint="the dataset is evidence and is never written to: "
                                              "put the manifest outside DIR")
