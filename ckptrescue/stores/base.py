@@ -217,16 +217,22 @@ def local_write_error(exc: OSError, dest: Any, where: str) -> LocalWriteError:
 
 
 @dataclass
-class StoreStats:
-    """Operations sent through a store's choke point, and operations refused there."""
+class OperationCounts:
+    """Operations counted where they pass (thread-safe): a store's choke point, an S3 client."""
 
     operations: Counter[str] = field(default_factory=Counter)
-    refused: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, operation: str) -> None:
         with self._lock:
             self.operations[operation] += 1
+
+
+@dataclass
+class StoreStats(OperationCounts):
+    """Operations sent through a store's choke point, and operations refused there."""
+
+    refused: Counter[str] = field(default_factory=Counter)
 
     def refuse(self, operation: str) -> None:
         with self._lock:

@@ -16,13 +16,12 @@ such as a missing bucket or missing credentials, exit 4 for endpoint/permission 
 from __future__ import annotations
 
 import os
-import threading
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
 from ckptrescue.model import JsonObject
+from ckptrescue.stores.base import OperationCounts
 
 READ_OPERATIONS = frozenset(
     {
@@ -68,16 +67,10 @@ class ClientOptions:
 
 
 @dataclass
-class ClientStats:
+class ClientStats(OperationCounts):
     """Operations called through a client and object bytes downloaded (thread-safe)."""
 
-    operations: Counter[str] = field(default_factory=Counter)
     bytes_downloaded: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def count(self, operation: str) -> None:
-        with self._lock:
-            self.operations[operation] += 1
 
     def add_bytes(self, n: int) -> None:
         with self._lock:
