@@ -33,6 +33,7 @@ from ckptrescue.guard.kernel import (
     reach,
     snapshot,
     still_there,
+    sys_dir,
     top_mount_at,
 )
 from ckptrescue.guard.samedisk import Comparison, Sameness
@@ -81,25 +82,13 @@ def _empty_dir(path: str) -> bool:
         return False
 
 
-def _ident(path: str) -> tuple[int, int] | None:
+def _ident(path: str, *, follow: bool = True) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` (of the link itself when not ``follow``), None if unstattable."""
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=follow)
     except (OSError, ValueError):
         return None
     return st.st_dev, st.st_ino
-
-
-def _lident(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.lstat(path)
-    except (OSError, ValueError):
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _sys_block(rdev: int) -> str | None:
-    path = f"/sys/dev/block/{os.major(rdev)}:{os.minor(rdev)}"
-    return os.path.realpath(path) if os.path.exists(path) else None
 
 
 def _related_rdevs(rdev: int) -> set[int]:
@@ -111,7 +100,7 @@ def _related_rdevs(rdev: int) -> set[int]:
         if cur in out:
             continue
         out.add(cur)
-        sysdir = _sys_block(cur)
+        sysdir = sys_dir(cur)
         if sysdir is None:
             continue
         subdirs: list[str] = []
@@ -155,7 +144,7 @@ def _loops_backed_by(idents: set[tuple[int, int]]) -> dict[int, str]:
 
 
 def _loop_backing(rdev: int) -> str | None:
-    sysdir = _sys_block(rdev)
+    sysdir = sys_dir(rdev)
     if sysdir is None:
         return None
     try:
@@ -435,7 +424,7 @@ class GuardContext:
         cur, inside = absolute if st is not None and stat.S_ISDIR(st.st_mode) else \
             os.path.dirname(absolute), False
         for _ in range(256):
-            ident = _lident(cur)
+            ident = _ident(cur, follow=False)
             if ident is not None and ident in kit_dirs:
                 inside = True
                 break
@@ -531,7 +520,7 @@ class GuardContext:
 
 def _with_partitions(rdev: int) -> set[int]:
     out = {rdev}
-    sysdir = _sys_block(rdev)
+    sysdir = sys_dir(rdev)
     if sysdir is None:
         return out
     try:
