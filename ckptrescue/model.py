@@ -200,6 +200,17 @@ def doc(text: str) -> dict[str, str]:
     return {"doc": text}
 
 
+def doc_field(default: Any, text: str) -> Any:
+    """A typed record's documented field: ``default`` is its value when the JSON lacks it
+    (``[]`` or ``{}``: a new empty list or dict for every record); ``text`` documents it
+    (docs/step-outputs.md)."""
+    if isinstance(default, list | dict):
+        if default:
+            raise ValueError("a list or dict default must be empty (one per record)")
+        return field(default_factory=type(default), metadata=doc(text))
+    return field(default=default, metadata=doc(text))
+
+
 def answer_field() -> Any:
     """The ``answer`` field of a step's outputs: the one-line answer ('' until there is one)."""
     return field(default="", metadata=doc("The one-line answer."))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckptrescue.model import JsonObject, JsonRecord, StepOutputs, answer_field, doc
+from ckptrescue.model import JsonObject, JsonRecord, StepOutputs, answer_field, doc_field
 
 NOT_INTACT_KINDS = ("damaged", "missing", "suspect")  # the tensor lists of a checkpoint
 
@@ -46,26 +46,18 @@ class TensorEntry(JsonRecord):
 class CheckpointSummary(JsonRecord):
     """One probed checkpoint."""
 
-    path: str = field(default="", metadata=doc(
-        "The checkpoint (a file, or a directory's index/metadata file)."))
-    format: str = field(default="", metadata=doc(
-        "Its format (torch-zip, safetensors, tf-bundle, ...)."))
-    verdict: str = field(default="", metadata=doc(
-        "intact, suspect, damaged, truncated, incomplete, unsafe, unreadable."))
-    tensors_total: int = field(default=0, metadata=doc(
-        "Tensors it holds."))
-    damaged_tensors: list[str] = field(default_factory=list, metadata=doc(
-        "Tensors whose bytes fail their check."))
-    suspect_tensors: list[str] = field(default_factory=list, metadata=doc(
-        "Tensors whose values look corrupted (NaN/Inf, flipped exponents, zero pages)."))
-    missing_tensors: list[str] = field(default_factory=list, metadata=doc(
-        "Tensors its index names but no file holds."))
-    findings: list[CheckpointFinding] = field(default_factory=list, metadata=doc(
-        "What the probe found."))
-    load: JsonObject | None = field(default=None, metadata=doc(
-        "With --load: the sandboxed real load's outcome (status, ...)."))
-    tensors: list[TensorEntry] | None = field(default=None, metadata=doc(
-        "With --tensors: every tensor with its location and status."))
+    path: str = doc_field("", "The checkpoint (a file, or a directory's index/metadata file).")
+    format: str = doc_field("", "Its format (torch-zip, safetensors, tf-bundle, ...).")
+    verdict: str = doc_field("", "intact, suspect, damaged, truncated, incomplete, unsafe, unreadable.")
+    tensors_total: int = doc_field(0, "Tensors it holds.")
+    damaged_tensors: list[str] = doc_field([], "Tensors whose bytes fail their check.")
+    suspect_tensors: list[str] = doc_field([],
+        "Tensors whose values look corrupted (NaN/Inf, flipped exponents, zero pages).")
+    missing_tensors: list[str] = doc_field([], "Tensors its index names but no file holds.")
+    findings: list[CheckpointFinding] = doc_field([], "What the probe found.")
+    load: JsonObject | None = doc_field(None, "With --load: the sandboxed real load's outcome (status, ...).")
+    tensors: list[TensorEntry] | None = doc_field(None,
+        "With --tensors: every tensor with its location and status.")
 
     def tensors_of(self, kind: str) -> list[str]:
         """The names of its ``kind`` tensors (one of :data:`NOT_INTACT_KINDS`)."""
@@ -79,10 +71,10 @@ class CheckpointSummary(JsonRecord):
 
 @dataclass
 class ProbeOutput(StepOutputs):
-    checkpoints: list[CheckpointSummary] = field(default_factory=list, metadata=doc(
+    checkpoints: list[CheckpointSummary] = doc_field([],
         "One record per checkpoint: path, format, verdict, tensors_total, damaged_tensors, "
         "suspect_tensors, missing_tensors, findings (code, severity, title, offset, length, "
-        "tensors, evidence, details), load (with --load), tensors (with --tensors)."))
+        "tensors, evidence, details), load (with --load), tensors (with --tensors).")
 
 
 @dataclass
@@ -102,40 +94,23 @@ class SalvageRecord(JsonRecord):
     """One salvaged checkpoint (``salvage.json``"s shape, plus the ``checkpoint`` the step
     names)."""
 
-    checkpoint: str = field(default="", metadata=doc(
-        "The checkpoint the step salvaged (as named to the step)."))
-    source: str = field(default="", metadata=doc(
-        "The file read."))
-    source_verdict: str = field(default="", metadata=doc(
-        "Its probe verdict."))
-    output: str | None = field(default=None, metadata=doc(
-        "The salvaged file written."))
-    recovered: list[str] = field(default_factory=list, metadata=doc(
-        "Tensors written, verified."))
-    lost: list[LostTensor] = field(default_factory=list, metadata=doc(
-        "Tensors not recovered, with why."))
-    filled: list[str] = field(default_factory=list, metadata=doc(
-        "Tensors taken from fill_from (a mixed result)."))
-    fill_from: str | None = field(default=None, metadata=doc(
-        "The reference checkpoint lost tensors were taken from."))
-    structure_from: str | None = field(default=None, metadata=doc(
-        "Where the key structure came from."))
-    suspect: list[SuspectTensor] = field(default_factory=list, metadata=doc(
-        "Tensors numerically suspect, with why (written apart)."))
-    suspect_output: str | None = field(default=None, metadata=doc(
-        "The file the suspect tensors went to."))
-    unaccounted: str | None = field(default=None, metadata=doc(
-        "A loss no tensor name stands for."))
-    not_storable: list[dict[str, str]] = field(default_factory=list, metadata=doc(
-        "Verified tensors safetensors cannot hold (not lost)."))
-    mixed: bool = field(default=False, metadata=doc(
-        "Some tensors came from fill_from."))
-    sources: dict[str, list[str]] = field(default_factory=dict, metadata=doc(
-        "Which tensors came from which checkpoint."))
-    torch_save_output: str | None = field(default=None, metadata=doc(
-        "With --torch-save: the torch.save file written."))
-    clean: bool = field(default=False, metadata=doc(
-        "Every tensor came back verified from the checkpoint itself."))
+    checkpoint: str = doc_field("", "The checkpoint the step salvaged (as named to the step).")
+    source: str = doc_field("", "The file read.")
+    source_verdict: str = doc_field("", "Its probe verdict.")
+    output: str | None = doc_field(None, "The salvaged file written.")
+    recovered: list[str] = doc_field([], "Tensors written, verified.")
+    lost: list[LostTensor] = doc_field([], "Tensors not recovered, with why.")
+    filled: list[str] = doc_field([], "Tensors taken from fill_from (a mixed result).")
+    fill_from: str | None = doc_field(None, "The reference checkpoint lost tensors were taken from.")
+    structure_from: str | None = doc_field(None, "Where the key structure came from.")
+    suspect: list[SuspectTensor] = doc_field([], "Tensors numerically suspect, with why (written apart).")
+    suspect_output: str | None = doc_field(None, "The file the suspect tensors went to.")
+    unaccounted: str | None = doc_field(None, "A loss no tensor name stands for.")
+    not_storable: list[dict[str, str]] = doc_field([], "Verified tensors safetensors cannot hold (not lost).")
+    mixed: bool = doc_field(False, "Some tensors came from fill_from.")
+    sources: dict[str, list[str]] = doc_field({}, "Which tensors came from which checkpoint.")
+    torch_save_output: str | None = doc_field(None, "With --torch-save: the torch.save file written.")
+    clean: bool = doc_field(False, "Every tensor came back verified from the checkpoint itself.")
 
     @property
     def name(self) -> str:
@@ -151,12 +126,11 @@ class SalvageFailure(JsonRecord):
 
 @dataclass
 class SalvageOutput(StepOutputs):
-    salvaged: list[SalvageRecord] = field(default_factory=list, metadata=doc(
+    salvaged: list[SalvageRecord] = doc_field([],
         "One record per salvaged checkpoint: checkpoint, source, source_verdict, output, "
         "recovered, lost (name, reason), filled, fill_from, structure_from, suspect (name, "
-        "reasons), suspect_output, unaccounted, clean."))
-    failed: list[SalvageFailure] = field(default_factory=list, metadata=doc(
-        "Checkpoints whose salvage failed: checkpoint, error."))
+        "reasons), suspect_output, unaccounted, clean.")
+    failed: list[SalvageFailure] = doc_field([], "Checkpoints whose salvage failed: checkpoint, error.")
 
     @staticmethod
     def public_record(record: SalvageRecord) -> JsonObject:
@@ -169,18 +143,12 @@ class RankedCheckpoint(JsonRecord):
     """One checkpoint of a ranked run; a multi-rank family step also names its step, family
     and the ranks that fail."""
 
-    path: str = field(default="", metadata=doc(
-        "The checkpoint."))
-    verdict: str = field(default="", metadata=doc(
-        "Its verdict."))
-    step: int | None = field(default=None, metadata=doc(
-        "A multi-rank step: its step number."))
-    family: str | None = field(default=None, metadata=doc(
-        "A multi-rank step: its family."))
-    bad_ranks: list[str] = field(default_factory=list, metadata=doc(
-        "The rank files that fail (the first 64)."))
-    bad_ranks_total: int | None = field(default=None, metadata=doc(
-        "How many fail."))
+    path: str = doc_field("", "The checkpoint.")
+    verdict: str = doc_field("", "Its verdict.")
+    step: int | None = doc_field(None, "A multi-rank step: its step number.")
+    family: str | None = doc_field(None, "A multi-rank step: its family.")
+    bad_ranks: list[str] = doc_field([], "The rank files that fail (the first 64).")
+    bad_ranks_total: int | None = doc_field(None, "How many fail.")
 
     @property
     def bad_ranks_count(self) -> int:
@@ -208,10 +176,8 @@ class PointerFix(JsonRecord):
 
 @dataclass
 class RankOutput(StepOutputs):
-    checkpoints: list[RankedCheckpoint] = field(default_factory=list, metadata=doc(
-        "Newest first: path, verdict."))
-    resume_from: str | None = field(default=None, metadata=doc(
-        "The newest checkpoint safe to resume from (None: none)."))
+    checkpoints: list[RankedCheckpoint] = doc_field([], "Newest first: path, verdict.")
+    resume_from: str | None = doc_field(None, "The newest checkpoint safe to resume from (None: none).")
 
     @property
     def evals(self) -> list[EvalRun]:
@@ -228,19 +194,17 @@ class RankOutput(StepOutputs):
 
 @dataclass
 class SafeGlobalsOutput(StepOutputs):
-    paths: list[str] = field(default_factory=list, metadata=doc("The files or directories given."))
-    files: list[JsonObject] = field(default_factory=list, metadata=doc(
+    paths: list[str] = doc_field([], "The files or directories given.")
+    files: list[JsonObject] = doc_field([],
         "Per torch file: path, format, verdict, globals_total, needed (global, status: safe, "
         "unlisted, dangerous or blocked; lists, source, reason), blockers (what no "
-        "registration fixes), loads_with_safe_list, error (not a torch file)."))
-    safe: list[JsonObject] = field(default_factory=list, metadata=doc(
-        "The globals safe to register, over every file: global, lists, source."))
-    not_safe: list[JsonObject] = field(default_factory=list, metadata=doc(
-        "The globals not to register: global, status, reason."))
-    snippet: str = field(default="", metadata=doc(
-        "Python registering the safe globals with torch.serialization.add_safe_globals."))
-    snippet_lines: list[str] = field(default_factory=list, metadata=doc(
-        "The same, one line per item (what the terminal shows)."))
+        "registration fixes), loads_with_safe_list, error (not a torch file).")
+    safe: list[JsonObject] = doc_field([],
+        "The globals safe to register, over every file: global, lists, source.")
+    not_safe: list[JsonObject] = doc_field([], "The globals not to register: global, status, reason.")
+    snippet: str = doc_field("",
+        "Python registering the safe globals with torch.serialization.add_safe_globals.")
+    snippet_lines: list[str] = doc_field([], "The same, one line per item (what the terminal shows).")
     answer: str = answer_field()
 
     @property
@@ -251,47 +215,40 @@ class SafeGlobalsOutput(StepOutputs):
 
 @dataclass
 class KeyMismatchOutput(StepOutputs):
-    checkpoint: str = field(default="", metadata=doc("The checkpoint examined."))
-    expected_from: str = field(default="", metadata=doc(
+    checkpoint: str = doc_field("", "The checkpoint examined.")
+    expected_from: str = doc_field("",
         "Where the model's names came from: a reference checkpoint, a key list or a model "
-        "class (instantiated in the loader sandbox)."))
-    format: str = field(default="", metadata=doc("The checkpoint's format."))
-    verdict: str = field(default="", metadata=doc("Its probe verdict."))
-    checkpoint_keys: int = field(default=0, metadata=doc("Tensor names in the checkpoint."))
-    expected_keys: int = field(default=0, metadata=doc("Names the model expects."))
-    matched_before: int = field(default=0, metadata=doc("Expected names found as saved."))
-    matched_after: int = field(default=0, metadata=doc(
-        "Expected names accounted for after the mapping (ties included)."))
-    resolved: bool = field(default=False, metadata=doc(
-        "The mapping accounts for every expected name with its shape."))
-    causes: list[str] = field(default_factory=list, metadata=doc(
+        "class (instantiated in the loader sandbox).")
+    format: str = doc_field("", "The checkpoint's format.")
+    verdict: str = doc_field("", "Its probe verdict.")
+    checkpoint_keys: int = doc_field(0, "Tensor names in the checkpoint.")
+    expected_keys: int = doc_field(0, "Names the model expects.")
+    matched_before: int = doc_field(0, "Expected names found as saved.")
+    matched_after: int = doc_field(0, "Expected names accounted for after the mapping (ties included).")
+    resolved: bool = doc_field(False, "The mapping accounts for every expected name with its shape.")
+    causes: list[str] = doc_field([],
         "The causes found, in order (container, module. from DDP, _orig_mod. from "
-        "torch.compile, FSDP names and flat parameters, a renamed layer, tied weights)."))
-    rules: list[JsonObject] = field(default_factory=list, metadata=doc(
-        "The rules: kind (container, strip, add, rename, tie, flat), cause, detail, fixes."))
-    mapping: list[dict[str, str]] = field(default_factory=list, metadata=doc(
-        "Per renamed name (up to 5,000): from (the checkpoint's), to (the model's)."))
-    mapping_total: int = field(default=0, metadata=doc("Names the mapping renames."))
-    tied: list[dict[str, str]] = field(default_factory=list, metadata=doc(
-        "Names saved once: name (the model's), copy_of (the name present)."))
-    missing: list[str] = field(default_factory=list, metadata=doc(
-        "Expected names still unaccounted for (up to 5,000)."))
-    missing_total: int = field(default=0, metadata=doc("Their count."))
-    unexpected: list[str] = field(default_factory=list, metadata=doc(
-        "Names of the state dict the model does not use (up to 5,000)."))
-    unexpected_total: int = field(default=0, metadata=doc("Their count."))
-    outside: dict[str, int] = field(default_factory=dict, metadata=doc(
+        "torch.compile, FSDP names and flat parameters, a renamed layer, tied weights).")
+    rules: list[JsonObject] = doc_field([],
+        "The rules: kind (container, strip, add, rename, tie, flat), cause, detail, fixes.")
+    mapping: list[dict[str, str]] = doc_field([],
+        "Per renamed name (up to 5,000): from (the checkpoint's), to (the model's).")
+    mapping_total: int = doc_field(0, "Names the mapping renames.")
+    tied: list[dict[str, str]] = doc_field([],
+        "Names saved once: name (the model's), copy_of (the name present).")
+    missing: list[str] = doc_field([], "Expected names still unaccounted for (up to 5,000).")
+    missing_total: int = doc_field(0, "Their count.")
+    unexpected: list[str] = doc_field([], "Names of the state dict the model does not use (up to 5,000).")
+    unexpected_total: int = doc_field(0, "Their count.")
+    outside: dict[str, int] = doc_field({},
         "Top-level entries of the checkpoint beside the state dict (optimizer, ...), with "
-        "their tensor counts."))
-    shape_mismatches: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "their tensor counts.")
+    shape_mismatches: list[JsonObject] = doc_field([],
         "Names that map but whose shape differs: checkpoint, model, saved_shape, "
-        "expected_shape."))
-    flat_params: list[str] = field(default_factory=list, metadata=doc(
-        "FSDP flat parameters (no renaming maps them)."))
-    snippet: str = field(default="", metadata=doc(
-        "Python (fix_keys) applying the mapping to a loaded state dict."))
-    snippet_lines: list[str] = field(default_factory=list, metadata=doc(
-        "The same, one line per item (what the terminal shows)."))
+        "expected_shape.")
+    flat_params: list[str] = doc_field([], "FSDP flat parameters (no renaming maps them).")
+    snippet: str = doc_field("", "Python (fix_keys) applying the mapping to a loaded state dict.")
+    snippet_lines: list[str] = doc_field([], "The same, one line per item (what the terminal shows).")
     answer: str = answer_field()
 
     @property
@@ -301,28 +258,26 @@ class KeyMismatchOutput(StepOutputs):
 
 @dataclass
 class ReassemblyOutput(StepOutputs):
-    step_dir: str = field(default="", metadata=doc("The step directory examined."))
-    family: str = field(default="", metadata=doc("Its multi-rank family."))
-    step: int | None = field(default=None, metadata=doc("Its step or iteration."))
-    world: dict[str, int] = field(default_factory=dict, metadata=doc(
-        "The world sizes the step's metadata (or a verified copy's) records."))
-    candidates: list[str] = field(default_factory=list, metadata=doc(
-        "The directories looked in (temporary/partial siblings, copies of the run)."))
-    ranks: list[JsonObject] = field(default_factory=list, metadata=doc(
+    step_dir: str = doc_field("", "The step directory examined.")
+    family: str = doc_field("", "Its multi-rank family.")
+    step: int | None = doc_field(None, "Its step or iteration.")
+    world: dict[str, int] = doc_field({},
+        "The world sizes the step's metadata (or a verified copy's) records.")
+    candidates: list[str] = doc_field([],
+        "The directories looked in (temporary/partial siblings, copies of the run).")
+    ranks: list[JsonObject] = doc_field([],
         "Per expected rank file: rank, role, relpath, status (present, replaced, missing, "
-        "damaged), source, sha256, size, tried (path, outcome)."))
-    needed: int = field(default=0, metadata=doc("Rank files missing or damaged in the step."))
-    reassemblable: bool = field(default=False, metadata=doc(
+        "damaged), source, sha256, size, tried (path, outcome).")
+    needed: int = doc_field(0, "Rank files missing or damaged in the step.")
+    reassemblable: bool = doc_field(False,
         "Every rank file is present or has a verified copy, and the set passes the family's "
-        "cross-rank checks."))
-    check_problems: list[str] = field(default_factory=list, metadata=doc(
-        "What the family's cross-rank checks say of the assembled set."))
-    plan_file: str | None = field(default=None, metadata=doc(
-        "With --plan: the plan (JSON, schema ckptrescue.reassembly-plan/1)."))
-    plan_script: str | None = field(default=None, metadata=doc(
-        "With --plan: the script beside it (copies into a new directory, then sha256sum -c)."))
-    dest: str | None = field(default=None, metadata=doc(
-        "With --plan: the new directory the script builds."))
+        "cross-rank checks.")
+    check_problems: list[str] = doc_field([], "What the family's cross-rank checks say of the assembled set.")
+    plan_file: str | None = doc_field(None,
+        "With --plan: the plan (JSON, schema ckptrescue.reassembly-plan/1).")
+    plan_script: str | None = doc_field(None,
+        "With --plan: the script beside it (copies into a new directory, then sha256sum -c).")
+    dest: str | None = doc_field(None, "With --plan: the new directory the script builds.")
     answer: str = answer_field()
 
     @property
@@ -332,24 +287,22 @@ class ReassemblyOutput(StepOutputs):
 
 @dataclass
 class WorldSizeOutput(StepOutputs):
-    step_dir: str = field(default="", metadata=doc("The step examined."))
-    ranks: int = field(default=0, metadata=doc("The world size asked about."))
-    family: str = field(default="", metadata=doc("Its format or multi-rank family."))
-    verdict: str = field(default="", metadata=doc("Its probe verdict (only a verified step is "
-                                                  "planned for)."))
-    step: int | None = field(default=None, metadata=doc("Its step or iteration."))
-    saved_world: JsonObject = field(default_factory=dict, metadata=doc(
-        "The world sizes the step records (dp, mp, zero_stage; tp, pp; processes)."))
-    loads: str = field(default="", metadata=doc(
-        "as-saved, reshards, after-conversion, no, not-verified."))
-    how: str = field(default="", metadata=doc("Why, in one sentence."))
-    commands: list[str] = field(default_factory=list, metadata=doc(
-        "The conversion to run (ds_to_universal, Megatron's converter); the kit runs none."))
-    files_needed: list[str] = field(default_factory=list, metadata=doc(
-        "The step's files the conversion reads."))
-    config: JsonObject = field(default_factory=dict, metadata=doc(
-        "Configuration the load then needs (DeepSpeed: checkpoint.load_universal)."))
-    notes: list[str] = field(default_factory=list, metadata=doc("Notes."))
+    step_dir: str = doc_field("", "The step examined.")
+    ranks: int = doc_field(0, "The world size asked about.")
+    family: str = doc_field("", "Its format or multi-rank family.")
+    verdict: str = doc_field("", "Its probe verdict (only a verified step is "
+                                                  "planned for).")
+    step: int | None = doc_field(None, "Its step or iteration.")
+    saved_world: JsonObject = doc_field({},
+        "The world sizes the step records (dp, mp, zero_stage; tp, pp; processes).")
+    loads: str = doc_field("", "as-saved, reshards, after-conversion, no, not-verified.")
+    how: str = doc_field("", "Why, in one sentence.")
+    commands: list[str] = doc_field([],
+        "The conversion to run (ds_to_universal, Megatron's converter); the kit runs none.")
+    files_needed: list[str] = doc_field([], "The step's files the conversion reads.")
+    config: JsonObject = doc_field({},
+        "Configuration the load then needs (DeepSpeed: checkpoint.load_universal).")
+    notes: list[str] = doc_field([], "Notes.")
     answer: str = answer_field()
 
     @property
@@ -359,17 +312,15 @@ class WorldSizeOutput(StepOutputs):
 
 @dataclass
 class ReplicaOutput(StepOutputs):
-    persistent: str = field(default="", metadata=doc("The persistent copy of the step."))
-    replicas: list[str] = field(default_factory=list, metadata=doc(
-        "The replica directories compared (node-local copies, copies fetched from peers)."))
-    files: list[JsonObject] = field(default_factory=list, metadata=doc(
+    persistent: str = doc_field("", "The persistent copy of the step.")
+    replicas: list[str] = doc_field([],
+        "The replica directories compared (node-local copies, copies fetched from peers).")
+    files: list[JsonObject] = doc_field([],
         "Per rank file a replica holds: relpath, persistent (path, verdict, tensors, status), "
         "replicas (where, path, verdict, tensors, status: same, differs, damaged, unreadable; "
-        "differing tensors, only_here, only_persistent), resume_from, decision."))
-    counts: dict[str, int] = field(default_factory=dict, metadata=doc(
-        "Replica files per status."))
-    replica_only: list[str] = field(default_factory=list, metadata=doc(
-        "Files a replica holds that the persistent copy does not."))
+        "differing tensors, only_here, only_persistent), resume_from, decision.")
+    counts: dict[str, int] = doc_field({}, "Replica files per status.")
+    replica_only: list[str] = doc_field([], "Files a replica holds that the persistent copy does not.")
     answer: str = answer_field()
 
     @property

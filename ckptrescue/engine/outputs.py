@@ -18,59 +18,55 @@ could not map, which the human output shows and ``--json`` never did).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ckptrescue.model import JsonObject, StepOutputs, doc
+from ckptrescue.model import JsonObject, StepOutputs, doc_field
 
 # ---- the foundation --------------------------------------------------------------------------
 
 @dataclass
 class ConfirmOutput(StepOutputs):
-    confirmed: bool = field(default=False, metadata=doc("The responder confirmed the gate."))
+    confirmed: bool = doc_field(False, "The responder confirmed the gate.")
 
 
 @dataclass
 class ExecOutput(StepOutputs):
-    returncode: int | None = field(default=None, metadata=doc("The tool's exit status."))
-    stdout_sha256: str | None = field(default=None, metadata=doc("SHA-256 of the stdout artifact."))
-    stderr_sha256: str | None = field(default=None, metadata=doc("SHA-256 of the stderr artifact."))
-    stdout: str = field(default="", metadata=doc("The first 64 KiB of stdout (text)."))
+    returncode: int | None = doc_field(None, "The tool's exit status.")
+    stdout_sha256: str | None = doc_field(None, "SHA-256 of the stdout artifact.")
+    stderr_sha256: str | None = doc_field(None, "SHA-256 of the stderr artifact.")
+    stdout: str = doc_field("", "The first 64 KiB of stdout (text).")
 
 
 @dataclass
 class CollectLogsOutput(StepOutputs):
-    logs: JsonObject = field(default_factory=dict, metadata=doc(
+    logs: JsonObject = doc_field({},
         "Per tool run (dmesg, journalctl, sacct, scontrol, kubectl): argv, returncode, sha256 "
-        "of the captured artifact, bytes."))
-    files: list[JsonObject] = field(default_factory=list, metadata=doc(
+        "of the captured artifact, bytes.")
+    files: list[JsonObject] = doc_field([],
         "Per log file kept: path, kind (log:NAME or cloudtrail), size, offset, read, "
-        "truncated, sha256, error."))
+        "truncated, sha256, error.")
 
 
 @dataclass
 class CaseVerifyOutput(StepOutputs):
-    ok: bool = field(default=False, metadata=doc("The audit chain and every artifact verify."))
+    ok: bool = doc_field(False, "The audit chain and every artifact verify.")
 
 
 @dataclass
 class ReportOutput(StepOutputs):
-    path: str = field(default="", metadata=doc("Where the report was written."))
-    sha256: str = field(default="", metadata=doc(
-        "SHA-256 of the report (also stored as an artifact)."))
-    format: str = field(default="", metadata=doc("html, md or json."))
+    path: str = doc_field("", "Where the report was written.")
+    sha256: str = doc_field("", "SHA-256 of the report (also stored as an artifact).")
+    format: str = doc_field("", "html, md or json.")
 
 
 @dataclass
 class DrillLoadOutput(StepOutputs):
-    image: str = field(default="", metadata=doc("The drill's disk image."))
-    badsectors_map: str = field(default="", metadata=doc(
-        "ddrescue test-mode map of its bad sectors."))
-    known_good_manifest: str = field(default="", metadata=doc(
-        "Manifest of the drill dataset's good state."))
-    endpoint_url: str = field(default="", metadata=doc("Local S3 endpoint ('' without S3)."))
-    bucket: str = field(default="", metadata=doc("Its bucket."))
-    s3_prefix_url: str = field(default="", metadata=doc(
-        "s3://bucket/prefix of the drill's objects."))
-    has_s3: bool = field(default=False, metadata=doc("The drill has an S3 part."))
-    faults: list[Any] = field(default_factory=list, metadata=doc("The faults the drill planted."))
+    image: str = doc_field("", "The drill's disk image.")
+    badsectors_map: str = doc_field("", "ddrescue test-mode map of its bad sectors.")
+    known_good_manifest: str = doc_field("", "Manifest of the drill dataset's good state.")
+    endpoint_url: str = doc_field("", "Local S3 endpoint ('' without S3).")
+    bucket: str = doc_field("", "Its bucket.")
+    s3_prefix_url: str = doc_field("", "s3://bucket/prefix of the drill's objects.")
+    has_s3: bool = doc_field(False, "The drill has an S3 part.")
+    faults: list[Any] = doc_field([], "The faults the drill planted.")
