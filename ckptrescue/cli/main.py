@@ -84,6 +84,8 @@ def app_for(argv: list[str]) -> typer.Typer:
     words = [a for a in argv if a not in ("--debug",)]
     if words and words[0] in ROUTES:
         return new_app((ROUTES[words[0]],))
+    if words[:1] == ["--version"]:
+        return new_app(())  # the root's own option: no command is needed to answer it
     return new_app()
 
 
