@@ -80,20 +80,26 @@ def node_of(rdev: int) -> str | None:
     return node if block_rdev(node) == rdev else None
 
 
-def blk_ro(path: str) -> bool | None:
-    """``BLKROGET`` on the node: True when the kernel refuses writes to the device right now;
-    None when it cannot be asked."""
+def _ask_device(node: str, request: int, size: int) -> bytes | None:
+    """The ``size``-byte answer of the query ioctl ``request`` on a device node opened
+    read-only; None when the node cannot be opened or asked."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
-        buf = fcntl.ioctl(fd, BLKROGET, b"\0" * 4)
-        return struct.unpack("i", buf)[0] != 0
+        return fcntl.ioctl(fd, request, b"\0" * size)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def blk_ro(path: str) -> bool | None:
+    """``BLKROGET`` on the node: True when the kernel refuses writes to the device right now;
+    None when it cannot be asked."""
+    buf = _ask_device(path, BLKROGET, 4)
+    return None if buf is None else struct.unpack("i", buf)[0] != 0
 
 
 def sys_ro(rdev: int) -> bool | None:
@@ -196,16 +202,9 @@ def loop_status(node: str, rdev: int | None = None) -> Loop | None:
     rdev = rdev if rdev is not None else block_rdev(node)
     if rdev is None:
         return None
-    try:
-        fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+    raw = _ask_device(node, LOOP_GET_STATUS64, _LOOP_INFO64.size)
+    if raw is None:
         return None
-    try:
-        raw = fcntl.ioctl(fd, LOOP_GET_STATUS64, b"\0" * _LOOP_INFO64.size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     f = _LOOP_INFO64.unpack(raw)
     sysdir = sys_dir(rdev)
     backing = _read(os.path.join(sysdir, "loop", "backing_file")) if sysdir else None
