@@ -154,10 +154,7 @@ def _side_blocks(path: Path) -> Iterator[tuple[list[Expected], bool]]:
                 rows = [r for r in map(_side_line, _lines(block)) if r is not None]
             if not rows:
                 continue
-            names = [r[0] for r in rows]
-            if (last is not None and names[0] <= last) or not _increasing(names):
-                raise NotSorted(f"{path.name}: a name out of order or repeated")
-            last = names[-1]
+            last = _last_in_order([r[0] for r in rows], last, path.name)
             yield rows, (plain and b'{"path": "./' not in block
                          and b'{"path": ""' not in block)
 
@@ -169,8 +166,13 @@ def sidecar_rows(path: Path) -> Iterator[Expected]:
         yield from rows
 
 
-def _increasing(names: list[bytes]) -> bool:
-    return all(map(operator.lt, names, itertools.islice(names, 1, None)))
+def _last_in_order(names: list[bytes], last: bytes | None, source: str) -> bytes:
+    """The last of a block's ``names`` when they strictly increase after ``last`` (the previous
+    block's); :class:`NotSorted` naming ``source`` otherwise."""
+    if (last is not None and names[0] <= last) or not all(
+            map(operator.lt, names, itertools.islice(names, 1, None))):
+        raise NotSorted(f"{source}: a name out of order or repeated")
+    return names[-1]
 
 
 def text_rows(fh: IO[bytes], manifest: Path, *, lineno: int = 0, last: bytes | None = None
@@ -189,10 +191,7 @@ def text_rows(fh: IO[bytes], manifest: Path, *, lineno: int = 0, last: bytes | N
         lineno += lines
         if not rows:
             continue
-        names = [r[0] for r in rows]
-        if (last is not None and names[0] <= last) or not _increasing(names):
-            raise NotSorted(f"{manifest.name}: a name out of order or repeated")
-        last = names[-1]
+        last = _last_in_order([r[0] for r in rows], last, manifest.name)
         yield from rows
 
 
