@@ -6,9 +6,8 @@ Each module in this package, and the ``actions`` module of each wing named in :d
 the CLI and the TUI refer to actions only by these names — never to shell text.
 
 :data:`ACTIONS` is the same registry read lazily: looking one name up imports only the module
-:data:`HOMES` names for it (a command runs without importing every wing); iterating it, or a
-name :data:`HOMES` does not place, reads them all. ``tests/contracts/test_action_homes.py``
-keeps :data:`HOMES` true to :func:`registry`.
+that defines it (:func:`homes`, read from the modules' source), so a command runs without
+importing every wing; iterating it, or a name not found that way, reads them all.
 """
 
 from __future__ import annotations
@@ -16,8 +15,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
+import re
 from collections.abc import Iterator, Mapping
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,12 +35,12 @@ def action_modules() -> list[str]:
                                                            key=lambda i: i.name)]
     root = __name__.rpartition(".")[0]
     for wing in WINGS:
-        if importlib.util.find_spec(f"{root}.{wing}.actions") is None:
+        spec = importlib.util.find_spec(f"{root}.{wing}.actions")  # found, not imported
+        if spec is None:
             continue
-        module = importlib.import_module(f"{root}.{wing}.actions")
-        names.append(module.__name__)
-        names += [f"{module.__name__}.{info.name}" for info in sorted(
-            pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda i: i.name)]
+        names.append(spec.name)
+        names += [f"{spec.name}.{info.name}" for info in sorted(
+            pkgutil.iter_modules(spec.submodule_search_locations or []), key=lambda i: i.name)]
     return names
 
 
@@ -55,37 +56,34 @@ def registry() -> dict[str, type[Action]]:
     return dict(sorted(found.items()))
 
 
-# where each action is defined (below ``ckptrescue``): a hint for speed only, checked by a test
-HOMES: dict[str, str] = {
-    **dict.fromkeys(("case.verify", "collect.logs", "confirm", "exec"), "actions.basic"),
-    "drill.load": "actions.drill",
-    "report": "actions.reporting",
-    **dict.fromkeys(("probe", "rank", "salvage"), "checkpoints.actions.verify"),
-    **dict.fromkeys(("resume.keys", "resume.reassemble", "resume.replicas",
-                     "resume.safe_globals", "resume.world_size"), "checkpoints.actions.resume"),
-    **dict.fromkeys(("dataset.compare", "dataset.profile", "trainstate"),
-                    "datasets.actions.analysis"),
-    **dict.fromkeys(("dataset.quarantine", "gate"), "datasets.actions.preload"),
-    **dict.fromkeys(("dataset.verify", "manifest.audit", "manifest.build", "manifest.diff",
-                     "manifest.update"), "datasets.actions.manifests"),
-    "hub.verify": "datasets.actions.hub",
-    "recover": "datasets.actions.recovery",
-    "watch.pass": "datasets.actions.watch",
-    **dict.fromkeys(("copy", "extract", "fs.inspect", "image", "locate", "mount", "triage",
-                     "umount"), "storage.actions.verbs"),
-    "device.health": "storage.actions.health",
-    **dict.fromkeys([f"{kind}.{verb}" for kind in ("s3", "store") for verb in
-                     ("history", "preflight", "preserve", "restore", "verify")],
-                    "stores.actions"),
-}
+_NAME = re.compile(r'^ {4}name = "([^"]+)"$', re.MULTILINE)
+
+
+@cache
+def homes() -> dict[str, str]:
+    """Where each action is defined, read from the source of :func:`action_modules` (an
+    action class's ``name = "..."``) without importing them: a lookup then imports one module.
+    A name read wrongly costs only speed (:data:`ACTIONS` falls back to :func:`registry`)."""
+    found: dict[str, str] = {}
+    for module in action_modules():
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        try:
+            text = Path(spec.origin).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for name in _NAME.findall(text):
+            found.setdefault(name, module)
+    return found
 
 
 def _placed(name: str) -> type[Action] | None:
-    """The action ``name`` from the module :data:`HOMES` places it in (None: not there)."""
-    home = HOMES.get(name)
+    """The action ``name`` from the module :func:`homes` places it in (None: not there)."""
+    home = homes().get(name)
     if home is None:
         return None
-    module = importlib.import_module(f"{__name__.rpartition('.')[0]}.{home}")
+    module = importlib.import_module(home)
     return next((cls for cls in getattr(module, "ACTIONS", []) if cls.name == name), None)
 
 
