@@ -353,9 +353,10 @@ def _rebuild_tensor_map(checkpoint: Path, report: CheckpointReport, result: Salv
     result.structure_from = str(fill_from)
 
 
-def _verified_pairs(fmt: Any, root: Path, report: CheckpointReport
-                    ) -> list[tuple[TensorRecord, str | None]]:
-    """(tensor, why it is not verified or None) for every tensor of the report."""
+def verified_pairs(fmt: Any, root: Path, report: CheckpointReport
+                   ) -> list[tuple[TensorRecord, str | None]]:
+    """(tensor, why it is not verified or None) for every tensor of the report: the format's
+    ``iter_verified_tensors`` where it has one, else each tensor's own status."""
     verified = getattr(fmt, "iter_verified_tensors", None)
     return list(verified(root, report) if verified else _default_verified(report))
 
@@ -368,7 +369,7 @@ def _plan_tensors(fmt: Any, root: Path, report: CheckpointReport, result: Salvag
     planned: list[_Planned] = []
     lost: dict[str, tuple[TensorRecord, str]] = {}
     reader = getattr(fmt, "read_tensor_bytes", None)
-    for rec, reason in _verified_pairs(fmt, root, report):
+    for rec, reason in verified_pairs(fmt, root, report):
         if reason is not None:
             lost[rec.name] = (rec, reason)
             continue
@@ -396,7 +397,7 @@ def _fill(fill_from: Path, lost: dict[str, tuple[TensorRecord, str]],
         raise UsageError(f"{result.fill_from}: --fill-from takes exactly one checkpoint")
     rfmt, rroot = ref_found[0]
     ref = probe_one(rfmt, rroot, ProbeOptions(numeric=True))
-    rpairs = {r.name: (r, why) for r, why in _verified_pairs(rfmt, rroot, ref)}
+    rpairs = {r.name: (r, why) for r, why in verified_pairs(rfmt, rroot, ref)}
     rstrides = ref.extra.get("strides", {})
     rreader = getattr(rfmt, "read_tensor_bytes", None)
     planned: list[_Planned] = []
@@ -621,7 +622,6 @@ def tensor_digest(rec: TensorRecord, report: CheckpointReport, root: Path, *,
 # writing rules as a single checkpoint, per rank file.
 Planned = _Planned
 plan_tensor = _plan
-default_verified = _default_verified
 write_safetensors = _write
 is_suspect = _is_suspect
 suspect_reasons = _suspect_reasons

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -179,14 +178,6 @@ class HfShardedFormat:
             if n != len(shards):
                 report.findings.append(finding("HF007", f"index lists {len(shards)} shards but "
                                                f"names say -of-{n:05d}", evidence=spath))
-
-    @classmethod
-    def iter_verified_tensors(cls, path: Path, report: CheckpointReport,
-                              ) -> Iterator[tuple[TensorRecord, str | None]]:
-        for rec in report.tensors:
-            ok = rec.status in ("ok", "unverified", "suspect") and rec.offset is not None \
-                and rec.shape is not None
-            yield rec, None if ok else ("; ".join(rec.reasons) or rec.status)
 
 
 FORMATS = [HfShardedFormat]

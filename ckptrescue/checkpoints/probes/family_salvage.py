@@ -24,10 +24,10 @@ from ckptrescue.checkpoints.families.base import Family, Member, StepLayout, mem
 from ckptrescue.checkpoints.salvage import (
     Planned,
     SalvageResult,
-    default_verified,
     is_suspect,
     plan_tensor,
     suspect_reasons,
+    verified_pairs,
     write_safetensors,
 )
 from ckptrescue.effects import beneath
@@ -73,8 +73,7 @@ def _probe(family: type[Family], member: Member) -> _Source:
     report = probe_member_file(member.path, ProbeOptions(
         numeric=True, extra_allowed=family.allowed_globals))
     fmt = member_format(member.path)
-    verified = getattr(fmt, "iter_verified_tensors", None)
-    pairs = list(verified(member.path, report) if verified else default_verified(report))
+    pairs = verified_pairs(fmt, member.path, report)
     return _Source(member, report, fmt, pairs)
 
 
