@@ -442,6 +442,15 @@ def read_text(path: Path, limit: int = 4096) -> str | None:
         return None
 
 
+def text_pointer(path: Path, family: str, step: Callable[[str], int | None]) -> list[Pointer]:
+    """The run's pointer file at ``path`` holding the newest step as text (stripped; ``step``
+    reads its number), [] when there is no such file."""
+    if not is_file(path):
+        return []
+    value = (read_text(path) or "").strip()
+    return [Pointer(path, value, step(value), family)]
+
+
 def is_file(path: Path) -> bool:
     try:
         return path.is_file()

@@ -40,9 +40,8 @@ from ckptrescue.checkpoints.families.base import (
     StepLayout,
     claim_steps,
     finding,
-    is_file,
     listdir,
-    read_text,
+    text_pointer,
 )
 from ckptrescue.checkpoints.families.pickles import as_int, data_pkl_root, plain, top_level, zip_pickle_root
 from ckptrescue.model import Finding, JsonObject
@@ -106,12 +105,8 @@ class DeepSpeedFamily(Family):
 
     @classmethod
     def pointers(cls, run_dir: Path) -> list[Pointer]:
-        path = run_dir / "latest"
-        if not is_file(path):
-            return []
-        value = (read_text(path) or "").strip()
-        step = cls.step_of(Path(value)) if value and "/" not in value else None
-        return [Pointer(path, value, step, cls.name)]
+        return text_pointer(run_dir / "latest", cls.name,
+                            lambda tag: cls.step_of(Path(tag)) if tag and "/" not in tag else None)
 
     # -- layout --------------------------------------------------------------------------------
     @classmethod

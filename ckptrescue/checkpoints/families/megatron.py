@@ -39,10 +39,10 @@ from ckptrescue.checkpoints.families.base import (
     StepLayout,
     claim_steps,
     finding,
-    is_file,
     listdir,
     number_in,
     read_text,
+    text_pointer,
 )
 from ckptrescue.checkpoints.families.pickles import as_int, data_pkl_root, plain, zip_pickle_root
 from ckptrescue.model import Finding, JsonObject
@@ -113,12 +113,8 @@ class _MegatronRun(Family):
 
     @classmethod
     def pointers(cls, run_dir: Path) -> list[Pointer]:
-        path = run_dir / POINTER
-        if not is_file(path):
-            return []
-        value = (read_text(path) or "").strip()
-        step = int(value) if value.isdigit() else None
-        return [Pointer(path, value, step, cls.name)]
+        return text_pointer(run_dir / POINTER, cls.name,
+                            lambda value: int(value) if value.isdigit() else None)
 
     @classmethod
     def pointer_value(cls, pointer: Pointer, root: Path) -> str:
