@@ -227,6 +227,11 @@ class OperationCounts:
         with self._lock:
             self.operations[operation] += 1
 
+    def count_into(self, other: OperationCounts) -> None:
+        """Count from now on into ``other``'s counter, under ``other``'s lock (two choke points
+        on one path, one count: an increment is never lost between two locks)."""
+        self.operations, self._lock = other.operations, other._lock
+
 
 @dataclass
 class StoreStats(OperationCounts):

@@ -124,3 +124,25 @@ def test_reader_reads_each_block_once_forward(tmp_path):
     blocks = [c for c in calls if c[1] == 128 * 1024]
     assert len(blocks) == 8 and calls[0] == (len(data) - 64 * 1024, 64 * 1024)
     assert acc.bytes_read == len(data) + 64 * 1024 and len(calls) == 9
+
+
+def test_a_store_counting_into_its_clients_counter_loses_no_operation() -> None:
+    """The S3 store counts into its client's counter: both sides count under one lock, so
+    counts made at once from many threads on either side are all kept."""
+    import threading
+
+    from ckptrescue.stores.base import OperationCounts, StoreStats
+
+    client, store = OperationCounts(), StoreStats()
+    store.count_into(client)
+
+    def count(counts: OperationCounts) -> None:
+        for _ in range(50_000):
+            counts.count("GetObject")
+
+    threads = [threading.Thread(target=count, args=(c,)) for c in (client, store) * 3]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert client.operations["GetObject"] == store.operations["GetObject"] == 300_000

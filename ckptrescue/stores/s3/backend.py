@@ -55,7 +55,7 @@ class _SharedStats(StoreStats):
 
     def __init__(self, client: Any) -> None:
         super().__init__()
-        self.operations = s3client.stats(client).operations
+        self.count_into(s3client.stats(client))
 
 
 class S3Store(Store):
