@@ -8,6 +8,7 @@ for bit-exact salvage checks. Tests damage *copies* of these originals.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -24,17 +25,26 @@ if str(REPO) not in sys.path:
 
 
 @pytest.fixture(scope="session")
-def tf_originals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tf_originals() -> Path:
+    """The originals, written once (the xdist workers wait for one writer and share it) and
+    kept under build/ until ``fixtures/tensorflow.py`` or TensorFlow changes. Read-only:
+    tests damage copies (``copy_of``)."""
     if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
         pytest.skip("tensorflow-cpu / keras not installed")
-    out = tmp_path_factory.mktemp("tf-originals")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, str(REPO / "fixtures" / "tensorflow.py"), str(out)],
-                          capture_output=True, text=True, timeout=600, env=env, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    (out / "info.json").write_text(json.dumps(info))
-    return out
+    from fixture_cache import cached_dir
+
+    def write(out: Path) -> None:
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+        proc = subprocess.run([sys.executable, str(REPO / "fixtures" / "tensorflow.py"),
+                               str(out)], capture_output=True, text=True, timeout=600, env=env,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        (out / "info.json").write_text(json.dumps(info))
+
+    versions = ",".join(f"{name}=={importlib.metadata.version(name)}"
+                        for name in ("tensorflow-cpu", "keras"))
+    return cached_dir("tf-originals", write, ["fixtures/tensorflow.py"], extra=versions)
 
 
 @pytest.fixture
