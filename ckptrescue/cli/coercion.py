@@ -36,7 +36,7 @@ def _within(value: float, info: Any) -> float:
     return value
 
 
-def _whole(text: Any, info: Any) -> int:
+def _whole(text: Any, info: Any, param: Any, ctx: Any) -> int:
     if type(text) is int:  # a default
         return int(_within(text, info))
     if not isinstance(text, str) or not _WHOLE.match(text):
@@ -44,7 +44,7 @@ def _whole(text: Any, info: Any) -> int:
     return int(_within(int(text), info))
 
 
-def _number(text: Any, info: Any) -> float:
+def _number(text: Any, info: Any, param: Any, ctx: Any) -> float:
     if type(text) in (int, float) and text == text:  # a default (not NaN)
         return float(_within(text, info))
     if not isinstance(text, str) or not _DECIMAL.match(text):
@@ -52,20 +52,21 @@ def _number(text: Any, info: Any) -> float:
     return float(_within(float(text), info))
 
 
-def _text(text: Any, info: Any) -> str:
+def _text(text: Any, info: Any, param: Any, ctx: Any) -> str:
     if not isinstance(text, str):
         raise _Unsure
     return text
 
 
-def _flag(value: Any, info: Any) -> bool:
+def _flag(value: Any, info: Any, param: Any, ctx: Any) -> bool:
     if not isinstance(value, bool):  # typer passes flags through as they are
         raise _Unsure
     return value
 
 
 def _leaf(annotation: Any, info: Any) -> Callable[..., Any] | None:
-    """The converter of one value of ``annotation``, or None when typer's is needed."""
+    """The converter ``(value, info, param, ctx)`` of one value of ``annotation``, or None when
+    typer's is needed."""
     if info.parser is not None or getattr(info, "click_type", None) is not None:
         return None
     if annotation is int or annotation is float:
@@ -81,7 +82,7 @@ def _leaf(annotation: Any, info: Any) -> Callable[..., Any] | None:
     return None
 
 
-def _path(text: Any, info: Any, param: Any = None, ctx: Any = None) -> Any:
+def _path(text: Any, info: Any, param: Any, ctx: Any) -> Any:
     if not isinstance(text, str) or "\x00" in text:  # pydantic refuses a NUL in its words
         raise _Unsure
     from typer._param_types import coerce_cli_path  # the checks and messages of typer itself
@@ -112,16 +113,13 @@ def fast_runtime_param(descriptor: Any, stock: Callable[[Any], Any]) -> Any:
             held.append(stock(descriptor))
         return held[0]
 
-    def one(value: Any, param: Any, ctx: Any) -> Any:
-        return leaf(value, info, param, ctx) if leaf is _path else leaf(value, info)
-
     class Fast(RuntimeParam):  # type: ignore[misc]
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             try:
                 if many:
                     items = value if isinstance(value, (list, tuple)) else [value]
-                    return [one(item, param, ctx) for item in items]
-                return one(value, param, ctx)
+                    return [leaf(item, info, param, ctx) for item in items]
+                return leaf(value, info, param, ctx)
             except _Unsure:
                 return typer_own()._coerce_value(value, param=param, ctx=ctx)
 
