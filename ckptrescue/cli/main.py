@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from ckptrescue import __version__
-from ckptrescue.cli import coercion
+from ckptrescue.cli import coercion, lost_interrupt
 from ckptrescue.cli.help_words import HelpWordsGroup
 from ckptrescue.cli.output import interrupt_said
 from ckptrescue.display import shown, shown_text
@@ -133,6 +133,7 @@ def run(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler \
             and getattr(signal.getsignal(signal.SIGINT), "__module__", "") == "ckptrescue.cli":
         signal.signal(signal.SIGINT, signal.default_int_handler)  # started: Ctrl-C as usual
+    lost_interrupt.install()  # a Ctrl-C raised inside a callback is raised again, not lost
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
     interrupt_said(reset=True)

@@ -8,20 +8,14 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from ckptrescue.tui.screens.frames import QuestionBox
 
-class GateModal(ModalScreen[bool | None]):
+
+class GateModal(QuestionBox[bool | None]):
     """y: go on; n: decline (the step fails, the run stops); escape: not now (stopped, resumable)."""
 
-    DEFAULT_CSS = """
-    GateModal { align: center middle; }
-    GateModal > Vertical { width: 70; height: auto; border: thick $warning;
-                           background: $surface; padding: 1 2; }
-    GateModal Horizontal { height: 3; margin-top: 1; }
-    GateModal Button { margin-right: 1; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n", "answer(False)", "No"),

@@ -11,11 +11,11 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, DirectoryTree, Footer, Static
 
 from ckptrescue.display import shown
 from ckptrescue.tui.messages import DevicesListed
+from ckptrescue.tui.screens.frames import PickerWindow
 from ckptrescue.tui.viewmodel import human_bytes
 
 BROWSE = "\x00browse"  # DevicePicker's answer when the responder wants a file instead
@@ -35,15 +35,10 @@ def device_row(dev: dict[str, object]) -> tuple[str, str, str, str, str]:
             f"{kind} {model}".strip(), "ro" if dev.get("readonly") else "rw", where)
 
 
-class DevicePicker(ModalScreen[str | None]):
+class DevicePicker(PickerWindow[str | None]):
     """Every block device the kernel lists; enter picks one."""
 
-    DEFAULT_CSS = """
-    DevicePicker { align: center middle; }
-    DevicePicker > Vertical { width: 96%; height: 90%; border: thick $primary;
-                              background: $surface; }
-    DevicePicker DataTable { height: 1fr; }
-    """
+    DEFAULT_CSS = "DevicePicker DataTable { height: 1fr; }"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("b", "browse", "Browse files instead"),
         Binding("escape", "dismiss(None)", "Cancel"),
@@ -106,15 +101,10 @@ class InertDirectoryTree(DirectoryTree):
                                      else Text(shown(label.plain), style=label.style))
 
 
-class PathPicker(ModalScreen[str | None]):
+class PathPicker(PickerWindow[str | None]):
     """Browse the filesystem; enter picks a file, u uses the highlighted directory."""
 
-    DEFAULT_CSS = """
-    PathPicker { align: center middle; }
-    PathPicker > Vertical { width: 96%; height: 90%; border: thick $primary;
-                            background: $surface; }
-    PathPicker DirectoryTree { height: 1fr; }
-    """
+    DEFAULT_CSS = "PathPicker DirectoryTree { height: 1fr; }"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("u", "use", "Use highlighted"),
         Binding("escape", "dismiss(None)", "Cancel"),

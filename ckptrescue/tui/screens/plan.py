@@ -8,10 +8,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Static
 
 from ckptrescue.display import shown_text
+from ckptrescue.tui.screens.frames import QuestionBox
 
 if TYPE_CHECKING:
     from ckptrescue.engine.executor import DryRunStep, Plan
@@ -43,14 +44,11 @@ def condition_suffix(d: DryRunStep) -> str:
     return f"   — only when {d.condition}{verdict}"
 
 
-class ConfirmRun(ModalScreen[bool]):
+class ConfirmRun(QuestionBox[bool]):
     """The explicit go: y runs, n/escape goes back."""
 
     DEFAULT_CSS = """
-    ConfirmRun { align: center middle; }
-    ConfirmRun > Vertical { width: 64; height: auto; border: thick $warning;
-                            background: $surface; padding: 1 2; }
-    ConfirmRun Horizontal { height: 3; margin-top: 1; }
+    ConfirmRun > Vertical { width: 64; }
     ConfirmRun Button { margin-right: 2; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
