@@ -325,11 +325,24 @@ def fd_mount_id(fd: int) -> int | None:
     return None
 
 
+def mount_table_with(mount_id: int, tries: int = 5) -> dict[int, Mount] | None:
+    """A fresh mount table that shows ``mount_id`` (which the kernel reported for a path), or
+    None after ``tries`` reads. A table read while other processes mount and unmount can miss
+    entries; the id asked of the path itself cannot."""
+    for _ in range(tries):
+        table = mounts()
+        if mount_id in table:
+            return table
+    return None
+
+
 def top_mount_at(path: str, table: Mapping[int, Mount] | None = None) -> Mount | None:
     """The mount a ``umount`` of ``path`` would remove: the last one stacked on it."""
     real = os.path.realpath(path)
     table = mounts() if table is None else table
     probe = mount_id_at(real)
+    if probe is not None and probe not in table:
+        table = mount_table_with(probe) or table  # the read missed it: read again
     if probe is not None and probe in table and table[probe].mountpoint == real:
         return table[probe]
     on = [m for m in table.values() if m.mountpoint == real]
@@ -573,6 +586,13 @@ def appeared(before: Snapshot, after: Snapshot, argv: Sequence[str]) -> list[Att
         real = m.mountpoint
         if any(real == d or real.startswith(d.rstrip("/") + "/") for d in dirs):
             out.append(of_mount(m))
+    for d in sorted(dirs):  # a new mount on a named directory that the table read missed
+        mid = mount_id_at(d)
+        if mid is None or mid in before.mounts or mid in after.mounts:
+            continue
+        table = mount_table_with(mid)
+        if table is not None and table[mid].mountpoint == d:
+            out.append(of_mount(table[mid]))
     for name, d in after.dms.items():
         was_dm = before.dms.get(name)
         if (was_dm is None or was_dm.rdev != d.rdev) and name in words:

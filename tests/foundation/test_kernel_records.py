@@ -242,3 +242,32 @@ def test_the_reports_safety_table_says_which_guarantees_held(scene: Scene) -> No
     assert outputs["held"] == "not exercised"
     md = render(scene.case, "md")
     assert "| enforced by | held |" in md and "1 attached, 1 released" in md
+
+
+def test_a_mount_the_table_read_missed_is_still_recorded_and_found(tmp_path: Path) -> None:
+    """A read of the mount table while other processes mount and unmount can miss entries (the
+    suite saw a case's own mount go unrecorded, so its umount was refused). The mount id asked
+    of the directory itself is the truth: a read that lacks it is read again."""
+    from ckptrescue.guard import kernel
+
+    target = tmp_path / "mnt"
+    target.mkdir()
+    before = kernel.snapshot()
+    _sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target))
+    try:
+        after = kernel.snapshot()
+        mid = kernel.mount_id_at(str(target))
+        assert mid in after.mounts and mid not in before.mounts
+        missed = kernel.Snapshot(after.loops, {k: v for k, v in after.mounts.items() if k != mid},
+                                 after.dms, after.pools)
+        argv = ["mount", "-t", "tmpfs", "tmpfs", str(target)]
+        got = [a for a in kernel.appeared(before, missed, argv) if a.kind == "mount"]
+        assert [(a.name, a.get("mount_id")) for a in got] == [(str(target), mid)]
+        assert kernel.appeared(before, after, argv) == got  # the same record either way
+        top = kernel.top_mount_at(str(target), missed.mounts)
+        assert top is not None and top.mount_id == mid
+        # a directory the command did not name is never attributed to it
+        assert not [a for a in kernel.appeared(before, missed, ["mount", "-a"])
+                    if a.kind == "mount"]
+    finally:
+        _sh("umount", str(target))
