@@ -222,9 +222,12 @@ def run_child(
         req_path = os.path.join(scratch, "request.json")
         with open(req_path, "w") as fh:
             json.dump({**request, "scratch": scratch}, fh)
+        # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch does not import the device-backend packages
+        # installed beside it (entry points: code a CPU load never needs, and a scan of every
+        # installed distribution at ``import torch``)
         env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
                "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch,
-               "TMPDIR": os.path.join(scratch, "tmp")}
+               "TMPDIR": os.path.join(scratch, "tmp"), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
         if env_extra:
             env.update(env_extra)
         # -I isolates from the user's site/env, -B writes no bytecode; the package path is
