@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 # the tree under test, whatever checkout the environment's ``ckptrescue`` was installed from.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+# The tests' own torch processes (oracles, fixture writers) load on CPU with torch alone, as
+# the kit's sandbox child does: no scan of every installed distribution for device backends.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 
 def _privileged_problem() -> str | None:
