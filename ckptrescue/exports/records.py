@@ -35,50 +35,53 @@ def canonical_text(obj: Any) -> str:
                       default=str)
 
 
+# an action's line: its details' fields by name ({argv}: the command line run)
+_LINES = {
+    "sandbox.run": "sandbox child: {purpose} (exit {returncode})",
+    "tool.refused": "refused by the guard: {argv} ({reason})",
+    "case.created": "case created",
+    "case.sealed": "case sealed",
+    "step.started": "playbook step {step} [{action}] started",
+    "run.finished": "playbook run {status}",
+    "tool.version": "tool {tool}: {version}",
+    "checkpoint.probed": "probed {path}: {format}, verdict {verdict}",
+    "artifact.stored": "stored artifact {name} ({kind}, {size} bytes)",
+}
+
+
+class _Fields(dict[str, Any]):
+    """A record's details for ``str.format_map``: a field it lacks reads as ``None``."""
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
 def describe_record(record: JsonObject) -> str:
     """One line for an action (attacker-chosen names stay data: it is a JSON string)."""
     d = record.get("details") or {}
     name = record["action"]
     argv = d.get("argv")
     shown = " ".join(str(a) for a in argv) if isinstance(argv, list) else ""
+    if name in _LINES:
+        return _LINES[name].format_map(_Fields({**d, "argv": shown}))
     if name == "tool.run":
         return (f"ran {shown} (exit {d.get('returncode')}, {d.get('duration_s')} s"
                 + (", timed out" if d.get("timed_out") else "") + ")")
-    if name == "sandbox.run":
-        return f"sandbox child: {d.get('purpose')} (exit {d.get('returncode')})"
-    if name == "tool.refused":
-        return f"refused by the guard: {shown} ({d.get('reason')})"
     if name == "finding":
         f = d.get("finding") or {}
         return (f"finding {f.get('code')} ({f.get('severity')}): {f.get('title')}"
                 + (f" [{f.get('evidence')}]" if f.get("evidence") else ""))
-    if name == "case.created":
-        return "case created"
-    if name == "case.sealed":
-        return "case sealed"
-    if name == "step.started":
-        return f"playbook step {d.get('step')} [{d.get('action')}] started"
     if name == "run.started":
         return f"playbook {d.get('playbook')} started" + (" (resumed)" if d.get("resumed") else "")
-    if name == "run.finished":
-        return f"playbook run {d.get('status')}"
-    if name == "tool.version":
-        return f"tool {d.get('tool')}: {d.get('version')}"
     if name == "step.finished":
         return (f"playbook step {d.get('step')} [{d.get('action')}] {d.get('status')}"
                 + (f": {d.get('error')}" if d.get("error") else ""))
     if name == "evidence.added":
         item = d.get("item") or {}
         return f"evidence {item.get('id')} added: {item.get('kind')} {item.get('source')}"
-    if name == "checkpoint.probed":
-        return f"probed {d.get('path')}: {d.get('format')}, verdict {d.get('verdict')}"
-    if name == "artifact.stored":
-        return f"stored artifact {d.get('name')} ({d.get('kind')}, {d.get('size')} bytes)"
     if name == "safety.kernel":
         return (f"kernel guarantee {d.get('guarantee')} on {d.get('target')}: "
                 + ("enforced" if d.get("enforced") else "NOT enforced")
                 + (f" ({d.get('how')})" if d.get("how") else ""))
     text = canonical_text(d)
     return f"{name}: {text[:2000]}" if d else name
-
-
