@@ -26,7 +26,10 @@ def install() -> None:
     previous = sys.unraisablehook
 
     def hook(unraisable: Any) -> None:
-        if unraisable.exc_type is KeyboardInterrupt:
+        # a Ctrl-C is raised in the main thread only: another thread's KeyboardInterrupt is
+        # its own code's, and stays where it was
+        if unraisable.exc_type is KeyboardInterrupt \
+                and threading.current_thread() is threading.main_thread():
             redeliver()
             return
         previous(unraisable)
@@ -36,11 +39,20 @@ def install() -> None:
 
 
 def redeliver() -> None:
-    """Simulate the Ctrl-C again in the main thread, from a short-lived timer thread (the
-    callback that swallowed it has returned by then)."""
+    """Send the Ctrl-C again to the main thread, from a short-lived timer thread (the callback
+    that swallowed it has returned by then). A real SIGINT, so that a main thread blocked in a
+    sleep, a join or a select wakes up (``_thread.interrupt_main`` only marks the signal
+    pending until the blocking call returns); that only where SIGINT has a Python handler."""
+    timer = threading.Timer(REDELIVER_AFTER_S, _send_sigint)
+    timer.daemon = True
+    timer.start()
+
+
+def _send_sigint() -> None:
     import _thread
     import signal
 
-    timer = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main, args=(signal.SIGINT,))
-    timer.daemon = True
-    timer.start()
+    if callable(signal.getsignal(signal.SIGINT)):
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    else:  # ignored or default: interrupt_main does what the process would do (nothing)
+        _thread.interrupt_main(signal.SIGINT)

@@ -309,7 +309,8 @@ class SubprocessRunner:
             )
         self._record_version(call.argv[0], exe)
         watch = self._watches_kernel(call, decision)
-        before = kernel.snapshot(self.zfs_pools if watch == "zfs" else None) if watch else None
+        before = kernel.snapshot(self.zfs_pools if watch == "zfs" else None,
+                                 [str(a) for a in call.argv]) if watch else None
         scratch = tempfile.mkdtemp(prefix="ckptrescue-tool-")
         views: dict[str, str] = {}
         try:

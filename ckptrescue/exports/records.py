@@ -62,7 +62,7 @@ def describe_record(record: JsonObject) -> str:
     name = record["action"]
     argv = d.get("argv")
     shown = " ".join(str(a) for a in argv) if isinstance(argv, list) else ""
-    if name in _LINES:
+    if isinstance(name, str) and name in _LINES:
         return _LINES[name].format_map(_Fields({**d, "argv": shown}))
     if name == "tool.run":
         return (f"ran {shown} (exit {d.get('returncode')}, {d.get('duration_s')} s"

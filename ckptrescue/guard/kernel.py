@@ -485,10 +485,15 @@ class Snapshot:
     mounts: Mapping[int, Mount]
     dms: Mapping[str, Dm]
     pools: Mapping[str, Pool] | None  # None: not asked (no zpool, or not a zpool command)
+    # the mount id each directory the command names opens on, asked of the directory itself
+    dir_mounts: Mapping[str, int | None] = field(default_factory=dict)
 
 
-def snapshot(pools: PoolLister | None = None) -> Snapshot:
-    return Snapshot(loops(), mounts(), dms(), pools() if pools is not None else None)
+def snapshot(pools: PoolLister | None = None, argv: Sequence[str] = ()) -> Snapshot:
+    """The kernel's loops, mounts, dm devices (and pools when asked); with ``argv``, also the
+    mount each directory it names is on now (what a mount the command makes must change)."""
+    return Snapshot(loops(), mounts(), dms(), pools() if pools is not None else None,
+                    {d: mount_id_at(d) for d in _ids_named(argv)[1]} if argv else {})
 
 
 @dataclass(frozen=True)
@@ -590,6 +595,8 @@ def appeared(before: Snapshot, after: Snapshot, argv: Sequence[str]) -> list[Att
         mid = mount_id_at(d)
         if mid is None or mid in before.mounts or mid in after.mounts:
             continue
+        if d not in before.dir_mounts or before.dir_mounts[d] == mid:
+            continue  # not asked before the command, or already there: not the command's
         table = mount_table_with(mid)
         if table is not None and table[mid].mountpoint == d:
             out.append(of_mount(table[mid]))

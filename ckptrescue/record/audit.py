@@ -86,7 +86,7 @@ def well_formed(record: Any) -> bool:
     details that are an object (holding the object its action names: an evidence item, a
     finding). Readers skip any other (only an edit of the log makes one; ``verify`` names it)."""
     if not isinstance(record, dict) or not isinstance(record.get("seq"), int) \
-            or not isinstance(record.get("hash"), str):
+            or not isinstance(record.get("hash"), str) or not isinstance(record.get("action"), str):
         return False
     details = record.get("details")
     if not isinstance(details, dict):

@@ -252,22 +252,32 @@ def test_a_mount_the_table_read_missed_is_still_recorded_and_found(tmp_path: Pat
 
     target = tmp_path / "mnt"
     target.mkdir()
-    before = kernel.snapshot()
+    argv = ["mount", "-t", "tmpfs", "tmpfs", str(target)]
+    before = kernel.snapshot(argv=argv)
     _sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target))
     try:
         after = kernel.snapshot()
         mid = kernel.mount_id_at(str(target))
         assert mid in after.mounts and mid not in before.mounts
-        missed = kernel.Snapshot(after.loops, {k: v for k, v in after.mounts.items() if k != mid},
-                                 after.dms, after.pools)
-        argv = ["mount", "-t", "tmpfs", "tmpfs", str(target)]
+
+        def without(snap: kernel.Snapshot, dir_mounts: dict[str, int | None]) -> kernel.Snapshot:
+            return kernel.Snapshot(snap.loops, {k: v for k, v in snap.mounts.items() if k != mid},
+                                   snap.dms, snap.pools, dir_mounts)
+
+        missed = without(after, {})
         got = [a for a in kernel.appeared(before, missed, argv) if a.kind == "mount"]
         assert [(a.name, a.get("mount_id")) for a in got] == [(str(target), mid)]
         assert kernel.appeared(before, after, argv) == got  # the same record either way
         top = kernel.top_mount_at(str(target), missed.mounts)
         assert top is not None and top.mount_id == mid
-        # a directory the command did not name is never attributed to it
+        # never attributed: a directory the command did not name; a mount that was already on
+        # the directory before the command (missed by both reads); a directory not asked before
         assert not [a for a in kernel.appeared(before, missed, ["mount", "-a"])
                     if a.kind == "mount"]
+        already = without(kernel.snapshot(argv=argv), kernel.snapshot(argv=argv).dir_mounts)
+        assert already.dir_mounts == {str(target): mid}
+        assert not [a for a in kernel.appeared(already, missed, argv) if a.kind == "mount"]
+        unasked = without(before, {})
+        assert not [a for a in kernel.appeared(unasked, missed, argv) if a.kind == "mount"]
     finally:
         _sh("umount", str(target))

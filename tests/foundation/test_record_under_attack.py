@@ -250,6 +250,24 @@ def test_a_record_rewritten_with_the_same_meaning_is_an_edit(probed: Path, name:
     assert res.returncode == 1, res.stdout
 
 
+@pytest.mark.parametrize("action", [["case.sealed"], {"a": 1}, 7, None])
+def test_a_record_whose_action_is_not_a_name_is_skipped_and_named(probed: Path,
+                                                                   action: object) -> None:
+    """An edit that makes a record's action a list, an object, a number or null: verify names
+    the edit in one line, and the readers (report, exports) skip the record, never crash."""
+    log = probed / "audit.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[1])
+    record["action"] = action
+    lines[1] = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+    log.write_bytes(b"".join(lines))
+    res = run_cli("case", "verify", str(probed))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    for fmt in ("json", "md", "timeline", "case-uco"):
+        out = run_cli("report", str(probed), "--format", fmt, "-o", "-")
+        assert "Traceback" not in out.stderr and "internal error" not in out.stderr, out.stderr
+
+
 def test_details_keyed_by_integers_never_raise_a_false_alarm(tmp_path: Path) -> None:
     case = Case.create(tmp_path / "c")
     record = case.log("ranks.seen", {"by_rank": {9: "ok", 10: "torn", 2: "ok"}})

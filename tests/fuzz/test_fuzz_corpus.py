@@ -154,6 +154,8 @@ def test_mutator_is_deterministic() -> None:
             mutate.forget_plans()  # the second mutant from a plan made again
             b = mutate.mutate(name, index, seeds.load_seed(name))
             assert a == b, f"{name}:{index}"
+            if index < n:  # the mutant is the plan's op at that index
+                assert a[1] == ops[index].describe(), f"{name}:{index}"
             assert a[0] != files, f"{name}:{index} did not change anything: {a[1]}"
 
 
