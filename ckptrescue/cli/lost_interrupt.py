@@ -49,10 +49,7 @@ def redeliver() -> None:
 
 
 def _send_sigint() -> None:
-    import _thread
     import signal
 
-    if callable(signal.getsignal(signal.SIGINT)):
+    if callable(signal.getsignal(signal.SIGINT)):  # ignored or default since: nothing to do
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-    else:  # ignored or default: interrupt_main does what the process would do (nothing)
-        _thread.interrupt_main(signal.SIGINT)

@@ -595,7 +595,7 @@ def appeared(before: Snapshot, after: Snapshot, argv: Sequence[str]) -> list[Att
         mid = mount_id_at(d)
         if mid is None or mid in before.mounts or mid in after.mounts:
             continue
-        if d not in before.dir_mounts or before.dir_mounts[d] == mid:
+        if before.dir_mounts.get(d, mid) == mid:
             continue  # not asked before the command, or already there: not the command's
         table = mount_table_with(mid)
         if table is not None and table[mid].mountpoint == d:

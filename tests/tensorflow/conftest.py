@@ -24,6 +24,16 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+def _version(name: str) -> str:
+    """The installed version of ``name`` (TensorFlow may be installed as tensorflow-cpu)."""
+    for dist in (f"{name}-cpu", name):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 @pytest.fixture(scope="session")
 def tf_originals() -> Path:
     """The originals, written once (the xdist workers wait for one writer and share it) and
@@ -42,8 +52,7 @@ def tf_originals() -> Path:
         info = json.loads(proc.stdout.strip().splitlines()[-1])
         (out / "info.json").write_text(json.dumps(info))
 
-    versions = ",".join(f"{name}=={importlib.metadata.version(name)}"
-                        for name in ("tensorflow-cpu", "keras"))
+    versions = ",".join(f"{name}=={_version(name)}" for name in ("tensorflow", "keras"))
     return cached_dir("tf-originals", write, ["fixtures/tensorflow.py"], extra=versions)
 
 
