@@ -586,14 +586,14 @@ def appeared(before: Snapshot, after: Snapshot, argv: Sequence[str]) -> list[Att
         if (lo.backing_dev, lo.backing_ino) in ids:
             out.append(of_loop(lo))
     for mid, m in after.mounts.items():
-        if mid in before.mounts:
+        if same_mount(before.mounts.get(mid), m):
             continue
         real = m.mountpoint
         if any(real == d or real.startswith(d.rstrip("/") + "/") for d in dirs):
             out.append(of_mount(m))
     for d in sorted(dirs):  # a new mount on a named directory that the table read missed
         mid = mount_id_at(d)
-        if mid is None or mid in before.mounts or mid in after.mounts:
+        if mid is None or mid in after.mounts:
             continue
         if before.dir_mounts.get(d, mid) == mid:
             continue  # not asked before the command, or already there: not the command's
@@ -609,6 +609,15 @@ def appeared(before: Snapshot, after: Snapshot, argv: Sequence[str]) -> list[Att
             if name not in before.pools and (name in words or p.guid in words):
                 out.append(of_pool(p))
     return out
+
+
+def same_mount(was: Mount | None, now: Mount) -> bool:
+    """Whether ``now`` is the mount ``was`` (read earlier with the same id). The kernel hands
+    out the lowest free mount id: one unmounted by another process while a command ran is
+    given to the next mount, maybe the command's own. The same id is the same mount only on
+    the same device, at the same place, under the same parent."""
+    return was is not None and (was.dev, was.mountpoint, was.parent_id, was.root) == \
+        (now.dev, now.mountpoint, now.parent_id, now.root)
 
 
 def still_there(att: Attachment, snap: Snapshot) -> bool:

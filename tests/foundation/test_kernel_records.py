@@ -281,3 +281,45 @@ def test_a_mount_the_table_read_missed_is_still_recorded_and_found(tmp_path: Pat
         assert not [a for a in kernel.appeared(unasked, missed, argv) if a.kind == "mount"]
     finally:
         _sh("umount", str(target))
+
+
+def test_a_mount_that_takes_a_freed_mount_id_is_still_the_commands(tmp_path: Path) -> None:
+    """The kernel hands out the lowest free mount id, so a mount another process removes while
+    a command runs leaves its id to the command's own mount (the suite saw a case's mount go
+    unrecorded this way, and its umount refused). An id the table showed before is the same
+    mount only on the same device at the same place."""
+    import dataclasses
+
+    from ckptrescue.guard import kernel
+
+    other, target = tmp_path / "other", tmp_path / "mnt"
+    other.mkdir()
+    target.mkdir()
+    argv = ["mount", "-t", "tmpfs", "tmpfs", str(target)]
+    _sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(other))
+    try:
+        before = kernel.snapshot(argv=argv)  # another process's mount is in the table
+        freed = kernel.mount_id_at(str(other))
+    finally:
+        _sh("umount", str(other))  # ... and is gone while the command runs
+    assert freed in before.mounts
+    _sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target))
+    try:
+        after = kernel.snapshot()
+        mid = kernel.mount_id_at(str(target))
+        assert mid is not None and mid in after.mounts
+        if mid != freed:  # a third process took the freed id first: show the table it would
+            before = kernel.Snapshot(
+                before.loops, {**before.mounts, mid: dataclasses.replace(before.mounts[freed],
+                                                                          mount_id=mid)},
+                before.dms, before.pools, before.dir_mounts)
+        assert before.mounts[mid].mountpoint == str(other)  # the id was another mount's
+        got = [a for a in kernel.appeared(before, after, argv) if a.kind == "mount"]
+        assert [(a.name, a.get("mount_id")) for a in got] == [(str(target), mid)]
+        missed = kernel.Snapshot(after.loops, {k: v for k, v in after.mounts.items() if k != mid},
+                                 after.dms, after.pools)
+        assert kernel.appeared(before, missed, argv) == got  # and when the read after missed it
+        # the same mount read twice is never taken for a new one
+        assert not [a for a in kernel.appeared(after, after, argv) if a.kind == "mount"]
+    finally:
+        _sh("umount", str(target))
