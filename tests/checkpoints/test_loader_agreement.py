@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+import warm_python
 
 from ckptrescue.checkpoints.base import Verdict
 
@@ -109,9 +109,9 @@ for line in sys.stdin:
 
 def oracle(items: list[tuple[str, Path]]) -> list[dict[str, Any]]:
     """The real loaders' answers, one child process for all the items."""
-    proc = subprocess.run([sys.executable, "-c", ORACLE],
-                          input="".join(f"{k}\t{p}\n" for k, p in items),
-                          capture_output=True, text=True, timeout=600, check=True)
+    proc = warm_python.run(ORACLE, input="".join(f"{k}\t{p}\n" for k, p in items),
+                           cwd=os.getcwd(), env=os.environ, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     out = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(out) == len(items), proc.stderr[-3000:]
     return out

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 from fixture_cache import cached_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,8 +60,7 @@ def copy(src: Path, dst: Path) -> Path:
 
 def oracle(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real library's loader in a child process (``python -c code args...``)."""
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=_env())
+    return warm_python.run(code, *args, cwd=REPO, env=_env(), timeout=600)
 
 
 def codes(report: object, prefix: str = "FM") -> dict[str, list[list[str]]]:

@@ -7,10 +7,10 @@ mutate. A library that is missing skips the test (fails under
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import f1_build
+import warm_python
 from f1_build import copy  # noqa: F401 - the one copy helper both builds share
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,6 @@ def built(lib: str) -> Path:
 
 def oracle(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real library's loader in a child process (``python -c code args...``)."""
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={"JAX_PLATFORMS": "cpu",
-                                                       "PATH": "/usr/bin:/bin",
-                                                       "PYTHONPATH": str(REPO)})
+    return warm_python.run(code, *args, cwd=REPO, timeout=600,
+                           env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin",
+                                "PYTHONPATH": str(REPO)})

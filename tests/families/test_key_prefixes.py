@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import warm_python
 from cli_helpers import invoke
 from fixture_cache import cached_dir
 
@@ -73,9 +75,8 @@ def made() -> Path:
 def oracle(made: Path, name: str, result_json: dict, cls: str = "TinyLM") -> dict:
     container = next((r["detail"]["prefix"] for r in result_json["rules"]
                       if r["kind"] == "container"), "")
-    proc = subprocess.run([sys.executable, "-c", ORACLE, str(made), str(made / name),
-                           result_json["snippet"], container, cls],
-                          capture_output=True, text=True, timeout=600)
+    proc = warm_python.run(ORACLE, str(made), str(made / name), result_json["snippet"],
+                           container, cls, cwd=os.getcwd(), env=os.environ, timeout=600)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("ORACLE")), None)
     assert line is not None, proc.stderr[-3000:]
     return json.loads(line[len("ORACLE"):])
