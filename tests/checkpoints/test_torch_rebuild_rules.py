@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
+import warm_python
 
 from ckptrescue.checkpoints.base import Verdict
 from fixtures import torch_pickles as tp
@@ -52,8 +52,8 @@ def cases(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     root = tmp_path_factory.mktemp("rebuild")
     base = tp.torch_save_bytes()
     paths = {name: tp.write(root / f"{name}.pt", name, base) for name in tp.CASES}
-    proc = subprocess.run([sys.executable, "-c", ORACLE, *map(str, paths.values())],
-                          capture_output=True, text=True, timeout=600, check=True)
+    proc = warm_python.run(ORACLE, *map(str, paths.values()), cwd=os.getcwd(), env=os.environ)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     return {name: (path, res) for (name, path), res in zip(paths.items(), results, strict=True)}
 
@@ -103,8 +103,8 @@ def test_junk_before_the_first_record_is_not_intact(tmp_path):
     base = tp.torch_save_bytes()
     path = tmp_path / "junk.pt"
     path.write_bytes(bytes(range(256)) * 2 + base)
-    proc = subprocess.run([sys.executable, "-c", ORACLE, str(path)], capture_output=True,
-                          text=True, timeout=300, check=True)
+    proc = warm_python.run(ORACLE, str(path), cwd=os.getcwd(), env=os.environ, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert not json.loads(proc.stdout)["ok"]
     r = probe1(path)
     assert r.verdict is not Verdict.INTACT
@@ -124,8 +124,8 @@ def test_unknown_safetensors_dtype_is_not_intact(tmp_path):
     check = ("import sys\nfrom safetensors.torch import load_file\n"
              "try:\n    load_file(sys.argv[1]); print('ok')\n"
              "except Exception as e:\n    print(e)\n")
-    proc = subprocess.run([sys.executable, "-c", check, str(path)], capture_output=True,
-                          text=True, timeout=300, check=True)
+    proc = warm_python.run(check, str(path), cwd=os.getcwd(), env=os.environ, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Dtype not understood" in proc.stdout
     r = probe1(path)
     assert r.verdict is not Verdict.INTACT
