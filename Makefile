@@ -53,7 +53,10 @@ system-packages:
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[all,fixtures]'
+	$(PIP) install -q --no-compile -c constraints.txt -e '.[all,fixtures]'
+	@# the libraries' bytecode, compiled on every core (pip compiles on one, between unpacks); a
+	@# file that does not compile (test data inside a package) is compiled, or not, when imported
+	@$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null 2>&1 || true
 	@touch $(STAMP)
 
 # pytest-xdist: one worker per core (TEST_WORKERS=0 runs in one process); the TUI tests share
@@ -62,7 +65,7 @@ TEST_WORKERS ?= auto
 # Every command the tests, the demo and the benchmarks start imports the kit anew: its bytecode
 # is written once here (also where PYTHONDONTWRITEBYTECODE is set), not compiled per process.
 bytecode:
-	@$(PY) -m compileall -q ckptrescue tests fixtures bench >/dev/null
+	@$(PY) -m compileall -q -j 0 ckptrescue tests fixtures bench >/dev/null
 
 test: setup bytecode
 	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
