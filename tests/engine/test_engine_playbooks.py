@@ -157,7 +157,7 @@ steps:
     with: {argv: [echo, one]}
   - id: two
     action: exec
-    with: {argv: [sleep, "6"]}
+    with: {argv: [sleep, "3"]}
   - id: three
     action: exec
     with: {argv: [echo, three]}
