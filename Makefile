@@ -53,10 +53,7 @@ system-packages:
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q --no-compile -c constraints.txt -e '.[all,fixtures]'
-	@# the libraries' bytecode, compiled on every core (pip compiles on one, between unpacks); a
-	@# file that does not compile (test data inside a package) is compiled, or not, when imported
-	@$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null 2>&1 || true
+	$(PIP) install -q -c constraints.txt -e '.[all,fixtures]'
 	@touch $(STAMP)
 
 # pytest-xdist: one worker per core (TEST_WORKERS=0 runs in one process); the TUI tests share
