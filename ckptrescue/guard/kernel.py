@@ -598,8 +598,9 @@ def appeared(before: Snapshot, after: Snapshot, argv: Sequence[str]) -> list[Att
         if before.dir_mounts.get(d, mid) == mid:
             continue  # not asked before the command, or already there: not the command's
         table = mount_table_with(mid)
-        if table is not None and table[mid].mountpoint == d:
-            out.append(of_mount(table[mid]))
+        if table is not None and table[mid].mountpoint == d \
+                and not same_mount(before.mounts.get(mid), table[mid]):
+            out.append(of_mount(table[mid]))  # (not one that was under the top one before)
     for name, d in after.dms.items():
         was_dm = before.dms.get(name)
         if (was_dm is None or was_dm.rdev != d.rdev) and name in words:

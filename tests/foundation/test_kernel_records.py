@@ -327,3 +327,34 @@ def test_a_mount_that_takes_a_freed_mount_id_is_still_the_commands(tmp_path: Pat
         assert not [a for a in kernel.appeared(after, after, argv) if a.kind == "mount"]
     finally:
         _sh("umount", str(target))
+
+
+def test_the_lower_of_two_stacked_mounts_is_not_taken_for_the_commands(tmp_path: Path) -> None:
+    """``umount DIR`` of the top of two mounts stacked on DIR uncovers the lower one: the
+    directory's mount id changes to one the table showed before. When the table read after the
+    command misses that mount, it is still not the command's."""
+    from ckptrescue.guard import kernel
+
+    target = tmp_path / "mnt"
+    target.mkdir()
+    _sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target))
+    try:
+        lower = kernel.mount_id_at(str(target))
+        _sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target))
+        argv = ["umount", str(target)]
+        before = kernel.snapshot(argv=argv)
+        if lower not in before.mounts:  # this read missed it (others mount too): read again
+            before = kernel.Snapshot(before.loops, kernel.mount_table_with(lower) or {},
+                                     before.dms, before.pools, before.dir_mounts)
+        assert before.dir_mounts[str(target)] != lower and lower in before.mounts
+        _sh("umount", str(target))
+        assert kernel.mount_id_at(str(target)) == lower
+        after = kernel.snapshot()
+        missed = kernel.Snapshot(after.loops,
+                                 {k: v for k, v in after.mounts.items() if k != lower},
+                                 after.dms, after.pools)
+        assert not [a for a in kernel.appeared(before, missed, argv) if a.kind == "mount"]
+        assert not [a for a in kernel.appeared(before, after, argv) if a.kind == "mount"]
+    finally:
+        while kernel.mount_id_at(str(target)) != kernel.mount_id_at(str(tmp_path)):
+            _sh("umount", str(target))
