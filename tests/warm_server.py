@@ -1,16 +1,20 @@
 """The process behind :mod:`warm_python` (run as ``python -c <this file's text>``, so that its
-``sys.path`` and ``__main__`` are those of ``python -c``).
+``sys.path`` is that of ``python -c``). Replies go out on a descriptor of their own: whatever a
+library prints never mixes with them.
 
-It reads one JSON request a line on stdin and answers one JSON line on stdout:
+It reads one JSON request a line on stdin and answers one JSON line:
 
-- ``{"preload": [modules]}``: import them here, once (later runs fork with them imported);
-  answers ``{"ok": bool}``: false when a Python thread now runs (forking would copy its locks
-  half-held), and nothing is forked from this process again.
-- ``{"code", "args", "cwd", "timeout"}``: fork; the child runs ``code`` as ``python -c code
-  args...`` runs it (``sys.argv``, the cwd, ``__main__``, stdin the ``input`` given (else
-  empty), stdout and stderr to files, the exit status of an uncaught exception or ``SystemExit``); answers
-  ``{"returncode", "stdout", "stderr"}``, or ``{"timeout": true}`` after killing a child
-  that overran.
+- ``{"prefix": source}``: run the code's first statements here, once (its imports of the
+  preloaded libraries; :func:`warm_python.prefix_of`), their output kept to be replayed at
+  the start of every run's; answers ``{"ok": bool}``. Not ok (nothing is forked from this
+  process then): the prefix failed, or a Python thread now runs (forking would copy its locks
+  half-held).
+- ``{"code", "args", "cwd", "env", "input", "timeout"}``: fork; the child runs ``code`` as
+  ``python -c code args...`` runs it: ``sys.argv``, the cwd, the environment, a fresh
+  ``__main__``, stdin the ``input``, stdout and stderr to files, the exit status of
+  ``SystemExit``, an uncaught exception or a Ctrl-C, threads joined and atexit run at the end.
+  Answers ``{"returncode", "stdout", "stderr"}`` (and ``"timeout": true`` after killing a
+  child that overran). The child dies with this process, and this process with its parent.
 """
 
 import json
@@ -21,44 +25,59 @@ import sys
 import tempfile
 import threading
 
+PR_SET_PDEATHSIG = 1
 
-def _child(code: str, args: list[str], cwd: str, stdin: int, out: int, err: int) -> None:
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child(req: dict, stdin: int, out: int, err: int) -> None:
     import atexit
     import builtins
     import io
-    import os
-    import sys
+    import types
 
-    os.dup2(stdin, 0)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
-    os.chdir(cwd)
-    sys.argv = ["-c", *args]
-    main = sys.modules["__main__"]
-    space = main.__dict__
-    space.clear()  # the code's globals are __main__'s, as under python -c
-    space.update(__name__="__main__", __builtins__=builtins, __doc__=None, __spec__=None,
-                 __loader__=None, __package__=None)
-    status = 0
+    _exit = os._exit
+    status, interrupted = 70, False
     try:
-        exec(compile(code, "<string>", "exec"), space)
-    except SystemExit as exc:
-        if exc.code is None:
-            status = 0
-        elif isinstance(exc.code, int):
-            status = exc.code
-        else:
-            print(exc.code, file=sys.stderr)
+        _die_with_parent()
+        for fd, target in ((stdin, 0), (out, 1), (err, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False),
+                                                       write_through=True)
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False),
+                                                       write_through=True,
+                                                       errors="backslashreplace")
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        sys.argv = ["-c", *req["args"]]
+        main = types.ModuleType("__main__")  # the code's globals, as under python -c
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        status = 0
+        try:
+            exec(compile(req["code"], "<string>", "exec"), main.__dict__)
+        except SystemExit as exc:
+            if exc.code is None:
+                status = 0
+            elif isinstance(exc.code, int):
+                status = exc.code
+            else:
+                print(exc.code, file=sys.stderr)
+                status = 1
+        except BaseException as exc:  # shown as python -c shows it: without this frame
+            tb = exc.__traceback__
+            exc.__traceback__ = tb.tb_next if tb is not None else None
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+            interrupted = isinstance(exc, KeyboardInterrupt)  # python -c then ends by SIGINT
             status = 1
-    except BaseException as exc:  # shown as python -c shows it: without this frame
-        tb = exc.__traceback__
-        exc.__traceback__ = tb.tb_next if tb is not None else None
-        sys.excepthook(type(exc), exc, exc.__traceback__)
-        status = 1
-    try:
+        threading._shutdown()  # non-daemon threads finish, as at interpreter exit
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -66,7 +85,10 @@ def _child(code: str, args: list[str], cwd: str, stdin: int, out: int, err: int)
                 stream.flush()
             except Exception:
                 pass
-        os._exit(status & 0xFF)
+        if interrupted:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        _exit(status & 0xFF)
 
 
 def _read(fd: int) -> str:
@@ -78,53 +100,75 @@ def _read(fd: int) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def _run(req: dict) -> dict:
-    with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, \
-            tempfile.TemporaryFile() as err:
-        given.write(req.get("input", "").encode())
-        given.seek(0)
-        ifd, ofd, efd = os.dup(given.fileno()), os.dup(out.fileno()), os.dup(err.fileno())
-    sys.stdout.flush()
+def _files(n: int) -> list[int]:
+    """``n`` anonymous temporary files, as descriptors."""
+    out = []
+    for _ in range(n):
+        with tempfile.TemporaryFile() as fh:
+            out.append(os.dup(fh.fileno()))
+    return out
+
+
+def _run(req: dict, lead: tuple[str, str]) -> dict:
+    ifd, ofd, efd = _files(3)
+    os.write(ifd, req.get("input", "").encode())
+    os.lseek(ifd, 0, os.SEEK_SET)
     pid = os.fork()
     if pid == 0:
-        try:
-            _child(req["code"], req["args"], req["cwd"], ifd, ofd, efd)
-        finally:
-            os._exit(70)
+        _child(req, ifd, ofd, efd)
+    os.close(ifd)
     waiter = os.pidfd_open(pid)
     ready, _, _ = select.select([waiter], [], [], req["timeout"])
     if not ready:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os.close(waiter)
-    os.close(ifd)
-    answer = {"returncode": os.waitstatus_to_exitcode(status), "stdout": _read(ofd),
-              "stderr": _read(efd)}
+    answer = {"returncode": os.waitstatus_to_exitcode(status), "stdout": lead[0] + _read(ofd),
+              "stderr": lead[1] + _read(efd)}
     if not ready:
         answer["timeout"] = True
     return answer
 
 
+def _prefix(source: str) -> tuple[bool, tuple[str, str]]:
+    """Run the code's first statements, their stdout and stderr kept (and replayed)."""
+    ofd, efd = _files(2)
+    saved = os.dup(1), os.dup(2)
+    os.dup2(ofd, 1)
+    os.dup2(efd, 2)
+    try:
+        exec(compile(source, "<string>", "exec"), {"__name__": "__main__"})
+        ok = threading.active_count() == 1
+    except BaseException:  # the run goes cold and fails, or not, as python -c does
+        ok = False
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+    return ok, (_read(ofd), _read(efd))
+
+
 def serve() -> None:
-    forkable = True
+    _die_with_parent()
+    replies = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # a stray print of this process never reaches the replies
+    os.close(null)
+    forkable, lead = True, ("", "")
     for line in sys.stdin:
         req = json.loads(line)
-        if "preload" in req:
-            import importlib
-
-            for name in req["preload"]:
-                try:
-                    importlib.import_module(name)
-                except Exception:  # noqa: S112 - the child imports it again and fails as python -c would
-                    continue
-            forkable = forkable and threading.active_count() == 1
+        if "prefix" in req:
+            forkable, lead = _prefix(req["prefix"])
             answer = {"ok": forkable}
         elif not forkable:
             answer = {"refused": True}
         else:
-            answer = _run(req)
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
+            answer = _run(req, lead)
+        replies.write(json.dumps(answer) + "\n")
+        replies.flush()
 
 
 serve()
