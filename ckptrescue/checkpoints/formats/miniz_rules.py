@@ -58,21 +58,21 @@ class TorchView:
 
 
 def lower_name(b: bytes) -> bytes:
-    return bytes(c + 32 if 65 <= c <= 90 else c for c in b)
+    """``MZ_TOLOWER`` of each byte: A-Z to a-z, every other byte as it is (``bytes.lower``)."""
+    return b.lower()
 
 
 def _less(a: bytes, b: bytes) -> bool:
-    """``mz_zip_reader_filename_less`` (case-insensitive, shorter first on a common prefix)."""
-    la, lb = lower_name(a), lower_name(b)
-    n = min(len(la), len(lb))
-    for x, y in zip(la[:n], lb[:n], strict=True):
-        if x != y:
-            return x < y
-    return len(a) < len(b)
+    """``mz_zip_reader_filename_less`` (case-insensitive, shorter first on a common prefix):
+    the byte order of the lowered names (lowering keeps the length)."""
+    return a.lower() < b.lower()
 
 
 def _heap_sort(names: list[bytes]) -> list[int]:
-    """``mz_zip_reader_sort_central_dir_offsets_by_filename``, step for step (not stable)."""
+    """``mz_zip_reader_sort_central_dir_offsets_by_filename``, step for step (not stable: with
+    duplicate names, which one the search finds depends on these exact steps). Each name is
+    lowered once; ``keys[i] < keys[j]`` is :func:`_less`."""
+    keys = [n.lower() for n in names]
     idx = list(range(len(names)))
     size = len(idx)
     if size <= 1:
@@ -83,9 +83,9 @@ def _heap_sort(names: list[bytes]) -> list[int]:
             child = root * 2 + 1
             if child >= end:
                 return
-            if child + 1 < end and _less(names[idx[child]], names[idx[child + 1]]):
+            if child + 1 < end and keys[idx[child]] < keys[idx[child + 1]]:
                 child += 1
-            if not _less(names[idx[root]], names[idx[child]]):
+            if not keys[idx[root]] < keys[idx[child]]:
                 return
             idx[root], idx[child] = idx[child], idx[root]
             root = child
@@ -105,12 +105,9 @@ def _heap_sort(names: list[bytes]) -> list[int]:
 
 
 def _compare(entry: bytes, want: bytes) -> int:
-    le, lw = lower_name(entry), lower_name(want)
-    n = min(len(le), len(lw))
-    for x, y in zip(le[:n], lw[:n], strict=True):
-        if x != y:
-            return x - y
-    return len(entry) - len(want)
+    """The sign of miniz's ``mz_zip_reader_filename_compare``: the lowered names' byte order."""
+    le, lw = entry.lower(), want.lower()
+    return (le > lw) - (le < lw)
 
 
 def _binary_search(entries: list[ZipRecord], order: list[int], want: bytes) -> ZipRecord | None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import codecs
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,80 +192,101 @@ def _text_int(line: bytes) -> Any:
     return sign * int(digits, 8 if digits.startswith(b"0") else 10)
 
 
-def _arg(name: str, src: Source, encoding: str) -> Any:  # noqa: C901 - one branch per opcode
-    """Read the argument of opcode ``name`` as ``_pickle.c`` does."""
-    if name in ("GLOBAL", "INST"):
-        module = _line(src, name)
-        qual = _line(src, name)
-        codec = "utf-8" if name == "GLOBAL" else "ascii"
-        return (module.decode(codec), qual.decode(codec))
-    if name == "PROTO":
-        proto = src.read(1)[0]
-        if proto > HIGHEST_PROTOCOL:
-            raise ValueError(f"unsupported pickle protocol: {proto}")
-        return proto
-    if name == "FRAME":
-        return _unsigned(src.read(8))
-    if name == "INT":
-        return _text_int(_line(src, name))
-    if name == "LONG":
-        line = _line(src, name)
-        return int(line[:-1] if line.endswith(b"L") else line, 0)
-    if name == "FLOAT":
-        return float(_line(src, name))
-    if name == "BININT":
-        return _signed4(src.read(4))
-    if name == "BININT1":
-        return src.read(1)[0]
-    if name == "BININT2":
-        return int.from_bytes(src.read(2), "little")
-    if name == "BINFLOAT":
-        return struct.unpack(">d", src.read(8))[0]
-    if name in ("LONG1", "LONG4"):
-        n = src.read(1)[0] if name == "LONG1" else _signed4(src.read(4))
-        if n < 0:
-            raise ValueError("LONG pickle has negative byte count")
-        _check_len(src, n)
-        return int.from_bytes(src.read(n), "little", signed=True)
-    if name == "STRING":
-        return _decode_string_line(_line(src, name), encoding)
-    if name in ("BINSTRING", "SHORT_BINSTRING"):
-        n = src.read(1)[0] if name == "SHORT_BINSTRING" else _signed4(src.read(4))
-        if n < 0:
-            raise ValueError("BINSTRING pickle has negative byte count")
-        _check_len(src, n)
-        raw = src.read(n)
-        return raw if encoding == "bytes" else raw.decode(encoding)
-    if name in ("BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8"):
-        width = {"SHORT_BINBYTES": 1, "BINBYTES": 4}.get(name, 8)
-        n = _unsigned(src.read(width))
-        _check_len(src, n)
-        return src.read(n) if name == "SHORT_BINBYTES" else src.read_into(n)
-    if name == "UNICODE":
-        return _line(src, name).decode("raw-unicode-escape")
-    if name in ("BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"):
-        width = {"SHORT_BINUNICODE": 1, "BINUNICODE": 4}.get(name, 8)
-        n = _unsigned(src.read(width))
-        _check_len(src, n)
-        return src.read(n).decode("utf-8", "surrogatepass")
-    if name in ("GET", "PUT"):
-        value = int(_line(src, name), 10)
-        if name == "PUT" and value < 0:
-            raise ValueError("negative PUT argument")
-        return value
-    if name in ("BINGET", "BINPUT"):
-        return src.read(1)[0]
-    if name in ("LONG_BINGET", "LONG_BINPUT"):
-        return int.from_bytes(src.read(4), "little")
-    if name == "EXT1":
-        return src.read(1)[0]
-    if name == "EXT2":
-        return int.from_bytes(src.read(2), "little")
-    if name == "EXT4":
-        return _signed4(src.read(4))
-    if name == "PERSID":
-        return _line(src, name).decode("ascii")
-    return None
+def _global(name: str, src: Source, encoding: str) -> tuple[str, str]:
+    module = _line(src, name)
+    qual = _line(src, name)
+    codec = "utf-8" if name == "GLOBAL" else "ascii"
+    return (module.decode(codec), qual.decode(codec))
+
+
+def _proto(name: str, src: Source, encoding: str) -> int:
+    proto = src.read(1)[0]
+    if proto > HIGHEST_PROTOCOL:
+        raise ValueError(f"unsupported pickle protocol: {proto}")
+    return proto
+
+
+def _long_line(name: str, src: Source, encoding: str) -> int:
+    line = _line(src, name)
+    return int(line[:-1] if line.endswith(b"L") else line, 0)
+
+
+def _long_bytes(name: str, src: Source, encoding: str) -> int:
+    n = src.read(1)[0] if name == "LONG1" else _signed4(src.read(4))
+    if n < 0:
+        raise ValueError("LONG pickle has negative byte count")
+    _check_len(src, n)
+    return int.from_bytes(src.read(n), "little", signed=True)
+
+
+def _binstring(name: str, src: Source, encoding: str) -> Any:
+    n = src.read(1)[0] if name == "SHORT_BINSTRING" else _signed4(src.read(4))
+    if n < 0:
+        raise ValueError("BINSTRING pickle has negative byte count")
+    _check_len(src, n)
+    raw = src.read(n)
+    return raw if encoding == "bytes" else raw.decode(encoding)
+
+
+def _binbytes(name: str, src: Source, encoding: str) -> bytes:
+    width = {"SHORT_BINBYTES": 1, "BINBYTES": 4}.get(name, 8)
+    n = _unsigned(src.read(width))
+    _check_len(src, n)
+    return src.read(n) if name == "SHORT_BINBYTES" else src.read_into(n)
+
+
+def _binunicode(name: str, src: Source, encoding: str) -> str:
+    width = {"SHORT_BINUNICODE": 1, "BINUNICODE": 4}.get(name, 8)
+    n = _unsigned(src.read(width))
+    _check_len(src, n)
+    return src.read(n).decode("utf-8", "surrogatepass")
+
+
+def _memo_line(name: str, src: Source, encoding: str) -> int:
+    value = int(_line(src, name), 10)
+    if name == "PUT" and value < 0:
+        raise ValueError("negative PUT argument")
+    return value
+
+
+def _byte(name: str, src: Source, encoding: str) -> int:
+    return src.read(1)[0]
+
+
+def _uint2(name: str, src: Source, encoding: str) -> int:
+    return int.from_bytes(src.read(2), "little")
+
+
+def _uint4(name: str, src: Source, encoding: str) -> int:
+    return int.from_bytes(src.read(4), "little")
+
+
+def _int4(name: str, src: Source, encoding: str) -> int:
+    return _signed4(src.read(4))
+
+
+# opcode name -> how ``_pickle.c`` reads its argument (an opcode not listed has none)
+_ARG_READERS: dict[str, Callable[[str, Source, str], Any]] = {
+    "GLOBAL": _global, "INST": _global,
+    "PROTO": _proto,
+    "FRAME": lambda name, src, encoding: _unsigned(src.read(8)),
+    "INT": lambda name, src, encoding: _text_int(_line(src, name)),
+    "LONG": _long_line,
+    "FLOAT": lambda name, src, encoding: float(_line(src, name)),
+    "BININT": _int4, "BININT1": _byte, "BININT2": _uint2,
+    "BINFLOAT": lambda name, src, encoding: struct.unpack(">d", src.read(8))[0],
+    "LONG1": _long_bytes, "LONG4": _long_bytes,
+    "STRING": lambda name, src, encoding: _decode_string_line(_line(src, name), encoding),
+    "BINSTRING": _binstring, "SHORT_BINSTRING": _binstring,
+    "BINBYTES": _binbytes, "SHORT_BINBYTES": _binbytes, "BINBYTES8": _binbytes,
+    "BYTEARRAY8": _binbytes,
+    "UNICODE": lambda name, src, encoding: _line(src, name).decode("raw-unicode-escape"),
+    "BINUNICODE": _binunicode, "SHORT_BINUNICODE": _binunicode, "BINUNICODE8": _binunicode,
+    "GET": _memo_line, "PUT": _memo_line,
+    "BINGET": _byte, "BINPUT": _byte, "LONG_BINGET": _uint4, "LONG_BINPUT": _uint4,
+    "EXT1": _byte, "EXT2": _uint2, "EXT4": _int4,
+    "PERSID": lambda name, src, encoding: _line(src, name).decode("ascii"),
+}
 
 
 def _check_len(src: Source, n: int) -> None:
@@ -282,14 +303,20 @@ def read_ops(data: bytes, *, mode: str = "stream", encoding: str = "ASCII",
     truncated argument, undecodable text, bad protocol); the opcodes before it were yielded.
     """
     src = source or Source(data, mode)
+    data_ = src.data
     while True:
         pos = src.pos
         try:
-            code = src.read(1)
-            name = OPCODES.get(code[0])
+            if pos < src.buf_end:  # src.read(1), without its checks: one byte never crosses
+                byte = data_[pos]  # a FRAME's end and is in the buffer
+                src.pos = pos + 1
+            else:
+                byte = src.read(1)[0]
+            name = OPCODES.get(byte)
             if name is None:
-                raise ValueError(f"invalid load key, {code!r}")
-            arg = _arg(name, src, encoding)
+                raise ValueError(f"invalid load key, {bytes([byte])!r}")
+            reader = _ARG_READERS.get(name)
+            arg = None if reader is None else reader(name, src, encoding)
             if name == "FRAME":
                 src.frame(arg)
         except (EOFError, ValueError, OverflowError, UnicodeDecodeError, struct.error,
