@@ -22,8 +22,10 @@ EXE = str(Path(sys.executable).with_name("ckptrescue"))
 
 @pytest.fixture(scope="module")
 def many_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 256-rank DeepSpeed-layout step: long enough at --jobs 2 to be stopped mid-way."""
-    return make_step(tmp_path_factory.mktemp("ranks") / "run", 256, 1, numel=4000)
+    """A 2048-rank DeepSpeed-layout step: its probe at --jobs 2 takes seconds (6 s here), so a
+    signal sent once the workers run lands mid-way on a machine several times faster too (256
+    ranks took 0.7 s in all, and a probe could finish before the Ctrl-C)."""
+    return make_step(tmp_path_factory.mktemp("ranks") / "run", 2048, 1, numel=500)
 
 
 def _start(step: Path, case: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
