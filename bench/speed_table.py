@@ -1,6 +1,6 @@
 """The speed table: every row a ratio against its anchor, measured in the same run, with peak RSS.
 
-    python bench/speed_table.py [--mib 1024] [--repeat 3] [--only probe,tf,hash,tui]
+    python bench/speed_table.py [--mib 1024] [--repeat 3] [--only probe,many,tf,hash,tui]
 
 Each figure is a whole process (``ckptrescue ...`` or ``python -c ...`` from exec to exit),
 timed by the parent, its peak RSS and CPU time from GNU time. Every contender runs once to warm
@@ -19,6 +19,8 @@ Rows (goals from the issue):
 * ``probe --no-numeric``, trained-like file: <= 0.20x;
 * content dependence: the slowest / the fastest ``probe`` of 5 value distributions of the same
   size (trained-like, integer-valued, all zeros, NaN/Inf-heavy, subnormal-heavy): <= 1.3;
+* per-tensor cost (no goal in the issue; context): ``probe`` of a ``torch.save`` of 20,000
+  tensors of 16 KiB, an optimizer's state, vs ``torch.load``;
 * TensorBundle ``probe`` vs TensorFlow's reader (``load_checkpoint`` + every ``get_tensor``)
   including ``import tensorflow``: <= 0.10x;
 * ``manifest build --jobs 1`` / ``--jobs 2`` vs ``sha256sum``, as sha256sum's time / ours
@@ -55,9 +57,11 @@ import torch
 kind, mib, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 per = 4 << 20  # 16 MiB float32 tensors
 n = max(1, mib * (1 << 20) // (per * 4))
+if kind == "many":  # an optimizer's state: MANY tensors of 16 KiB, trained-like values
+    per, n = 4096, mib
 def block(i):
     rng = np.random.default_rng(1000 + i)
-    if kind == "normal":  # Irwin-Hall of 4 uniform integers: sigma ~0.018, exact in float32
+    if kind in ("normal", "many"):  # Irwin-Hall of 4 uniform integers: sigma ~0.018, exact in float32
         k = rng.integers(-1024, 1024, size=(4, per), dtype=np.int32).sum(axis=0)
         return k.astype(np.float32) * np.float32(2.0 ** -16)
     if kind == "integer":  # counters, step tables, arange-like embeddings
@@ -254,6 +258,23 @@ def probe_rows(work: Path, mib: int, repeat: int) -> list[str]:
     return rows
 
 
+MANY = 20_000
+
+
+def many_rows(work: Path, repeat: int) -> list[str]:
+    """Per-tensor cost: a torch.save of MANY tensors of 16 KiB (about 320 MiB)."""
+    path = work / "many.pt"
+    run([sys.executable, "-c", BUILD, "many", str(MANY), str(path)])
+    warm([path])
+    s = interleaved({
+        "load": lambda: run([sys.executable, "-c", LOAD, str(path)],
+                            env={"OMP_NUM_THREADS": "1"}),
+        "probe": lambda: run([str(BIN), "probe", "--json", str(path)], ok=(0, 1)),
+    }, repeat)
+    path.unlink()
+    return [ratio_row(f"probe, {MANY:,} tensors of 16 KiB", s["probe"], s["load"], "-")]
+
+
 def tf_rows(work: Path, mib: int, repeat: int) -> list[str]:
     try:
         import tensorflow  # noqa: F401
@@ -408,7 +429,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=int(os.environ.get("CKPT_BENCH_MIB", "1024")))
     ap.add_argument("--repeat", type=int, default=int(os.environ.get("SPEED_BENCH_REPEAT", "3")))
-    ap.add_argument("--only", default="probe,tf,hash,tui")
+    ap.add_argument("--only", default="probe,many,tf,hash,tui")
     ap.add_argument("--tmp", default=None, help="work directory (default: system temp)")
     args, _ = ap.parse_known_args()
     only = set(args.only.split(","))
@@ -420,6 +441,8 @@ def main() -> int:
             rows += probe_rows(work, args.mib, args.repeat)
             for p in work.glob("*.pt"):
                 p.unlink()
+        if "many" in only:
+            rows += many_rows(work, args.repeat)
         if "tf" in only:
             rows += tf_rows(work, args.mib, args.repeat)
         if "hash" in only:
