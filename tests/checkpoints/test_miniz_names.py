@@ -7,6 +7,9 @@ names, the record found is the one its exact steps leave where the search lands.
 from __future__ import annotations
 
 import random
+from pathlib import Path
+
+import pytest
 
 from ckptrescue.checkpoints.formats import miniz_rules
 
@@ -76,3 +79,40 @@ def test_name_order_and_lookup_equal_minizs_loops() -> None:
             found = miniz_rules._binary_search(entries, order, want)  # type: ignore[arg-type]
             equal = [e for e in entries if _c_compare(e.name_raw, want) == 0]
             assert (found is None) == (not equal) and (found is None or found in equal), want
+
+
+def test_the_record_found_among_same_named_ones_is_the_one_torch_reads(tmp_path: Path) -> None:
+    """Exact steps, against the real reader: archives whose records share a name up to case, in
+    varied orders and numbers; for each name, the record the kit's lookup returns holds the
+    bytes torch's own reader (``PyTorchFileReader``: miniz) returns."""
+    import warnings
+    import zipfile
+
+    torch = pytest.importorskip("torch")
+    from ckptrescue.checkpoints.formats import zipwalk
+
+    rng = random.Random(11)
+    stems = ["data/0", "data/1", "data.pkl", "byteorder"]
+    for trial in range(60):
+        names = [f"archive/{rng.choice(stems)}" for _ in range(rng.randint(3, 14))]
+        names = [n if rng.random() < 0.5 else n.swapcase().replace("ARCHIVE", "archive")
+                 for n in names]
+        path = tmp_path / f"a{trial}.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("archive/version", b"3\n")  # the reader needs it to open
+            for i, name in enumerate(names):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # duplicate names
+                    zf.writestr(name, f"{i}:{name}".encode())
+        with open(path, "rb") as fh:
+            layout = zipwalk.read_central(fh)
+        assert layout is not None
+        view = miniz_rules.torch_view(layout)
+        reader = torch._C.PyTorchFileReader(str(path))
+        with open(path, "rb") as fh:
+            data = fh.read()
+        for name in {n.split("/", 1)[1] for n in names}:
+            rec = view.locate(name)
+            assert rec is not None and rec.data_offset is not None
+            ours = data[rec.data_offset:rec.data_offset + rec.compressed_size]
+            assert bytes(reader.get_record(name)) == ours, (trial, name, names)
