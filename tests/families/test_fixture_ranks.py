@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_helpers import still_running
 
 psutil = pytest.importorskip("psutil")
 pytest.importorskip("torch")
@@ -54,16 +55,6 @@ def _ranks(out: Path, timeout: float = 60) -> list[int]:
     raise AssertionError("the ranks never started")
 
 
-def _alive(pids: list[int], timeout: float = 10) -> list[int]:
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        time.sleep(0.05)
-    return alive
-
-
 def _kill(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -77,7 +68,7 @@ def test_ranks_are_forked_and_finish(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and out.strip() == "DONE", err[-2000:]
     pids = [int(f.read_text()) for f in sorted(tmp_path.glob("rank*"))]
-    assert len(pids) == 2 and proc.pid not in pids and _alive(pids) == []
+    assert len(pids) == 2 and proc.pid not in pids and still_running(pids) == []
     assert {f.read_text() for f in tmp_path.glob("inherited*")} == {str(proc.pid)}
 
 
@@ -88,7 +79,7 @@ def test_a_hung_rank_fails_the_build_at_its_deadline_and_is_killed(tmp_path: Pat
         out, err = proc.communicate(timeout=60)
         assert proc.returncode != 0 and "DONE" not in out
         assert "still running after 3 s: killed" in err, err[-2000:]
-        assert _alive(pids) == []
+        assert still_running(pids) == []
     finally:
         _kill([proc.pid, *pids])
 
@@ -99,6 +90,6 @@ def test_a_writer_killed_with_9_leaves_no_rank(tmp_path: Path) -> None:
     try:
         proc.kill()
         proc.wait(timeout=30)
-        assert _alive(pids) == []
+        assert still_running(pids) == []
     finally:
         _kill(pids)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_helpers import still_running
 
 from fixtures.families.deepspeed_synth import make_step
 
@@ -47,16 +48,6 @@ def _start(step: Path, case: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
     return proc, workers
 
 
-def _gone(pids: list[int], timeout: float = 10) -> list[int]:
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        time.sleep(0.05)
-    return alive
-
-
 def test_kill_9_of_the_probe_leaves_no_worker(tmp_path: Path, many_ranks: Path) -> None:
     case = tmp_path / "case"
     subprocess.run([EXE, "case", "new", str(case)], check=True, capture_output=True)
@@ -64,7 +55,7 @@ def test_kill_9_of_the_probe_leaves_no_worker(tmp_path: Path, many_ranks: Path) 
     os.kill(proc.pid, signal.SIGKILL)  # the command only: its workers must follow
     proc.wait()
     try:
-        assert _gone(workers) == []
+        assert still_running(workers) == []
     finally:
         for pid in workers:  # never leave them behind, even when the test fails
             if psutil.pid_exists(pid):
@@ -90,7 +81,7 @@ def test_ctrl_c_gives_one_line_and_exit_130(tmp_path: Path, many_ranks: Path) ->
             and "EOFError" not in err, err
         lines = [x for x in err.splitlines() if x.strip() and "rank files" not in x]
         assert len(lines) == 1 and "interrupted" in lines[0], err
-        assert _gone(workers) == []
+        assert still_running(workers) == []
     finally:
         for pid in workers:
             if psutil.pid_exists(pid):
