@@ -57,8 +57,8 @@ import torch
 kind, mib, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 per = 4 << 20  # 16 MiB float32 tensors
 n = max(1, mib * (1 << 20) // (per * 4))
-if kind == "many":  # an optimizer's state: MANY tensors of 16 KiB, trained-like values
-    per, n = 4096, mib
+if kind == "many":  # an optimizer's state: tensors of 16 KiB, trained-like values; the
+    per, n = 4096, mib  # second argument is then their number, not a size
 def block(i):
     rng = np.random.default_rng(1000 + i)
     if kind in ("normal", "many"):  # Irwin-Hall of 4 uniform integers: sigma ~0.018, exact in float32
