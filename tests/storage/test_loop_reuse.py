@@ -19,7 +19,6 @@ import contextlib
 import json
 import re
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -70,11 +69,7 @@ def reused_loop(old: Path, new: Path):
             _shut_down_xfs_on(dev)
         finally:
             fx.detach_own(dev, old)
-        for _ in range(40):  # the detach completes asynchronously
-            if fx.sh("losetup", dev, str(new), check=False).returncode == 0:
-                break
-            time.sleep(0.05)
-        if not fx.backed_by(dev, new):
+        if not fx.attach_on(dev, new, after=old):
             continue
         ok, seen = _kernel_says_reattached(Path(dev).name)
         if not ok:

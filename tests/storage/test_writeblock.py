@@ -246,11 +246,16 @@ def test_release_refuses_a_device_reused_under_the_recorded_name(case, shm_dir, 
     on the same name. Releasing /dev/loopN for case A must not touch B's device."""
     a = fx.make_fs(shm_dir / "a.img", "ext4")
     b = fx.make_fs(shm_dir / "b.img", "ext4")
-    with fx.loop(a, read_only=False) as dev:
-        rec = writeblock.protect(dev, case, purpose="test")
-        assert rec["enforced"] and rec["diskseq"]
-    # fx.loop cleared the flag and detached; image B is attached on the very same name
-    fx.sh("losetup", dev, str(b))
+    for _ in range(20):
+        with fx.loop(a, read_only=False) as dev:
+            rec = writeblock.protect(dev, case, purpose="test")
+            assert rec["enforced"] and rec["diskseq"]
+        # fx.loop cleared the flag and detached; image B is attached on the very same name,
+        # unless a test beside this one took that number first (then again, on another one)
+        if fx.attach_on(dev, b, after=a):
+            break
+    else:
+        pytest.fail("no loop number could be attached twice in a row (others took each one)")
     try:
         writeblock.set_readonly(dev, True)  # someone else's block on B
         with pytest.raises(RefusedError, match="not the device this case write-blocked"):
