@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
-from ckptrescue.errors import EvidenceError, UsageError
+from ckptrescue.errors import EvidenceError, ToolFailedError, UsageError
 from ckptrescue.storage import sysfs
 from ckptrescue.storage.loops import attach_slice
 
@@ -25,10 +25,18 @@ if TYPE_CHECKING:
 VOLUME_MANAGERS: dict[str, str] = {"LVM2_member": "ckptrescue.storage.lvm"}
 
 
-def blkid(runner: SubprocessRunner, dev: str) -> dict[str, str]:
-    """Low-level probe (``blkid -p``: reads superblocks directly, no cache)."""
+def blkid(runner: SubprocessRunner, dev: str, *, strict: bool = True) -> dict[str, str]:
+    """Low-level probe (``blkid -p``: reads superblocks directly, no cache). Empty when blkid
+    found nothing (its exit status 2). When it could not probe (it could not read the device,
+    several signatures made it ambivalent, it timed out), ``strict`` raises that, in blkid's
+    words: "no filesystem found" would be a statement about the evidence nobody observed."""
     res = runner.run(ToolCall.of("blkid", "-p", "-o", "export", dev, timeout_s=60,
                                  purpose="identify filesystem"))
+    if strict and not res.dry_run and res.returncode not in (0, 2):
+        said = res.stderr.strip().splitlines()
+        why = res.refused or ("timed out" if res.timed_out else
+                              f"exit {res.returncode}: {said[-1] if said else 'no message'}")
+        raise ToolFailedError(f"blkid -p {dev} could not probe it ({why[:300]})")
     out: dict[str, str] = {}
     for line in res.stdout.splitlines():
         k, sep, v = line.partition("=")
@@ -41,7 +49,7 @@ def mounted_uuids(runner: SubprocessRunner, fstype: str) -> set[str]:
     uuids = set()
     for entry in sysfs.mounts():
         if entry.fstype == fstype and entry.source.startswith("/dev/"):
-            info = blkid(runner, entry.source)
+            info = blkid(runner, entry.source, strict=False)
             if info.get("UUID"):
                 uuids.add(info["UUID"])
     return uuids

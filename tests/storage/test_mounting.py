@@ -156,3 +156,32 @@ def test_btrfs_mounts_without_log_replay_on_this_kernel(case, shm_dir, tmp_path,
     assert fx.sha256(img) == before
     assert ro_options("btrfs", "5.4.0-150-generic") == "ro,nologreplay,nosuid,nodev,noexec"
     assert ro_options("btrfs", "6.1.0-57-amd64") == "ro,rescue=nologreplay,nosuid,nodev,noexec"
+
+
+def test_two_signatures_are_said_as_blkid_says_them_not_as_no_filesystem(case, shm_dir, tmp_path,
+                                                                         no_leftovers):
+    """An ext4 volume whose first sector still holds an older XFS superblock (a disk reformatted
+    over another filesystem): ``blkid -p`` is ambivalent and exits 8. The mount stops with blkid's
+    words, not "no filesystem found", which nobody observed; an image holding nothing still says
+    that. Nothing stays attached and the images are unchanged."""
+    from cli_helpers import invoke
+
+    both = fx.make_fs(shm_dir / "both.img", "ext4")
+    older = fx.make_fs(shm_dir / "older.img", "xfs")
+    with open(older, "rb") as src, open(both, "r+b") as dst:
+        dst.write(src.read(512))
+    blank = shm_dir / "blank.img"
+    with open(blank, "wb") as fh:
+        fh.truncate(32 << 20)
+    before = {p: fx.sha256(p) for p in (both, blank)}
+    case_dir = case.root
+
+    r = invoke("mount", str(both), str(tmp_path / "m1"), "--case", str(case_dir))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    said = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(said) == 1 and "blkid -p" in said[0] and "ambivalent" in said[0], r.stderr
+    assert "no filesystem found" not in r.stderr
+
+    r = invoke("mount", str(blank), str(tmp_path / "m2"), "--case", str(case_dir))
+    assert r.returncode != 0 and "no filesystem found (blkid -p)" in r.stderr, r.stderr
+    assert {p: fx.sha256(p) for p in before} == before
