@@ -2,13 +2,17 @@
 
 * ``@pytest.mark.privileged``: needs root and loop devices. Skips with a reason when
   unprivileged, but fails instead when ``CKPTRESCUE_REQUIRE_PRIVILEGED=1`` (set by ``.ci/run``).
+  Such tests run one at a time across the pytest-xdist workers (``KERNEL_LOCK``).
 * ``@pytest.mark.needs_tool("xfs_db", ...)``: skips when a tool is missing, fails in CI.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,13 +48,17 @@ def _skip_or_fail(reason: str) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``): the TUI tests share fixed-path screens, so they
-    run in one worker. First of the hooks: xdist's worker hook reads the ``xdist_group`` marks
-    to name the groups, and a mark added after it was ignored (the TUI tests went to both
-    workers, one waiting on the other's lock of the screens' directory)."""
+    run in one worker; so do the other privileged tests (they take ``KERNEL_LOCK`` in turn: in
+    one worker, no worker waits for it while the others run the rest). First of the hooks:
+    xdist's worker hook reads the ``xdist_group`` marks to name the groups, and a mark added
+    after it was ignored (the TUI tests went to both workers, one waiting on the other's lock of
+    the screens' directory)."""
     tui = REPO / "tests" / "tui"
     for item in items:
         if tui in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.xdist_group("tui"))
+        elif item.get_closest_marker("privileged"):
+            item.add_marker(pytest.mark.xdist_group("kernel"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -70,6 +78,28 @@ def case(tmp_path: Path):  # noqa: ANN201
     from ckptrescue.record.case import Case
 
     return Case.create(tmp_path / "case", title="test case", examiner="pytest")
+
+
+# Loop devices, mounts and block-layer flags are one machine-wide state. Two tests changing it
+# at once met kernel behaviour no test asked about: a number one test had just detached was
+# attached by the other, whose mount then read no superblock ("unable to read superblock", "no
+# filesystem found"), a few times in a hundred runs. A privileged test holds this lock from its
+# setup to its teardown; the other workers go on with the rest meanwhile (make test runs one
+# worker more than there are cores, so a worker waiting here leaves its core to them).
+KERNEL_LOCK = Path(tempfile.gettempdir()) / "ckptrescue-tests-kernel-state.lock"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if item.get_closest_marker("privileged") is None:
+        yield
+        return
+    with open(KERNEL_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(hookwrapper=True)
