@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckptrescue.checkpoints.formats.regular_file import kind_of
+
 
 @dataclass(frozen=True)
 class FileEntry:
@@ -42,18 +44,6 @@ class WalkResult:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    return "not a regular file"
 
 
 def _inside(path: bytes, root: bytes) -> bool:
@@ -97,7 +87,7 @@ def walk(root: str | os.PathLike[str] | bytes, *,
             elif stat.S_ISLNK(st.st_mode):
                 _symlink(entry.path, rel, real_root, excluded, result)
             else:
-                result.skipped.append(Skipped(rel, f"{_kind(st.st_mode)}, not hashed"))
+                result.skipped.append(Skipped(rel, f"{kind_of(st.st_mode)}, not hashed"))
     result.files.sort(key=lambda f: f.rel)
     result.skipped.sort(key=lambda s: s.rel)
     return result
@@ -154,7 +144,7 @@ def scan(root: str | os.PathLike[str] | bytes, *,
                         yield f.rel, f.size, f.mtime_ns, f.inode or 0
                     yield from side.skipped
                 else:
-                    yield Skipped(rel, f"{_kind(mode)}, not hashed")
+                    yield Skipped(rel, f"{kind_of(mode)}, not hashed")
 
 
 def sorted_scan(root: str | os.PathLike[str] | bytes, *,
@@ -238,7 +228,7 @@ def _sorted_dir(abs_dir: bytes, rel_dir: bytes, real_root: tuple[bytes, ...],
                     append((name, f.rel, f.size, f.mtime_ns, f.inode or 0))
                 skips.extend(side.skipped)
             else:
-                skips.append(Skipped(prefix + name, f"{_kind(mode)}, not hashed"))
+                skips.append(Skipped(prefix + name, f"{kind_of(mode)}, not hashed"))
     items.sort(key=_first)  # the keys are unique: comparing them alone is enough
     return items
 
@@ -280,7 +270,7 @@ def _symlink(path: bytes, rel: bytes, real_root: tuple[bytes, ...],
     elif stat.S_ISREG(st.st_mode):
         result.files.append(FileEntry(rel, st.st_size, st.st_mtime_ns, st.st_ino))
     else:
-        result.skipped.append(Skipped(rel, f"symlink to {_kind(st.st_mode)}, not hashed"))
+        result.skipped.append(Skipped(rel, f"symlink to {kind_of(st.st_mode)}, not hashed"))
 
 
 def display(rel: bytes) -> str:
