@@ -25,6 +25,7 @@ from typing import Any
 
 from ckptrescue.checkpoints.base import ProbeOptions, Verdict
 from ckptrescue.checkpoints.families.base import Family, Member, probe_member_file
+from ckptrescue.checkpoints.formats.chunked import iter_chunks
 from ckptrescue.errors import UsageError
 from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
@@ -158,12 +159,11 @@ def _crc_range(path: str, offset: int, length: int) -> str | None:
             fh.seek(offset)
             crc = 0
             left = length
-            while left > 0:
-                block = fh.read(min(CHUNK, left))
-                if not block:
-                    return None
+            for block in iter_chunks(fh, length, CHUNK):
                 crc = zlib.crc32(block, crc)
                 left -= len(block)
+            if left > 0:
+                return None
     except OSError:
         return None
     return f"crc32:{crc:08x}"

@@ -33,6 +33,7 @@ import struct
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ckptrescue.checkpoints.formats.chunked import skip
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, UnreadableAt, read_exact
 
 FILE_MAGIC = b"ARROW1"
@@ -319,14 +320,9 @@ class _Checker:
         return True
 
     def _skip(self, n: int) -> int:
-        left = n
-        while left > 0:
-            chunk = self.fh.read(min(left, _BLOCK))
-            if not chunk:
-                break
-            left -= len(chunk)
-        self.pos += n - left
-        return n - left
+        done = skip(self.fh, n)
+        self.pos += done
+        return done
 
     def _decode(self, message: bytes, index: int | None, start: int) -> bool:
         """pyarrow reads the batch (with the schema and dictionaries before it) and validates

@@ -35,6 +35,7 @@ import struct
 from array import array
 from typing import IO, Any
 
+from ckptrescue.checkpoints.formats.chunked import skip
 from ckptrescue.datasets.decompress import Decompressed, LimitReached
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, open_tracked, read_exact
 from ckptrescue.errors import ToolMissingError
@@ -230,7 +231,7 @@ def _walk(fh: Any, table: array[int], n: int, pos: int, sizes: list[int | None] 
         if i in starts_bad or begin < pos:
             continue  # reported with the table
         need = begin - pos
-        got = _skip(fh, need)
+        got = skip(fh, need)
         pos += got
         if got < need:
             bad.add(i, begin, f"sample {i} starts at {begin}, past the end of the shard "
@@ -240,7 +241,7 @@ def _walk(fh: Any, table: array[int], n: int, pos: int, sizes: list[int | None] 
         if not lenient:
             length = end - begin
             head = read_exact(fh, min(length, 4 * variable))
-            got = len(head) + _skip(fh, length - len(head))
+            got = len(head) + skip(fh, length - len(head))
             pos += got
             if got < length:
                 bad.add(i, begin, f"sample {i} truncated: {got} of {length} bytes present"
@@ -273,7 +274,7 @@ def _walk(fh: Any, table: array[int], n: int, pos: int, sizes: list[int | None] 
                     "unknown (config damaged)")
             continue
         want = 4 * variable + fixed + sum(struct.unpack(f"<{variable}I", head))
-        got = _skip(fh, want - len(head))
+        got = skip(fh, want - len(head))
         pos += got
         if len(head) + got < want:
             bad.add(i, begin, f"sample {i} truncated: {len(head) + got} of {want} bytes "
@@ -288,7 +289,7 @@ def _walk(fh: Any, table: array[int], n: int, pos: int, sizes: list[int | None] 
                     f"past the end of the shard ({size} bytes): damaged (sample {i} is whole)")
         out.records += 1
     if size is None:  # a stream: its end is where the last sample ends
-        extra = _skip(fh, 1 << 62)
+        extra = skip(fh, 1 << 62)
         if pos == table[n] and extra:
             bad.add(None, pos, f"{extra} bytes after the last sample")
         pos += extra
@@ -297,16 +298,6 @@ def _walk(fh: Any, table: array[int], n: int, pos: int, sizes: list[int | None] 
 
 def _after(i: int, n: int) -> str:
     return f"; samples {i + 1}..{n - 1} are missing" if i + 1 < n else ""
-
-
-def _skip(fh: Any, n: int) -> int:
-    left = n
-    while left > 0:
-        chunk = fh.read(min(left, _BLOCK))
-        if not chunk:
-            break
-        left -= len(chunk)
-    return n - left
 
 
 class _Prefixed:

@@ -13,8 +13,9 @@ import io
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from ckptrescue.checkpoints.formats.chunked import Readable, iter_chunks
 from ckptrescue.datasets.hashing import locate_read_error
 from ckptrescue.datasets.walk import to_json_path
 from ckptrescue.effects.files import open_read_only
@@ -130,19 +131,7 @@ def open_tracked(path: str | bytes, *, buffer_size: int = 1 << 20) -> io.Buffere
     return io.BufferedReader(_TrackedRaw(fd), buffer_size=buffer_size)
 
 
-class Readable(Protocol):
-    def read(self, n: int = -1, /) -> bytes: ...
-
-
 def read_exact(fh: Readable, n: int) -> bytes:
     """Read up to ``n`` bytes, looping over short reads (returns fewer only at EOF); at most
     1 MiB a read, so a length field that lies allocates no more than the file holds."""
-    chunks: list[bytes] = []
-    left = n
-    while left > 0:
-        chunk = fh.read(min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+    return b"".join(iter_chunks(fh, n))

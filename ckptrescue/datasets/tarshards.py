@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import IO
 
 from ckptrescue.checkpoints.families.tarwalk import checksum_ok, octal
+from ckptrescue.checkpoints.formats.chunked import iter_chunks
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, read_exact
 
 BLOCK = 512
@@ -206,13 +207,9 @@ def _after_end(fh: IO[bytes], pos: int, index: int, out: CheckOutcome) -> None:
 def _skip(fh: IO[bytes], n: int, *, look: bool = False) -> tuple[int, int | None]:
     """Read past ``n`` bytes of member data; with ``look``, also the offset (in the data) of
     the first block that is a valid ustar header: a size that swallowed the next member."""
-    left = n
     done = 0
     found: int | None = None
-    while left:
-        chunk = fh.read(min(left, 1 << 20))
-        if not chunk:
-            break
+    for chunk in iter_chunks(fh, n):
         if look and found is None:
             at = chunk.find(b"ustar", 257)
             while at >= 0 and found is None:
@@ -221,9 +218,8 @@ def _skip(fh: IO[bytes], n: int, *, look: bool = False) -> tuple[int, int | None
                         and checksum_ok(chunk[start:start + BLOCK]):
                     found = done + start
                 at = chunk.find(b"ustar", at + 1)
-        left -= len(chunk)
         done += len(chunk)
-    return n - left, found
+    return done, found
 
 
 def _resync(fh: IO[bytes], start: int, size: int) -> int | None:

@@ -19,10 +19,10 @@ import re
 import struct
 from typing import IO
 
+from ckptrescue.checkpoints.formats.chunked import iter_chunks
 from ckptrescue.datasets.crc32c import crc32c, mask, masked_crc32c
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, read_exact
 
-_CHUNK = 1 << 20
 _HDR = struct.Struct("<QI")
 
 
@@ -59,10 +59,7 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
             break
         crc = 0
         left = length
-        while left:
-            chunk = fh.read(min(left, _CHUNK))
-            if not chunk:
-                break
+        for chunk in iter_chunks(fh, length):
             crc = crc32c(chunk, crc)
             left -= len(chunk)
         footer = read_exact(fh, 4)

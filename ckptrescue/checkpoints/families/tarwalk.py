@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ckptrescue.checkpoints.formats.chunked import skip
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 
 BLOCK = 512
@@ -275,13 +276,7 @@ def _skip(fh: BinaryIO, n: int, *, stream: bool = False) -> bool:
     if n <= 0:
         return True
     if stream or isinstance(fh, gzip.GzipFile):
-        left = n
-        while left:
-            got = fh.read(min(left, 1 << 20))
-            if not got:
-                return False
-            left -= len(got)
-        return True
+        return skip(fh, n) == n
     fh.seek(n, os.SEEK_CUR)
     return True
 

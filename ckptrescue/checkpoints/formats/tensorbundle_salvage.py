@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.checkpoints.base import CheckpointReport, TensorRecord
+from ckptrescue.checkpoints.formats.chunked import iter_chunks
 from ckptrescue.checkpoints.formats.tensorbundle_entries import DTYPES, BundleEntry
 from ckptrescue.checkpoints.formats.tensorbundle_index import (
     index_path,
@@ -117,10 +118,4 @@ def read_bundle_tensor(prefix: Path, rec: TensorRecord) -> Iterator[bytes]:
     assert rec.file is not None and rec.offset is not None and rec.length is not None
     with Path(rec.file).open("rb") as fh:
         fh.seek(rec.offset)
-        left = rec.length
-        while left:
-            block = fh.read(min(CHUNK, left))
-            if not block:
-                return
-            yield block
-            left -= len(block)
+        yield from iter_chunks(fh, rec.length, CHUNK)

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ckptrescue.checkpoints.formats.chunked import iter_chunks
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.model import Finding, Severity
 from ckptrescue.storage.filesystem import (
@@ -160,13 +161,8 @@ def rebuild_and_map(case: Case, runner: SubprocessRunner, dev: str, hits: list[R
                     continue  # unwritten extent: reads as zeros
                 src.seek(e.physical * bs)
                 dst.seek(e.logical * bs)
-                left = min(e.length * bs, max(0, size - e.logical * bs))
-                while left > 0:
-                    block = src.read(min(left, 1 << 20))
-                    if not block:
-                        break
+                for block in iter_chunks(src, min(e.length * bs, max(0, size - e.logical * bs))):
                     dst.write(block)
-                    left -= len(block)
         copies[path] = out
     case.log("locate.offline_copies", {p: str(c) for p, c in copies.items()})
     return tensor_names(case, work, hits, resolve=copies.get)
