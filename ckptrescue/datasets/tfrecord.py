@@ -23,7 +23,27 @@ from ckptrescue.checkpoints.formats.chunked import iter_chunks
 from ckptrescue.datasets.crc32c import crc32c, mask, masked_crc32c
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, read_exact
 
-_HDR = struct.Struct("<QI")
+HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC-32C of the length
+
+
+class ShortHeader(Exception):
+    """The stream ended inside a record header (``got`` of its 12 bytes)."""
+
+    def __init__(self, got: int) -> None:
+        super().__init__(f"{got} of {HEADER.size} bytes")
+        self.got = got
+
+
+def read_header(fh: IO[bytes]) -> tuple[int, int, bytes] | None:
+    """The next record's header: (length, the length's masked CRC, the header's bytes); None
+    at the end of the stream; :class:`ShortHeader` when the stream ends inside it."""
+    raw = read_exact(fh, HEADER.size)
+    if not raw:
+        return None
+    if len(raw) < HEADER.size:
+        raise ShortHeader(len(raw))
+    length, length_crc = HEADER.unpack(raw)
+    return length, length_crc, raw
 
 
 def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> CheckOutcome:
@@ -32,14 +52,14 @@ def check(fh: IO[bytes], size: int | None, out: CheckOutcome | None = None) -> C
     pos = 0
     index = 0
     while True:
-        hdr = read_exact(fh, 12)
-        if not hdr:
+        try:
+            header = read_header(fh)
+        except ShortHeader as exc:
+            out.bad.append(BadRecord(index, pos, None, f"truncated record header: {exc}"))
             break
-        if len(hdr) < 12:
-            out.bad.append(BadRecord(index, pos, None,
-                                     f"truncated record header: {len(hdr)} of 12 bytes"))
+        if header is None:
             break
-        length, length_crc = _HDR.unpack(hdr)
+        length, length_crc, hdr = header
         if masked_crc32c(hdr[:8]) != length_crc:
             out.bad.append(BadRecord(index, pos, None, "length CRC mismatch (length field "
                                      "damaged; the record boundary is lost)"))
@@ -109,7 +129,7 @@ def _resync(fh: IO[bytes], start: int, size: int) -> int | None:
                     break
                 i = max(j + 1, m.start() - 11)
                 continue
-            length, crc = _HDR.unpack_from(block, j)
+            length, crc = HEADER.unpack_from(block, j)
             if pos + j + 16 + length <= size and masked_crc32c(block[j : j + 8]) == crc:
                 return pos + j
             i = j + 1

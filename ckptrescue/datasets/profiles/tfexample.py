@@ -19,10 +19,10 @@ from typing import IO, Any
 
 from ckptrescue.checkpoints.formats.protowire import WireError, iter_fields, packed_varints, signed64
 from ckptrescue.datasets.shardcheck import read_exact
+from ckptrescue.datasets.tfrecord import ShortHeader, read_header
 from ckptrescue.model import JsonObject
 
 MAX_RECORD = 256 << 20
-_HDR = struct.Struct("<QI")
 
 
 class Truncated(Exception):
@@ -33,12 +33,13 @@ def iter_payloads(fh: IO[bytes]) -> Iterator[bytes]:
     """Every record's data; raises :class:`Truncated` when the framing breaks."""
     index = 0
     while True:
-        hdr = read_exact(fh, 12)
-        if not hdr:
+        try:
+            header = read_header(fh)
+        except ShortHeader as exc:
+            raise Truncated(f"record {index}: header truncated ({exc})") from None
+        if header is None:
             return
-        if len(hdr) < 12:
-            raise Truncated(f"record {index}: header truncated ({len(hdr)} of 12 bytes)")
-        length, _crc = _HDR.unpack(hdr)
+        length = header[0]
         if length > MAX_RECORD:
             raise Truncated(f"record {index}: length {length} over {MAX_RECORD} bytes "
                             "(damaged length field?)")
