@@ -150,6 +150,24 @@ def _dedupe(events: Iterable[TimelineEvent]) -> Iterator[TimelineEvent]:
         yield event
 
 
+KIT_DESC = "Recorded in the case audit log"
+_STEP = (KIT_DESC, "", {"step": "step", "step_action": "action", "status": "status"})
+# audit action -> (timestamp description, the part of the details the attributes come from
+# ("" = the details themselves), {attribute: key in that part})
+KIT_ATTRIBUTES: dict[str, tuple[str, str, dict[str, str]]] = {
+    "finding": ("Finding recorded", "finding",
+                {"code": "code", "severity": "severity", "evidence": "evidence"}),
+    "tool.run": ("Tool run finished", "",
+                 {"argv": "argv", "returncode": "returncode", "duration_s": "duration_s",
+                  "stdout_sha256": "stdout_sha256"}),
+    "evidence.added": ("Evidence acquired", "item",
+                       {"evidence_id": "id", "evidence_sha256": "sha256",
+                        "evidence_source": "source"}),
+    "step.started": _STEP,
+    "step.finished": _STEP,
+}
+
+
 def _kit_events(record: JsonObject) -> Iterator[TimelineEvent]:
     action = str(record["action"])
     if action == "artifact.stored":
@@ -160,25 +178,9 @@ def _kit_events(record: JsonObject) -> Iterator[TimelineEvent]:
     details = record.get("details") or {}
     attributes: JsonObject = {"action": action, "audit_seq": record["seq"],
                                   "audit_hash": record["hash"], "actor": record.get("actor")}
-    desc = "Recorded in the case audit log"
-    if action == "finding":
-        finding = details.get("finding") or {}
-        attributes.update({"code": finding.get("code"), "severity": finding.get("severity"),
-                           "evidence": finding.get("evidence")})
-        desc = "Finding recorded"
-    elif action == "tool.run":
-        attributes.update({"argv": details.get("argv"), "returncode": details.get("returncode"),
-                           "duration_s": details.get("duration_s"),
-                           "stdout_sha256": details.get("stdout_sha256")})
-        desc = "Tool run finished"
-    elif action == "evidence.added":
-        item = details.get("item") or {}
-        attributes.update({"evidence_id": item.get("id"), "evidence_sha256": item.get("sha256"),
-                           "evidence_source": item.get("source")})
-        desc = "Evidence acquired"
-    elif action in {"step.started", "step.finished"}:
-        attributes.update({"step": details.get("step"), "step_action": details.get("action"),
-                           "status": details.get("status")})
+    desc, part, keys = KIT_ATTRIBUTES.get(action, (KIT_DESC, "", {}))
+    source = (details.get(part) or {}) if part else details
+    attributes.update({name: source.get(key) for name, key in keys.items()})
     yield TimelineEvent(time=when, source="ckptrescue", timestamp_desc=desc,
                         message=describe_record(record),
                         attributes={k: v for k, v in attributes.items() if v is not None},
