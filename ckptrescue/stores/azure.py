@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
+from ckptrescue.errors import CkptRescueError, RemoteError, UsageError
 from ckptrescue.stores.base import (
     MiB,
     Notes,
@@ -87,12 +87,8 @@ def _transport_class() -> type:
             self.ckptrescue_stats = stats
 
         def send(self, request: Any, **kwargs: Any) -> Any:
-            name = operation_of(request.method, request.url)
-            if name not in READ_OPERATIONS:
-                self.ckptrescue_stats.refuse(name)
-                raise RefusedError(f"refused Azure Blob operation {name}: ckptrescue never "
-                                   "writes to a store (read-only client)")
-            self.ckptrescue_stats.count(name)
+            self.ckptrescue_stats.admit(operation_of(request.method, request.url),
+                                        READ_OPERATIONS, "Azure Blob")
             return super().send(request, **kwargs)
 
     return ReadOnlyTransport

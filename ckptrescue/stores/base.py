@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 
-from ckptrescue.errors import CkptRescueError, RemoteError, UsageError
+from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
 from ckptrescue.model import JsonObject
 from ckptrescue.stores.kinds import OS_CODES
 from ckptrescue.stores.urls import StoreUrl, parse_store_url
@@ -242,6 +242,15 @@ class StoreStats(OperationCounts):
     def refuse(self, operation: str) -> None:
         with self._lock:
             self.refused[operation] += 1
+
+    def admit(self, operation: str, allowed: frozenset[str], service: str) -> None:
+        """A choke point's one decision: count a read operation, or count the refusal and
+        raise :class:`~ckptrescue.errors.RefusedError` before anything is sent."""
+        if operation not in allowed:
+            self.refuse(operation)
+            raise RefusedError(f"refused {service} operation {operation}: ckptrescue never "
+                               "writes to a store (read-only client)")
+        self.count(operation)
 
 
 class Store(ABC):

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
-from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
+from ckptrescue.errors import CkptRescueError, RemoteError, UsageError
 from ckptrescue.stores.base import (
     MiB,
     Notes,
@@ -68,12 +68,7 @@ def _session_class(base: type) -> type:
         ckptrescue_stats: StoreStats
 
         def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            name = operation_of(method, url)
-            if name not in READ_OPERATIONS:
-                self.ckptrescue_stats.refuse(name)
-                raise RefusedError(f"refused GCS operation {name}: ckptrescue never writes to "
-                                   "a store (read-only client)")
-            self.ckptrescue_stats.count(name)
+            self.ckptrescue_stats.admit(operation_of(method, url), READ_OPERATIONS, "GCS")
             return super().request(method, url, *args, **kwargs)
 
     return ReadOnlySession
