@@ -138,8 +138,7 @@ def rebuild_and_map(case: Case, runner: SubprocessRunner, dev: str, hits: list[R
     case's work dir; unreadable bytes are zeros as in the image) and run the tensor map on it."""
     from ckptrescue.storage.locate import tensor_names
 
-    opts = ["-c"] + (["-s", str(backup[1]), "-b", str(backup[0])] if backup else [])
-    bs = backup[0] if backup else block_size(runner, dev)
+    opts, bs = debugfs_view(runner, dev, backup)
     inodes = {h.path: h.inode for r in hits for h in r.files if h.inode is not None}
     if not inodes:
         return "no files hit"
@@ -175,18 +174,19 @@ def block_size(runner: SubprocessRunner, dev: str) -> int:
     return 4096
 
 
+def debugfs_view(runner: SubprocessRunner, dev: str,
+                 backup: tuple[int, int] | None) -> tuple[list[str], int]:
+    """debugfs's options and the block size it counts in: catastrophic mode (``-c``: the
+    bitmaps, which may sit on the bad sectors, are not read), through the backup superblock
+    (``-s SB -b BS``) when the primary one is unreadable."""
+    if backup:
+        return ["-c", "-s", str(backup[1]), "-b", str(backup[0])], backup[0]
+    return ["-c"], block_size(runner, dev)
+
+
 def locate_blocks(runner: SubprocessRunner, dev: str, ranges: list[tuple[int, int]], start: int, *,
          backup: tuple[int, int] | None = None) -> list[RangeHits]:
-    # -c (catastrophic mode): do not read the bitmaps, which may sit on the bad sectors
-    opts = ["-c"] + (["-s", str(backup[1]), "-b", str(backup[0])] if backup else [])
-    if backup:
-        bs = backup[0]
-    else:
-        head = run_text(runner, ["dumpe2fs", "-h", dev], "ext superblock")
-        bs = 4096
-        for line in head.splitlines():
-            if line.startswith("Block size:"):
-                bs = int(line.split(":")[1])
+    opts, bs = debugfs_view(runner, dev, backup)
     pieces = block_pieces(ranges, start, bs)
     out = [RangeHits(s, e) for s, e in ranges]
     if not pieces:
