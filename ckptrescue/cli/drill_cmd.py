@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol, TypeVar
 
 import typer
 
 from ckptrescue.cli.options import JsonOpt
 from ckptrescue.cli.output import emit_json, interrupted, say
 from ckptrescue.errors import ExitCode
+from ckptrescue.model import JsonObject
 
 
 def drill(
@@ -58,18 +59,16 @@ def drill(
         stopped = build.stop(out)
         say("stopped the drill's S3 server" if stopped else "no drill S3 server was running")
         return
-    with _clean_on_interrupt(out, stop_server=True):
-        result = build.build(out, s3=not no_s3, tensorflow=not no_tf)
-    if as_json:
-        emit_json(result.to_json())
+    result = _built(out, lambda: build.build(out, s3=not no_s3, tensorflow=not no_tf),
+                    stop_server=True, as_json=as_json)
+    if result is None:
         return
-    say(f"drill incident built in {result.root}")
-    say(f"  image           {result.image}")
-    say(f"  bad-sector map  {result.badsectors_map}")
-    say(f"  known-good      {result.known_good}")
+    rows = [("image", result.image), ("bad-sector map", result.badsectors_map),
+            ("known-good", result.known_good)]
     if result.s3:
-        say(f"  s3              {result.s3['endpoint_url']}  s3://{result.s3['bucket']}/"
-            f"{result.s3['prefix']}")
+        rows.append(("s3", f"{result.s3['endpoint_url']}  s3://{result.s3['bucket']}/"
+                           f"{result.s3['prefix']}"))
+    _say_built("drill", result.root, rows, width=15)
     for f in result.faults:
         say(f"  fault {f['kind']:<22} {f['path']}  {', '.join(f['tensors'])}")
     say("")
@@ -130,21 +129,46 @@ def _clean_on_interrupt(out: Path, *, stop_server: bool) -> Iterator[None]:
         raise typer.Exit(int(ExitCode.INTERRUPT)) from None
 
 
+class _Built(Protocol):
+    root: Path
+
+    def to_json(self) -> JsonObject: ...
+
+
+B = TypeVar("B", bound=_Built)
+
+
+def _built(folder: Path, build: Callable[[], B], *, stop_server: bool,
+           as_json: bool) -> B | None:
+    """Build an incident into ``folder`` (removed again on Ctrl-C); with ``as_json`` print
+    what was built as JSON and give None, else give it for the text summary."""
+    with _clean_on_interrupt(folder, stop_server=stop_server):
+        result = build()
+    if as_json:
+        emit_json(result.to_json())
+        return None
+    return result
+
+
+def _say_built(kind: str, root: Path, rows: list[tuple[str, object]], *, width: int) -> None:
+    say(f"{kind} incident built in {root}")
+    for label, value in rows:
+        say(f"  {label:<{width}} {value}")
+
+
 def _silent(out: Path, *, as_json: bool, stop: bool) -> None:
     from ckptrescue.drill import silent
     from ckptrescue.errors import UsageError
 
     if stop:
         raise UsageError("--silent starts no server: there is nothing to --stop")
-    with _clean_on_interrupt(out / "silent", stop_server=False):
-        result = silent.build(out)
-    if as_json:
-        emit_json(result.to_json())
+    result = _built(out / "silent", lambda: silent.build(out), stop_server=False,
+                    as_json=as_json)
+    if result is None:
         return
-    say(f"silent incident built in {result.root}")
-    say(f"  baseline   {result.baseline}")
-    say(f"  current    {result.current}")
-    say(f"  run        {result.run}")
+    _say_built("silent", result.root, [("baseline", result.baseline),
+                                       ("current", result.current), ("run", result.run)],
+               width=10)
     for f in result.expected["dataset"]["faults"] + result.expected["run"]["faults"]:
         where = f.get("shard") or f"{f['tensor']} from step {f['step']}"
         say(f"  fault {f['kind']:<16} {f['code']}  {where}"
