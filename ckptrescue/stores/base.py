@@ -33,6 +33,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
 from ckptrescue.model import JsonObject
 from ckptrescue.stores.kinds import OS_CODES
+from ckptrescue.stores.outputs import VersionAnomaly
 from ckptrescue.stores.urls import StoreUrl, parse_store_url
 
 MiB = 1 << 20
@@ -152,18 +153,6 @@ class Fetched(Verdict):
     sha256: str = ""
     object: dict[str, Any] = field(default_factory=dict)
     layout: dict[str, Any] | None = None
-
-
-@dataclass
-class Anomaly:
-    """Something odd about one key's version history (``kind``, a sentence, the versions)."""
-
-    kind: str
-    message: str
-    version_ids: list[str] = field(default_factory=list)
-
-    def to_json(self) -> JsonObject:
-        return {"kind": self.kind, "message": self.message, "version_ids": self.version_ids}
 
 
 class Protection(NamedTuple):
@@ -374,20 +363,20 @@ class Store(ABC):
         the listing says all there is by default."""
         return
 
-    def version_anomalies(self, versions: list[ObjectInfo]) -> list[Anomaly]:
+    def version_anomalies(self, versions: list[ObjectInfo]) -> list[VersionAnomaly]:
         """Listing anomalies of one key's history (newest first); pure."""
-        out: list[Anomaly] = []
+        out: list[VersionAnomaly] = []
         latest = [e.version_id for e in versions if e.is_latest]
         if len(latest) > 1:
-            out.append(Anomaly("latest-count", f"{len(latest)} entries are current (expected "
+            out.append(VersionAnomaly("latest-count", f"{len(latest)} entries are current (expected "
                                "one): the listing changed while it was read", latest))
         if versions and not latest:
-            out.append(Anomaly("no-current-version",
+            out.append(VersionAnomaly("no-current-version",
                                "no current version: the object was deleted; the versions listed "
                                "remain", [e.version or "?" for e in versions]))
         soft = [e.version or "?" for e in versions if e.soft_deleted]
         if soft:
-            out.append(Anomaly("soft-deleted", f"{len(soft)} soft-deleted version(s) listed "
+            out.append(VersionAnomaly("soft-deleted", f"{len(soft)} soft-deleted version(s) listed "
                                                "(never undeleted by the kit)", soft))
         return out
 

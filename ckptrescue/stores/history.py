@@ -25,13 +25,14 @@ from typing import Any
 
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
-from ckptrescue.stores.base import Anomaly, ObjectInfo, Store, StoreOptions, open_store
+from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.integrity import Sha256Sink
 from ckptrescue.stores.kinds import OS_CODES
 from ckptrescue.stores.manifest import expected_sha256, load_manifest
+from ckptrescue.stores.outputs import VersionAnomaly
 from ckptrescue.stores.urls import parse_store_url
 
-__all__ = ["Anomaly", "HistoryResult", "KeyHistory", "find_known_good", "history"]
+__all__ = ["HistoryResult", "KeyHistory", "VersionAnomaly", "find_known_good", "history"]
 
 
 @dataclass
@@ -39,7 +40,7 @@ class KeyHistory:
     url: str
     key: str
     versions: list[ObjectInfo]
-    anomalies: list[Anomaly] = field(default_factory=list)
+    anomalies: list[VersionAnomaly] = field(default_factory=list)
     known_good: str | None = None
     known_good_by: str | None = None  # stored-sha256 | content
     manifest_sha256: str | None = None

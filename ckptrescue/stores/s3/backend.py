@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ckptrescue.stores.base import (
-    Anomaly,
     Fetched,
     MiB,
     ObjectInfo,
@@ -34,6 +33,7 @@ from ckptrescue.stores.base import (
     Verdict,
 )
 from ckptrescue.stores.kinds import S3_CODES
+from ckptrescue.stores.outputs import VersionAnomaly
 from ckptrescue.stores.s3 import client as s3client
 from ckptrescue.stores.s3.integrity import ObjectHead
 from ckptrescue.stores.s3.objects import (
@@ -221,7 +221,7 @@ class S3Store(Store):
         with ThreadPoolExecutor(max_workers=16) as pool:  # one HEAD per version, concurrently
             list(pool.map(lambda e: fill_checksums(self.client, self.url.bucket, e), entries))
 
-    def version_anomalies(self, versions: list[ObjectInfo]) -> list[Anomaly]:
+    def version_anomalies(self, versions: list[ObjectInfo]) -> list[VersionAnomaly]:
         from ckptrescue.stores.s3.versions import find_anomalies
 
         return find_anomalies([v.native for v in versions if isinstance(v.native, VersionEntry)])
