@@ -7,6 +7,8 @@ into exit codes and one-line messages.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import IntEnum
 
 
@@ -60,6 +62,17 @@ class ToolMissingError(CkptRescueError):
     """An external tool is not installed."""
 
     exit_code = ExitCode.FAILURE
+
+
+@contextmanager
+def optional_module(message: str, *, hint: str | None = None,
+                    also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Around the import of an optional module: when it is missing (or fails with one of
+    ``also``), a :class:`ToolMissingError` with ``message`` and ``hint``, never a traceback."""
+    try:
+        yield
+    except (ImportError, *also) as exc:
+        raise ToolMissingError(message, hint=hint) from exc
 
 
 class ToolFailedError(CkptRescueError):

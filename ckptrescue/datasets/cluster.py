@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ckptrescue.datasets.walk import FileEntry
-from ckptrescue.errors import CkptRescueError, RemoteError, ToolMissingError, UsageError
+from ckptrescue.errors import CkptRescueError, RemoteError, UsageError, optional_module
 
 T = TypeVar("T")
 
@@ -111,13 +111,10 @@ def _client(address: str) -> Any:
     if not _ADDRESS.match(address) or ":" not in address.split("://")[-1]:
         raise UsageError(f"--scheduler {address!r}: not a Dask scheduler address "
                          "(expected tcp://HOST:PORT)")
-    try:
+    with optional_module("--scheduler needs Dask distributed, which is not installed",
+                         hint="pip install 'ckptrescue[cluster]'  (or: pip install "
+                              "'dask[distributed]')"):
         from distributed import Client
-    except ImportError as exc:
-        raise ToolMissingError(
-            "--scheduler needs Dask distributed, which is not installed",
-            hint="pip install 'ckptrescue[cluster]'  (or: pip install 'dask[distributed]')",
-        ) from exc
     refused = _refused(address)
     if refused:
         raise RemoteError(f"cannot reach the Dask scheduler at {address}: {refused}")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ckptrescue.datasets.shardcheck import read_exact
-from ckptrescue.errors import ToolMissingError
+from ckptrescue.errors import optional_module
 
 MAX_RATIO = 100
 RATIO_FLOOR = 8 << 20
@@ -106,11 +106,9 @@ def strip_suffix(base: bytes) -> bytes:
 
 
 def _zstd() -> Any:
-    try:
+    with optional_module("zstd-compressed file: the zstandard module is not installed",
+                         hint="pip install zstandard"):
         import zstandard  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise ToolMissingError("zstd-compressed file: the zstandard module is not installed",
-                               hint="pip install zstandard") from exc
     return zstandard
 
 

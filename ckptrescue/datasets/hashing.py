@@ -81,13 +81,11 @@ def checksum_hashers(names: tuple[str, ...]) -> dict[str, Any]:
         if alg not in CHECKSUMS:
             raise UsageError(f"--checksums {name}: not one of {', '.join(CHECKSUMS)}")
         if alg == "CRC64NVME":
-            try:
-                import awscrt.checksums  # noqa: F401 - the pure-Python fallback is far too slow
-            except ImportError as exc:
-                from ckptrescue.errors import ToolMissingError
+            from ckptrescue.errors import optional_module
 
-                raise ToolMissingError("--checksums CRC64NVME needs awscrt, which is not "
-                                       "installed", hint="pip install 'ckptrescue[s3]'") from exc
+            with optional_module("--checksums CRC64NVME needs awscrt, which is not installed",
+                                 hint="pip install 'ckptrescue[s3]'"):
+                import awscrt.checksums  # noqa: F401 - the pure-Python fallback is far too slow
         out[alg] = new_hasher(alg)
     return out
 

@@ -18,15 +18,12 @@ from typing import IO
 
 from ckptrescue.datasets import parquet_footer
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, UnreadableAt, read_exact
-from ckptrescue.errors import ToolMissingError
+from ckptrescue.errors import optional_module
 
 
 def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
-    try:
+    with optional_module("checking Parquet needs pyarrow", hint="pip install 'ckptrescue[data]'"):
         import pyarrow.parquet as pq
-    except ImportError as exc:
-        raise ToolMissingError("checking Parquet needs pyarrow",
-                               hint="pip install 'ckptrescue[data]'") from exc
     out = CheckOutcome()
     size = size or 0
     head = read_exact(fh, 4)

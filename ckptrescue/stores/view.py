@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.errors import RemoteError, ToolMissingError, UsageError
+from ckptrescue.errors import RemoteError, ToolMissingError, UsageError, optional_module
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.reader import Accounting, ObjectAccount, RangeReader
 from ckptrescue.stores.urls import parse_store_url
@@ -216,11 +216,9 @@ def open_view(url: str, *, options: StoreOptions | None = None, store: Store | N
     store = store or open_store(target, options)
     if not os.path.exists("/dev/fuse"):
         raise ToolMissingError("probing in place needs FUSE (/dev/fuse is missing)")
-    try:
+    with optional_module("probing in place needs fusepy and libfuse2",
+                         hint="apt-get install libfuse2; pip install fusepy", also=(OSError,)):
         from fuse import FUSE
-    except (ImportError, OSError) as exc:
-        raise ToolMissingError("probing in place needs fusepy and libfuse2",
-                               hint="apt-get install libfuse2; pip install fusepy") from exc
     prefix, objects, exact = store.resolve()
     if not objects:
         raise UsageError(f"{url}: no object at or under this URL")

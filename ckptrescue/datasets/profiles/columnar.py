@@ -10,20 +10,18 @@ from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from ckptrescue.datasets.profiles.values import flatten
-from ckptrescue.errors import ToolMissingError
+from ckptrescue.errors import optional_module
 
 BATCH_ROWS = 1024
 ARROW_MAGIC = b"ARROW1"
 
 
 def _pyarrow() -> Any:
-    try:
+    with optional_module("profiling Parquet/Arrow needs pyarrow",
+                         hint="pip install 'ckptrescue[data]'"):
         import pyarrow
         import pyarrow.ipc
         import pyarrow.parquet  # noqa: F401
-    except ImportError as exc:
-        raise ToolMissingError("profiling Parquet/Arrow needs pyarrow",
-                               hint="pip install 'ckptrescue[data]'") from exc
     return pyarrow
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sized
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.errors import ToolMissingError, UsageError
+from ckptrescue.errors import UsageError, optional_module
 
 Tokenizer = Callable[[str], Sized | int] | str
 TokenCounter = Callable[[str], int]
@@ -34,19 +34,15 @@ def _named(name: str) -> TokenCounter:
     if name == "whitespace":
         return whitespace_tokens
     if Path(name).is_file():
-        try:
+        with optional_module(f"tokenizer file {name}: the tokenizers module is not installed",
+                             hint="pip install tokenizers"):
             from tokenizers import Tokenizer as HFTokenizer  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise ToolMissingError(f"tokenizer file {name}: the tokenizers module is not "
-                                   "installed", hint="pip install tokenizers") from exc
         tok = HFTokenizer.from_file(name)
         return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
-    try:
+    with optional_module(f"tokenizer {name!r}: transformers is not installed",
+                         hint="pip install transformers (the tokenizer must be in the local "
+                              "Hugging Face cache; nothing is downloaded)"):
         from transformers import AutoTokenizer  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise ToolMissingError(f"tokenizer {name!r}: transformers is not installed",
-                               hint="pip install transformers (the tokenizer must be in the "
-                                    "local Hugging Face cache; nothing is downloaded)") from exc
     try:
         hf = AutoTokenizer.from_pretrained(name, local_files_only=True)
     except OSError as exc:

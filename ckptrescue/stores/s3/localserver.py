@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptrescue.errors import ToolMissingError
+from ckptrescue.errors import ToolMissingError, optional_module
 
 # moto needs credentials to sign against; these are the documented dummy values.
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -69,12 +69,9 @@ class LocalS3:
 
 def check_moto_checksum_support() -> None:
     """Raise unless moto computes CRC32C and CRC64NVME (not CRC32 under their names)."""
-    try:
+    with optional_module("moto is not installed",
+                         hint="pip install 'moto[server,s3crc32c]' 'botocore[crt]'"):
         from moto.core import compat
-    except ImportError as exc:
-        raise ToolMissingError(
-            "moto is not installed", hint="pip install 'moto[server,s3crc32c]' 'botocore[crt]'"
-        ) from exc
     missing = [name for name in ("HAS_CRT", "HAS_CRC32C") if not getattr(compat, name, False)]
     if missing:
         raise ToolMissingError(
