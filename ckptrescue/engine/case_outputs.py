@@ -104,3 +104,9 @@ def outputs_of(case: Case, kind: type[O]) -> list[O]:
         except (OSError, ValueError, CaseError):
             continue  # an artifact no longer as stored (case verify names it) is not read
     return results
+
+
+def latest_output(case: Case, kind: type[O]) -> O | None:
+    """The newest of :func:`outputs_of` (None: no finished step has recorded one)."""
+    outs = outputs_of(case, kind)
+    return outs[-1] if outs else None

@@ -18,7 +18,7 @@ from ckptrescue.checkpoints.outputs import (
     WorldSizeOutput,
 )
 from ckptrescue.datasets.outputs import HubCacheOutput, ManifestDiffOutput
-from ckptrescue.engine.case_outputs import outputs_of
+from ckptrescue.engine.case_outputs import latest_output, outputs_of
 from ckptrescue.model import JsonObject
 
 if TYPE_CHECKING:
@@ -43,10 +43,9 @@ def section(answer: str, *, facts: list[list[Any]] | None = None,
 
 
 def manifest_diff(case: Case) -> JsonObject | None:
-    outs = outputs_of(case, ManifestDiffOutput)
-    if not outs:
+    out = latest_output(case, ManifestDiffOutput)
+    if out is None:
         return None
-    out = outs[-1]
     rows = [[c["status"], c.get("old_path") or "", c["path"], (c.get("sha256") or
              c.get("old_sha256") or "")[:16]] for c in out.changes]
     facts = [["old", out.old], ["new", out.new]]
@@ -60,10 +59,9 @@ def manifest_diff(case: Case) -> JsonObject | None:
 
 
 def safe_globals(case: Case) -> JsonObject | None:
-    outs = outputs_of(case, SafeGlobalsOutput)
-    if not outs:
+    out = latest_output(case, SafeGlobalsOutput)
+    if out is None:
         return None
-    out = outs[-1]
     files = [[f["path"], f.get("format") or "", f.get("error") or (
                 "loads as it is" if not f.get("needed") and not f.get("blockers") else
                 "loads once the safe list is registered" if f.get("loads_with_safe_list")
@@ -83,10 +81,9 @@ def safe_globals(case: Case) -> JsonObject | None:
 
 
 def hub_cache(case: Case) -> JsonObject | None:
-    outs = outputs_of(case, HubCacheOutput)
-    if not outs:
+    out = latest_output(case, HubCacheOutput)
+    if out is None:
         return None
-    out = outs[-1]
     broken, blobs, repos = [], [], []
     for repo in out.repos:
         label = f"{repo.get('repo_type')} {repo.get('repo_id')}"
@@ -118,10 +115,9 @@ def hub_cache(case: Case) -> JsonObject | None:
 
 
 def key_mismatch(case: Case) -> JsonObject | None:
-    outs = outputs_of(case, KeyMismatchOutput)
-    if not outs:
+    out = latest_output(case, KeyMismatchOutput)
+    if out is None:
         return None
-    out = outs[-1]
     rows = [[r["from"], r["to"]] for r in out.mapping]
     rows += [[t["copy_of"], f"{t['name']} (tied, saved once)"] for t in out.tied]
     problems = [["shape differs", f"{b['checkpoint']} {b['saved_shape']}",
@@ -146,10 +142,9 @@ def key_mismatch(case: Case) -> JsonObject | None:
 
 
 def reassembly(case: Case) -> JsonObject | None:
-    outs = outputs_of(case, ReassemblyOutput)
-    if not outs:
+    out = latest_output(case, ReassemblyOutput)
+    if out is None:
         return None
-    out = outs[-1]
     rows = [[r["rank"], r["role"], r["status"], r.get("source") or "",
              (r.get("sha256") or "")[:16]] for r in out.ranks if r["status"] != "present"]
     rejected = [[r["rank"], t["path"], t["outcome"]] for r in out.ranks
@@ -186,10 +181,9 @@ def world_size(case: Case) -> JsonObject | None:
 
 
 def replicas(case: Case) -> JsonObject | None:
-    outs = outputs_of(case, ReplicaOutput)
-    if not outs:
+    out = latest_output(case, ReplicaOutput)
+    if out is None:
         return None
-    out = outs[-1]
     rows = []
     for f in out.files:
         p = f.get("persistent") or {}
