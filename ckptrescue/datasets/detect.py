@@ -12,7 +12,7 @@ import os
 import re
 import struct
 
-from ckptrescue.datasets.crc32c import masked_crc32c
+from ckptrescue.checkpoints.formats.crc32c import masked_crc32c
 
 HEAD_BYTES = 512
 

@@ -20,7 +20,7 @@ import struct
 from typing import IO
 
 from ckptrescue.checkpoints.formats.chunked import iter_chunks
-from ckptrescue.datasets.crc32c import crc32c, mask, masked_crc32c
+from ckptrescue.checkpoints.formats.crc32c import crc32c, mask, masked_crc32c
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, read_exact
 
 HEADER = struct.Struct("<QI")  # uint64 length, uint32 masked CRC-32C of the length

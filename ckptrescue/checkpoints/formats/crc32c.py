@@ -9,6 +9,9 @@ every probe).
 ``crc32c_combine(crc1, crc2, len2)``: the CRC32C of ``A + B`` from the CRCs of ``A`` and ``B``
 and ``len(B)`` (polynomial arithmetic, :func:`crc32.combine_with`), so that the parts of one
 large tensor can be checked on several threads.
+
+``mask``/``unmask``/``masked_crc32c``: the masked form LevelDB and TensorFlow store (SSTable
+blocks of a tensor bundle, TFRecord framing).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import google_crc32c
 from ckptrescue.checkpoints.formats.crc32 import combine_with
 
 POLY = 0x82F63B78  # reflected Castagnoli polynomial
+MASK_DELTA = 0xA282EAD8
 
 
 def crc32c(data: Any, value: int = 0) -> int:
@@ -30,3 +34,18 @@ def crc32c(data: Any, value: int = 0) -> int:
 def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
     """CRC32C of the concatenation of two parts (``len2``: the second part's length)."""
     return combine_with(POLY, crc1, crc2, len2)
+
+
+def mask(crc: int) -> int:
+    """The LevelDB/TensorFlow CRC mask (SSTable blocks, TFRecord framing): rotate right by 15
+    bits and add a constant."""
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
+
+
+def unmask(masked: int) -> int:
+    rot = (masked - MASK_DELTA) & 0xFFFFFFFF
+    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    return mask(crc32c(data))

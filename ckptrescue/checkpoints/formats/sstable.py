@@ -21,30 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import google_crc32c
-
+from ckptrescue.checkpoints.formats.crc32c import crc32c, mask
+from ckptrescue.checkpoints.formats.crc32c import unmask as unmask  # re-exported: sstable.unmask
 from ckptrescue.checkpoints.formats.protowire import WireError, read_varint
 
 FOOTER_SIZE = 48
 MAGIC = 0xDB4775248B80FB57
 TRAILER = 5
-MASK_DELTA = 0xA282EAD8
 RECOVERY_SCAN_CAP = 256 * 1024 * 1024  # never scan more than this much index without a footer
 MAX_CANDIDATES = 1_000_000  # trailer candidates tried by one recovery scan (bounded work)
-
-
-def mask(crc: int) -> int:
-    """LevelDB/TF CRC mask."""
-    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
-
-
-def unmask(masked: int) -> int:
-    rot = (masked - MASK_DELTA) & 0xFFFFFFFF
-    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
-
-
-def crc32c(data: bytes | memoryview, crc: int = 0) -> int:
-    return int(google_crc32c.extend(crc, bytes(data)))
 
 
 @dataclass(frozen=True)
@@ -288,7 +273,7 @@ def _recovery_scan(fh: BinaryIO, size: int, scan: TableScan, stop: int | None = 
         if num >= 1 and 4 + 4 * num <= p - start:
             tried += 1
             stored = struct.unpack_from("<I", data, p + 1)[0]
-            run_crc = int(google_crc32c.extend(run_crc, data[run_end:p + 1]))
+            run_crc = crc32c(data[run_end:p + 1], run_crc)
             run_end = p + 1
             if mask(run_crc) == stored:
                 content = data[start:p]

@@ -45,7 +45,7 @@ def _reassemble(parent: BundleEntry, pieces: list[BundleEntry],
     import google_crc32c
     import numpy as np
 
-    from ckptrescue.checkpoints.formats.sstable import unmask
+    from ckptrescue.checkpoints.formats.crc32c import unmask
 
     npdt = _np_dtype(parent.dtype)
     if npdt is None or parent.shape is None:

@@ -20,9 +20,9 @@ from typing import BinaryIO
 
 import google_crc32c
 
+from ckptrescue.checkpoints.formats.crc32c import unmask
 from ckptrescue.checkpoints.formats.protowire import WireError, read_varint
 from ckptrescue.checkpoints.formats.regular_file import open_regular
-from ckptrescue.checkpoints.formats.sstable import unmask
 from ckptrescue.checkpoints.formats.tensorbundle_entries import DT_STRING, DT_VARIANT, DTYPES, BundleEntry
 from ckptrescue.checkpoints.formats.tensorbundle_index import shard_path
 

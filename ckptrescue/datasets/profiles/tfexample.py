@@ -132,7 +132,7 @@ def encode_example(features: dict[str, Any]) -> bytes:
 
 def frame(payload: bytes) -> bytes:
     """One TFRecord record around ``payload`` (with its masked CRC32Cs)."""
-    from ckptrescue.datasets.crc32c import masked_crc32c
+    from ckptrescue.checkpoints.formats.crc32c import masked_crc32c
 
     head = struct.pack("<Q", len(payload))
     return (head + struct.pack("<I", masked_crc32c(head)) + payload
