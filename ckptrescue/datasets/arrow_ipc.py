@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ckptrescue.checkpoints.formats.chunked import skip
-from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, UnreadableAt, read_exact
+from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, UnreadableAt, one_line, read_exact
 
 FILE_MAGIC = b"ARROW1"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -342,14 +342,9 @@ class _Checker:
         except UnreadableAt:
             raise
         except Exception as exc:  # ArrowInvalid, ArrowIOError, ... whatever the damage causes
-            self.bad(index, start, None, f"record batch does not decode: {_one_line(exc)}")
+            self.bad(index, start, None, f"record batch does not decode: {one_line(exc)}")
             return False
         return True
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
 
 
 # --------------------------------------------------------------------------- entry points

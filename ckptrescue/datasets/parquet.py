@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import IO
 
 from ckptrescue.datasets import parquet_footer
-from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, UnreadableAt, read_exact
+from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, UnreadableAt, one_line, read_exact
 from ckptrescue.errors import optional_module
 
 
@@ -44,7 +44,7 @@ def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError subclasses
         footer_len = int.from_bytes(tail[:4], "little")
         out.bad.append(BadRecord(None, max(size - 8 - footer_len, 0), None,
-                                 f"footer/metadata does not parse: {_one_line(exc)}"))
+                                 f"footer/metadata does not parse: {one_line(exc)}"))
         return out
     footer_len = int.from_bytes(tail[:4], "little")
     try:
@@ -75,7 +75,7 @@ def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
                 raise
             except Exception as exc:
                 out.bad.append(BadRecord(rg, offsets.get(name), name,
-                                         f"column chunk does not decode: {_one_line(exc)}"))
+                                         f"column chunk does not decode: {one_line(exc)}"))
             else:
                 out.records += 1
     if all(g.num_rows is not None for g in groups) and total != meta.num_rows:
@@ -83,8 +83,3 @@ def check(fh: IO[bytes], size: int | None) -> CheckOutcome:
                                  f"the footer records {meta.num_rows} rows, its row groups "
                                  f"{total}: pq.read_table refuses the file"))
     return out
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]

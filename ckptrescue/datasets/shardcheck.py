@@ -131,6 +131,13 @@ def open_tracked(path: str | bytes, *, buffer_size: int = 1 << 20) -> io.Buffere
     return io.BufferedReader(_TrackedRaw(fd), buffer_size=buffer_size)
 
 
+def one_line(exc: BaseException) -> str:
+    """A library's error as a reader's one-line reason: its first line (at most 300
+    characters), or its type when it says nothing."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
 def read_exact(fh: Readable, n: int) -> bytes:
     """Read up to ``n`` bytes, looping over short reads (returns fewer only at EOF); at most
     1 MiB a read, so a length field that lies allocates no more than the file holds."""
