@@ -71,6 +71,13 @@ class PreservedRecord(JsonRecord):
     path: str | None = doc_field(None, "Into a folder: its copy.")
 
 
+def verified(errors: list[str], statuses: list[str], allow_unverified: bool) -> bool:
+    """The verify rule: no error stopped the comparison and every object matched (or, with
+    ``allow_unverified``, had no usable checksum)."""
+    accepted = {"match", "unverified"} if allow_unverified else {"match"}
+    return not errors and all(s in accepted for s in statuses)
+
+
 @dataclass
 class S3VerifyOutput(StepOutputs):
     objects: list[VerifiedObject] = doc_field([], "Per object: key, status, algorithm, detail.")
@@ -80,8 +87,7 @@ class S3VerifyOutput(StepOutputs):
 
     @property
     def ok(self) -> bool:
-        accepted = {"match", "unverified"} if self.allow_unverified else {"match"}
-        return not self.errors and all(o.status in accepted for o in self.objects)
+        return verified(self.errors, [o.status for o in self.objects], self.allow_unverified)
 
 
 @dataclass

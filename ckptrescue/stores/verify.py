@@ -31,6 +31,7 @@ from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severi
 from ckptrescue.stores.base import ObjectGone, ObjectInfo, Store, StoreOptions, open_store
 from ckptrescue.stores.integrity import Sha256Sink, count_statuses, sha256_file
 from ckptrescue.stores.kinds import OS_CODES
+from ckptrescue.stores.outputs import verified
 from ckptrescue.stores.urls import parse_store_url
 
 STATUSES = ("match", "mismatch", "missing-local", "missing-remote", "unverified", "unreadable")
@@ -75,8 +76,7 @@ class VerifyResult(Recorded):
 
     @property
     def ok(self) -> bool:
-        accepted = {"match", "unverified"} if self.allow_unverified else {"match"}
-        return not self.errors and all(o.status in accepted for o in self.objects)
+        return verified(self.errors, [o.status for o in self.objects], self.allow_unverified)
 
     @property
     def summary(self) -> str:
