@@ -216,6 +216,18 @@ class _Batch:
         return (_Batch, (self.entries,))
 
 
+def batch_failure(result: Any) -> BaseException | None:
+    """What a batch's entry from ``as_completed(with_results=True, raise_errors=False)`` says
+    went wrong, else None: an error comes as ``(type, exception, traceback)``, a cancel as the
+    exception, a result as the batch's list. Judged by the entry, not by the future's status
+    now: a result fetched before its worker died is whole, though the future reads "lost"."""
+    if isinstance(result, BaseException):
+        return result
+    if isinstance(result, tuple) and len(result) == 3 and isinstance(result[1], BaseException):
+        return result[1]
+    return None
+
+
 def _run_batch(fn: Callable[[bytes, list[FileEntry]], list[T]], root: bytes,
                batch: _Batch) -> list[T]:
     return fn(root, batch.entries)
@@ -302,9 +314,9 @@ def map_batches(address: str, fn: Callable[[bytes, list[FileEntry]], list[T]], r
                 batch = pending.pop(fut, None)
                 if batch is None:  # taken already by the stall fallback below
                     continue
-                if fut.status != "finished":
-                    exc = result[1] if isinstance(result, tuple) else result
-                    raise _batch_error(exc, batch, address, client) from None
+                failure = batch_failure(result)
+                if failure is not None:
+                    raise _batch_error(failure, batch, address, client) from None
                 fut.release()  # the result leaves the worker's memory now
                 last_result = time.monotonic()
                 yield result

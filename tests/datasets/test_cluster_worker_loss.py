@@ -313,3 +313,30 @@ def test_a_batch_that_kills_every_worker_it_meets_is_a_one_line_error(tree: Path
                                              os.fsencode(tree), entries):
                 got.extend(batch)
         assert b"part-0/poison.bin" not in {e.rel for e in got}
+
+
+def test_a_result_fetched_before_its_worker_died_is_kept(tmp_path: Path) -> None:
+    """CI: every worker was killed while results were coming back; one batch's result had
+    arrived whole, but its future read "lost" by the time the build looked at it, and the build
+    stopped with "a Dask worker failed on the batch …: list: [ManifestEntry(…)]". An entry of
+    as_completed is judged by what it holds: a result is kept, an error or a cancel is one."""
+    from distributed import as_completed
+
+    with dask_processes(tmp_path, 1) as (address, _, pool), \
+            distributed.Client(address, set_as_default=False) as client:
+        good = client.submit(list, range(3), pure=False)
+        bad = client.submit(int, "seven", pure=False)
+        entries = dict(as_completed([good, bad], loop=client.loop, with_results=True,
+                                    raise_errors=False))
+        pool[0].kill()
+        _wait_until(lambda: good.status != "finished", "the scheduler to lose the result")
+        assert cluster.batch_failure(entries[good]) is None
+        assert entries[good] == [0, 1, 2]
+        failure = cluster.batch_failure(entries[bad])
+        assert isinstance(failure, ValueError) and "'seven'" in str(failure)
+        gone = client.submit(list, range(4), pure=False)
+        gone.cancel()
+        (entry,) = dict(as_completed([gone], loop=client.loop, with_results=True,
+                                     raise_errors=False)).values()
+        assert type(cluster.batch_failure(entry)).__name__ in ("CancelledError",
+                                                               "FutureCancelledError")
