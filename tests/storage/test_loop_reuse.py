@@ -19,6 +19,7 @@ import contextlib
 import json
 import re
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def reused_loop(old: Path, new: Path):
     log showing the XFS lines before the new attach (else another number is tried: on a busy
     machine the numbers are shared with other jobs)."""
     seen = ""
-    for _ in range(20):
+    for _ in range(8):
         dev = fx.sh("losetup", "--find", "--show", str(old)).stdout.strip()
         try:
             _shut_down_xfs_on(dev)
@@ -74,6 +75,10 @@ def reused_loop(old: Path, new: Path):
         ok, seen = _kernel_says_reattached(Path(dev).name)
         if not ok:
             fx.detach_own(dev, new)
+            # the attach line is rate-limited (10 in 5 s, then "set_capacity_and_notify: N
+            # callbacks suppressed"): after a burst of attaches, as the privileged tests run one
+            # after another, wait the window out before trying again
+            time.sleep(5.5)
             continue
         try:
             yield dev
