@@ -83,9 +83,10 @@ def case(tmp_path: Path):  # noqa: ANN201
 # Loop devices, mounts and block-layer flags are one machine-wide state. Two tests changing it
 # at once met kernel behaviour no test asked about: a number one test had just detached was
 # attached by the other, whose mount then read no superblock ("unable to read superblock", "no
-# filesystem found"), a few times in a hundred runs. A privileged test holds this lock from its
-# setup to its teardown; the other workers go on with the rest meanwhile (make test runs one
-# worker more than there are cores, so a worker waiting here leaves its core to them).
+# filesystem found"; twice in about a dozen full runs). A privileged test holds this lock from
+# its setup to its teardown. They run in one worker (the "kernel" group above), so only a
+# privileged TUI test ever waits for it, and the lock also holds between two test sessions
+# running on one machine.
 KERNEL_LOCK = Path(tempfile.gettempdir()) / "ckptrescue-tests-kernel-state.lock"
 
 
