@@ -369,15 +369,15 @@ class Store(ABC):
         latest = [e.version_id for e in versions if e.is_latest]
         if len(latest) > 1:
             out.append(VersionAnomaly("latest-count", f"{len(latest)} entries are current (expected "
-                               "one): the listing changed while it was read", latest))
+                                      "one): the listing changed while it was read", latest))
         if versions and not latest:
             out.append(VersionAnomaly("no-current-version",
-                               "no current version: the object was deleted; the versions listed "
-                               "remain", [e.version or "?" for e in versions]))
+                                      "no current version: the object was deleted; the versions listed "
+                                      "remain", [e.version or "?" for e in versions]))
         soft = [e.version or "?" for e in versions if e.soft_deleted]
         if soft:
             out.append(VersionAnomaly("soft-deleted", f"{len(soft)} soft-deleted version(s) listed "
-                                               "(never undeleted by the kit)", soft))
+                                                      "(never undeleted by the kit)", soft))
         return out
 
     def version_json(self, info: ObjectInfo) -> dict[str, Any]:

@@ -22,39 +22,39 @@ def find_anomalies(entries: list[VersionEntry]) -> list[VersionAnomaly]:
     latest = [e.version_id for e in entries if e.is_latest]
     if len(latest) != 1:
         out.append(VersionAnomaly("latest-count",
-                           f"{len(latest)} entries are marked latest (expected exactly one); "
-                           "the listing may have changed while it was read: list again",
-                           latest))
+                                  f"{len(latest)} entries are marked latest (expected exactly one); "
+                                  "the listing may have changed while it was read: list again",
+                                  latest))
     if all(e.delete_marker for e in entries):
         out.append(VersionAnomaly("only-delete-markers",
-                           "only delete markers remain: there is no version to recover",
-                           [e.version_id for e in entries]))
+                                  "only delete markers remain: there is no version to recover",
+                                  [e.version_id for e in entries]))
     elif entries[0].delete_marker:
         out.append(VersionAnomaly("delete-marker-on-top",
-                           "the current entry is a delete marker: GET returns 404, older "
-                           "versions are still recoverable", [entries[0].version_id]))
+                                  "the current entry is a delete marker: GET returns 404, older "
+                                  "versions are still recoverable", [entries[0].version_id]))
     for index, entry in enumerate(entries):
         if entry.version_id == "null" and entry.delete_marker:
             out.append(VersionAnomaly("null-delete-marker",
-                               "a null delete marker: written while versioning was suspended",
-                               ["null"]))
+                                      "a null delete marker: written while versioning was suspended",
+                                      ["null"]))
         elif entry.version_id == "null" and index != len(entries) - 1:
             out.append(VersionAnomaly("null-version-mid-history",
-                               "a null version is not the oldest entry: a write while "
-                               "versioning was suspended replaced the previous null version "
-                               "for good", ["null"]))
+                                      "a null version is not the oldest entry: a write while "
+                                      "versioning was suspended replaced the previous null version "
+                                      "for good", ["null"]))
     times = Counter(e.last_modified for e in entries if e.last_modified)
     for when, count in times.items():
         if count > 1:
             out.append(VersionAnomaly("equal-timestamps",
-                               f"{count} entries share LastModified {when} (1-second "
-                               "resolution): their order comes from the listing only",
-                               [e.version_id for e in entries if e.last_modified == when]))
+                                      f"{count} entries share LastModified {when} (1-second "
+                                      "resolution): their order comes from the listing only",
+                                      [e.version_id for e in entries if e.last_modified == when]))
     out += _head_anomalies(entries)
     for entry in entries:
         if entry.error:
             out.append(VersionAnomaly("unreadable-version", f"version {entry.version_id}: {entry.error}",
-                               [entry.version_id]))
+                                      [entry.version_id]))
     return out
 
 
@@ -74,17 +74,17 @@ def _head_anomalies(entries: list[VersionEntry]) -> list[VersionAnomaly]:
         if entry.size is not None and entry.head.size is not None and entry.size != (
                 entry.head.size):
             out.append(VersionAnomaly("listing-head-disagree",
-                               f"version {entry.version_id}: listing says {entry.size} bytes, "
-                               f"HEAD says {entry.head.size}", [entry.version_id]))
+                                      f"version {entry.version_id}: listing says {entry.size} bytes, "
+                                      f"HEAD says {entry.head.size}", [entry.version_id]))
         elif entry.etag and entry.head.etag and entry.etag.strip('"') != entry.head.etag.strip(
                 '"'):
             out.append(VersionAnomaly("listing-head-disagree",
-                               f"version {entry.version_id}: listing and HEAD ETags differ",
-                               [entry.version_id]))
+                                      f"version {entry.version_id}: listing and HEAD ETags differ",
+                                      [entry.version_id]))
     if len(forms) > 1:
         out.append(VersionAnomaly("mixed-checksum-forms",
-                           "versions carry different checksum forms (" + ", ".join(sorted(forms))
-                           + "): compare them by content, not by checksum strings"))
+                                  "versions carry different checksum forms (" + ", ".join(sorted(forms))
+                                  + "): compare them by content, not by checksum strings"))
     return out
 
 
