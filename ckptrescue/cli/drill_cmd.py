@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Protocol, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from ckptrescue.cli.options import JsonOpt
 from ckptrescue.cli.output import emit_json, interrupted, say
 from ckptrescue.errors import ExitCode
-from ckptrescue.model import JsonObject
 
 
 def drill(
@@ -129,17 +128,7 @@ def _clean_on_interrupt(out: Path, *, stop_server: bool) -> Iterator[None]:
         raise typer.Exit(int(ExitCode.INTERRUPT)) from None
 
 
-class _Built(Protocol):
-    root: Path
-
-    def to_json(self) -> JsonObject: ...
-
-
-B = TypeVar("B", bound=_Built)
-
-
-def _built(folder: Path, build: Callable[[], B], *, stop_server: bool,
-           as_json: bool) -> B | None:
+def _built(folder: Path, build: Callable[[], Any], *, stop_server: bool, as_json: bool) -> Any:
     """Build an incident into ``folder`` (removed again on Ctrl-C); with ``as_json`` print
     what was built as JSON and give None, else give it for the text summary."""
     with _clean_on_interrupt(folder, stop_server=stop_server):
