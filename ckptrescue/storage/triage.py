@@ -17,6 +17,7 @@ import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,25 +188,76 @@ def _under(path: str, volume: str | None) -> bool:
 
 LOOP_ATTACHED = re.compile(r"(?<![\w-])(loop\d+): detected capacity change from 0 to [1-9]")
 _LOOP_NAMED = re.compile(r"(?<![\w-])(loop\d+)(?:p\d+)?(?![\w-])")
+# block/genhd.c set_capacity_and_notify: pr_info_ratelimited, one rate limit for every device
+# (DEFAULT_RATELIMIT_INTERVAL 5 s, DEFAULT_RATELIMIT_BURST 10); what it dropped is counted in a
+# "callbacks suppressed" line printed with the next message that gets through
+_CAPACITY_CHANGE = re.compile(r"(?<![\w-])[\w-]+: detected capacity change from \d+ to \d+")
+_CAPACITY_SUPPRESSED = re.compile(r"set_capacity_and_notify: \d+ callbacks suppressed")
+RATELIMIT_BURST, RATELIMIT_INTERVAL_S = 10, 5.0
+_LOG_TIME = re.compile(r"\b(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d{1,9}))?")
+
+
+def _log_seconds(line: str) -> float | None:
+    """The time of a ``dmesg --time-format iso`` / ``journalctl -o short-iso`` line, in seconds
+    (None when it has none)."""
+    m = _LOG_TIME.search(line)
+    if m is None:
+        return None
+    try:
+        whole = datetime.fromisoformat(m[1]).timestamp()
+    except ValueError:
+        return None
+    return whole + (int(m[2]) / 10 ** len(m[2]) if m[2] else 0.0)
+
+
+def attach_lines_may_be_missing(lines: list[str]) -> list[bool]:
+    """For each line: whether the kernel may have dropped a capacity-change line (a loop
+    device's attach) after it. It did drop some before each ``callbacks suppressed`` line; and
+    wherever 10 capacity changes fall within one 5-second window, the rate limit was spent, so
+    it may have dropped more until that window ended (unannounced while no later line got
+    through). Lines without a time count only the announced drops."""
+    doubt_before = -1  # lines before this index: an attach after them may be missing
+    doubt_until = float("-inf")  # lines logged before this time: likewise
+    times = [_log_seconds(line) for line in lines]
+    changes: list[tuple[int, float]] = []
+    for i, line in enumerate(lines):
+        if _CAPACITY_SUPPRESSED.search(line):
+            doubt_before = i
+        elif _CAPACITY_CHANGE.search(line) and (t := times[i]) is not None:
+            changes.append((i, t))
+    for k in range(len(changes) - RATELIMIT_BURST + 1):
+        (_, first), (last_i, last) = changes[k], changes[k + RATELIMIT_BURST - 1]
+        # a second of slack: the log's times are converted from the kernel's clock
+        if last - first <= RATELIMIT_INTERVAL_S + 1.0:
+            doubt_before = max(doubt_before, last_i + 1)
+            doubt_until = max(doubt_until, first + RATELIMIT_INTERVAL_S + 1.0)
+    return [i < doubt_before or (t is not None and t <= doubt_until)
+            for i, t in enumerate(times)]
 
 
 def scan_kernel_log(text: str) -> list[dict[str, str]]:
     """The storage messages of a kernel log, in order. A message about a loop device that was
     attached again after it (``loopN: detected capacity change from 0 to ...``) concerns the
     file an earlier user had behind that number: those devices are listed in
-    ``earlier_use_of``, and ``attribute`` does not count the message as the volume's."""
+    ``earlier_use_of``, and ``attribute`` does not count the message as the volume's. Where the
+    kernel may have dropped attach lines after the message (its rate limit:
+    :func:`attach_lines_may_be_missing`), a loop device it names with no attach line after it
+    is listed in ``uncertain_use_of``: the message may concern an earlier user's file."""
     lines = text.splitlines()
     last_attach = {m[1]: i for i, line in enumerate(lines) if (m := LOOP_ATTACHED.search(line))}
+    missing = attach_lines_may_be_missing(lines)
     out = []
     patterns = kernel_patterns()
     for i, line in enumerate(lines):
         for kind, pat in patterns:
             if pat.search(line):
                 msg = {"kind": kind, "line": line.strip()}
-                earlier = sorted({d for d in _LOOP_NAMED.findall(line)
-                                  if last_attach.get(d, -1) > i})
+                loops = set(_LOOP_NAMED.findall(line))
+                earlier = sorted(d for d in loops if last_attach.get(d, -1) > i)
                 if earlier:
                     msg["earlier_use_of"] = ",".join(earlier)
+                if missing[i] and (unsure := sorted(loops - set(earlier))):
+                    msg["uncertain_use_of"] = ",".join(unsure)
                 out.append(msg)
                 break
     return out
@@ -229,9 +281,15 @@ def attribute(messages: list[dict[str, str]], names: set[str]) -> None:
                          r"md\d+|loop\d+|vd[a-z]+\d*|xvd[a-z]+\d*)(?![\w-])")
     for m in messages:
         earlier = set(filter(None, m.get("earlier_use_of", "").split(",")))
+        unsure = set(filter(None, m.get("uncertain_use_of", "").split(",")))
         hits = sorted({h for h in pat.findall(m["line"]) if _loop_of(h) not in earlier})
         m["devices"] = ",".join(hits)
-        m["scope"] = "volume" if hits else ("other" if any_dev.search(m["line"]) else "unknown")
+        if any(_loop_of(h) not in unsure for h in hits):
+            m["scope"] = "volume"
+        elif hits:
+            m["scope"] = "uncertain"  # only loop devices whose attach the kernel may have hidden
+        else:
+            m["scope"] = "other" if any_dev.search(m["line"]) else "unknown"
 
 
 def volume_device_names(volume: str) -> set[str]:
@@ -358,14 +416,14 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
     result = TriageResult(volume=vol, seconds=seconds,
                           processes=sorted(procs.values(), key=lambda p: p.pid),
                           kernel_messages=kmsgs, checklist=list(FREEZE_CHECKLIST), notes=notes)
-    result.findings = _findings(result)
+    result.findings = findings_of(result)
     result.findings_here()  # the engine records the findings, then the summary
     result.record("triage.finished",
                   {k: v for k, v in result.to_json().items() if k != "findings"})
     return result
 
 
-def _findings(r: TriageResult) -> list[Finding]:
+def findings_of(r: TriageResult) -> list[Finding]:
     out: list[Finding] = []
     where = r.volume or "any volume"
     if r.volume is None:
@@ -400,7 +458,8 @@ def _findings(r: TriageResult) -> list[Finding]:
         if p.open_for_write and p.write_rate_bps:
             out.append(Finding("TR005", Severity.INFO, f"{who} writes {p.write_rate_bps:.0f} B/s",
                                evidence=where, source="triage"))
-    ours = [m for m in r.kernel_messages if m.get("scope", "volume") != "other"]
+    ours = [m for m in r.kernel_messages if m.get("scope", "volume") in ("volume", "unknown")]
+    unsure = [m for m in r.kernel_messages if m.get("scope") == "uncertain"]
     others = [m for m in r.kernel_messages if m.get("scope") == "other"]
     if ours:
         kinds = sorted({m["kind"] for m in ours})
@@ -409,6 +468,15 @@ def _findings(r: TriageResult) -> list[Finding]:
         out.append(Finding("TR004", Severity.ERROR, f"{len(ours)} kernel message(s) about "
                            f"{', '.join(kinds)} errors{on}", source="triage",
                            evidence=r.volume or "", details={"messages": ours[-50:]}))
+    if unsure:
+        kinds = sorted({m["kind"] for m in unsure})
+        devs = sorted({m["devices"] for m in unsure})
+        out.append(Finding("TR004", Severity.WARNING, f"{len(unsure)} kernel message(s) about "
+                           f"{', '.join(kinds)} errors on {', '.join(devs)} that may concern an "
+                           "earlier use of the loop device: the kernel rate-limited its attach "
+                           "messages, so whether it was attached again since cannot be told "
+                           "from the log", source="triage", evidence=r.volume or "",
+                           details={"messages": unsure[-50:]}))
     if others:
         out.append(Finding("TR004", Severity.INFO, f"{len(others)} kernel message(s) about "
                            "storage errors on devices not under the volume", source="triage",

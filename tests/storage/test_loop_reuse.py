@@ -135,3 +135,63 @@ def test_report_timeline_shows_the_evidence_loop_only_since_its_attach(
     assert any("detected capacity change from 0 to" in row["text"] for row in ours)
     assert not [row for row in ours if f"XFS ({name})" in row["text"]], \
         [row["text"] for row in ours] + ["-- the kernel log:", _kernel_says_reattached(name)[1]]
+
+
+def _spend_the_attach_line_limit(filler: Path) -> None:
+    """Five attaches and five detaches of ``filler`` on other numbers: ten capacity-change lines,
+    the kernel's whole allowance for 5 s (``set_capacity_and_notify`` is rate-limited to 10)."""
+    devs = [fx.sh("losetup", "--find", "--show", "--read-only", str(filler)).stdout.strip()
+            for _ in range(5)]
+    for dev in devs:
+        fx.detach_own(dev, filler)
+
+
+def test_triage_does_not_blame_the_volume_when_the_kernel_hid_its_attach(shm_dir, tmp_path):
+    """The kernel logged the earlier job's XFS shutdown on loopN, then dropped the line of the
+    evidence's own attach on loopN (rate limit spent): nothing in the log says the device was
+    attached again, and triage must not lay the earlier lines at the evidence's door."""
+    old = fx.make_fs(shm_dir / "earlier-job.img", "xfs")
+    new = fx.make_fs(shm_dir / "evidence.img", "ext4")
+    filler = shm_dir / "filler.img"
+    with open(filler, "wb") as fh:
+        fh.truncate(1 << 20)
+    case = tmp_path / "case"
+    assert invoke("case", "new", str(case)).returncode == 0
+    evidence = fx.sha256(new)
+    for _ in range(6):
+        dev = fx.sh("losetup", "--find", "--show", str(old)).stdout.strip()
+        try:
+            _shut_down_xfs_on(dev)
+            _spend_the_attach_line_limit(filler)
+        finally:
+            fx.detach_own(dev, old)
+        if not fx.attach_on(dev, new, after=old):
+            continue
+        name = Path(dev).name
+        try:
+            if _kernel_says_reattached(name)[0]:  # the window turned: the attach was logged
+                continue
+            mnt = tmp_path / "vol"
+            mnt.mkdir(exist_ok=True)
+            fx.sh("mount", "-t", "ext4", "-o", "ro", dev, str(mnt))
+            try:
+                r = invoke("triage", "--case", str(case), "--volume", str(mnt), "--seconds",
+                           "0.1", "--json")
+            finally:
+                fx.sh("umount", str(mnt), check=False)
+        finally:
+            fx.detach_own(dev, new)
+        time.sleep(5.5)  # the next test's attach lines are logged again
+        break
+    else:
+        pytest.skip("the kernel logged every attach (its rate limit was never spent in 6 tries)")
+    out = json.loads(r.stdout)
+    earlier = [m for m in out["kernel_messages"] if f"XFS ({name})" in m["line"]]
+    assert earlier, "the earlier XFS shutdown is in the kernel log"
+    # this try's shutdown is uncertain; older ones, followed by an attach line, are "other"
+    assert (earlier[-1]["scope"], earlier[-1].get("uncertain_use_of")) == ("uncertain", name)
+    assert "volume" not in {m["scope"] for m in earlier}
+    tr004 = {f["severity"] for f in out["findings"] if f["code"] == "TR004"
+             and any(f"XFS ({name})" in m["line"] for m in f["details"]["messages"])}
+    assert "warning" in tr004 and "error" not in tr004, out["findings"]
+    assert fx.sha256(new) == evidence

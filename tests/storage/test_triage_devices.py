@@ -150,3 +150,97 @@ def test_a_device_volume_names_the_writer_on_its_mounted_filesystem(case, shm_di
             w.wait()
         subprocess.run(["umount", str(mnt)], check=False)
         fx.detach_own(loop, img)
+
+
+# ---- a loop device's attach line the kernel's rate limit may have hidden ------------------------
+# Lines in the form `dmesg -x --time-format iso` prints them on Debian 12's kernel (the
+# "callbacks suppressed" and capacity-change lines as this machine's kernel logged them).
+def _kline(level: str, second: float, text: str) -> str:
+    whole, frac = divmod(second, 1)
+    return (f"kern  :{level:<6}: 2026-12-05T01:{int(whole) // 60:02d}:{int(whole) % 60:02d},"
+            f"{round(frac * 1e6):06d}+00:00 {text}")
+
+
+_XFS_LINE = "XFS (loop0): User initiated shutdown received."
+_XFS_SHUTDOWN = ("XFS (loop0): Log I/O Error (0x6) detected at xfs_fs_goingdown+0x63/0xb0 "
+                 "(fs/xfs/xfs_fsops.c:475).  Shutting down filesystem.")
+
+
+def _triage_of(lines: list[str], volume_devices: set[str]) -> tuple[list[dict[str, str]], list]:
+    from ckptrescue.storage.triage import TriageResult, attribute, findings_of
+
+    msgs = scan_kernel_log("\n".join(lines))
+    attribute(msgs, volume_devices)
+    result = TriageResult(volume="/mnt/evidence", seconds=0.0, processes=[],
+                          kernel_messages=msgs, checklist=[])
+    return msgs, [(f.code, str(f.severity)) for f in findings_of(result)]
+
+
+def _earlier_job(at: float) -> list[str]:
+    """An earlier job's XFS image on loop0: attached, its log failing, shut down, detached."""
+    return [_kline("info", at, "loop0: detected capacity change from 0 to 655360"),
+            _kline("alert", at + 1, _XFS_LINE), _kline("alert", at + 1.1, _XFS_SHUTDOWN),
+            _kline("info", at + 2, "loop0: detected capacity change from 655360 to 0")]
+
+
+def _burst(at: float, n: int, spacing: float) -> list[str]:
+    """Other jobs attaching loop1..loopN, ``spacing`` seconds apart."""
+    return [_kline("info", at + k * spacing, f"loop{k + 1}: detected capacity change from 0 to "
+                   "16384") for k in range(n)]
+
+
+def test_a_spent_rate_limit_leaves_an_earlier_loop_error_uncertain_not_the_volumes():
+    # ten attaches in 0.9 s spend the limit: the evidence's own attach of loop0 that came next
+    # was not logged, and no later line has announced the drop yet
+    lines = _earlier_job(0) + _burst(10, 10, 0.1)
+    msgs, findings = _triage_of(lines, {"loop0"})
+    xfs = [m for m in msgs if "XFS (loop0)" in m["line"]]
+    assert xfs and {m["scope"] for m in xfs} == {"uncertain"}
+    assert {m["uncertain_use_of"] for m in xfs} == {"loop0"}
+    assert ("TR004", "error") not in findings and ("TR004", "warning") in findings
+
+
+def test_an_announced_drop_leaves_an_earlier_loop_error_uncertain():
+    lines = [*_earlier_job(0),
+             _kline("warn", 30, "set_capacity_and_notify: 7 callbacks suppressed"),
+             _kline("info", 30.0001, "loop3: detected capacity change from 0 to 65536")]
+    msgs, findings = _triage_of(lines, {"loop0"})
+    assert {m["scope"] for m in msgs if "XFS (loop0)" in m["line"]} == {"uncertain"}
+    assert ("TR004", "error") not in findings
+
+
+@pytest.mark.parametrize("after", [
+    pytest.param(lambda: _burst(10, 9, 0.1), id="nine attaches: the limit was not spent"),
+    pytest.param(lambda: _burst(10, 10, 0.7), id="ten attaches over 6.3 s: two windows"),
+    pytest.param(lambda: [], id="nothing after"),
+])
+def test_without_a_possible_drop_an_error_on_the_volumes_loop_is_the_volumes(after):
+    msgs, findings = _triage_of(_earlier_job(0)[:3] + after(), {"loop0"})
+    assert {m["scope"] for m in msgs if "XFS (loop0)" in m["line"]} == {"volume"}
+    assert ("TR004", "error") in findings
+
+
+def test_an_error_logged_after_the_spent_window_is_the_volumes():
+    # the burst's window closed at 10 + 5 s (+1 s of slack); the XFS error came at 20 s
+    lines = [*_burst(10, 10, 0.1), _kline("alert", 20, _XFS_SHUTDOWN)]
+    msgs, findings = _triage_of(lines, {"loop0"})
+    assert [m["scope"] for m in msgs] == ["volume"]
+    assert ("TR004", "error") in findings
+
+
+def test_a_visible_reattach_still_says_earlier_use_whatever_was_dropped():
+    lines = [*_earlier_job(0), *_burst(10, 10, 0.1),
+             _kline("warn", 40, "set_capacity_and_notify: 3 callbacks suppressed"),
+             _kline("info", 40.0001, "loop0: detected capacity change from 0 to 16384")]
+    msgs, findings = _triage_of(lines, {"loop0"})
+    xfs = [m for m in msgs if "XFS (loop0)" in m["line"]]
+    assert {(m["scope"], m["earlier_use_of"]) for m in xfs} == {("other", "loop0")}
+    assert "uncertain_use_of" not in xfs[0]
+    assert ("TR004", "error") not in findings and ("TR004", "warning") not in findings
+
+
+def test_a_non_loop_device_is_never_made_uncertain():
+    lines = [_kline("err", 5, "blk_update_request: I/O error, dev sdb, sector 8 op 0x0:(READ)"),
+             *_burst(10, 12, 0.05)]
+    msgs, findings = _triage_of(lines, {"sdb"})
+    assert [m["scope"] for m in msgs] == ["volume"] and ("TR004", "error") in findings
