@@ -7,7 +7,9 @@ A case collects far more than a reader can use: ``dmesg`` alone brings hundreds 
 * collected lines (kernel, journal) that are about the incident: the **evidence devices** (a
   block device given as evidence and its partitions, at any time -- a loop device only since it
   was last attached before it became evidence: its lines before that were about the file an
-  earlier user had attached to that number; a loop, device-mapper or mount
+  earlier user had attached to that number (where the kernel may have dropped attach lines in
+  between, its rate limit spent, those lines are marked as possibly an earlier use); a loop,
+  device-mapper or mount
   device the kit itself attached, only while the kit held it), **I/O errors** (any device),
   **OOM** and **hung-task** lines, and the **job** (a training process triage found: its pid or
   name); a filesystem message counts when it names one of those devices;
@@ -33,6 +35,12 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.model import JsonObject
+from ckptrescue.storage.triage import (
+    CAPACITY_CHANGE,
+    RATELIMIT_BURST,
+    RATELIMIT_INTERVAL_S,
+    RATELIMIT_SLACK_S,
+)
 
 if TYPE_CHECKING:
     from ckptrescue.exports.timeline import TimelineEvent
@@ -70,6 +78,9 @@ class Subjects:
     names: set[str] = field(default_factory=set)
     added: dict[str, datetime] = field(default_factory=dict)     # evidence device -> when added
     attached: dict[str, datetime] = field(default_factory=dict)  # loop device -> its last attach
+    # loop device -> its lines up to then may be an earlier use's (an attach line after the last
+    # one seen may have been dropped by the kernel's rate limit)
+    unsure: dict[str, datetime] = field(default_factory=dict)
 
     def learn_attaches(self, events: list[TimelineEvent]) -> None:
         """For each evidence loop device, the last kernel attach line before it became evidence:
@@ -82,6 +93,20 @@ class Subjects:
             added = self.added.get(m[1])
             if (added is None or e.time <= added) and e.time >= self.attached.get(m[1], e.time):
                 self.attached[m[1]] = e.time
+        changes = sorted(e.time for e in events
+                         if e.source in COLLECTED_SOURCES and CAPACITY_CHANGE.search(e.message))
+        span = timedelta(seconds=RATELIMIT_INTERVAL_S + RATELIMIT_SLACK_S)
+        spent = [(changes[k + RATELIMIT_BURST - 1], changes[k] + span)
+                 for k in range(len(changes) - RATELIMIT_BURST + 1)
+                 if changes[k + RATELIMIT_BURST - 1] - changes[k] <= span]
+        for dev in self.devices:
+            if not dev.startswith("loop"):
+                continue
+            since, added = self.attached.get(dev), self.added.get(dev)
+            ends = [end for start, end in spent
+                    if (added is None or start <= added) and (since is None or end > since)]
+            if ends:
+                self.unsure[dev] = min(max(ends), added) if added else max(ends)
 
     def device_hit(self, text: str, when: datetime) -> str | None:
         """The evidence device ``text`` names (as a word), if any, at ``when``."""
@@ -183,6 +208,10 @@ def classify(event: TimelineEvent, subjects: Subjects) -> str | None:
     if HUNG.search(text):
         return "hung task"
     dev = subjects.device_hit(text, event.time)
+    if dev and event.time <= subjects.unsure.get(_whole(dev), datetime.min.replace(
+            tzinfo=event.time.tzinfo)):
+        return (f"evidence device {dev}, or an earlier use of {_whole(dev)}: the kernel may have "
+                "dropped its attach line (rate limit)")
     if dev:
         return f"evidence device {dev}"
     if subjects.job_hit(event):

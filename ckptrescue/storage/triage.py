@@ -191,9 +191,10 @@ _LOOP_NAMED = re.compile(r"(?<![\w-])(loop\d+)(?:p\d+)?(?![\w-])")
 # block/genhd.c set_capacity_and_notify: pr_info_ratelimited, one rate limit for every device
 # (DEFAULT_RATELIMIT_INTERVAL 5 s, DEFAULT_RATELIMIT_BURST 10); what it dropped is counted in a
 # "callbacks suppressed" line printed with the next message that gets through
-_CAPACITY_CHANGE = re.compile(r"(?<![\w-])[\w-]+: detected capacity change from \d+ to \d+")
+CAPACITY_CHANGE = re.compile(r"(?<![\w-])[\w-]+: detected capacity change from \d+ to \d+")
 _CAPACITY_SUPPRESSED = re.compile(r"set_capacity_and_notify: \d+ callbacks suppressed")
 RATELIMIT_BURST, RATELIMIT_INTERVAL_S = 10, 5.0
+RATELIMIT_SLACK_S = 1.0  # the log's times are converted from the kernel's clock
 _LOG_TIME = re.compile(r"\b(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d{1,9}))?")
 
 
@@ -223,14 +224,13 @@ def attach_lines_may_be_missing(lines: list[str]) -> list[bool]:
     for i, line in enumerate(lines):
         if _CAPACITY_SUPPRESSED.search(line):
             doubt_before = i
-        elif _CAPACITY_CHANGE.search(line) and (t := times[i]) is not None:
+        elif CAPACITY_CHANGE.search(line) and (t := times[i]) is not None:
             changes.append((i, t))
     for k in range(len(changes) - RATELIMIT_BURST + 1):
         (_, first), (last_i, last) = changes[k], changes[k + RATELIMIT_BURST - 1]
-        # a second of slack: the log's times are converted from the kernel's clock
-        if last - first <= RATELIMIT_INTERVAL_S + 1.0:
+        if last - first <= RATELIMIT_INTERVAL_S + RATELIMIT_SLACK_S:
             doubt_before = max(doubt_before, last_i + 1)
-            doubt_until = max(doubt_until, first + RATELIMIT_INTERVAL_S + 1.0)
+            doubt_until = max(doubt_until, first + RATELIMIT_INTERVAL_S + RATELIMIT_SLACK_S)
     return [i < doubt_before or (t is not None and t <= doubt_until)
             for i, t in enumerate(times)]
 

@@ -147,3 +147,44 @@ def test_the_json_report_carries_the_window(tmp_path: Path) -> None:
     model = json.loads(report_model.to_json(report_model.build(case)))
     window = model["timeline"]["window"]
     assert window["start"] < window["end"] and window["why"]
+
+
+def _loop_evidence_subjects(t0: datetime, events: list[TimelineEvent]) -> tl.Subjects:
+    """/dev/loop0 given as evidence at ``t0`` (attached by someone else before that)."""
+    records = [{"action": "evidence.added", "time": t0.isoformat(), "details": {"item": {
+        "source": "/dev/loop0", "kind": "block_device"}}}]
+    subjects = tl.subjects_of(records, [], parse_time)
+    assert "loop0" in subjects.devices
+    subjects.learn_attaches(events)
+    return subjects
+
+
+def _attaches(start: datetime, n: int, spacing_s: float) -> list[TimelineEvent]:
+    """Other jobs attaching loop1..loopN."""
+    return [event(start + timedelta(seconds=k * spacing_s),
+                  f"loop{k + 1}: detected capacity change from 0 to 16384") for k in range(n)]
+
+
+def test_a_loop_line_where_the_kernel_may_have_dropped_the_attach_is_not_called_the_evidences(
+        ) -> None:
+    t0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    old_attach = event(t0 - timedelta(minutes=30), "loop0: detected capacity change from 0 to 1")
+    old_error = event(t0 - timedelta(minutes=29), "XFS (loop0): Mounting V5 Filesystem")
+    burst = _attaches(t0 - timedelta(minutes=10), 10, 0.1)  # the limit spent: loop0's attach
+    after = event(t0 - timedelta(minutes=5), "EXT4-fs (loop0): mounted filesystem")  # may be lost
+    subjects = _loop_evidence_subjects(t0, [old_attach, old_error, *burst, after])
+    why = tl.classify(old_error, subjects)
+    assert why is not None and why.startswith("evidence device loop0, or an earlier use of loop0")
+    # after the spent window closed, a line about loop0 is the evidence's again
+    assert tl.classify(after, subjects) == "evidence device loop0"
+
+
+def test_without_a_spent_limit_a_loop_line_since_its_attach_is_the_evidences() -> None:
+    t0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    old_attach = event(t0 - timedelta(minutes=30), "loop0: detected capacity change from 0 to 1")
+    line = event(t0 - timedelta(minutes=29), "XFS (loop0): Mounting V5 Filesystem")
+    for others in (_attaches(t0 - timedelta(minutes=10), 9, 0.1),  # nine: not spent
+                   _attaches(t0 - timedelta(minutes=10), 10, 0.7),  # ten over 6.3 s
+                   _attaches(t0 + timedelta(minutes=1), 12, 0.1)):  # after it was evidence
+        subjects = _loop_evidence_subjects(t0, [old_attach, line, *others])
+        assert tl.classify(line, subjects) == "evidence device loop0"
