@@ -35,12 +35,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.model import JsonObject
-from ckptrescue.storage.triage import (
-    CAPACITY_CHANGE,
-    RATELIMIT_BURST,
-    RATELIMIT_INTERVAL_S,
-    RATELIMIT_SLACK_S,
-)
+from ckptrescue.storage.triage import rate_limit_mark, spent_windows
 
 if TYPE_CHECKING:
     from ckptrescue.exports.timeline import TimelineEvent
@@ -93,12 +88,11 @@ class Subjects:
             added = self.added.get(m[1])
             if (added is None or e.time <= added) and e.time >= self.attached.get(m[1], e.time):
                 self.attached[m[1]] = e.time
-        changes = sorted(e.time for e in events
-                         if e.source in COLLECTED_SOURCES and CAPACITY_CHANGE.search(e.message))
-        span = timedelta(seconds=RATELIMIT_INTERVAL_S + RATELIMIT_SLACK_S)
-        spent = [(changes[k + RATELIMIT_BURST - 1], changes[k] + span)
-                 for k in range(len(changes) - RATELIMIT_BURST + 1)
-                 if changes[k + RATELIMIT_BURST - 1] - changes[k] <= span]
+        kernel = sorted((e for e in events if e.source in COLLECTED_SOURCES),
+                        key=lambda e: (e.time, e.order))
+        marks = [(e.time.timestamp(), rate_limit_mark(e.message)) for e in kernel]
+        spent = [(kernel[i].time, datetime.fromtimestamp(end, kernel[i].time.tzinfo))
+                 for i, end in spent_windows(marks)]
         for dev in self.devices:
             if not dev.startswith("loop"):
                 continue

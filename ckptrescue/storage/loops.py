@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,13 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
         dev = res.stdout.strip()
         info["loop_device"] = dev
         info["backing_file"] = sysfs.loop_backing_file(sysfs.dev_name(dev))
+        wrong = presented_mismatch(dev, path)
+        if wrong is not None:
+            release(info, case=case, runner=runner)
+            raise ToolFailedError(f"{dev}: {wrong}; not used (detached)",
+                                  hint="run the command again: losetup is given the next free "
+                                       "loop device")
+        info["presented_bytes"] = sysfs.size_bytes(dev)
     else:
         raise EvidenceError(f"{path}: not an image file or block device")
     info["device"] = dev
@@ -101,6 +109,38 @@ def attach(target: str | Path, *, case: Case, partscan: bool = True,
     info["ro_verified"] = {f"/dev/{n}": sysfs.is_readonly(n) for n in nodes}
     case.log("storage.attached", info)
     return info
+
+
+def presented_mismatch(dev: str, backing: str | Path, *, offset: int = 0,
+                       limit: int | None = None) -> str | None:
+    """Why the loop device ``dev`` is not ``backing`` as it was asked to present it (from
+    ``offset``, at most ``limit`` bytes), by what the kernel shows now: its backing file (the
+    same inode) and its size (whole 512-byte sectors of the bytes the file holds there).
+    None when it is. A stale or raced attach is named here, before a filesystem reads it."""
+    name = sysfs.dev_name(dev)
+    shown = sysfs.loop_backing_file(name)
+    try:
+        ours = os.stat(backing)
+        theirs = os.stat(shown) if shown else None
+        total = sysfs.size_bytes(backing)  # a block device's size, or the file's
+    except OSError:
+        theirs = None
+    if theirs is None or _identity(theirs) != _identity(ours):
+        return f"the kernel shows it backed by {shown or 'nothing'}, not {backing}"
+    want = max(0, total - offset)
+    if limit is not None:
+        want = min(want, limit)
+    want -= want % 512
+    got = sysfs.size_bytes(dev)
+    if got != want:
+        return (f"the kernel presents {got} bytes of {backing}, which holds {want} there "
+                "(whole 512-byte sectors)")
+    return None
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """A block device by its device number (any node of it), a file by its inode."""
+    return (st.st_rdev,) if stat.S_ISBLK(st.st_mode) else (st.st_dev, st.st_ino)
 
 
 def release(info: dict[str, Any], *, case: Case, runner: SubprocessRunner | None = None) -> list[str]:
@@ -176,6 +216,9 @@ def attach_slice(runner: SubprocessRunner, info: dict[str, Any], start: int, siz
         "offset": start})
     if not sysfs.is_readonly(sysfs.dev_name(pdev)):
         raise RefusedError(f"{pdev} did not come up read-only")
+    wrong = presented_mismatch(pdev, backing, offset=start, limit=size)
+    if wrong is not None:
+        raise ToolFailedError(f"{pdev}: {wrong}; not used")
     return pdev
 
 

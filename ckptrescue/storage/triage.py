@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import time
@@ -211,26 +212,56 @@ def _log_seconds(line: str) -> float | None:
     return whole + (int(m[2]) / 10 ** len(m[2]) if m[2] else 0.0)
 
 
-def attach_lines_may_be_missing(lines: list[str]) -> list[bool]:
-    """For each line: whether the kernel may have dropped a capacity-change line (a loop
-    device's attach) after it. It did drop some before each ``callbacks suppressed`` line; and
-    wherever 10 capacity changes fall within one 5-second window, the rate limit was spent, so
-    it may have dropped more until that window ended (unannounced while no later line got
-    through). Lines without a time count only the announced drops."""
-    doubt_before = -1  # lines before this index: an attach after them may be missing
-    doubt_until = float("-inf")  # lines logged before this time: likewise
-    times = [_log_seconds(line) for line in lines]
-    changes: list[tuple[int, float]] = []
-    for i, line in enumerate(lines):
-        if _CAPACITY_SUPPRESSED.search(line):
-            doubt_before = i
-        elif CAPACITY_CHANGE.search(line) and (t := times[i]) is not None:
-            changes.append((i, t))
+def rate_limit_mark(line: str) -> str:
+    """``"change"`` for a capacity-change line, ``"notice"`` for its "callbacks suppressed"
+    line, ``""`` for any other."""
+    if _CAPACITY_SUPPRESSED.search(line):
+        return "notice"
+    return "change" if CAPACITY_CHANGE.search(line) else ""
+
+
+def spent_windows(marks: list[tuple[float | None, str]]) -> list[tuple[int, float]]:
+    """The rate limit's windows in which the kernel may have dropped capacity-change lines, as
+    (index of the window's 10th printed line, time the window ended), from each line's time and
+    :func:`rate_limit_mark`. A window that printed 10 within 5 s was spent; it dropped nothing
+    when the next capacity change after it was logged without a "callbacks suppressed" line (the
+    kernel prints that line with the first message after a window that dropped some). A
+    "callbacks suppressed" line after no spent window counts as one ending at it."""
+    span = RATELIMIT_INTERVAL_S + RATELIMIT_SLACK_S
+    changes = [(i, t) for i, (t, mark) in enumerate(marks) if mark == "change" and t is not None]
+    notices = [i for i, (_, mark) in enumerate(marks) if mark == "notice"]
+    out: list[tuple[int, float]] = []
+    j = 0  # the first change after the window (the log is in time order: it only moves on)
     for k in range(len(changes) - RATELIMIT_BURST + 1):
         (_, first), (last_i, last) = changes[k], changes[k + RATELIMIT_BURST - 1]
-        if last - first <= RATELIMIT_INTERVAL_S + RATELIMIT_SLACK_S:
-            doubt_before = max(doubt_before, last_i + 1)
-            doubt_until = max(doubt_until, first + RATELIMIT_INTERVAL_S + RATELIMIT_SLACK_S)
+        if last - first > span:
+            continue
+        j = max(j, k + RATELIMIT_BURST)
+        while j < len(changes) and changes[j][1] <= first + span:
+            j += 1
+        nxt = bisect.bisect_right(notices, last_i)
+        announced = nxt < len(notices) and (j == len(changes) or notices[nxt] < changes[j][0])
+        if j < len(changes) and not announced:
+            continue
+        out.append((last_i, first + span))
+    first_spent = min((last_i for last_i, _ in out), default=len(marks))
+    for n in notices:  # a drop announced after no window seen spent (a log without times, or
+        if n <= first_spent:  # one missing its lines): lines before it
+            t = marks[n][0]
+            out.append((n - 1, float("-inf") if t is None else t))
+    return out
+
+
+def attach_lines_may_be_missing(lines: list[str]) -> list[bool]:
+    """For each line: whether the kernel may have dropped a capacity-change line (a loop
+    device's attach) after it: before the end of a spent window (:func:`spent_windows`)."""
+    times = [_log_seconds(line) for line in lines]
+    marks = [(t, rate_limit_mark(line)) for t, line in zip(times, lines, strict=True)]
+    doubt_before = -1  # lines before this index: an attach after them may be missing
+    doubt_until = float("-inf")  # lines logged up to this time: likewise
+    for last_i, end in spent_windows(marks):
+        doubt_before = max(doubt_before, last_i + 1)
+        doubt_until = max(doubt_until, end)
     return [i < doubt_before or (t is not None and t <= doubt_until)
             for i, t in enumerate(times)]
 

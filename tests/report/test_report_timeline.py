@@ -188,3 +188,18 @@ def test_without_a_spent_limit_a_loop_line_since_its_attach_is_the_evidences() -
                    _attaches(t0 + timedelta(minutes=1), 12, 0.1)):  # after it was evidence
         subjects = _loop_evidence_subjects(t0, [old_attach, line, *others])
         assert tl.classify(line, subjects) == "evidence device loop0"
+
+
+def test_a_spent_window_followed_by_an_unannounced_attach_dropped_nothing() -> None:
+    t0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    old_attach = event(t0 - timedelta(minutes=30), "loop0: detected capacity change from 0 to 1")
+    line = event(t0 - timedelta(minutes=29), "XFS (loop0): Mounting V5 Filesystem")
+    burst = _attaches(t0 - timedelta(minutes=10), 10, 0.1)
+    later = event(t0 - timedelta(minutes=9), "loop11: detected capacity change from 0 to 8")
+    notice = event(t0 - timedelta(minutes=9), "set_capacity_and_notify: 2 callbacks suppressed")
+    subjects = _loop_evidence_subjects(t0, [old_attach, line, *burst, later])
+    assert tl.classify(line, subjects) == "evidence device loop0"
+    notice.order = (0, -1)  # printed just before the line that got through
+    subjects = _loop_evidence_subjects(t0, [old_attach, line, *burst, notice, later])
+    why = tl.classify(line, subjects)
+    assert why is not None and why.startswith("evidence device loop0, or an earlier use")

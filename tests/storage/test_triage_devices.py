@@ -244,3 +244,16 @@ def test_a_non_loop_device_is_never_made_uncertain():
              *_burst(10, 12, 0.05)]
     msgs, findings = _triage_of(lines, {"sdb"})
     assert [m["scope"] for m in msgs] == ["volume"] and ("TR004", "error") in findings
+
+
+@pytest.mark.parametrize("announced", [False, True])
+def test_a_spent_window_dropped_nothing_when_the_next_line_came_unannounced(announced):
+    # the kernel prints "callbacks suppressed" with the first capacity change after a window
+    # that dropped some: without it, the window dropped nothing, and loop0 was not re-attached
+    notice = [_kline("warn", 30, "set_capacity_and_notify: 4 callbacks suppressed")]
+    lines = [*_earlier_job(0)[:3], *_burst(10, 10, 0.1), *(notice if announced else []),
+             _kline("info", 30.0001, "loop11: detected capacity change from 0 to 16384")]
+    msgs, findings = _triage_of(lines, {"loop0"})
+    scope = {m["scope"] for m in msgs if "XFS (loop0)" in m["line"]}
+    assert scope == ({"uncertain"} if announced else {"volume"})
+    assert (("TR004", "error") in findings) is not announced
