@@ -91,7 +91,8 @@ class Subjects:
         kernel = sorted((e for e in events if e.source in COLLECTED_SOURCES),
                         key=lambda e: (e.time, e.order))
         marks = [(e.time.timestamp(), rate_limit_mark(e.message)) for e in kernel]
-        spent = [(kernel[i].time, datetime.fromtimestamp(end, kernel[i].time.tzinfo))
+        # (from the window's last printed line, or the first line: a drop announced first)
+        spent = [(kernel[max(i, 0)].time, datetime.fromtimestamp(end, kernel[0].time.tzinfo))
                  for i, end in spent_windows(marks)]
         for dev in self.devices:
             if not dev.startswith("loop"):
