@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from cli_helpers import invoke
 
+from ckptrescue.checkpoints.formats.crc32c import crc32c, mask
 from ckptrescue.datasets import decompress
-from ckptrescue.datasets.crc32c import crc32c, mask
 from ckptrescue.datasets.verify import verify_dataset
 
 REPO = Path(__file__).resolve().parents[2]

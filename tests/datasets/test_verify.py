@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptrescue.checkpoints.formats.crc32c import masked_crc32c
 from ckptrescue.datasets import tarshards
-from ckptrescue.datasets.crc32c import masked_crc32c
 from ckptrescue.datasets.verify import verify_dataset
 from ckptrescue.engine.action import from_library
 from ckptrescue.engine.executor import record
