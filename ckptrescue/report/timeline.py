@@ -35,7 +35,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.model import JsonObject
-from ckptrescue.storage.triage import rate_limit_mark, spent_windows
+from ckptrescue.storage.triage import LOOP_ATTACHED, rate_limit_mark, spent_windows
 
 if TYPE_CHECKING:
     from ckptrescue.exports.timeline import TimelineEvent
@@ -58,7 +58,6 @@ OOM = re.compile(r"Out of memory|oom-kill|oom_reaper|invoked oom-killer|Killed p
 HUNG = re.compile(r"blocked for more than \d+ seconds|hung_task|INFO: task \S+ blocked",
                   re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
-LOOP_ATTACHED = re.compile(r"(?<![\w-])(loop\d+): detected capacity change from 0 to [1-9]")
 _WHOLE_DEVICE = re.compile(r"^(?P<base>(?:nvme\d+n\d+|mmcblk\d+|loop\d+|nbd\d+|md\d+|"
                            r"dm-\d+|[a-z]+?))(?:p?\d+)?$")
 
