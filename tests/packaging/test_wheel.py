@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# one worker builds the wheel once: two `pip wheel` of the same tree at once share its build/
+# and *.egg-info directories, and one of them fails (seen on a fresh clone under pytest-xdist)
+pytestmark = pytest.mark.xdist_group("wheel")
 
 
 @pytest.fixture(scope="module")
