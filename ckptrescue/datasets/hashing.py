@@ -2,10 +2,14 @@
 
 hashlib releases the GIL while hashing large buffers, so a thread pool of these scales with
 cores. Reads go into preallocated buffers (no per-chunk allocation). Copying a page-cache page
-into the buffer costs about a fifth of hashing it (SHA-NI hashes ~2 GB/s per core): with
-``prefetch`` (when a core is spare, i.e. fewer jobs than cores), a reader thread fills the next
-buffers of a large file while this thread hashes the previous one, so the copy no longer adds
-to the hashing time. The kernel is told the file is read sequentially (a larger readahead on a
+into the buffer costs a fraction of hashing it (SHA-NI hashes ~2 GB/s per core). When a core is
+spare (fewer jobs than cores), a reader thread can fill the next buffers of a large file while
+this thread hashes the previous one, taking the copy off the hashing thread; but the hashing
+core then pulls every byte from the other core's cache, and on some machines that costs more
+than the copy it saves (seen here: 1 GiB read ahead in 0.85 s, read directly in 0.74 s; on
+another machine read-ahead was the faster). So no fixed choice: a :class:`ReadPlan` times the
+first stretches of large files both ways, alternating, and keeps the faster (``prefetch=True``
+forces read-ahead). The kernel is told the file is read sequentially (a larger readahead on a
 cold disk; advisory, nothing is written).
 """
 
@@ -17,6 +21,7 @@ import os
 import queue
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +31,8 @@ from ckptrescue.effects.files import open_read_only
 CHUNK = 1 << 20
 PREFETCH_MIN = 4 << 20  # files at least this large are read ahead by a reader thread
 PREFETCH_BUFFERS = 4
+TRIAL_BYTES = 32 << 20  # one timed stretch of a large file, read one way
+TRIALS = 2  # timed stretches each way before the plan settles
 PROBE_BLOCK = 4096
 HEAD_BYTES = 512
 
@@ -90,6 +97,43 @@ def checksum_hashers(names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+class ReadPlan:
+    """How the large files of one build are read when a core is spare: directly on the
+    hashing thread, or ahead by a reader thread. The first :data:`TRIALS` stretches of
+    :data:`TRIAL_BYTES` each way are timed (alternating, so a passing load falls on both);
+    the way with the lower best time per byte is kept for the rest. Thread-safe: the hashing
+    threads of one build share it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._todo: list[bool] = [False, True] * TRIALS
+        self._seconds_per_byte: dict[bool, list[float]] = {False: [], True: []}
+        self.ahead: bool | None = None  # the way kept, once both were timed
+
+    def next_stretch(self) -> tuple[bool, int | None]:
+        """(read ahead?, bytes to read that way before asking again; None: to the end)."""
+        with self._lock:
+            if self.ahead is not None:
+                return self.ahead, None
+            if self._todo:
+                return self._todo.pop(0), TRIAL_BYTES
+            return False, TRIAL_BYTES  # the last trials are still running on other threads
+
+    def timed(self, ahead: bool, nbytes: int, seconds: float) -> None:
+        """A stretch read ``ahead`` (or not) took ``seconds`` for ``nbytes``; a stretch cut
+        short by the end of its file (under half a trial) is timed again later."""
+        with self._lock:
+            if self.ahead is not None:
+                return
+            if nbytes < TRIAL_BYTES // 2 or seconds <= 0:
+                self._todo.insert(0, ahead)
+                return
+            times = self._seconds_per_byte
+            times[ahead].append(seconds / nbytes)
+            if all(len(t) >= TRIALS for t in times.values()):
+                self.ahead = min(times[True]) < min(times[False])
+
+
 REHASH_TRIES = 3  # hashes of a file that keeps changing under the reader, before giving up
 
 
@@ -99,10 +143,12 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 def hash_file(path: str | bytes, *, chunk: int = CHUNK,
               on_bytes: Callable[[int], None] | None = None,
-              checksums: tuple[str, ...] = (), prefetch: bool = False) -> HashOutcome:
+              checksums: tuple[str, ...] = (), prefetch: bool | ReadPlan = False,
+              ) -> HashOutcome:
     """Hash ``path``; ``head`` keeps its first bytes (for format detection); ``checksums``
     (CRC64NVME, CRC32C, CRC32) are computed in the same pass, in S3's Base64 form.
-    ``prefetch``: read a large file ahead on a second thread (worth it when a core is idle).
+    ``prefetch``: how a large file is read when a core is idle: ``True`` ahead on a second
+    thread, a :class:`ReadPlan` the way it found faster, ``False`` on this thread.
 
     A file written while it is read would get the hash of a mix of old and new bytes (which a
     later audit calls corrupted): the size, mtime, ctime and inode are compared before and
@@ -125,7 +171,7 @@ _CHANGED = "changed while it was read"
 
 
 def _hash_once(path: str | bytes, *, chunk: int, on_bytes: Callable[[int], None] | None,
-               checksums: tuple[str, ...], prefetch: bool) -> HashOutcome:
+               checksums: tuple[str, ...], prefetch: bool | ReadPlan) -> HashOutcome:
     digest = hashlib.sha256()
     extra = checksum_hashers(checksums) if checksums else {}
     head = b""
@@ -142,8 +188,12 @@ def _hash_once(path: str | bytes, *, chunk: int, on_bytes: Callable[[int], None]
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
     except (AttributeError, OSError):
         pass
-    ahead = prefetch and st.st_size >= PREFETCH_MIN
-    blocks = _read_ahead(fd, chunk) if ahead else _read_direct(fd, chunk)
+    if st.st_size < PREFETCH_MIN or prefetch is False:
+        blocks = _read_direct(fd, chunk)
+    elif prefetch is True:
+        blocks = _read_ahead(fd, chunk)
+    else:
+        blocks = _read_planned(fd, chunk, prefetch)
     try:
         try:
             for view in blocks:
@@ -183,18 +233,21 @@ def _hash_once(path: str | bytes, *, chunk: int, on_bytes: Callable[[int], None]
                        inode=after.st_ino)
 
 
-def _read_direct(fd: int, chunk: int) -> Iterator[memoryview]:
-    """The file's blocks read on this thread into one reused buffer (valid until next)."""
-    buf = _buffer(chunk)
-    view = memoryview(buf)
-    while n := os.readv(fd, [buf]):
+def _read_direct(fd: int, chunk: int, limit: int | None = None) -> Iterator[memoryview]:
+    """The file's blocks (at most ``limit`` bytes of them) read on this thread into one
+    reused buffer (valid until next)."""
+    view = memoryview(_buffer(chunk))
+    left = -1 if limit is None else limit
+    while left and (n := os.readv(fd, [view if left < 0 or left >= chunk else view[:left]])):
+        left -= n if left > 0 else 0
         yield view[:n]
 
 
-def _read_ahead(fd: int, chunk: int) -> Iterator[memoryview]:
-    """The file's blocks, read by a helper thread into :data:`PREFETCH_BUFFERS` reused
-    buffers while the caller hashes the previous ones; a read error is raised here, in
-    order, after the blocks before it. Closing the generator stops and joins the thread."""
+def _read_ahead(fd: int, chunk: int, limit: int | None = None) -> Iterator[memoryview]:
+    """The file's blocks (at most ``limit`` bytes of them), read by a helper thread into
+    :data:`PREFETCH_BUFFERS` reused buffers while the caller hashes the previous ones; a read
+    error is raised here, in order, after the blocks before it. Closing the generator stops
+    and joins the thread."""
     bufs = _buffers(chunk)
     free: queue.SimpleQueue[int | None] = queue.SimpleQueue()
     full: queue.SimpleQueue[tuple[int, int] | OSError] = queue.SimpleQueue()
@@ -202,12 +255,15 @@ def _read_ahead(fd: int, chunk: int) -> Iterator[memoryview]:
         free.put(i)
 
     def reader() -> None:
+        left = -1 if limit is None else limit
         while (i := free.get()) is not None:
             try:
-                n = os.readv(fd, [bufs[i]])
+                n = os.readv(fd, [bufs[i] if left < 0 or left >= chunk
+                                  else memoryview(bufs[i])[:left]]) if left else 0
             except OSError as exc:
                 full.put(exc)
                 return
+            left -= n if left > 0 else 0
             full.put((i, n))
             if not n:
                 return
@@ -227,6 +283,27 @@ def _read_ahead(fd: int, chunk: int) -> Iterator[memoryview]:
     finally:
         free.put(None)
         thread.join()
+
+
+def _read_planned(fd: int, chunk: int, plan: ReadPlan) -> Iterator[memoryview]:
+    """The file's blocks, read in stretches the way ``plan`` says; each trial stretch is
+    timed, the caller's hashing of its blocks included, and the time given back to it."""
+    while True:
+        ahead, limit = plan.next_stretch()
+        stretch = (_read_ahead if ahead else _read_direct)(fd, chunk, limit)
+        got = 0
+        start = time.perf_counter()
+        try:
+            for view in stretch:
+                got += len(view)
+                yield view
+        finally:
+            stretch.close()
+        if limit is None:
+            return
+        plan.timed(ahead, got, time.perf_counter() - start)
+        if got < limit:
+            return
 
 
 _LOCAL = threading.local()

@@ -26,7 +26,7 @@ from pathlib import Path
 from ckptrescue.datasets import build_store
 from ckptrescue.datasets.build_store import BuildStore
 from ckptrescue.datasets.detect import detect
-from ckptrescue.datasets.hashing import hash_file
+from ckptrescue.datasets.hashing import ReadPlan, hash_file
 from ckptrescue.datasets.manifest_files import (
     PARTIAL_SUFFIX,
     SIDECAR_SUFFIX,
@@ -59,7 +59,7 @@ __all__ = [
 # -- hashing one file: shared by the thread pool and the Dask workers ---------------------------
 def hash_entry(root: bytes, entry: FileEntry, tracker: Tracker | None = None, *,
                formats: bool = True, checksums: tuple[str, ...] = (),
-               prefetch: bool = False) -> ManifestEntry | UnreadableFile:
+               prefetch: bool | ReadPlan = False) -> ManifestEntry | UnreadableFile:
     path = join(root, entry.rel)
     on_bytes = (lambda n: tracker.add(nbytes=n)) if tracker is not None else None
     outcome = hash_file(path, on_bytes=on_bytes, checksums=checksums, prefetch=prefetch)
@@ -203,9 +203,10 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
                 tracker.add(files=1, nbytes=item.size if isinstance(item, ManifestEntry) else 0)
                 yield item
         return
-    # a core left idle by the jobs reads ahead for them (the page-cache copy off the hashing
-    # thread); with a job per core there is none to spare and each job reads for itself
-    prefetch = jobs < len(os.sched_getaffinity(0))
+    # a core left idle by the jobs may read ahead for them (the page-cache copy off the hashing
+    # thread), where timing both ways shows that faster (hashing.ReadPlan); with a job per core
+    # there is none to spare and each job reads for itself
+    prefetch: ReadPlan | bool = ReadPlan() if jobs < len(os.sched_getaffinity(0)) else False
     if jobs == 1:
         for f in todo:
             item = hash_entry(root, f, tracker, formats=formats, checksums=checksums,
@@ -236,7 +237,7 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
 
 
 def _hash_group(root: bytes, group: list[FileEntry], tracker: Tracker, formats: bool,
-                checksums: tuple[str, ...], prefetch: bool,
+                checksums: tuple[str, ...], prefetch: bool | ReadPlan,
                 ) -> list[ManifestEntry | UnreadableFile]:
     return [hash_entry(root, e, tracker, formats=formats, checksums=checksums,
                        prefetch=prefetch) for e in group]

@@ -1,5 +1,7 @@
 """Hashing with a reader thread ahead of the hasher gives sha256sum's digest, keeps the first
-bytes for format detection, stops its thread, and still names the first unreadable block.
+bytes for format detection, stops its thread, and still names the first unreadable block; a
+read plan that switches between reading ahead and reading directly mid-file gives the same, and
+keeps the way its timed trials found faster.
 
 File bytes come from numpy's seeded integer generator; the reference digest is ``sha256sum``
 (GNU coreutils) where installed, else hashlib over the whole file read at once.
@@ -46,6 +48,55 @@ def test_read_ahead_gives_the_same_digest_head_and_size(tmp_path, size):
     assert {t.name for t in threading.enumerate()} == before  # the reader thread is gone
 
 
+def test_a_read_plan_times_both_ways_alternately_then_keeps_the_faster():
+    trial = hashing.TRIAL_BYTES
+    for faster_ahead in (True, False):
+        plan = hashing.ReadPlan()
+        asked = []
+        while plan.ahead is None:
+            ahead, limit = plan.next_stretch()
+            assert limit == trial
+            asked.append(ahead)
+            plan.timed(ahead, trial, 1.0 if ahead == faster_ahead else 1.5)
+        assert asked == [False, True] * hashing.TRIALS
+        assert plan.ahead is faster_ahead
+        assert plan.next_stretch() == (faster_ahead, None)  # settled: the rest read that way
+        plan.timed(not faster_ahead, trial, 0.001)  # a late trial changes nothing
+        assert plan.ahead is faster_ahead
+
+
+def test_a_stretch_cut_short_by_its_file_is_timed_again():
+    plan = hashing.ReadPlan()
+    ahead, _ = plan.next_stretch()
+    plan.timed(ahead, hashing.TRIAL_BYTES // 4, 0.01)  # a small file's worth: too noisy
+    assert plan.next_stretch()[0] is ahead
+    # the best time of each way decides, so one slow trial (a passing load) does not
+    plan = hashing.ReadPlan()
+    for seconds in (1.0, 2.0, 5.0, 1.9):  # direct, ahead, direct, ahead
+        plan.timed(plan.next_stretch()[0], hashing.TRIAL_BYTES, seconds)
+    assert plan.ahead is False
+
+
+@pytest.mark.parametrize("size", [hashing.PREFETCH_MIN, 7 * hashing.CHUNK, 7 * hashing.CHUNK + 5,
+                                  9 * hashing.CHUNK + 4097])
+def test_a_planned_read_switching_ways_mid_file_gives_the_same_digest(tmp_path, monkeypatch,
+                                                                     size):
+    # stretches of 1 MiB + 3 bytes: every switch falls inside a read buffer, not on its edge
+    monkeypatch.setattr(hashing, "TRIAL_BYTES", hashing.CHUNK + 3)
+    path = _file(tmp_path / "f.bin", size, size % 1000)
+    plan = hashing.ReadPlan()
+    before = {t.name for t in threading.enumerate()}
+    seen: list[int] = []
+    out = hashing.hash_file(str(path), prefetch=plan, on_bytes=seen.append)
+    assert out.sha256 == _reference(path) and out.size == size == sum(seen)
+    assert out.head == path.read_bytes()[:hashing.HEAD_BYTES]
+    assert {t.name for t in threading.enumerate()} == before
+    # enough stretches for every trial: the plan settled on a way, and reads on with it
+    assert plan.ahead is not None
+    again = hashing.hash_file(str(path), prefetch=plan)
+    assert again.sha256 == out.sha256
+
+
 def test_manifest_build_with_a_spare_core_matches_sha256sum(tmp_path):
     root = tmp_path / "ds"
     root.mkdir()
@@ -60,13 +111,18 @@ def test_manifest_build_with_a_spare_core_matches_sha256sum(tmp_path):
 
 @pytest.mark.privileged
 @pytest.mark.needs_tool("mkfs.btrfs", "mount", "umount")
-def test_read_ahead_names_the_first_unreadable_block(btrfs_with_bad_block):
+def test_read_ahead_names_the_first_unreadable_block(btrfs_with_bad_block, monkeypatch):
     src, _image, mount = btrfs_with_bad_block
     size = hashing.PREFETCH_MIN + 2 * hashing.CHUNK
     _file(src / "big.bin", size, 7)
     bad = hashing.PREFETCH_MIN + 12_288  # a block in the fifth MiB: after four good reads
     mnt = mount(("big.bin", bad))
-    for prefetch in (True, False):
+    # a plan's trial stretches of 2 MiB + 3 meet the bad block in the third (read directly),
+    # of 3 MiB + 3 in the second (read ahead)
+    for prefetch, trial in ((True, 0), (False, 0), (hashing.ReadPlan(), 2 * hashing.CHUNK + 3),
+                            (hashing.ReadPlan(), 3 * hashing.CHUNK + 3)):
+        if trial:
+            monkeypatch.setattr(hashing, "TRIAL_BYTES", trial)
         out = hashing.hash_file(str(mnt / "big.bin"), prefetch=prefetch)
         assert out.unreadable and out.sha256 is None
         assert out.error_offset == bad - bad % 4096
