@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.checkpoints.base import CheckpointReport
-from ckptrescue.checkpoints.formats import pickle_scan
+from ckptrescue.checkpoints.formats import pickle_roots, pickle_scan
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 
 MAX_PKL = 64 * 1024 * 1024
@@ -35,10 +35,9 @@ def data_pkl_root(path: Path, report: CheckpointReport) -> Any:
         with open_regular(path) as fh:
             fh.seek(rec["data_offset"])
             blob = fh.read(rec["length"])
-        scan = pickle_scan.scan_pickle(blob, mode="memory", partial=True)
+        return pickle_roots.plain_root(blob, rec["data_offset"])
     except (OSError, pickle_scan.PickleError, ValueError):
         return None
-    return scan.root
 
 
 class _Budget:
@@ -136,7 +135,7 @@ def zip_pickle_root(path: Path) -> Any:
                 offset = rec.header_offset + 30 + nlen + xlen
             fh.seek(offset)
             blob = fh.read(rec.compressed_size)
-        return pickle_scan.scan_pickle(blob, mode="memory", partial=True).root
+        return pickle_roots.plain_root(blob, offset)
     except (OSError, ValueError, pickle_scan.PickleError, struct.error):
         return None
 

@@ -14,10 +14,10 @@ from typing import Any, BinaryIO
 
 from ckptrescue.checkpoints.base import TensorRecord, Verdict
 from ckptrescue.checkpoints.formats import (
+    pickle_roots,
     pickle_scan,
     streaming,
     tensormap,
-    torch_rebuild,
     torch_zip_view,
     zipinflate,
     zipwalk,
@@ -145,7 +145,9 @@ def read_pickle(fh: BinaryIO, rec: zipwalk.ZipRecord, path: str, alignment: int,
                                 length=rec.compressed_size))
         verdicts.append(Verdict.DAMAGED)
     try:
-        scan = prescan or torch_rebuild.scan_torch_pickle(data, start=start_at)
+        # done once per pickle: a family's layout read may have scanned these bytes already,
+        # and its metadata reader reads the same scan (pickle_roots)
+        scan = prescan or pickle_roots.torch_scan(data, start_at)
     except pickle_scan.PickleError as exc:
         truncated = rec.truncated or len(data) < (expect or 0)
         findings.append(finding(
