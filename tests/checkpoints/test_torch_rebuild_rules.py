@@ -133,11 +133,11 @@ def test_unknown_safetensors_dtype_is_not_intact(tmp_path):
 
 
 @pytest.mark.needs_tool("bwrap")
-def test_load_compares_the_loaded_tensors_with_the_static_map(cases, monkeypatch):
+def test_load_compares_the_loaded_tensors_with_the_static_map(cases, monkeypatch, request):
     """With the storage-cache rule switched off (standing in for any rule the static reader
     does not know), the static map says ``a`` is float32; the sandboxed load gives int32 and
     ``probe --load`` says so (LD008) instead of ``intact``/``load: ok``."""
-    from ckptrescue.checkpoints.formats import torch_rebuild
+    from ckptrescue.checkpoints.formats import pickle_roots, torch_rebuild
 
     path, _ = cases["plain"]
     ok = probe1(path, load=True)
@@ -146,6 +146,10 @@ def test_load_compares_the_loaded_tensors_with_the_static_map(cases, monkeypatch
 
     path, _ = cases["shared-key-two-types"]
     monkeypatch.setattr(torch_rebuild.TorchRules, "on_persistent", lambda self, ref: None)
+    # the scans kept under the real rules (other tests probed this file) go, and so do the
+    # scans made without the rule, when the test ends
+    pickle_roots.forget()
+    request.addfinalizer(pickle_roots.forget)
     static = probe1(path)
     assert static.verdict is Verdict.INTACT  # what the kit said before it knew the rule
     r = probe1(path, load=True)
