@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import invoke
-from scipy.stats import beta
 
 from ckptrescue.datasets.audit import audit
 from ckptrescue.datasets.manifest import build_manifest
@@ -73,6 +72,8 @@ def test_corrupted_file_in_sample_is_found_and_stat_finds_the_rest(tree) -> None
     assert statuses["d0/extra.bin"] == "new"
     s = result.to_json()["sample"]
     assert (s["size"], s["population"], s["bad"]) == (25, 198, 1)
+    from scipy.stats import beta  # the reference (imported by the worker that needs it)
+
     assert s["upper_bound_95"] == pytest.approx(beta.ppf(0.95, 2, 24), rel=1e-9)
     assert "1 of 25 sampled files corrupted: with 95% confidence fewer than" in result.answer()
     assert "1 missing, 1 changed" in result.answer()
@@ -82,6 +83,8 @@ def test_corrupted_file_in_sample_is_found_and_stat_finds_the_rest(tree) -> None
 @pytest.mark.parametrize(("bad", "n"), [(0, 1), (0, 2000), (1, 25), (3, 2000), (17, 400),
                                         (250, 1000), (999, 1000), (5, 100_000)])
 def test_bound_matches_clopper_pearson(bad: int, n: int) -> None:
+    from scipy.stats import beta
+
     # the one-sided exact upper bound is the 0.95 quantile of Beta(bad + 1, n - bad)
     assert clopper_pearson_upper(bad, n) == pytest.approx(beta.ppf(0.95, bad + 1, n - bad),
                                                           rel=1e-9)
