@@ -12,6 +12,11 @@ waits on the kernel's copy the others compute: the read and the checks overlap w
 separate reader thread and its hand-offs, and one huge storage is as parallel as many small
 ones.
 
+When most of the work holds the GIL chunk by chunk (the numeric scan is a dozen numpy calls
+per chunk, each retaking it), threads hand the GIL to each other instead of working:
+:mod:`forked_reads` then runs the segments on forked processes, and this module reads itself
+whatever they did not report.
+
 A segment that comes back short (the file ends inside it) ends its range there, as a
 sequential read would: the segments after it are not used.
 """
@@ -24,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from ckptrescue.checkpoints.formats import zipwalk
+from ckptrescue.checkpoints.formats import forked_reads, zipwalk
 from ckptrescue.checkpoints.formats.crc32 import crc32_combine
 
 SEGMENT = 32 * zipwalk.CHUNK  # bytes one thread reads before the next segment is handed out
@@ -75,7 +80,8 @@ class ByteRange:
 
 
 def workers() -> int:
-    """Threads for reading (``CKPTRESCUE_THREADS``, default the CPU count, at most 4)."""
+    """Workers for reading (``CKPTRESCUE_THREADS``, default the CPU count, at most 4): threads,
+    or processes where :mod:`forked_reads` pays."""
     try:
         wanted = int(os.environ.get("CKPTRESCUE_THREADS", "0"))
     except ValueError:
@@ -94,6 +100,12 @@ def _buffer(size: int) -> bytearray:
 
 
 def _read_part(fh: BinaryIO, rng: ByteRange, start: int, length: int, chunk: int) -> None:
+    rng._parts.append((start, length, *_scan_part(fh, rng, start, length, chunk)))
+
+
+def _scan_part(fh: BinaryIO, rng: ByteRange, start: int, length: int,
+               chunk: int) -> tuple[int, int, Any]:
+    """Read one segment: its CRC, the bytes read and its scan (or None)."""
     scan = rng.make_scan(start, length) if rng.make_scan is not None else None
     crc_fn = None
     if rng.checksum == "crc32c":
@@ -101,7 +113,7 @@ def _read_part(fh: BinaryIO, rng: ByteRange, start: int, length: int, chunk: int
     crc, got = zipwalk.crc_range(fh, start, length, chunk=chunk, crc=rng.want_crc,
                                  buffer=_buffer(chunk), crc_fn=crc_fn, align=rng.align,
                                  on_chunk=scan.feed if scan is not None else None)
-    rng._parts.append((start, length, crc, got, scan))
+    return crc, got, scan
 
 
 def _join(rng: ByteRange) -> None:
@@ -138,6 +150,14 @@ def read_ranges(fh: BinaryIO, ranges: list[ByteRange], *, threads: int | None = 
         pass
     if n == 1 or len(parts) < 2 or total < PARALLEL_MIN:
         for rng, start, length in parts:
+            _read_part(fh, rng, start, length, chunk)
+    elif forked_reads.wanted(fh, parts, n):
+        done = forked_reads.read_parts(
+            fh, parts, lambda f, r, s, n_: _scan_part(f, r, s, n_, chunk), n)
+        for i, (rng, start, length) in enumerate(parts):
+            if i in done:
+                rng._parts.append((start, length, *done[i]))
+                continue
             _read_part(fh, rng, start, length, chunk)
     else:
         from concurrent.futures import ThreadPoolExecutor

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ckptrescue.checkpoints.base import CheckpointReport, Verdict, worst_verdict
-from ckptrescue.model import Finding, Severity
+from ckptrescue.model import Finding, JsonObject, Severity
 
 if TYPE_CHECKING:
     from ckptrescue.checkpoints.formats.numeric import StorageScan
@@ -57,6 +57,18 @@ class GuardedScan:
             self.scan.feed(offset, chunk)
         except Exception as exc:  # noqa: BLE001 - the CRC pass must go on whatever happens
             self.scan, self.error = None, f"{type(exc).__name__}: {exc}"
+
+    def wire(self) -> JsonObject:
+        """The state of the scan (see ``StorageScan.wire``); a scan that cannot be carried
+        raises AttributeError (the forked reader's parent then reads that part again)."""
+        return {"error": self.error,
+                "scan": None if self.scan is None else self.scan.wire()}  # type: ignore[union-attr]
+
+    def unwire(self, state: JsonObject) -> None:
+        if state["scan"] is None:
+            self.scan, self.error = None, str(state["error"])
+        elif self.scan is not None:
+            self.scan.unwire(state["scan"])  # type: ignore[union-attr]
 
     def merge(self, later: GuardedScan) -> None:
         """Append the scan of the next part of the same tensor (read on another thread)."""
