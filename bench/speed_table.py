@@ -435,6 +435,8 @@ def main() -> int:
     only = set(args.only.split(","))
     load0 = os.getloadavg()
     rows: list[str] = []
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ckptrescue-bench-speed-", dir=args.tmp) as tmp:
         work = Path(tmp)
         if "probe" in only:
