@@ -397,3 +397,57 @@ def test_a_probe_reports_the_same_either_way(tmp_path, small_thresholds, monkeyp
     assert reports["1"] == reports["0"]
     codes = {f["code"] for f in reports["1"]["findings"]}
     assert {"NM001", "NM002", "NM003"} <= codes
+
+
+NEVER_RETURNS = r"""
+import os, signal, sys
+from ckptrescue.checkpoints.formats import forked_reads, numeric, streaming
+forked_reads.PROCESS_MIN = 1 << 20
+streaming.SEGMENT = 1 << 20
+path, mode = sys.argv[1], sys.argv[2]
+real_fork = os.fork
+
+def fork_then_interrupt():
+    pid = real_fork()
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C at the very instant of the fork
+    return pid
+
+def broken_child(*args):
+    raise RuntimeError("a child that fails before its work")
+
+if mode == "interrupt":
+    os.fork = fork_then_interrupt
+else:
+    forked_reads._child = broken_child
+
+def ranges():
+    size = os.path.getsize(path) // 4 * 4
+    return [streaming.ByteRange(0, size, itemsize=4, make_scan=lambda s, n: numeric.StorageScan(
+        "float32", start=s, length=n))]
+
+try:
+    got = ranges()
+    with open(path, "rb") as fh:
+        streaming.read_ranges(fh, got, threads=2)
+    print("returned", os.getpid(), flush=True)
+except BaseException as exc:
+    print("raised", type(exc).__name__, os.getpid(), flush=True)
+    raise
+want = ranges()
+with open(path, "rb") as fh:
+    streaming.read_ranges(fh, want, threads=1)
+print("same" if [(r.crc, r.got, r.scan.finish()) for r in got]
+      == [(r.crc, r.got, r.scan.finish()) for r in want] else "different", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["interrupt", "broken"])
+def test_a_child_never_returns_into_its_callers_code(evidence, mode):
+    proc = subprocess.run([sys.executable, "-c", NEVER_RETURNS, str(evidence), mode],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CKPTRESCUE_SCAN_PROCESSES": "1"})
+    lines = proc.stdout.split("\n")
+    assert proc.returncode == 0, proc.stderr
+    # one process came back from the read: the parent, which read what its child did not
+    assert lines[0].startswith("returned ") and lines[1:] == ["same", ""], proc.stdout

@@ -113,19 +113,10 @@ def read_parts(fh: BinaryIO, parts: list[Part], read_part: ReadPart,
     children: list[tuple[int, int]] = []
     try:
         for _ in range(max(0, processes - 1)):
-            rd, wr = os.pipe()
-            try:
-                pid = _fork()
-            except OSError:  # no room for another process: fewer of them do the work
-                os.close(rd)
-                os.close(wr)
+            child = _spawn(fh, parts, tasks, qr, parent, read_part)
+            if child is None:  # no room for another process: fewer of them do the work
                 break
-            if pid == 0:  # the child: never returns
-                gc.disable()
-                os.close(rd)
-                _child(fh, parts, tasks, qr, wr, parent, read_part)
-            os.close(wr)
-            children.append((pid, rd))
+            children.append(child)
         queued = {i for task in tasks for i in task}
         mine = (i for i in range(len(parts)) if i not in queued)
         for index in itertools.chain(mine, _take(qr, tasks, parent)):
@@ -160,8 +151,8 @@ def _take(qr: int, tasks: list[list[int]], parent: int) -> Any:
 def _child(fh: BinaryIO, parts: list[Part], tasks: list[list[int]], qr: int, wr: int,
            parent: int, read_part: ReadPart) -> None:
     code = 1
-    fh = _Descriptor(fh.fileno())  # type: ignore[assignment]  # an EIO stops this child
     try:  # a child never unwinds into its parent's code: whatever happens, it exits here
+        fh = _Descriptor(fh.fileno())  # type: ignore[assignment]  # an EIO stops this child
         done: list[list[Any]] = []
         # a failed part ends the child's work; the parent reads what is not reported
         with contextlib.suppress(Exception):
@@ -216,10 +207,39 @@ class _Descriptor:
         return self._fd
 
 
+def _spawn(fh: BinaryIO, parts: list[Part], tasks: list[list[int]], qr: int, parent: int,
+           read_part: ReadPart) -> tuple[int, int] | None:
+    """Fork one child; (its pid, the read end of its report pipe), or None when the system
+    refuses another process. The child never returns from here: every signal is blocked
+    across the fork and unblocked only inside the ``try`` whose ``finally`` ends the process,
+    so not even a Ctrl-C at that instant can send a copy of this process back into its
+    caller's code (under a test runner, a second worker on the same pipes)."""
+    rd, wr = os.pipe()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = _fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        os.close(rd)
+        os.close(wr)
+        return None
+    if pid == 0:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            gc.disable()
+            os.close(rd)
+            _child(fh, parts, tasks, qr, wr, parent, read_part)
+        finally:
+            os._exit(1)
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    os.close(wr)
+    return pid, rd
+
+
 def _fork() -> int:
-    gc.freeze()  # a collection walks every object: in either process after the fork it would
-    # write to every page of the heap and copy them all (about 0.1 s here); frozen objects
-    # are not walked (the parent unfreezes them when the children are done)
+    gc.freeze()  # a collection walks every object, writing to each: after the fork, in the
+    # parent, that would copy every page of the heap the child shares; frozen objects are not
+    # walked (the parent unfreezes them when the children are done)
     with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process; the
         warnings.simplefilter("ignore", DeprecationWarning)  # child runs only this module
         return os.fork()
