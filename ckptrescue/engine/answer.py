@@ -17,13 +17,9 @@ from ckptrescue.checkpoints.outputs import (
     SalvageOutput,
     SalvageRecord,
 )
-from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
 from ckptrescue.engine.capability_answers import EXAMINING as CAPABILITY_EXAMINING
 from ckptrescue.engine.capability_answers import capability_parts
-from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.engine.evidence_answers import evidence_parts, serious_named
-from ckptrescue.storage.outputs import ImageOutput, LocateOutput
-from ckptrescue.stores.outputs import S3HistoryOutput
+from ckptrescue.engine.case_outputs import holds_records_beyond, outputs_of
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -129,6 +125,34 @@ def answer_line(case: Case) -> str:
     if unsafe:
         parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe: "
                      f"{'; '.join(unsafe)}")
+    others = holds_other_domains(case)
+    if others:
+        parts += _other_domain_parts(case, _name)
+    parts += capability_parts(case, others=others)
+    if others:
+        from ckptrescue.engine.evidence_answers import evidence_parts
+
+        parts += evidence_parts(case)
+    if not parts:
+        return _no_answer(case)
+    return "; ".join(parts)
+
+
+def holds_other_domains(case: Case) -> bool:
+    """False when every output the case recorded is a checkpoint record (a probe's case):
+    then no part about images, stores or datasets can say anything, and their record types
+    are not imported (a sixth of a probe's imports)."""
+    return holds_records_beyond(case, "ckptrescue.checkpoints.outputs")
+
+
+def _other_domain_parts(case: Case, _name: Any) -> list[str]:
+    """The parts about a source image, bad sectors, an object's history, training state and
+    a dataset comparison."""
+    from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
+    from ckptrescue.storage.outputs import ImageOutput, LocateOutput
+    from ckptrescue.stores.outputs import S3HistoryOutput
+
+    parts: list[str] = []
     for image in outputs_of(case, ImageOutput)[-1:]:
         bad = image.bad_ranges or []
         if bad:
@@ -151,11 +175,7 @@ def answer_line(case: Case) -> str:
     for compared in outputs_of(case, DatasetCompareOutput)[-1:]:
         if compared.compare.get("flagged"):
             parts.append(f"dataset: {compared.answer}")
-    parts += capability_parts(case)
-    parts += evidence_parts(case)
-    if not parts:
-        return _no_answer(case)
-    return "; ".join(parts)
+    return parts
 
 
 def _clip(text: str, limit: int = 160) -> str:
@@ -184,6 +204,8 @@ def _no_answer(case: Case) -> str:
             failed.append(f"{d.get('step')} {d.get('status')}: {d.get('error') or ''}".strip())
     serious = [f for f in case.findings() if f.severity.rank >= 2]
     if serious:
+        from ckptrescue.engine.evidence_answers import serious_named
+
         return serious_named(serious)
     if failed and not examined:
         return "nothing could be examined: " + "; ".join(failed[-3:])

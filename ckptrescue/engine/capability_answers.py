@@ -12,7 +12,6 @@ from ckptrescue.checkpoints.outputs import (
     SafeGlobalsOutput,
     WorldSizeOutput,
 )
-from ckptrescue.datasets.outputs import HubCacheOutput, ManifestDiffOutput
 from ckptrescue.engine.case_outputs import outputs_of
 
 if TYPE_CHECKING:
@@ -23,13 +22,17 @@ EXAMINING = {"manifest.diff", "resume.safe_globals", "resume.keys", "resume.reas
              "resume.world_size", "resume.replicas", "hub.verify"}
 
 
-def capability_parts(case: Case) -> list[str]:
+def capability_parts(case: Case, *, others: bool = True) -> list[str]:
     """Answer parts, in a fixed order; nothing for a capability the case did not use or whose
-    latest step found nothing worth a line."""
+    latest step found nothing worth a line. ``others=False``: the case holds checkpoint
+    records only, so the dataset parts are skipped (their record types not imported)."""
     parts: list[str] = []
-    for diff in outputs_of(case, ManifestDiffOutput)[-1:]:
-        if diff.differs or diff.bad_lines:
-            parts.append(f"manifest diff: {diff.answer}")
+    if others:
+        from ckptrescue.datasets.outputs import ManifestDiffOutput
+
+        for diff in outputs_of(case, ManifestDiffOutput)[-1:]:
+            if diff.differs or diff.bad_lines:
+                parts.append(f"manifest diff: {diff.answer}")
     for sg in outputs_of(case, SafeGlobalsOutput)[-1:]:
         if sg.safe or sg.not_safe or not sg.ok:
             parts.append(f"safe globals: {sg.answer}")
@@ -44,7 +47,10 @@ def capability_parts(case: Case) -> list[str]:
     for rp in outputs_of(case, ReplicaOutput)[-1:]:
         if not rp.ok:
             parts.append(f"replicas: {rp.answer}")
-    for hub in outputs_of(case, HubCacheOutput)[-1:]:
-        if not hub.ok:
-            parts.append(hub.answer)
+    if others:
+        from ckptrescue.datasets.outputs import HubCacheOutput
+
+        for hub in outputs_of(case, HubCacheOutput)[-1:]:
+            if not hub.ok:
+                parts.append(hub.answer)
     return parts

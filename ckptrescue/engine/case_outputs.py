@@ -84,6 +84,29 @@ def _names(kind: type[StepOutputs]) -> set[str] | None:
     return names
 
 
+def recorded_types(case: Case) -> set[str]:
+    """The output types the case's finished steps name (a reader can then import a domain's
+    record types only when the case holds one)."""
+    return {name for record in case.records("step.finished")
+            if (name := output_type_of(record["details"])) is not None}
+
+
+def holds_records_beyond(case: Case, module: str) -> bool:
+    """True unless every output type the case recorded is a record class defined in
+    ``module`` (e.g. ``"ckptrescue.checkpoints.outputs"``, the types of a probe's case). A
+    reader of other domains' records imports their types only when this is true: a record of
+    theirs (or of a subclass) can be in the case only then."""
+    import importlib
+
+    records = importlib.import_module(module)
+    for name in recorded_types(case):
+        kind = getattr(records, name, None)
+        if not (isinstance(kind, type) and issubclass(kind, StepOutputs)
+                and kind.__module__ == module):
+            return True
+    return False
+
+
 def outputs_of(case: Case, kind: type[O]) -> list[O]:
     """The outputs of every finished step whose record names ``kind`` (or a subclass) as its
     output type, oldest first.

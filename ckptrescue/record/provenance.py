@@ -103,14 +103,12 @@ def _item_for(target: str, items: list[JsonObject]) -> JsonObject | None:
     return None
 
 
-def index(case: Case) -> ProvenanceIndex:
-    """Every way a path in this case's records leads back to an evidence item."""
+def _mounted_roots(case: Case, items: list[JsonObject],
+                   ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Mounts of evidence items, and copies out of those mounts, as roots."""
     from ckptrescue.engine.case_outputs import outputs_of
     from ckptrescue.storage.outputs import CopyOutput, MountOutput
 
-    items = [e.to_json() for e in case.evidence()]
-    # an image acquired from another evidence item is the one examined: prefer the acquired
-    # copy (it has the hash) when a mount names it
     roots: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     for mount in outputs_of(case, MountOutput):
         data = mount.to_json()
@@ -129,6 +127,20 @@ def index(case: Case) -> ProvenanceIndex:
             if dest and (src == mountpoint or src.startswith(mountpoint.rstrip("/") + "/")):
                 prefix = src[len(mountpoint):].strip("/")
                 roots.append((dest, item, {**extra, "prefix": prefix, "scratch": True}))
+    return roots
+
+
+def index(case: Case) -> ProvenanceIndex:
+    """Every way a path in this case's records leads back to an evidence item."""
+    from ckptrescue.engine.case_outputs import holds_records_beyond
+
+    items = [e.to_json() for e in case.evidence()]
+    # an image acquired from another evidence item is the one examined: prefer the acquired
+    # copy (it has the hash) when a mount names it. A case of checkpoint records alone (a
+    # probe's) has no mount or copy: their types are not even imported then
+    roots: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    if holds_records_beyond(case, "ckptrescue.checkpoints.outputs"):
+        roots = _mounted_roots(case, items)
     for item in items:
         source = str(item.get("source") or "")
         if item.get("kind") in ("file", "directory", "s3-object", "s3-prefix", "mount") \

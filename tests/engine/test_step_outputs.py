@@ -49,3 +49,52 @@ def test_readers_find_outputs_by_type_not_by_key(tmp_path: Path) -> None:
     ranks = outputs_of(case, RankOutput)
     assert len(ranks) == 1 and ranks[0].checkpoints[0].path == "/x/rank-only.pt"
     assert [type(o) for o in outputs_of(case, StepOutputs)] == [StepOutputs, StepOutputs]
+
+
+def test_other_domains_are_read_only_when_the_case_holds_their_records(tmp_path: Path) -> None:
+    from ckptrescue.engine.answer import answer_line, holds_other_domains
+    from ckptrescue.engine.case_outputs import holds_records_beyond
+
+    case = Case.create(tmp_path / "case")
+    assert not holds_other_domains(case)  # nothing recorded yet
+    _finished(case, "p", "probe", {"checkpoints": [{"path": "/x/step-1.pt",
+                                                    "verdict": "truncated"}]})
+    _finished(case, "r", "rank", {"checkpoints": [], "resume_from": None})
+    assert not holds_other_domains(case)
+    assert holds_records_beyond(case, "ckptrescue.storage.outputs")
+    assert answer_line(case) == "no checkpoint is safe to resume from; step-1.pt truncated"
+    # an image's record (not a checkpoint record): its part is read
+    _finished(case, "i", "image", {"bad_ranges": [[0, 512], [4096, 5120]]})
+    assert holds_other_domains(case)
+    assert answer_line(case).endswith("; 1536 bytes unreadable on the source in 2 range(s)")
+    # a type this version does not know is not a checkpoint record either
+    other = Case.create(tmp_path / "other")
+    sha = other.store_artifact(b"{}", name="x.outputs.json", kind="result:x")
+    other.log("step.finished", {"run_key": "k", "step": "x", "action": "x", "status": "ok",
+                                "output_type": "FutureOutput", "outputs_sha256": sha})
+    assert holds_other_domains(other)
+
+
+PROBE_IMPORTS = r"""
+import sys
+from ckptrescue.cli.main import run
+code = run(["probe", "--json", sys.argv[1]])
+print("exit", code, sorted(m for m in sys.modules if m.endswith(".outputs")), file=sys.stderr)
+"""
+
+
+def test_a_probe_imports_no_other_domains_records(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    path = tmp_path / "w.safetensors"
+    data = np.arange(64, dtype=np.float32).tobytes()
+    header = json.dumps({"w": {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]}})
+    path.write_bytes(len(header).to_bytes(8, "little") + header.encode() + data)
+    proc = subprocess.run([sys.executable, "-c", PROBE_IMPORTS, str(path)], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert json.loads(proc.stdout)["checkpoints"][0]["verdict"] == "intact"
+    assert proc.stderr.strip().endswith("exit 0 ['ckptrescue.checkpoints.outputs']"), \
+        proc.stderr
