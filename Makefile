@@ -66,8 +66,12 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 bytecode:
 	@$(PY) -m compileall -q -j 0 ckptrescue tests fixtures bench >/dev/null
 
+# A worker that dies (a crash, a kill) ends the run at once, naming the test it was running
+# ("worker 'gwN' crashed while running ..."): pytest-xdist 3.8 under --dist loadgroup otherwise
+# either reruns that test in worker after worker or waits forever for the dead worker's group.
 test: setup bytecode
-	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+		--max-worker-restart=0 tests
 
 # The drill serves its bucket on 127.0.0.1 with moto, which accepts any credentials.
 demo: export AWS_ACCESS_KEY_ID = drill
