@@ -451,3 +451,29 @@ def test_a_child_never_returns_into_its_callers_code(evidence, mode):
     assert proc.returncode == 0, proc.stderr
     # one process came back from the read: the parent, which read what its child did not
     assert lines[0].startswith("returned ") and lines[1:] == ["same", ""], proc.stdout
+
+
+def test_on_threads_small_ranges_stay_on_the_calling_thread(evidence, small_thresholds,
+                                                            monkeypatch):
+    """Small ranges are mostly Python work: on several threads they only take turns with the
+    GIL, so they are read on the calling thread; the large ones go to the pool. The results are
+    one thread's either way."""
+    import threading
+
+    monkeypatch.setenv("CKPTRESCUE_SCAN_PROCESSES", "0")
+    want = _reference(evidence)
+    made: dict[int, set[int]] = {}
+
+    def make(start: int, length: int) -> numeric.StorageScan:
+        rng = next(r for r in ranges if r.offset <= start < r.offset + max(r.length, 1))
+        made.setdefault(rng.length, set()).add(threading.get_ident())
+        dtype = "float32" if rng.itemsize == 4 else "float16"
+        return numeric.StorageScan(dtype, start=start, length=length,
+                                   names=["layer.weight", "exp_avg_sq"])
+
+    with evidence.open("rb") as fh:
+        ranges = _ranges(make)
+        streaming.read_ranges(fh, ranges, threads=2)
+    assert _results(ranges) == want
+    assert made[4096] == {threading.get_ident()}  # the small range
+    assert threading.get_ident() not in made[3 * MiB]  # the large ones: pool threads
