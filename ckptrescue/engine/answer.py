@@ -145,7 +145,7 @@ def holds_other_domains(case: Case) -> bool:
     return holds_records_beyond(case, "ckptrescue.checkpoints.outputs")
 
 
-def _other_domain_parts(case: Case, _name: Any) -> list[str]:
+def _other_domain_parts(case: Case, name_of: Any) -> list[str]:
     """The parts about a source image, bad sectors, an object's history, training state and
     a dataset comparison."""
     from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
@@ -166,7 +166,8 @@ def _other_domain_parts(case: Case, _name: Any) -> list[str]:
     for history in outputs_of(case, S3HistoryOutput)[-1:]:
         for key in history.keys:
             if key.known_good:
-                parts.append(f"s3 {_name(key.key)}: last known-good version {key.known_good}")
+                parts.append(f"s3 {name_of(key.key)}: last known-good version "
+                             f"{key.known_good}")
     for state in outputs_of(case, TrainStateOutput)[-1:]:
         if state.findings:
             kinds = sorted({str(f.get("code")) for f in state.findings})

@@ -12,20 +12,20 @@ By construction, nothing a child does can be lost or believed without being chec
 * The queue is a pipe filled before the fork with 4-byte task numbers (at most
   :data:`MAX_TASKS`, well inside a pipe's buffer); a read of 4 bytes takes one task, so every
   task goes to exactly one process.
-* A child reads with ``preadv`` on the inherited descriptor (the evidence is opened read-only;
-  nothing else is opened), then writes one JSON document to its own pipe: for each part it
-  did, the CRC, the bytes read and its scan's state (:meth:`StorageScan.wire`). Never pickle.
-  The parent rebuilds each scan with the range's own ``make_scan`` and ``unwire``.
+* A child reads with ``preadv`` through the bare inherited descriptor (:class:`_Descriptor`;
+  the evidence is opened read-only, nothing else is opened), then writes one JSON document to
+  its own pipe: for each part it did, the CRC, the bytes read and its scan's state
+  (:meth:`StorageScan.wire`). Never pickle. The parent rebuilds each scan with the range's
+  own ``make_scan`` and ``unwire``.
+* A child never reads through the parent's EIO-tolerant reader, whose record of unreadable bytes
+  lives in the parent: an EIO ends the child's work, and the parent reads the part again and
+  records what it cannot read.
 * A part that is not reported in a well-formed document (the child failed, was killed, or
   its scan cannot be carried) is read again by the parent: the result is the one a single
   process would give, only slower.
 * A child leaves with ``os._exit`` (no exit handlers, no buffered output of the parent's);
   it stops taking tasks when its parent is gone. The parent kills and reaps every child when
   it fails itself.
-
-* A child reads through the bare descriptor (:class:`_Descriptor`), never the parent's
-  EIO-tolerant reader, whose record of unreadable bytes lives in the parent: an EIO ends the
-  child's work, and the parent reads the part again and records what it cannot read.
 
 Used where it pays: at least :data:`PROCESS_MIN` bytes, in ranges of :data:`SHARE_MIN` or
 more, of work that holds the GIL chunk by chunk (a numeric scan, or CRC32C, whose binding
@@ -105,8 +105,8 @@ def read_parts(fh: BinaryIO, parts: list[Part], read_part: ReadPart,
     finally:
         os.close(qw)
     # an empty read of the first queued part: every module a part needs (numpy, the CRC) is
-    # imported here, once, not in each child (0.13 s for numpy, and an import in a forked
-    # child can wait forever on a lock another thread of the parent held at the fork)
+    # imported here, once, not in each child (about 0.1 s for numpy, and an import in a
+    # forked child can wait forever on a lock another thread of the parent held at the fork)
     rng, start, _length = parts[tasks[0][0]]
     read_part(fh, rng, start, 0)
     parent = os.getpid()
