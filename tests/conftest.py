@@ -56,12 +56,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     one worker, no worker waits for it while the others run the rest). First of the hooks:
     xdist's worker hook reads the ``xdist_group`` marks to name the groups, and a mark added
     after it was ignored (the TUI tests went to both workers, one waiting on the other's lock of
-    the screens' directory)."""
+    the screens' directory).
+
+    A privileged test may not name a group of its own: xdist would join the names ("kernel_x"),
+    and that group, on another worker, would only wait for the lock while the kernel group
+    holds it (about 70 s of three workers idle in the first two minutes of a run, measured)."""
     tui = REPO / "tests" / "tui"
     for item in items:
         if tui in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.xdist_group("tui"))
         elif item.get_closest_marker("privileged"):
+            if item.get_closest_marker("xdist_group") is not None:
+                raise pytest.UsageError(f"{item.nodeid}: a privileged test runs in the kernel "
+                                        "group; drop its xdist_group mark")
             item.add_marker(pytest.mark.xdist_group("kernel"))
 
 

@@ -32,3 +32,32 @@ def test_streamed_in_chunks_equals_the_whole_and_views_are_accepted() -> None:
 def test_the_fast_implementation_is_installed() -> None:
     # isal is a core dependency: a setup that lost it would verify at a third of the speed
     assert crc_module.IMPLEMENTATION == "isal"
+
+
+def test_crc32c_of_every_buffer_kind_equals_the_bytes_and_a_read_buffer_is_not_copied() -> None:
+    import tracemalloc
+
+    import google_crc32c
+
+    from ckptrescue.checkpoints.formats.crc32c import crc32c
+
+    data = _bytes(70_000)
+    want = google_crc32c.value(data)
+    buf = bytearray(data)
+    view = memoryview(buf)
+    assert crc32c(data) == crc32c(buf) == crc32c(view) == want
+    assert crc32c(view[7:69_001]) == google_crc32c.value(data[7:69_001])
+    assert crc32c(memoryview(data)) == crc32c(view.toreadonly()) == want  # read-only views
+    assert crc32c(view[::3]) == google_crc32c.value(data[::3])  # not contiguous
+    assert crc32c(view[:69_996].cast("I")) == google_crc32c.value(data[:69_996])
+    assert crc32c(b"") == crc32c(bytearray()) == 0
+    assert crc32c(view[100:], crc32c(view[:100])) == want  # extended in two steps
+    # the streaming reader's reused buffer is checked where it lies: no copy of its bytes
+    big = bytearray(8 << 20)
+    tracemalloc.start()
+    try:
+        crc32c(memoryview(big)[:7 << 20])
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import EXE
 
-# one `make demo` serves every test here: they run on one worker
-pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("make", "ddrescue", "mkfs.xfs"),
-              pytest.mark.xdist_group("make-demo")]
+# one `make demo` serves every test here: they run on one worker, the one of every privileged
+# test (the "kernel" group, tests/conftest.py)
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("make", "ddrescue", "mkfs.xfs")]
 
 
 def sha256(path: Path) -> str:

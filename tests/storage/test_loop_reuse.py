@@ -27,10 +27,9 @@ from cli_helpers import invoke, run_cli
 
 from fixtures import storage as fx
 
-# on one worker: two of these at once take the same free number in turns, and each sees the
-# other's XFS lines after its own attach
-pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("mkfs.xfs", "mkfs.ext4", "xfs_io"),
-              pytest.mark.xdist_group("loop-reuse")]
+# on one worker (privileged: the "kernel" group, tests/conftest.py): two of these at once take
+# the same free number in turns, and each sees the other's XFS lines after its own attach
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("mkfs.xfs", "mkfs.ext4", "xfs_io")]
 
 
 def _shut_down_xfs_on(dev: str) -> None:

@@ -29,10 +29,10 @@ from ckptrescue.storage import zfs_pool
 
 SOCKET = zfs_pool.ZFS_FUSE_SOCKET
 VDEV_BYTES = 96 << 20  # zfs-fuse refuses vdevs under 64 MiB
-# one worker runs them all: the daemon one worker starts is stopped when its module ends, and a
-# test of the module on the other worker would then lose it mid-command (zpool killed by SIGPIPE)
-pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("zfs-fuse", "zpool", "zfs", "zdb"),
-              pytest.mark.xdist_group("zfs-fuse")]
+# one worker runs them all (privileged: the "kernel" group, tests/conftest.py): the daemon one
+# worker starts is stopped when its module ends, and a test of the module on another worker
+# would then lose it mid-command (zpool killed by SIGPIPE)
+pytestmark = [pytest.mark.privileged, pytest.mark.needs_tool("zfs-fuse", "zpool", "zfs", "zdb")]
 
 
 def sha256(path: Path) -> str:
