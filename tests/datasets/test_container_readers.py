@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -187,44 +188,74 @@ def test_gzip_tfrecord_followed_by_zeros(tmp_path: Path, tf_tfrecord: Path) -> N
     assert "tf.data stops there with a DataLossError" in bad.bad_records[0].problem
 
 
-FOOTER_FLIPS = """
-import io, json, os, struct, sys
+# The footer-flip oracle runs pyarrow in fresh processes, never in forked ones: importing pyarrow
+# starts native threads (and read_table more), and a process forked while one of them held a lock
+# could wait forever (a full run once hung on it). A flip that makes pyarrow abort ends only that
+# process: the next one starts after the case that took it down.
+FLIP_CASES = """
+import io, os, struct, sys
 import pyarrow.parquet as pq
 data = open(sys.argv[1], "rb").read()
-# read once here: read_table's first call imports pyarrow's dataset layer (~0.15 s), which every
-# forked child would otherwise import again
-pq.read_table(io.BytesIO(data))
+first = int(sys.argv[2])
 (flen,) = struct.unpack("<I", data[-8:-4])
 start = len(data) - 8 - flen
-found = []
-for pos in range(start, len(data) - 8):
-    for bit in range(8):
-        d = bytearray(data); d[pos] ^= 1 << bit; d = bytes(d)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pyarrow may abort the process on a damaged footer: a child per case
-            os.close(r)
-            try:
-                pq.ParquetFile(io.BytesIO(d))  # the footer still parses ...
-                try:
-                    pq.read_table(io.BytesIO(d))
-                    res = b"ok"
-                except Exception:
-                    res = b"refused"  # ... but read_table refuses the file
-            except Exception:
-                res = b"footer"
-            os.write(w, res)
-            os._exit(0)
-        os.close(w)
-        res = os.read(r, 16)
-        os.close(r)
-        os.waitpid(pid, 0)
-        if res == b"refused":
-            found.append([pos, bit])
-    if len(found) >= 6:
-        break
-print("ORACLE" + json.dumps(found))
+out = os.fdopen(1, "w", buffering=1)
+for case in range(first, (flen) * 8):
+    pos, bit = start + case // 8, case % 8
+    out.write(f"BEGIN {case} {pos} {bit}\\n")
+    d = bytearray(data); d[pos] ^= 1 << bit; d = bytes(d)
+    try:
+        pq.ParquetFile(io.BytesIO(d))  # the footer still parses ...
+        try:
+            pq.read_table(io.BytesIO(d))
+            res = "ok"
+        except Exception:
+            res = "refused"  # ... but read_table refuses the file
+    except Exception:
+        res = "footer"
+    out.write(f"RESULT {case} {res}\\n")
+out.write("DONE\\n")
+os._exit(0)  # pyarrow's threads can abort an orderly interpreter exit
 """
+
+
+def footer_flips(src: Path, wanted: int = 6) -> list[list[int]]:
+    """The footer bits whose flip leaves a footer that parses but a file ``read_table`` refuses,
+    in file order, up to the end of the byte holding the ``wanted``-th one (every bit of that
+    byte is tried, as a responder's table of one byte's flips would be)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    found: list[list[int]] = []
+    case, last_pos = 0, None
+    while True:
+        proc = subprocess.Popen([sys.executable, "-c", FLIP_CASES, str(src), str(case)],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env=env, cwd=REPO)
+        assert proc.stdout is not None
+        begun = None
+        watchdog = threading.Timer(300, proc.kill)  # a hang fails the test, never skips a case
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                word, *rest = line.split()
+                if word == "BEGIN":
+                    begun, pos, bit = (int(x) for x in rest)
+                    if last_pos is not None and pos != last_pos and len(found) >= wanted:
+                        return found
+                    last_pos = pos
+                elif word == "RESULT" and rest[1] == "refused":
+                    found.append([last_pos, begun % 8])
+                elif word == "DONE":
+                    return found
+        finally:
+            timed_out = not watchdog.is_alive()
+            watchdog.cancel()
+            proc.kill()
+            proc.wait(timeout=60)
+        assert not timed_out, f"the oracle process hung at case {begun}"
+        assert begun is not None, "the oracle process ended before its first case"
+        case = begun + 1  # that case took the process down: go on after it
+
+
 VERIFY = """
 import json, sys
 from ckptrescue.datasets.verify import verify_dataset
@@ -238,7 +269,7 @@ def test_parquet_footer_bit_flips_read_table_refuses(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     src = tmp_path / "src.parquet"
     write_parquet(src)
-    flips = child(FOOTER_FLIPS, str(src))
+    flips = footer_flips(src)
     assert flips, "no footer flip that read_table refuses"
     root = tmp_path / "d"
     root.mkdir()
