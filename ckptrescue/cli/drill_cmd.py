@@ -104,10 +104,15 @@ def _have_aws_credentials() -> bool:
 def _clean_on_interrupt(out: Path, *, stop_server: bool) -> Iterator[None]:
     """Ctrl-C while building: what the drill wrote is removed (so the same command runs
     again) and its S3 server stopped; a folder that held something before is left alone."""
+    from ckptrescue.cli import lost_interrupt
+
     existed = out.exists()
     fresh = not existed or not any(out.iterdir())
+    interrupts = lost_interrupt.arrived()
     try:
         yield
+        if lost_interrupt.arrived() > interrupts:  # a library swallowed it: the same as any
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         if not fresh:
             raise

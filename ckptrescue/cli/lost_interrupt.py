@@ -8,6 +8,12 @@ in ...") and carries on, and the responder's Ctrl-C is gone (a drill would build
 and exit 0). :func:`install` wraps that hook: a lost ``KeyboardInterrupt`` is not printed but
 raised again in the main thread a moment later, outside the callback, where the command turns
 it into one line and exit 130. Every other unraisable exception goes to the previous hook.
+
+A Ctrl-C can also be swallowed without a trace: by a library's ``except BaseException: pass``,
+or by C code that clears whatever error a Python callback raised. :func:`install` therefore
+also counts every Ctrl-C as it arrives (Python's own handler, counted: :func:`arrived`), so
+that a command that ran on to its end can still tell that one came, and end as interrupted
+(``cli/main.run``; the drill removes what it built, as for any Ctrl-C).
 """
 
 from __future__ import annotations
@@ -19,8 +25,28 @@ from typing import Any
 REDELIVER_AFTER_S = 0.01
 
 
+_ARRIVED = [0]
+
+
+def arrived() -> int:
+    """How many Ctrl-Cs have arrived since :func:`install` (whatever became of them)."""
+    return _ARRIVED[0]
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Python's own SIGINT handler (``KeyboardInterrupt``), counted first."""
+    _ARRIVED[0] += 1
+    raise KeyboardInterrupt
+
+
 def install() -> None:
-    """Wrap ``sys.unraisablehook`` (once per process)."""
+    """Count every Ctrl-C (where SIGINT has Python's own handler) and wrap
+    ``sys.unraisablehook`` (once per process)."""
+    import signal
+
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     if getattr(sys.unraisablehook, "_redelivers_interrupts", False):
         return
     previous = sys.unraisablehook

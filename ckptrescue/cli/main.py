@@ -137,10 +137,16 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or bool(os.environ.get("CKPTRESCUE_DEBUG"))
     interrupt_said(reset=True)
+    interrupts = lost_interrupt.arrived()
     try:
         result = app_for(argv)(args=argv, prog_name="ckptrescue", standalone_mode=False)
         code = int(result) if isinstance(result, int) else 0
-        if code == ExitCode.INTERRUPT and not interrupt_said():
+        if code != ExitCode.INTERRUPT and lost_interrupt.arrived() > interrupts:
+            # a Ctrl-C came, and something the command ran swallowed it: it ran on to its end
+            _error_line("ckptrescue: interrupted, too late to stop the command: a library it "
+                        "was running swallowed the Ctrl-C, and it ran on to its end")
+            code = int(ExitCode.INTERRUPT)
+        elif code == ExitCode.INTERRUPT and not interrupt_said():
             # typer turns an unhandled Ctrl-C into 130; only a command that knows what it
             # kept says more (cli/output.interrupted)
             _error_line("ckptrescue: interrupted")

@@ -79,3 +79,69 @@ def test_the_command_line_installs_it() -> None:
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip().splitlines()[-1] == "True", out.stderr
+
+
+# in the child: a command whose library swallows the Ctrl-C without a trace, run by main.run
+SWALLOWED = r"""
+import signal, sys
+from ckptrescue.cli import main
+
+def command(**_):
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except BaseException:  # a library's catch-all: no unraisable report, nothing re-raised
+        pass
+    print("ran to the end")
+    return 0
+
+main.app_for = lambda argv: command
+sys.exit(main.run(["anything"]))
+"""
+
+
+def test_a_ctrl_c_swallowed_without_a_trace_still_ends_the_command_as_interrupted() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", SWALLOWED], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "ran to the end"
+    assert out.returncode == 130, out.stderr
+    assert out.stderr.strip() == ("ckptrescue: interrupted, too late to stop the command: a "
+                                  "library it was running swallowed the Ctrl-C, and it ran on "
+                                  "to its end")
+    # and a command that no Ctrl-C reached ends as it returned
+    quiet = SWALLOWED.replace("signal.raise_signal(signal.SIGINT)", "pass")
+    out = subprocess.run([sys.executable, "-c", quiet], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stderr) == (0, "")
+
+
+DRILL = r"""
+import signal, sys
+from pathlib import Path
+import typer
+from ckptrescue.cli import lost_interrupt
+from ckptrescue.cli.drill_cmd import _clean_on_interrupt
+
+lost_interrupt.install()
+out = Path(sys.argv[1])
+try:
+    with _clean_on_interrupt(out, stop_server=False):
+        (out / "staging").mkdir(parents=True)
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except BaseException:
+            pass
+        (out / "disk.img").write_bytes(b"built to the end")
+except typer.Exit as exc:
+    sys.exit(exc.exit_code)
+sys.exit(0)
+"""
+
+
+def test_a_drill_whose_ctrl_c_was_swallowed_removes_what_it_built(tmp_path: Path) -> None:
+    out = tmp_path / "drill"
+    res = subprocess.run([sys.executable, "-c", DRILL, str(out)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert res.returncode == 130, res.stderr
+    assert "the half-built drill" in res.stderr and "run the same command again" in res.stderr
+    assert not out.exists()
