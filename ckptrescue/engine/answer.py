@@ -10,24 +10,31 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.checkpoints.outputs import (
-    CheckpointSummary,
-    ProbeOutput,
-    RankOutput,
-    SalvageOutput,
-    SalvageRecord,
-)
 from ckptrescue.engine.capability_answers import EXAMINING as CAPABILITY_EXAMINING
 from ckptrescue.engine.capability_answers import capability_parts
-from ckptrescue.engine.case_outputs import holds_records_beyond, outputs_of
+from ckptrescue.engine.case_outputs import (
+    CHECKPOINTS,
+    DATASETS,
+    STORAGE,
+    STORES,
+    domains_held,
+    holds_records_beyond,
+    outputs_of,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ckptrescue.checkpoints.outputs import CheckpointSummary, SalvageRecord
     from ckptrescue.record.case import Case
+
 
 __all__ = ["answer_line", "latest_checkpoints", "outputs_of", "salvage_results"]
 
 def salvage_results(case: Case) -> list[SalvageRecord]:
     """Every salvage result (one per checkpoint), oldest first."""
+    from ckptrescue.checkpoints.outputs import SalvageOutput
+
     return [r for out in outputs_of(case, SalvageOutput) for r in out.salvaged]
 
 
@@ -49,6 +56,8 @@ def _order(path: str) -> tuple[int, str]:
 
 def latest_checkpoints(case: Case) -> dict[str, CheckpointSummary]:
     """The newest probe result per checkpoint path."""
+    from ckptrescue.checkpoints.outputs import ProbeOutput
+
     by_path: dict[str, CheckpointSummary] = {}
     for out in outputs_of(case, ProbeOutput):
         for ckpt in out.checkpoints:
@@ -74,7 +83,28 @@ def _namer(case: Case, paths: list[str]) -> Any:
 
 
 def answer_line(case: Case) -> str:
+    held = domains_held(case)
     parts: list[str] = []
+    name_of: Callable[[str], str] = _name
+    if held(CHECKPOINTS):
+        name_of = _checkpoint_parts(case, parts)
+    if held(STORAGE) or held(STORES) or held(DATASETS):
+        parts += _other_domain_parts(case, name_of, held)
+    parts += capability_parts(case, held)
+    if held(DATASETS) or held(STORES):
+        from ckptrescue.engine.evidence_answers import evidence_parts
+
+        parts += evidence_parts(case, held)
+    if not parts:
+        return _no_answer(case)
+    return "; ".join(parts)
+
+
+def _checkpoint_parts(case: Case, parts: list[str]) -> Callable[[str], str]:
+    """The parts about checkpoints (resume point, damage, salvage, unsafe pickles), appended to
+    ``parts``; returns the namer of checkpoints for the other parts."""
+    from ckptrescue.checkpoints.outputs import RankOutput
+
     ranks = outputs_of(case, RankOutput)
     _name = _namer(case, list(latest_checkpoints(case)) + [
         r.resume_from for r in ranks[-1:] if r.resume_from])
@@ -125,32 +155,37 @@ def answer_line(case: Case) -> str:
     if unsafe:
         parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe: "
                      f"{'; '.join(unsafe)}")
-    others = holds_other_domains(case)
-    if others:
-        parts += _other_domain_parts(case, _name)
-    parts += capability_parts(case, others=others)
-    if others:
-        from ckptrescue.engine.evidence_answers import evidence_parts
-
-        parts += evidence_parts(case)
-    if not parts:
-        return _no_answer(case)
-    return "; ".join(parts)
+    return _name
 
 
 def holds_other_domains(case: Case) -> bool:
     """False when every output the case recorded is a checkpoint record (a probe's case):
     then no part about images, stores or datasets can say anything, and their record types
     are not imported (a sixth of a probe's imports)."""
-    return holds_records_beyond(case, "ckptrescue.checkpoints.outputs")
+    return holds_records_beyond(case, CHECKPOINTS)
 
 
-def _other_domain_parts(case: Case, name_of: Any) -> list[str]:
+def _other_domain_parts(case: Case, name_of: Any, held: Callable[[str], bool]) -> list[str]:
     """The parts about a source image, bad sectors, an object's history, training state and
-    a dataset comparison."""
-    from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
+    a dataset comparison (each domain's only when the case may hold its records)."""
+    parts: list[str] = []
+    if held(STORAGE):
+        parts += _storage_parts(case)
+    if held(STORES):
+        from ckptrescue.stores.outputs import S3HistoryOutput
+
+        for history in outputs_of(case, S3HistoryOutput)[-1:]:
+            for key in history.keys:
+                if key.known_good:
+                    parts.append(f"s3 {name_of(key.key)}: last known-good version "
+                                 f"{key.known_good}")
+    if held(DATASETS):
+        parts += _dataset_parts(case)
+    return parts
+
+
+def _storage_parts(case: Case) -> list[str]:
     from ckptrescue.storage.outputs import ImageOutput, LocateOutput
-    from ckptrescue.stores.outputs import S3HistoryOutput
 
     parts: list[str] = []
     for image in outputs_of(case, ImageOutput)[-1:]:
@@ -163,11 +198,13 @@ def _other_domain_parts(case: Case, name_of: Any) -> list[str]:
                       for t in f.get("tensors", [])})
         if hit:
             parts.append(f"bad sectors hit {len(hit)} tensor{'s' if len(hit) != 1 else ''}")
-    for history in outputs_of(case, S3HistoryOutput)[-1:]:
-        for key in history.keys:
-            if key.known_good:
-                parts.append(f"s3 {name_of(key.key)}: last known-good version "
-                             f"{key.known_good}")
+    return parts
+
+
+def _dataset_parts(case: Case) -> list[str]:
+    from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
+
+    parts: list[str] = []
     for state in outputs_of(case, TrainStateOutput)[-1:]:
         if state.findings:
             kinds = sorted({str(f.get("code")) for f in state.findings})

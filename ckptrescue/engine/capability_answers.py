@@ -5,16 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptrescue.checkpoints.outputs import (
-    KeyMismatchOutput,
-    ReassemblyOutput,
-    ReplicaOutput,
-    SafeGlobalsOutput,
-    WorldSizeOutput,
-)
 from ckptrescue.engine.case_outputs import outputs_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ckptrescue.record.case import Case
 
 # the actions whose steps examine evidence (the answer's "nothing examined yet" test)
@@ -22,17 +17,41 @@ EXAMINING = {"manifest.diff", "resume.safe_globals", "resume.keys", "resume.reas
              "resume.world_size", "resume.replicas", "hub.verify"}
 
 
-def capability_parts(case: Case, *, others: bool = True) -> list[str]:
+def capability_parts(case: Case, held: Callable[[str], bool] = lambda _module: True
+                     ) -> list[str]:
     """Answer parts, in a fixed order; nothing for a capability the case did not use or whose
-    latest step found nothing worth a line. ``others=False``: the case holds checkpoint
-    records only, so the dataset parts are skipped (their record types not imported)."""
+    latest step found nothing worth a line. ``held(module)``: whether the case may hold records
+    of that output module (``answer.domains_held``); a domain it cannot hold is skipped, its
+    record types not imported."""
     parts: list[str] = []
-    if others:
+    datasets = held("ckptrescue.datasets.outputs")
+    if datasets:
         from ckptrescue.datasets.outputs import ManifestDiffOutput
 
         for diff in outputs_of(case, ManifestDiffOutput)[-1:]:
             if diff.differs or diff.bad_lines:
                 parts.append(f"manifest diff: {diff.answer}")
+    if held("ckptrescue.checkpoints.outputs"):
+        parts += _checkpoint_parts(case)
+    if datasets:
+        from ckptrescue.datasets.outputs import HubCacheOutput
+
+        for hub in outputs_of(case, HubCacheOutput)[-1:]:
+            if not hub.ok:
+                parts.append(hub.answer)
+    return parts
+
+
+def _checkpoint_parts(case: Case) -> list[str]:
+    from ckptrescue.checkpoints.outputs import (
+        KeyMismatchOutput,
+        ReassemblyOutput,
+        ReplicaOutput,
+        SafeGlobalsOutput,
+        WorldSizeOutput,
+    )
+
+    parts: list[str] = []
     for sg in outputs_of(case, SafeGlobalsOutput)[-1:]:
         if sg.safe or sg.not_safe or not sg.ok:
             parts.append(f"safe globals: {sg.answer}")
@@ -47,10 +66,4 @@ def capability_parts(case: Case, *, others: bool = True) -> list[str]:
     for rp in outputs_of(case, ReplicaOutput)[-1:]:
         if not rp.ok:
             parts.append(f"replicas: {rp.answer}")
-    if others:
-        from ckptrescue.datasets.outputs import HubCacheOutput
-
-        for hub in outputs_of(case, HubCacheOutput)[-1:]:
-            if not hub.ok:
-                parts.append(hub.answer)
     return parts

@@ -18,6 +18,8 @@ from ckptrescue.errors import CaseError
 from ckptrescue.model import JsonObject, StepOutputs
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ckptrescue.record.case import Case
 
 O = TypeVar("O", bound=StepOutputs)  # noqa: E741
@@ -82,6 +84,47 @@ def _names(kind: type[StepOutputs]) -> set[str] | None:
         names.add(cls.__name__)
         todo += cls.__subclasses__()
     return names
+
+
+def type_modules(kind: type[StepOutputs]) -> list[str]:
+    """The modules defining ``kind`` and its output-type bases (what ``step.finished`` records
+    beside the type's name, so that a reader knows which domains' record types a case needs)."""
+    return sorted({c.__module__ for c in kind.__mro__
+                   if isinstance(c, type) and issubclass(c, StepOutputs) and c is not StepOutputs})
+
+
+def recorded_modules(case: Case) -> set[str] | None:
+    """The modules of every output type (and its bases) the case's finished steps recorded;
+    None when a record does not name them (written before ``step.finished`` did): its type may
+    then come from any module."""
+    modules: set[str] = set()
+    for record in case.records("step.finished"):
+        details = record["details"]
+        if output_type_of(details) is None:
+            continue
+        listed = details.get("output_modules")
+        if not isinstance(listed, list):
+            return None
+        modules.update(str(m) for m in listed)
+    return modules
+
+
+CHECKPOINTS = "ckptrescue.checkpoints.outputs"
+DATASETS = "ckptrescue.datasets.outputs"
+STORAGE = "ckptrescue.storage.outputs"
+STORES = "ckptrescue.stores.outputs"
+
+
+def domains_held(case: Case) -> Callable[[str], bool]:
+    """Whether the case may hold records of an output module (``CHECKPOINTS``, ...): exactly,
+    from the modules ``step.finished`` records name; for a case with older records, any module
+    may, unless all its records are checkpoint records (a probe's case). A reader skips, and
+    does not import, a domain whose records the case cannot hold."""
+    modules = recorded_modules(case)
+    if modules is not None:
+        return modules.__contains__
+    others = holds_records_beyond(case, CHECKPOINTS)
+    return lambda module: others or module == CHECKPOINTS
 
 
 def recorded_types(case: Case) -> set[str]:

@@ -8,19 +8,23 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput, RecoverOutput
-from ckptrescue.engine.case_outputs import outputs_of
-from ckptrescue.stores.outputs import (
-    S3HistoryOutput,
-    S3RestoreOutput,
-    S3VerifyOutput,
-    StoreResultOutput,
-    VerifiedObject,
-)
+from ckptrescue.engine.case_outputs import DATASETS, STORES, outputs_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ckptrescue.datasets.outputs import (
+        DatasetVerifyOutput,
+        ManifestAuditOutput,
+    )
     from ckptrescue.model import Finding
     from ckptrescue.record.case import Case
+    from ckptrescue.stores.outputs import (
+        S3HistoryOutput,
+        S3RestoreOutput,
+        S3VerifyOutput,
+        VerifiedObject,
+    )
 
 SHOWN = 3  # files named per part; the rest counted
 
@@ -102,35 +106,54 @@ def _latest_not_known_good(history: S3HistoryOutput) -> list[str]:
     return out
 
 
-def evidence_parts(case: Case) -> list[str]:
-    """Answer parts for the latest manifest audit, shard check and store verification."""
+def evidence_parts(case: Case, held: Callable[[str], bool] = lambda _module: True
+                   ) -> list[str]:
+    """Answer parts for the latest manifest audit, shard check and store verification
+    (``held``: as in ``case_outputs.domains_held``; a domain the case cannot hold is skipped,
+    its record types not imported)."""
     parts: list[str] = []
-    for history in outputs_of(case, S3HistoryOutput)[-1:]:
-        stale = _latest_not_known_good(history)
-        if stale:
-            parts.append("WARNING: the store's latest object is not the known-good version: "
-                         + _named(stale) + " (a download of the latest gets the bad copy)")
-    for audit in outputs_of(case, ManifestAuditOutput)[-1:]:
-        if (text := _audit(audit)) is not None:
-            parts.append(text)
-    for shards in outputs_of(case, DatasetVerifyOutput)[-1:]:
-        if (text := _shards(shards)) is not None:
-            parts.append(text)
-    for verified in outputs_of(case, S3VerifyOutput)[-1:]:
-        if (text := _stores(verified)) is not None:
-            parts.append(text)
-    for result in outputs_of(case, StoreResultOutput)[-1:]:  # store verify (any store)
-        objects = result.extra.get("objects")
-        if isinstance(objects, list) and "mode" in result.extra:
-            as_verify = S3VerifyOutput.from_json(result.extra)
-            if (text := _stores(as_verify)) is not None:
+    stores = held(STORES)
+    datasets = held(DATASETS)
+    if stores:
+        from ckptrescue.stores.outputs import S3HistoryOutput
+
+        for history in outputs_of(case, S3HistoryOutput)[-1:]:
+            stale = _latest_not_known_good(history)
+            if stale:
+                parts.append("WARNING: the store's latest object is not the known-good "
+                             "version: " + _named(stale)
+                             + " (a download of the latest gets the bad copy)")
+    if datasets:
+        from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput
+
+        for audit in outputs_of(case, ManifestAuditOutput)[-1:]:
+            if (text := _audit(audit)) is not None:
                 parts.append(text)
-    # what was brought back: a responder who restored a good copy must not read only "damaged"
-    parts += [text for restored in outputs_of(case, S3RestoreOutput)
-              if (text := _restored(restored, case)) is not None]
-    for recovered in outputs_of(case, RecoverOutput)[-1:]:
-        if recovered.answer:
-            parts.append(f"dataset recovery: {recovered.answer}")
+        for shards in outputs_of(case, DatasetVerifyOutput)[-1:]:
+            if (text := _shards(shards)) is not None:
+                parts.append(text)
+    if stores:
+        from ckptrescue.stores.outputs import S3RestoreOutput, S3VerifyOutput, StoreResultOutput
+
+        for verified in outputs_of(case, S3VerifyOutput)[-1:]:
+            if (text := _stores(verified)) is not None:
+                parts.append(text)
+        for result in outputs_of(case, StoreResultOutput)[-1:]:  # store verify (any store)
+            objects = result.extra.get("objects")
+            if isinstance(objects, list) and "mode" in result.extra:
+                as_verify = S3VerifyOutput.from_json(result.extra)
+                if (text := _stores(as_verify)) is not None:
+                    parts.append(text)
+        # what was brought back: a responder who restored a good copy must not read only
+        # "damaged"
+        parts += [text for restored in outputs_of(case, S3RestoreOutput)
+                  if (text := _restored(restored, case)) is not None]
+    if datasets:
+        from ckptrescue.datasets.outputs import RecoverOutput
+
+        for recovered in outputs_of(case, RecoverOutput)[-1:]:
+            if recovered.answer:
+                parts.append(f"dataset recovery: {recovered.answer}")
     return parts
 
 

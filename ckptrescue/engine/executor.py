@@ -18,6 +18,7 @@ from typing import Any
 
 from ckptrescue.actions import ACTIONS
 from ckptrescue.engine.action import ActionArgs, ActionResult, StepContext
+from ckptrescue.engine.case_outputs import type_modules
 from ckptrescue.engine.events import (
     Event,
     FindingEmitted,
@@ -410,6 +411,8 @@ class _RunState:
         case.log("step.finished", {"run_key": self.plan.run_key, "step": step.id,
                                    "action": step.action,
                                    "output_type": self.actions[step.action].output_type.__name__,
+                                   "output_modules": type_modules(
+                                       self.actions[step.action].output_type),
                                    "status": result.status,
                                    "summary": result.summary, "error": result.error,
                                    "findings": len(result.findings), "outputs_sha256": sha},

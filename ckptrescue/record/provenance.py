@@ -132,14 +132,14 @@ def _mounted_roots(case: Case, items: list[JsonObject],
 
 def index(case: Case) -> ProvenanceIndex:
     """Every way a path in this case's records leads back to an evidence item."""
-    from ckptrescue.engine.case_outputs import holds_records_beyond
+    from ckptrescue.engine.case_outputs import STORAGE, domains_held
 
     items = [e.to_json() for e in case.evidence()]
     # an image acquired from another evidence item is the one examined: prefer the acquired
-    # copy (it has the hash) when a mount names it. A case of checkpoint records alone (a
-    # probe's) has no mount or copy: their types are not even imported then
+    # copy (it has the hash) when a mount names it. A case that cannot hold a mount or copy
+    # record (a probe's, a manifest build's) does not even import their types
     roots: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-    if holds_records_beyond(case, "ckptrescue.checkpoints.outputs"):
+    if domains_held(case)(STORAGE):
         roots = _mounted_roots(case, items)
     for item in items:
         source = str(item.get("source") or "")

@@ -98,3 +98,51 @@ def test_a_probe_imports_no_other_domains_records(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["checkpoints"][0]["verdict"] == "intact"
     assert proc.stderr.strip().endswith("exit 0 ['ckptrescue.checkpoints.outputs']"), \
         proc.stderr
+
+
+def test_a_manifest_build_imports_no_other_domains_records(tmp_path: Path) -> None:
+    """Each ``step.finished`` names the modules of its output type: a dataset command's case
+    reads, and imports, the dataset records alone (not the checkpoint, storage or store ones)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a\n")
+    Case.create(tmp_path / "case", title="t", examiner="pytest")
+    code = PROBE_IMPORTS.replace('["probe", "--json", sys.argv[1]]',
+                                 '["manifest", "build", sys.argv[1], "-o", sys.argv[2], '
+                                 '"--no-progress", "--case", sys.argv[3]]')
+    proc = subprocess.run([sys.executable, "-c", code, str(data), str(tmp_path / "m.sha256"),
+                           str(tmp_path / "case")], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.strip().endswith("exit 0 ['ckptrescue.datasets.outputs']"), proc.stderr
+    case = Case.open(tmp_path / "case")
+    (record,) = case.records("step.finished")
+    assert record["details"]["output_modules"] == ["ckptrescue.datasets.outputs"]
+
+
+def test_each_domain_s_part_comes_from_the_modules_its_records_name(tmp_path: Path) -> None:
+    from ckptrescue.engine.answer import answer_line
+    from ckptrescue.engine.case_outputs import domains_held
+
+    case = Case.create(tmp_path / "case")
+
+    def finished(step: str, output_type: str, modules: list[str], outputs: dict[str, Any]) -> None:
+        sha = case.store_artifact(json.dumps(outputs).encode(), name=f"{step}.outputs.json",
+                                  kind="result:x")
+        case.log("step.finished", {"run_key": "k", "step": step, "action": "x", "status": "ok",
+                                   "output_type": output_type, "output_modules": modules,
+                                   "outputs_sha256": sha})
+
+    finished("i", "ImageOutput", ["ckptrescue.storage.outputs"],
+             {"bad_ranges": [[0, 512], [4096, 5120]]})
+    held = domains_held(case)
+    assert held("ckptrescue.storage.outputs") and not held("ckptrescue.checkpoints.outputs")
+    assert answer_line(case) == "1536 bytes unreadable on the source in 2 range(s)"
+    finished("r", "RankOutput", ["ckptrescue.checkpoints.outputs"],
+             {"checkpoints": [], "resume_from": None})
+    assert answer_line(case) == ("no checkpoint is safe to resume from; 1536 bytes unreadable "
+                                 "on the source in 2 range(s)")
+    # a record that does not name its modules (an older case's): any domain may be held
+    finished("x", "FutureOutput", None, {})  # type: ignore[arg-type]
+    assert domains_held(case)("ckptrescue.stores.outputs")
