@@ -79,6 +79,8 @@ CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32")
 
 def checksum_hashers(names: tuple[str, ...]) -> dict[str, Any]:
     """Streaming hashers for ``names`` (S3's algorithm names; see :data:`CHECKSUMS`)."""
+    if not names:  # a build without --checksums: nothing of the stores' to import
+        return {}
     from ckptrescue.errors import UsageError
     from ckptrescue.stores.s3.checksums import new_hasher
 
