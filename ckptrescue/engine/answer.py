@@ -18,7 +18,6 @@ from ckptrescue.engine.case_outputs import (
     STORAGE,
     STORES,
     domains_held,
-    holds_records_beyond,
     outputs_of,
 )
 
@@ -156,13 +155,6 @@ def _checkpoint_parts(case: Case, parts: list[str]) -> Callable[[str], str]:
         parts.append(f"{len(unsafe)} checkpoint{'s' if len(unsafe) != 1 else ''} unsafe: "
                      f"{'; '.join(unsafe)}")
     return _name
-
-
-def holds_other_domains(case: Case) -> bool:
-    """False when every output the case recorded is a checkpoint record (a probe's case):
-    then no part about images, stores or datasets can say anything, and their record types
-    are not imported (a sixth of a probe's imports)."""
-    return holds_records_beyond(case, CHECKPOINTS)
 
 
 def _other_domain_parts(case: Case, name_of: Any, held: Callable[[str], bool]) -> list[str]:
