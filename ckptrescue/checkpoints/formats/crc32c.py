@@ -18,12 +18,9 @@ blocks of a tensor bundle, TFRecord framing).
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import google_crc32c
-
-from ckptrescue.checkpoints.formats.crc32 import combine_with
 
 POLY = 0x82F63B78  # reflected Castagnoli polynomial
 MASK_DELTA = 0xA282EAD8
@@ -36,6 +33,8 @@ def crc32c(data: Any, value: int = 0) -> int:
 
 def _in_place(data: Any) -> Any:
     """``data``'s bytes as an object ``google_crc32c`` reads without a copy, where one exists."""
+    import ctypes  # (numpy has it loaded already where chunks are large)
+
     view = memoryview(data)
     if not view.readonly and view.c_contiguous:
         try:
@@ -47,6 +46,9 @@ def _in_place(data: Any) -> Any:
 
 def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
     """CRC32C of the concatenation of two parts (``len2``: the second part's length)."""
+    from ckptrescue.checkpoints.formats.crc32 import combine_with  # (imports ISA-L: not at
+    # start-up, where the datasets' format detection needs only the masked CRC)
+
     return combine_with(POLY, crc1, crc2, len2)
 
 
