@@ -87,8 +87,7 @@ def answer_line(case: Case) -> str:
     name_of: Callable[[str], str] = _name
     if held(CHECKPOINTS):
         name_of = _checkpoint_parts(case, parts)
-    if held(STORAGE) or held(STORES) or held(DATASETS):
-        parts += _other_domain_parts(case, name_of, held)
+    parts += _other_domain_parts(case, name_of, held)
     parts += capability_parts(case, held)
     if held(DATASETS) or held(STORES):
         from ckptrescue.engine.evidence_answers import evidence_parts

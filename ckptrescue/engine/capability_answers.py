@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptrescue.engine.case_outputs import outputs_of
+from ckptrescue.engine.case_outputs import CHECKPOINTS, DATASETS, outputs_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,17 +21,17 @@ def capability_parts(case: Case, held: Callable[[str], bool] = lambda _module: T
                      ) -> list[str]:
     """Answer parts, in a fixed order; nothing for a capability the case did not use or whose
     latest step found nothing worth a line. ``held(module)``: whether the case may hold records
-    of that output module (``answer.domains_held``); a domain it cannot hold is skipped, its
+    of that output module (``case_outputs.domains_held``); a domain it cannot hold is skipped, its
     record types not imported."""
     parts: list[str] = []
-    datasets = held("ckptrescue.datasets.outputs")
+    datasets = held(DATASETS)
     if datasets:
         from ckptrescue.datasets.outputs import ManifestDiffOutput
 
         for diff in outputs_of(case, ManifestDiffOutput)[-1:]:
             if diff.differs or diff.bad_lines:
                 parts.append(f"manifest diff: {diff.answer}")
-    if held("ckptrescue.checkpoints.outputs"):
+    if held(CHECKPOINTS):
         parts += _checkpoint_parts(case)
     if datasets:
         from ckptrescue.datasets.outputs import HubCacheOutput
