@@ -13,6 +13,7 @@ import hashlib
 import mmap
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # The tests' own torch processes (oracles, fixture writers) load on CPU with torch alone, as
 # the kit's sandbox child does: no scan of every installed distribution for device backends.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# A suite started in the background of a script (`make test &`, no job control) inherits Ctrl-C
+# ignored, and an ignored signal stays ignored across exec: every child the Ctrl-C tests
+# interrupt would run on to its end. Handled here, it is back to its default in each child.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _privileged_problem() -> str | None:
@@ -106,6 +112,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if item.get_closest_marker("privileged") is None:
         yield
         return
+    with open(KERNEL_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def kernel_state_held() -> Iterator[None]:
+    """For an unprivileged test that reads the machine's loop devices or mounts: no privileged
+    test changes them while it runs (``KERNEL_LOCK``)."""
     with open(KERNEL_LOCK, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
