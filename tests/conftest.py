@@ -32,6 +32,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # The tests' own torch processes (oracles, fixture writers) load on CPU with torch alone, as
 # the kit's sandbox child does: no scan of every installed distribution for device backends.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# And with numpy's BLAS on one thread, as the console script runs it: OpenBLAS otherwise starts a
+# thread per core in every process that imports numpy (each worker, oracle and fixture writer),
+# and each spins on a CPU for a while (about 0.17 CPU-s of an ``import torch``).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # A suite started in the background of a script (`make test &`, no job control) inherits Ctrl-C
 # ignored, and an ignored signal stays ignored across exec: every child the Ctrl-C tests
 # interrupt would run on to its end. Handled here, it is back to its default in each child.

@@ -3,6 +3,7 @@ tries what a payload would (write, read, run a program, connect) to show the bou
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
@@ -42,6 +43,8 @@ def _try(req: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     req = boundary.start()
+    for module in req.get("preload", []):  # as a loader imports its library: before entering
+        importlib.import_module(module)
     boundary.enter(req)
     action = req.get("action", "echo")
     if action == "allocate":

@@ -80,6 +80,54 @@ def test_counts_and_top_magnitudes_are_exact_for_every_distribution(dtype, kind)
         assert int(bits[index]) == raw and raw & ((1 << (8 * arr.itemsize - 1)) - 1) == m
 
 
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_the_magnitude_range_from_four_reductions_is_the_sign_cleared_range(width):
+    """A chunk's smallest and largest magnitude come from the unsigned and signed views
+    without writing the magnitudes: the same as clearing the sign bit and reducing, for
+    chunks of one sign, of the other, of both, and of one element, at the edges of the
+    range (+0, -0, the largest bit patterns)."""
+    rng = np.random.default_rng(width)
+    ucode = f"u{width}"
+    sign = 8 * width - 1
+    top, full = 1 << sign, (1 << 8 * width) - 1
+    raw = rng.integers(0, full, 5000, dtype=ucode, endpoint=True)
+    chunks = {"mixed": raw, "positive": raw & (top - 1), "negative": raw | top,
+              "one": raw[:1], "one negative": raw[:1] | top,
+              "edges": np.array([0, top, top - 1, full], dtype=ucode),
+              "zeros both signs": np.array([top, 0, top], dtype=ucode),
+              "largest only": np.array([full, full], dtype=ucode)}
+    for name, u in chunks.items():
+        mag = u & (top - 1)
+        assert numeric._magnitude_range(u, sign) == (int(mag.min()), int(mag.max())), name
+
+
+@pytest.mark.parametrize("name,code", [
+    ("model/bn/moving_variance/.ATTRIBUTES/VARIABLE_VALUE", "NM005"),
+    ("optimizer/velocity/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE", "NM004"),
+    ("bn.running_var", "NM005"), ("opt.state.0.exp_avg_sq", "NM004"),
+    ("model/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE", None)])
+def test_a_named_tensor_counts_signs_only_where_its_name_carries_an_invariant(name, code):
+    """TensorFlow's and Keras' scans take the variable's name: a moving variance with a value
+    <= 0 or a second moment with a negative value is flagged as on a scan without a name,
+    and a kernel's scan does not count signs at all (its negative values are expected)."""
+    from ckptrescue.checkpoints.formats.tf_findings import numeric_findings, numeric_scan
+
+    values = np.arange(1, 4097, dtype=np.float32) * np.float32(2.0 ** -10)
+    values[4000] = -values[4000]
+    data = values.tobytes()
+    named = numeric_scan("float32", 0, len(data), name=name)
+    assert named is not None
+    named.feed(0, data)
+    found = [f.code for f in numeric_findings(named, name, evidence=None)]
+    assert found == ([code] if code else [])
+    assert named.scan.invariants == (code is not None)
+    unnamed = numeric_scan("float32", 0, len(data))
+    assert unnamed is not None
+    unnamed.feed(0, data)
+    assert unnamed.scan.invariants and [f.code for f in numeric_findings(
+        unnamed, name, evidence=None)] == found
+
+
 def test_nonfinite_examples_are_bounded_and_say_so():
     arr = _values("nonfinite", 50_000, np.float32)
     s = _scan(arr, "float32").finish()

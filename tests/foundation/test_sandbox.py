@@ -82,6 +82,16 @@ def test_child_is_confined_on_every_thread(case: Case) -> None:
 
 
 @needs_bwrap
+def test_a_loader_library_starts_no_spinning_threads_in_the_child(case: Case) -> None:
+    """numpy, which ``import torch`` loads, runs its BLAS on one thread in the child
+    (``OMP_NUM_THREADS=1``, which OpenBLAS also reads): OpenBLAS otherwise starts one per core,
+    each spinning on a CPU for a while after it starts (about 0.17 CPU-s of ``import torch``)."""
+    out = run_child("echo", {"action": "status", "preload": ["numpy"]}, case=case, timeout_s=60)
+    assert out.status == "ok", out
+    assert "Threads:\t1\n" in out.result["status"]
+
+
+@needs_bwrap
 @pytest.mark.parametrize("layers", [["hook", "seccomp"], ["seccomp"], []])
 def test_child_cannot_write_outside_scratch(case: Case, tmp_path: Path, layers) -> None:
     theirs = tmp_path / "owned-by-the-test"

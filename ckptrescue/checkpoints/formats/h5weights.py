@@ -121,7 +121,7 @@ def has_hdf5_magic(path: Path) -> bool:
 
 def _scan_contiguous(raw: BinaryIO, start: int, length: int, dtype: str, big: bool,
                      name: str, evidence: str) -> list[Finding]:
-    scan = numeric_scan(dtype, start, length, big_endian=big)
+    scan = numeric_scan(dtype, start, length, big_endian=big, name=name)
     if scan is None:
         return []
     pos, end = start, start + length
@@ -197,7 +197,7 @@ def _dataset(out: H5Walk, name: str, ds: Any, *, evidence: str, raw: BinaryIO, b
             source="hdf5", tensors=(name,)))
         data = ds[()] if ds.nbytes <= WHOLE_READ_CAP else None
         if data is not None and numeric and ds.dtype.kind == "f":
-            scan = numeric_scan(ds.dtype.name, 0, int(ds.nbytes))
+            scan = numeric_scan(ds.dtype.name, 0, int(ds.nbytes), name=name)
             if scan is not None:
                 little = np.ascontiguousarray(data).astype(ds.dtype.newbyteorder("<"))
                 scan.feed(0, little.tobytes())

@@ -261,12 +261,14 @@ def _read_pieces(ordered: list[BundleEntry], shards: dict[int, Shard], options: 
             results[id(e)] = early
             continue
         if variable_length(e):
-            scan = numeric_scan(e.dtype_name, e.offset, e.size) if options.numeric else None
+            scan = numeric_scan(e.dtype_name, e.offset, e.size,
+                                name=piece_name(e)) if options.numeric else None
             results[id(e)] = verify_piece(fh, size, e, scan.feed if scan is not None else None)
             if scan is not None:
                 scans[id(e)] = scan
             continue
-        make = numeric_scan_parts(e.dtype_name, e.offset, e.size) if options.numeric else None
+        make = numeric_scan_parts(e.dtype_name, e.offset, e.size,
+                                  name=piece_name(e)) if options.numeric else None
         ranges[e.shard_id].append((e, streaming.ByteRange(
             e.offset, e.size, checksum="crc32c", make_scan=make, align=e.offset,
             itemsize=dtypes.BY_NAME[e.dtype_name].itemsize

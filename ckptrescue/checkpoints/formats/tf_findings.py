@@ -83,20 +83,22 @@ class GuardedScan:
             self.scan, self.error = None, f"{type(exc).__name__}: {exc}"
 
 
-def numeric_scan(dtype: str, offset: int, size: int, *,
-                 big_endian: bool = False) -> GuardedScan | None:
-    """A streaming numeric scan for one tensor (None for dtypes without numeric checks)."""
+def numeric_scan(dtype: str, offset: int, size: int, *, big_endian: bool = False,
+                 name: str | None = None) -> GuardedScan | None:
+    """A streaming numeric scan for one tensor (None for dtypes without numeric checks); with
+    the tensor's ``name``, signs are counted only where the name carries an invariant."""
     from ckptrescue.checkpoints.formats.numeric import StorageScan
     from ckptrescue.checkpoints.formats.numeric_small import SmallScan, small_enough
 
     if small_enough(dtype, size):  # the judge needs 16 elements for more than NaN/sign checks
         return GuardedScan(SmallScan(dtype, start=offset, length=size, big_endian=big_endian))
-    scan = StorageScan(dtype, start=offset, length=size, big_endian=big_endian)
+    scan = StorageScan(dtype, start=offset, length=size, big_endian=big_endian,
+                       names=None if name is None else [name])
     return None if scan.summary.skipped else GuardedScan(scan)
 
 
 def numeric_scan_parts(dtype: str, offset: int, size: int, *, big_endian: bool = False,
-                       ) -> Callable[[int, int], GuardedScan] | None:
+                       name: str | None = None) -> Callable[[int, int], GuardedScan] | None:
     """A maker of scans for the parts of one tensor (``make_scan`` of a
     :class:`streaming.ByteRange`), or None for dtypes without numeric checks. A tensor too
     small to be cut gets the small scan; the parts of a larger one get joinable scans."""
@@ -104,12 +106,13 @@ def numeric_scan_parts(dtype: str, offset: int, size: int, *, big_endian: bool =
     from ckptrescue.checkpoints.formats.numeric_small import small_enough
 
     if small_enough(dtype, size) or StorageScan(dtype, start=offset, length=size).summary.skipped:
-        whole = numeric_scan(dtype, offset, size, big_endian=big_endian)
+        whole = numeric_scan(dtype, offset, size, big_endian=big_endian, name=name)
         return None if whole is None else (lambda _start, _length: whole)
+    names = None if name is None else [name]
 
     def part(start: int, length: int) -> GuardedScan:
         return GuardedScan(StorageScan(dtype, start=start, length=length,
-                                       big_endian=big_endian))
+                                       big_endian=big_endian, names=names))
     return part
 
 
