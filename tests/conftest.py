@@ -38,7 +38,8 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # A suite started in the background of a script (`make test &`, no job control) inherits Ctrl-C
 # ignored, and an ignored signal stays ignored across exec: every child the Ctrl-C tests
-# interrupt would run on to its end. Handled here, it is back to its default in each child.
+# interrupt would run on to its end. Handled here, it is back to its default in each child (and
+# a Ctrl-C at that terminal now stops the suite too).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -116,18 +117,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if item.get_closest_marker("privileged") is None:
         yield
         return
-    with open(KERNEL_LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-@pytest.fixture
-def kernel_state_held() -> Iterator[None]:
-    """For an unprivileged test that reads the machine's loop devices or mounts: no privileged
-    test changes them while it runs (``KERNEL_LOCK``)."""
     with open(KERNEL_LOCK, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

@@ -121,8 +121,9 @@ def _root(
 def main() -> None:
     """Console-script entry point."""
     # numpy's OpenBLAS starts a thread per core when it loads, and each spins for a while
-    # (about 40 ms of CPU a thread here), taken from the scan's own processes. The kit does
-    # no linear algebra; a value the responder set is kept.
+    # (about 40 ms of CPU a thread here), taken from the scan's own processes. The kit's only
+    # BLAS calls are dot products of training-metric series (trainstate), which one thread
+    # serves; a value the responder set is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     sys.exit(run())
 

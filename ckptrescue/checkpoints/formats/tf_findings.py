@@ -86,7 +86,8 @@ class GuardedScan:
 def numeric_scan(dtype: str, offset: int, size: int, *, big_endian: bool = False,
                  name: str | None = None) -> GuardedScan | None:
     """A streaming numeric scan for one tensor (None for dtypes without numeric checks); with
-    the tensor's ``name``, signs are counted only where the name carries an invariant."""
+    the tensor's ``name``, a tensor of 16 elements or more has its signs counted only where
+    the name carries an invariant (a smaller one's few values are all kept)."""
     from ckptrescue.checkpoints.formats.numeric import StorageScan
     from ckptrescue.checkpoints.formats.numeric_small import SmallScan, small_enough
 
