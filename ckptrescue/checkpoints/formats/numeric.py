@@ -39,9 +39,11 @@ EXAMPLES = 8  # non-finite elements kept (with a flip-back explanation) per scan
 PAGES_KEPT = 64  # zero-page offsets kept per scanned range (all of them are counted)
 SAMPLE = 61  # the exponent histogram samples one element in SAMPLE of each chunk
 INVARIANT_NAMES = {"exp_avg_sq", "running_var", "num_batches_tracked"}
-# TensorFlow/Keras names of the same invariants (a part of the name, any case): BatchNorm's
-# moving variance and the Adam second moment (``tf_findings.numeric_findings`` judges them)
-TF_INVARIANT_PARTS = ("moving_variance", "running_var", "velocity")
+# TensorFlow/Keras names of the same invariants (a part of the name, any case), judged by
+# ``tf_findings.numeric_findings``: a BatchNorm moving variance is positive, an Adam second
+# moment (its "velocity" slot) is not negative
+TF_VARIANCE_PARTS = ("moving_variance", "running_var")
+TF_SECOND_MOMENT_PARTS = ("velocity",)
 
 
 def carries_sign_invariant(name: str) -> bool:
@@ -50,7 +52,7 @@ def carries_sign_invariant(name: str) -> bool:
     counts signs, which no other tensor needs."""
     lower = name.lower()
     return name.rsplit(".", 1)[-1] in INVARIANT_NAMES or any(
-        part in lower for part in TF_INVARIANT_PARTS)
+        part in lower for part in (*TF_VARIANCE_PARTS, *TF_SECOND_MOMENT_PARTS))
 
 
 @dataclass

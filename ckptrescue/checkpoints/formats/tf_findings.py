@@ -120,7 +120,11 @@ def numeric_scan_parts(dtype: str, offset: int, size: int, *, big_endian: bool =
 def numeric_findings(guarded: GuardedScan, name: str, *,
                      evidence: str | None) -> list[Finding]:
     """NM findings for one finished scan (shared judge), plus TF/Keras name invariants."""
-    from ckptrescue.checkpoints.formats.numeric import judge
+    from ckptrescue.checkpoints.formats.numeric import (
+        TF_SECOND_MOMENT_PARTS,
+        TF_VARIANCE_PARTS,
+        judge,
+    )
 
     scan = guarded.scan
     try:
@@ -135,14 +139,15 @@ def numeric_findings(guarded: GuardedScan, name: str, *,
                    length=s.length, source="numeric", tensors=(name,), details=s.details)
            for s in judged]
     lname = name.lower()
-    if ("moving_variance" in lname or "running_var" in lname) and summary.nonpositive \
+    if any(part in lname for part in TF_VARIANCE_PARTS) and summary.nonpositive \
             and not any(f.code == "NM005" for f in out):
         out.append(Finding("NM005", Severity.WARNING,
                            f"{summary.nonpositive} values <= 0 in BatchNorm moving variance "
                            f"{name}", evidence=evidence, offset=scan.start,
                            length=scan.end - scan.start, source="numeric", tensors=(name,),
                            details={"nonpositive": summary.nonpositive}))
-    if "velocity" in lname and summary.negatives and not any(f.code == "NM004" for f in out):
+    if any(part in lname for part in TF_SECOND_MOMENT_PARTS) and summary.negatives \
+            and not any(f.code == "NM004" for f in out):
         out.append(Finding("NM004", Severity.WARNING,
                            f"{summary.negatives} negative values in Adam second moment {name}",
                            evidence=evidence, offset=scan.start, length=scan.end - scan.start,
