@@ -1,6 +1,6 @@
 """``python -m ckptrescue`` runs the CLI."""
 
-from ckptrescue.cli.main import main
+from ckptrescue.cli.process import main
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """Exception hierarchy and process exit codes.
 
 Damage is a :class:`~ckptrescue.model.Finding`, a refusal is a ``ToolResult.refused`` value; only
-"could not do what was asked" is an exception. ``cli.main.main`` is the only place that turns these
+"could not do what was asked" is an exception. ``cli.main.run`` is the only place that turns these
 into exit codes and one-line messages.
 """
 

@@ -6,6 +6,7 @@ light things at import time; torch, tensorflow, boto3 and textual are imported i
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -98,7 +99,7 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(name)
 
 
-_STATE = {"debug": False}
+_STATE = {"debug": False, "collection_paused": False}
 
 
 def _version(value: bool) -> None:
@@ -116,23 +117,35 @@ def _root(
         "without it every expected failure is one line.")] = False,
 ) -> None:
     _STATE["debug"] = debug or bool(os.environ.get("CKPTRESCUE_DEBUG"))
+    _resume_collection()  # the command line is parsed: start-up is over
 
 
-def main() -> None:
-    """Console-script entry point."""
-    # numpy's OpenBLAS starts a thread per core when it loads, and each spins for a while
-    # (about 40 ms of CPU a thread here), taken from the scan's own processes. The kit's only
-    # BLAS calls are dot products of training-metric series (trainstate), which one thread
-    # serves; a value the responder set is kept.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    sys.exit(run())
+def _resume_collection() -> None:
+    """End the pause of collection that ``cli.process.main`` began: what start-up made is
+    frozen (kept to the end, so never walked again, at exit neither) and the command's own
+    objects are collected as usual."""
+    if _STATE["collection_paused"]:
+        _STATE["collection_paused"] = False
+        gc.freeze()
+        gc.enable()
 
 
-def run(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None, *, collection_paused: bool = False) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
 
     Every exception becomes its exit code and a one-line message on stderr here, and only here.
+    ``collection_paused``: the caller paused garbage collection for start-up
+    (``cli.process.main``); it resumes once the command line is parsed, and at the latest
+    when this returns.
     """
+    _STATE["collection_paused"] = collection_paused
+    try:
+        return _run(argv)
+    finally:
+        _resume_collection()  # a command line that never reached a command (usage, --help)
+
+
+def _run(argv: list[str] | None) -> int:
     import signal
 
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler \

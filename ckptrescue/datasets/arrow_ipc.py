@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ckptrescue.checkpoints.formats.chunked import skip
+from ckptrescue.datasets.format_heads import ARROW_CONTINUATION as CONTINUATION
+from ckptrescue.datasets.format_heads import ARROW_FILE_MAGIC as FILE_MAGIC
+from ckptrescue.datasets.format_heads import ARROW_MAX_METADATA as MAX_METADATA
+from ckptrescue.datasets.format_heads import arrow_stream_message
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, UnreadableAt, one_line, read_exact
 
-FILE_MAGIC = b"ARROW1"
-CONTINUATION = b"\xff\xff\xff\xff"
-MAX_METADATA = 64 << 20  # a Message flatbuffer larger than this is damage
 MAX_DECODE = 256 << 20  # record batch bodies up to this size are decoded by pyarrow
 MAX_KEPT = 64 << 20  # schema + dictionary messages kept to decode batches with
 MAX_BAD = 1000
@@ -47,24 +48,13 @@ HEADER_TYPES = {1: "schema", 2: "dictionary batch", 3: "record batch", 4: "tenso
                 5: "sparse tensor"}
 
 
-def looks_like_file(head: bytes) -> bool:
-    return head[:6] == FILE_MAGIC
-
-
 def looks_like_stream(head: bytes) -> bool:
     """A stream starts with a Schema message (header_type 1)."""
-    if head[:4] == CONTINUATION and len(head) >= 8:
-        meta = head[8:]
-        (size,) = struct.unpack_from("<i", head, 4)
-    elif len(head) >= 4:
-        meta = head[4:]
-        (size,) = struct.unpack_from("<i", head, 0)
-    else:
-        return False
-    if not 8 <= size <= MAX_METADATA:
+    meta = arrow_stream_message(head)
+    if meta is None:
         return False
     try:
-        msg = parse_message(meta[:size])
+        msg = parse_message(meta)
     except FbError:
         return False
     return msg.header_type == 1

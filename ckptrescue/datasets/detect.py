@@ -13,6 +13,7 @@ import re
 import struct
 
 from ckptrescue.checkpoints.formats.crc32c import masked_crc32c
+from ckptrescue.datasets import format_heads
 
 HEAD_BYTES = 512
 
@@ -44,17 +45,20 @@ def detect(name: bytes | str, head: bytes) -> str:
         return "npy"
     if len(head) >= 262 and head[257:262] == b"ustar":
         return "tar"
-    from ckptrescue.datasets import arrow_ipc, hf_cache, mds, megatron_indexed
-
-    if arrow_ipc.looks_like_file(head) or arrow_ipc.looks_like_stream(head):
+    if format_heads.arrow_file(head):
         return "arrow"
-    if megatron_indexed.looks_like_index(head):
+    if format_heads.arrow_stream_message(head) is not None:
+        from ckptrescue.datasets import arrow_ipc  # its flatbuffer parser: a plausible head only
+
+        if arrow_ipc.looks_like_stream(head):
+            return "arrow"
+    if format_heads.megatron_index(head):
         return "megatron"
-    if mds.looks_like_shard(head):
+    if format_heads.mds_shard(head):
         return "mds"
-    if mds.looks_like_index(head):
+    if format_heads.mds_index(head):
         return "mds-index"
-    if hf_cache.looks_like_state(head) or hf_cache.looks_like_builder_info(head):
+    if format_heads.hf_state(head) or format_heads.hf_builder_info(head):
         return "hf-datasets"
     if looks_like_tfrecord(head):
         return "tfrecord"

@@ -35,16 +35,6 @@ _SHARDED = re.compile(r"^(?P<stem>.+)-(?P<split>[^-]+)-(?P<k>\d{5})-of-(?P<n>\d{
 _SINGLE = re.compile(r"^(?P<stem>.+)-(?P<split>[^-]+)\.arrow$")
 
 
-def looks_like_state(head: bytes) -> bool:
-    """A ``save_to_disk`` ``state.json`` (its first key is ``_data_files``)."""
-    return head.lstrip().startswith(b"{") and b'"_data_files"' in head
-
-
-def looks_like_builder_info(head: bytes) -> bool:
-    """A builder cache ``dataset_info.json`` (it names its builder and its splits)."""
-    return head.lstrip().startswith(b"{") and b'"builder_name"' in head
-
-
 @dataclass
 class _Json:
     obj: object = None

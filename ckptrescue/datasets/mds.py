@@ -37,35 +37,16 @@ from typing import IO, Any
 
 from ckptrescue.checkpoints.formats.chunked import skip
 from ckptrescue.datasets.decompress import Decompressed, LimitReached
+from ckptrescue.datasets.format_heads import MDS_MAX_CONFIG as MAX_CONFIG
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, open_tracked, read_exact
 from ckptrescue.errors import ToolMissingError
 from ckptrescue.model import JsonObject
 
 MAX_INDEX = 64 << 20  # index.json bytes read
-MAX_CONFIG = 1 << 20  # a shard's config JSON
 MAX_TABLE = 1 << 24  # offsets kept in memory (64 MiB); more samples: table order only
 MAX_BAD = 1000
 _BLOCK = 1 << 20
 _COMPRESSION = {"zstd": "zstd", "gz": "gzip", "bz2": "bz2"}  # streaming name -> Decompressed
-
-
-def looks_like_shard(head: bytes) -> bool:
-    """An MDS shard's first bytes: the first offset points just past the table and a config
-    JSON object starts right after the table (visible when the table fits in ``head``)."""
-    if len(head) < 12:
-        return False
-    n, first = struct.unpack_from("<II", head)
-    table_end = 8 + 4 * n
-    if not table_end < first <= table_end + MAX_CONFIG:
-        return False
-    return table_end < len(head) and head[table_end:table_end + 2] == b'{"'
-
-
-def looks_like_index(head: bytes) -> bool:
-    """An MDS ``index.json`` (starts with the ``sort_keys`` dump of ``{"shards": ...``)."""
-    text = head.lstrip()
-    return (text.startswith(b'{"shards": [') and b'"raw_data"' in head) or \
-        (text.startswith(b"{") and b'"shards"' in head and b'"raw_data"' in head)
 
 
 # --------------------------------------------------------------------------- hashing

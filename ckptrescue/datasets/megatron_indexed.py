@@ -30,20 +30,15 @@ import os
 import struct
 from typing import IO, Any
 
+from ckptrescue.datasets.format_heads import MEGATRON_MAGIC as MAGIC
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, open_tracked, read_exact
 
-MAGIC = b"MMIDIDX\x00\x00"
 HEADER_SIZE = 34  # 9 magic + 8 version + 1 dtype code + 8 sequence count + 8 document count
 ITEMSIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8, 7: 4, 8: 2}  # DType code -> bytes per token
 DTYPE_NAME = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64",
               7: "float32", 8: "uint16"}
 CHUNK = 1 << 16  # sequences per read: 64 Ki x 12 bytes = 768 KiB of index at a time
 MAX_BAD = 1000  # bad records listed per file; the rest are summarised
-
-
-def looks_like_index(head: bytes) -> bool:
-    """The first bytes are a megatron index header (magic, version 1)."""
-    return head[:9] == MAGIC and head[9:17] == struct.pack("<Q", 1)
 
 
 def partner_paths(path: str | os.PathLike[str]) -> tuple[str, str]:

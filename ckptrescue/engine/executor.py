@@ -31,8 +31,6 @@ from ckptrescue.engine.events import (
 )
 from ckptrescue.errors import CkptRescueError, PlaybookError
 from ckptrescue.model import Finding, JsonObject
-from ckptrescue.playbook import describe, load, params
-from ckptrescue.playbook.lint import lint
 from ckptrescue.playbook.schema import REF_RE, Playbook, Step
 from ckptrescue.record import findings_table
 from ckptrescue.record.audit import canonical
@@ -66,6 +64,9 @@ class DryRunStep:
 
 def prepare(playbook: Playbook | str | Path, given: dict[str, Any]) -> Plan:
     """Load, lint and bind parameters; raises PlaybookError naming file and line."""
+    from ckptrescue.playbook import load, params  # a playbook's, not a command's: not at start
+    from ckptrescue.playbook.lint import lint
+
     if not isinstance(playbook, Playbook):
         playbook = load.load_file(load.resolve(str(playbook)))
     problems = lint(playbook)
@@ -168,6 +169,8 @@ def evaluate_when(cond: Any, values: dict[str, Any], outputs: dict[str, JsonObje
 
 def dry_run(plan: Plan) -> list[DryRunStep]:
     """Every step with the commands it would run (step-output references stay symbolic)."""
+    from ckptrescue.playbook import describe
+
     actions = ACTIONS
     out: list[DryRunStep] = []
     for step in plan.playbook.steps:

@@ -23,6 +23,7 @@ only the files it loads, and one writable scratch directory.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -60,7 +61,13 @@ class _State:
 
 def start() -> dict[str, Any]:
     """A child's first step: its request (the JSON file ``argv[1]`` names), once
-    :func:`started` has marked the child as running."""
+    :func:`started` has marked the child as running.
+
+    Garbage collection pauses here until :func:`enter`: the heavy imports in between make
+    modules and classes that live to the end, and a collection during them frees nothing but
+    walks all of them (``import torch`` took 1.13 s with it, 1.04 s without; tensorflow 3.5 s
+    and 3.0 s)."""
+    gc.disable()
     with open(sys.argv[1]) as fh:
         req = json.load(fh)
     started(req)
@@ -165,6 +172,8 @@ def enter(req: dict[str, Any]) -> None:
     ``req["layers"]`` may leave out ``"hook"`` or ``"seccomp"``: the sandbox's own tests use that
     to show each layer stops a payload alone. A filter that cannot be installed stops the child.
     """
+    gc.freeze()  # what the imports made is kept to the end: no collection walks it again
+    gc.enable()  # the load's own objects are collected as usual
     layers = req.get("layers", ["hook", "seccomp"])
     if "hook" in layers:
         # a family's exact extra names (DCP ``.metadata`` of megatron-core: its plan classes)

@@ -3,6 +3,7 @@ tries what a payload would (write, read, run a program, connect) to show the bou
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -35,7 +36,9 @@ def _try(req: dict[str, Any]) -> dict[str, Any]:
                 pass
         elif action == "status":
             with open("/proc/self/status") as fh:
-                return {"ok": True, "worked": True, "status": fh.read()}
+                return {"ok": True, "worked": True, "status": fh.read(),
+                        "collection": {"enabled": gc.isenabled(),
+                                       "frozen": gc.get_freeze_count()}}
     except OSError as exc:
         return {"ok": True, "worked": False, "error": f"{type(exc).__name__}: {exc}"}
     return {"ok": True, "worked": True}

@@ -33,34 +33,3 @@ def test_a_routed_command_runs_and_the_rest_still_gets_the_whole_tree() -> None:
     assert whole.returncode == 0 and all(name in whole.stdout for name in main.ROUTES)
     wrong = invoke("prbe", "x")
     assert wrong.returncode == 2 and "prbe" in wrong.stderr
-
-
-_BLAS = """
-import atexit, os, sys
-from ckptrescue.cli.main import main
-
-def report() -> None:
-    import numpy  # noqa: F401
-    print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")))
-
-atexit.register(report)
-sys.argv = ["ckptrescue", "--version"]
-main()
-"""
-
-
-def test_numpy_in_a_command_starts_no_spinning_blas_threads_unless_asked() -> None:
-    """The console script loads numpy with one BLAS thread (OpenBLAS otherwise starts one per
-    core, each spinning on a CPU the scan needs); a responder's own setting is kept."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    out = subprocess.run([sys.executable, "-c", _BLAS], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
-    assert out[-2:] == ["1", "1"]
-    if len(os.sched_getaffinity(0)) > 1:  # OpenBLAS starts no more threads than CPUs it may use
-        out = subprocess.run([sys.executable, "-c", _BLAS], capture_output=True, text=True,
-                             env={**env, "OPENBLAS_NUM_THREADS": "2"}, check=True).stdout.split()
-        assert out[-2:] == ["2", "2"]

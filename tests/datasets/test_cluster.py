@@ -141,7 +141,7 @@ def test_without_dask_the_option_says_how_to_install_it(dataset, tmp_path: Path)
         "import sys; sys.modules['distributed'] = None\n"
         "sys.argv = ['ckptrescue', 'manifest', 'build', sys.argv[1], '-o', sys.argv[2],"
         " '--scheduler', 'tcp://127.0.0.1:1', '--no-progress']\n"
-        "from ckptrescue.cli.main import main; main()\n"
+        "from ckptrescue.cli.process import main; main()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(root), str(tmp_path / "m")],
                           capture_output=True, text=True, timeout=120,

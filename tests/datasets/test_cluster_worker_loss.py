@@ -219,7 +219,7 @@ def _cli_build(tree: Path, out: Path, address: str) -> subprocess.Popen[str]:
     code = ("import sys; import ckptrescue.datasets.cluster as C; " + knobs + "\n"
             "sys.argv = ['ckptrescue', 'manifest', 'build', sys.argv[1], '-o', sys.argv[2],"
             " '--scheduler', sys.argv[3], '--no-progress']\n"
-            "from ckptrescue.cli.main import main; main()\n")
+            "from ckptrescue.cli.process import main; main()\n")
     return subprocess.Popen([sys.executable, "-c", code, str(tree), str(out), address],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, CKPTRESCUE_DEBUG=""))

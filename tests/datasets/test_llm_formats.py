@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ckptrescue.datasets import arrow_ipc, hf_cache, mds, megatron_indexed  # noqa: E402
+from ckptrescue.datasets import arrow_ipc, format_heads, hf_cache, mds, megatron_indexed  # noqa: E402
 from ckptrescue.datasets.shardcheck import BadRecord, CheckOutcome, open_tracked  # noqa: E402
 from fixtures import llm_datasets as fx  # noqa: E402
 
@@ -97,7 +97,7 @@ def test_arrow_intact_files_check_clean(arrow_dir: Path, name: str) -> None:
     want = 3 if name == "dict.arrows" else fx.ARROW_ROWS // fx.ARROW_BATCH
     assert out.records == want
     head = path.read_bytes()[:512]
-    assert arrow_ipc.looks_like_file(head) == name.endswith(".arrow")
+    assert format_heads.arrow_file(head) == name.endswith(".arrow")
     assert arrow_ipc.looks_like_stream(head) == name.endswith(".arrows")
     # oracle: pyarrow reads every row
     opener = pa.ipc.open_file if name.endswith(".arrow") else pa.ipc.open_stream
@@ -250,9 +250,9 @@ def test_hf_intact_directories_check_clean(hf_dirs: dict[str, Path]) -> None:
         assert out.bad == [] and out.unchecked_reason is None, kind
     assert _load_rows(hf_dirs["saved"]) == fx.HF_ROWS
     head = (hf_dirs["saved"] / "state.json").read_bytes()[:512]
-    assert hf_cache.looks_like_state(head)
+    assert format_heads.hf_state(head)
     info = (hf_dirs["builder"] / "dataset_info.json").read_bytes()[:512]
-    assert hf_cache.looks_like_builder_info(info)
+    assert format_heads.hf_builder_info(info)
     for f in hf_dirs["saved"].glob("*.arrow"):  # HF caches are Arrow streams
         assert arrow_ipc.looks_like_stream(f.read_bytes()[:512])
 
@@ -368,7 +368,7 @@ def _mcopy(src: Path, tmp: Path) -> Path:
 def test_megatron_intact(megatron: Path) -> None:
     out = megatron_indexed.check_path(f"{megatron}.idx")
     assert out.bad == [] and out.records == N_SEQ
-    assert megatron_indexed.looks_like_index(Path(f"{megatron}.idx").read_bytes()[:64])
+    assert format_heads.megatron_index(Path(f"{megatron}.idx").read_bytes()[:64])
     assert _megatron_sequences(megatron) == [fx.token_ids(i) for i in range(N_SEQ)]
     size = Path(f"{megatron}.idx").stat().st_size
     assert size == megatron_indexed.HEADER_SIZE + 12 * N_SEQ + 8 * (fx.MEGATRON_DOCS + 1)
@@ -505,8 +505,8 @@ def test_mds_intact(mds_dirs: dict[str, Path]) -> None:
         assert _mds_samples(root, s) == _expected(s)
         out = check_file(mds, root / f"shard.{s:05}.mds")
         assert out.bad == [] and out.records == 20
-        assert mds.looks_like_shard((root / f"shard.{s:05}.mds").read_bytes()[:512])
-    assert mds.looks_like_index((root / "index.json").read_bytes()[:512])
+        assert format_heads.mds_shard((root / f"shard.{s:05}.mds").read_bytes()[:512])
+    assert format_heads.mds_index((root / "index.json").read_bytes()[:512])
 
 
 @pytest.mark.parametrize("victim", [0, 7, 19])
@@ -633,18 +633,10 @@ def test_mds_truncation_never_raises(mds_dirs: dict[str, Path], tmp_path: Path) 
 
 
 def proposed_detect(head: bytes) -> str:
-    """The content detection the report asks the lead to add to ``detect``/``_detect``."""
-    if arrow_ipc.looks_like_file(head) or arrow_ipc.looks_like_stream(head):
-        return "arrow"
-    if megatron_indexed.looks_like_index(head):
-        return "megatron"
-    if mds.looks_like_shard(head):
-        return "mds"
-    if mds.looks_like_index(head):
-        return "mds-index"
-    if hf_cache.looks_like_state(head) or hf_cache.looks_like_builder_info(head):
-        return "hf-datasets"
-    return "other"
+    """The format ``datasets/detect.py`` names from a file's first bytes alone."""
+    from ckptrescue.datasets.detect import detect
+
+    return detect("", head)
 
 
 def proposed_check(path: Path) -> tuple[str, CheckOutcome | None]:
@@ -710,3 +702,20 @@ def test_dataset_verify_dispatches_the_llm_formats(tmp_path: Path) -> None:
     assert all(status == "ok" for rel, (fmt, status) in by.items() if rel.startswith("mds/"))
     codes = {f.code for f in result.findings()}
     assert {"DS010", "DS011"} <= codes
+
+
+def test_detect_loads_no_reader_for_a_file_of_no_known_format() -> None:
+    """A manifest build asks ``detect`` about every file: one of no known format (here a
+    block of 0xAB bytes) is answered from ``format_heads`` without importing the readers."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from ckptrescue.datasets.detect import detect\n"
+            "assert detect('shard-00000.bin', bytes([0xAB]) * 512) == 'other'\n"
+            "print(sorted(m for m in sys.modules if m.startswith('ckptrescue.datasets.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    for reader in ("arrow_ipc", "hf_cache", "mds", "megatron_indexed", "shardcheck"):
+        assert f"'ckptrescue.datasets.{reader}'" not in out, out
+    assert "'ckptrescue.datasets.format_heads'" in out

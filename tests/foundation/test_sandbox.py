@@ -92,6 +92,20 @@ def test_a_loader_library_starts_no_spinning_threads_in_the_child(case: Case) ->
 
 
 @needs_bwrap
+def test_a_child_collects_garbage_again_once_its_imports_are_done(case: Case) -> None:
+    """Collection pauses for the child's heavy imports (boundary.start) and resumes before the
+    file is touched (boundary.enter): what the imports made is frozen, never walked again, and
+    the load's own objects (a hostile pickle's cycles) are collected as usual."""
+    bare = run_child("echo", {"action": "status"}, case=case, timeout_s=60)
+    loaded = run_child("echo", {"action": "status", "preload": ["numpy"]}, case=case,
+                       timeout_s=60)
+    assert bare.status == loaded.status == "ok", (bare, loaded)
+    assert bare.result["collection"]["enabled"] and loaded.result["collection"]["enabled"]
+    # numpy's modules and classes are among the frozen objects
+    assert loaded.result["collection"]["frozen"] > bare.result["collection"]["frozen"] + 1000
+
+
+@needs_bwrap
 @pytest.mark.parametrize("layers", [["hook", "seccomp"], ["seccomp"], []])
 def test_child_cannot_write_outside_scratch(case: Case, tmp_path: Path, layers) -> None:
     theirs = tmp_path / "owned-by-the-test"
