@@ -79,14 +79,14 @@ def test_manifest_build_reports_and_rehashes_a_file_rewritten_while_hashed(
     (root / "small.txt").write_bytes(b"steady\n")
     big = root / "big.bin"
     with open(big, "wb") as fh:
-        fh.truncate(1 << 30)  # sparse: read fast, hashed for well over one progress interval
+        fh.truncate(32 << 20)  # sparse, 32 blocks of 1 MiB
     state = {"writes": 0}
 
-    def progress(*_args: Any, **_kw: Any) -> None:
+    def progress(*_args: Any, **_kw: Any) -> None:  # the first call: after the first block
         if state["writes"] == 0:
             state["writes"] = 1
             with open(big, "r+b") as fh:  # rewrite a block near the end, mid-read
-                fh.seek((1 << 30) - (1 << 20))
+                fh.seek((32 << 20) - (1 << 20))
                 fh.write(b"\x01" * 4096)
                 fh.flush()
     out = tmp_path / "SHA256SUMS"
