@@ -62,9 +62,11 @@ def _skip_or_fail(reason: str) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``): the TUI tests share fixed-path screens, so they
-    run in one worker; so do the other privileged tests (they take ``KERNEL_LOCK`` in turn: in
-    one worker, no worker waits for it while the others run the rest). First of the hooks:
+    """Under pytest-xdist (``--dist loadgroup``), three groups each run in one worker: the TUI
+    tests (they share fixed-path screens), the other privileged tests (they take
+    ``KERNEL_LOCK`` in turn: in one worker, no worker waits for it while the others run the
+    rest) and the contracts tests (``import_graph`` parses the sources once a process). First
+    of the hooks:
     xdist's worker hook reads the ``xdist_group`` marks to name the groups, and a mark added
     after it was ignored (the TUI tests went to both workers, one waiting on the other's lock of
     the screens' directory).
@@ -73,6 +75,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     and that group, on another worker, would only wait for the lock while the kernel group
     holds it (about 70 s of three workers idle in the first two minutes of a run, measured)."""
     tui = REPO / "tests" / "tui"
+    contracts = REPO / "tests" / "contracts"
     for item in items:
         if tui in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.xdist_group("tui"))
@@ -81,6 +84,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise pytest.UsageError(f"{item.nodeid}: a privileged test runs in the kernel "
                                         "group; drop its xdist_group mark")
             item.add_marker(pytest.mark.xdist_group("kernel"))
+        elif contracts in Path(str(item.path)).parents:
+            # one worker parses the package's sources once (import_graph caches them per
+            # process): spread over three workers, each parsed them again (about 2.7 CPU-s)
+            item.add_marker(pytest.mark.xdist_group("contracts"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

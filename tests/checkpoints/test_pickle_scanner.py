@@ -199,15 +199,22 @@ def test_stack_global_through_memo_gets():
     assert pickle_scan.scan_pickle(data).globals == ["os.system"]
 
 
-def test_hostile_sizes_are_bounded_and_never_intact(tmp_path):
-    n = 3_000_000
+def test_hostile_sizes_are_bounded_and_never_intact(tmp_path, monkeypatch):
+    n = pickle_scan.MAX_MARKS + 1000
     marks = b"\x80\x02" + b"(" * n + b"l" * n + b"."
     t = time.perf_counter()
     scan = pickle_scan.scan_pickle(marks, partial=True)
     assert time.perf_counter() - t < 30
-    assert scan.limit
-    lists = b"\x80\x02" + b"]" * n + b"."
-    assert pickle_scan.scan_pickle(lists, partial=True).limit is None or True
+    assert scan.limit and "MARK" in scan.limit
+    # many objects within the bounds: STOP takes the top of the stack, as the unpickler does
+    lists = b"\x80\x02" + b"]" * 300_000 + b"."
+    scan = pickle_scan.scan_pickle(lists, partial=True)
+    assert scan.limit is None and scan.error is None and isinstance(scan.root, list)
+    # past the bound on objects (lowered here: the real one is 4,000,000), the scan stops
+    monkeypatch.setattr(pickle_scan, "MAX_OBJECTS", 10_000)
+    scan = pickle_scan.scan_pickle(b"\x80\x02" + b"]" * 20_000 + b".", partial=True)
+    assert scan.limit and "objects" in scan.limit
+    monkeypatch.undo()
     for blob in (b"\x80\x04\x8d" + struct.pack("<Q", 1 << 62) + b".",
                  b"\x80\x02\x8b" + struct.pack("<i", 1 << 30) + b".",
                  b"\x80\x02r\xff\xff\xff\xff" + b".", b"\x80\x02N" + b"r\xff\xff\xff\xff."):
