@@ -48,13 +48,14 @@ class TorchView:
     refusals: list[Refusal]
     prefix: str | None = None  # "archive/" (with the slash)
     order: list[int] | None = None  # miniz's sorted index (positions into entries)
+    keys: list[bytes] | None = None  # the lowered names in that order (what the search compares)
 
     def locate(self, name: str) -> ZipRecord | None:
         """The entry torch gets for ``prefix + name`` (None when not found)."""
-        if self.prefix is None or self.order is None:
+        if self.prefix is None or self.order is None or self.keys is None:
             return None
-        return _binary_search(self.entries, self.order,
-                              (self.prefix + name).encode("utf-8", "surrogateescape"))
+        found = _binary_search(self.keys, (self.prefix + name).encode("utf-8", "surrogateescape"))
+        return None if found is None else self.entries[self.order[found]]
 
 
 def lower_name(b: bytes) -> bytes:
@@ -104,21 +105,19 @@ def _heap_sort(names: list[bytes]) -> list[int]:
     return idx
 
 
-def _compare(entry: bytes, want: bytes) -> int:
-    """The sign of miniz's ``mz_zip_reader_filename_compare``: the lowered names' byte order."""
-    le, lw = entry.lower(), want.lower()
-    return (le > lw) - (le < lw)
-
-
-def _binary_search(entries: list[ZipRecord], order: list[int], want: bytes) -> ZipRecord | None:
-    lo, hi = 0, len(order) - 1
+def _binary_search(keys: list[bytes], want: bytes) -> int | None:
+    """``mz_zip_reader_locate_file_binary_search``: the position in miniz's order of the name
+    ``want`` (None: not there). ``keys`` are the lowered names in that order, each lowered once
+    (``mz_zip_reader_filename_compare`` is the lowered names' byte order); the midpoints are
+    miniz's, so with duplicate names the one found is the one torch gets."""
+    want = lower_name(want)
+    lo, hi = 0, len(keys) - 1
     while lo <= hi:
         mid = lo + ((hi - lo) >> 1)
-        rec = entries[order[mid]]
-        c = _compare(rec.name_raw, want)
-        if c == 0:
-            return rec
-        if c < 0:
+        key = keys[mid]
+        if key == want:
+            return mid
+        if key < want:
             lo = mid + 1
         else:
             hi = mid - 1
@@ -269,5 +268,7 @@ def torch_view(layout: ZipLayout) -> TorchView:
             refusals.append(Refusal("TZ015", f"name {raw!r:.80} is not UTF-8 (torch cannot list "
                                     "the archive's records)", rec.cd_offset))
     view.prefix = prefix.decode("utf-8", "surrogateescape")
-    view.order = _heap_sort([r.name_raw for r in entries])
+    names = [r.name_raw for r in entries]
+    view.order = _heap_sort(names)
+    view.keys = [lower_name(names[i]) for i in view.order]
     return view

@@ -64,7 +64,7 @@ def _prefix_of(names: list[str]) -> str | None:
 def looks_like_torch_zip(fh: BinaryIO, start: int = 0, end: int | None = None) -> bool:
     """Structure-based detection (EOCD names, else local header names near the start)."""
     try:
-        layout = zipwalk.read_central(fh, start, end)
+        layout = zipwalk.read_central(fh, start, end, local_headers=False)  # names only
     except Exception:  # noqa: BLE001 - detection never raises: a hostile file is just not ours
         layout = None
     if layout is not None and _prefix_of([r.name for r in layout.records]) is not None:

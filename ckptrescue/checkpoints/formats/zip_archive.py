@@ -37,7 +37,7 @@ from typing import BinaryIO, ClassVar
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, Verdict
 from ckptrescue.checkpoints.families.tarwalk import TarMember
-from ckptrescue.checkpoints.formats import pickle_scan, tensormap, zipinflate, zipwalk
+from ckptrescue.checkpoints.formats import pickle_scan, tensormap, zipcentral, zipinflate, zipwalk
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tar_archive import HEAD_BYTES, MemberPart, Members, member_kind
 from ckptrescue.checkpoints.formats.tensormap import StorageSalvage, finding
@@ -78,12 +78,15 @@ def _checkpoint_records(fh: BinaryIO) -> list[tuple[zipwalk.ZipRecord, str | Non
     it is not such a zip or holds no torch zip / legacy stream."""
     from ckptrescue.checkpoints.formats.torch_zip import prefix_of
 
-    layout = zipwalk.read_central(fh)
+    layout = zipwalk.read_central(fh, local_headers=False)  # the names first: a torch zip?
     if layout is None or not layout.records or \
             prefix_of([r.name for r in layout.records]) is not None:
         return []
-    out = [(rec, member_kind(_head(fh, rec), rec.name)) for rec in
-           layout.records[:MAX_MEMBERS]]
+    end = layout.start + layout.archive_size
+    members = layout.records[:MAX_MEMBERS]
+    for rec in members:  # where each member's data starts: its local header
+        zipcentral.attach_local(fh, rec, end)
+    out = [(rec, member_kind(_head(fh, rec), rec.name)) for rec in members]
     return out if any(kind in _ARCHIVE_KINDS for _r, kind in out) else []
 
 

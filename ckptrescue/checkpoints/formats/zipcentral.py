@@ -81,8 +81,13 @@ def _read_end_records(fh: BinaryIO, layout: ZipLayout, start: int, end: int,
     return n_total, cd_size, cd_offset, z64_at
 
 
-def read_central(fh: BinaryIO, start: int = 0, end: int | None = None) -> ZipLayout | None:
-    """Parse EOCD/zip64/central directory in ``[start, end)``; None when no EOCD is found."""
+def read_central(fh: BinaryIO, start: int = 0, end: int | None = None, *,
+                 local_headers: bool = True) -> ZipLayout | None:
+    """Parse EOCD/zip64/central directory in ``[start, end)``; None when no EOCD is found.
+
+    ``local_headers=False``: the entries as the central directory lists them, without reading
+    each one's local header (:func:`attach_local`: two reads an entry), for a caller that needs
+    only the names (format detection); their data offsets are then unknown (None)."""
     if end is None:
         end = os.fstat(fh.fileno()).st_size
     eocd = find_eocd(fh, start, end)
@@ -114,7 +119,8 @@ def read_central(fh: BinaryIO, start: int = 0, end: int | None = None) -> ZipLay
             break
         rec = _entry(cd, i, start + shift, cd_abs)
         rec.index = len(layout.records)
-        attach_local(fh, rec, end)
+        if local_headers:
+            attach_local(fh, rec, end)
         layout.records.append(rec)
         nlen, xlen, clen = struct.unpack_from("<HHH", cd, i + 28)
         if i + 46 + nlen + xlen + clen > len(cd):

@@ -170,14 +170,16 @@ def crc_range(
     return crc & 0xFFFFFFFF, done
 
 
-def read_central(fh: BinaryIO, start: int = 0, end: int | None = None) -> ZipLayout | None:
+def read_central(fh: BinaryIO, start: int = 0, end: int | None = None, *,
+                 local_headers: bool = True) -> ZipLayout | None:
     """Parse EOCD/zip64/central directory in ``[start, end)``; None when no EOCD is found.
+    ``local_headers=False``: names and central fields only (detection), no local header read.
 
     Implemented in :mod:`zipcentral` (re-exported here for the formats that walk zips).
     """
     from ckptrescue.checkpoints.formats.zipcentral import read_central as _read_central
 
-    return _read_central(fh, start, end)
+    return _read_central(fh, start, end, local_headers=local_headers)
 
 
 def zip64_extra(extra: bytes, want: list[str]) -> dict[str, int]:
