@@ -112,8 +112,14 @@ def _logging_maker(log: Path, parent: int, *, child_action: object = None,
         made[pid] = made.get(pid, 0) + 1
         if pid != parent and child_action is not None:
             child_action(made[pid])  # type: ignore[operator]
-        if pid == parent and length and made[pid] == 1:
-            time.sleep(parent_delay)  # a slow start: the children take the tasks meanwhile
+        if pid == parent and length and made[pid] == 1 and parent_delay:
+            # a slow start: the children take the tasks meanwhile. Under load a child can
+            # take longer than the delay to start at all (a fork of a large test process,
+            # no free core), so the rest counts from when one has begun a scan.
+            deadline = time.monotonic() + 60
+            while not _pids(log) - {parent} and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(parent_delay)
         dtype = next(d for (d, _s), r in zip(LAYOUT, _offsets(), strict=True)
                      if r <= start < r + _s)
         return numeric.StorageScan(dtype, start=start, length=length,
