@@ -83,12 +83,15 @@ class CkptRescueApp(TypeAhead, App[None]):
         recent.remember(self.case.root)
         manifest = self.case.manifest
         title = str(manifest.get("title") or self.case.root.name)
+        if len(self.screen_stack) <= 1:
+            # the app's start: no header exists yet, so none watches the title as it changes
+            # (Textual's watcher raises NoMatches from a header being composed or removed)
+            self.sub_title = title
+            self.push_screen(ScenarioScreen())
+            return
         while len(self.screen_stack) > 2:
             self.pop_screen()
-        if len(self.screen_stack) == 2:
-            done = self.switch_screen(ScenarioScreen())
-        else:
-            done = self.push_screen(ScenarioScreen())
+        done = self.switch_screen(ScenarioScreen())  # the start screen's place
 
         async def show_title() -> None:
             # after the screens it replaces are gone: a header being removed must not be

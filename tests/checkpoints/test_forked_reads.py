@@ -102,8 +102,11 @@ def _pids(log: Path) -> set[int]:
 
 def _logging_maker(log: Path, parent: int, *, child_action: object = None,
                    parent_delay: float = 0.0) -> object:
-    """A scan maker that notes which process made each scan (one line per scan)."""
+    """A scan maker that notes which process made each scan (one line per scan). With
+    ``parent_delay``, the parent rests at its first part (the empty warm-up read before the fork
+    is not one): the children take the tasks meanwhile."""
     made: dict[int, int] = {}
+    rested: list[bool] = []
 
     def make(start: int, length: int) -> numeric.StorageScan:
         pid = os.getpid()
@@ -112,10 +115,10 @@ def _logging_maker(log: Path, parent: int, *, child_action: object = None,
         made[pid] = made.get(pid, 0) + 1
         if pid != parent and child_action is not None:
             child_action(made[pid])  # type: ignore[operator]
-        if pid == parent and length and made[pid] == 1 and parent_delay:
-            # a slow start: the children take the tasks meanwhile. Under load a child can
-            # take longer than the delay to start at all (a fork of a large test process,
-            # no free core), so the rest counts from when one has begun a scan.
+        if pid == parent and length and parent_delay and not rested:
+            rested.append(True)
+            # under load a child can take longer than the delay to start at all (a fork of a
+            # large test process, no free core): the rest counts from when one has begun
             deadline = time.monotonic() + 60
             while not _pids(log) - {parent} and time.monotonic() < deadline:
                 time.sleep(0.005)
