@@ -8,17 +8,23 @@ from pathlib import Path
 
 import typer
 
-from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command, renders
+from ckptrescue.cli.from_action import (
+    CASE,
+    JSON,
+    Command,
+    StepResult,
+    add_command,
+    add_group,
+    renders,
+)
 from ckptrescue.cli.output import show
 from ckptrescue.datasets import render
 from ckptrescue.datasets.outputs import ManifestAuditOutput, ManifestBuildOutput
 from ckptrescue.engine.action import ActionArgs, ArgSpec
 
-manifest_app = typer.Typer(help="Checksum manifests of dataset directories (sha256sum format).",
-                           no_args_is_help=True)
-dataset_app = typer.Typer(help="Dataset checks that need no manifest: containers, content profiles, "
-                          "quarantine lists.",
-                          no_args_is_help=True)
+MANIFEST_HELP = "Checksum manifests of dataset directories (sha256sum format)."
+DATASET_HELP = ("Dataset checks that need no manifest: containers, content profiles, "
+                "quarantine lists.")
 
 NO_PROGRESS = ArgSpec("no_progress", "boolean", default=False,
                       help="No progress bar on stderr.")
@@ -84,6 +90,8 @@ VERIFY = Command("dataset.verify", renders(render.verify))
 
 
 def register(app: typer.Typer) -> None:
+    manifest_app = add_group(app, "manifest", MANIFEST_HELP)
+    dataset_app = add_group(app, "dataset", DATASET_HELP)
     add_command(manifest_app, "build", BUILD)
     add_command(manifest_app, "audit", AUDIT)
     add_command(manifest_app, "update", UPDATE)
@@ -96,5 +104,3 @@ def register(app: typer.Typer) -> None:
         deprecated={"--current": "current"}))
     add_command(dataset_app, "quarantine", Command(
         "dataset.quarantine", renders(render.quarantine, json=lambda r: r.out.quarantine)))
-    app.add_typer(manifest_app, name="manifest")
-    app.add_typer(dataset_app, name="dataset")

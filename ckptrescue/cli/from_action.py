@@ -235,6 +235,15 @@ def add_command(app: typer.Typer, name: str, command: Command) -> None:
     app.command(name, context_settings=dict(command.context_settings) or None)(build(command))
 
 
+def add_group(app: typer.Typer, name: str, help: str) -> typer.Typer:
+    """A group of subcommands (``manifest build``), made anew for each command tree: a group
+    kept at module level collected the commands of every tree built in a process, and each
+    tree then made a click command of all of them (a test process builds hundreds of trees)."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+    app.add_typer(group, name=name)
+    return group
+
+
 # ---- running it --------------------------------------------------------------------------------
 
 def _to_arg(spec: ArgSpec, value: Any) -> Any:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import typer
 
-from ckptrescue.cli.from_action import Command, add_command, renders
+from ckptrescue.cli.from_action import Command, add_command, add_group, renders
 from ckptrescue.datasets import render
 
-hub_app = typer.Typer(help="The Hugging Face hub cache, verified offline.", no_args_is_help=True)
+HUB_HELP = "The Hugging Face hub cache, verified offline."
 
 
 def register(app: typer.Typer) -> None:
+    hub_app = add_group(app, "hub", HUB_HELP)
     add_command(hub_app, "verify", Command(  # --cache DIR: the old spelling
         "hub.verify", renders(render.hub_verify), optional=("cache",),
         deprecated={"--cache": "cache"}))
-    app.add_typer(hub_app, name="hub")

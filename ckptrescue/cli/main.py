@@ -6,6 +6,7 @@ light things at import time; torch, tensorflow, boto3 and textual are imported i
 
 from __future__ import annotations
 
+import copy
 import gc
 import importlib
 import os
@@ -84,10 +85,26 @@ def app_for(argv: list[str]) -> typer.Typer:
     (help, a version, a mistyped command) every command."""
     words = [a for a in argv if a not in ("--debug",)]
     if words and words[0] in ROUTES:
-        return new_app((ROUTES[words[0]],))
+        return _only_named(new_app((ROUTES[words[0]],)), words)
     if words[:1] == ["--version"]:
         return new_app(())  # the root's own option: no command is needed to answer it
     return new_app()
+
+
+def _only_named(app: typer.Typer, words: list[str]) -> typer.Typer:
+    """``app`` with a group's other subcommands left out when ``words`` name one of them
+    (``manifest build ...``): typer makes a click command of each subcommand it keeps. A group
+    named alone, with ``--help`` or with a mistyped subcommand keeps them all (its help lists
+    them, its error suggests one)."""
+    for group in app.registered_groups:
+        if group.name != words[0] or group.typer_instance is None or len(words) < 2:
+            continue
+        named = [c for c in group.typer_instance.registered_commands if c.name == words[1]]
+        if named and not group.typer_instance.registered_groups:
+            # this tree's own copy: a group declared at module level serves every tree
+            group.typer_instance = copy.copy(group.typer_instance)
+            group.typer_instance.registered_commands = named
+    return app
 
 
 def __getattr__(name: str) -> typer.Typer:

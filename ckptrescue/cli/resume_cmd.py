@@ -6,14 +6,15 @@ from __future__ import annotations
 import typer
 
 from ckptrescue.checkpoints import render
-from ckptrescue.cli.from_action import Command, add_command, renders
+from ckptrescue.cli.from_action import Command, add_command, add_group, renders
 
-resume_app = typer.Typer(help="What a run needs to resume that no loader tells it: the exact "
-                              "safe-globals list, key mismatches, missing ranks, world size, "
-                              "replicas.", no_args_is_help=True)
+RESUME_HELP = ("What a run needs to resume that no loader tells it: the exact "
+               "safe-globals list, key mismatches, missing ranks, world size, "
+               "replicas.")
 
 
 def register(app: typer.Typer) -> None:
+    resume_app = add_group(app, "resume", RESUME_HELP)
     add_command(resume_app, "safe-globals",
                 Command("resume.safe_globals", renders(render.safe_globals)))
     add_command(resume_app, "keys", Command("resume.keys", renders(render.keys)))
@@ -24,4 +25,3 @@ def register(app: typer.Typer) -> None:
     add_command(resume_app, "replicas", Command(  # --replica DIR (repeated): the old spelling
         "resume.replicas", renders(render.replicas), optional=("replicas",),
         deprecated={"--replica": "replicas"}))
-    app.add_typer(resume_app, name="resume")

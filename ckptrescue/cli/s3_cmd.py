@@ -14,14 +14,14 @@ from typing import Any
 
 import typer
 
-from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
+from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command, add_group
 from ckptrescue.cli.output import show
 from ckptrescue.cli.store_cmd import verify_partial
 from ckptrescue.engine.action import ActionArgs, ArgSpec
 from ckptrescue.stores import render
 
-s3_app = typer.Typer(help="S3 integrity: server-side checksums, version history, known-good "
-                          "restore. Read-only: never writes to a bucket.", no_args_is_help=True)
+S3_HELP = ("S3 integrity: server-side checksums, version history, known-good "
+           "restore. Read-only: never writes to a bucket.")
 
 _ENDPOINT = ("endpoint_url", "profile", "region", "checksum_when")
 
@@ -63,6 +63,6 @@ COMMANDS = {
 
 
 def register(app: typer.Typer) -> None:
+    s3_app = add_group(app, "s3", S3_HELP)
     for name, command in COMMANDS.items():
         add_command(s3_app, name, command)
-    app.add_typer(s3_app, name="s3")

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command, renders
+from ckptrescue.cli.from_action import (
+    CASE,
+    JSON,
+    Command,
+    StepResult,
+    add_command,
+    add_group,
+    renders,
+)
 from ckptrescue.cli.options import JsonOpt
 from ckptrescue.cli.output import emit_json, say
 from ckptrescue.storage import render
@@ -17,8 +25,7 @@ from ckptrescue.storage.outputs import LocateOutput
 if TYPE_CHECKING:
     from ckptrescue.engine.action import ActionArgs
 
-fs_app = typer.Typer(help="Filesystem state, read-only (XFS, ext4, ZFS, device health).",
-                     no_args_is_help=True)
+FS_HELP = "Filesystem state, read-only (XFS, ext4, ZFS, device health)."
 
 
 def devices_command(as_json: JsonOpt = False) -> int:
@@ -88,7 +95,6 @@ def register(app: typer.Typer) -> None:
     app.command("devices")(devices_command)
     for name in ("triage", "image", "copy"):
         add_command(app, name, COMMANDS[name])
-    add_command(fs_app, "inspect", FS_INSPECT)
-    app.add_typer(fs_app, name="fs")
+    add_command(add_group(app, "fs", FS_HELP), "inspect", FS_INSPECT)
     for name in ("mount", "umount", "locate", "extract"):
         add_command(app, name, COMMANDS[name])

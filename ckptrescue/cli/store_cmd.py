@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command
+from ckptrescue.cli.from_action import CASE, JSON, Command, StepResult, add_command, add_group
 from ckptrescue.cli.output import show
 from ckptrescue.stores import render
 
 if TYPE_CHECKING:
     from ckptrescue.engine.action import ActionArgs
 
-store_app = typer.Typer(help="Object stores (S3, Azure Blob, GCS), read-only: checksums, "
-                             "versions, retention, preserve and restore into local folders.",
-                        no_args_is_help=True)
+STORE_HELP = ("Object stores (S3, Azure Blob, GCS), read-only: checksums, "
+              "versions, retention, preserve and restore into local folders.")
 
 
 def render_store(result: StepResult) -> int:
@@ -52,7 +51,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 
 def register(app: typer.Typer) -> None:
+    store_app = add_group(app, "store", STORE_HELP)
     for verb in ("verify", "history", "preflight", "preserve", "restore"):
         add_command(store_app, verb, Command(f"store.{verb}", render_store,
                                              **SETTINGS.get(verb, {})))
-    app.add_typer(store_app, name="store")

@@ -23,7 +23,6 @@ import getpass
 import hashlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -69,12 +68,18 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def host_name() -> str:
+    """This machine's host name: what ``socket.gethostname()`` returns (the kernel's node name),
+    without importing the socket module into every command that writes a case (2.5 ms)."""
+    return os.uname().nodename
+
+
 def default_actor() -> str:
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
+    return f"{user}@{host_name()}"
 
 
 # what a record of these actions holds in its details, always a JSON object

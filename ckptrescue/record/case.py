@@ -30,10 +30,8 @@ import errno
 import hashlib
 import json
 import os
-import socket
 import tempfile
 import threading
-import uuid
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +48,7 @@ from ckptrescue.record.audit import (
     AuditLog,
     CaseWriteError,
     ChainReport,
+    host_name,
     utc_now,
     verify_lines,
     well_formed,
@@ -223,12 +222,14 @@ class Case:
         except OSError as exc:
             raise CaseWriteError(f"{root}: {exc.strerror or exc} while creating the case "
                                  "directory") from exc
+        import uuid  # here: only a new case needs it (it imports platform: 1.7 ms a command)
+
         manifest = {
             "id": str(uuid.uuid4()),
             "title": title,
             "examiner": examiner,
             "created": utc_now(),
-            "host": socket.gethostname(),
+            "host": host_name(),
             "tool": "ckptrescue",
             "tool_version": __version__,
         }

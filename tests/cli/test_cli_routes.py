@@ -33,3 +33,44 @@ def test_a_routed_command_runs_and_the_rest_still_gets_the_whole_tree() -> None:
     assert whole.returncode == 0 and all(name in whole.stdout for name in main.ROUTES)
     wrong = invoke("prbe", "x")
     assert wrong.returncode == 2 and "prbe" in wrong.stderr
+
+
+def _subcommands(app: typer.Typer) -> dict[str, list[str]]:
+    return {g.name: [c.name for c in g.typer_instance.registered_commands]
+            for g in app.registered_groups if g.typer_instance is not None}
+
+
+def test_a_tree_built_again_has_the_same_commands() -> None:
+    """A group's subcommands belong to one tree: building the tree again (the tests' in-process
+    runs build hundreds in a process) neither adds them twice nor makes the next tree
+    slower."""
+    first = _subcommands(main.new_app())
+    for _ in range(3):
+        again = _subcommands(main.new_app())
+    assert again == first
+    assert all(len(names) == len(set(names)) for names in first.values()), first
+    assert first["manifest"] == ["build", "audit", "update", "diff"]
+
+
+def test_a_named_subcommand_is_the_only_one_made_and_the_group_alone_keeps_all() -> None:
+    whole = _subcommands(main.app_for(["manifest", "--help"]))["manifest"]
+    assert len(whole) == 4
+    assert _subcommands(main.app_for(["manifest", "build", "d", "-o", "m"]))["manifest"] == \
+        ["build"]
+    assert _subcommands(main.app_for(["--debug", "store", "verify"]))["store"] == ["verify"]
+    assert _subcommands(main.app_for(["manifest", "buidl"]))["manifest"] == whole
+    # what a responder sees is the same: the command's help, the group's list, a typo's hint
+    built = invoke("manifest", "build", "--help")
+    assert built.returncode == 0 and "--jobs" in built.stdout
+    group = invoke("manifest", "--help")
+    assert group.returncode == 0 and all(n in group.stdout for n in whole)
+    typo = invoke("manifest", "buidl")
+    assert typo.returncode == 2 and "buidl" in typo.stderr
+
+
+def test_a_group_declared_once_keeps_its_commands_for_the_next_tree() -> None:
+    """``playbook``'s commands are declared on a module-level group: leaving the others out of
+    one tree leaves them in the next."""
+    assert _subcommands(main.app_for(["playbook", "list"]))["playbook"] == ["list"]
+    assert "run" in _subcommands(main.app_for(["playbook", "run", "x"]))["playbook"]
+    assert len(_subcommands(main.app_for(["playbook", "--help"]))["playbook"]) > 2
