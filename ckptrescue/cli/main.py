@@ -92,12 +92,20 @@ def app_for(argv: list[str]) -> typer.Typer:
 
 
 def _only_named(app: typer.Typer, words: list[str]) -> typer.Typer:
-    """``app`` with a group's other subcommands left out when ``words`` name one of them
-    (``manifest build ...``): typer makes a click command of each subcommand it keeps. A group
-    named alone, with ``--help`` or with a mistyped subcommand keeps them all (its help lists
-    them, its error suggests one)."""
+    """``app`` (a tree of one module's commands) with only what ``words`` name: the top-level
+    command (``probe``, not ``salvage`` and ``rank`` beside it), or the group's subcommand
+    (``manifest build``): typer makes a click command of each command it keeps. A group named
+    alone, with ``--help`` or with a mistyped subcommand keeps them all (its help lists them,
+    its error suggests one)."""
+    command = [c for c in app.registered_commands if c.name == words[0]]
+    if command:  # this tree's own lists (new_app makes the root anew)
+        app.registered_commands = command
+        app.registered_groups = []
+        return app
+    app.registered_commands = []
+    app.registered_groups = [g for g in app.registered_groups if g.name == words[0]]
     for group in app.registered_groups:
-        if group.name != words[0] or group.typer_instance is None or len(words) < 2:
+        if group.typer_instance is None or len(words) < 2:
             continue
         named = [c for c in group.typer_instance.registered_commands if c.name == words[1]]
         if named and not group.typer_instance.registered_groups:

@@ -74,3 +74,16 @@ def test_a_group_declared_once_keeps_its_commands_for_the_next_tree() -> None:
     assert _subcommands(main.app_for(["playbook", "list"]))["playbook"] == ["list"]
     assert "run" in _subcommands(main.app_for(["playbook", "run", "x"]))["playbook"]
     assert len(_subcommands(main.app_for(["playbook", "--help"]))["playbook"]) > 2
+
+
+def test_a_named_top_level_command_is_the_only_one_made() -> None:
+    """``image`` is made without ``triage``, ``mount`` or the ``fs`` group its module also
+    registers; its help and its usage errors are its own."""
+    app = main.app_for(["image", "--help"])
+    assert [c.name for c in app.registered_commands] == ["image"] and not app.registered_groups
+    app = main.app_for(["fs", "inspect", "x"])
+    assert not app.registered_commands and _subcommands(app) == {"fs": ["inspect"]}
+    shown = invoke("image", "--help")
+    assert shown.returncode == 0 and "Usage: ckptrescue image [OPTIONS]" in shown.stdout
+    missing = invoke("salvage")
+    assert missing.returncode == 2 and "Usage: ckptrescue salvage" in missing.stderr
