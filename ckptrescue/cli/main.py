@@ -103,7 +103,8 @@ def _only_named(app: typer.Typer, words: list[str]) -> typer.Typer:
         app.registered_groups = []
         return app
     app.registered_commands = []
-    app.registered_groups = [g for g in app.registered_groups if g.name == words[0]]
+    app.registered_groups = [g for g in app.registered_groups if words[0] in (
+        g.name, g.typer_instance.info.name if g.typer_instance is not None else None)]
     for group in app.registered_groups:
         if group.typer_instance is None or len(words) < 2:
             continue
