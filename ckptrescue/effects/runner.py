@@ -541,6 +541,24 @@ def spawn_detached(argv: Sequence[str], *, log: Path, env_extra: dict[str, str] 
                                 env={**os.environ, **(env_extra or {})})
 
 
+def spawn_kept(argv: Sequence[str], *, log: str, env_extra: dict[str, str],
+               pass_fds: tuple[int, ...], case: Case | None, purpose: str
+               ) -> subprocess.Popen[bytes]:
+    """Start one of the kit's own programs that serves many calls (the warm sandbox's
+    zygote): its own session, no stdin or stdout, stderr to ``log``, the minimal environment
+    plus ``env_extra``, only ``pass_fds`` inherited; the start is audited when there is a case.
+    The caller ends it (``os.killpg``)."""
+    shown = redact(argv)
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env=minimal_env(env_extra), pass_fds=pass_fds,
+                                start_new_session=True, shell=False)
+    if case is not None:
+        case.log("sandbox.start", {"argv": shown, "purpose": purpose, "pid": proc.pid})
+    return proc
+
+
 def _drain(runner: SubprocessRunner, proc: subprocess.Popen[bytes], shown: list[str],
            max_output_bytes: int) -> tuple[dict[str, _Sink], list[threading.Thread]]:
     """A sink per output stream of ``proc``, each drained by its own (started) thread."""

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 BWRAP = "bwrap"
 CHILD_MAX_FILE = 4 << 30  # a .keras load unpacks its weights file
 _ATTEMPTS = "attempts.jsonl"  # written by sandbox_children/boundary.py
-_STARTED = "started"
+STARTED = "started"
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
 _SYS_DIRS = ("/sys/devices/system/cpu", "/sys/fs/cgroup")
 _ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -85,18 +85,33 @@ class ChildOutcome:
         return data
 
 
+def rlimits(memory_mb: int | None, cpu_s: int | None) -> dict[str, tuple[int, int]]:
+    """A child's rlimits, by ``resource`` name: no core; at most :data:`CHILD_MAX_FILE` a file
+    it writes (scratch is on the host's disk); its address space; its CPU time."""
+    limits = {"RLIMIT_CORE": (0, 0), "RLIMIT_FSIZE": (CHILD_MAX_FILE, CHILD_MAX_FILE)}
+    if memory_mb:
+        limits["RLIMIT_AS"] = (memory_mb * 1024 * 1024, memory_mb * 1024 * 1024)
+    if cpu_s:
+        limits["RLIMIT_CPU"] = (cpu_s, cpu_s + 5)
+    return limits
+
+
 def _limits(memory_mb: int | None, cpu_s: int | None) -> Any:
+    wanted = rlimits(memory_mb, cpu_s)
+
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # what the child may write (scratch is on the host's disk): at most this per file
-        resource.setrlimit(resource.RLIMIT_FSIZE, (CHILD_MAX_FILE, CHILD_MAX_FILE))
-        if memory_mb:
-            limit = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        if cpu_s:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+        for name, pair in wanted.items():
+            resource.setrlimit(getattr(resource, name), pair)
 
     return apply
+
+
+# TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch does not import the device-backend packages installed
+# beside it (entry points: code a CPU load never needs, and a scan of every installed
+# distribution at ``import torch``)
+CHILD_ENV = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+             "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1",
+             "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 
 def package_root() -> str:
@@ -120,16 +135,15 @@ def python_roots() -> list[str]:
     return sorted(os.path.realpath(r) for r in roots if r and os.path.isdir(r))
 
 
-def bwrap_argv(*, scratch: str, inputs: list[str], bwrap: str = BWRAP) -> list[str]:
-    """The bubblewrap command line for one child (see the module docstring)."""
-    argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
-            "--new-session", "--cap-drop", "ALL", "--hostname", "ckptrescue-sandbox",
-            "--proc", "/proc", *PROC_READ_ONLY, "--dev", "/dev", "--tmpfs", "/tmp"]
+def view_binds(*, scratch: str, inputs: list[str]) -> list[tuple[str, str, str]]:
+    """What a child sees besides ``/proc``, ``/dev`` and ``/tmp``, as bubblewrap options
+    ``(option, source, target)``, a parent directory before the binds beneath it: a cold child's
+    bubblewrap takes them as they are, a warm child builds them (``sandbox_children/view.py``)."""
+    links: list[tuple[str, str, str]] = []
     ro: dict[str, str] = {}  # target -> option
     for link in _ROOT_LINKS:
         if os.path.islink(link):
-            argv += ["--symlink", os.readlink(link), link]
+            links.append(("--symlink", os.readlink(link), link))
         elif os.path.isdir(link):
             ro[link] = "--ro-bind"
     ro["/usr"] = "--ro-bind"
@@ -142,9 +156,18 @@ def bwrap_argv(*, scratch: str, inputs: list[str], bwrap: str = BWRAP) -> list[s
         ro[os.path.abspath(path)] = "--ro-bind"
     binds = list(ro.items())
     binds.append((scratch, "--bind"))
-    # a parent directory's bind must come before the binds beneath it
-    for path, opt in sorted(binds, key=lambda b: (b[0].count(os.sep), b[0])):
-        argv += [opt, path, path]
+    ordered = sorted(binds, key=lambda b: (b[0].count(os.sep), b[0]))
+    return links + [(opt, path, path) for path, opt in ordered]
+
+
+def bwrap_argv(*, scratch: str, inputs: list[str], bwrap: str = BWRAP) -> list[str]:
+    """The bubblewrap command line for one child (see the module docstring)."""
+    argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
+            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+            "--new-session", "--cap-drop", "ALL", "--hostname", "ckptrescue-sandbox",
+            "--proc", "/proc", *PROC_READ_ONLY, "--dev", "/dev", "--tmpfs", "/tmp"]
+    for option, source, target in view_binds(scratch=scratch, inputs=inputs):
+        argv += [option, source, target]
     argv += ["--chdir", scratch, "--remount-ro", "/"]
     return argv
 
@@ -159,7 +182,7 @@ def _signal_of(rc: int | None, sandboxed: bool) -> str | None:
     return signal.Signals(num).name if num in signal.Signals._value2member_map_ else str(num)
 
 
-def _read_scratch_file(scratch: str, name: str, limit: int) -> str:
+def read_scratch_file(scratch: str, name: str, limit: int) -> str:
     """A regular file the child left in scratch, read without following a link, blocking on a
     FIFO or opening a device the child planted there ("" for anything else)."""
     try:
@@ -177,9 +200,9 @@ def _read_scratch_file(scratch: str, name: str, limit: int) -> str:
         os.close(fd)
 
 
-def _read_attempts(scratch: str) -> list[JsonObject]:
+def read_attempts(scratch: str) -> list[JsonObject]:
     out: list[JsonObject] = []
-    for line in _read_scratch_file(scratch, _ATTEMPTS, 256 * 1024).splitlines()[:200]:
+    for line in read_scratch_file(scratch, _ATTEMPTS, 256 * 1024).splitlines()[:200]:
         try:
             item = json.loads(line)
         except ValueError:
@@ -189,8 +212,8 @@ def _read_attempts(scratch: str) -> list[JsonObject]:
     return out
 
 
-def _keep_files(scratch: str, names: list[str]) -> dict[str, str]:
-    return {name: _read_scratch_file(scratch, name, 1024 * 1024) for name in names}
+def keep_files(scratch: str, names: list[str]) -> dict[str, str]:
+    return {name: read_scratch_file(scratch, name, 1024 * 1024) for name in names}
 
 
 def run_child(
@@ -215,6 +238,16 @@ def run_child(
     if bwrap is None:
         return ChildOutcome("sandbox-unavailable", reason="bubblewrap (bwrap) is not installed: "
                             "the real load was not run (install the Debian package bubblewrap)")
+    cpu = cpu_s or int(timeout_s) + 5
+    from ckptrescue.effects import warm_sandbox
+
+    if warm_sandbox.warm_capable(child, env_extra):
+        warm = warm_sandbox.run_warm(child, request, bwrap=bwrap, env=CHILD_ENV,
+                                     rlimits=rlimits(memory_mb, cpu), timeout_s=timeout_s,
+                                     inputs=list(inputs or []), keep=keep or [], case=case)
+        if warm is not None:
+            result, started, attempts, files = warm
+            return _outcome(result, started=started, attempts=attempts, files=files)
     runner = SubprocessRunner(case)
     scratch = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-sandbox-"))
     try:
@@ -222,14 +255,8 @@ def run_child(
         req_path = os.path.join(scratch, "request.json")
         with open(req_path, "w") as fh:
             json.dump({**request, "scratch": scratch}, fh)
-        # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch does not import the device-backend packages
-        # installed beside it (entry points: code a CPU load never needs, and a scan of every
-        # installed distribution at ``import torch``)
-        env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-               "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch,
-               "TMPDIR": os.path.join(scratch, "tmp"), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-        if env_extra:
-            env.update(env_extra)
+        env = {**CHILD_ENV, "HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
+               **(env_extra or {})}
         # -I isolates from the user's site/env, -B writes no bytecode; the package path is
         # passed explicitly.
         argv = [*bwrap_argv(scratch=scratch, inputs=list(inputs or []), bwrap=bwrap), "--",
@@ -239,11 +266,11 @@ def run_child(
                 package_root(), f"ckptrescue.sandbox_children.{child}", req_path]
         result = runner.run_internal(
             argv, purpose=f"sandbox:{child}", timeout_s=timeout_s, env_extra=env,
-            preexec=_limits(memory_mb, cpu_s or int(timeout_s) + 5),
+            preexec=_limits(memory_mb, cpu),
         )
-        started = os.path.exists(os.path.join(scratch, _STARTED))
-        attempts = _read_attempts(scratch)
-        files = _keep_files(scratch, keep or [])
+        started = os.path.exists(os.path.join(scratch, STARTED))
+        attempts = read_attempts(scratch)
+        files = keep_files(scratch, keep or [])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return _outcome(result, started=started, attempts=attempts, files=files)

@@ -44,6 +44,11 @@ def _try(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "worked": True}
 
 
+# the sandbox's tests run it warm, as the loaders run; it has no ``prepare``: its ``preload``
+# is imported by each child (between ``start`` and ``enter``), never by the zygote
+WARM = True
+
+
 def main() -> None:
     req = boundary.start()
     for module in req.get("preload", []):  # as a loader imports its library: before entering

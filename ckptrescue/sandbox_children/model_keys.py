@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Any
 
+from ckptrescue.model import JsonObject
 from ckptrescue.sandbox_children import boundary
 
 
@@ -41,10 +42,19 @@ def _keys(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "keys": keys}
 
 
+WARM = True  # a warm zygote may make these imports once and fork a child per load
+
+
+def prepare(req: JsonObject) -> None:
+    """The heavy imports, before the boundary closes (a warm zygote makes them before it
+    forks)."""
+    import torch  # noqa: F401
+    import torch.nn  # noqa: F401
+
+
 def main() -> None:
     req = boundary.start()
-    import torch  # noqa: F401 - the heavy import before the boundary closes
-    import torch.nn  # noqa: F401
+    prepare(req)
 
     boundary.enter(req)
     try:

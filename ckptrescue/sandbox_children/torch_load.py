@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from ckptrescue.checkpoints.formats.pickle_scan import unique_names
+from ckptrescue.model import JsonObject
 from ckptrescue.sandbox_children import boundary
 
 
@@ -182,10 +183,15 @@ def _load_family(req: dict[str, Any]) -> dict[str, Any]:
             "refused": len(bad), "registered": sorted(n for _o, n in pairs)}
 
 
-def _import_loaders(loader: str) -> None:
-    """The heavy imports, before the boundary closes (seccomp kills exec, not imports)."""
+WARM = True  # a warm zygote may make these imports once and fork a child per load
+
+
+def prepare(req: JsonObject) -> None:
+    """The heavy imports, before the boundary closes (seccomp kills exec, not imports); a warm
+    zygote (``zygote.py``) makes them before it forks."""
     import torch  # noqa: F401
 
+    loader = str(req.get("loader"))
     if loader in ("safetensors", "hf-sharded", "family"):
         import safetensors.torch  # noqa: F401
     if loader in ("dcp", "family"):
@@ -197,7 +203,7 @@ def _import_loaders(loader: str) -> None:
 
 def main() -> None:
     req = boundary.start()
-    _import_loaders(str(req.get("loader")))
+    prepare(req)
     boundary.enter(req)
     try:
         if req.get("loader") == "family":

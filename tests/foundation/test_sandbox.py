@@ -194,7 +194,7 @@ def test_child_cannot_write_host_sysctls(case: Case) -> None:
 def test_parent_never_follows_what_the_child_planted_in_scratch(tmp_path: Path) -> None:
     """Files handed back from scratch are read only when they are regular files there: a
     symlink to a host file, a FIFO (which would block the parent) or a device reads as ""."""
-    from ckptrescue.effects.sandbox import _read_attempts, _read_scratch_file
+    from ckptrescue.effects.sandbox import read_attempts, read_scratch_file
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -203,9 +203,9 @@ def test_parent_never_follows_what_the_child_planted_in_scratch(tmp_path: Path) 
     (scratch / "attempts.jsonl").symlink_to(host)
     os.mkfifo(scratch / "progress")
     (scratch / "tty").symlink_to("/dev/zero")
-    assert _read_attempts(str(scratch)) == []
-    assert _read_scratch_file(str(scratch), "progress", 100) == ""
-    assert _read_scratch_file(str(scratch), "tty", 100) == ""
+    assert read_attempts(str(scratch)) == []
+    assert read_scratch_file(str(scratch), "progress", 100) == ""
+    assert read_scratch_file(str(scratch), "tty", 100) == ""
     (scratch / "attempts.jsonl").unlink()
     (scratch / "attempts.jsonl").write_text('{"event": "open"}\n')
-    assert _read_attempts(str(scratch)) == [{"event": "open"}]
+    assert read_attempts(str(scratch)) == [{"event": "open"}]

@@ -1,0 +1,362 @@
+"""Warm loads: a zygote that imported torch once forks a confined child for each load.
+
+A cold load (``sandbox.run_child``) starts bubblewrap and a fresh interpreter, which imports
+torch: 1.1-1.7 s before the file is opened, for every checkpoint. A warm load forks a child of
+a process that made those imports already, and costs tens of milliseconds. The boundary is the
+same, built in a different order:
+
+* the zygote (``sandbox_children/zygote.py``) runs inside bubblewrap: new user, pid, network,
+  ipc and uts namespaces, no network, the host's filesystem read-only, and of all capabilities
+  only ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` in its own user namespace (to build each child's
+  view). It never opens a file it is asked to load.
+* each forked child builds the cold child's view itself (``sandbox_children/view.py``: the same
+  binds, :func:`ckptrescue.effects.sandbox.view_binds`, in a mount namespace of its own, then
+  ``pivot_root``), drops every capability, takes the same rlimits and environment, and then
+  installs the audit hook and the seccomp filter exactly as a cold child does.
+
+What is warm: a child module that says ``WARM = True`` and does its heavy imports in
+``prepare(request)`` (``torch_load``, ``model_keys``, ``echo``). TensorFlow stays cold: its
+import starts threads, and the zygote refuses to fork while another thread runs.
+
+A load runs cold instead when ``CKPTRESCUE_SANDBOX=cold`` is set, when the caller passes its
+own environment, when every zygote of its kind is busy and the pool is full, or when the warm
+machinery fails: a zygote that cannot start is not tried again in this process (the reason is
+kept: :func:`unavailable`); a child that cannot build its view runs cold; a zygote that dies
+or stops answering during a load is killed, and that load is run again cold (the cold run's
+outcome is the one reported). A zygote belongs to the process that started it (a forked copy
+starts its own) and ends when that process closes its socket, at exit or when it is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ckptrescue.effects.confine import PROC_READ_ONLY
+from ckptrescue.effects.runner import minimal_env, redact, spawn_kept
+from ckptrescue.model import JsonObject
+
+if TYPE_CHECKING:
+    from ckptrescue.record.case import Case
+
+MODE_ENV = "CKPTRESCUE_SANDBOX"  # "cold": every load in a fresh interpreter
+READY_TIMEOUT_S = 180.0  # the zygote's imports
+ANSWER_MARGIN_S = 30.0  # past the load's own limit, before the zygote is taken for dead
+VIEW_FAILED = 125  # the child's exit status when its view could not be built
+_OUTPUT_FILES = (".warm-stdout", ".warm-stderr")  # zygote.OUTPUT_FILES
+
+
+@dataclass
+class WarmResult:
+    """What a warm child did, as ``sandbox.run_child`` reads a cold child's ``ToolResult``."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool
+    record_hash: str | None = None
+
+
+class ZygoteFailed(RuntimeError):
+    """The zygote died, stopped answering or could not start: the load runs cold."""
+
+
+def zygote_argv(bwrap: str, base: str, module: str, fd: int, *, python: str,
+                package_root: str) -> list[str]:
+    """bubblewrap for a zygote: the host read-only, ``base`` writable (its children's
+    scratch directories and mount point), no network, two capabilities in its user namespace."""
+    return [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
+            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--new-session",
+            "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
+            "--hostname", "ckptrescue-sandbox", "--ro-bind", "/", "/", "--proc", "/proc",
+            *PROC_READ_ONLY, "--dev", "/dev", "--bind", base, base, "--chdir", base, "--",
+            python, "-I", "-B", "-c",
+            "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
+            "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)",
+            package_root, "ckptrescue.sandbox_children.zygote", module, str(fd)]
+
+
+class Zygote:
+    """One warm process for one child module; one load at a time (``lock``)."""
+
+    def __init__(self, child: str, bwrap: str, env: dict[str, str], case: Case | None
+                 ) -> None:
+        from ckptrescue.effects import sandbox
+
+        self.child = child
+        self.bwrap = bwrap
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+        self.base = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-warm-"))
+        os.mkdir(os.path.join(self.base, "root"))
+        os.mkdir(os.path.join(self.base, "tmp"))
+        ours, theirs = socket.socketpair()
+        self.sock = ours
+        self.argv = zygote_argv(bwrap, self.base, f"ckptrescue.sandbox_children.{child}",
+                                theirs.fileno(), python=sandbox.child_python(),
+                                package_root=sandbox.package_root())
+        tmp = os.path.join(self.base, "tmp")
+        log = os.path.join(self.base, "zygote.log")
+        try:
+            self.proc = spawn_kept(self.argv, log=log, env_extra={**env, "HOME": tmp,
+                                                                  "TMPDIR": tmp},
+                                   pass_fds=(theirs.fileno(),), case=case,
+                                   purpose=f"sandbox:{child} (warm)")
+        finally:
+            theirs.close()
+        self._buf = bytearray()
+        try:
+            ready = self._answer(READY_TIMEOUT_S)
+        except ZygoteFailed as exc:
+            tail = _tail(log)
+            self.close()
+            raise ZygoteFailed(f"{exc}{': ' + tail if tail else ''}") from None
+        if not ready.get("ready"):
+            self.close()
+            raise ZygoteFailed(f"the zygote answered {ready!r} instead of ready")
+
+    @property
+    def zygote_pid(self) -> int | None:
+        """The zygote's process id on this side of its pid namespace: bubblewrap's descendant
+        that runs ``zygote.py`` (None when it is gone)."""
+        todo = [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if b"ckptrescue.sandbox_children.zygote" in fh.read() and pid != self.proc.pid:
+                        return pid
+                with open(f"/proc/{pid}/task/{pid}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+            except (OSError, ValueError):
+                continue
+        return None
+
+    @property
+    def alive(self) -> bool:
+        """Running, ours, and its socket open (an idle zygote sends nothing: a socket that
+        reads is one the zygote's end closed)."""
+        if self.proc.poll() is not None or self.owner != os.getpid():
+            return False
+        try:
+            return not select.select([self.sock], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+
+    def _answer(self, timeout_s: float) -> JsonObject:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise ZygoteFailed(f"no answer from the zygote in {timeout_s:.0f} s")
+            try:
+                block = self.sock.recv(1 << 16)
+            except OSError as exc:
+                raise ZygoteFailed(f"the zygote's socket failed: {exc}") from None
+            if not block:
+                raise ZygoteFailed(f"the zygote ended (status {self.proc.poll()})")
+            self._buf += block
+        line, _, rest = bytes(self._buf).partition(b"\n")
+        self._buf[:] = rest
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            raise ZygoteFailed("the zygote answered something that is not JSON") from None
+        if not isinstance(answer, dict):
+            raise ZygoteFailed("the zygote answered something that is not an object")
+        return answer
+
+    def ask(self, job: JsonObject, timeout_s: float) -> JsonObject:
+        try:
+            self.sock.sendall(json.dumps(job).encode() + b"\n")
+        except OSError as exc:
+            raise ZygoteFailed(f"the zygote's socket failed: {exc}") from None
+        return self._answer(timeout_s + ANSWER_MARGIN_S)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, 9)
+                except OSError:
+                    self.proc.kill()
+                self.proc.wait()
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+class _Pool:
+    """The zygotes of this process, by child module and bubblewrap, and why a kind is not
+    warm."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.zygotes: dict[tuple[str, str], list[Zygote]] = {}
+        self.unavailable: dict[tuple[str, str], str] = {}
+        self.at_exit = False  # close_all registered
+
+    def take(self, child: str, bwrap: str, env: dict[str, str], case: Case | None
+             ) -> Zygote | None:
+        """An idle zygote of ``child``'s kind, locked for the caller (a new one when all are
+        busy and the pool has room), or None."""
+        key = (child, bwrap)
+        with self.lock:
+            if key in self.unavailable:
+                return None
+            mine = [z for z in self.zygotes.get(key, []) if z.alive]
+            for zyg in self.zygotes.get(key, []):
+                if zyg not in mine and zyg.owner == os.getpid():
+                    zyg.close()
+            self.zygotes[key] = mine
+            for zyg in mine:
+                if zyg.lock.acquire(blocking=False):
+                    return zyg
+            if len(mine) >= max(1, os.cpu_count() or 1):
+                return None
+        try:
+            zyg = Zygote(child, bwrap, env, case)
+        except (ZygoteFailed, OSError) as exc:
+            self.disable(key, f"the warm sandbox could not start: {exc}")
+            return None
+        zyg.lock.acquire()
+        with self.lock:
+            if not self.at_exit:
+                import atexit
+
+                atexit.register(self.close_all)
+                self.at_exit = True
+            self.zygotes.setdefault(key, []).append(zyg)
+        return zyg
+
+    def drop(self, zyg: Zygote) -> None:
+        with self.lock:
+            kind = self.zygotes.get((zyg.child, zyg.bwrap), [])
+            if zyg in kind:
+                kind.remove(zyg)
+        zyg.close()
+
+    def disable(self, key: tuple[str, str], reason: str) -> None:
+        with self.lock:
+            self.unavailable[key] = reason
+
+    def close_all(self) -> None:
+        with self.lock:
+            zygotes = [z for kind in self.zygotes.values() for z in kind
+                       if z.owner == os.getpid()]
+            self.zygotes.clear()
+        for zyg in zygotes:
+            zyg.close()
+
+
+_POOL = _Pool()
+
+
+def unavailable() -> dict[str, str]:
+    """The child kinds that run cold in this process (``child (bubblewrap)``), and why."""
+    return {f"{child} ({bwrap})": why for (child, bwrap), why in _POOL.unavailable.items()}
+
+
+def close_all() -> None:
+    """End this process's zygotes (at exit: their sockets close with the process anyway)."""
+    _POOL.close_all()
+
+
+def warm_capable(child: str, env_extra: dict[str, str] | None) -> bool:
+    if env_extra or os.environ.get(MODE_ENV, "").strip().lower() == "cold":
+        return False
+    import importlib
+
+    try:
+        module = importlib.import_module(f"ckptrescue.sandbox_children.{child}")
+    except ImportError:
+        return False
+    return getattr(module, "WARM", False) is True
+
+
+def run_warm(child: str, request: JsonObject, *, bwrap: str, env: dict[str, str],
+             rlimits: dict[str, tuple[int, int]], timeout_s: float, inputs: list[str],
+             keep: list[str], case: Case | None) -> tuple[WarmResult, bool, list[JsonObject],
+                                                        dict[str, str]] | None:
+    """Run ``child`` warm: ``(result, started, attempts, kept files)``, or None when this load
+    must run cold (see the module docstring)."""
+    from ckptrescue.effects import sandbox
+
+    identity: list[list[Any]] = []
+    for path in inputs:
+        try:
+            st = os.stat(os.path.abspath(path))
+        except OSError:
+            return None  # the cold path reports what is missing
+        identity.append([os.path.abspath(path), st.st_dev, st.st_ino])
+    zyg = _POOL.take(child, bwrap, env, case)
+    if zyg is None:
+        return None
+    scratch = os.path.realpath(tempfile.mkdtemp(prefix="scratch-", dir=zyg.base))
+    dropped = False
+    try:
+        os.mkdir(os.path.join(scratch, "tmp"))
+        req_path = os.path.join(scratch, "request.json")
+        with open(req_path, "w") as fh:
+            json.dump({**request, "scratch": scratch}, fh)
+        job = {"module": f"ckptrescue.sandbox_children.{child}", "request": request,
+               "request_path": req_path, "scratch": scratch,
+               "new_root": os.path.join(zyg.base, "root"),
+               "binds": sandbox.view_binds(scratch=scratch, inputs=inputs),
+               "env": minimal_env({**env, "HOME": scratch,
+                                   "TMPDIR": os.path.join(scratch, "tmp")}),
+               "rlimits": rlimits, "timeout_s": timeout_s, "identity": identity}
+        try:
+            answer = zyg.ask(job, timeout_s)
+        except ZygoteFailed:
+            dropped = True
+            _POOL.drop(zyg)
+            return None
+        if not answer.get("ran"):
+            return None
+        status = answer.get("wait_status")
+        rc = (None if not isinstance(status, int) else -os.WTERMSIG(status)
+              if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+        started = os.path.exists(os.path.join(scratch, sandbox.STARTED))
+        if rc == VIEW_FAILED and not started:  # this view could not be built: a cold one may
+            return None
+        out = sandbox.read_scratch_file(scratch, _OUTPUT_FILES[0], 64 << 20)
+        err = sandbox.read_scratch_file(scratch, _OUTPUT_FILES[1], 16 << 20)
+        result = WarmResult(rc, out, err, float(answer.get("duration_s") or 0.0),
+                            bool(answer.get("timed_out")))
+        if case is not None:
+            shas = [case.store_artifact(text.encode(), name=f"{child}.{stream}", kind=stream,
+                                        log=False) if text else None
+                    for stream, text in (("stdout", out), ("stderr", err))]
+            rec = case.log("sandbox.run", {
+                "argv": redact(zyg.argv), "purpose": f"sandbox:{child}",
+                "warm": {"zygote_pid": zyg.zygote_pid, "bwrap_pid": zyg.proc.pid},
+                "returncode": rc, "duration_s": round(result.duration_s, 3),
+                "timed_out": result.timed_out, "stdout_sha256": shas[0],
+                "stderr_sha256": shas[1], "timeout_s": timeout_s},
+                artifacts=[h for h in shas if h])
+            result.record_hash = rec["hash"]
+        return (result, started, sandbox.read_attempts(scratch),
+                sandbox.keep_files(scratch, keep))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not dropped:
+            zyg.lock.release()

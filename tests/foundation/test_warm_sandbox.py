@@ -1,0 +1,255 @@
+"""Warm loads (``effects/warm_sandbox.py``): a child forked from a zygote that imported torch
+once gives the outcome a cold child gives, inside the same boundary, and every way the warm
+machinery can fail ends in the cold child's outcome, never in a wrong one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptrescue.effects.sandbox import ChildOutcome, run_child
+from ckptrescue.effects.warm_sandbox import MODE_ENV
+from ckptrescue.record.case import Case
+
+pytestmark = pytest.mark.needs_tool("bwrap")
+
+
+def _runs(case: Case) -> list[dict[str, Any]]:
+    return [r["details"] for r in case.records("sandbox.run")]
+
+
+def _zygote_of_last_run(case: Case) -> int | None:
+    warm = _runs(case)[-1].get("warm")
+    return warm["zygote_pid"] if warm else None
+
+
+def _comparable(out: ChildOutcome) -> tuple[Any, ...]:
+    result = {k: v for k, v in out.result.items() if k != "echo"}
+    return (out.status, out.signal_name, json.dumps(result, sort_keys=True),
+            sorted(a["event"] for a in out.attempts))
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(os.fsencode(path.relative_to(root)))
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+# what a loader may meet: each request is run warm and cold, and must end the same way
+REQUESTS = {
+    "echo": {"action": "echo", "x": 1},
+    "exception": {"action": "raise"},
+    "abort": {"action": "abort"},
+    "program": {"action": "system", "command": "true"},
+    "program past the hook": {"action": "system", "command": "true", "layers": ["seccomp"]},
+    "network": {"action": "connect", "port": 9},
+    "network past the hook": {"action": "connect", "port": 9, "layers": ["seccomp"]},
+    "root listing": {"action": "listdir", "path": "/"},
+    "unrelated read": {"action": "read", "path": "/etc/hostname"},
+    "host sysctl": {"action": "write", "path": "/proc/sys/kernel/hostname",
+                    "layers": ["seccomp"]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+def test_a_warm_child_ends_as_a_cold_child(name: str, case: Case, monkeypatch) -> None:
+    warm = run_child("echo", REQUESTS[name], case=case, timeout_s=60)
+    assert _zygote_of_last_run(case) is not None  # served warm
+    monkeypatch.setenv(MODE_ENV, "cold")
+    cold = run_child("echo", REQUESTS[name], case=case, timeout_s=60)
+    assert _zygote_of_last_run(case) is None  # served cold
+    assert _comparable(warm) == _comparable(cold), (warm, cold)
+    if name == "exception":
+        assert "ValueError: boom" in warm.stderr_tail and "ValueError: boom" in cold.stderr_tail
+
+
+def test_a_warm_child_holds_no_capability_and_runs_filtered(case: Case) -> None:
+    out = run_child("echo", {"action": "status"}, case=case, timeout_s=60)
+    assert _zygote_of_last_run(case) is not None
+    fields = dict(line.split(":", 1) for line in out.result["status"].splitlines() if ":" in line)
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(fields[cap].strip(), 16) == 0, (cap, fields[cap])
+    assert fields["NoNewPrivs"].strip() == "1" and fields["Seccomp"].strip() == "2"
+
+
+def test_a_warm_load_is_the_cold_load_and_leaves_the_checkpoint_unchanged(
+        case: Case, tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    # a hostile name: a newline and a byte that is not UTF-8
+    ckpt = evidence / os.fsdecode(b"run\nckpt-\xff.pt")
+    torch.save({"w": torch.arange(12, dtype=torch.int32).reshape(3, 4),
+                "b": torch.full((3,), 7, dtype=torch.int16)}, ckpt)
+    before = _tree_digest(evidence)
+    request = {"path": str(ckpt), "loader": "torch", "files": []}
+    first = run_child("torch_load", request, inputs=[str(ckpt)], case=case, timeout_s=120)
+    zygote = _zygote_of_last_run(case)
+    second = run_child("torch_load", request, inputs=[str(ckpt)], case=case, timeout_s=120)
+    assert zygote is not None and _zygote_of_last_run(case) == zygote  # one zygote, reused
+    monkeypatch.setenv(MODE_ENV, "cold")
+    cold = run_child("torch_load", request, inputs=[str(ckpt)], case=case, timeout_s=120)
+    assert first.status == second.status == cold.status == "ok", (first, cold)
+    assert first.result == second.result == cold.result
+    assert set(first.result["map"]) == {"w", "b"}
+    assert _tree_digest(evidence) == before
+
+
+def test_a_warm_child_cannot_write_what_it_loads(case: Case, tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (evidence / "shard.bin").write_bytes(b"\x00" * 4096)
+    before = _tree_digest(evidence)
+    for target in (evidence / "shard.bin", evidence / "new-file"):
+        out = run_child("echo", {"action": "write", "path": str(target), "layers": []},
+                        inputs=[str(evidence)], case=case, timeout_s=60)
+        assert _zygote_of_last_run(case) is not None
+        assert out.result["worked"] is False and "Read-only file system" in out.result["error"]
+    assert _tree_digest(evidence) == before
+
+
+def test_nothing_a_load_started_outlives_it(case: Case) -> None:
+    """Without hook and filter (the sandbox's own tests only), a child can start a program;
+    when the child ends, the zygote kills it: the next child sees no process but bubblewrap's
+    init, the zygote and itself."""
+    out = run_child("echo", {"action": "system", "command": "sleep 300 & sleep 300 &",
+                             "layers": []}, case=case, timeout_s=60)
+    assert out.status == "ok" and out.result["worked"] is True
+    zygote = _zygote_of_last_run(case)
+    after = run_child("echo", {"action": "listdir", "path": "/proc"}, case=case, timeout_s=60)
+    assert _zygote_of_last_run(case) == zygote
+    pids = [int(e) for e in after.result["entries"] if e.isdigit()]
+    assert len(pids) == 3 and 1 in pids, pids
+
+
+def test_a_load_that_hangs_is_a_timeout_and_the_zygote_serves_on(case: Case) -> None:
+    out = run_child("echo", {"action": "sleep", "seconds": 60}, case=case, timeout_s=1)
+    assert out.status == "timeout"
+    zygote = _zygote_of_last_run(case)
+    assert zygote is not None
+    out = run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
+    assert out.status == "ok" and _zygote_of_last_run(case) == zygote
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_zygote_killed_between_loads_is_replaced(case: Case) -> None:
+    run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
+    first = _zygote_of_last_run(case)
+    assert first is not None
+    handle = os.pidfd_open(first)
+    try:
+        _kill(first)
+        assert select.select([handle], [], [], 30)[0]  # gone before the next load
+    finally:
+        os.close(handle)
+    out = run_child("echo", {"action": "echo", "x": 2}, case=case, timeout_s=60)
+    assert out.status == "ok" and out.result["echo"]["x"] == 2
+    assert _zygote_of_last_run(case) not in (None, first)
+
+
+def test_a_zygote_killed_during_a_load_gives_the_cold_outcome(case: Case) -> None:
+    """kill -9 of the zygote while its child runs: the load is run again cold, and that run's
+    outcome is the one reported (nothing is taken from the warm attempt)."""
+    run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
+    zygote = _zygote_of_last_run(case)
+    assert zygote is not None
+    timer = threading.Timer(0.5, _kill, (zygote,))
+    timer.start()
+    try:
+        out = run_child("echo", {"action": "sleep", "seconds": 2}, case=case, timeout_s=60)
+    finally:
+        timer.cancel()
+    assert out.status == "ok", out
+    assert _zygote_of_last_run(case) is None  # the outcome is the cold run's
+    assert run_child("echo", {"action": "echo"}, case=case, timeout_s=60).status == "ok"
+    assert _zygote_of_last_run(case) not in (None, zygote)
+
+
+def test_the_zygote_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """The parent killed with -9 mid-load: its zygote, and the child it was running, end."""
+    script = (
+        "import json, sys; from ckptrescue.effects.sandbox import run_child; "
+        "from ckptrescue.record.case import Case; "
+        "case = Case.create(sys.argv[1], title='t', examiner='pytest'); "
+        "run_child('echo', {'action': 'echo'}, case=case, timeout_s=60); "
+        "rec = [r['details'] for r in case.records('sandbox.run')][-1]; "
+        "print(rec['warm']['zygote_pid'], flush=True); "
+        "run_child('echo', {'action': 'sleep', 'seconds': 300}, case=case, timeout_s=600)")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "case")],
+                            stdout=subprocess.PIPE, text=True, cwd=Path.cwd(),
+                            env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        zygote = int(line)
+        handle = os.pidfd_open(zygote)
+    finally:
+        proc.kill()
+        proc.wait()
+    try:
+        assert select.select([handle], [], [], 30)[0], "the zygote outlived its parent"
+    finally:
+        os.close(handle)
+
+
+def test_a_forked_copy_of_the_parent_starts_its_own_zygote(case: Case, tmp_path: Path) -> None:
+    run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
+    ours = _zygote_of_last_run(case)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked copy
+        code = 1
+        try:
+            from ckptrescue.record.case import Case as ForkCase
+
+            copy = ForkCase.create(tmp_path / "forked-case", title="f", examiner="pytest")
+            out = run_child("echo", {"action": "echo"}, case=copy, timeout_s=60)
+            os.write(write, json.dumps([out.status, _zygote_of_last_run(copy)]).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        status, theirs = json.loads(fh.read() or '[null, null]')
+    os.waitpid(pid, 0)
+    assert status == "ok" and theirs not in (None, ours)
+    assert run_child("echo", {"action": "echo"}, case=case, timeout_s=60).status == "ok"
+    assert _zygote_of_last_run(case) == ours  # the parent's zygote was not disturbed
+
+
+def test_a_caller_environment_or_a_non_warm_child_runs_cold(case: Case) -> None:
+    out = run_child("echo", {"action": "echo"}, case=case, timeout_s=60,
+                    env_extra={"EXTRA": "1"})
+    assert out.status == "ok" and _zygote_of_last_run(case) is None
+
+
+def test_a_broken_bubblewrap_is_never_warm(case: Case, monkeypatch) -> None:
+    from ckptrescue.effects import sandbox, warm_sandbox
+
+    monkeypatch.setattr(sandbox, "BWRAP", "/bin/false")
+    started = time.monotonic()
+    for _ in range(2):
+        out = run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
+        assert out.status == "sandbox-unavailable" and "not run" in out.reason
+    assert time.monotonic() - started < 30
+    assert any("/bin/false" in kind for kind in warm_sandbox.unavailable())
