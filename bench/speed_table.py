@@ -1,6 +1,6 @@
 """The speed table: every row a ratio against its anchor, measured in the same run, with peak RSS.
 
-    python bench/speed_table.py [--mib 1024] [--repeat 3] [--only probe,many,tf,hash,tui]
+    python bench/speed_table.py [--mib 1024] [--repeat 3] [--only probe,many,tf,hash,tui,load]
 
 Each figure is a whole process (``ckptrescue ...`` or ``python -c ...`` from exec to exit),
 timed by the parent, its peak RSS and CPU time from GNU time. Every contender runs once to warm
@@ -25,7 +25,11 @@ Rows (goals from the issue):
   including ``import tensorflow``: <= 0.10x;
 * ``manifest build --jobs 1`` / ``--jobs 2`` vs ``sha256sum``, as sha256sum's time / ours
   (higher is better): >= 3.4x / 6.5x;
-* the TUI's first screen (``make_app`` to its first painted frame, whole process): <= 0.5 s.
+* the TUI's first screen (``make_app`` to its first painted frame, whole process): <= 0.5 s;
+* real loads (no goal in the issue; context): ``probe --load`` of a directory of 8 checkpoints
+  (warm: one zygote imports torch, each load a forked child) vs one ``python`` that imports
+  torch and loads the 8 files with ``torch.load``, unconfined, and vs the same probe with
+  ``CKPTRESCUE_SANDBOX=cold`` (a fresh bubblewrap'd interpreter per load).
 
 Fixture values come from numpy's seeded integer generator (exact float32 values; no float
 random sampling): "normal" is the sum of four uniform integers (Irwin-Hall) x 2^-16.
@@ -87,7 +91,17 @@ torch.save({"model": state, "step": 1}, out)
 
 LOAD = r"""
 import sys, torch
-torch.load(sys.argv[1], weights_only=True, map_location="cpu")
+for path in sys.argv[1:]:
+    torch.load(path, weights_only=True, map_location="cpu")
+"""
+
+LOADS = 8
+BUILD_LOADS = r"""
+import sys, torch
+for i in range(int(sys.argv[1])):  # integer generators only: the same bytes on any machine
+    w = torch.arange(65536 * (i + 1), dtype=torch.int32).reshape(-1, 256)
+    torch.save({"w": w, "b": (w[0] % 7).to(torch.int16), "step": torch.tensor(i)},
+               f"{sys.argv[2]}/ckpt-{i}.pt")
 """
 
 TF_READ = r"""
@@ -425,11 +439,29 @@ def tui_rows(work: Path, repeat: int) -> list[str]:
     return rows
 
 
+def load_rows(work: Path, repeat: int) -> list[str]:
+    """``probe --load`` of LOADS checkpoints, warm and cold, against plain ``torch.load``."""
+    ckpts = work / "loads"
+    ckpts.mkdir()
+    run([sys.executable, "-c", BUILD_LOADS, str(LOADS), str(ckpts)])
+    files = sorted(ckpts.iterdir())
+    warm(files)
+    s = interleaved({
+        "load": lambda: run([sys.executable, "-c", LOAD, *map(str, files)],
+                            env={"OMP_NUM_THREADS": "1"}),
+        "warm": lambda: run([str(BIN), "probe", "--json", "--load", str(ckpts)]),
+        "cold": lambda: run([str(BIN), "probe", "--json", "--load", str(ckpts)],
+                            env={"CKPTRESCUE_SANDBOX": "cold"}),
+    }, repeat)
+    return [ratio_row(f"probe --load, {LOADS} checkpoints", s["warm"], s["load"], "-"),
+            ratio_row("  the same, each load cold", s["cold"], s["load"], "-")]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=int(os.environ.get("CKPT_BENCH_MIB", "1024")))
     ap.add_argument("--repeat", type=int, default=int(os.environ.get("SPEED_BENCH_REPEAT", "3")))
-    ap.add_argument("--only", default="probe,many,tf,hash,tui")
+    ap.add_argument("--only", default="probe,many,tf,hash,tui,load")
     ap.add_argument("--tmp", default=None, help="work directory (default: system temp)")
     args, _ = ap.parse_known_args()
     only = set(args.only.split(","))
@@ -451,6 +483,8 @@ def main() -> int:
             rows += hash_rows(work, max(args.mib, 1024), args.repeat)
         if "tui" in only:
             rows += tui_rows(work, max(args.repeat, 5))
+        if "load" in only:
+            rows += load_rows(work, args.repeat)
     load1 = os.getloadavg()
     print(f"speed table ({os.cpu_count()} CPUs; best of {args.repeat}, whole processes; "
           f"load average {load0[0]:.1f} before, {load1[0]:.1f} after)")
