@@ -6,9 +6,9 @@ a process that made those imports already, and costs tens of milliseconds. The b
 same, built in a different order:
 
 * the zygote (``sandbox_children/zygote.py``) runs inside bubblewrap: new user, pid, network,
-  ipc and uts namespaces, no network, the host's filesystem read-only, and of all capabilities
-  only ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` in its own user namespace (to build each child's
-  view). It never opens a file it is asked to load.
+  ipc and uts namespaces, no network, the host's filesystem read-only, no further user
+  namespaces, and of all capabilities only :data:`ZYGOTE_CAPS`, in its own user namespace (to
+  build each child's view). It never opens a file it is asked to load.
 * each forked child builds the cold child's view itself (``sandbox_children/view.py``: the same
   binds, :func:`ckptrescue.effects.sandbox.view_binds`, in a mount namespace of its own, then
   ``pivot_root``), drops every capability, takes the same rlimits and environment, and then
@@ -40,7 +40,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.effects.confine import PROC_READ_ONLY
 from ckptrescue.effects.runner import minimal_env, redact, spawn_kept
 from ckptrescue.model import JsonObject
 
@@ -52,6 +51,9 @@ READY_TIMEOUT_S = 180.0  # the zygote's imports
 ANSWER_MARGIN_S = 30.0  # past the load's own limit, before the zygote is taken for dead
 VIEW_FAILED = 125  # the child's exit status when its view could not be built
 _OUTPUT_FILES = (".warm-stdout", ".warm-stderr")  # zygote.OUTPUT_FILES
+# in the zygote's user namespace only: to build each child's view (mount, pivot_root), drop a
+# child's bounding set, and forbid further user namespaces (user.max_user_namespaces)
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_SYS_RESOURCE")
 
 
 @dataclass
@@ -73,12 +75,16 @@ class ZygoteFailed(RuntimeError):
 def zygote_argv(bwrap: str, base: str, module: str, fd: int, *, python: str,
                 package_root: str) -> list[str]:
     """bubblewrap for a zygote: the host read-only, ``base`` writable (its children's
-    scratch directories and mount point), no network, two capabilities in its user namespace."""
+    scratch directories and mount point), no network, :data:`ZYGOTE_CAPS` in its own user
+    namespace; the zygote is pid 1 of its pid namespace (``--as-pid-1``: no capability-less
+    init that a child could reach through ``/proc/1/root``). Not ``--disable-userns``: its
+    nested user namespace would not own the pid namespace, and a child could not mount its own
+    procfs; the zygote sets its user namespace's ``user.max_user_namespaces`` to 0 instead."""
     return [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--new-session",
-            "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
+            "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--as-pid-1",
+            "--cap-drop", "ALL", *(x for cap in ZYGOTE_CAPS for x in ("--cap-add", cap)),
             "--hostname", "ckptrescue-sandbox", "--ro-bind", "/", "/", "--proc", "/proc",
-            *PROC_READ_ONLY, "--dev", "/dev", "--bind", base, base, "--chdir", base, "--",
+            "--dev", "/dev", "--bind", base, base, "--chdir", base, "--",
             python, "-I", "-B", "-c",
             "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
             "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)",
@@ -213,6 +219,7 @@ class _Pool:
         self.zygotes: dict[tuple[str, str], list[Zygote]] = {}
         self.unavailable: dict[tuple[str, str], str] = {}
         self.at_exit = False  # close_all registered
+        self.refused: dict[tuple[str, str], str] = {}  # the last view a child could not build
 
     def take(self, child: str, bwrap: str, env: dict[str, str], case: Case | None
              ) -> Zygote | None:
@@ -271,8 +278,12 @@ _POOL = _Pool()
 
 
 def unavailable() -> dict[str, str]:
-    """The child kinds that run cold in this process (``child (bubblewrap)``), and why."""
-    return {f"{child} ({bwrap})": why for (child, bwrap), why in _POOL.unavailable.items()}
+    """The child kinds that run cold in this process (``child (bubblewrap)``), and why; and
+    the last reason a warm child could not build its view (that load ran cold)."""
+    out = {f"{child} ({bwrap})": why for (child, bwrap), why in _POOL.unavailable.items()}
+    for (child, bwrap), why in _POOL.refused.items():
+        out.setdefault(f"{child} ({bwrap})", f"a child's view, last time: {why}")
+    return out
 
 
 def close_all() -> None:
@@ -337,6 +348,8 @@ def run_warm(child: str, request: JsonObject, *, bwrap: str, env: dict[str, str]
               if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
         started = os.path.exists(os.path.join(scratch, sandbox.STARTED))
         if rc == VIEW_FAILED and not started:  # this view could not be built: a cold one may
+            _POOL.refused[(child, bwrap)] = sandbox.read_scratch_file(
+                scratch, _OUTPUT_FILES[1], 4000).strip()[-300:]
             return None
         out = sandbox.read_scratch_file(scratch, _OUTPUT_FILES[0], 64 << 20)
         err = sandbox.read_scratch_file(scratch, _OUTPUT_FILES[1], 16 << 20)

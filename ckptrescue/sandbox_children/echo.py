@@ -29,6 +29,13 @@ def _try(req: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, "worked": True, "status": os.system(req["command"])}  # noqa: S605
         elif action == "exec":
             os.execv(req["argv"][0], req["argv"])  # noqa: S606
+        elif action == "userns":  # what a payload past hook and filter would try
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err))
         elif action == "connect":
             import socket
 
@@ -65,7 +72,7 @@ def main() -> None:
         os.abort()
     if action == "raise":
         raise ValueError("boom")
-    if action in ("write", "read", "listdir", "system", "exec", "connect", "status"):
+    if action in ("write", "read", "listdir", "system", "exec", "connect", "status", "userns"):
         print(json.dumps(_try(req)))
         return
     print(json.dumps({"ok": True, "echo": req}))

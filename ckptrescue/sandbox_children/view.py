@@ -2,16 +2,19 @@
 system calls by the forked child itself (``zygote.py``), before it touches anything.
 
 The zygote runs inside bubblewrap (user, pid, network, ipc and uts namespaces; the host's
-whole filesystem read-only; ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` kept in its own user
-namespace, nothing else). A forked child then:
+whole filesystem read-only; ``CAP_SYS_ADMIN``, ``CAP_SETPCAP`` and ``CAP_SYS_RESOURCE`` kept in
+its own user namespace, nothing else). A forked child then:
 
 1. enters a mount namespace of its own (``unshare(CLONE_NEWNS)``, every mount private);
 2. mounts an empty tmpfs as its new root and binds into it exactly what a cold child's
    bubblewrap binds (the same list, :func:`ckptrescue.effects.sandbox.view_binds`): ``/usr``,
    the Python prefixes, the kit's package, the loader's configuration, the files being loaded
    (read-only, with every mount beneath them: ``mount_setattr(AT_RECURSIVE,
-   MOUNT_ATTR_RDONLY)``) and its scratch directory (writable); the zygote's ``/proc`` and
-   minimal ``/dev``; a fresh tmpfs ``/tmp``;
+   MOUNT_ATTR_RDONLY)``) and its scratch directory (writable); a procfs of its own mounted
+   ``hidepid=invisible`` (it lists only the processes the child may trace: itself and what it
+   starts; the zygote is pid 1 and holds capabilities the child lacks, so the kernel hides it
+   and refuses its ``/proc/1/root``), with ``/proc/sys`` and the other knobs read-only; the
+   zygote's minimal ``/dev``; a fresh tmpfs ``/tmp``;
 3. makes that tree its root (``pivot_root``), detaches the old one and remounts the new root
    read-only;
 4. drops every capability (bounding set, ambient, effective, permitted, inheritable) and sets
@@ -28,7 +31,7 @@ import os
 from collections.abc import Sequence
 
 CLONE_NEWNS = 0x00020000
-MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
@@ -37,6 +40,8 @@ NR_MOUNT_SETATTR, NR_PIVOT_ROOT = 442, 155
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# what bubblewrap's callers bind read-only over /proc (effects/confine.PROC_READ_ONLY)
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 
 
 class ViewError(OSError):
@@ -95,9 +100,24 @@ def enter(binds: Sequence[Sequence[str]], *, new_root: str, cwd: str) -> None:
     _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     _mount(libc, "tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    for special in ("/proc", "/dev"):  # the zygote's own: its pid namespace, bubblewrap's /dev
-        os.makedirs(new_root + special)
-        _mount(libc, special, new_root + special, None, MS_BIND | MS_REC)
+    # a procfs of its own that shows only the processes the child may trace: itself and what it
+    # starts (the zygote, pid 1, holds capabilities the child lacks), with the kernel's knobs
+    # read-only as bubblewrap leaves them
+    os.makedirs(new_root + "/proc")
+    _mount(libc, "proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           "hidepid=invisible")
+    # pid 1 is the zygote: its entry is covered (as root, the child is in procfs's gid group and
+    # hidepid shows it; the kernel refuses its root, cwd, fds and memory, but not its mountinfo)
+    _mount(libc, "tmpfs", new_root + "/proc/1", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           "size=4k,mode=0555")
+    _read_only(libc, new_root + "/proc/1")
+    for knob in PROC_READ_ONLY:
+        inside = new_root + knob
+        if os.path.lexists(inside):
+            _mount(libc, inside, inside, None, MS_BIND | MS_REC)
+            _read_only(libc, inside)
+    os.makedirs(new_root + "/dev")  # bubblewrap's minimal /dev, as the zygote has it
+    _mount(libc, "/dev", new_root + "/dev", None, MS_BIND | MS_REC)
     os.makedirs(new_root + "/tmp")
     _mount(libc, "tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV)
     for option, source, target in binds:

@@ -23,8 +23,10 @@ The zygote itself never opens a file it is asked to load. The forked child:
    then marks itself started and installs the audit hook and the seccomp filter (``boundary``)
    as a cold child does.
 
-After each child, whatever it started is killed (every process of the zygote's pid namespace but
-bubblewrap's init and the zygote), so nothing outlives its load.
+The zygote first forbids user namespaces in its own (``user.max_user_namespaces`` = 0). It is
+pid 1 of its pid namespace: orphans come to it. After each child, whatever it
+started is killed and reaped (every process of the namespace but the zygote), so nothing
+outlives its load.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def _wait(pid: int, timeout_s: float, sock: socket.socket) -> tuple[int, bool]:
 
 
 def _kill_the_rest() -> None:
-    """Kill every process of this pid namespace but bubblewrap's init and the zygote."""
+    """Kill and reap every process of this pid namespace but the zygote (pid 1)."""
     me = os.getpid()
     for _ in range(3):
         others = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in (1, me)]
@@ -191,7 +193,15 @@ def _empty(base: str) -> None:
                 pass
 
 
+def _no_user_namespaces() -> None:
+    """No process of this user namespace may create another (bubblewrap's
+    ``--disable-userns``, which a zygote cannot use): the zygote's own limit set to 0."""
+    with open("/proc/sys/user/max_user_namespaces", "w") as fh:
+        fh.write("0")
+
+
 def serve(sock: socket.socket, module_name: str) -> None:
+    _no_user_namespaces()
     gc.disable()  # the imports make objects that live to the end (``boundary.start``)
     _prepare(module_name, {})
     gc.freeze()

@@ -62,6 +62,7 @@ REQUESTS = {
     "unrelated read": {"action": "read", "path": "/etc/hostname"},
     "host sysctl": {"action": "write", "path": "/proc/sys/kernel/hostname",
                     "layers": ["seccomp"]},
+    "user namespace past hook and filter": {"action": "userns", "layers": []},
 }
 
 
@@ -84,6 +85,17 @@ def test_a_warm_child_holds_no_capability_and_runs_filtered(case: Case) -> None:
     for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert int(fields[cap].strip(), 16) == 0, (cap, fields[cap])
     assert fields["NoNewPrivs"].strip() == "1" and fields["Seccomp"].strip() == "2"
+
+
+@pytest.mark.parametrize("path", ["/proc/1/root/etc/hostname", "/proc/1/cwd/zygote.log",
+                                  "/proc/1/mountinfo", "/proc/1/environ"])
+def test_a_warm_child_cannot_reach_the_zygote(path: str, case: Case) -> None:
+    """The zygote (pid 1 of the namespace) sees the whole host read-only and its own directory
+    writable: nothing of it is reachable from a child, even past hook and filter."""
+    out = run_child("echo", {"action": "read", "path": path, "layers": []}, case=case,
+                    timeout_s=60)
+    assert _zygote_of_last_run(case) is not None
+    assert out.status == "ok" and out.result["worked"] is False, out.result
 
 
 def test_a_warm_load_is_the_cold_load_and_leaves_the_checkpoint_unchanged(
@@ -126,7 +138,7 @@ def test_a_warm_child_cannot_write_what_it_loads(case: Case, tmp_path: Path) -> 
 def test_nothing_a_load_started_outlives_it(case: Case) -> None:
     """Without hook and filter (the sandbox's own tests only), a child can start a program;
     when the child ends, the zygote kills it: the next child sees no process but bubblewrap's
-    init, the zygote and itself."""
+    pid 1 (the zygote) and itself."""
     out = run_child("echo", {"action": "system", "command": "sleep 300 & sleep 300 &",
                              "layers": []}, case=case, timeout_s=60)
     assert out.status == "ok" and out.result["worked"] is True
@@ -134,7 +146,7 @@ def test_nothing_a_load_started_outlives_it(case: Case) -> None:
     after = run_child("echo", {"action": "listdir", "path": "/proc"}, case=case, timeout_s=60)
     assert _zygote_of_last_run(case) == zygote
     pids = [int(e) for e in after.result["entries"] if e.isdigit()]
-    assert len(pids) == 3 and 1 in pids, pids
+    assert len(pids) == 2 and 1 in pids, pids  # the zygote's covered entry, and itself
 
 
 def test_a_load_that_hangs_is_a_timeout_and_the_zygote_serves_on(case: Case) -> None:
