@@ -182,22 +182,33 @@ def _signal_of(rc: int | None, sandboxed: bool) -> str | None:
     return signal.Signals(num).name if num in signal.Signals._value2member_map_ else str(num)
 
 
-def read_scratch_file(scratch: str, name: str, limit: int) -> str:
-    """A regular file the child left in scratch, read without following a link, blocking on a
-    FIFO or opening a device the child planted there ("" for anything else)."""
+def read_scratch_bytes(scratch: str, name: str, limit: int) -> tuple[bytes, bool]:
+    """A regular file the child left in scratch, at most ``limit`` bytes of it and whether it
+    was longer, read without following a link, blocking on a FIFO or opening a device the
+    child planted there (``b""`` for anything else)."""
     try:
         fd = os.open(os.path.join(scratch, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return ""
+        return b"", False
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_dev != os.stat(scratch).st_dev:
-            return ""
-        return os.read(fd, limit).decode("utf-8", "replace")
+            return b"", False
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit and (block := os.read(fd, min(1 << 20, limit - size))):
+            chunks.append(block)
+            size += len(block)
+        return b"".join(chunks), size >= limit and bool(os.read(fd, 1))
     except OSError:
-        return ""
+        return b"", False
     finally:
         os.close(fd)
+
+
+def read_scratch_file(scratch: str, name: str, limit: int) -> str:
+    """:func:`read_scratch_bytes`, decoded (``""`` for anything but a regular file)."""
+    return read_scratch_bytes(scratch, name, limit)[0].decode("utf-8", "replace")
 
 
 def read_attempts(scratch: str) -> list[JsonObject]:

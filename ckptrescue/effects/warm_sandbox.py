@@ -8,11 +8,16 @@ same, built in a different order:
 * the zygote (``sandbox_children/zygote.py``) runs inside bubblewrap: new user, pid, network,
   ipc and uts namespaces, no network, the host's filesystem read-only, no further user
   namespaces, and of all capabilities only :data:`ZYGOTE_CAPS`, in its own user namespace (to
-  build each child's view). It never opens a file it is asked to load.
-* each forked child builds the cold child's view itself (``sandbox_children/view.py``: the same
-  binds, :func:`ckptrescue.effects.sandbox.view_binds`, in a mount namespace of its own, then
-  ``pivot_root``), drops every capability, takes the same rlimits and environment, and then
-  installs the audit hook and the seccomp filter exactly as a cold child does.
+  build each child's view). It never reads a file it is asked to load: it opens each with
+  ``O_PATH``, to check its identity and bind that very file.
+* for each load, the zygote forks; the fork enters a new pid and ipc namespace, whose init
+  builds the cold child's view itself (``sandbox_children/view.py``: the same binds,
+  :func:`ckptrescue.effects.sandbox.view_binds`, in a mount namespace of its own, then
+  ``pivot_root``) and forks the loader, which drops every capability, takes the same rlimits
+  and environment, and installs the audit hook and the seccomp filter exactly as a cold child
+  does (``zygote.py`` has the details). A loader shares nothing with the next but the zygote's
+  memory image; a zygote is retired after a load that crashed, was killed or timed out, and
+  after :data:`MAX_LOADS` loads.
 
 What is warm: a child module that says ``WARM = True`` and does its heavy imports in
 ``prepare(request)`` (``torch_load``, ``model_keys``, ``echo``). TensorFlow stays cold: its
@@ -33,6 +38,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -49,7 +55,7 @@ if TYPE_CHECKING:
 MODE_ENV = "CKPTRESCUE_SANDBOX"  # "cold": every load in a fresh interpreter
 READY_TIMEOUT_S = 180.0  # the zygote's imports
 ANSWER_MARGIN_S = 30.0  # past the load's own limit, before the zygote is taken for dead
-VIEW_FAILED = 125  # the child's exit status when its view could not be built
+MAX_LOADS = 100  # a zygote is retired after this many loads (see ``retire``)
 _OUTPUT_FILES = (".warm-stdout", ".warm-stderr")  # zygote.OUTPUT_FILES
 # in the zygote's user namespace only: to build each child's view (mount, pivot_root), drop a
 # child's bounding set, and forbid further user namespaces (user.max_user_namespaces)
@@ -129,6 +135,11 @@ class Zygote:
         if not ready.get("ready"):
             self.close()
             raise ZygoteFailed(f"the zygote answered {ready!r} instead of ready")
+        self.loads = 0
+        self._jobs = 0
+        self.host_pid = self.zygote_pid  # found once, while it surely runs
+        # close() kills it by this handle (a pid could be reused by then)
+        self._pidfd = os.pidfd_open(self.host_pid) if self.host_pid else None
 
     @property
     def zygote_pid(self) -> int | None:
@@ -182,19 +193,35 @@ class Zygote:
         return answer
 
     def ask(self, job: JsonObject, timeout_s: float) -> JsonObject:
+        """Send one job and wait for its answer (matched by id: an answer to another job means
+        the conversation is lost)."""
+        self._jobs += 1
+        ident = self._jobs
         try:
-            self.sock.sendall(json.dumps(job).encode() + b"\n")
+            self.sock.sendall(json.dumps({**job, "id": ident}).encode() + b"\n")
         except OSError as exc:
             raise ZygoteFailed(f"the zygote's socket failed: {exc}") from None
-        return self._answer(timeout_s + ANSWER_MARGIN_S)
+        answer = self._answer(timeout_s + ANSWER_MARGIN_S)
+        if answer.get("id") != ident:
+            raise ZygoteFailed(f"the zygote answered job {answer.get('id')!r}, not {ident}")
+        self.loads += 1
+        return answer
 
     def close(self) -> None:
+        """End the zygote (pid 1 of its namespace: its loads end with it) and bubblewrap."""
         try:
             self.sock.close()
         finally:
+            if getattr(self, "_pidfd", None) is not None and self.owner == os.getpid():
+                try:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                except OSError:
+                    pass
+                os.close(self._pidfd)
+                self._pidfd = None
             if self.proc.poll() is None:
                 try:
-                    os.killpg(self.proc.pid, 9)
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 except OSError:
                     self.proc.kill()
                 self.proc.wait()
@@ -321,13 +348,17 @@ def run_warm(child: str, request: JsonObject, *, bwrap: str, env: dict[str, str]
     zyg = _POOL.take(child, bwrap, env, case)
     if zyg is None:
         return None
-    scratch = os.path.realpath(tempfile.mkdtemp(prefix="scratch-", dir=zyg.base))
+    scratch = ""
     dropped = False
     try:
-        os.mkdir(os.path.join(scratch, "tmp"))
-        req_path = os.path.join(scratch, "request.json")
-        with open(req_path, "w") as fh:
-            json.dump({**request, "scratch": scratch}, fh)
+        try:  # a full disk: the cold path meets it too, and says so
+            scratch = os.path.realpath(tempfile.mkdtemp(prefix="scratch-", dir=zyg.base))
+            os.mkdir(os.path.join(scratch, "tmp"))
+            req_path = os.path.join(scratch, "request.json")
+            with open(req_path, "w") as fh:
+                json.dump({**request, "scratch": scratch}, fh)
+        except OSError:
+            return None
         job = {"module": f"ckptrescue.sandbox_children.{child}", "request": request,
                "request_path": req_path, "scratch": scratch,
                "new_root": os.path.join(zyg.base, "root"),
@@ -341,35 +372,44 @@ def run_warm(child: str, request: JsonObject, *, bwrap: str, env: dict[str, str]
             dropped = True
             _POOL.drop(zyg)
             return None
+        except BaseException:  # Ctrl-C mid-load: the zygote's answer would be lost
+            dropped = True
+            _POOL.drop(zyg)
+            raise
         if not answer.get("ran"):
+            _POOL.refused[(child, bwrap)] = str(answer.get("reason"))[:300]
             return None
         status = answer.get("wait_status")
-        rc = (None if not isinstance(status, int) else -os.WTERMSIG(status)
+        # no status: the load's init ended before the loader did (only a kill does that)
+        rc = (-signal.SIGKILL if not isinstance(status, int) else -os.WTERMSIG(status)
               if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
         started = os.path.exists(os.path.join(scratch, sandbox.STARTED))
-        if rc == VIEW_FAILED and not started:  # this view could not be built: a cold one may
-            _POOL.refused[(child, bwrap)] = sandbox.read_scratch_file(
-                scratch, _OUTPUT_FILES[1], 4000).strip()[-300:]
-            return None
-        out = sandbox.read_scratch_file(scratch, _OUTPUT_FILES[0], 64 << 20)
-        err = sandbox.read_scratch_file(scratch, _OUTPUT_FILES[1], 16 << 20)
-        result = WarmResult(rc, out, err, float(answer.get("duration_s") or 0.0),
+        out, out_cut = sandbox.read_scratch_bytes(scratch, _OUTPUT_FILES[0], 64 << 20)
+        err, err_cut = sandbox.read_scratch_bytes(scratch, _OUTPUT_FILES[1], 64 << 20)
+        result = WarmResult(rc, out[:16 << 20].decode("utf-8", "replace"),
+                            err[-(16 << 20):].decode("utf-8", "replace"),
+                            float(answer.get("duration_s") or 0.0),
                             bool(answer.get("timed_out")))
+        if rc < 0 or result.timed_out or zyg.loads >= MAX_LOADS:
+            dropped = True  # retire it: see the module docstring
+            _POOL.drop(zyg)
         if case is not None:
-            shas = [case.store_artifact(text.encode(), name=f"{child}.{stream}", kind=stream,
-                                        log=False) if text else None
-                    for stream, text in (("stdout", out), ("stderr", err))]
+            shas = [case.store_artifact(data, name=f"{child}.{stream}", kind=stream,
+                                        log=False) if data else None
+                    for stream, data in (("stdout", out), ("stderr", err))]
             rec = case.log("sandbox.run", {
                 "argv": redact(zyg.argv), "purpose": f"sandbox:{child}",
-                "warm": {"zygote_pid": zyg.zygote_pid, "bwrap_pid": zyg.proc.pid},
+                "warm": {"zygote_pid": zyg.host_pid, "bwrap_pid": zyg.proc.pid},
                 "returncode": rc, "duration_s": round(result.duration_s, 3),
                 "timed_out": result.timed_out, "stdout_sha256": shas[0],
-                "stderr_sha256": shas[1], "timeout_s": timeout_s},
+                "stderr_sha256": shas[1], "timeout_s": timeout_s,
+                "truncated": out_cut or err_cut},
                 artifacts=[h for h in shas if h])
             result.record_hash = rec["hash"]
         return (result, started, sandbox.read_attempts(scratch),
                 sandbox.keep_files(scratch, keep))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
         if not dropped:
             zyg.lock.release()

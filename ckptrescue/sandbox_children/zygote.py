@@ -1,36 +1,44 @@
 """A warm sandbox: one process that has made a child's heavy imports (torch) once, and forks a
-fresh child for each load. Started only by ``effects/warm_sandbox.py``, inside bubblewrap.
+fresh, confined loader for each load. Started only by ``effects/warm_sandbox.py``, inside
+bubblewrap.
 
 Protocol, one JSON line each way on the socket ``argv[2]`` names (a file descriptor):
 
 * the zygote says ``{"ready": true}`` once its imports are done;
-* the parent sends a request: the child module, the request file, the view's binds, the
-  scratch directory, the rlimits, a wall-clock limit, the environment, and the identity
+* the parent sends a job: its ``id``, the child module, the request file, the view's binds,
+  the scratch directory, the rlimits, a wall-clock limit, the environment, and the identity
   (device, inode) of each file to load as the parent sees it;
-* the zygote answers ``{"ran": true, "wait_status": ..., "timed_out": ..., "duration_s": ...}``
-  or ``{"ran": false, "reason": ...}`` when it must not fork this request (another thread is
-  running in the zygote, so a fork could copy a held lock; or a file to load is not the one
-  the parent named): the parent then runs the load cold.
+* the zygote answers with the job's ``id``: ``{"ran": true, "wait_status": ...,
+  "timed_out": ..., "duration_s": ...}``, or ``{"ran": false, "reason": ...}`` when the load
+  did not run (another thread runs in the zygote, so a fork could copy a held lock; a file to
+  load is not the one the parent named; the view could not be built): the parent then runs it
+  cold.
 
-The zygote itself never opens a file it is asked to load. The forked child:
+The zygote forbids user namespaces in its own first (``user.max_user_namespaces`` = 0). For
+each job it opens each file to load (``O_PATH``) and checks it is the one the parent named
+(device, inode); it never reads one. Then three processes:
 
-1. goes into a process group of its own and sends its output to two files of its scratch
-   directory;
-2. takes the rlimits a cold child gets (address space, CPU time, file size, no core);
-3. builds its view (``view.enter``: a mount namespace with exactly the cold child's binds,
-   ``pivot_root``, every capability dropped);
-4. runs the child module's ``main()`` as ``python -m`` would, with the cold child's environment; the module
-   then marks itself started and installs the audit hook and the seccomp filter (``boundary``)
-   as a cold child does.
+1. a **fork** of the zygote enters a new pid and ipc namespace (``unshare``) and forks
+2. the **init** of that pid namespace (pid 1; it dies with the fork: ``PR_SET_PDEATHSIG``).
+   It builds the view (``view.build``; the files to load are bound from the zygote's
+   descriptors, so a path swapped since the check binds nothing else), tells the zygote on a
+   pipe that the view is built, and forks
+3. the **loader** (pid 2), which closes that pipe first, takes the cold child's rlimits, drops
+   every capability (``view.drop_capabilities``), sends its output to two files of its scratch
+   directory and runs the child module's ``main()`` as ``python -m`` would, with the cold
+   child's environment (the module marks itself started and arms the audit hook and the
+   seccomp filter as a cold child does).
 
-The zygote first forbids user namespaces in its own (``user.max_user_namespaces`` = 0). It is
-pid 1 of its pid namespace: orphans come to it. After each child, whatever it
-started is killed and reaped (every process of the namespace but the zygote), so nothing
-outlives its load.
+The init waits for the loader and writes its wait status on the pipe; when the init ends, the
+kernel ends everything else in the namespace, so nothing a load started outlives it. The
+loader cannot name the zygote or the fork (they are outside its pid namespace) and cannot trace
+the init (which keeps capabilities the loader lacks); no ``/dev``, ``/tmp``, ipc object or
+process of one load is seen by the next.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
 import json
@@ -39,6 +47,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -48,6 +57,9 @@ from typing import Any
 from ckptrescue.model import JsonObject
 
 OUTPUT_FILES = (".warm-stdout", ".warm-stderr")
+CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
+PR_SET_PDEATHSIG = 1
+_STATUS = struct.Struct("<i")
 
 
 def _read_line(sock: socket.socket, buf: bytearray) -> bytes | None:
@@ -69,16 +81,25 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _same_files(identity: list[list[Any]]) -> str:
-    """'' when each file to load is, in the zygote's view, the one the parent named."""
+def _open_inputs(identity: list[list[Any]]) -> tuple[dict[str, int], str]:
+    """``{path: O_PATH descriptor}`` of each file to load, or why one is not the file the parent
+    named (descriptors closed)."""
+    fds: dict[str, int] = {}
     for path, dev, ino in identity:
         try:
-            st = os.stat(path)
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError as exc:
-            return f"{path!r} is not in the zygote's view ({exc.strerror})"
-        if (st.st_dev, st.st_ino) != (dev, ino):
-            return f"{path!r} in the zygote's view is not the file the parent named"
-    return ""
+            why = f"{path!r} is not in the zygote's view ({exc.strerror})"
+        else:
+            fds[path] = fd
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (dev, ino):
+                continue
+            why = f"{path!r} in the zygote's view is not the file the parent named"
+        for opened in fds.values():
+            os.close(opened)
+        return {}, why
+    return fds, ""
 
 
 def _prepare(module_name: str, request: JsonObject) -> None:
@@ -89,23 +110,21 @@ def _prepare(module_name: str, request: JsonObject) -> None:
         prepare(request)
 
 
-def _child(job: JsonObject) -> int:
-    """The forked child: returns its exit status (never returns to the zygote's loop)."""
+def _loader(job: JsonObject, pipe: int, fds: dict[str, int]) -> int:
+    """Process 3: the load. Returns its exit status."""
     from ckptrescue.sandbox_children import view
 
-    os.setpgid(0, 0)
+    os.close(pipe)  # before anything else: the init's status is the init's to write
+    for fd in fds.values():
+        os.close(fd)
+    for name, (soft, hard) in job["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    view.drop_capabilities()
     scratch = job["scratch"]
     for fd, name in zip((1, 2), OUTPUT_FILES, strict=True):
         out = os.open(os.path.join(scratch, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, fd)
         os.close(out)
-    for name, (soft, hard) in job["rlimits"].items():
-        resource.setrlimit(getattr(resource, name), (soft, hard))
-    try:
-        view.enter(job["binds"], new_root=job["new_root"], cwd=scratch)
-    except OSError as exc:
-        print(f"ckptrescue warm sandbox: {exc}", file=sys.stderr)
-        return 125
     os.environ.clear()
     os.environ.update(job["env"])
     tempfile.tempdir = None  # the zygote's temporary directory is not in this view
@@ -125,28 +144,81 @@ def _child(job: JsonObject) -> int:
     return 0
 
 
-def _run_child(job: JsonObject) -> None:
-    status = 1
+def _init(job: JsonObject, pipe: int, fds: dict[str, int]) -> int:
+    """Process 2: pid 1 of the load's namespace. Builds the view, forks the loader, reaps every
+    process of the namespace until the loader ends, and writes the loader's wait status."""
+    from ckptrescue.sandbox_children import view
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # the fork is outside this pid namespace (getppid() reads 0): it is killed only on the
+    # wall-clock limit, long after this line
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)  # as pid 1, no signal from inside can end it
+    sources = {path: f"/proc/self/fd/{fd}" for path, fd in fds.items()}
+    binds = [(opt, sources.get(src, src) if opt != "--symlink" else src, dst)
+             for opt, src, dst in job["binds"]]
     try:
-        status = _child(job)
-    finally:
+        view.build(binds, new_root=job["new_root"], cwd=job["scratch"])
+    except OSError as exc:
+        os.write(pipe, b"E" + str(exc).encode("utf-8", "replace")[:2000])
+        return 1
+    os.write(pipe, b"V")
+    pid = os.fork()
+    if pid == 0:
+        status = 1
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            status = _loader(job, pipe, fds)
         finally:
-            os._exit(status & 0xFF)
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(status & 0xFF)
+    for fd in fds.values():
+        os.close(fd)
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 1
+        if done == pid:
+            os.write(pipe, _STATUS.pack(status))
+            return 0
+
+
+def _fork(job: JsonObject, pipe: int, fds: dict[str, int]) -> int:
+    """Process 1: enters the new pid and ipc namespaces and waits for their init."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWPID | CLONE_NEWIPC) != 0:
+        err = ctypes.get_errno()
+        os.write(pipe, b"E" + f"unshare(pid, ipc): {os.strerror(err)}".encode())
+        return 1
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            status = _init(job, pipe, fds)
+        finally:
+            os._exit(status)
+    os.close(pipe)
+    for fd in fds.values():
+        os.close(fd)
+    os.waitpid(pid, 0)
+    return 0
 
 
 def _wait(pid: int, timeout_s: float, sock: socket.socket) -> tuple[int, bool]:
-    """The child's wait status, and whether the wall-clock limit killed it. The parent that
-    closes the socket meanwhile (it ended) ends the child and the zygote."""
+    """The fork's wait status, and whether the wall-clock limit killed it (its namespace's init
+    dies with it, and the loader with the init). A parent that closes the socket meanwhile (it
+    ended) ends the load and the zygote."""
     fd = os.pidfd_open(pid)
     try:
         ready, _, _ = select.select([fd, sock], [], [], timeout_s)
         timed_out = not ready
         if sock in ready and fd not in ready:
             os.kill(pid, signal.SIGKILL)
-            _kill_the_rest()
+            os.waitpid(pid, 0)
             _empty(os.getcwd())
             os._exit(0)
         if timed_out:
@@ -157,25 +229,52 @@ def _wait(pid: int, timeout_s: float, sock: socket.socket) -> tuple[int, bool]:
         os.close(fd)
 
 
-def _kill_the_rest() -> None:
-    """Kill and reap every process of this pid namespace but the zygote (pid 1)."""
-    me = os.getpid()
-    for _ in range(3):
-        others = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in (1, me)]
-        if not others:
-            return
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for pid in others:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-            except OSError:
-                pass
+def _read_all(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    out = b""
+    while len(out) < 4096:
+        try:
+            block = os.read(fd, 4096)
+        except BlockingIOError:
+            break
+        if not block:
+            break
+        out += block
+    return out
+
+
+def _run(job: JsonObject) -> JsonObject:
+    """One load: its answer (without the job's id)."""
+    fds, why = _open_inputs(job["identity"])
+    if why:
+        return {"ran": False, "reason": why}
+    read, write = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read)
+            status = _fork(job, write, fds)
+        finally:
+            os._exit(status)
+    os.close(write)
+    for fd in fds.values():
+        os.close(fd)
+    _status, timed_out = _wait(pid, float(job["timeout_s"]), job["_sock"])
+    told = _read_all(read)
+    os.close(read)
+    duration = time.monotonic() - start
+    if told.startswith(b"E") or (not told and not timed_out):
+        reason = told[1:].decode("utf-8", "replace") or "the load's namespace did not start"
+        return {"ran": False, "reason": f"the view could not be built: {reason}"}
+    if told[:1] == b"V" and len(told) == 1 + _STATUS.size:
+        (status,) = _STATUS.unpack(told[1:])
+        return {"ran": True, "wait_status": status, "timed_out": timed_out,
+                "duration_s": duration}
+    # the view was built, and the init ended before it could tell how the loader ended (the
+    # wall-clock limit, or the init itself killed): a load that did not end well
+    return {"ran": True, "wait_status": None, "timed_out": timed_out, "duration_s": duration}
 
 
 def _empty(base: str) -> None:
@@ -202,6 +301,7 @@ def _no_user_namespaces() -> None:
 
 def serve(sock: socket.socket, module_name: str) -> None:
     _no_user_namespaces()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the zygote, never a key
     gc.disable()  # the imports make objects that live to the end (``boundary.start``)
     _prepare(module_name, {})
     gc.freeze()
@@ -213,22 +313,14 @@ def serve(sock: socket.socket, module_name: str) -> None:
             _empty(os.getcwd())
             return
         job = json.loads(line)
+        del line
         _prepare(job["module"], job["request"])
         gc.freeze()
-        refused = ("another thread runs in the zygote" if _threads() != 1
-                   else _same_files(job["identity"]))
-        if refused:
-            _send(sock, {"ran": False, "reason": refused})
-            continue
-        start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            sock.close()
-            _run_child(job)
-        status, timed_out = _wait(pid, float(job["timeout_s"]), sock)
-        _kill_the_rest()
-        _send(sock, {"ran": True, "wait_status": status, "timed_out": timed_out,
-                     "duration_s": time.monotonic() - start})
+        if _threads() != 1:
+            answer: JsonObject = {"ran": False, "reason": "another thread runs in the zygote"}
+        else:
+            answer = _run({**job, "_sock": sock})
+        _send(sock, {**answer, "id": job.get("id")})
 
 
 def main() -> None:
