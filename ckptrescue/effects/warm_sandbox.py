@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 MODE_ENV = "CKPTRESCUE_SANDBOX"  # "cold": every load in a fresh interpreter
 READY_TIMEOUT_S = 180.0  # the zygote's imports
 ANSWER_MARGIN_S = 30.0  # past the load's own limit, before the zygote is taken for dead
-MAX_LOADS = 100  # a zygote is retired after this many loads (see ``retire``)
+MAX_LOADS = 100  # a zygote is retired after this many loads
+MAX_ANSWER = 1 << 20  # an answer is a few hundred bytes
 _OUTPUT_FILES = (".warm-stdout", ".warm-stderr")  # zygote.OUTPUT_FILES
 # in the zygote's user namespace only: to build each child's view (mount, pivot_root), drop a
 # child's bounding set, and forbid further user namespaces (user.max_user_namespaces)
@@ -182,6 +183,8 @@ class Zygote:
             if not block:
                 raise ZygoteFailed(f"the zygote ended (status {self.proc.poll()})")
             self._buf += block
+            if len(self._buf) > MAX_ANSWER:
+                raise ZygoteFailed(f"the zygote's answer ran past {MAX_ANSWER} bytes")
         line, _, rest = bytes(self._buf).partition(b"\n")
         self._buf[:] = rest
         try:
@@ -192,20 +195,30 @@ class Zygote:
             raise ZygoteFailed("the zygote answered something that is not an object")
         return answer
 
-    def ask(self, job: JsonObject, timeout_s: float) -> JsonObject:
-        """Send one job and wait for its answer (matched by id: an answer to another job means
-        the conversation is lost)."""
+    def ask(self, job: JsonObject, timeout_s: float, prepare: JsonObject) -> JsonObject:
+        """One load: a note to the zygote (the module and ``prepare``: what of the request its
+        imports need), then the job to the one-shot handler it forks; the answer is matched by
+        id (one for another job means the conversation is lost)."""
         self._jobs += 1
         ident = self._jobs
-        try:
-            self.sock.sendall(json.dumps({**job, "id": ident}).encode() + b"\n")
-        except OSError as exc:
-            raise ZygoteFailed(f"the zygote's socket failed: {exc}") from None
+        self._send({"id": ident, "module": job["module"], "request": prepare})
+        answer = self._answer(READY_TIMEOUT_S)
+        if not answer.get("go"):
+            if answer.get("id") != ident:
+                raise ZygoteFailed(f"the zygote answered {answer!r} to note {ident}")
+            return answer
+        self._send({**job, "id": ident})
         answer = self._answer(timeout_s + ANSWER_MARGIN_S)
         if answer.get("id") != ident:
             raise ZygoteFailed(f"the zygote answered job {answer.get('id')!r}, not {ident}")
         self.loads += 1
         return answer
+
+    def _send(self, obj: JsonObject) -> None:
+        try:
+            self.sock.sendall(json.dumps(obj).encode() + b"\n")
+        except OSError as exc:
+            raise ZygoteFailed(f"the zygote's socket failed: {exc}") from None
 
     def close(self) -> None:
         """End the zygote (pid 1 of its namespace: its loads end with it) and bubblewrap."""
@@ -330,6 +343,15 @@ def warm_capable(child: str, env_extra: dict[str, str] | None) -> bool:
     return getattr(module, "WARM", False) is True
 
 
+def _prepare_keys(child: str, request: JsonObject) -> JsonObject:
+    """What of ``request`` the zygote may see: the keys the child module's ``prepare`` reads."""
+    import importlib
+
+    module = importlib.import_module(f"ckptrescue.sandbox_children.{child}")
+    keys = getattr(module, "PREPARE_KEYS", ())
+    return {k: v for k, v in request.items() if k in keys}
+
+
 def run_warm(child: str, request: JsonObject, *, bwrap: str, env: dict[str, str],
              rlimits: dict[str, tuple[int, int]], timeout_s: float, inputs: list[str],
              keep: list[str], case: Case | None) -> tuple[WarmResult, bool, list[JsonObject],
@@ -367,7 +389,7 @@ def run_warm(child: str, request: JsonObject, *, bwrap: str, env: dict[str, str]
                                    "TMPDIR": os.path.join(scratch, "tmp")}),
                "rlimits": rlimits, "timeout_s": timeout_s, "identity": identity}
         try:
-            answer = zyg.ask(job, timeout_s)
+            answer = zyg.ask(job, timeout_s, _prepare_keys(child, request))
         except ZygoteFailed:
             dropped = True
             _POOL.drop(zyg)

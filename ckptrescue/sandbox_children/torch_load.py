@@ -184,6 +184,7 @@ def _load_family(req: dict[str, Any]) -> dict[str, Any]:
 
 
 WARM = True  # a warm zygote may make these imports once and fork a child per load
+PREPARE_KEYS = ("loader",)  # what of a request the zygote's ``prepare`` sees (no path)
 
 
 def prepare(req: JsonObject) -> None:

@@ -5,29 +5,34 @@ bubblewrap.
 Protocol, one JSON line each way on the socket ``argv[2]`` names (a file descriptor):
 
 * the zygote says ``{"ready": true}`` once its imports are done;
-* the parent sends a job: its ``id``, the child module, the request file, the view's binds,
-  the scratch directory, the rlimits, a wall-clock limit, the environment, and the identity
-  (device, inode) of each file to load as the parent sees it;
-* the zygote answers with the job's ``id``: ``{"ran": true, "wait_status": ...,
-  "timed_out": ..., "duration_s": ...}``, or ``{"ran": false, "reason": ...}`` when the load
-  did not run (another thread runs in the zygote, so a fork could copy a held lock; a file to
-  load is not the one the parent named; the view could not be built): the parent then runs it
-  cold.
+* for each load the parent first sends a note: the job's ``id``, the child module, and of the
+  request only the keys the module's ``prepare`` reads (``PREPARE_KEYS``: no path). The zygote
+  makes those imports and forks a one-shot **handler**, which says ``{"go": true}`` (or the
+  zygote answers ``{"ran": false, ...}``: another thread runs in it, so a fork could copy a
+  held lock);
+* the parent sends the handler the job: the request file, the view's binds, the scratch
+  directory, the rlimits, a wall-clock limit, the environment, and the identity (device,
+  inode) of each file to load as the parent sees it. The handler runs it and answers with the
+  job's ``id``: ``{"ran": true, "wait_status": ..., "timed_out": ..., "duration_s": ...}``, or
+  ``{"ran": false, "reason": ...}`` when the load did not run (a file to load is not the one the
+  parent named; the view could not be built): the parent then runs it cold. The handler exits;
+  no job's paths ever sit in the zygote's memory, where a later loader would find them.
 
 The zygote forbids user namespaces in its own first (``user.max_user_namespaces`` = 0). For
-each job it opens each file to load (``O_PATH``) and checks it is the one the parent named
-(device, inode); it never reads one. Then three processes:
+each job the handler opens each file to load (``O_PATH``) and checks it is the one the parent
+named (device, inode); it never reads one. Then three processes:
 
-1. a **fork** of the zygote enters a new pid and ipc namespace (``unshare``) and forks
+1. a **fork** of the handler closes the parent's socket, enters a new pid and ipc namespace
+   (``unshare``) and forks
 2. the **init** of that pid namespace (pid 1; it dies with the fork: ``PR_SET_PDEATHSIG``).
-   It builds the view (``view.build``; the files to load are bound from the zygote's
-   descriptors, so a path swapped since the check binds nothing else), tells the zygote on a
+   It builds the view (``view.build``; the files to load are bound from the handler's
+   descriptors, so a path swapped since the check binds nothing else), tells the handler on a
    pipe that the view is built, and forks
-3. the **loader** (pid 2), which closes that pipe first, takes the cold child's rlimits, drops
-   every capability (``view.drop_capabilities``), sends its output to two files of its scratch
-   directory and runs the child module's ``main()`` as ``python -m`` would, with the cold
-   child's environment (the module marks itself started and arms the audit hook and the
-   seccomp filter as a cold child does).
+3. the **loader** (pid 2), which closes every descriptor but 0, 1 and 2 first, takes the cold
+   child's rlimits, drops every capability (``view.drop_capabilities``), sends its output to
+   two files of its scratch directory and runs the child module's ``main()`` as ``python -m``
+   would, with the cold child's environment (the module marks itself started and arms the
+   audit hook and the seccomp filter as a cold child does).
 
 The init waits for the loader and writes its wait status on the pipe; when the init ends, the
 kernel ends everything else in the namespace, so nothing a load started outlives it. The
@@ -52,6 +57,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from ckptrescue.model import JsonObject
@@ -110,13 +116,29 @@ def _prepare(module_name: str, request: JsonObject) -> None:
         prepare(request)
 
 
-def _loader(job: JsonObject, pipe: int, fds: dict[str, int]) -> int:
+def _forked(work: Callable[[], int]) -> int:
+    """Fork; the child runs ``work`` and exits with its status, never returning here."""
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            status = work()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(status & 0xFF)
+    return pid
+
+
+def _loader(job: JsonObject) -> int:
     """Process 3: the load. Returns its exit status."""
     from ckptrescue.sandbox_children import view
 
-    os.close(pipe)  # before anything else: the init's status is the init's to write
-    for fd in fds.values():
-        os.close(fd)
+    # before anything else: the init's status pipe, the files' descriptors and anything else
+    # inherited are the init's and the zygote's, never the loader's
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     for name, (soft, hard) in job["rlimits"].items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
     view.drop_capabilities()
@@ -164,17 +186,7 @@ def _init(job: JsonObject, pipe: int, fds: dict[str, int]) -> int:
         os.write(pipe, b"E" + str(exc).encode("utf-8", "replace")[:2000])
         return 1
     os.write(pipe, b"V")
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            status = _loader(job, pipe, fds)
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(status & 0xFF)
+    pid = _forked(lambda: _loader(job))
     for fd in fds.values():
         os.close(fd)
     while True:
@@ -194,13 +206,7 @@ def _fork(job: JsonObject, pipe: int, fds: dict[str, int]) -> int:
         err = ctypes.get_errno()
         os.write(pipe, b"E" + f"unshare(pid, ipc): {os.strerror(err)}".encode())
         return 1
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            status = _init(job, pipe, fds)
-        finally:
-            os._exit(status)
+    pid = _forked(lambda: _init(job, pipe, fds))
     os.close(pipe)
     for fd in fds.values():
         os.close(fd)
@@ -250,14 +256,13 @@ def _run(job: JsonObject) -> JsonObject:
         return {"ran": False, "reason": why}
     read, write = os.pipe()
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(read)
-            status = _fork(job, write, fds)
-        finally:
-            os._exit(status)
+
+    def fork() -> int:
+        os.close(read)  # the zygote's end
+        job["_sock"].close()  # the parent's socket: never in the load's namespace
+        return _fork(job, write, fds)
+
+    pid = _forked(fork)
     os.close(write)
     for fd in fds.values():
         os.close(fd)
@@ -299,7 +304,23 @@ def _no_user_namespaces() -> None:
         fh.write("0")
 
 
+def _handle(sock: socket.socket, buf: bytearray) -> int:
+    """A one-shot fork of the zygote: reads one job, runs it, answers, and exits, so that no
+    job's paths or request ever sit in the zygote's memory for a later loader to find."""
+    _send(sock, {"go": True})
+    line = _read_line(sock, buf)
+    if line is None:
+        _empty(os.getcwd())
+        return 0
+    job = json.loads(line)
+    answer = _run({**job, "_sock": sock})
+    _send(sock, {**answer, "id": job.get("id")})
+    return 0
+
+
 def serve(sock: socket.socket, module_name: str) -> None:
+    """The zygote's loop: each message is only a child module and the few request keys its
+    ``prepare`` reads (``PREPARE_KEYS``); the job itself goes to a fork (:func:`_handle`)."""
     _no_user_namespaces()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the zygote, never a key
     gc.disable()  # the imports make objects that live to the end (``boundary.start``)
@@ -312,15 +333,16 @@ def serve(sock: socket.socket, module_name: str) -> None:
         if line is None:  # the parent ended: leave nothing in its directory
             _empty(os.getcwd())
             return
-        job = json.loads(line)
-        del line
-        _prepare(job["module"], job["request"])
+        note = json.loads(line)
+        module = importlib.import_module(note["module"])
+        keys = getattr(module, "PREPARE_KEYS", ())
+        _prepare(note["module"], {k: v for k, v in note["request"].items() if k in keys})
         gc.freeze()
         if _threads() != 1:
-            answer: JsonObject = {"ran": False, "reason": "another thread runs in the zygote"}
-        else:
-            answer = _run({**job, "_sock": sock})
-        _send(sock, {**answer, "id": job.get("id")})
+            _send(sock, {"ran": False, "reason": "another thread runs in the zygote",
+                         "id": note.get("id")})
+            continue
+        os.waitpid(_forked(lambda: _handle(sock, buf)), 0)
 
 
 def main() -> None:

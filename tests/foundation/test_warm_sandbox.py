@@ -304,3 +304,46 @@ def test_a_broken_bubblewrap_is_never_warm(case: Case, monkeypatch) -> None:
         assert out.status == "sandbox-unavailable" and "not run" in out.reason
     assert time.monotonic() - started < 30
     assert any("/bin/false" in kind for kind in warm_sandbox.unavailable())
+
+
+def test_a_loader_holds_no_descriptor_of_the_zygote_or_the_parent(case: Case) -> None:
+    """Past hook and filter, a program started by the loader inherits what the loader holds:
+    nothing but its standard streams (no socket to the parent, no status pipe, no descriptor
+    of a file to load)."""
+    check = "ls -l /proc/$$/fd | grep -qE 'socket:|pipe:|[.]pt$' && exit 9; exit 0"
+    out = run_child("echo", {"action": "system", "command": check, "layers": []}, case=case,
+                    timeout_s=60)
+    assert _zygote_of_last_run(case) is not None
+    assert out.status == "ok" and out.result["status"] == 0, out.result
+
+
+_SCAN = ("exec python3 -c \"import os, re, sys\n"
+         "pid, found = os.getppid(), set()\n"
+         "for line in open(f'/proc/{pid}/maps'):\n"
+         "    span, perms = line.split()[:2]\n"
+         "    if 'r' not in perms: continue\n"
+         "    a, b = (int(x, 16) for x in span.split('-'))\n"
+         "    try:\n"
+         "        with open(f'/proc/{pid}/mem', 'rb') as m:\n"
+         "            m.seek(a); data = m.read(b - a)\n"
+         "    except (OSError, ValueError, OverflowError): continue\n"
+         "    found.update(re.findall(rb'WARM-MARK-[A-Z]+-7', data))\n"
+         # the markers are spelt in pieces here: this command is in the loader's memory too
+         "this, earlier = (f'WARM-MARK-{w}-7'.encode() for w in ('TH' 'IS', 'EARL' 'IER'))\n"
+         "sys.exit((this in found) + 2 * (earlier in found))\"")
+
+
+def test_a_loader_finds_no_earlier_request_in_its_memory(case: Case, tmp_path: Path) -> None:
+    """The zygote never reads a job (a one-shot fork of it does): what an earlier load was
+    asked, and which file it loaded, is not in a later loader's memory. The later loader's own
+    request is (the scan works)."""
+    earlier = tmp_path / "WARM-MARK-EARLIER-7.pt"
+    earlier.write_bytes(b"x")
+    run_child("echo", {"action": "echo", "note": "WARM-MARK-EARLIER-7"}, inputs=[str(earlier)],
+              case=case, timeout_s=60)
+    zygote = _zygote_of_last_run(case)
+    out = run_child("echo", {"action": "system", "command": _SCAN, "layers": [],
+                             "note": "WARM-MARK-THIS-7"}, case=case, timeout_s=120)
+    assert _zygote_of_last_run(case) == zygote is not None
+    assert out.status == "ok" and os.waitstatus_to_exitcode(out.result["status"]) == 1, \
+        out.result
