@@ -80,18 +80,20 @@ class ZygoteFailed(RuntimeError):
 
 
 def zygote_argv(bwrap: str, base: str, module: str, fd: int, *, python: str,
-                package_root: str) -> list[str]:
+                package_root: str, info_fd: int) -> list[str]:
     """bubblewrap for a zygote: the host read-only, ``base`` writable (its children's
     scratch directories and mount point), no network, :data:`ZYGOTE_CAPS` in its own user
     namespace; the zygote is pid 1 of its pid namespace (``--as-pid-1``: no capability-less
     init that a child could reach through ``/proc/1/root``). Not ``--disable-userns``: its
     nested user namespace would not own the pid namespace, and a child could not mount its own
-    procfs; the zygote sets its user namespace's ``user.max_user_namespaces`` to 0 instead."""
+    procfs; the zygote sets its user namespace's ``user.max_user_namespaces`` to 0 instead.
+    bubblewrap writes the zygote's pid, as this side sees it, on ``info_fd``."""
     return [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
             "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--as-pid-1",
             "--cap-drop", "ALL", *(x for cap in ZYGOTE_CAPS for x in ("--cap-add", cap)),
             "--hostname", "ckptrescue-sandbox", "--ro-bind", "/", "/", "--proc", "/proc",
-            "--dev", "/dev", "--bind", base, base, "--chdir", base, "--",
+            "--dev", "/dev", "--bind", base, base, "--chdir", base,
+            "--info-fd", str(info_fd), "--",
             python, "-I", "-B", "-c",
             "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
             "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)",
@@ -114,50 +116,37 @@ class Zygote:
         os.mkdir(os.path.join(self.base, "tmp"))
         ours, theirs = socket.socketpair()
         self.sock = ours
+        info, info_w = os.pipe()
         self.argv = zygote_argv(bwrap, self.base, f"ckptrescue.sandbox_children.{child}",
                                 theirs.fileno(), python=sandbox.child_python(),
-                                package_root=sandbox.package_root())
+                                package_root=sandbox.package_root(), info_fd=info_w)
         tmp = os.path.join(self.base, "tmp")
         log = os.path.join(self.base, "zygote.log")
         try:
             self.proc = spawn_kept(self.argv, log=log, env_extra={**env, "HOME": tmp,
                                                                   "TMPDIR": tmp},
-                                   pass_fds=(theirs.fileno(),), case=case,
+                                   pass_fds=(theirs.fileno(), info_w), case=case,
                                    purpose=f"sandbox:{child} (warm)")
         finally:
             theirs.close()
+            os.close(info_w)
         self._buf = bytearray()
+        self._pidfd: int | None = None
         try:
             ready = self._answer(READY_TIMEOUT_S)
         except ZygoteFailed as exc:
             tail = _tail(log)
+            os.close(info)
             self.close()
             raise ZygoteFailed(f"{exc}{': ' + tail if tail else ''}") from None
+        self.host_pid = _child_pid(info)  # written before the zygote ran, so before "ready"
         if not ready.get("ready"):
             self.close()
             raise ZygoteFailed(f"the zygote answered {ready!r} instead of ready")
         self.loads = 0
         self._jobs = 0
-        self.host_pid = self.zygote_pid  # found once, while it surely runs
         # close() kills it by this handle (a pid could be reused by then)
         self._pidfd = os.pidfd_open(self.host_pid) if self.host_pid else None
-
-    @property
-    def zygote_pid(self) -> int | None:
-        """The zygote's process id on this side of its pid namespace: bubblewrap's descendant
-        that runs ``zygote.py`` (None when it is gone)."""
-        todo = [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if b"ckptrescue.sandbox_children.zygote" in fh.read() and pid != self.proc.pid:
-                        return pid
-                with open(f"/proc/{pid}/task/{pid}/children") as fh:
-                    todo.extend(int(c) for c in fh.read().split())
-            except (OSError, ValueError):
-                continue
-        return None
 
     @property
     def alive(self) -> bool:
@@ -225,13 +214,16 @@ class Zygote:
         try:
             self.sock.close()
         finally:
-            if getattr(self, "_pidfd", None) is not None and self.owner == os.getpid():
+            if self._pidfd is not None and self.owner == os.getpid():
                 try:
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
                 except OSError:
                     pass
                 os.close(self._pidfd)
                 self._pidfd = None
+            deadline = time.monotonic() + 5  # bubblewrap reaps the zygote and exits with it
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
             if self.proc.poll() is None:
                 try:
                     os.killpg(self.proc.pid, signal.SIGKILL)
@@ -239,6 +231,22 @@ class Zygote:
                     self.proc.kill()
                 self.proc.wait()
             shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _child_pid(info: int) -> int | None:
+    """The sandboxed process's pid from bubblewrap's ``--info-fd`` JSON (None if unreadable)."""
+    os.set_blocking(info, False)
+    try:
+        data = os.read(info, 4096)
+    except OSError:
+        data = b""
+    finally:
+        os.close(info)
+    try:
+        pid = json.loads(data).get("child-pid")
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
 
 
 def _tail(path: str) -> str:
