@@ -30,6 +30,9 @@ kept: :func:`unavailable`); a child that cannot build its view runs cold; a zygo
 or stops answering during a load is killed, and that load is run again cold (the cold run's
 outcome is the one reported). A zygote belongs to the process that started it (a forked copy
 starts its own) and ends when that process closes its socket, at exit or when it is killed.
+Its mount namespace is a copy of the host's as it was when it started, and holds those mounts:
+so a zygote lives for one engine step at most (``close_all``), never across the step that
+unmounts or detaches what a load read.
 """
 
 from __future__ import annotations
@@ -335,8 +338,15 @@ def unavailable() -> dict[str, str]:
 
 
 def close_all() -> None:
-    """End this process's zygotes (at exit: their sockets close with the process anyway)."""
+    """End this process's zygotes: at the end of each engine step (a zygote's mount namespace
+    holds every mount that existed when it started) and at exit."""
     _POOL.close_all()
+
+
+def running() -> int:
+    """How many zygotes this process has running."""
+    with _POOL.lock:
+        return sum(1 for kind in _POOL.zygotes.values() for z in kind if z.alive)
 
 
 def warm_capable(child: str, env_extra: dict[str, str] | None) -> bool:

@@ -368,7 +368,15 @@ class _RunState:
             ctx = StepContext(case=self.case, runner=self.runner, step_id=step.id,
                               cancel=self.cancel, confirm=self.gate, outputs=self.outputs,
                               plan_actions=self.plan_actions)
-            result = yield from self._drive(step, action, ctx, args)
+            try:
+                result = yield from self._drive(step, action, ctx, args)
+            finally:
+                # a warm loader's zygote sees every mount that existed when it started: it
+                # ends with the step, so that no later step (umount, losetup -d) or responder
+                # finds evidence held busy by the kit
+                from ckptrescue.effects.warm_sandbox import close_all
+
+                close_all()
         return result
 
     def _drive(self, step: Step, action: Any, ctx: StepContext, args: ActionArgs

@@ -347,3 +347,19 @@ def test_a_loader_finds_no_earlier_request_in_its_memory(case: Case, tmp_path: P
     assert _zygote_of_last_run(case) == zygote is not None
     assert out.status == "ok" and os.waitstatus_to_exitcode(out.result["status"]) == 1, \
         out.result
+
+
+def test_a_zygote_ends_with_the_step_that_started_it(tmp_path: Path, case: Case) -> None:
+    """A zygote's mount namespace holds every mount that existed when it started: after a
+    step that loaded warm, none runs (a later umount or losetup -d finds nothing of ours)."""
+    import torch
+    from cli_helpers import invoke
+
+    from ckptrescue.effects import warm_sandbox
+
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.arange(8, dtype=torch.int32)}, ckpt)
+    res = invoke("probe", str(ckpt), "--load", "--case", str(case.root))
+    assert res.returncode == 0, res.stderr
+    assert _zygote_of_last_run(Case.open(case.root)) is not None
+    assert warm_sandbox.running() == 0
