@@ -5,10 +5,11 @@ torch: 1.1-1.7 s before the file is opened, for every checkpoint. A warm load fo
 a process that made those imports already, and costs tens of milliseconds. The boundary is the
 same, built in a different order:
 
-* the zygote (``sandbox_children/zygote.py``) runs inside bubblewrap: new user, pid, network,
-  ipc and uts namespaces, no network, the host's filesystem read-only, no further user
-  namespaces, and of all capabilities only :data:`ZYGOTE_CAPS`, in its own user namespace (to
-  build each child's view). It never reads a file it is asked to load: it opens each with
+* the zygote (``sandbox_children/zygote.py``) runs in a user namespace of its own (the caller
+  mapped to its root; of all capabilities only :data:`ZYGOTE_CAPS`, there), with no network,
+  its own ipc and uts namespaces, no further user namespaces, and in the host's mount
+  namespace (:func:`zygote_argv` says why). It never reads a file it is asked to load: a
+  one-shot handler it forks per load takes a copy of the mount namespace and opens each file
   ``O_PATH``, to check its identity and bind that very file.
 * for each load, the zygote forks; the fork enters a new pid and ipc namespace, whose init
   builds the cold child's view itself (``sandbox_children/view.py``: the same binds,
@@ -30,9 +31,8 @@ kept: :func:`unavailable`); a child that cannot build its view runs cold; a zygo
 or stops answering during a load is killed, and that load is run again cold (the cold run's
 outcome is the one reported). A zygote belongs to the process that started it (a forked copy
 starts its own) and ends when that process closes its socket, at exit or when it is killed.
-Its mount namespace is a copy of the host's as it was when it started, and holds those mounts:
-so a zygote lives for one engine step at most (``close_all``), never across the step that
-unmounts or detaches what a load read.
+It holds no mount: a load's copy of the mount namespace lives as long as the load. Still, a
+zygote started in an engine step ends with it (``close_all``).
 """
 
 from __future__ import annotations
@@ -82,25 +82,18 @@ class ZygoteFailed(RuntimeError):
     """The zygote died, stopped answering or could not start: the load runs cold."""
 
 
-def zygote_argv(bwrap: str, base: str, module: str, fd: int, *, python: str,
-                package_root: str, info_fd: int) -> list[str]:
-    """bubblewrap for a zygote: the host read-only, ``base`` writable (its children's
-    scratch directories and mount point), no network, :data:`ZYGOTE_CAPS` in its own user
-    namespace; the zygote is pid 1 of its pid namespace (``--as-pid-1``: no capability-less
-    init that a child could reach through ``/proc/1/root``). Not ``--disable-userns``: its
-    nested user namespace would not own the pid namespace, and a child could not mount its own
-    procfs; the zygote sets its user namespace's ``user.max_user_namespaces`` to 0 instead.
-    bubblewrap writes the zygote's pid, as this side sees it, on ``info_fd``."""
-    return [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--as-pid-1",
-            "--cap-drop", "ALL", *(x for cap in ZYGOTE_CAPS for x in ("--cap-add", cap)),
-            "--hostname", "ckptrescue-sandbox", "--ro-bind", "/", "/", "--proc", "/proc",
-            "--dev", "/dev", "--bind", base, base, "--chdir", base,
-            "--info-fd", str(info_fd), "--",
+def zygote_argv(unshare: str, base: str, module: str, fd: int, *, python: str,
+                package_root: str) -> list[str]:
+    """util-linux ``unshare`` for a zygote: a user namespace of its own (the caller mapped to
+    its root), no network, its own ipc and uts namespaces, and **the host's mount namespace**:
+    a zygote holds no copy of the host's mounts (a copy would keep every filesystem mounted when
+    it started busy for its whole life, and see nothing mounted later). Each load's handler
+    takes a copy of its own, for that load only."""
+    return [unshare, "--user", "--map-root-user", "--net", "--ipc", "--uts", "--",
             python, "-I", "-B", "-c",
             "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; "
             "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)",
-            package_root, "ckptrescue.sandbox_children.zygote", module, str(fd)]
+            package_root, "ckptrescue.sandbox_children.zygote", module, str(fd), base]
 
 
 class Zygote:
@@ -117,39 +110,36 @@ class Zygote:
         self.base = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-warm-"))
         os.mkdir(os.path.join(self.base, "root"))
         os.mkdir(os.path.join(self.base, "tmp"))
+        unshare = shutil.which("unshare")
+        if unshare is None:
+            raise ZygoteFailed("util-linux unshare is not installed")
         ours, theirs = socket.socketpair()
         self.sock = ours
-        info, info_w = os.pipe()
-        self.argv = zygote_argv(bwrap, self.base, f"ckptrescue.sandbox_children.{child}",
+        self.argv = zygote_argv(unshare, self.base, f"ckptrescue.sandbox_children.{child}",
                                 theirs.fileno(), python=sandbox.child_python(),
-                                package_root=sandbox.package_root(), info_fd=info_w)
+                                package_root=sandbox.package_root())
         tmp = os.path.join(self.base, "tmp")
         log = os.path.join(self.base, "zygote.log")
         try:
             self.proc = spawn_kept(self.argv, log=log, env_extra={**env, "HOME": tmp,
                                                                   "TMPDIR": tmp},
-                                   pass_fds=(theirs.fileno(), info_w), case=case,
+                                   pass_fds=(theirs.fileno(),), case=case,
                                    purpose=f"sandbox:{child} (warm)")
         finally:
             theirs.close()
-            os.close(info_w)
         self._buf = bytearray()
-        self._pidfd: int | None = None
         try:
             ready = self._answer(READY_TIMEOUT_S)
         except ZygoteFailed as exc:
             tail = _tail(log)
-            os.close(info)
             self.close()
             raise ZygoteFailed(f"{exc}{': ' + tail if tail else ''}") from None
-        self.host_pid = _child_pid(info)  # written before the zygote ran, so before "ready"
+        self.host_pid: int | None = self.proc.pid  # unshare exec'd the zygote itself
         if not ready.get("ready"):
             self.close()
             raise ZygoteFailed(f"the zygote answered {ready!r} instead of ready")
         self.loads = 0
         self._jobs = 0
-        # close() kills it by this handle (a pid could be reused by then)
-        self._pidfd = os.pidfd_open(self.host_pid) if self.host_pid else None
 
     @property
     def alive(self) -> bool:
@@ -213,43 +203,18 @@ class Zygote:
             raise ZygoteFailed(f"the zygote's socket failed: {exc}") from None
 
     def close(self) -> None:
-        """End the zygote (pid 1 of its namespace: its loads end with it) and bubblewrap."""
+        """End the zygote and every process of its group (handlers, loads), then remove its
+        directory. Our child until waited for, so its group id cannot have been reused."""
         try:
             self.sock.close()
         finally:
-            if self._pidfd is not None and self.owner == os.getpid():
-                try:
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-                except OSError:
-                    pass
-                os.close(self._pidfd)
-                self._pidfd = None
-            deadline = time.monotonic() + 5  # bubblewrap reaps the zygote and exits with it
-            while self.proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if self.proc.poll() is None:
+            if self.owner == os.getpid():
                 try:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 except OSError:
-                    self.proc.kill()
+                    pass
                 self.proc.wait()
             shutil.rmtree(self.base, ignore_errors=True)
-
-
-def _child_pid(info: int) -> int | None:
-    """The sandboxed process's pid from bubblewrap's ``--info-fd`` JSON (None if unreadable)."""
-    os.set_blocking(info, False)
-    try:
-        data = os.read(info, 4096)
-    except OSError:
-        data = b""
-    finally:
-        os.close(info)
-    try:
-        pid = json.loads(data).get("child-pid")
-    except (ValueError, AttributeError):
-        return None
-    return pid if isinstance(pid, int) and pid > 0 else None
 
 
 def _tail(path: str) -> str:

@@ -1,10 +1,10 @@
 """The filesystem view of one warm load: what bubblewrap builds for a cold child, built with
 system calls in the zygote's fork (``zygote.py``), before the loader touches anything.
 
-The zygote runs inside bubblewrap (user, pid, network, ipc and uts namespaces; the host's
-whole filesystem read-only; ``CAP_SYS_ADMIN``, ``CAP_SETPCAP`` and ``CAP_SYS_RESOURCE`` kept in
-its own user namespace, nothing else). For each load, the init of a fresh pid and ipc namespace
-(:func:`build`):
+The zygote runs in a user namespace of its own (``CAP_SYS_ADMIN``, ``CAP_SETPCAP`` and
+``CAP_SYS_RESOURCE`` kept there, nothing else; no network; the host's mount namespace). For
+each load, a one-shot handler takes a private copy of the mount namespace
+(:func:`private_mounts`), and the init of a fresh pid and ipc namespace (:func:`build`):
 
 1. enters a mount namespace of its own (``unshare(CLONE_NEWNS)``, every mount private);
 2. mounts an empty tmpfs as the new root and binds into it exactly what a cold child's
@@ -199,6 +199,31 @@ def _fresh_dev(libc: ctypes.CDLL, dev: str) -> None:
     os.mkdir(f"{dev}/pts")
     _mount(libc, "devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC,
            "newinstance,ptmxmode=0666,mode=620")
+
+
+def private_mounts() -> None:
+    """A mount namespace of this process's own, every mount in it private."""
+    libc = _libc()
+    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+
+
+def keep_capabilities(keep: Sequence[int]) -> None:
+    """Drop every capability but ``keep`` from the bounding, ambient, effective, permitted and
+    inheritable sets."""
+    libc = _libc()
+    _check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
+    cap = 0
+    while True:
+        if cap not in keep and libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # EINVAL past the last capability
+        cap += 1
+        if cap > 63:
+            break
+    mask = sum(1 << c for c in keep)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)(mask, mask, 0, 0, 0, 0)  # effective, permitted, inheritable
+    _check(libc.capset(header, data), "capset")
 
 
 def drop_capabilities() -> None:

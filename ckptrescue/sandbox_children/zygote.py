@@ -63,6 +63,9 @@ from typing import Any
 from ckptrescue.model import JsonObject
 
 OUTPUT_FILES = (".warm-stdout", ".warm-stderr")
+# CAP_SYS_ADMIN (mounts, namespaces), CAP_SETPCAP (a loader's bounding set), CAP_SYS_RESOURCE
+# (user.max_user_namespaces)
+KEEP_CAPS = (21, 8, 24)
 CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
 PR_SET_PDEATHSIG = 1
 _STATUS = struct.Struct("<i")
@@ -305,8 +308,13 @@ def _no_user_namespaces() -> None:
 
 
 def _handle(sock: socket.socket, buf: bytearray) -> int:
-    """A one-shot fork of the zygote: reads one job, runs it, answers, and exits, so that no
-    job's paths or request ever sit in the zygote's memory for a later loader to find."""
+    """A one-shot fork of the zygote: takes a copy of the mount namespace (every mount private:
+    nothing done in it reaches the host, and it ends with this load), reads one job, runs it,
+    answers, and exits, so that no job's paths or request ever sit in the zygote's memory for a
+    later loader to find."""
+    from ckptrescue.sandbox_children import view
+
+    view.private_mounts()
     _send(sock, {"go": True})
     line = _read_line(sock, buf)
     if line is None:
@@ -318,10 +326,21 @@ def _handle(sock: socket.socket, buf: bytearray) -> int:
     return 0
 
 
+def _confine_self() -> None:
+    """Of the root of its user namespace's capabilities, keep only what building a load's view
+    needs; no further user namespaces; the cold child's host name."""
+    from ckptrescue.sandbox_children import view
+
+    view.keep_capabilities(KEEP_CAPS)
+    _no_user_namespaces()
+    name = b"ckptrescue-sandbox"
+    ctypes.CDLL(None, use_errno=True).sethostname(name, len(name))
+
+
 def serve(sock: socket.socket, module_name: str) -> None:
     """The zygote's loop: each message is only a child module and the few request keys its
     ``prepare`` reads (``PREPARE_KEYS``); the job itself goes to a fork (:func:`_handle`)."""
-    _no_user_namespaces()
+    _confine_self()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the zygote, never a key
     gc.disable()  # the imports make objects that live to the end (``boundary.start``)
     _prepare(module_name, {})
@@ -342,11 +361,17 @@ def serve(sock: socket.socket, module_name: str) -> None:
             _send(sock, {"ran": False, "reason": "another thread runs in the zygote",
                          "id": note.get("id")})
             continue
-        os.waitpid(_forked(lambda: _handle(sock, buf)), 0)
+        _, status = os.waitpid(_forked(lambda: _handle(sock, buf)), 0)
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            # killed before it answered (or after: the parent then meets an answer out of turn
+            # and ends this zygote): the parent runs the load cold
+            _send(sock, {"ran": False, "reason": "the load's handler ended before it answered",
+                         "id": note.get("id")})
 
 
 def main() -> None:
-    module_name, fd = sys.argv[1], int(sys.argv[2])
+    module_name, fd, base = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    os.chdir(base)
     sock = socket.socket(fileno=fd)
     serve(sock, module_name)
 

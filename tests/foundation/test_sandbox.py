@@ -174,6 +174,7 @@ def test_missing_bubblewrap_is_an_outcome_not_a_fallback(case: Case, monkeypatch
     out = run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
     assert out.status == "sandbox-unavailable" and "not run" in out.reason
     monkeypatch.setattr(sandbox, "BWRAP", "/bin/false")  # bwrap that cannot set up
+    monkeypatch.setenv("CKPTRESCUE_SANDBOX", "cold")  # (a warm load does not use bubblewrap)
     out = run_child("echo", {"action": "echo"}, case=case, timeout_s=60)
     assert out.status == "sandbox-unavailable" and "not run" in out.reason
 
