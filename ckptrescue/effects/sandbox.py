@@ -17,6 +17,11 @@ The boundary, from the outside in:
 * **seccomp** and an **audit hook**, installed by the child itself after its heavy imports and
   before it touches the file (``sandbox_children/boundary.py``, ``confine.py``).
 
+A child module that says ``WARM = True`` is served warm when it can be
+(``effects/warm_sandbox.py``): forked from a zygote that made its heavy imports once, it builds
+this same view itself (:func:`view_binds`) and arms the same hook and filter; any failure of
+the warm path runs the load as described here.
+
 Outcomes (:class:`ChildOutcome`), never exceptions: ``ok``, ``error`` (the loader raised),
 ``crashed``, ``killed``, ``timeout``, ``bad-output``, ``blocked`` (the child tried something the
 sandbox forbids: the attempts recorded by the audit hook, or a SIGSYS kill by the seccomp filter)

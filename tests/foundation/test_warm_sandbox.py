@@ -367,31 +367,27 @@ def test_a_zygote_ends_with_the_step_that_started_it(tmp_path: Path, case: Case)
     assert warm_sandbox.running() == 0
 
 
+def _read_on_a_fresh_tmpfs(where: Path, case: Case) -> tuple[ChildOutcome, int | None]:
+    """Mount a tmpfs at ``where``, load a file on it warm, unmount it (even on failure)."""
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], check=True)
+    try:
+        (where / "f").write_bytes(where.name.encode())
+        out = run_child("echo", {"action": "read", "path": str(where / "f")},
+                        inputs=[str(where / "f")], case=case, timeout_s=60)
+        return out, _zygote_of_last_run(case)
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
 @pytest.mark.privileged
 def test_a_zygote_holds_no_mount(case: Case, tmp_path: Path) -> None:
     """A zygote shares the host's mount namespace: a filesystem mounted when it started and
     unmounted later is gone for it too (a copy of the namespace kept the drill's XFS, and with
     it the loop device, busy for the zygote's whole life), and one mounted later is loadable."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
-    try:
-        (mnt / "f").write_bytes(b"x")
-        out = run_child("echo", {"action": "read", "path": str(mnt / "f")},
-                        inputs=[str(mnt / "f")], case=case, timeout_s=60)
-        zygote = _zygote_of_last_run(case)
-        assert zygote is not None and out.result["data"] == "x"
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+    out, zygote = _read_on_a_fresh_tmpfs(tmp_path / "first", case)
+    assert zygote is not None and out.result["data"] == "first"
     assert os.readlink(f"/proc/{zygote}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
-    assert str(mnt) not in Path(f"/proc/{zygote}/mountinfo").read_text()
-    later = tmp_path / "later"
-    later.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(later)], check=True)
-    try:
-        (later / "g").write_bytes(b"y")
-        out = run_child("echo", {"action": "read", "path": str(later / "g")},
-                        inputs=[str(later / "g")], case=case, timeout_s=60)
-        assert _zygote_of_last_run(case) == zygote and out.result["data"] == "y"
-    finally:
-        subprocess.run(["umount", str(later)], check=True)
+    assert str(tmp_path / "first") not in Path(f"/proc/{zygote}/mountinfo").read_text()
+    out, again = _read_on_a_fresh_tmpfs(tmp_path / "later", case)
+    assert again == zygote and out.result["data"] == "later"
