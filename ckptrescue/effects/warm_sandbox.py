@@ -6,7 +6,8 @@ a process that made those imports already, and costs tens of milliseconds. The b
 same, built in a different order:
 
 * the zygote (``sandbox_children/zygote.py``) runs in a user namespace of its own (the caller
-  mapped to its root; of all capabilities only :data:`ZYGOTE_CAPS`, there), with no network,
+  mapped to its root; of all capabilities only ``CAP_SYS_ADMIN``, ``CAP_SETPCAP`` and
+  ``CAP_SYS_RESOURCE`` (``zygote.KEEP_CAPS``), there), with no network,
   its own ipc and uts namespaces, no further user namespaces, and in the host's mount
   namespace (:func:`zygote_argv` says why). It never reads a file it is asked to load: a
   one-shot handler it forks per load takes a copy of the mount namespace and opens each file
@@ -61,9 +62,6 @@ ANSWER_MARGIN_S = 30.0  # past the load's own limit, before the zygote is taken 
 MAX_LOADS = 100  # a zygote is retired after this many loads
 MAX_ANSWER = 1 << 20  # an answer is a few hundred bytes
 _OUTPUT_FILES = (".warm-stdout", ".warm-stderr")  # zygote.OUTPUT_FILES
-# in the zygote's user namespace only: to build each child's view (mount, pivot_root), drop a
-# child's bounding set, and forbid further user namespaces (user.max_user_namespaces)
-ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_SYS_RESOURCE")
 
 
 @dataclass
