@@ -391,3 +391,21 @@ def test_a_zygote_holds_no_mount(case: Case, tmp_path: Path) -> None:
     assert str(tmp_path / "first") not in Path(f"/proc/{zygote}/mountinfo").read_text()
     out, again = _read_on_a_fresh_tmpfs(tmp_path / "later", case)
     assert again == zygote and out.result["data"] == "later"
+
+
+def test_two_loads_at_once_each_get_their_own_answer(case: Case, tmp_path: Path) -> None:
+    """Two threads load at once: each gets its own result (a second zygote, or a cold load),
+    never the other's."""
+    results: dict[int, ChildOutcome] = {}
+
+    def load(n: int) -> None:
+        results[n] = run_child("echo", {"action": "sleep", "seconds": 1, "n": n}, case=case,
+                               timeout_s=60)
+
+    threads = [threading.Thread(target=load, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for n in (1, 2):
+        assert results[n].status == "ok" and results[n].result["echo"]["n"] == n, results[n]
