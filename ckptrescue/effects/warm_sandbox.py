@@ -33,7 +33,8 @@ or stops answering during a load is killed, and that load is run again cold (the
 outcome is the one reported). A zygote belongs to the process that started it (a forked copy
 starts its own) and ends when that process closes its socket, at exit or when it is killed.
 It holds no mount: a load's copy of the mount namespace lives as long as the load. Still, a
-zygote started in an engine step ends with it (``close_all``).
+zygote started in an engine step ends with it (``close_all``); one that another thread (another
+step) is loading with ends when that load does.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class Zygote:
             raise ZygoteFailed(f"the zygote answered {ready!r} instead of ready")
         self.loads = 0
         self._jobs = 0
+        self.retiring = False  # ended when the thread using it lets go (close_all)
 
     @property
     def alive(self) -> bool:
@@ -154,7 +156,11 @@ class Zygote:
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+            try:
+                readable = left > 0 and select.select([self.sock], [], [], left)[0]
+            except (OSError, ValueError):  # closed under us
+                raise ZygoteFailed("the zygote's socket was closed") from None
+            if not readable:
                 raise ZygoteFailed(f"no answer from the zygote in {timeout_s:.0f} s")
             try:
                 block = self.sock.recv(1 << 16)
@@ -243,15 +249,27 @@ class _Pool:
         with self.lock:
             if key in self.unavailable:
                 return None
-            mine = [z for z in self.zygotes.get(key, []) if z.alive]
+            kept: list[Zygote] = []
+            chosen: Zygote | None = None
             for zyg in self.zygotes.get(key, []):
-                if zyg not in mine and zyg.owner == os.getpid():
+                if zyg.owner != os.getpid():
+                    continue  # a forked copy's parent's: never touched here
+                if not zyg.lock.acquire(blocking=False):
+                    kept.append(zyg)  # busy: the thread using it judges it (an answer it
+                    continue          # has not read yet makes its socket read as closed)
+                if zyg.alive and chosen is None and not zyg.retiring:
+                    chosen = zyg
+                    kept.append(zyg)
+                    continue
+                if zyg.alive and not zyg.retiring:
+                    kept.append(zyg)
+                else:
                     zyg.close()
-            self.zygotes[key] = mine
-            for zyg in mine:
-                if zyg.lock.acquire(blocking=False):
-                    return zyg
-            if len(mine) >= max(1, os.cpu_count() or 1):
+                zyg.lock.release()
+            self.zygotes[key] = kept
+            if chosen is not None:
+                return chosen
+            if len(kept) >= max(1, os.cpu_count() or 1):
                 return None
         try:
             zyg = Zygote(child, bwrap, env, case)
@@ -263,7 +281,7 @@ class _Pool:
             if not self.at_exit:
                 import atexit
 
-                atexit.register(self.close_all)
+                atexit.register(self.close_all, busy_too=True)
                 self.at_exit = True
             self.zygotes.setdefault(key, []).append(zyg)
         return zyg
@@ -279,13 +297,28 @@ class _Pool:
         with self.lock:
             self.unavailable[key] = reason
 
-    def close_all(self) -> None:
+    def close_all(self, busy_too: bool = False) -> None:
+        """End the idle zygotes; one another thread is loading with ends when that load
+        does (``retiring``). ``busy_too`` (at exit) ends them all."""
+        idle: list[Zygote] = []
         with self.lock:
-            zygotes = [z for kind in self.zygotes.values() for z in kind
-                       if z.owner == os.getpid()]
-            self.zygotes.clear()
-        for zyg in zygotes:
+            for kind in self.zygotes.values():
+                for zyg in list(kind):
+                    if zyg.owner != os.getpid():
+                        kind.remove(zyg)
+                    elif busy_too or zyg.lock.acquire(blocking=False):
+                        kind.remove(zyg)
+                        idle.append(zyg)
+                    else:
+                        zyg.retiring = True
+        for zyg in idle:
             zyg.close()
+
+    def release(self, zyg: Zygote) -> None:
+        if zyg.retiring:
+            self.drop(zyg)
+        else:
+            zyg.lock.release()
 
 
 _POOL = _Pool()
@@ -301,15 +334,17 @@ def unavailable() -> dict[str, str]:
 
 
 def close_all() -> None:
-    """End this process's zygotes: at the end of each engine step (a zygote's mount namespace
-    holds every mount that existed when it started) and at exit."""
+    """End this process's zygotes at the end of each engine step: no process of the kit
+    outlives the step that started it. A zygote loading for another thread ends when that load
+    does."""
     _POOL.close_all()
 
 
 def running() -> int:
     """How many zygotes this process has running."""
     with _POOL.lock:
-        return sum(1 for kind in _POOL.zygotes.values() for z in kind if z.alive)
+        return sum(1 for kind in _POOL.zygotes.values() for z in kind
+                   if z.owner == os.getpid() and z.proc.poll() is None)
 
 
 def warm_capable(child: str, env_extra: dict[str, str] | None) -> bool:
@@ -415,4 +450,4 @@ def run_warm(child: str, request: JsonObject, *, bwrap: str, env: dict[str, str]
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
         if not dropped:
-            zyg.lock.release()
+            _POOL.release(zyg)

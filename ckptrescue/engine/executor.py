@@ -371,9 +371,8 @@ class _RunState:
             try:
                 result = yield from self._drive(step, action, ctx, args)
             finally:
-                # a warm loader's zygote sees every mount that existed when it started: it
-                # ends with the step, so that no later step (umount, losetup -d) or responder
-                # finds evidence held busy by the kit
+                # a warm loader's zygote ends with the step: no process of the kit outlives
+                # the step that started it (one loading for another step ends after that load)
                 from ckptrescue.effects.warm_sandbox import close_all
 
                 close_all()

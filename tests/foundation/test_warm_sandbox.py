@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -219,8 +220,11 @@ def test_a_zygote_killed_between_loads_is_replaced(case: Case) -> None:
 
 
 def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as fh:
-        return [int(p) for p in fh.read().split()]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except FileNotFoundError:  # it ended
+        return []
 
 
 @pytest.mark.parametrize("victim", ["zygote", "handler"])
@@ -394,18 +398,45 @@ def test_a_zygote_holds_no_mount(case: Case, tmp_path: Path) -> None:
 
 
 def test_two_loads_at_once_each_get_their_own_answer(case: Case, tmp_path: Path) -> None:
-    """Two threads load at once: each gets its own result (a second zygote, or a cold load),
-    never the other's."""
-    results: dict[int, ChildOutcome] = {}
+    """Two threads load at once, again and again: each gets its own result (a second zygote,
+    or a cold load), never the other's. A zygote busy in one thread, with an answer that thread
+    had not read yet, once read as closed to the other, which closed it under the first."""
+    results: dict[tuple[int, int], ChildOutcome] = {}
 
     def load(n: int) -> None:
-        results[n] = run_child("echo", {"action": "sleep", "seconds": 1, "n": n}, case=case,
-                               timeout_s=60)
+        for i in range(6):
+            results[n, i] = run_child("echo", {"action": "sleep", "seconds": 0.05, "n": n},
+                                      case=case, timeout_s=60)
 
     threads = [threading.Thread(target=load, args=(n,)) for n in (1, 2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for n in (1, 2):
-        assert results[n].status == "ok" and results[n].result["echo"]["n"] == n, results[n]
+    assert len(results) == 12
+    for (n, _), out in results.items():
+        assert out.status == "ok" and out.result["echo"]["n"] == n, out
+
+
+def test_a_step_that_ends_does_not_end_another_steps_load(case: Case) -> None:
+    """``close_all`` (the end of one engine step) while another thread loads: that load ends
+    well, warm, and its zygote ends after it."""
+    from ckptrescue.effects import warm_sandbox
+
+    run_child("echo", {"action": "sleep", "seconds": 0}, case=case, timeout_s=60)  # started
+    zygote = _zygote_of_last_run(case)
+    assert zygote is not None
+    results: list[ChildOutcome] = []
+    loading = threading.Thread(target=lambda: results.append(run_child(
+        "echo", {"action": "sleep", "seconds": 1.5, "n": 7}, case=case, timeout_s=60)))
+    loading.start()
+    deadline = time.monotonic() + 30
+    while not any(_children(c) for c in _children(zygote)):  # the load's fork runs
+        assert time.monotonic() < deadline and loading.is_alive()
+        time.sleep(0.02)
+    warm_sandbox.close_all()
+    assert warm_sandbox.running() == 1  # still loading
+    loading.join()
+    assert results and results[0].status == "ok" and results[0].result["echo"]["n"] == 7
+    assert _zygote_of_last_run(case) == zygote
+    assert warm_sandbox.running() == 0 and _ended(zygote)
