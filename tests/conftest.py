@@ -119,6 +119,18 @@ def case(tmp_path: Path):  # noqa: ANN201
 KERNEL_LOCK = Path(tempfile.gettempdir()) / "ckptrescue-tests-kernel-state.lock"
 
 
+@pytest.fixture
+def kernel_state_still() -> Iterator[None]:
+    """For a test that reads machine-wide state (the block devices) without changing it: no
+    privileged test changes it meanwhile (``KERNEL_LOCK``, held to the test's end)."""
+    with open(KERNEL_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     if item.get_closest_marker("privileged") is None:
