@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -372,10 +373,11 @@ class _RunState:
                 result = yield from self._drive(step, action, ctx, args)
             finally:
                 # a warm loader's zygote ends with the step: no process of the kit outlives
-                # the step that started it (one loading for another step ends after that load)
-                from ckptrescue.effects.warm_sandbox import close_all
-
-                close_all()
+                # the step that started it (one loading for another step ends after that load);
+                # none runs where the module was never imported (a step that loaded nothing)
+                warm = sys.modules.get("ckptrescue.effects.warm_sandbox")
+                if warm is not None:
+                    warm.close_all()
         return result
 
     def _drive(self, step: Step, action: Any, ctx: StepContext, args: ActionArgs
