@@ -14,7 +14,7 @@ DEMO_DIR ?= demo-out
 AZURITE_VERSION := 3.35.0
 AZURITE := build/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: setup system-packages azurite bytecode test demo bench lint clean help docs
+.PHONY: setup setup-parts system-packages azurite bytecode test demo bench lint clean help docs
 
 help:
 	@echo "make demo   - set up if needed, run the drill incident end to end, print the report path"
@@ -24,9 +24,15 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make setup  - system packages (apt-get, as root), .venv, editable install with all extras and the fixture writers"
 
-setup: system-packages $(STAMP) $(if $(filter setup test,$(MAKECMDGOALS)),azurite)
+# Its parts run at once (apt-get, pip and npm mostly wait on the network and the disk); Azurite's
+# npm install waits for the system packages (nodejs is one of them).
+setup:
+	@$(MAKE) --no-print-directory -j3 setup-parts \
+		WITH_AZURITE=$(if $(filter setup test,$(MAKECMDGOALS)),1)
 
-azurite:
+setup-parts: system-packages $(STAMP) $(if $(WITH_AZURITE),azurite)
+
+azurite: | system-packages
 	@if [ ! -x $(AZURITE) ]; then \
 	  if command -v npm >/dev/null 2>&1; then \
 	    echo "installing azurite@$(AZURITE_VERSION) under build/azurite"; \
