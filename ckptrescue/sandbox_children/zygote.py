@@ -338,8 +338,23 @@ def _confine_self() -> None:
 
 
 def serve(sock: socket.socket, module_name: str) -> None:
-    """The zygote's loop: each message is only a child module and the few request keys its
-    ``prepare`` reads (``PREPARE_KEYS``); the job itself goes to a fork (:func:`_handle`)."""
+    """The zygote's loop (:func:`_serve`); however it ends (its parent gone, maybe killed
+    mid-load, so that telling it how the load ended failed), nothing of its directory is
+    left. A fork never returns here (:func:`_forked`)."""
+    base = os.getcwd()
+    try:
+        _serve(sock, module_name)
+    finally:
+        _empty(base)
+        try:
+            os.rmdir(base)
+        except OSError:  # the parent's close() removed it first
+            pass
+
+
+def _serve(sock: socket.socket, module_name: str) -> None:
+    """Each message is only a child module and the few request keys its ``prepare`` reads
+    (``PREPARE_KEYS``); the job itself goes to a fork (:func:`_handle`)."""
     _confine_self()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the zygote, never a key
     gc.disable()  # the imports make objects that live to the end (``boundary.start``)
@@ -349,8 +364,7 @@ def serve(sock: socket.socket, module_name: str) -> None:
     buf = bytearray()
     while True:
         line = _read_line(sock, buf)
-        if line is None:  # the parent ended: leave nothing in its directory
-            _empty(os.getcwd())
+        if line is None:  # the parent ended
             return
         note = json.loads(line)
         module = importlib.import_module(note["module"])

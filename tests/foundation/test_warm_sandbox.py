@@ -254,7 +254,8 @@ def test_a_zygote_or_handler_killed_during_a_load(victim: str, case: Case) -> No
 
 
 def test_the_zygote_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
-    """The parent killed with -9 mid-load: its zygote, and the child it was running, end."""
+    """The parent killed with -9 mid-load: its zygote, and the child it was running, end,
+    and its directory under the temporary directory is gone."""
     script = (
         "import json, sys; from ckptrescue.effects.sandbox import run_child; "
         "from ckptrescue.record.case import Case; "
@@ -270,6 +271,8 @@ def test_the_zygote_ends_with_the_process_that_started_it(tmp_path: Path) -> Non
         line = proc.stdout.readline() if proc.stdout else ""
         zygote = int(line)
         handle = os.pidfd_open(zygote)
+        base = Path(os.readlink(f"/proc/{zygote}/cwd"))
+        assert base.name.startswith("ckptrescue-warm-") and (base / "tmp").is_dir()
     finally:
         proc.kill()
         proc.wait()
@@ -277,6 +280,7 @@ def test_the_zygote_ends_with_the_process_that_started_it(tmp_path: Path) -> Non
         assert select.select([handle], [], [], 30)[0], "the zygote outlived its parent"
     finally:
         os.close(handle)
+    assert not base.exists()
 
 
 def test_a_forked_copy_of_the_parent_starts_its_own_zygote(case: Case, tmp_path: Path) -> None:
