@@ -118,7 +118,8 @@ CODES = {
     "LD004": (I, "Real load skipped: the structural verdict does not allow it"),
     "LD005": (C, "Sandbox blocked the loader: the file made it try to run a program, open the "
                  "network, write outside scratch or resolve a forbidden global"),
-    "LD006": (W, "Sandbox unavailable (bubblewrap missing or no namespaces): load not run"),
+    "LD006": (W, "Sandbox unavailable (bubblewrap missing, no namespaces, or no room for its "
+                 "scratch directory): load not run"),
     "LD007": (E, "The real loader refuses a file the static checks found loadable"),
     "LD008": (E, "The real loader's tensors differ from the static map (dtype, shape or bytes)"),
     # salvage

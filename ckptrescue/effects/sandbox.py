@@ -265,12 +265,17 @@ def run_child(
             result, started, attempts, files = warm
             return _outcome(result, started=started, attempts=attempts, files=files)
     runner = SubprocessRunner(case)
-    scratch = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-sandbox-"))
     try:
-        os.mkdir(os.path.join(scratch, "tmp"))
+        scratch = _scratch("ckptrescue-sandbox-")
+    except OSError as exc:
+        return ChildOutcome("sandbox-unavailable", reason=_no_scratch(exc, "the real load"))
+    try:
         req_path = os.path.join(scratch, "request.json")
-        with open(req_path, "w") as fh:
-            json.dump({**request, "scratch": scratch}, fh)
+        try:
+            with open(req_path, "w") as fh:
+                json.dump({**request, "scratch": scratch}, fh)
+        except OSError as exc:
+            return ChildOutcome("sandbox-unavailable", reason=_no_scratch(exc, "the real load"))
         env = {**CHILD_ENV, "HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
                **(env_extra or {})}
         # -I isolates from the user's site/env, -B writes no bytecode; the package path is
@@ -290,6 +295,25 @@ def run_child(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return _outcome(result, started=started, attempts=attempts, files=files)
+
+
+def _scratch(prefix: str) -> str:
+    """A fresh scratch directory (with its ``tmp``) under the temporary directory."""
+    scratch = os.path.realpath(tempfile.mkdtemp(prefix=prefix))
+    try:
+        os.mkdir(os.path.join(scratch, "tmp"))
+    except OSError:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return scratch
+
+
+def _no_scratch(exc: OSError, what: str) -> str:
+    """Why nothing ran when the scratch directory could not be written (a full disk)."""
+    where = tempfile.gettempdir()
+    return (f"the sandbox's scratch directory under {where} could not be written "
+            f"({exc.strerror or exc}): {what} was not run (free space there, or point TMPDIR "
+            "elsewhere)")
 
 
 def _outcome(result: Any, *, started: bool, attempts: list[JsonObject],
@@ -402,9 +426,12 @@ def run_confined(
             "bubblewrap (bwrap) is not installed: the command was not run (install the Debian "
             "package bubblewrap)"))
     runner = SubprocessRunner(case)
-    scratch = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-eval-"))
     try:
-        os.mkdir(os.path.join(scratch, "tmp"))
+        scratch = _scratch("ckptrescue-eval-")
+    except OSError as exc:
+        return ConfinedRun("sandbox-unavailable", list(argv), limits=limits,
+                           reason=_no_scratch(exc, "the command"))
+    try:
         marker = os.path.join(scratch, _CONFINED_STARTED)
         env = {"HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
                "PYTHONDONTWRITEBYTECODE": "1"}

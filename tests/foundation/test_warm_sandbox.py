@@ -444,3 +444,58 @@ def test_a_step_that_ends_does_not_end_another_steps_load(case: Case) -> None:
     assert results and results[0].status == "ok" and results[0].result["echo"]["n"] == 7
     assert _zygote_of_last_run(case) == zygote
     assert warm_sandbox.running() == 0 and _ended(zygote)
+
+
+def _fill(where: Path) -> Path:
+    filler = where / "filler"
+    with filler.open("wb") as fh, pytest.raises(OSError, match="No space left on device"):
+        while True:
+            fh.write(b"\0" * 65536)
+            fh.flush()
+    return filler
+
+
+@pytest.mark.privileged
+def test_a_full_temporary_directory_runs_nothing_and_says_where(case: Case, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """The disk under the temporary directory fills between two loads: the second is not run,
+    warm or cold (the reason names the directory and the error), and leaves nothing there; with
+    room again the next load runs in the same zygote. ``probe --load`` keeps its static
+    verdict and says why the load did not run (LD006), never a traceback."""
+    import tempfile
+
+    import torch
+    from cli_helpers import invoke
+
+    from ckptrescue.effects import warm_sandbox
+    from fixtures.storage import small_tmpfs
+
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.arange(8, dtype=torch.int32)}, ckpt)
+    before = hashlib.sha256(ckpt.read_bytes()).hexdigest()
+    with small_tmpfs("1m") as mnt:
+        monkeypatch.setattr(tempfile, "tempdir", str(mnt))
+        try:
+            assert run_child("echo", {"action": "echo"}, case=case, timeout_s=60).status == "ok"
+            zygote = _zygote_of_last_run(case)
+            assert zygote is not None
+            filler = _fill(mnt)
+            out = run_child("echo", {"action": "echo", "n": 2}, case=case, timeout_s=60)
+            assert out.status == "sandbox-unavailable", out
+            assert f"under {mnt} could not be written (No space left on device)" in out.reason
+            (base,) = [p for p in mnt.iterdir() if p.name.startswith("ckptrescue-warm-")]
+            assert sorted(p.name for p in base.iterdir()) == ["root", "tmp", "zygote.log"]
+            filler.unlink()
+            out = run_child("echo", {"action": "echo", "n": 3}, case=case, timeout_s=60)
+            assert out.status == "ok" and out.result["echo"]["n"] == 3, out
+            assert _zygote_of_last_run(case) == zygote
+            _fill(mnt)
+            res = invoke("probe", str(ckpt), "--load", "--case", str(case.root))
+        finally:
+            warm_sandbox.close_all()
+        assert sorted(p.name for p in mnt.iterdir()) == ["filler"]
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert res.stdout.startswith("INTACT") and "[LD006] torch load not run: the sandbox's " \
+        f"scratch directory under {mnt} could not be written (No space left on device)" \
+        in res.stdout, res.stdout
+    assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == before
