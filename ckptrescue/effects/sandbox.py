@@ -310,7 +310,8 @@ def _scratch(prefix: str) -> str:
 
 def _no_scratch(exc: OSError, what: str) -> str:
     """Why nothing ran when the scratch directory could not be written (a full disk)."""
-    where = tempfile.gettempdir()
+    # never tempfile.gettempdir() here: where no directory is usable it raises this again
+    where = tempfile.tempdir or os.environ.get("TMPDIR") or "/tmp"
     return (f"the sandbox's scratch directory under {where} could not be written "
             f"({exc.strerror or exc}): {what} was not run (free space there, or point TMPDIR "
             "elsewhere)")

@@ -106,26 +106,32 @@ class Zygote:
         self.bwrap = bwrap
         self.owner = os.getpid()
         self.lock = threading.Lock()
-        self.base = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-warm-"))
-        os.mkdir(os.path.join(self.base, "root"))
-        os.mkdir(os.path.join(self.base, "tmp"))
+        self._closed = False
+        self.lock_close = threading.Lock()
         unshare = shutil.which("unshare")
         if unshare is None:
             raise ZygoteFailed("util-linux unshare is not installed")
+        self.base = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-warm-"))
         ours, theirs = socket.socketpair()
-        self.sock = ours
-        self.argv = zygote_argv(unshare, self.base, f"ckptrescue.sandbox_children.{child}",
-                                theirs.fileno(), python=sandbox.child_python(),
-                                package_root=sandbox.package_root())
-        tmp = os.path.join(self.base, "tmp")
-        log = os.path.join(self.base, "zygote.log")
-        try:
+        try:  # a full disk, or a start that fails: nothing of it is left
+            os.mkdir(os.path.join(self.base, "root"))
+            os.mkdir(os.path.join(self.base, "tmp"))
+            self.argv = zygote_argv(unshare, self.base, f"ckptrescue.sandbox_children.{child}",
+                                    theirs.fileno(), python=sandbox.child_python(),
+                                    package_root=sandbox.package_root())
+            tmp = os.path.join(self.base, "tmp")
+            log = os.path.join(self.base, "zygote.log")
             self.proc = spawn_kept(self.argv, log=log, env_extra={**env, "HOME": tmp,
                                                                   "TMPDIR": tmp},
                                    pass_fds=(theirs.fileno(),), case=case,
                                    purpose=f"sandbox:{child} (warm)")
+        except BaseException:
+            ours.close()
+            shutil.rmtree(self.base, ignore_errors=True)
+            raise
         finally:
             theirs.close()
+        self.sock = ours
         self._buf = bytearray()
         try:
             ready = self._answer(READY_TIMEOUT_S)
@@ -208,7 +214,12 @@ class Zygote:
 
     def close(self) -> None:
         """End the zygote and every process of its group (handlers, loads), then remove its
-        directory. Our child until waited for, so its group id cannot have been reused."""
+        directory. Our child until waited for, so its group id cannot have been reused; once
+        waited for, never signalled again (a second close, at exit, is a no-op)."""
+        with self.lock_close:
+            if self._closed:
+                return
+            self._closed = True
         try:
             self.sock.close()
         finally:
@@ -240,6 +251,7 @@ class _Pool:
         self.unavailable: dict[tuple[str, str], str] = {}
         self.at_exit = False  # close_all registered
         self.refused: dict[tuple[str, str], str] = {}  # the last view a child could not build
+        self.generation = 0  # one more at each close_all: a zygote started across one retires
 
     def take(self, child: str, bwrap: str, env: dict[str, str], case: Case | None
              ) -> Zygote | None:
@@ -271,10 +283,13 @@ class _Pool:
                 return chosen
             if len(kept) >= max(1, os.cpu_count() or 1):
                 return None
+            generation = self.generation
         try:
             zyg = Zygote(child, bwrap, env, case)
-        except (ZygoteFailed, OSError) as exc:
+        except ZygoteFailed as exc:
             self.disable(key, f"the warm sandbox could not start: {exc}")
+            return None
+        except OSError:  # its directory or its log (a full disk): this load runs cold
             return None
         zyg.lock.acquire()
         with self.lock:
@@ -283,6 +298,9 @@ class _Pool:
 
                 atexit.register(self.close_all, busy_too=True)
                 self.at_exit = True
+            # the step that wanted it ended while it started (close_all): it serves this
+            # load, then ends
+            zyg.retiring = self.generation != generation
             self.zygotes.setdefault(key, []).append(zyg)
         return zyg
 
@@ -302,6 +320,7 @@ class _Pool:
         does (``retiring``). ``busy_too`` (at exit) ends them all."""
         idle: list[Zygote] = []
         with self.lock:
+            self.generation += 1
             for kind in self.zygotes.values():
                 for zyg in list(kind):
                     if zyg.owner != os.getpid():
@@ -315,10 +334,18 @@ class _Pool:
             zyg.close()
 
     def release(self, zyg: Zygote) -> None:
-        if zyg.retiring:
-            self.drop(zyg)
-        else:
-            zyg.lock.release()
+        """The caller's load ended: the zygote is idle again, or ends if it was retired
+        meanwhile (decided under the pool's lock, which close_all holds while it retires)."""
+        with self.lock:
+            retire = zyg.retiring
+            if retire:
+                kind = self.zygotes.get((zyg.child, zyg.bwrap), [])
+                if zyg in kind:
+                    kind.remove(zyg)
+            else:
+                zyg.lock.release()
+        if retire:
+            zyg.close()
 
 
 _POOL = _Pool()

@@ -375,9 +375,11 @@ class _RunState:
                 # a warm loader's zygote ends with the step: no process of the kit outlives
                 # the step that started it (one loading for another step ends after that load);
                 # none runs where the module was never imported (a step that loaded nothing)
-                warm = sys.modules.get("ckptrescue.effects.warm_sandbox")
-                if warm is not None:
-                    warm.close_all()
+                if "ckptrescue.effects.warm_sandbox" in sys.modules:  # (an import another
+                    # thread has under way finishes first)
+                    from ckptrescue.effects.warm_sandbox import close_all
+
+                    close_all()
         return result
 
     def _drive(self, step: Step, action: Any, ctx: StepContext, args: ActionArgs

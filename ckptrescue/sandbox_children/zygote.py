@@ -344,12 +344,23 @@ def serve(sock: socket.socket, module_name: str) -> None:
     base = os.getcwd()
     try:
         _serve(sock, module_name)
-    finally:
-        _empty(base)
-        try:
-            os.rmdir(base)
-        except OSError:  # the parent's close() removed it first
-            pass
+    except BaseException:
+        if not _STARTED:
+            raise  # the parent reads why in zygote.log, then removes the directory
+        _leave(base)
+        raise
+    _leave(base)
+
+
+_STARTED: list[bool] = []  # [True] once the zygote said it is ready
+
+
+def _leave(base: str) -> None:
+    _empty(base)
+    try:
+        os.rmdir(base)
+    except OSError:  # the parent's close() removed it first
+        pass
 
 
 def _serve(sock: socket.socket, module_name: str) -> None:
@@ -361,6 +372,7 @@ def _serve(sock: socket.socket, module_name: str) -> None:
     _prepare(module_name, {})
     gc.freeze()
     _send(sock, {"ready": True, "threads": _threads()})
+    _STARTED.append(True)
     buf = bytearray()
     while True:
         line = _read_line(sock, buf)

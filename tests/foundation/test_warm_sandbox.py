@@ -25,6 +25,18 @@ from ckptrescue.record.case import Case
 pytestmark = pytest.mark.needs_tool("bwrap")
 
 
+@pytest.fixture(autouse=True)
+def _no_zygote_of_another_test() -> Any:
+    """Each test starts with no zygote in this process and leaves none: the test before it
+    in this worker may have left an idle one, its directory under another temporary
+    directory (what a full disk there would not reach)."""
+    from ckptrescue.effects import warm_sandbox
+
+    warm_sandbox.close_all()
+    yield
+    warm_sandbox.close_all()
+
+
 def _runs(case: Case) -> list[dict[str, Any]]:
     return [r["details"] for r in case.records("sandbox.run")]
 
@@ -420,6 +432,9 @@ def test_two_loads_at_once_each_get_their_own_answer(case: Case, tmp_path: Path)
     assert len(results) == 12
     for (n, _), out in results.items():
         assert out.status == "ok" and out.result["echo"]["n"] == n, out
+    if (os.cpu_count() or 1) >= 2:  # room for a zygote each: a zygote closed under a load
+        # would have made that load run again cold
+        assert ["warm" in r for r in _runs(case)] == [True] * 12
 
 
 def test_a_step_that_ends_does_not_end_another_steps_load(case: Case) -> None:
@@ -432,7 +447,7 @@ def test_a_step_that_ends_does_not_end_another_steps_load(case: Case) -> None:
     assert zygote is not None
     results: list[ChildOutcome] = []
     loading = threading.Thread(target=lambda: results.append(run_child(
-        "echo", {"action": "sleep", "seconds": 1.5, "n": 7}, case=case, timeout_s=60)))
+        "echo", {"action": "sleep", "seconds": 3, "n": 7}, case=case, timeout_s=60)))
     loading.start()
     deadline = time.monotonic() + 30
     while not any(_children(c) for c in _children(zygote)):  # the load's fork runs
@@ -448,10 +463,10 @@ def test_a_step_that_ends_does_not_end_another_steps_load(case: Case) -> None:
 
 def _fill(where: Path) -> Path:
     filler = where / "filler"
-    with filler.open("wb") as fh, pytest.raises(OSError, match="No space left on device"):
+    with filler.open("wb", buffering=0) as fh, \
+            pytest.raises(OSError, match="No space left on device"):
         while True:
             fh.write(b"\0" * 65536)
-            fh.flush()
     return filler
 
 
@@ -499,3 +514,29 @@ def test_a_full_temporary_directory_runs_nothing_and_says_where(case: Case, tmp_
         f"scratch directory under {mnt} could not be written (No space left on device)" \
         in res.stdout, res.stdout
     assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == before
+
+
+def test_a_zygote_that_cannot_start_says_why_and_leaves_nothing(case: Case, monkeypatch) -> None:
+    """A zygote whose imports fail: the load runs cold, the kind stays cold in this process
+    with the zygote's own last words as the reason, and its directory is gone (the zygote
+    once emptied it, its log too, before the interpreter wrote why it ended)."""
+    import glob
+    import tempfile
+
+    from ckptrescue.effects import warm_sandbox
+
+    real = warm_sandbox.zygote_argv
+
+    def failing(unshare: str, base: str, module: str, fd: int, **kw: str) -> list[str]:
+        return real(unshare, base, "ckptrescue.sandbox_children.no_such_child", fd, **kw)
+
+    monkeypatch.setattr(warm_sandbox, "zygote_argv", failing)
+    monkeypatch.setattr(warm_sandbox._POOL, "unavailable", {})  # the worker's others keep theirs
+    pattern = os.path.join(tempfile.gettempdir(), "ckptrescue-warm-*")
+    before = set(glob.glob(pattern))
+    out = run_child("echo", {"action": "echo", "n": 5}, case=case, timeout_s=60)
+    assert out.status == "ok" and out.result["echo"]["n"] == 5, out
+    assert _zygote_of_last_run(case) is None  # it ran cold
+    why = next(v for k, v in warm_sandbox.unavailable().items() if k.startswith("echo ("))
+    assert "No module named 'ckptrescue.sandbox_children.no_such_child'" in why, why
+    assert set(glob.glob(pattern)) <= before
