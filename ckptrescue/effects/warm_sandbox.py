@@ -348,7 +348,16 @@ class _Pool:
             zyg.close()
 
 
+    def after_fork_in_child(self) -> None:
+        """In a forked copy: a fresh lock (the parent's may have been held by a thread the
+        copy does not have), and none of the parent's zygotes (never the copy's to use or end).
+        What made a kind cold stays."""
+        self.lock = threading.Lock()
+        self.zygotes = {}  # (the inherited atexit handler then finds only the copy's own)
+
+
 _POOL = _Pool()
+os.register_at_fork(after_in_child=_POOL.after_fork_in_child)
 
 
 def unavailable() -> dict[str, str]:

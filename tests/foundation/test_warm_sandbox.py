@@ -320,6 +320,52 @@ def test_a_forked_copy_of_the_parent_starts_its_own_zygote(case: Case, tmp_path:
     assert _zygote_of_last_run(case) == ours  # the parent's zygote was not disturbed
 
 
+def test_a_copy_forked_while_another_thread_held_the_pool_loads(case: Case,
+                                                                 tmp_path: Path) -> None:
+    """A fork (a ``probe --jobs`` worker, a library's) taken while another thread held the
+    pool's lock: the copy's own loads run (it once inherited the lock held, by a thread it
+    does not have, and waited for it forever)."""
+    from ckptrescue.effects import warm_sandbox
+
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with warm_sandbox._POOL.lock:
+            holding.set()
+            done.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the forked copy
+            code = 1
+            try:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a copy that waits forever
+                signal.alarm(30)  # is killed, and the test says so
+                from ckptrescue.record.case import Case as ForkCase
+
+                copy = ForkCase.create(tmp_path / "forked-case", title="f", examiner="pytest")
+                out = run_child("echo", {"action": "echo", "n": 9}, case=copy, timeout_s=60)
+                os.write(write, json.dumps([out.status, out.result.get("echo", {}).get("n"),
+                                            _zygote_of_last_run(copy)]).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read) as fh:
+            answer = fh.read()
+        _, status = os.waitpid(pid, 0)
+    finally:
+        done.set()
+        holder.join()
+    assert os.waitstatus_to_exitcode(status) == 0 and answer, status
+    out_status, n, zygote = json.loads(answer)
+    assert out_status == "ok" and n == 9 and zygote is not None
+
+
 def test_a_caller_environment_or_a_non_warm_child_runs_cold(case: Case) -> None:
     out = run_child("echo", {"action": "echo"}, case=case, timeout_s=60,
                     env_extra={"EXTRA": "1"})
@@ -520,23 +566,21 @@ def test_a_zygote_that_cannot_start_says_why_and_leaves_nothing(case: Case, monk
     """A zygote whose imports fail: the load runs cold, the kind stays cold in this process
     with the zygote's own last words as the reason, and its directory is gone (the zygote
     once emptied it, its log too, before the interpreter wrote why it ended)."""
-    import glob
-    import tempfile
-
     from ckptrescue.effects import warm_sandbox
 
     real = warm_sandbox.zygote_argv
+    bases: list[str] = []
 
     def failing(unshare: str, base: str, module: str, fd: int, **kw: str) -> list[str]:
+        bases.append(base)
         return real(unshare, base, "ckptrescue.sandbox_children.no_such_child", fd, **kw)
 
     monkeypatch.setattr(warm_sandbox, "zygote_argv", failing)
     monkeypatch.setattr(warm_sandbox._POOL, "unavailable", {})  # the worker's others keep theirs
-    pattern = os.path.join(tempfile.gettempdir(), "ckptrescue-warm-*")
-    before = set(glob.glob(pattern))
     out = run_child("echo", {"action": "echo", "n": 5}, case=case, timeout_s=60)
     assert out.status == "ok" and out.result["echo"]["n"] == 5, out
     assert _zygote_of_last_run(case) is None  # it ran cold
     why = next(v for k, v in warm_sandbox.unavailable().items() if k.startswith("echo ("))
     assert "No module named 'ckptrescue.sandbox_children.no_such_child'" in why, why
-    assert set(glob.glob(pattern)) <= before
+    assert len(bases) == 1
+    assert not os.path.exists(bases[0])
