@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import mmap
@@ -119,16 +120,22 @@ def case(tmp_path: Path):  # noqa: ANN201
 KERNEL_LOCK = Path(tempfile.gettempdir()) / "ckptrescue-tests-kernel-state.lock"
 
 
-@pytest.fixture
-def kernel_state_still() -> Iterator[None]:
-    """For a test that reads machine-wide state (the block devices) without changing it: no
-    privileged test changes it meanwhile (``KERNEL_LOCK``, held to the test's end)."""
+@contextlib.contextmanager
+def _kernel_lock() -> Iterator[None]:
     with open(KERNEL_LOCK, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def kernel_state_still() -> Iterator[None]:
+    """For a test that reads machine-wide state (the block devices) without changing it: no
+    privileged test changes it meanwhile (``KERNEL_LOCK``, held to the test's end)."""
+    with _kernel_lock():
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -136,12 +143,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if item.get_closest_marker("privileged") is None:
         yield
         return
-    with open(KERNEL_LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with _kernel_lock():
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
