@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ckptrescue import guard
 from ckptrescue.effects import confine, output_dirs
+from ckptrescue.effects import scratch as scratch_dirs
 from ckptrescue.errors import ToolMissingError
 from ckptrescue.guard import kernel
 from ckptrescue.model import JsonObject
@@ -311,7 +311,8 @@ class SubprocessRunner:
         watch = self._watches_kernel(call, decision)
         before = kernel.snapshot(self.zfs_pools if watch == "zfs" else None,
                                  [str(a) for a in call.argv]) if watch else None
-        scratch = tempfile.mkdtemp(prefix="ckptrescue-tool-")
+        owned = scratch_dirs.make("ckptrescue-tool-")  # a kill -9 leaves it to the next process
+        scratch = owned.path
         views: dict[str, str] = {}
         try:
             if decision.host_namespace:
@@ -329,7 +330,7 @@ class SubprocessRunner:
             result = self._execute(call, exe, shown, cancel, confinement, scratch,
                                    ran=decision.argv(call.argv))
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            owned.remove()
             if before is not None:
                 self._record_kernel_changes(before, call, shown, watch)
             for loop in views.values():

@@ -43,6 +43,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.effects import scratch as scratch_dirs
 from ckptrescue.effects.confine import PROC_READ_ONLY  # the child is root there too
 from ckptrescue.effects.runner import SubprocessRunner
 from ckptrescue.model import JsonObject
@@ -266,9 +267,10 @@ def run_child(
             return _outcome(result, started=started, attempts=attempts, files=files)
     runner = SubprocessRunner(case)
     try:
-        scratch = _scratch("ckptrescue-sandbox-")
+        owned = _scratch("ckptrescue-sandbox-")
     except OSError as exc:
         return ChildOutcome("sandbox-unavailable", reason=_no_scratch(exc, "the real load"))
+    scratch = owned.path
     try:
         req_path = os.path.join(scratch, "request.json")
         try:
@@ -293,19 +295,20 @@ def run_child(
         attempts = read_attempts(scratch)
         files = keep_files(scratch, keep or [])
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        owned.remove()
     return _outcome(result, started=started, attempts=attempts, files=files)
 
 
-def _scratch(prefix: str) -> str:
-    """A fresh scratch directory (with its ``tmp``) under the temporary directory."""
-    scratch = os.path.realpath(tempfile.mkdtemp(prefix=prefix))
+def _scratch(prefix: str) -> scratch_dirs.Scratch:
+    """A fresh scratch directory (with its ``tmp``) under the temporary directory, owned by
+    this process (``effects/scratch.py``: a ``kill -9`` leaves it to the next process)."""
+    owned = scratch_dirs.make(prefix)
     try:
-        os.mkdir(os.path.join(scratch, "tmp"))
+        os.mkdir(os.path.join(owned.path, "tmp"))
     except OSError:
-        shutil.rmtree(scratch, ignore_errors=True)
+        owned.remove()
         raise
-    return scratch
+    return owned
 
 
 def _no_scratch(exc: OSError, what: str) -> str:
@@ -428,10 +431,11 @@ def run_confined(
             "package bubblewrap)"))
     runner = SubprocessRunner(case)
     try:
-        scratch = _scratch("ckptrescue-eval-")
+        owned = _scratch("ckptrescue-eval-")
     except OSError as exc:
         return ConfinedRun("sandbox-unavailable", list(argv), limits=limits,
                            reason=_no_scratch(exc, "the command"))
+    scratch = owned.path
     try:
         marker = os.path.join(scratch, _CONFINED_STARTED)
         env = {"HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
@@ -443,7 +447,7 @@ def run_confined(
                                      preexec=_limits(memory_mb, limits["cpu_s"]))
         started = os.path.exists(marker)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        owned.remove()
     run = ConfinedRun(
         "timeout" if result.timed_out else "exited", list(argv), returncode=result.returncode,
         signal_name=_signal_of(result.returncode, sandboxed=True), stdout=result.stdout,

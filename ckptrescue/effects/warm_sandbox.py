@@ -111,7 +111,10 @@ class Zygote:
         unshare = shutil.which("unshare")
         if unshare is None:
             raise ZygoteFailed("util-linux unshare is not installed")
-        self.base = os.path.realpath(tempfile.mkdtemp(prefix="ckptrescue-warm-"))
+        from ckptrescue.effects import scratch
+
+        self._owned = scratch.make("ckptrescue-warm-")  # a kill -9 leaves it to the next process
+        self.base = self._owned.path
         ours, theirs = socket.socketpair()
         try:  # a full disk, or a start that fails: nothing of it is left
             os.mkdir(os.path.join(self.base, "root"))
@@ -127,7 +130,7 @@ class Zygote:
                                    purpose=f"sandbox:{child} (warm)")
         except BaseException:
             ours.close()
-            shutil.rmtree(self.base, ignore_errors=True)
+            self._owned.remove()
             raise
         finally:
             theirs.close()
@@ -229,7 +232,7 @@ class Zygote:
                 except OSError:
                     pass
                 self.proc.wait()
-            shutil.rmtree(self.base, ignore_errors=True)
+            self._owned.remove()
 
 
 def _tail(path: str) -> str:

@@ -545,7 +545,7 @@ def test_a_full_temporary_directory_runs_nothing_and_says_where(case: Case, tmp_
             assert out.status == "sandbox-unavailable", out
             assert f"under {mnt} could not be written (No space left on device)" in out.reason
             (base,) = [p for p in mnt.iterdir() if p.name.startswith("ckptrescue-warm-")]
-            assert sorted(p.name for p in base.iterdir()) == ["root", "tmp", "zygote.log"]
+            assert sorted(p.name for p in base.iterdir()) == [".owner", "root", "tmp", "zygote.log"]
             filler.unlink()
             out = run_child("echo", {"action": "echo", "n": 3}, case=case, timeout_s=60)
             assert out.status == "ok" and out.result["echo"]["n"] == 3, out
