@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ckptrescue.effects import scratch
 from ckptrescue.effects.runner import minimal_env, redact, spawn_kept
 from ckptrescue.model import JsonObject
 
@@ -111,8 +112,6 @@ class Zygote:
         unshare = shutil.which("unshare")
         if unshare is None:
             raise ZygoteFailed("util-linux unshare is not installed")
-        from ckptrescue.effects import scratch
-
         self._owned = scratch.make("ckptrescue-warm-")  # a kill -9 leaves it to the next process
         self.base = self._owned.path
         ours, theirs = socket.socketpair()
@@ -267,20 +266,18 @@ class _Pool:
             kept: list[Zygote] = []
             chosen: Zygote | None = None
             for zyg in self.zygotes.get(key, []):
-                if zyg.owner != os.getpid():
-                    continue  # a forked copy's parent's: never touched here
                 if not zyg.lock.acquire(blocking=False):
                     kept.append(zyg)  # busy: the thread using it judges it (an answer it
                     continue          # has not read yet makes its socket read as closed)
-                if zyg.alive and chosen is None and not zyg.retiring:
-                    chosen = zyg
-                    kept.append(zyg)
-                    continue
-                if zyg.alive and not zyg.retiring:
-                    kept.append(zyg)
-                else:
+                if not zyg.alive or zyg.retiring:
                     zyg.close()
-                zyg.lock.release()
+                    zyg.lock.release()
+                    continue
+                kept.append(zyg)
+                if chosen is None:
+                    chosen = zyg  # returned locked
+                else:
+                    zyg.lock.release()
             self.zygotes[key] = kept
             if chosen is not None:
                 return chosen
@@ -326,9 +323,7 @@ class _Pool:
             self.generation += 1
             for kind in self.zygotes.values():
                 for zyg in list(kind):
-                    if zyg.owner != os.getpid():
-                        kind.remove(zyg)
-                    elif busy_too or zyg.lock.acquire(blocking=False):
+                    if busy_too or zyg.lock.acquire(blocking=False):
                         kind.remove(zyg)
                         idle.append(zyg)
                     else:
@@ -349,7 +344,6 @@ class _Pool:
                 zyg.lock.release()
         if retire:
             zyg.close()
-
 
     def after_fork_in_child(self) -> None:
         """In a forked copy: a fresh lock (the parent's may have been held by a thread the
@@ -383,7 +377,7 @@ def running() -> int:
     """How many zygotes this process has running."""
     with _POOL.lock:
         return sum(1 for kind in _POOL.zygotes.values() for z in kind
-                   if z.owner == os.getpid() and z.proc.poll() is None)
+                   if z.proc.poll() is None)
 
 
 def warm_capable(child: str, env_extra: dict[str, str] | None) -> bool:

@@ -344,23 +344,17 @@ def serve(sock: socket.socket, module_name: str) -> None:
     base = os.getcwd()
     try:
         _serve(sock, module_name)
-    except BaseException:
-        if not _STARTED:
-            raise  # the parent reads why in zygote.log, then removes the directory
-        _leave(base)
-        raise
-    _leave(base)
+    finally:
+        # before it was ready, the parent reads why in zygote.log, then removes the directory
+        if _STARTED:
+            _empty(base)
+            try:
+                os.rmdir(base)
+            except OSError:  # the parent's close() removed it first
+                pass
 
 
 _STARTED: list[bool] = []  # [True] once the zygote said it is ready
-
-
-def _leave(base: str) -> None:
-    _empty(base)
-    try:
-        os.rmdir(base)
-    except OSError:  # the parent's close() removed it first
-        pass
 
 
 def _serve(sock: socket.socket, module_name: str) -> None:
