@@ -59,3 +59,28 @@ def test_bad_checksum_when_is_a_usage_error():
 
     with pytest.raises(UsageError):
         make_client(endpoint_url="http://127.0.0.1:1", checksum_when="always")
+
+
+def test_clients_of_two_profiles_in_one_process_sign_with_their_own_keys(
+        tmp_path, monkeypatch, s3server, bucket):
+    """Clients share botocore's parsed data files, never a profile or its credentials."""
+    from ckptrescue.stores.s3 import client as s3client
+
+    creds = tmp_path / "credentials"
+    creds.write_text("[one]\naws_access_key_id = AKIAPROFILEONE\naws_secret_access_key = s1\n"
+                     "[two]\naws_access_key_id = AKIAPROFILETWO\naws_secret_access_key = s2\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    signed: list[str] = []
+    for profile in ("one", "two", "one", "two"):
+        reader = make_client(endpoint_url=s3server.endpoint_url, region="us-east-1",
+                             profile=profile)
+        reader.meta.events.register("before-send.s3", lambda request, **_: signed.append(
+            request.headers["Authorization"].decode().split("Credential=")[1].split("/")[0]))
+        reader.head_bucket(Bucket=bucket)
+    assert signed == ["AKIAPROFILEONE", "AKIAPROFILETWO", "AKIAPROFILEONE", "AKIAPROFILETWO"]
+    # one parse of the data files for all of them: the loader's search paths do not grow
+    loaders = list(s3client._loaders.values())
+    assert loaders and all(len(lo.search_paths) == len(set(lo.search_paths)) for lo in loaders)

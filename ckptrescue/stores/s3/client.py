@@ -16,6 +16,7 @@ such as a missing bucket or missing credentials, exit 4 for endpoint/permission 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +123,9 @@ def make_client(
         retries={"max_attempts": options.max_attempts, "mode": "standard"},
     )
     try:
-        session = boto3.session.Session(profile_name=options.profile)
+        core, loader = _botocore_session(options.profile)
+        session = boto3.session.Session(profile_name=options.profile, botocore_session=core)
+        _drop_repeated_paths(loader)
         client = session.client(
             "s3", endpoint_url=options.endpoint_url, region_name=options.region, config=config
         )
@@ -144,6 +147,42 @@ def make_client(
 
     client.meta.events.register("before-parameter-build.s3", _guard, unique_id="ckptrescue-ro")
     return client
+
+
+# botocore's data files (the S3 model, its endpoint rules, the partitions: about 1 MB of JSON)
+# as parsed, one loader per data path for the process: a session of its own per client keeps
+# profiles and credentials apart, but parsing them again cost about 0.1 CPU-s a client (a
+# dataset verify makes one per batch of objects). Read-only once loaded, as botocore shares a
+# session's loader between its clients and threads.
+_loaders: dict[str | None, Any] = {}
+_loaders_lock = threading.Lock()
+
+
+def _botocore_session(profile: str | None) -> tuple[Any, Any]:
+    """A new botocore session (raises ProfileNotFound) that parses no data file again, and
+    its loader."""
+    import botocore.loaders
+    import botocore.session
+
+    session = botocore.session.get_session()
+    if profile is not None:
+        session.set_config_variable("profile", profile)
+    data_path = session.get_config_variable("data_path")  # AWS_DATA_PATH, the profile's
+    with _loaders_lock:
+        loader = _loaders.get(data_path)
+        if loader is None:
+            loader = _loaders[data_path] = botocore.loaders.create_loader(data_path)
+    session.register_component("data_loader", loader)
+    return session, loader
+
+
+def _drop_repeated_paths(loader: Any) -> None:
+    """boto3 appends its own data directory to the loader's search paths for each session:
+    keep the first (the repeats are at the end, behind the copies searched first)."""
+    with _loaders_lock:
+        paths = loader.search_paths
+        while len(paths) > 1 and paths[-1] in paths[:-1]:
+            paths.pop()
 
 
 def stats(client: Any) -> ClientStats:
