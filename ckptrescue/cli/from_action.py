@@ -19,8 +19,6 @@ error's message, hint and exit code (re-raised here, turned into the exit code b
 from __future__ import annotations
 
 import inspect
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -293,12 +291,15 @@ def open_case(mode: str, case_dir: Path | None, *, title: str) -> Iterator[Case]
         yield Case.open_or_create(case_dir, title=title) if mode == "create" \
             else Case.open(case_dir)
         return
-    scratch = Path(tempfile.mkdtemp(prefix="ckptrescue-case-"))
+    from ckptrescue.effects import scratch
+
+    # removed when the command ends: nothing in it needs to outlive a crash, and after a
+    # kill -9 the next command that makes a temporary case removes it (effects/scratch.py)
+    tmp = scratch.make("ckptrescue-tmpcase-")
     try:
-        # removed when the command ends: nothing in it needs to outlive a crash
-        yield Case.create(scratch / "case", title=f"{title} (temporary)", durable=False)
+        yield Case.create(Path(tmp.path) / "case", title=f"{title} (temporary)", durable=False)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        tmp.remove()
 
 
 def step_error(status: str, error: str | None, exit_code: int | None, hint: str | None,

@@ -20,7 +20,8 @@ import stat
 import tempfile
 import threading
 
-PREFIXES = ("ckptrescue-sandbox-", "ckptrescue-eval-", "ckptrescue-warm-", "ckptrescue-tool-")
+PREFIXES = ("ckptrescue-sandbox-", "ckptrescue-eval-", "ckptrescue-warm-", "ckptrescue-tool-",
+            "ckptrescue-tmpcase-")
 OWNER = ".owner"
 
 _swept: set[str] = set()  # the temporary directories this process has swept
