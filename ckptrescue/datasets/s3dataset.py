@@ -95,6 +95,8 @@ def list_objects(url: str, *, endpoint_url: str | None = None) -> tuple[str, lis
                                     _etag(obj.get("ETag"))))
     except Exception as exc:  # botocore errors become one-line kit errors
         raise translate_error(exc, url) from exc
+    finally:
+        client.close()  # its pooled connections, now, not when it is collected
     return parsed.bucket, sorted(out, key=lambda o: o.rel)
 
 
@@ -155,7 +157,10 @@ def hash_object(client: Any, bucket: str, obj: S3Object,
 def _hash_batch(endpoint_url: str | None, bucket: str, batch: list[S3Object],
                 checksums: tuple[str, ...] = ()) -> list[ManifestEntry | UnreadableFile]:
     client = read_client(endpoint_url)  # each worker its own read-only client
-    return [hash_object(client, bucket, o, checksums) for o in batch]
+    try:
+        return [hash_object(client, bucket, o, checksums) for o in batch]
+    finally:
+        client.close()
 
 
 def hash_all(bucket: str, objects: list[S3Object], *, jobs: int, scheduler: str | None,
@@ -318,13 +323,16 @@ def _audit_batch(endpoint_url: str | None, bucket: str, batch: list[S3Object],
 
     client = read_client(endpoint_url)  # each worker its own read-only client
     out: list[Verified] = []
-    for obj in batch:
-        found = check_stored(client, bucket, obj, (wanted or {}).get(obj.rel)) \
-            if use_stored else None
-        if found is not None:
-            out.append(found)
-        else:
-            out.append((hash_object(client, bucket, obj), DOWNLOADED))
+    try:
+        for obj in batch:
+            found = check_stored(client, bucket, obj, (wanted or {}).get(obj.rel)) \
+                if use_stored else None
+            if found is not None:
+                out.append(found)
+            else:
+                out.append((hash_object(client, bucket, obj), DOWNLOADED))
+    finally:
+        client.close()
     return out, stats(client).bytes_downloaded
 
 

@@ -173,6 +173,30 @@ def test_processes_give_what_one_thread_gives(evidence, small_thresholds, tmp_pa
     assert all(_reaped(pid) for pid in children)
 
 
+def test_a_forked_read_unfreezes_only_what_it_froze(evidence, small_thresholds, tmp_path):
+    """Before its fork the read freezes the heap (no collection in the parent then copies the
+    pages a child shares), and unfreezes it once the children are done. What its caller had
+    frozen (the CLI's start-up, a test worker's imports) stays frozen: an unfreeze gives back
+    every frozen object, and each later full collection walked them all again."""
+    import gc
+
+    def forked_read(log: Path) -> None:
+        with evidence.open("rb") as fh:
+            ranges = _ranges(_logging_maker(log, os.getpid(), parent_delay=0.05))
+            streaming.read_ranges(fh, ranges, threads=2)
+        assert _pids(log) - {os.getpid()}, "no child process scanned anything"
+
+    gc.freeze()
+    forked_read(tmp_path / "a.log")
+    assert gc.get_freeze_count() > 0  # (an unfreeze leaves none; some frozen ones were freed)
+    gc.unfreeze()
+    try:
+        forked_read(tmp_path / "b.log")
+        assert gc.get_freeze_count() == 0  # nothing frozen before: nothing left frozen
+    finally:
+        gc.freeze()
+
+
 def test_crc32c_ranges_give_what_one_thread_gives(evidence, small_thresholds):
     want = _reference(evidence, checksum="crc32c")
     with evidence.open("rb") as fh:

@@ -115,27 +115,28 @@ def test_the_temporary_case_of_a_killed_command_goes_with_the_next_command(
     nothing: the next command that makes a temporary case removes it, and leaves none."""
     import socket
 
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)  # accepts the connection, never answers
+    (tmp_path / "local").mkdir()
     env = _env(tmp_path, AWS_ACCESS_KEY_ID="drill", AWS_SECRET_ACCESS_KEY="drill",
                AWS_EC2_METADATA_DISABLED="true")
-    (tmp_path / "local").mkdir()
     cli = [sys.executable, "-m", "ckptrescue", "s3", "verify", "s3://bucket/prefix/",
            str(tmp_path / "local"), "--endpoint-url"]
-    proc = subprocess.Popen([*cli, f"http://127.0.0.1:{silent.getsockname()[1]}"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        left = _wait_for(lambda: [p for p in tmp_path.glob("ckptrescue-*")
-                                  if (p / "case" / "audit.jsonl").exists()])
-        proc.kill()
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        silent.settimeout(60)
+        proc = subprocess.Popen([*cli, f"http://127.0.0.1:{silent.getsockname()[1]}"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            conn, _ = silent.accept()  # it asks; no answer comes
+            conn.close()
+            left = [p for p in tmp_path.glob("ckptrescue-*") if (p / "case").is_dir()]
             proc.kill()
-            proc.wait()
-        silent.close()
-    assert len(left) == 1 and left[0].is_dir()
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert len(left) == 1 and (left[0] / "case" / "audit.jsonl").is_file()
     refused = subprocess.run([*cli, "http://127.0.0.1:1"], env=env, capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode == 4, refused.stderr  # the endpoint refused: a one-line error

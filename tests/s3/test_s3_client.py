@@ -71,16 +71,25 @@ def test_clients_of_two_profiles_in_one_process_sign_with_their_own_keys(
                      "[two]\naws_access_key_id = AKIAPROFILETWO\naws_secret_access_key = s2\n")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DATA_PATH"):
         monkeypatch.delenv(name, raising=False)
     signed: list[str] = []
-    for profile in ("one", "two", "one", "two"):
-        reader = make_client(endpoint_url=s3server.endpoint_url, region="us-east-1",
-                             profile=profile)
-        reader.meta.events.register("before-send.s3", lambda request, **_: signed.append(
-            request.headers["Authorization"].decode().split("Credential=")[1].split("/")[0]))
-        reader.head_bucket(Bucket=bucket)
-    assert signed == ["AKIAPROFILEONE", "AKIAPROFILETWO", "AKIAPROFILEONE", "AKIAPROFILETWO"]
-    # one parse of the data files for all of them: the loader's search paths do not grow
-    loaders = list(s3client._loaders.values())
-    assert loaders and all(len(lo.search_paths) == len(set(lo.search_paths)) for lo in loaders)
+    readers = []
+    try:
+        for profile in ("one", "two", "one", "two"):
+            reader = make_client(endpoint_url=s3server.endpoint_url, region="us-east-1",
+                                 profile=profile)
+            readers.append(reader)
+            reader.meta.events.register("before-send.s3", lambda request, **_: signed.append(
+                request.headers["Authorization"].decode().split("Credential=")[1].split("/")[0]))
+            reader.head_bucket(Bucket=bucket)
+        assert signed == ["AKIAPROFILEONE", "AKIAPROFILETWO", "AKIAPROFILEONE",
+                          "AKIAPROFILETWO"]
+        # one loader (its parsed data files) for all of them, its search paths not grown
+        loader = s3client._loaders[None]
+        assert all(r._loader is loader for r in readers)
+        assert len(loader.search_paths) == len(set(loader.search_paths))
+    finally:
+        for reader in readers:
+            reader.close()

@@ -111,6 +111,9 @@ def read_parts(fh: BinaryIO, parts: list[Part], read_part: ReadPart,
     read_part(fh, rng, start, 0)
     parent = os.getpid()
     children: list[tuple[int, int]] = []
+    # what the caller froze stays frozen: an unfreeze gives back every frozen object at once
+    # (the CLI's start-up, a test worker's collection), not just those _fork froze
+    frozen_before = gc.get_freeze_count() > 0
     try:
         for _ in range(max(0, processes - 1)):
             child = _spawn(fh, parts, tasks, qr, parent, read_part)
@@ -127,7 +130,8 @@ def read_parts(fh: BinaryIO, parts: list[Part], read_part: ReadPart,
             _kill(pid)
         raise
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
         os.close(qr)
         for pid, rd in children:
             data = _read_all(rd)
@@ -239,7 +243,8 @@ def _spawn(fh: BinaryIO, parts: list[Part], tasks: list[list[int]], qr: int, par
 def _fork() -> int:
     gc.freeze()  # a collection walks every object, writing to each: after the fork, in the
     # parent, that would copy every page of the heap the child shares; frozen objects are not
-    # walked (the parent unfreezes them when the children are done)
+    # walked (the parent unfreezes them when the children are done, unless it found some
+    # frozen already)
     with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process; the
         warnings.simplefilter("ignore", DeprecationWarning)  # child runs only this module
         return os.fork()

@@ -152,10 +152,21 @@ def make_client(
 # botocore's data files (the S3 model, its endpoint rules, the partitions: about 1 MB of JSON)
 # as parsed, one loader per data path for the process: a session of its own per client keeps
 # profiles and credentials apart, but parsing them again cost about 0.1 CPU-s a client (a
-# dataset verify makes one per batch of objects). Read-only once loaded, as botocore shares a
-# session's loader between its clients and threads.
+# dataset verify makes one per batch of objects). botocore shares a session's loader between
+# its clients and threads in the same way (what it writes into the parsed data later is the
+# same values each time).
 _loaders: dict[str | None, Any] = {}
 _loaders_lock = threading.Lock()
+_S3_DATA = (("service-2", True), ("endpoint-rule-set-1", True), ("endpoints", False),
+            ("partitions", False), ("sdk-default-configuration", False))
+
+
+def _new_lock_in_child() -> None:
+    global _loaders_lock
+    _loaders_lock = threading.Lock()  # a fork while another thread held it: never released
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def _botocore_session(profile: str | None) -> tuple[Any, Any]:
@@ -171,7 +182,17 @@ def _botocore_session(profile: str | None) -> tuple[Any, Any]:
     with _loaders_lock:
         loader = _loaders.get(data_path)
         if loader is None:
-            loader = _loaders[data_path] = botocore.loaders.create_loader(data_path)
+            loader = botocore.loaders.create_loader(data_path)
+            # parsed here, once: the first clients of a verify are made at once, on threads
+            for name, per_service in _S3_DATA:
+                try:
+                    if per_service:
+                        loader.load_service_model("s3", name, api_version=None)  # as botocore asks
+                    else:
+                        loader.load_data(name)
+                except Exception:  # noqa: BLE001 - the client's creation says what is wrong
+                    break
+            _loaders[data_path] = loader
     session.register_component("data_loader", loader)
     return session, loader
 
