@@ -49,7 +49,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # as it does. A full (generation 2) collection walks them all, about 0.3 s, and with the default
 # thresholds ran every ten younger collections: 13-20 times a worker on a third of the suite,
 # 5-6 CPU-s each (measured with gc.callbacks). One in a hundred still frees a test file's cycles
-# long before they matter (peak RSS of a worker: +10 %); and what collection imported, frozen
+# long before they matter (peak RSS of a worker: up to +20 %); what collection imported, frozen
 # below, is never walked again.
 gc.set_threshold(700, 10, 100)
 
