@@ -157,8 +157,8 @@ def make_client(
 # same values each time).
 _loaders: dict[str | None, Any] = {}
 _loaders_lock = threading.Lock()
-_S3_DATA = (("service-2", True), ("endpoint-rule-set-1", True), ("endpoints", False),
-            ("partitions", False), ("sdk-default-configuration", False))
+_S3_MODELS = ("service-2", "endpoint-rule-set-1")
+_DATA_FILES = ("endpoints", "partitions", "sdk-default-configuration")
 
 
 def _new_lock_in_child() -> None:
@@ -182,17 +182,15 @@ def _botocore_session(profile: str | None) -> tuple[Any, Any]:
     with _loaders_lock:
         loader = _loaders.get(data_path)
         if loader is None:
-            loader = botocore.loaders.create_loader(data_path)
+            loader = _loaders[data_path] = botocore.loaders.create_loader(data_path)
             # parsed here, once: the first clients of a verify are made at once, on threads
-            for name, per_service in _S3_DATA:
-                try:
-                    if per_service:
-                        loader.load_service_model("s3", name, api_version=None)  # as botocore asks
-                    else:
-                        loader.load_data(name)
-                except Exception:  # noqa: BLE001 - the client's creation says what is wrong
-                    break
-            _loaders[data_path] = loader
+            try:
+                for name in _S3_MODELS:
+                    loader.load_service_model("s3", name, api_version=None)  # as botocore asks
+                for name in _DATA_FILES:
+                    loader.load_data(name)
+            except Exception:  # noqa: BLE001, S110 - the client's creation says what is wrong
+                pass
     session.register_component("data_loader", loader)
     return session, loader
 
