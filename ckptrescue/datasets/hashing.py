@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ckptrescue.effects.files import open_read_only
+from ckptrescue.effects.files import open_read_only, read_buffer
 
 CHUNK = 1 << 20
 PREFETCH_MIN = 4 << 20  # files at least this large are read ahead by a reader thread
@@ -238,7 +238,7 @@ def _hash_once(path: str | bytes, *, chunk: int, on_bytes: Callable[[int], None]
 def _read_direct(fd: int, chunk: int, limit: int | None = None) -> Iterator[memoryview]:
     """The file's blocks (at most ``limit`` bytes of them) read on this thread into one
     reused buffer (valid until next)."""
-    view = memoryview(_buffer(chunk))
+    view = _buffer(chunk)
     left = -1 if limit is None else limit
     while left and (n := os.readv(fd, [view if left < 0 or left >= chunk else view[:left]])):
         left -= n if left > 0 else 0
@@ -261,7 +261,7 @@ def _read_ahead(fd: int, chunk: int, limit: int | None = None) -> Iterator[memor
         while (i := free.get()) is not None:
             try:
                 n = os.readv(fd, [bufs[i] if left < 0 or left >= chunk
-                                  else memoryview(bufs[i])[:left]]) if left else 0
+                                  else bufs[i][:left]]) if left else 0
             except OSError as exc:
                 full.put(exc)
                 return
@@ -280,7 +280,7 @@ def _read_ahead(fd: int, chunk: int, limit: int | None = None) -> Iterator[memor
             i, n = item
             if not n:
                 return
-            yield memoryview(bufs[i])[:n]
+            yield bufs[i][:n]
             free.put(i)
     finally:
         free.put(None)
@@ -311,21 +311,21 @@ def _read_planned(fd: int, chunk: int, plan: ReadPlan) -> Iterator[memoryview]:
 _LOCAL = threading.local()
 
 
-def _buffers(size: int) -> list[bytearray]:
-    """The read-ahead buffers of this thread (reused from file to file)."""
-    bufs: list[bytearray] | None = getattr(_LOCAL, "ahead", None)
+def _buffers(size: int) -> list[memoryview]:
+    """The read-ahead buffers of this thread (reused from file to file; page-aligned)."""
+    bufs: list[memoryview] | None = getattr(_LOCAL, "ahead", None)
     if bufs is None or len(bufs[0]) != size:
-        bufs = [bytearray(size) for _ in range(PREFETCH_BUFFERS)]
+        bufs = [read_buffer(size) for _ in range(PREFETCH_BUFFERS)]
         _LOCAL.ahead = bufs
     return bufs
 
 
-def _buffer(size: int) -> bytearray:
+def _buffer(size: int) -> memoryview:
     """One reusable read buffer per thread (allocating 1 MiB per small file costs more than
-    hashing it)."""
-    buf: bytearray | None = getattr(_LOCAL, "buf", None)
+    hashing it; page-aligned: :func:`read_buffer`)."""
+    buf: memoryview | None = getattr(_LOCAL, "buf", None)
     if buf is None or len(buf) != size:
-        buf = bytearray(size)
+        buf = read_buffer(size)
         _LOCAL.buf = buf
     return buf
 
