@@ -62,13 +62,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[all,fixtures]'
 	@touch $(STAMP)
 
-# pytest-xdist: one worker per core and two more, which keep the cores busy while tests wait on
-# a child, a server or a timeout (TEST_WORKERS=0 runs in one process). The TUI tests share
+# pytest-xdist: one worker per core and one more, which keeps the cores busy while a test waits
+# on a child, a server or a timeout (TEST_WORKERS=0 runs in one process). The TUI tests share
 # fixed-path screens and run in one worker, the privileged ones (loop devices, mounts) in
-# another (--dist loadgroup; tests/conftest.py), so two of the workers are mostly held by those
-# two groups. Measured on 2 cores, cached fixtures, back to back: 3 workers 377 s (the machine
-# idle 8 % of the run), 4 workers 359 s (idle 3.5 %).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
+# another (--dist loadgroup; tests/conftest.py).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # Every command the tests, the demo and the benchmarks start imports the kit anew: its bytecode
 # is written once here (also where PYTHONDONTWRITEBYTECODE is set), not compiled per process.
 bytecode:
