@@ -19,14 +19,18 @@ def open_read_only(path: str | bytes | os.PathLike[str], flags: int = 0) -> int:
 
 
 def read_buffer(size: int) -> memoryview:
-    """A writable buffer of ``size`` bytes (at least 1) that starts on a page boundary, to read
-    into (``os.readv``, ``os.preadv``, ``readinto``) and reuse.
+    """A writable buffer of ``size`` bytes (``size`` >= 1) that starts on a page boundary, to
+    read into (``os.readv``, ``os.preadv``, ``readinto``) and reuse. The caller keeps the view
+    as long as it reads into it (never ``release()`` it while slices are handed out).
 
-    The kernel copies a read into its destination about half as fast when the destination
-    starts 16 bytes past a cache line, and that is where a ``bytearray`` of a megabyte starts
-    (malloc serves it from its own mapping, after a 16-byte header): hashing 1 GiB from the
-    page cache on two threads spent 0.16 s in the kernel into such buffers, 0.04-0.09 s into
-    aligned ones (``make bench``'s manifest rows measure it). A private anonymous mapping starts
-    on a page (a forked child gets its own copy once it writes, as with a ``bytearray``).
+    The kernel copies a read two to three times slower into a destination that starts 16 bytes
+    past a cache line, and that is often where a ``bytearray`` of a megabyte starts (while
+    malloc serves one from a mapping of its own, after a 16-byte header): two threads hashing
+    1 GiB from the page cache spent 0.14-0.18 s in the kernel copying into such buffers,
+    0.04-0.10 s into page-aligned ones (``make bench``'s manifest rows show it in their time and
+    CPU). A private anonymous mapping starts on a page, and a forked child gets its own copy
+    once it writes, as with a ``bytearray``.
     """
-    return memoryview(mmap.mmap(-1, max(1, size), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+    if size < 1:
+        raise ValueError(f"a read buffer of {size} bytes")
+    return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
