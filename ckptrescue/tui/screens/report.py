@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Static
 
 from ckptrescue.tui.messages import ReportWritten
+from ckptrescue.tui.widgets.header import Header
 
 
 def verify_lines(verify: dict[str, object]) -> list[str]:
