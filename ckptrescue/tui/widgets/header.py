@@ -20,7 +20,11 @@ from textual.widgets._header import HeaderTitle
 
 
 class Header(TextualHeader):
-    """``textual.widgets.Header`` with a title watcher that tolerates a missing title part."""
+    """``textual.widgets.Header`` with a title watcher that tolerates a missing title part.
+
+    Its mount handler takes the place of Textual's (``prevent_default``): a subclass that
+    defines its own ``_on_mount`` calls this one, or the title is never shown. Written against
+    Textual 8.x (``pyproject.toml`` keeps the ``tui`` extra below 9)."""
 
     def _on_mount(self, event: Mount) -> None:
         event.prevent_default()  # Textual's own handler would add the watchers that raise
