@@ -82,24 +82,15 @@ class CkptRescueApp(TypeAhead, App[None]):
         assert self.case is not None
         recent.remember(self.case.root)
         manifest = self.case.manifest
-        title = str(manifest.get("title") or self.case.root.name)
+        # shown by every screen's header, those being composed or removed included
+        # (tui/widgets/header.py)
+        self.sub_title = str(manifest.get("title") or self.case.root.name)
         if len(self.screen_stack) <= 1:
-            # the app's start: no header exists yet, so none watches the title as it changes
-            # (Textual's watcher raises NoMatches from a header being composed or removed)
-            self.sub_title = title
             self.push_screen(ScenarioScreen())
             return
         while len(self.screen_stack) > 2:
             self.pop_screen()
-        done = self.switch_screen(ScenarioScreen())  # the start screen's place
-
-        async def show_title() -> None:
-            # after the screens it replaces are gone: a header being removed must not be
-            # asked to show the new title (Textual raises NoMatches from its watcher)
-            await done
-            self.sub_title = title
-
-        self.run_worker(show_title(), group="case-title", exclusive=True)
+        self.switch_screen(ScenarioScreen())  # the start screen's place
 
     # -- actions --------------------------------------------------------------------------------
     def _need_case(self) -> bool:
