@@ -33,4 +33,7 @@ def read_buffer(size: int) -> memoryview:
     """
     if size < 1:
         raise ValueError(f"a read buffer of {size} bytes")
-    return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+    try:
+        return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+    except OSError as exc:  # ENOMEM: this process's memory, never the file's read error
+        raise MemoryError(f"a read buffer of {size} bytes: {exc.strerror}") from exc

@@ -166,3 +166,27 @@ def test_read_ahead_names_the_first_unreadable_block(btrfs_with_bad_block, monke
         assert out.unreadable and out.sha256 is None
         assert out.error_offset == bad - bad % 4096
         assert out.size == out.error_offset  # every byte before the bad block was hashed
+
+
+_NO_MEMORY = r"""
+import resource, sys
+from ckptrescue.datasets import hashing
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+try:
+    out = hashing.hash_file(sys.argv[1], chunk=2 << 30)
+except MemoryError:
+    print("MemoryError")
+else:
+    print("returned", out.error)
+"""
+
+
+def test_no_memory_for_the_read_buffer_is_never_the_file_s_read_error(tmp_path):
+    """A buffer this process cannot map is its own failure (MemoryError, as a bytearray's
+    was), never reported as the file being unreadable."""
+    import sys
+
+    path = _file(tmp_path / "f.bin", 1000, 3)
+    done = subprocess.run([sys.executable, "-c", _NO_MEMORY, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "MemoryError", done.stdout + done.stderr
