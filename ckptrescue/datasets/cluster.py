@@ -157,9 +157,17 @@ def worker_threads(client: Any, address: str) -> int:
     try:
         return int(sum(client.nthreads().values()))
     except Exception as exc:  # noqa: BLE001 - any failure to ask is a lost scheduler
-        if client.status in ("closing", "closed", "connecting"):
+        if client.status in ("closing", "closed", "connecting") or _connection_gone(exc):
             raise _lost_scheduler(address) from exc
         raise RemoteError(f"the Dask scheduler at {address} did not answer: {exc}") from exc
+
+
+def _connection_gone(exc: BaseException) -> bool:
+    """The connection to the scheduler was closed or reset: it went away, though the client
+    may not say so yet (its status still "running" for a moment after the reset)."""
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(exc, CommClosedError | ConnectionError)
 
 
 def _lost_scheduler(address: str) -> RemoteError:
