@@ -70,6 +70,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[key] = 1
 
 
+def pytest_testnodedown(node: object, error: object | None) -> None:
+    """A worker that went down says how: pytest-xdist reports only "Not properly terminated";
+    its exit status tells a signal (which one) from an exit (which code) from a closed pipe."""
+    if not error:
+        return
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return
+    try:
+        status = popen.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        how = "still running 10 s after its channel closed"
+    else:
+        how = (f"killed by {signal.Signals(-status).name}" if status < 0
+               else f"exited with status {status}")
+    sys.stderr.write(f"\n[{getattr(node.gateway, 'id', '?')}] worker pid {popen.pid}: {how}\n")  # type: ignore[attr-defined]
+    sys.stderr.flush()
+
+
 def _privileged_problem() -> str | None:
     if os.geteuid() != 0:
         return "needs root"
