@@ -62,12 +62,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[all,fixtures]'
 	@touch $(STAMP)
 
-# pytest-xdist: one worker per core and two more, which keep the cores busy while tests wait on
-# a child, a server, a mount or a timeout (on 2 cores, the machine stood idle 8 % of a run with
-# one more worker, 3 % with two; TEST_WORKERS=0 runs in one process). The TUI tests share
+# pytest-xdist: one worker per core and one more, which keeps the cores busy while a test waits
+# on a child, a server or a timeout (TEST_WORKERS=0 runs in one process). The TUI tests share
 # fixed-path screens and run in one worker, the privileged ones (loop devices, mounts) in
 # another (--dist loadgroup; tests/conftest.py).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # Every command the tests, the demo and the benchmarks start imports the kit anew: its bytecode
 # is written once here (also where PYTHONDONTWRITEBYTECODE is set), not compiled per process.
 bytecode:
