@@ -18,23 +18,11 @@ from fixtures import datasets as fx  # noqa: E402
 @pytest.fixture(scope="session")
 def tf_tfrecord() -> Path:
     """A TFRecord file written by tensorflow-cpu's tf.io.TFRecordWriter: once for every worker
-    and run (``tests/fixture_cache.py``, keyed by the writer and TensorFlow's version; each
-    worker's own write cost a TensorFlow import, about 5 CPU-s). Read it, never change it."""
-    import importlib.metadata
+    and run, by the same TensorFlow process that writes the TensorFlow tests' checkpoints
+    (``tests/tf_build.py``). Read it, never change it."""
+    from tf_build import TF_RECORD, tf_written
 
-    from fixture_cache import cached_dir
-
-    try:
-        version = importlib.metadata.version("tensorflow-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        version = "absent"  # the writer then fails, as it did per session
-    built = cached_dir("tf-tfrecord",
-                       lambda out: fx.write_tfrecord_with_tensorflow(out / TF_RECORD_NAME),
-                       ["fixtures/datasets.py"], extra=f"tensorflow-cpu=={version}")
-    return built / TF_RECORD_NAME
-
-
-TF_RECORD_NAME = "written-by-tf.tfrecord"
+    return tf_written() / TF_RECORD
 
 
 @pytest.fixture
