@@ -70,10 +70,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[key] = 1
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: none without it
 def pytest_testnodedown(node: object, error: object | None) -> None:
-    """A worker that went down says how: pytest-xdist reports only "Not properly terminated";
-    its exit status tells a signal (which one) from an exit (which code) from a closed pipe."""
-    if not error:
+    """A worker that went down says how: pytest-xdist reports only "Not properly terminated"
+    (its channel ended); the exit status tells a signal (which one) from an exit (which code).
+    Other errors (an interrupt, a remote error) come from a worker that is still answering."""
+    if error != "Not properly terminated":
         return
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
     if popen is None:
@@ -83,9 +85,15 @@ def pytest_testnodedown(node: object, error: object | None) -> None:
     except subprocess.TimeoutExpired:
         how = "still running 10 s after its channel closed"
     else:
-        how = (f"killed by {signal.Signals(-status).name}" if status < 0
-               else f"exited with status {status}")
-    sys.stderr.write(f"\n[{getattr(node.gateway, 'id', '?')}] worker pid {popen.pid}: {how}\n")  # type: ignore[attr-defined]
+        if status >= 0:
+            how = f"exited with status {status}"
+        else:
+            try:
+                how = f"killed by {signal.Signals(-status).name}"
+            except ValueError:
+                how = f"killed by signal {-status}"
+    name = getattr(getattr(node, "gateway", None), "id", "?")
+    sys.stderr.write(f"\n[{name}] worker pid {popen.pid}: {how}\n")
     sys.stderr.flush()
 
 

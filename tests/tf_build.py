@@ -33,16 +33,16 @@ def _version(name: str) -> str:
 
 
 def tf_written() -> Path:
-    """The directory ``fixtures/tensorflow.py`` filled (skips without tensorflow-cpu and keras;
-    fails instead under ``CKPTRESCUE_REQUIRE_PRIVILEGED=1``)."""
+    """The directory ``fixtures/tensorflow.py`` filled. Without TensorFlow (tensorflow or
+    tensorflow-cpu) and Keras the test skips, or fails under ``CKPTRESCUE_REQUIRE_PRIVILEGED=1``
+    (TensorFlow's tests, and the dataset tests that read its TFRecord file)."""
     if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
         if os.environ.get("CKPTRESCUE_REQUIRE_PRIVILEGED") == "1":
             pytest.fail("CKPTRESCUE_REQUIRE_PRIVILEGED=1 but tensorflow-cpu / keras not installed")
         pytest.skip("tensorflow-cpu / keras not installed")
 
     def write(out: Path) -> None:
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "",
-               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
         proc = subprocess.run([sys.executable, str(REPO / "fixtures" / "tensorflow.py"),
                                str(out)], capture_output=True, text=True, timeout=600, env=env,
                               check=False)

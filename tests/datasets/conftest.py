@@ -1,5 +1,5 @@
-"""Fixtures for the dataset tests: a TFRecord written by TensorFlow once per session (in a child
-interpreter) and fresh mixed-format dataset folders (the btrfs image with a bad block is in the
+"""Fixtures for the dataset tests: a TFRecord written by TensorFlow once across workers and runs
+(``tests/tf_build.py``) and fresh mixed-format dataset folders (the btrfs image with a bad block is in the
 suite's root ``conftest.py``: checkpoint reads use it too)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fixtures for the TensorFlow / Keras tests.
 
-Every checkpoint is written by tensorflow-cpu / keras at test time: ``fixtures/tensorflow.py``
-runs ONCE per session in a subprocess (TensorFlow's import is slow) and also saves every
+Every checkpoint is written by tensorflow-cpu / keras: ``fixtures/tensorflow.py`` runs once
+across workers and runs, in a subprocess (``tests/tf_build.py``), and also saves every
 variable as read back by ``tf.train.load_checkpoint`` (``reads/<name>/<i>.npy``), the reference
 for bit-exact salvage checks. Tests damage *copies* of these originals.
 """
@@ -22,8 +22,9 @@ if str(REPO) not in sys.path:
 @pytest.fixture(scope="session")
 def tf_originals() -> Path:
     """The originals, written once (the xdist workers wait for one writer and share it) and
-    kept under build/ until ``fixtures/tensorflow.py`` or TensorFlow changes
-    (``tests/tf_build.py``). Read-only: tests damage copies (``copy_of``)."""
+    kept under build/ until a writer (``fixtures/tensorflow.py``, ``fixtures/datasets.py``),
+    TensorFlow, Keras or Python changes (``tests/tf_build.py``). Read-only: tests damage copies
+    (``copy_of``)."""
     from tf_build import tf_written
 
     return tf_written()
