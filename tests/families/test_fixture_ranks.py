@@ -1,7 +1,7 @@
 """How the family writers start their ranks (``fixtures.families.run_ranks``): forked after the
-imports, and never left behind. A rank that hangs fails the build within its deadline and is
-killed; a writer killed with -9 takes its ranks with it (a hung rank, waiting for its peers,
-used to outlive a killed build)."""
+imports (``preload``, and ``late`` where installed), and never left behind. A rank that hangs
+fails the build within its deadline and is killed; a writer killed with -9 takes its ranks with
+it (a hung rank, waiting for its peers, used to outlive a killed build)."""
 
 from __future__ import annotations
 
@@ -28,13 +28,17 @@ def rank(index, out, hang):
     # a forked rank has the writer's memory: what the writer set after starting, and torch
     # imported; a spawned rank would start a fresh interpreter
     Path(out, f"inherited{index}").write_text(str(getattr(builtins, "WRITER_PID", "")))
+    # what run_ranks imported late (colorsys) is there; a late module that is not installed
+    # was skipped
+    Path(out, f"late{index}").write_text(str("colorsys" in sys.modules))
     Path(out, f"rank{index}").write_text(str(os.getpid()))
     if hang and index == 1:
         time.sleep(600)
 
 builtins.WRITER_PID = os.getpid()
+assert "colorsys" not in sys.modules
 run_ranks(rank, (sys.argv[1], sys.argv[2] == "hang"), 2, preload=("torch",),
-          deadline_s=float(sys.argv[3]))
+          deadline_s=float(sys.argv[3]), late=("colorsys", "no_such_package.module"))
 print("DONE")
 """
 
@@ -70,6 +74,7 @@ def test_ranks_are_forked_and_finish(tmp_path: Path) -> None:
     pids = [int(f.read_text()) for f in sorted(tmp_path.glob("rank*"))]
     assert len(pids) == 2 and proc.pid not in pids and still_running(pids) == []
     assert {f.read_text() for f in tmp_path.glob("inherited*")} == {str(proc.pid)}
+    assert [f.read_text() for f in sorted(tmp_path.glob("late*"))] == ["True", "True"]
 
 
 def test_a_hung_rank_fails_the_build_at_its_deadline_and_is_killed(tmp_path: Path) -> None:
