@@ -20,9 +20,9 @@ def tf_tfrecord() -> Path:
     """A TFRecord file written by tensorflow-cpu's tf.io.TFRecordWriter: once for every worker
     and run, by the same TensorFlow process that writes the TensorFlow tests' checkpoints
     (``tests/tf_build.py``). Read it, never change it."""
-    from tf_build import TF_RECORD, tf_written
+    from tf_build import tf_written
 
-    return tf_written() / TF_RECORD
+    return tf_written() / fx.TF_RECORD_FILE
 
 
 @pytest.fixture
