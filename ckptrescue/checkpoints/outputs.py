@@ -71,6 +71,8 @@ class CheckpointSummary(JsonRecord):
 
 @dataclass
 class ProbeOutput(StepOutputs):
+    """What the ``probe`` step records (each field: docs/step-outputs.md)."""
+
     checkpoints: list[CheckpointSummary] = doc_field([],
         "One record per checkpoint: path, format, verdict, tensors_total, damaged_tensors, "
         "suspect_tensors, missing_tensors, findings (code, severity, title, offset, length, "
@@ -79,12 +81,16 @@ class ProbeOutput(StepOutputs):
 
 @dataclass
 class LostTensor(JsonRecord):
+    """A tensor the salvage did not recover, and why."""
+
     name: str = ""
     reason: str = ""
 
 
 @dataclass
 class SuspectTensor(JsonRecord):
+    """A tensor the salvage recovered but the numeric scan flagged, and why."""
+
     name: str = ""
     reasons: list[str] = field(default_factory=list)
 
@@ -120,12 +126,16 @@ class SalvageRecord(JsonRecord):
 
 @dataclass
 class SalvageFailure(JsonRecord):
+    """A checkpoint whose salvage failed, and the error."""
+
     checkpoint: str = ""
     error: str = ""
 
 
 @dataclass
 class SalvageOutput(StepOutputs):
+    """What the ``salvage`` step records (each field: docs/step-outputs.md)."""
+
     salvaged: list[SalvageRecord] = doc_field([],
         "One record per salvaged checkpoint: checkpoint, source, source_verdict, output, "
         "recovered, lost (name, reason), filled, fill_from, structure_from, suspect (name, "
@@ -176,6 +186,8 @@ class PointerFix(JsonRecord):
 
 @dataclass
 class RankOutput(StepOutputs):
+    """What the ``rank`` step records (each field: docs/step-outputs.md)."""
+
     checkpoints: list[RankedCheckpoint] = doc_field([], "Newest first: path, verdict.")
     resume_from: str | None = doc_field(None, "The newest checkpoint safe to resume from (None: none).")
 
@@ -194,6 +206,8 @@ class RankOutput(StepOutputs):
 
 @dataclass
 class SafeGlobalsOutput(StepOutputs):
+    """What the ``resume.safe_globals`` step records (each field: docs/step-outputs.md)."""
+
     paths: list[str] = doc_field([], "The files or directories given.")
     files: list[JsonObject] = doc_field([],
         "Per torch file: path, format, verdict, globals_total, needed (global, status: safe, "
@@ -215,6 +229,8 @@ class SafeGlobalsOutput(StepOutputs):
 
 @dataclass
 class KeyMismatchOutput(StepOutputs):
+    """What the ``resume.keys`` step records (each field: docs/step-outputs.md)."""
+
     checkpoint: str = doc_field("", "The checkpoint examined.")
     expected_from: str = doc_field("",
         "Where the model's names came from: a reference checkpoint, a key list or a model "
@@ -258,6 +274,8 @@ class KeyMismatchOutput(StepOutputs):
 
 @dataclass
 class ReassemblyOutput(StepOutputs):
+    """What the ``resume.reassemble`` step records (each field: docs/step-outputs.md)."""
+
     step_dir: str = doc_field("", "The step directory examined.")
     family: str = doc_field("", "Its multi-rank family.")
     step: int | None = doc_field(None, "Its step or iteration.")
@@ -287,6 +305,8 @@ class ReassemblyOutput(StepOutputs):
 
 @dataclass
 class WorldSizeOutput(StepOutputs):
+    """What the ``resume.world_size`` step records (each field: docs/step-outputs.md)."""
+
     step_dir: str = doc_field("", "The step examined.")
     ranks: int = doc_field(0, "The world size asked about.")
     family: str = doc_field("", "Its format or multi-rank family.")
@@ -312,6 +332,8 @@ class WorldSizeOutput(StepOutputs):
 
 @dataclass
 class ReplicaOutput(StepOutputs):
+    """What the ``resume.replicas`` step records (each field: docs/step-outputs.md)."""
+
     persistent: str = doc_field("", "The persistent copy of the step.")
     replicas: list[str] = doc_field([],
         "The replica directories compared (node-local copies, copies fetched from peers).")

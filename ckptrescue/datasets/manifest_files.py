@@ -88,6 +88,8 @@ def _checksums(value: Any) -> dict[str, str] | None:
 
 @dataclass(frozen=True)
 class UnreadableFile:
+    """A file the build could not read to the end: the error and the offset it stopped at."""
+
     rel: bytes
     error: str
     offset: int | None

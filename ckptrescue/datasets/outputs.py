@@ -12,6 +12,8 @@ from ckptrescue.model import JsonObject, StepOutputs, answer_field, doc_field
 
 @dataclass
 class ManifestBuildOutput(StepOutputs):
+    """What the ``manifest.build`` step records (each field: docs/step-outputs.md)."""
+
     root: str = doc_field("", "The dataset directory or s3:// prefix.")
     manifest: str = doc_field("", "The manifest written.")
     sidecar: str = doc_field("", "Its JSON-lines sidecar.")
@@ -37,6 +39,8 @@ class ManifestBuildOutput(StepOutputs):
 
 @dataclass
 class ManifestAuditOutput(StepOutputs):
+    """What the ``manifest.audit`` step records (each field: docs/step-outputs.md)."""
+
     json_keys = ("files", "counts", "quick", "sample", "answer", "bytes_downloaded", "state",
                  "resumed", "files_omitted", "skipped", "allow_unverified")
     files: list[JsonObject] = doc_field([],
@@ -77,6 +81,8 @@ class ManifestAuditOutput(StepOutputs):
 
 @dataclass
 class ManifestDiffOutput(StepOutputs):
+    """What the ``manifest.diff`` step records (each field: docs/step-outputs.md)."""
+
     old: str = doc_field("", "The OLD manifest.")
     new: str = doc_field("", "The NEW manifest.")
     output: str | None = doc_field(None,
@@ -103,6 +109,8 @@ class ManifestDiffOutput(StepOutputs):
 
 @dataclass
 class HubCacheOutput(StepOutputs):
+    """What the ``hub.verify`` step records (each field: docs/step-outputs.md)."""
+
     root: str = doc_field("", "The hub cache directory verified.")
     counts: dict[str, int] = doc_field({},
         "repos, revisions, blobs, blobs_ok, blobs_bad, incomplete, links_ok, links_bad, "
@@ -125,6 +133,8 @@ class HubCacheOutput(StepOutputs):
 
 @dataclass
 class DatasetVerifyOutput(StepOutputs):
+    """What the ``dataset.verify`` step records (each field: docs/step-outputs.md)."""
+
     files: list[JsonObject] = doc_field([],
         "Per file: path, format, status, bad_records (index, offset, key, problem), records, "
         "note.")
@@ -139,6 +149,8 @@ class DatasetVerifyOutput(StepOutputs):
 
 @dataclass
 class RecoverOutput(StepOutputs):
+    """What the ``recover`` step records (each field: docs/step-outputs.md)."""
+
     source: str = doc_field("", "Snapshots directory or s3:// prefix.")
     to: str = doc_field("", "The recovery directory.")
     files: list[JsonObject] = doc_field([],
@@ -173,6 +185,8 @@ class RecoverOutput(StepOutputs):
 
 @dataclass
 class TrainStateOutput(StepOutputs):
+    """What the ``trainstate`` step records (each field: docs/step-outputs.md)."""
+
     checkpoints: list[JsonObject] = doc_field([],
         "The run's checkpoints in training order: path, step, format, verdict.")
     tensors: list[JsonObject] = doc_field([],
@@ -188,6 +202,8 @@ class TrainStateOutput(StepOutputs):
 
 @dataclass
 class DatasetProfileOutput(StepOutputs):
+    """What the ``dataset.profile`` step records (each field: docs/step-outputs.md)."""
+
     profile: JsonObject = doc_field({},
         "The dataset profile (schema ckptrescue.profile/1, docs/profiles.md).")
     output: str | None = doc_field(None, "Where the profile was written.")
@@ -196,6 +212,8 @@ class DatasetProfileOutput(StepOutputs):
 
 @dataclass
 class DatasetCompareOutput(StepOutputs):
+    """What the ``dataset.compare`` step records (each field: docs/step-outputs.md)."""
+
     compare: JsonObject = doc_field({},
         "mode, thresholds, per_test_level, tests_run, answer, flagged checks (test, "
         "statistic, p-value, effect sizes, threshold), findings, skipped.")
@@ -211,6 +229,8 @@ class DatasetCompareOutput(StepOutputs):
 
 @dataclass
 class QuarantineOutput(StepOutputs):
+    """What the ``dataset.quarantine`` step records (each field: docs/step-outputs.md)."""
+
     quarantine: JsonObject = doc_field({},
         "The quarantine list (schema ckptrescue.datasets.quarantine/1): files, records, sources.")
     output: str | None = doc_field(None, "The JSON list written.")
@@ -220,6 +240,8 @@ class QuarantineOutput(StepOutputs):
 
 @dataclass
 class GateOutput(StepOutputs):
+    """What the ``gate`` step records (each field: docs/step-outputs.md)."""
+
     target: str = doc_field("", "The dataset directory or checkpoint gated.")
     passed: bool = doc_field(False, "True when the job may start.")
     reason: str = doc_field("", "The one-line reason.")
@@ -237,6 +259,8 @@ class GateOutput(StepOutputs):
 
 @dataclass
 class WatchPassOutput(StepOutputs):
+    """What the ``watch.pass`` step records (each field: docs/step-outputs.md)."""
+
     source: str = doc_field("", "The watched directory or s3:// prefix.")
     full: bool = doc_field(False, "A full pass (else only inotify's paths).")
     files_total: int = doc_field(0, "Files in the source.")
@@ -254,6 +278,8 @@ class WatchPassOutput(StepOutputs):
 
 @dataclass
 class ManifestUpdateOutput(StepOutputs):
+    """What the ``manifest.update`` step records (each field: docs/step-outputs.md)."""
+
     root: str = doc_field("", "The dataset directory.")
     manifest: str = doc_field("", "The manifest rewritten.")
     sidecar: str = doc_field("", "Its JSON-lines sidecar.")

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Progress:
+    """How far a build or audit is: files and bytes done of the totals, and the time spent."""
+
     files_done: int
     files_total: int
     bytes_done: int

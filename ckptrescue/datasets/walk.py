@@ -32,12 +32,17 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class Skipped:
+    """An entry the walk did not hash (not a regular file, not listable or statable, a
+    symlink leading out), and why."""
+
     rel: bytes
     reason: str
 
 
 @dataclass
 class WalkResult:
+    """The regular files a walk found and the entries it skipped."""
+
     files: list[FileEntry] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 

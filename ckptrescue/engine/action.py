@@ -152,6 +152,9 @@ def from_library(result: Any, summary: str = "", *, status: str | None = None,
 
 @dataclass
 class StepContext:
+    """What a running step is given: the case, the command runner, cancellation, the
+    examiner's confirmation and the earlier steps' outputs."""
+
     case: Case
     runner: SubprocessRunner
     step_id: str

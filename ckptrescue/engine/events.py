@@ -14,11 +14,15 @@ from ckptrescue.model import Finding
 
 @dataclass(frozen=True)
 class Event:
+    """Base: every event names the step it belongs to ('' for the run's own)."""
+
     step_id: str = ""
 
 
 @dataclass(frozen=True)
 class RunStarted(Event):
+    """A run of a playbook began: its name, run key and step ids."""
+
     playbook: str = ""
     run_key: str = ""
     steps: tuple[str, ...] = ()
@@ -26,12 +30,16 @@ class RunStarted(Event):
 
 @dataclass(frozen=True)
 class StepStarted(Event):
+    """A step began: its action and title."""
+
     action: str = ""
     title: str = ""
 
 
 @dataclass(frozen=True)
 class StepOutput(Event):
+    """A line of text a step printed while it ran."""
+
     text: str = ""
 
 
@@ -51,22 +59,31 @@ class StepProgress(Event):
 
 @dataclass(frozen=True)
 class FindingEmitted(Event):
+    """A finding a step recorded."""
+
     finding: Finding | None = None
 
 
 @dataclass(frozen=True)
 class GateReached(Event):
+    """A step waits for the examiner's yes or no (``answered``: None until answered)."""
+
     prompt: str = ""
     answered: bool | None = None
 
 
 @dataclass(frozen=True)
 class StepSkipped(Event):
+    """A step that did not run: finished by an earlier attempt, or its condition false or
+    not evaluable."""
+
     reason: str = ""
 
 
 @dataclass(frozen=True)
 class StepFinished(Event):
+    """A step ended: its status, summary and outputs, or its error."""
+
     status: str = "ok"  # ok, findings, failed, refused, cancelled
     summary: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
@@ -80,6 +97,8 @@ class StepFinished(Event):
 
 @dataclass(frozen=True)
 class RunFinished(Event):
+    """The run ended: its status, the one-line answer and the step that failed, if one did."""
+
     status: str = "ok"  # ok, findings, failed, stopped, cancelled
     answer: str = ""
     failed_step: str | None = None

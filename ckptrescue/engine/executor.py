@@ -40,6 +40,9 @@ from ckptrescue.record.case import Case
 
 @dataclass
 class Plan:
+    """A playbook and its parameters, ready to run; ``run_key`` names the run (the same
+    playbook with the same parameters has the same key)."""
+
     playbook: Playbook
     params: dict[str, Any]
     run_key: str = ""
@@ -56,6 +59,8 @@ class Plan:
 
 @dataclass
 class DryRunStep:
+    """What ``--dry-run`` shows of one step: the commands it would run and its condition."""
+
     step: Step
     lines: list[str] = field(default_factory=list)
     when: Any = None

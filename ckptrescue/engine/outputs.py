@@ -27,11 +27,15 @@ from ckptrescue.model import JsonObject, StepOutputs, doc_field
 
 @dataclass
 class ConfirmOutput(StepOutputs):
+    """What the ``confirm`` step records (each field: docs/step-outputs.md)."""
+
     confirmed: bool = doc_field(False, "The responder confirmed the gate.")
 
 
 @dataclass
 class ExecOutput(StepOutputs):
+    """What the ``exec`` step records (each field: docs/step-outputs.md)."""
+
     returncode: int | None = doc_field(None, "The tool's exit status.")
     stdout_sha256: str | None = doc_field(None, "SHA-256 of the stdout artifact.")
     stderr_sha256: str | None = doc_field(None, "SHA-256 of the stderr artifact.")
@@ -40,6 +44,8 @@ class ExecOutput(StepOutputs):
 
 @dataclass
 class CollectLogsOutput(StepOutputs):
+    """What the ``collect.logs`` step records (each field: docs/step-outputs.md)."""
+
     logs: JsonObject = doc_field({},
         "Per tool run (dmesg, journalctl, sacct, scontrol, kubectl): argv, returncode, sha256 "
         "of the captured artifact, bytes.")
@@ -50,11 +56,15 @@ class CollectLogsOutput(StepOutputs):
 
 @dataclass
 class CaseVerifyOutput(StepOutputs):
+    """What the ``case.verify`` step records (each field: docs/step-outputs.md)."""
+
     ok: bool = doc_field(False, "The audit chain and every artifact verify.")
 
 
 @dataclass
 class ReportOutput(StepOutputs):
+    """What the ``report`` step records (each field: docs/step-outputs.md)."""
+
     path: str = doc_field("", "Where the report was written.")
     sha256: str = doc_field("", "SHA-256 of the report (also stored as an artifact).")
     format: str = doc_field("", "html, md or json.")
@@ -62,6 +72,8 @@ class ReportOutput(StepOutputs):
 
 @dataclass
 class DrillLoadOutput(StepOutputs):
+    """What the ``drill.load`` step records (each field: docs/step-outputs.md)."""
+
     image: str = doc_field("", "The drill's disk image.")
     badsectors_map: str = doc_field("", "ddrescue test-mode map of its bad sectors.")
     known_good_manifest: str = doc_field("", "Manifest of the drill dataset's good state.")

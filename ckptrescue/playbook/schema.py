@@ -32,6 +32,8 @@ REF_RE = re.compile(r"\$\$|\$\{([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)\}|\
 
 @dataclass(frozen=True)
 class Parameter:
+    """A parameter a playbook declares (``parameters:``)."""
+
     name: str
     type: str
     description: str = ""
@@ -42,6 +44,8 @@ class Parameter:
 
 @dataclass(frozen=True)
 class Step:
+    """One step of a playbook: an action, its arguments and its condition."""
+
     id: str
     action: str
     args: dict[str, Any] = field(default_factory=dict)
@@ -54,6 +58,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Playbook:
+    """A loaded playbook (``playbook/load.py`` checks it against the schema)."""
+
     name: str
     title: str
     description: str

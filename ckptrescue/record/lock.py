@@ -39,6 +39,8 @@ class CaseBusyError(CaseError):
 
 @dataclass
 class _Held:
+    """A case lock this process holds: its descriptor and how many holders nest in it."""
+
     fd: int
     depth: int
 

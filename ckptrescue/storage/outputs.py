@@ -11,6 +11,8 @@ from ckptrescue.model import JsonObject, StepOutputs, doc_field
 
 @dataclass
 class TriageOutput(StepOutputs):
+    """What the ``triage`` step records (each field: docs/step-outputs.md)."""
+
     volume: str | None = doc_field(None, "The volume examined (None: every volume).")
     seconds: float = doc_field(0.0, "The write-rate window.")
     processes: list[JsonObject] = doc_field([],
@@ -24,6 +26,8 @@ class TriageOutput(StepOutputs):
 
 @dataclass
 class ImageOutput(StepOutputs):
+    """What the ``image`` step records (each field: docs/step-outputs.md)."""
+
     image: str = doc_field("", "The image file.")
     mapfile: str = doc_field("", "The ddrescue mapfile.")
     image_sha256: str = doc_field("", "SHA-256 of the image.")
@@ -39,6 +43,8 @@ class ImageOutput(StepOutputs):
 
 @dataclass
 class CopyOutput(StepOutputs):
+    """What the ``copy`` step records (each field: docs/step-outputs.md)."""
+
     source: str = doc_field("", "The mounted filesystem copied.")
     dest: str = doc_field("", "The destination directory.")
     files: int = doc_field(0, "Files copied.")
@@ -53,6 +59,8 @@ class CopyOutput(StepOutputs):
 
 @dataclass
 class FsInspectOutput(StepOutputs):
+    """What the ``fs.inspect`` step records (each field: docs/step-outputs.md)."""
+
     target: str = doc_field("", "The device or image inspected.")
     device: str | None = doc_field(None, "The node inspected (a partition, an LV, ...).")
     fstype: str | None = doc_field(None, "blkid TYPE of the filesystem.")
@@ -64,6 +72,8 @@ class FsInspectOutput(StepOutputs):
 
 @dataclass
 class MountOutput(StepOutputs):
+    """What the ``mount`` step records (each field: docs/step-outputs.md)."""
+
     mountpoint: str = doc_field("", "Where it is mounted.")
     device: str = doc_field("", "The node mounted (a partition when the image is partitioned).")
     fstype: str = doc_field("", "The filesystem type.")
@@ -76,11 +86,15 @@ class MountOutput(StepOutputs):
 
 @dataclass
 class UmountOutput(StepOutputs):
+    """What the ``umount`` step records (each field: docs/step-outputs.md)."""
+
     loop_device: str | None = doc_field(None, "The loop device detached.")
 
 
 @dataclass
 class LocateOutput(StepOutputs):
+    """What the ``locate`` step records (each field: docs/step-outputs.md)."""
+
     json_keys = ("ranges",)
     ranges: list[JsonObject] = doc_field([],
         "Unreadable ranges: start, end, files (path, file_offset, length, tensors).")
@@ -91,6 +105,8 @@ class LocateOutput(StepOutputs):
 
 @dataclass
 class ExtractOutput(StepOutputs):
+    """What the ``extract`` step records (each field: docs/step-outputs.md)."""
+
     mountpoint: str = doc_field("", "The read-only mount.")
     to: str = doc_field("", "The recovery directory.")
     extracted: list[JsonObject] = doc_field([], "Copied checkpoints: checkpoint, format, files.")
@@ -100,6 +116,8 @@ class ExtractOutput(StepOutputs):
 
 @dataclass
 class DeviceHealthOutput(StepOutputs):
+    """What the ``device.health`` step records (each field: docs/step-outputs.md)."""
+
     target: str = doc_field("", "The device asked about.")
     device: bool = doc_field(False, "A block device (else skipped).")
     health: JsonObject = doc_field({}, "disk, smartctl (parsed -x -j), nvme_smart_log, nvme_error_log.")

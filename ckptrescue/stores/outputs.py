@@ -24,6 +24,8 @@ class VerifiedObject(JsonRecord):
 
 @dataclass
 class VersionAnomaly(JsonRecord):
+    """Something odd in an object's version history (a delete marker on top, ...)."""
+
     kind: str = doc_field("", "latest-count, delete-marker-on-top, ...")
     message: str = doc_field("", "What it means.")
     version_ids: list[str] = doc_field([], "The versions named.")
@@ -80,6 +82,8 @@ def verified(errors: list[str], statuses: list[str], allow_unverified: bool) -> 
 
 @dataclass
 class S3VerifyOutput(StepOutputs):
+    """What the ``s3.verify`` step records (each field: docs/step-outputs.md)."""
+
     objects: list[VerifiedObject] = doc_field([], "Per object: key, status, algorithm, detail.")
     counts: dict[str, int] = doc_field({}, "Objects per status.")
     errors: list[str] = doc_field([], "Errors that stopped part of the comparison.")
@@ -92,6 +96,8 @@ class S3VerifyOutput(StepOutputs):
 
 @dataclass
 class S3HistoryOutput(StepOutputs):
+    """What the ``s3.history`` step records (each field: docs/step-outputs.md)."""
+
     keys: list[KeyVersions] = doc_field([],
         "Per key: key, versions, known_good, anomalies (kind, message, version_ids), and with "
         "a manifest manifest_sha256, known_good_by.")
@@ -99,6 +105,8 @@ class S3HistoryOutput(StepOutputs):
 
 @dataclass
 class S3PreflightOutput(StepOutputs):
+    """What the ``s3.preflight`` step records (each field: docs/step-outputs.md)."""
+
     bucket: str = doc_field("", "The bucket.")
     region: str | None = doc_field(None, "Its region.")
     versioning: str | None = doc_field(None, "Versioning status.")
@@ -111,6 +119,8 @@ class S3PreflightOutput(StepOutputs):
 
 @dataclass
 class S3PreserveOutput(StepOutputs):
+    """What the ``s3.preserve`` step records (each field: docs/step-outputs.md)."""
+
     url: str = doc_field("", "What was preserved.")
     objects: list[PreservedRecord] = doc_field([],
         "Per object version: key, version_id, status, size, sha256, algorithm, detail, "
@@ -125,6 +135,8 @@ class S3PreserveOutput(StepOutputs):
 
 @dataclass
 class S3RestoreOutput(StepOutputs):
+    """What the ``s3.restore`` step records (each field: docs/step-outputs.md)."""
+
     url: str = doc_field("", "The object.")
     version_id: str | None = doc_field(None, "The version restored.")
     chosen_by: str | None = doc_field(None, "How the version was chosen.")

@@ -18,17 +18,30 @@ blocks of a tensor bundle, TFRecord framing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
-
-import google_crc32c
 
 POLY = 0x82F63B78  # reflected Castagnoli polynomial
 MASK_DELTA = 0xA282EAD8
 
 
+_extend: Callable[[int, Any], int] | None = None
+
+
 def crc32c(data: Any, value: int = 0) -> int:
     """``value`` extended with ``data``."""
-    return int(google_crc32c.extend(value, data if isinstance(data, bytes) else _in_place(data)))
+    extend = _extend or _load()
+    return int(extend(value, data if isinstance(data, bytes) else _in_place(data)))
+
+
+def _load() -> Callable[[int, Any], int]:
+    """``google_crc32c.extend``, imported on the first CRC (its extension costs ~3 ms to load,
+    and every command imports this module through the datasets' format detection)."""
+    global _extend
+    import google_crc32c
+
+    _extend = google_crc32c.extend
+    return _extend
 
 
 def _in_place(data: Any) -> Any:
