@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, formats
 from ckptrescue.drill import faults, xfsimage
 from ckptrescue.errors import UsageError
 from ckptrescue.model import JsonObject
 
+if TYPE_CHECKING:
+    from ckptrescue.effects.runner import InternalRun
+
 BUCKET = "drill-checkpoints"
 MARKER = "PWNED-if-this-exists"
+TF_PENDING = ".tf-pending"  # where TensorFlow writes while the torch run trains
 
 
 @dataclass
@@ -70,11 +75,26 @@ def _sha256(path: Path) -> str:
 
 
 def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult:
-    from ckptrescue.drill.trainrun import write_run
+    from ckptrescue.drill import tfrun
 
     out = out.resolve()
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out}: not empty; the drill builds into a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    # TensorFlow writes its checkpoints beside the torch run, not in it (the known-good
+    # manifest lists the torch run alone), while the torch run trains
+    tf_job = tfrun.start(out / TF_PENDING) if tensorflow and tfrun.available() else None
+    try:
+        return _build(out, s3=s3, tf_job=tf_job)
+    except BaseException:
+        if tf_job is not None:
+            tf_job.stop()
+        raise
+
+
+def _build(out: Path, *, s3: bool, tf_job: InternalRun | None) -> DrillResult:
+    from ckptrescue.drill.trainrun import write_run
+
     staging = out / "staging"
     run = staging / "run"
     marker = out / MARKER
@@ -128,24 +148,24 @@ def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult
 
     # 6. a TensorFlow checkpoint with one flipped byte inside one variable
     expected_tf: dict[str, str] = {}
-    if tensorflow:
+    if tf_job is not None:
         from ckptrescue.drill import tfrun
 
-        if tfrun.available():
-            tfdir = run / "tf"
-            tfrun.write(tfdir)
-            rep = _probe(tfdir / "ckpt-2.index")
-            candidates = [t for t in rep.tensors if t.length and t.file
-                          and "VARIABLE_VALUE" in t.name]
-            victim = max(candidates, key=lambda t: (t.length or 0, t.name))
-            with open(victim.file, "r+b") as fh:  # type: ignore[arg-type]
-                fh.seek(int(victim.offset or 0) + 2)
-                byte = fh.read(1)[0]
-                fh.seek(int(victim.offset or 0) + 2)
-                fh.write(bytes([byte ^ 0x04]))
-            found.append({"kind": "bit-flip", "path": "run/tf/ckpt-2",
-                          "tensors": [victim.name]})
-            expected_tf = {"run/tf/ckpt-2": "damaged", "run/tf/ckpt-1": "intact"}
+        tfrun.finish(tf_job)
+        tfdir = run / "tf"
+        os.replace(out / TF_PENDING, tfdir)  # its state file names checkpoints relatively
+        rep = _probe(tfdir / "ckpt-2.index")
+        candidates = [t for t in rep.tensors if t.length and t.file
+                      and "VARIABLE_VALUE" in t.name]
+        victim = max(candidates, key=lambda t: (t.length or 0, t.name))
+        with open(victim.file, "r+b") as fh:  # type: ignore[arg-type]
+            fh.seek(int(victim.offset or 0) + 2)
+            byte = fh.read(1)[0]
+            fh.seek(int(victim.offset or 0) + 2)
+            fh.write(bytes([byte ^ 0x04]))
+        found.append({"kind": "bit-flip", "path": "run/tf/ckpt-2",
+                      "tensors": [victim.name]})
+        expected_tf = {"run/tf/ckpt-2": "damaged", "run/tf/ckpt-1": "intact"}
 
     image = out / "disk.img"
     xfsimage.build(staging, image)

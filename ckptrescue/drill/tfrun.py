@@ -1,5 +1,6 @@
 """The drill's TensorFlow checkpoints, written by tensorflow-cpu in a child process (the import
-is slow and heavy; the drill's own process never imports TensorFlow).
+is slow and heavy; the drill's own process never imports TensorFlow) while the drill trains its
+torch run: ``start`` it, ``finish`` waits for it.
 
 ``python -m ckptrescue.drill.tfrun OUT_DIR`` trains a tiny Keras model for two steps and saves a
 ``tf.train.Checkpoint`` (model + Adam slots) after each, through a CheckpointManager.
@@ -10,21 +11,34 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckptrescue.errors import ToolFailedError
+
+if TYPE_CHECKING:
+    from ckptrescue.effects.runner import InternalRun
 
 
 def available() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-def write(out_dir: Path, *, timeout_s: float = 300.0) -> None:
-    from ckptrescue.effects.runner import SubprocessRunner
+def start(out_dir: Path, *, timeout_s: float = 300.0) -> InternalRun:
+    """Start writing the checkpoints into ``out_dir``: the child runs while the drill trains its
+    torch run (its import of TensorFlow alone is seconds of CPU), and dies with the thread that
+    started it. :func:`finish` waits for it; on any error before that, ``.stop()`` it."""
+    from ckptrescue.effects.runner import SubprocessRunner, dies_with_this_thread
 
-    res = SubprocessRunner(None).run_internal(
+    return SubprocessRunner(None).start_internal(
         [sys.executable, "-m", "ckptrescue.drill.tfrun", str(out_dir)],
         purpose="drill: write TensorFlow checkpoints", timeout_s=timeout_s,
-        env_extra={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""})
+        env_extra={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
+        preexec=dies_with_this_thread())
+
+
+def finish(job: InternalRun) -> None:
+    """Wait for the child :func:`start` started; a one-line error when it failed."""
+    res = job.wait()
     if res.returncode != 0:
         tail = res.stderr.strip().splitlines()[-1:] or ["no output"]
         raise ToolFailedError(f"writing the drill's TensorFlow checkpoint failed: {tail[0]}")

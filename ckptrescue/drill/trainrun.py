@@ -44,6 +44,19 @@ def _model() -> Any:
 def write_run(run_dir: Path, *, marker: Path) -> JsonObject:
     """Train for a few hundred tiny steps, saving checkpoints; returns what was written."""
     import torch
+
+    # one thread: the layers are too small to share, and the drill's TensorFlow child runs
+    # beside this (torch's idle threads spin on a core it wants: 5 CPU-s more per drill here)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(run_dir, marker=marker)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(run_dir: Path, *, marker: Path) -> JsonObject:
+    import torch
     from torch import nn
 
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
+PR_SET_PDEATHSIG = 1
 _KEEP_ENV = ("PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "TERM")
 
 # How to ask each tool for its version (default: ``--version``).
@@ -498,6 +499,17 @@ class SubprocessRunner:
         """Run one of the kit's own programs (the sandbox child; the drill's builders): not
         reachable from ``exec`` or playbooks, not judged by the guard, audited when there is a
         case."""
+        return self.start_internal(argv, purpose=purpose, timeout_s=timeout_s,
+                                   max_output_bytes=max_output_bytes, env_extra=env_extra,
+                                   preexec=preexec).wait()
+
+    def start_internal(self, argv: Sequence[str], *, purpose: str, timeout_s: float,
+                       max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+                       env_extra: dict[str, str] | None = None,
+                       preexec: Any = None) -> InternalRun:
+        """:meth:`run_internal` without waiting: the program runs while the caller does other
+        work. :meth:`InternalRun.wait` returns its result (audited then; ``timeout_s`` counts
+        from the start); :meth:`InternalRun.stop` kills it. The caller does one or the other."""
         shown = redact(argv)
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -506,30 +518,73 @@ class SubprocessRunner:
             preexec_fn=preexec, shell=False,
         )
         sinks, threads = _drain(self, proc, shown, max_output_bytes)
+        return InternalRun(self, proc, sinks, threads, shown=shown, executable=str(argv[0]),
+                           purpose=purpose, timeout_s=timeout_s, start=start)
+
+
+class InternalRun:
+    """One of the kit's own programs, started by :meth:`SubprocessRunner.start_internal`."""
+
+    def __init__(self, runner: SubprocessRunner, proc: subprocess.Popen[bytes],
+                 sinks: dict[str, _Sink], threads: list[threading.Thread], *, shown: list[str],
+                 executable: str, purpose: str, timeout_s: float, start: float) -> None:
+        self.runner, self.proc, self.sinks, self.threads = runner, proc, sinks, threads
+        self.shown, self.executable, self.purpose = shown, executable, purpose
+        self.timeout_s, self.start = timeout_s, start
+
+    def wait(self) -> ToolResult:
+        """Its result once it has exited (killed, with ``timed_out``, at the time limit)."""
+        proc = self.proc
         timed_out = False
         try:
-            proc.wait(timeout=timeout_s)
+            proc.wait(timeout=max(0.0, self.start + self.timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
             proc.wait()
         except BaseException:  # Ctrl-C reaches only us: never leave the child running
-            _kill_group(proc)
-            proc.wait()
+            self.stop()
             raise
-        result = _finished(proc, sinks, threads, start=start, argv=shown,
-                           executable=str(argv[0]), timed_out=timed_out)
+        result = _finished(proc, self.sinks, self.threads, start=self.start, argv=self.shown,
+                           executable=self.executable, timed_out=timed_out)
         duration, out, err = result.duration_s, result.stdout_sha256, result.stderr_sha256
-        if self.case is not None:
-            rec = self.case.log(
+        case = self.runner.case
+        if case is not None:
+            rec = case.log(
                 "sandbox.run",
-                {"argv": shown, "purpose": purpose, "returncode": proc.returncode,
+                {"argv": self.shown, "purpose": self.purpose, "returncode": proc.returncode,
                  "duration_s": round(duration, 3), "timed_out": timed_out,
-                 "stdout_sha256": out, "stderr_sha256": err, "timeout_s": timeout_s},
+                 "stdout_sha256": out, "stderr_sha256": err, "timeout_s": self.timeout_s},
                 artifacts=[h for h in (out, err) if h],
             )
             result.record_hash = rec["hash"]
         return result
+
+    def stop(self) -> None:
+        """Kill it, its process group included, and reap it (nothing is recorded)."""
+        _kill_group(self.proc)
+        self.proc.wait()
+
+
+def dies_with_this_thread() -> Callable[[], None]:
+    """A ``preexec`` for :meth:`SubprocessRunner.start_internal`: the child is killed (SIGKILL)
+    when the thread that starts it ends, with the process or not (``PR_SET_PDEATHSIG``), and
+    exits at once if this process had already gone. libc is loaded here, before the fork: the
+    child only calls into it (a child forked beside other threads must not import)."""
+    import ctypes
+
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the caller still stops its child itself
+        return lambda: None
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 def spawn_detached(argv: Sequence[str], *, log: Path, env_extra: dict[str, str] | None = None

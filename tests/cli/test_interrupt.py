@@ -96,22 +96,87 @@ def test_an_interrupted_playbook_names_what_it_left_mounted(tmp_path: Path) -> N
     assert sha256(image) == before
 
 
+def tf_writers(out: Path) -> list[int]:
+    """The pids of the drill's TensorFlow children writing into ``out``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ckptrescue.drill.tfrun" in argv and any(str(out).encode() in a for a in argv):
+            found.append(int(entry.name))
+    return found
+
+
 @pytest.mark.slow
 def test_an_interrupted_drill_leaves_nothing_that_blocks_the_rerun(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "drill"
-    proc = start("drill", str(out), "--no-tf")
+    # interrupted while the torch run trains, the TensorFlow child writing beside it
+    proc = start("drill", str(out))
     code, _stdout, err = interrupt_when(proc, lambda: (out / "staging").is_dir())
     try:
         assert code == 130, err
         assert "the half-built drill" in err and "run the same command again" in err, err
         assert "in the case" not in err
+        assert not tf_writers(out), "the TensorFlow child outlived the interrupted drill"
         assert not out.exists() or not any(out.iterdir())
         again = run_cli("drill", str(out), "--no-s3", "--no-tf", timeout=600)
         assert again.returncode == 0, again.stderr
         assert "next: " in again.stdout and (out / "params.json").is_file()
     finally:
         run_cli("drill", str(out), "--stop")
+
+
+@pytest.mark.slow
+def test_a_killed_drill_takes_its_tensorflow_child_with_it(tmp_path: Path) -> None:
+    """kill -9 of the drill while its TensorFlow child imports: the child is killed with it
+    (it would otherwise run on for seconds and write into the folder the responder empties)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorflow")
+    from ckptrescue.drill.build import TF_PENDING
+
+    out = tmp_path / "drill"
+    proc = start("drill", str(out), "--no-s3")
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "staging").is_dir():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "never got ready"
+            time.sleep(0.05)
+        children = tf_writers(out)
+        assert children, "no TensorFlow child while the torch run trains"
+        assert not (out / TF_PENDING).exists(), "TensorFlow finished before the kill: no test"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while tf_writers(out):
+        assert time.monotonic() < deadline, "the TensorFlow child outlived the killed drill"
+        time.sleep(0.1)
+    assert not (out / TF_PENDING).exists(), "the orphaned child went on writing"
+
+
+def test_a_build_that_fails_stops_its_tensorflow_child_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that goes on after the drill failed (the TUI, a notebook) is not left with the
+    TensorFlow child running on into the half-built folder."""
+    pytest.importorskip("tensorflow")
+    from ckptrescue.drill import build, trainrun
+
+    out = tmp_path / "drill"
+    seen: list[int] = []
+
+    def failing_run(*_args: object, **_kwargs: object) -> None:
+        seen.extend(tf_writers(out))
+        raise RuntimeError("the torch run failed")
+
+    monkeypatch.setattr(trainrun, "write_run", failing_run)
+    with pytest.raises(RuntimeError, match="the torch run failed"):
+        build.build(out, s3=False)
+    assert seen, "no TensorFlow child was running beside the torch run"
+    assert not tf_writers(out)
 
 
 def test_an_interrupted_manifest_build_without_a_case_says_where_its_files_are(
