@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static, Tree
+from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
 from ckptrescue.display import shown
@@ -28,6 +28,7 @@ from ckptrescue.tui.viewmodel import (
     step_label,
     tree_words,
 )
+from ckptrescue.tui.widgets.footer import Footer
 from ckptrescue.tui.widgets.header import Header
 
 SEVERITIES = ("critical", "error", "warning", "info")

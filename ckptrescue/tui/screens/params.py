@@ -13,13 +13,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from ckptrescue.display import shown
 from ckptrescue.engine.action import ArgSpec
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui import form
 from ckptrescue.tui.widgets.fields import FieldCheckbox, FieldInput, after_typed
+from ckptrescue.tui.widgets.footer import Footer
 from ckptrescue.tui.widgets.header import Header
 
 if TYPE_CHECKING:

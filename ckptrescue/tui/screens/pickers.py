@@ -11,12 +11,13 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.widgets import DataTable, DirectoryTree, Footer, Static
+from textual.widgets import DataTable, DirectoryTree, Static
 
 from ckptrescue.display import shown
 from ckptrescue.tui.messages import DevicesListed
 from ckptrescue.tui.screens.frames import PickerWindow
 from ckptrescue.tui.viewmodel import human_bytes
+from ckptrescue.tui.widgets.footer import Footer
 
 BROWSE = "\x00browse"  # DevicePicker's answer when the responder wants a file instead
 

@@ -9,10 +9,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Static
+from textual.widgets import Button, Static
 
 from ckptrescue.display import shown_text
 from ckptrescue.tui.screens.frames import QuestionBox
+from ckptrescue.tui.widgets.footer import Footer
 from ckptrescue.tui.widgets.header import Header
 
 if TYPE_CHECKING:

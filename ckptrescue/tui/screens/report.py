@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ckptrescue.tui.messages import ReportWritten
+from ckptrescue.tui.widgets.footer import Footer
 from ckptrescue.tui.widgets.header import Header
 
 

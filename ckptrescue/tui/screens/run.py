@@ -10,7 +10,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
+from textual.widgets import Log, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from ckptrescue.display import shown, shown_text, shown_tree
@@ -26,6 +26,7 @@ from ckptrescue.engine.events import (
     transcript_line,
 )
 from ckptrescue.tui.messages import EngineEvent, GateAsked, GateReply, RunCrashed
+from ckptrescue.tui.widgets.footer import Footer
 from ckptrescue.tui.widgets.header import Header
 from ckptrescue.tui.widgets.progress import StepProgressPanel
 from ckptrescue.tui.widgets.steps import StepTable

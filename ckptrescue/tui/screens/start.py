@@ -11,13 +11,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, OptionList, Static
+from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ckptrescue.display import shown
 from ckptrescue.errors import CkptRescueError
 from ckptrescue.tui.recent import RecentCase, recent_cases
 from ckptrescue.tui.widgets.fields import FieldInput, after_typed
+from ckptrescue.tui.widgets.footer import Footer
 from ckptrescue.tui.widgets.header import Header
 
 
