@@ -18,9 +18,7 @@ from math import prod
 from pathlib import Path
 from typing import BinaryIO
 
-import google_crc32c
-
-from ckptrescue.checkpoints.formats.crc32c import unmask
+from ckptrescue.checkpoints.formats.crc32c import crc32c, unmask
 from ckptrescue.checkpoints.formats.protowire import WireError, read_varint
 from ckptrescue.checkpoints.formats.regular_file import open_regular
 from ckptrescue.checkpoints.formats.tensorbundle_entries import DT_STRING, DT_VARIANT, DTYPES, BundleEntry
@@ -46,14 +44,14 @@ def _string_crc(raw: bytes, count: int) -> int:
     pos = 0
     for _ in range(count):
         ln, pos = read_varint(raw, pos)
-        crc = google_crc32c.extend(crc, struct.pack("<I" if ln <= 0xFFFFFFFF else "<Q", ln))
+        crc = crc32c(struct.pack("<I" if ln <= 0xFFFFFFFF else "<Q", ln), crc)
     if pos + 4 > len(raw):
         raise WireError("string tensor ends inside its length checksum")
     length_crc = raw[pos:pos + 4]
     if unmask(struct.unpack("<I", length_crc)[0]) != crc:
         raise WireError("string tensor's length checksum does not match its lengths")
-    crc = google_crc32c.extend(crc, length_crc)
-    return int(google_crc32c.extend(crc, raw[pos + 4:]))
+    crc = crc32c(length_crc, crc)
+    return int(crc32c(raw[pos + 4:], crc))
 
 
 def _variant_crc(raw: bytes, count: int) -> int:
@@ -61,10 +59,10 @@ def _variant_crc(raw: bytes, count: int) -> int:
     pos = 0
     for _ in range(count):
         ln, pos = read_varint(raw, pos)
-        crc = google_crc32c.extend(crc, struct.pack("<Q", ln))
-        crc = google_crc32c.extend(crc, raw[pos:pos + ln])
+        crc = crc32c(struct.pack("<Q", ln), crc)
+        crc = crc32c(raw[pos:pos + ln], crc)
         pos += ln
-        crc = google_crc32c.extend(crc, raw[pos:pos + 4])
+        crc = crc32c(raw[pos:pos + 4], crc)
         pos += 4
     return int(crc)
 
@@ -147,7 +145,7 @@ def verify_piece(fh: BinaryIO | None, shard_size: int | None, entry: BundleEntry
         chunk = fh.read(min(step, remaining))
         if not chunk:
             return PieceResult("truncated", "short read")
-        crc = google_crc32c.extend(crc, chunk)
+        crc = crc32c(chunk, crc)
         if feed is not None:
             feed(entry.offset + entry.size - remaining, chunk)
         remaining -= len(chunk)
