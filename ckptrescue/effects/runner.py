@@ -561,7 +561,10 @@ class InternalRun:
         return result
 
     def stop(self) -> None:
-        """Kill it, its process group included, and reap it (nothing is recorded)."""
+        """Kill it, its process group included, and reap it (nothing is recorded); once it has
+        been reaped, nothing (its pid may name another process by then)."""
+        if self.proc.returncode is not None:
+            return
         _kill_group(self.proc)
         self.proc.wait()
 

@@ -66,7 +66,8 @@ class FindingEmitted(Event):
 
 @dataclass(frozen=True)
 class GateReached(Event):
-    """A step waits for the examiner's yes or no (``answered``: None until answered)."""
+    """A step asked the examiner yes or no: ``answered`` is the answer, None when none came
+    (the step then stops)."""
 
     prompt: str = ""
     answered: bool | None = None

@@ -210,6 +210,26 @@ def test_crc32c_ranges_give_what_one_thread_gives(evidence, small_thresholds):
                                         zip(_offsets()[:2], LAYOUT[:2], strict=True)]
 
 
+def test_the_warm_up_read_loads_the_crc32c_the_children_use(tmp_path):
+    """read_parts reads each part's first segment for 0 bytes before it forks, so that no child
+    imports anything (an import in a forked child can wait forever on a lock another thread of
+    the parent held at the fork): the CRC32C implementation, loaded on its first use, is loaded
+    by that empty read too."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 64)
+    code = (
+        "import sys\n"
+        "from ckptrescue.checkpoints.formats import streaming\n"
+        f"fh = open({str(path)!r}, 'rb')\n"
+        "rng = streaming.ByteRange(0, 64, checksum='crc32c')\n"
+        "before = 'google_crc32c' in sys.modules\n"
+        "streaming._scan_part(fh, rng, 0, 0, 1 << 20)\n"
+        "print(before, 'google_crc32c' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["False", "True"], done.stdout + done.stderr
+
+
 def test_a_killed_child_loses_nothing(evidence, small_thresholds, tmp_path):
     def die(count: int) -> None:
         if count == 2:

@@ -147,7 +147,7 @@ def test_a_killed_drill_takes_its_tensorflow_child_with_it(tmp_path: Path) -> No
             time.sleep(0.05)
         children = tf_writers(out)
         assert children, "no TensorFlow child while the torch run trains"
-        assert not (out / TF_PENDING).exists(), "TensorFlow finished before the kill: no test"
+        assert not (out / TF_PENDING).exists(), "TensorFlow started saving before the kill"
     finally:
         proc.kill()
         proc.communicate(timeout=60)

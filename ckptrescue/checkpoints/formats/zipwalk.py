@@ -140,6 +140,8 @@ def crc_range(
     pos = offset
     fd = fh.fileno()
     if offset < 0 or length <= 0:
+        if want_crc:  # nothing to read, but the CRC is made ready: loaded on first use
+            extend(memoryview(b""), 0)  # (crc32c), and forked_reads warms up this way
         return 0, 0
     length = max(0, min(length, os.fstat(fd).st_size - offset))
     end = offset + length
