@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import invoke
-from conftest import drive, wait_for
+from tui_testlib import drive, wait_for
 
 from ckptrescue.record.case import Case
 from ckptrescue.tui.scenarios import SCENARIOS

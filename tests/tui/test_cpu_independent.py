@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import NESTED
+from tui_testlib import NESTED
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import EXE
-from conftest import drive, screen_text, tree_labels, wait_for
+from tui_testlib import drive, screen_text, tree_labels, wait_for
 
 from ckptrescue.engine.answer import answer_line, latest_checkpoints
 from ckptrescue.record.case import Case

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import drive, screen_text, tree_labels, wait_for
+from tui_testlib import drive, screen_text, tree_labels, wait_for
 
 from ckptrescue.record.case import Case
 

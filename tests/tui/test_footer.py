@@ -9,12 +9,12 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
-from conftest import drive
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Button, Input
 from textual.widgets import Footer as TextualFooter
 from textual.widgets._footer import FooterKey
+from tui_testlib import drive
 
 from ckptrescue.tui.widgets.footer import Footer
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from cli_helpers import EXE
-from conftest import drive, screen_text, tree_hash, tree_labels, wait_for
+from tui_testlib import drive, screen_text, tree_hash, tree_labels, wait_for
 
 from ckptrescue.engine.answer import answer_line, latest_checkpoints
 from ckptrescue.record.case import Case

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import drive
 from textual.app import App, ComposeResult
 from textual.widgets import Header as TextualHeader
 from textual.widgets._header import HeaderTitle
+from tui_testlib import drive
 
 from ckptrescue.tui.widgets.header import Header
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import drive, screen_text, wait_for
+from tui_testlib import drive, screen_text, wait_for
 
 from ckptrescue.record.case import Case
 

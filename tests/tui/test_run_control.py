@@ -10,7 +10,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from conftest import drive, wait_for
+from tui_testlib import drive, wait_for
 
 from ckptrescue.engine import executor as engine
 from ckptrescue.playbook import load

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXED, wait_for
+from tui_testlib import FIXED, wait_for
 
 from ckptrescue.record.case import Case
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import drive, wait_for
+from tui_testlib import drive, wait_for
 
 from ckptrescue.engine.events import StepOutput, StepProgress
 from ckptrescue.playbook.schema import Parameter

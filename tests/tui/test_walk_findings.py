@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import drive, wait_for
+from tui_testlib import drive, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 
