@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, formats
-from ckptrescue.drill import faults, xfsimage
+from ckptrescue.drill import faults, tfrun, xfsimage
 from ckptrescue.errors import UsageError
 from ckptrescue.model import JsonObject
 
@@ -75,8 +75,6 @@ def _sha256(path: Path) -> str:
 
 
 def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult:
-    from ckptrescue.drill import tfrun
-
     out = out.resolve()
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out}: not empty; the drill builds into a new directory")
@@ -149,8 +147,6 @@ def _build(out: Path, *, s3: bool, tf_job: InternalRun | None) -> DrillResult:
     # 6. a TensorFlow checkpoint with one flipped byte inside one variable
     expected_tf: dict[str, str] = {}
     if tf_job is not None:
-        from ckptrescue.drill import tfrun
-
         tfrun.finish(tf_job)
         tfdir = run / "tf"
         os.replace(out / TF_PENDING, tfdir)  # its state file names checkpoints relatively
