@@ -79,6 +79,10 @@ def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out}: not empty; the drill builds into a new directory")
     out.mkdir(parents=True, exist_ok=True)
+    try:  # the claim, made atomically: a second drill building here at the same time is refused
+        (out / "staging").mkdir()
+    except FileExistsError:
+        raise UsageError(f"{out}: another drill is building here") from None
     # TensorFlow writes its checkpoints beside the torch run, not in it (the known-good
     # manifest lists the torch run alone), while the torch run trains
     tf_job = tfrun.start(out / TF_PENDING) if tensorflow and tfrun.available() else None

@@ -141,12 +141,10 @@ def test_a_killed_drill_takes_its_tensorflow_child_with_it(tmp_path: Path) -> No
     proc = start("drill", str(out), "--no-s3")
     try:
         deadline = time.monotonic() + 300
-        while not (out / "staging").is_dir():
+        while not tf_writers(out):
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "never got ready"
+            assert time.monotonic() < deadline, "no TensorFlow child while the drill builds"
             time.sleep(0.05)
-        children = tf_writers(out)
-        assert children, "no TensorFlow child while the torch run trains"
         assert not (out / TF_PENDING).exists(), "TensorFlow started saving before the kill"
     finally:
         proc.kill()
@@ -177,6 +175,33 @@ def test_a_build_that_fails_stops_its_tensorflow_child_at_once(
         build.build(out, s3=False)
     assert seen, "no TensorFlow child was running beside the torch run"
     assert not tf_writers(out)
+
+
+@pytest.mark.slow
+def test_a_second_drill_into_the_same_folder_at_once_is_refused(tmp_path: Path) -> None:
+    """Two drills started into one folder: the second is refused in one line the moment the
+    first has made the folder (it used to pass the emptiness check while the first imported
+    torch, and the two wrote over each other), and the first builds as if alone."""
+    pytest.importorskip("torch")
+    out = tmp_path / "drill"
+    first = start("drill", str(out), "--no-s3", "--no-tf")
+    try:
+        deadline = time.monotonic() + 120
+        while not out.is_dir():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the first drill never made its folder"
+            time.sleep(0.01)
+        second = run_cli("drill", str(out), "--no-s3", "--no-tf", timeout=600)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.count("ckptrescue:") == 1 and "Traceback" not in second.stderr
+        assert str(out) in second.stderr, second.stderr
+        _out, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err
+        assert (out / "params.json").is_file() and not (out / "staging").exists()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
 
 
 def test_an_interrupted_manifest_build_without_a_case_says_where_its_files_are(
