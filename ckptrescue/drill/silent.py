@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.drill import silent_data, silent_run
+from ckptrescue.drill import imports_kept, silent_data, silent_run
 from ckptrescue.errors import UsageError
 from ckptrescue.model import JsonObject
 
@@ -45,7 +45,8 @@ def build(out: Path) -> SilentDrill:
     if root.exists() and any(root.iterdir()):
         raise UsageError(f"{root}: not empty; the silent drill builds into a new directory")
     try:
-        import torch  # noqa: F401
+        with imports_kept():
+            import torch  # noqa: F401
     except ImportError as exc:
         raise UsageError("the silent drill writes torch checkpoints: install the [torch] "
                          "extra") from exc

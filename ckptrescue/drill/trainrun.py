@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ckptrescue.drill import imports_kept
 from ckptrescue.model import JsonObject
 
 STEPS = (100, 200, 300, 350, 400)
@@ -43,7 +44,10 @@ def _model() -> Any:
 
 def write_run(run_dir: Path, *, marker: Path) -> JsonObject:
     """Train for a few hundred tiny steps, saving checkpoints; returns what was written."""
-    import torch
+    with imports_kept():  # and what _exports uses
+        import safetensors.torch  # noqa: F401
+        import torch
+        import torch.distributed.checkpoint  # noqa: F401
 
     # one thread: the layers are too small to share, and the drill's TensorFlow child runs
     # beside this (torch's idle threads spin on a core it wants: 5 CPU-s more per drill here)
