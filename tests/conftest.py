@@ -57,6 +57,23 @@ gc.set_threshold(700, 10, 100)
 def pytest_collection_finish(session: pytest.Session) -> None:
     gc.collect()
     gc.freeze()
+    _FROZEN_AT[0] = len(sys.modules)
+
+
+# Tests import torch, TensorFlow, moto... on first use, after the freeze above: each such import
+# adds hundreds of thousands of objects that live as long as the worker, and every full
+# collection after it walked them again. After a test that imported at least that many modules,
+# what the worker now holds is frozen too (with whatever garbage of that test a collection of
+# the young generations leaves: a few such tests a worker).
+_FROZEN_AT = [0]
+_NEW_MODULES = 100
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if len(sys.modules) - _FROZEN_AT[0] >= _NEW_MODULES:
+        gc.collect(1)
+        gc.freeze()
+        _FROZEN_AT[0] = len(sys.modules)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -17,6 +17,7 @@ It reads one JSON request a line on stdin and answers one JSON line:
   child that overran). The child dies with this process, and this process with its parent.
 """
 
+import gc
 import json
 import os
 import select
@@ -136,12 +137,18 @@ def _prefix(source: str) -> tuple[bool, tuple[str, str]]:
     saved = os.dup(1), os.dup(2)
     os.dup2(ofd, 1)
     os.dup2(efd, 2)
+    # the imports make about a million objects that every child keeps: a collection during them
+    # frees nothing, and each full collection in a child would walk them all again (a quarter
+    # of a Lightning load's CPU); paused for the imports, then frozen, they are never walked
+    gc.disable()
     try:
         exec(compile(source, "<string>", "exec"), {"__name__": "__main__"})
         ok = threading.active_count() == 1
     except BaseException:  # the run goes cold and fails, or not, as python -c does
         ok = False
     finally:
+        gc.freeze()
+        gc.enable()
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved[0], 1)

@@ -89,9 +89,12 @@ def test_probe_prefix_works_like_the_index(tmp_path: Path) -> None:
 # ---- TensorFlow as the oracle ----------------------------------------------------------------
 
 _TF_ORACLE = r"""
-import hashlib, json, os, sys
+import gc, hashlib, json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+gc.disable()  # what the import makes lives to the end: no collection walks it
 import tensorflow as tf
+gc.freeze()
+gc.enable()
 for prefix in sys.argv[1:]:
     print(json.dumps({"prefix": prefix, "started": True}), flush=True)
     try:
