@@ -63,15 +63,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 # Tests import torch, TensorFlow, moto... on first use, after the freeze above: each such import
 # adds hundreds of thousands of objects that live as long as the worker, and every full
 # collection after it walked them again. After a test that imported at least that many modules,
-# what the worker now holds is frozen too (with whatever garbage of that test a collection of
-# the young generations leaves: a few such tests a worker).
+# garbage is collected once and what the worker then holds is frozen too (a few tests a worker;
+# that includes the values of module- and session-scoped fixtures alive at that point).
 _FROZEN_AT = [0]
 _NEW_MODULES = 100
 
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
     if len(sys.modules) - _FROZEN_AT[0] >= _NEW_MODULES:
-        gc.collect(1)
+        gc.collect()
         gc.freeze()
         _FROZEN_AT[0] = len(sys.modules)
 

@@ -26,6 +26,9 @@ def main() -> None:
     # parsed; then run() freezes what start-up made, so no collection walks it again, and
     # collects the command's own objects as usual.
     gc.disable()
+    import ckptrescue
+
+    ckptrescue.own_process = True
     from ckptrescue.cli.main import run
 
     sys.exit(run(collection_paused=True))

@@ -99,3 +99,15 @@ def test_a_library_caller_of_run_keeps_its_own_collection() -> None:
     assert gc.isenabled()
     assert _collected(mine)  # not frozen by run
     assert (gc.get_freeze_count() > 0) == caller_froze  # not unfrozen by run either
+
+
+def test_a_drill_run_as_a_library_freezes_nothing_of_its_caller(tmp_path: Path) -> None:
+    """The drill imports torch with collection paused; only the kit's own process freezes what
+    it then holds (``ckptrescue.own_process``): here the caller's objects stay collectable."""
+    mine: list[object] = []
+    frozen = gc.get_freeze_count()
+    res = invoke("drill", str(tmp_path / "drill"), "--silent")
+    assert res.returncode == 0, res.stderr
+    assert gc.isenabled()
+    assert _collected(mine)
+    assert gc.get_freeze_count() <= frozen

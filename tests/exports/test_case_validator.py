@@ -4,6 +4,8 @@ text parsed once) reports what the plain ``case_validate`` reports, result for r
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,8 @@ def test_the_same_results_as_plain_case_validate(incident: dict[str, Any],
     plain = subprocess.run([str(case_validator.PLAIN), "--built-version", CASE_VERSION,
                             "-f", "turtle", str(path)], capture_output=True, text=True,
                            timeout=600)
-    ours = case_validator.validate(path, "-f", "turtle", version=CASE_VERSION)
+    ours = case_validator.validate(path, "-f", "turtle", version=CASE_VERSION,
+                                   env={**os.environ, "CKPTRESCUE_TEST_SPARQL_COUNTS": "1"})
     assert plain.returncode == ours.returncode == 1, (plain.stderr[-2000:], ours.stderr[-2000:])
     from rdflib import Literal, Namespace
     from rdflib.compare import isomorphic
@@ -59,3 +62,8 @@ def test_the_same_results_as_plain_case_validate(incident: dict[str, Any],
     # the SPARQL-based shape ran once per focus node: one result for each renamed node
     advice = [m for m in got.objects(None, sh.resultMessage) if str(m) == UUID_ADVICE]
     assert len(advice) == 3, ours.stdout[-3000:]
+    # ... and each query text was parsed once: the wrapper is what ran
+    counts = re.findall(r"^sparql queries (\d+) parsed (\d+)$", ours.stderr, re.M)
+    assert counts, ours.stderr[-2000:]
+    queries, parsed = map(int, counts[-1])
+    assert 0 < parsed <= 10 and queries >= 5 * parsed, (queries, parsed)

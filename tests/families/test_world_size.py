@@ -24,9 +24,13 @@ import json, os, sys, warnings
 warnings.simplefilter("ignore")
 os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": sys.argv[3]})
+import gc
+gc.disable()  # what the imports make lives to the end: no collection walks it
 import deepspeed, torch
 from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint as full
 from fixtures.families.deepspeed import make_model, config, init_gloo
+gc.freeze()
+gc.enable()
 init_gloo()  # deepspeed.init_distributed(dist_backend="gloo"), no JIT-compiled kernel
 cfg = config(2, False)
 cfg.update({"train_batch_size": 1, "checkpoint": {"load_universal": True}})

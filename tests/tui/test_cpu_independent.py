@@ -26,8 +26,12 @@ _BUILD = r"""
 import hashlib, io, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
+import gc
+gc.disable()  # what the imports make lives to the end: no collection walks it
 import torch
 from fixtures import checkpoints as fx
+gc.freeze()
+gc.enable()
 out = {"capability": torch.backends.cpu.get_cpu_capability()}
 with tempfile.TemporaryDirectory() as tmp:
     d = Path(tmp)
