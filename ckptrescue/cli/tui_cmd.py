@@ -41,7 +41,10 @@ def tui(
         raise UsageError("--new creates the --case directory: give --case DIR")
     if case_dir is not None:
         case = Case.create(case_dir, title=title) if new else Case.open(case_dir)
-    from ckptrescue.tui.app import make_app
+    from ckptrescue import imports_kept
+
+    with imports_kept():
+        from ckptrescue.tui.app import make_app
 
     app = make_app(case, cases_root=cases_root)
     app.run()

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.drill import imports_kept, silent_data, silent_run
+from ckptrescue import imports_kept
+from ckptrescue.drill import silent_data, silent_run
 from ckptrescue.errors import UsageError
 from ckptrescue.model import JsonObject
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptrescue.drill import imports_kept
+from ckptrescue import imports_kept
 from ckptrescue.errors import ToolFailedError
 
 if TYPE_CHECKING:

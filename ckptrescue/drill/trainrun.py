@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ckptrescue.drill import imports_kept
+from ckptrescue import imports_kept
 from ckptrescue.model import JsonObject
 
 STEPS = (100, 200, 300, 350, 400)

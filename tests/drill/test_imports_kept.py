@@ -1,4 +1,4 @@
-"""``drill.imports_kept``: collection paused for the block's imports; in the kit's own process
+"""``ckptrescue.imports_kept``: collection paused for the block's imports; in the kit's own process
 (``ckptrescue.own_process``) what the process holds is frozen after imports that succeeded; a
 program that runs the drill as a library keeps its own collection; the collector is left as it
 was found, also when an import fails (the silent drill's missing torch is a one-line error)."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import ckptrescue
-from ckptrescue.drill import imports_kept
+from ckptrescue import imports_kept
 
 
 def _collected(obj: object) -> bool:

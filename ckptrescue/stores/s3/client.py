@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ckptrescue import imports_kept
 from ckptrescue.errors import CkptRescueError, RefusedError, RemoteError, UsageError
 from ckptrescue.model import JsonObject
 from ckptrescue.stores.base import OperationCounts
@@ -102,9 +103,10 @@ def make_client(
             f"not {options.checksum_when!r}"
         )
     try:
-        import boto3
-        import botocore.exceptions
-        from botocore.config import Config
+        with imports_kept():
+            import boto3
+            import botocore.exceptions
+            from botocore.config import Config
     except ImportError as exc:
         raise UsageError(
             "boto3 is not installed", hint="pip install 'ckptrescue[s3]'"
@@ -123,12 +125,15 @@ def make_client(
         retries={"max_attempts": options.max_attempts, "mode": "standard"},
     )
     try:
-        core, loader = _botocore_session(options.profile)
-        session = boto3.session.Session(profile_name=options.profile, botocore_session=core)
-        _drop_repeated_paths(loader)
-        client = session.client(
-            "s3", endpoint_url=options.endpoint_url, region_name=options.region, config=config
-        )
+        # the first client imports botocore's client modules and parses its data files (kept
+        # for the process, as imports are)
+        with imports_kept():
+            core, loader = _botocore_session(options.profile)
+            session = boto3.session.Session(profile_name=options.profile, botocore_session=core)
+            _drop_repeated_paths(loader)
+            client = session.client(
+                "s3", endpoint_url=options.endpoint_url, region_name=options.region,
+                config=config)
     except botocore.exceptions.ProfileNotFound as exc:
         raise UsageError(f"AWS profile not found: {options.profile}") from exc
     except ValueError as exc:  # e.g. a malformed endpoint URL
