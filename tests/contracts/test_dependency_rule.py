@@ -95,7 +95,7 @@ def _top(module: str) -> str:
 def _layer(module: str) -> int:
     top = _top(module)
     if top == "":
-        return 0  # ckptrescue/__init__.py holds only __version__
+        return 0  # ckptrescue/__init__.py: __version__ and the collection policy (stdlib only)
     for index, (_name, members) in enumerate(LAYERS):
         if top in members:
             return index

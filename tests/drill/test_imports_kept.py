@@ -71,3 +71,38 @@ def test_a_paused_collector_stays_paused(fresh_module: str) -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_collection_stays_paused_until_the_last_of_overlapping_blocks_ends() -> None:
+    """The first S3 clients of a verify are made at once, on threads, each in a block: one
+    thread's block may end while another's runs (here in one thread, in that order)."""
+    first, second = imports_kept(), imports_kept()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()  # the second block still runs
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_blocks_in_several_threads_resume_collection_as_found() -> None:
+    import threading
+    import time
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        def enter_often() -> None:
+            for _ in range(300):
+                with imports_kept():
+                    time.sleep(0)  # another thread's block begins or ends here
+                time.sleep(0)
+
+        threads = [threading.Thread(target=enter_often) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert gc.isenabled()
