@@ -20,10 +20,16 @@ __version__ = "0.1.0"
 #: what its garbage collector walks, the kit must leave as it found it.
 own_process = False
 
-# imports_kept's blocks open in any thread: how many, the collector's state before the first,
-# the number of modules then, and whether one of them failed
-_kept_lock = _thread.allocate_lock()
-_kept: dict[str, int | bool] = {"open": 0, "enabled": False, "modules": 0, "failed": False}
+
+class _Kept:
+    """The blocks of :class:`imports_kept` open in any thread: how many, the collector's state
+    before the first, the number of modules then, and whether one of them failed."""
+
+    lock = _thread.allocate_lock()
+    open = 0
+    enabled = False
+    modules = 0
+    failed = False
 
 
 class imports_kept:  # noqa: N801 - used as a statement: ``with imports_kept(): import torch``
@@ -42,20 +48,20 @@ class imports_kept:  # noqa: N801 - used as a statement: ``with imports_kept(): 
     resumed by the last to end, as it was found."""
 
     def __enter__(self) -> None:
-        with _kept_lock:
-            if not _kept["open"]:
-                _kept.update(enabled=gc.isenabled(), modules=len(sys.modules), failed=False)
+        with _Kept.lock:
+            if not _Kept.open:
+                _Kept.enabled, _Kept.modules, _Kept.failed = gc.isenabled(), len(sys.modules), False
                 gc.disable()
-            _kept["open"] = int(_kept["open"]) + 1
+            _Kept.open += 1
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        with _kept_lock:
-            _kept["open"] = int(_kept["open"]) - 1
-            _kept["failed"] = bool(_kept["failed"]) or kind is not None
-            if _kept["open"]:
+        with _Kept.lock:
+            _Kept.open -= 1
+            _Kept.failed = _Kept.failed or kind is not None
+            if _Kept.open:
                 return
-            if own_process and not _kept["failed"] and len(sys.modules) > int(_kept["modules"]):
+            if own_process and not _Kept.failed and len(sys.modules) > _Kept.modules:
                 gc.freeze()
-            if _kept["enabled"]:
+            if _Kept.enabled:
                 gc.enable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 
@@ -17,3 +18,8 @@ def still_running(pids: list[int], timeout: float = 10) -> list[int]:
                  and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.05)
     return alive
+
+
+def collected(obj: object) -> bool:
+    """``obj`` is in a generation that collection walks (a frozen object is in none)."""
+    return any(o is obj for o in gc.get_objects())

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from cli_helpers import invoke
+from process_helpers import collected
 
 _BLAS = """
 import atexit, os, sys
@@ -82,10 +83,6 @@ def test_the_program_collects_garbage_again_once_its_command_line_is_parsed(
         assert _collection(*argv)["exit"][0], argv
 
 
-def _collected(obj: object) -> bool:
-    """``obj`` is in a generation that collection walks (a frozen object is in none)."""
-    return any(o is obj for o in gc.get_objects())
-
 
 def test_a_library_caller_of_run_keeps_its_own_collection() -> None:
     """``cli.main.run`` in another program (the tests, a notebook) freezes nothing of it, and
@@ -93,11 +90,11 @@ def test_a_library_caller_of_run_keeps_its_own_collection() -> None:
     object that is freed leaves the count, and a test worker froze what collection imported.)"""
     mine: list[object] = []  # made after any freeze of the caller's
     caller_froze = gc.get_freeze_count() > 0
-    assert _collected(mine)
+    assert collected(mine)
     assert invoke("--version").returncode == 0
     assert invoke("case", "--help").returncode == 0
     assert gc.isenabled()
-    assert _collected(mine)  # not frozen by run
+    assert collected(mine)  # not frozen by run
     assert (gc.get_freeze_count() > 0) == caller_froze  # not unfrozen by run either
 
 
@@ -109,5 +106,5 @@ def test_a_drill_run_as_a_library_freezes_nothing_of_its_caller(tmp_path: Path) 
     res = invoke("drill", str(tmp_path / "drill"), "--silent")
     assert res.returncode == 0, res.stderr
     assert gc.isenabled()
-    assert _collected(mine)
+    assert collected(mine)
     assert gc.get_freeze_count() <= frozen

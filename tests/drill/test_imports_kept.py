@@ -12,14 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from process_helpers import collected
 
 import ckptrescue
 from ckptrescue import imports_kept
-
-
-def _collected(obj: object) -> bool:
-    """``obj`` is in a generation that collection walks (a frozen object is in none)."""
-    return any(o is obj for o in gc.get_objects())
 
 
 @pytest.fixture
@@ -41,7 +37,7 @@ def test_in_the_kits_own_process_what_it_holds_is_frozen_after_the_imports(
         module = importlib.import_module(fresh_module)
     assert gc.isenabled()
     assert gc.get_freeze_count() >= before + len(module.MADE)
-    assert not _collected(module.MADE)
+    assert not collected(module.MADE)
 
 
 def test_a_library_caller_keeps_its_own_collection(fresh_module: str) -> None:
@@ -50,7 +46,7 @@ def test_a_library_caller_keeps_its_own_collection(fresh_module: str) -> None:
     with imports_kept():
         module = importlib.import_module(fresh_module)
     assert gc.isenabled()
-    assert _collected(mine) and _collected(module.MADE)  # nothing frozen
+    assert collected(mine) and collected(module.MADE)  # nothing frozen
 
 
 def test_a_failed_import_freezes_nothing_and_enables_the_collector_again(
@@ -60,7 +56,7 @@ def test_a_failed_import_freezes_nothing_and_enables_the_collector_again(
     with pytest.raises(ImportError), imports_kept():
         import ckptrescue_no_such_module  # noqa: F401
     assert gc.isenabled()
-    assert _collected(mine)
+    assert collected(mine)
 
 
 def test_a_paused_collector_stays_paused(fresh_module: str) -> None:
