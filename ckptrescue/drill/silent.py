@@ -45,14 +45,21 @@ def build(out: Path) -> SilentDrill:
     root = out.resolve() / "silent"
     if root.exists() and any(root.iterdir()):
         raise UsageError(f"{root}: not empty; the silent drill builds into a new directory")
+    baseline, current, run = root / BASELINE, root / CURRENT, root / RUN
+    root.mkdir(parents=True, exist_ok=True)
+    try:  # the claim, made atomically before the seconds of importing torch: a second drill
+        # building here at the same time is refused (both once passed the check and wrote
+        # over each other)
+        baseline.mkdir()
+    except FileExistsError:
+        raise UsageError(f"{root}: another drill is building here") from None
     try:
         with imports_kept():
             import torch  # noqa: F401
     except ImportError as exc:
+        baseline.rmdir()  # nothing was written: the same command runs again once it is there
         raise UsageError("the silent drill writes torch checkpoints: install the [torch] "
                          "extra") from exc
-    root.mkdir(parents=True, exist_ok=True)
-    baseline, current, run = root / BASELINE, root / CURRENT, root / RUN
     silent_data.write_version(baseline, silent_data.BASELINE_SEED)
     silent_data.write_version(current, silent_data.CURRENT_SEED, faults=silent_data.FAULTS)
     silent_run.write_run(run)

@@ -202,6 +202,7 @@ def test_a_second_drill_into_the_same_folder_at_once_is_refused(tmp_path: Path) 
         if first.poll() is None:
             first.kill()
             first.communicate()
+        run_cli("drill", str(out), "--stop")  # its image destination in RAM (/dev/shm)
 
 
 def test_an_interrupted_manifest_build_without_a_case_says_where_its_files_are(

@@ -218,3 +218,53 @@ def test_the_answer_is_never_cut_inside_a_name(silent_run: dict[str, Any]) -> No
     answer = silent_run["model"]["answer"]
     assert "model.transformer.h.1.mlp.c_fc.weight" in answer  # the frozen tensor, whole
     assert not re.search(r"\w\.\s*(;|$)", answer), answer  # no dotted name cut at a part's end
+
+
+def _loaded(pid: int, library: str) -> bool:
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def test_a_second_silent_drill_is_refused_while_the_first_imports_torch(
+        silent_run: dict[str, Any], tmp_path: Path) -> None:
+    """The silent drill claims its folder before the seconds of importing torch: a second one
+    started into the same folder meanwhile is refused in one line (both once passed the
+    emptiness check and wrote over each other), and the first, held in its import while the
+    second ran, then builds as if alone."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from cli_helpers import EXE, run_cli
+
+    out = tmp_path / "d"
+    first = subprocess.Popen([EXE, "drill", str(out), "--silent"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _loaded(first.pid, "libtorch"):  # in the middle of importing torch
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the first drill never imported torch"
+            time.sleep(0.002)
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = run_cli("drill", str(out), "--silent", timeout=300)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert second.stderr.count("ckptrescue:") == 1 and "Traceback" not in second.stderr
+        assert str(out / "silent") in second.stderr, second.stderr
+        _out, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    built = tree_hashes(out / "silent")
+    built.pop("params.json")
+    expected = dict(silent_run["before"])
+    expected.pop("params.json")
+    assert built == expected
