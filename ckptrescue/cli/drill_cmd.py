@@ -107,7 +107,10 @@ def _clean_on_interrupt(out: Path, *, stop_server: bool) -> Iterator[None]:
     from ckptrescue.cli import lost_interrupt
 
     existed = out.exists()
-    fresh = not existed or not any(out.iterdir())
+    try:
+        fresh = not existed or (out.is_dir() and not any(out.iterdir()))
+    except OSError:  # unreadable: the build refuses it in one line, and nothing is removed
+        fresh = False
     interrupts = lost_interrupt.arrived()
     try:
         yield

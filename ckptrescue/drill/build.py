@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptrescue.checkpoints.base import CheckpointReport, ProbeOptions, formats
-from ckptrescue.drill import faults, tfrun, xfsimage
+from ckptrescue.drill import faults, folder, tfrun, xfsimage
 from ckptrescue.errors import UsageError
 from ckptrescue.model import JsonObject
 
@@ -76,13 +76,7 @@ def _sha256(path: Path) -> str:
 
 def build(out: Path, *, s3: bool = True, tensorflow: bool = True) -> DrillResult:
     out = out.resolve()
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"{out}: not empty; the drill builds into a new directory")
-    out.mkdir(parents=True, exist_ok=True)
-    try:  # the claim, made atomically: a second drill building here at the same time is refused
-        (out / "staging").mkdir()
-    except FileExistsError:
-        raise UsageError(f"{out}: another drill is building here") from None
+    folder.claim(out, "staging", what="the drill")
     # TensorFlow writes its checkpoints beside the torch run, not in it (the known-good
     # manifest lists the torch run alone), while the torch run trains
     tf_job = tfrun.start(out / TF_PENDING) if tensorflow and tfrun.available() else None

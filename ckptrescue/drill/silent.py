@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue import imports_kept
-from ckptrescue.drill import silent_data, silent_run
+from ckptrescue.drill import folder, silent_data, silent_run
 from ckptrescue.errors import UsageError
 from ckptrescue.model import JsonObject
 
@@ -43,16 +43,8 @@ class SilentDrill:
 def build(out: Path) -> SilentDrill:
     """Build the silent incident under ``out/silent`` (which must be new or empty)."""
     root = out.resolve() / "silent"
-    if root.exists() and any(root.iterdir()):
-        raise UsageError(f"{root}: not empty; the silent drill builds into a new directory")
     baseline, current, run = root / BASELINE, root / CURRENT, root / RUN
-    root.mkdir(parents=True, exist_ok=True)
-    try:  # the claim, made atomically before the seconds of importing torch: a second drill
-        # building here at the same time is refused (both once passed the check and wrote
-        # over each other)
-        baseline.mkdir()
-    except FileExistsError:
-        raise UsageError(f"{root}: another drill is building here") from None
+    folder.claim(root, BASELINE, what="the silent drill")  # before the seconds of importing torch
     try:
         with imports_kept():
             import torch  # noqa: F401
