@@ -95,3 +95,17 @@ class RemoteError(CkptRescueError):
 
 class NotThisFormat(Exception):  # noqa: N818 - control-flow fact, not an error
     """Raised by a format's ``detect``/``scan`` when the bytes are not its format."""
+
+
+def os_error_line(exc: OSError) -> str:
+    """An operating-system error that reached a command's edge, as its one line: the path(s)
+    the system refused and why (``out/x: Not a directory``), not the exception's repr
+    (``NotADirectoryError: [Errno 20] Not a directory: 'out/x'``). A failed write or open of
+    a path the responder named (a file where a folder must be, a read-only mount, a full disk)
+    is an expected failure of the environment, never an internal error."""
+    import os
+
+    why = exc.strerror or str(exc) or type(exc).__name__
+    paths = [os.fsdecode(p) if isinstance(p, bytes) else str(p)
+             for p in (exc.filename, exc.filename2) if p is not None]
+    return f"{' -> '.join(paths)}: {why}" if paths else why

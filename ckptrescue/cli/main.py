@@ -21,7 +21,7 @@ from ckptrescue.cli import coercion, lost_interrupt
 from ckptrescue.cli.help_words import HelpWordsGroup
 from ckptrescue.cli.output import interrupt_said
 from ckptrescue.display import shown, shown_text
-from ckptrescue.errors import CkptRescueError, ExitCode
+from ckptrescue.errors import CkptRescueError, ExitCode, os_error_line
 
 # Command modules, in help order. A module that is not present yet is skipped.
 _COMMAND_MODULES = (
@@ -214,6 +214,11 @@ def _run(argv: list[str] | None) -> int:
         exc.show(file=shown_usage)
         sys.stderr.write(shown_text(shown_usage.getvalue()))
         code = int(ExitCode.USAGE)
+    except OSError as exc:  # a path the system refused: an expected failure, one line
+        if debug:
+            traceback.print_exc()
+        _error_line(f"ckptrescue: error: {os_error_line(exc)}")
+        code = int(ExitCode.FAILURE)
     except Exception as exc:  # an internal failure: one line unless --debug
         if debug:
             traceback.print_exc()

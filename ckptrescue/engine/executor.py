@@ -30,7 +30,7 @@ from ckptrescue.engine.events import (
     StepSkipped,
     StepStarted,
 )
-from ckptrescue.errors import CkptRescueError, PlaybookError
+from ckptrescue.errors import CkptRescueError, PlaybookError, os_error_line
 from ckptrescue.model import Finding, JsonObject
 from ckptrescue.playbook.schema import REF_RE, Playbook, Step
 from ckptrescue.record import findings_table
@@ -409,6 +409,9 @@ class _RunState:
         except KeyboardInterrupt:
             self.case.log("step.interrupted", {"run_key": self.plan.run_key, "step": step.id})
             raise
+        except OSError as exc:  # a path the system refused (a file where a folder must be,
+            # a full disk): the failure of the environment, said as one
+            return ActionResult(status="failed", error=os_error_line(exc))
         except Exception as exc:  # noqa: BLE001 - an action bug must not lose the case
             return ActionResult(status="failed", error=f"{type(exc).__name__}: {exc}")
 
