@@ -223,8 +223,11 @@ class SafeGlobalsOutput(StepOutputs):
 
     @property
     def ok(self) -> bool:
-        """Every torch file loads with weights_only=True once the safe list is registered."""
-        return all(f.get("loads_with_safe_list") for f in self.files if f.get("error") is None)
+        """Every file given loads with weights_only=True once the safe list is registered: a
+        file that is no torch file (or cannot be read), or a folder holding none, is not one
+        that loads (the exit said 0 for them: "no file torch.load reads")."""
+        return bool(self.files) and all(f.get("error") is None and f.get("loads_with_safe_list")
+                                        for f in self.files)
 
 
 @dataclass

@@ -418,6 +418,12 @@ def _candidates(root: Path) -> list[Path]:
 def needed_globals(paths: list[str | os.PathLike[str]]) -> SafeGlobalsResult:
     """What each torch file under ``paths`` needs registered before
     ``torch.load(weights_only=True)`` accepts it."""
+    from ckptrescue.errors import EvidenceError
+
+    for given in paths:  # a path given that names nothing is a mistyped argument, not a file
+        # the answer can speak of (a dangling or looping symlink is: it names something)
+        if not os.path.lexists(given):
+            raise EvidenceError(f"{os.fsdecode(given)}: no such file or directory")
     lists = exact_lists()
     result = SafeGlobalsResult(paths=[str(p) for p in paths])
     for given in paths:

@@ -216,3 +216,18 @@ def test_resume_checks_playbook(tmp_path: Path) -> None:
     assert steps["safe-globals"] == "ok"
     assert "safe globals: " in json.loads(res.stdout)["answer"]
     assert "argparse.Namespace" in (tmp_path / "case" / "report.html").read_text()
+
+
+def test_nothing_to_load_is_never_exit_0(tmp_path: Path) -> None:
+    """A path that names nothing is a one-line usage error; a file that is no torch file, or a
+    folder holding none, is answered and exits 1 (it said 0: "no file torch.load reads")."""
+    missing = invoke("resume", "safe-globals", str(tmp_path / "nosuch.pt"))
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr.strip() == f"ckptrescue: error: {tmp_path / 'nosuch.pt'}: no such file or directory"
+    text = tmp_path / "notes.txt"
+    text.write_text("not a checkpoint\n")
+    (tmp_path / "empty").mkdir()
+    for given in (text, tmp_path / "empty"):
+        res = invoke("resume", "safe-globals", str(given))
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "no file torch.load reads" in res.stdout
