@@ -377,6 +377,13 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
            runner: SubprocessRunner | None = None) -> TriageResult:
     import psutil
 
+    if volume is not None and not os.path.exists(volume):
+        # a mistyped mount point would be answered "0 writers": a false all-clear
+        from ckptrescue.errors import EvidenceError
+
+        raise EvidenceError(f"{os.fsdecode(volume)}: no such file or directory",
+                            hint="--volume names the mount point of the affected volume (or "
+                                 "its image or device)")
     vol = os.path.realpath(volume) if volume is not None else None
     roots = volume_roots(vol) if vol is not None else []
     first: dict[int, int] = {}

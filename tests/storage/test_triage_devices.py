@@ -257,3 +257,12 @@ def test_a_spent_window_dropped_nothing_when_the_next_line_came_unannounced(anno
     scope = {m["scope"] for m in msgs if "XFS (loop0)" in m["line"]}
     assert scope == ({"uncertain"} if announced else {"volume"})
     assert (("TR004", "error") in findings) is not announced
+
+
+def test_triage_of_a_volume_that_is_not_there_says_so(case, tmp_path):
+    """A mistyped --volume was answered "0 writers found": a false all-clear. It is a one-line
+    usage error now, before anything is scanned."""
+    from ckptrescue.errors import EvidenceError
+
+    with pytest.raises(EvidenceError, match="no such file or directory"):
+        triage(case=case, volume=tmp_path / "mnt" / "checkpionts", seconds=0)
