@@ -34,7 +34,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -385,20 +384,9 @@ def reassemble(step_dir: str | os.PathLike[str], *, plan: str | os.PathLike[str]
 # -- the plan ---------------------------------------------------------------------------------
 
 def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from ckptrescue.record.atomic import write_atomic
+
+    write_atomic(path, data, mode=mode)
 
 
 def write_plan(result: ReassemblyResult, plan: Path, dest: Path | None) -> None:

@@ -81,6 +81,8 @@ def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True,
 def check_paths(root: Path, out: Path) -> None:
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")
+    if out.is_dir():  # found before an hour of hashing, not at the rename after it
+        raise UsageError(f"{out}: is a directory; -o names the manifest file to write")
     real_root = os.path.realpath(root)
     real_out = os.path.realpath(out)
     if real_out == real_root or real_out.startswith(real_root.rstrip("/") + "/"):

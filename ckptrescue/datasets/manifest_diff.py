@@ -243,18 +243,14 @@ def _changes(conn: sqlite3.Connection) -> Iterator[Change]:
 def _write(out: Path, conn: sqlite3.Connection) -> Path:
     """OUT (sha256sum lines of NEW's new entries) and OUT.changes.jsonl, each written to a
     temporary file, fsynced and moved into place."""
+    from ckptrescue.record.atomic import replacing
+
     changes = Path(str(out) + CHANGES_SUFFIX)
-    tmp, ctmp = out.with_name(out.name + ".tmp"), changes.with_name(changes.name + ".tmp")
-    with tmp.open("wb") as text, ctmp.open("wb") as side:
+    with replacing(out) as text, replacing(changes) as side:  # the changes renamed first
         for ch in _changes(conn):
             if ch.status != "removed" and ch.sha256:
                 text.write(sha256sum_format.format_line(ch.sha256, ch.rel))
             side.write(json.dumps(ch.to_json(), ensure_ascii=True).encode() + b"\n")
-        for fh in (text, side):
-            fh.flush()
-            os.fsync(fh.fileno())
-    ctmp.replace(changes)
-    tmp.replace(out)
     return changes
 
 

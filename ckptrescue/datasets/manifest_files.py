@@ -17,6 +17,7 @@ from typing import Any, overload
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import Skipped, display, from_json_path, shown_path, to_json_path
 from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
+from ckptrescue.record.atomic import replacing
 
 SIDECAR_SUFFIX = ".jsonl"
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -219,21 +220,11 @@ def read_jsonl_entries(path: Path) -> Iterator[ManifestEntry]:
 
 
 def write_outputs(out: Path, entries: list[ManifestEntry]) -> None:
-    tmp = out.with_name(out.name + ".tmp")
-    with tmp.open("wb") as fh:
+    """OUT and its sidecar, each written atomically (the sidecar renamed first)."""
+    with replacing(out) as text, replacing(sidecar_path(out)) as side:
         for e in entries:
-            fh.write(sha256sum_format.format_line(e.sha256, e.rel))
-        fh.flush()
-        os.fsync(fh.fileno())
-    side = sidecar_path(out)
-    side_tmp = side.with_name(side.name + ".tmp")
-    with side_tmp.open("wb") as fh:
-        for e in entries:
-            fh.write(json.dumps(e.to_json()).encode() + b"\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    side_tmp.replace(side)
-    tmp.replace(out)
+            text.write(sha256sum_format.format_line(e.sha256, e.rel))
+            side.write(json.dumps(e.to_json()).encode() + b"\n")
 
 
 def manifest_artifacts(result: Recorded, manifest_path: str, sidecar_path: str) -> list[Any]:
@@ -310,16 +301,8 @@ class StoredManifestResult(ManifestResult):
 def write_output_rows(out: Path, rows: Iterable[tuple[bytes, str, bytes]]) -> None:
     """:func:`write_outputs` from a stream of (name, sha256, sidecar line without its newline)
     in name order: both files written in one pass, each fsynced and moved into place (the
-    sidecar first, as :func:`write_outputs` does)."""
-    tmp = out.with_name(out.name + ".tmp")
-    side = sidecar_path(out)
-    side_tmp = side.with_name(side.name + ".tmp")
-    with tmp.open("wb") as text, side_tmp.open("wb") as sfh:
+    sidecar first, as :func:`write_outputs` does: :func:`record.atomic.replacing`)."""
+    with replacing(out) as text, replacing(sidecar_path(out)) as side:
         for rel, sha256, line in rows:
             text.write(sha256sum_format.format_line(sha256, rel))
-            sfh.write(line + b"\n")
-        for fh in (text, sfh):
-            fh.flush()
-            os.fsync(fh.fileno())
-    side_tmp.replace(side)
-    tmp.replace(out)
+            side.write(line + b"\n")

@@ -28,7 +28,6 @@ import json
 import os
 import shlex
 import stat
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,19 +275,10 @@ class PlanWritten:
 
 
 def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    from ckptrescue.record.atomic import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)  # noqa: PTH101
-        os.replace(tmp, path)  # noqa: PTH105
-        tmp = ""
-    finally:
-        if tmp and os.path.lexists(tmp):
-            os.unlink(tmp)  # noqa: PTH108
+    write_atomic(path, data, mode=mode)
 
 
 def write_plan(plan_file: str | os.PathLike[str], *, root: str, to: str, source: str,

@@ -9,8 +9,6 @@ format, written to a temporary file and renamed, so a scrape never sees half a f
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -71,9 +69,9 @@ def metrics(state: WatchState, result: PassResult, source: str) -> str:
 
 
 def write_textfile(path: Path, state: WatchState, result: PassResult, source: str) -> None:
+    from ckptrescue.record.atomic import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ckptrescue-watch-", suffix=".prom.tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(metrics(state, result, source))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    # atomic for the collector (which reads *.prom only; the temp file is .NAME.*.tmp); a
+    # metrics file need not survive a crash
+    write_atomic(path, metrics(state, result, source).encode(), durable=False)
