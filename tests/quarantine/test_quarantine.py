@@ -127,3 +127,19 @@ def test_a_malformed_list_is_a_one_line_error(tmp_path: Path) -> None:
     bad.write_text('{"schema": "ckptrescue.datasets.quarantine/1", "files": [{"nopath": 1}]}')
     with pytest.raises(UsageError, match="malformed"):
         Quarantine.load(bad)
+
+
+def test_a_list_that_cannot_be_placed_leaves_the_pair_as_it_was(tmp_path: Path) -> None:
+    """The list and its plain path list are replaced together or not at all: a loader never
+    reads a new JSON beside an old (or half-written) path list, and no temp file stays."""
+    old = build("/data", audits=[{"files": [{"path": "a.bin", "status": "corrupted"}]}])
+    old.save(tmp_path / "q.json", tmp_path / "q.paths")
+    before = (tmp_path / "q.json").read_bytes(), (tmp_path / "q.paths").read_bytes()
+    new = build("/data", audits=[{"files": [{"path": "b.bin", "status": "missing"}]}])
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(IsADirectoryError):
+        new.save(tmp_path / "q.json", tmp_path / "elsewhere")
+    assert ((tmp_path / "q.json").read_bytes(), (tmp_path / "q.paths").read_bytes()) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    new.save(tmp_path / "q.json", tmp_path / "q.paths")
+    assert (tmp_path / "q.paths").read_text() == "b.bin\n"

@@ -168,7 +168,10 @@ class DatasetProfile:
 
 
 def save(profile: DatasetProfile, path: str | Path) -> None:
-    Path(path).write_text(profile.dumps())
+    """Replaced atomically: a baseline half written is not a baseline."""
+    from ckptrescue.record.atomic import write_atomic
+
+    write_atomic(path, profile.dumps().encode())
 
 
 def load(path: str | Path) -> DatasetProfile:

@@ -146,11 +146,18 @@ class Quarantine:
         return "".join(f"{p}\n" for p in sorted(self.files))
 
     def save(self, json_path: Path, list_path: Path | None = None) -> None:
-        json_path.write_text(json.dumps(self.to_json(), indent=1, ensure_ascii=True,
-                                        default=str) + "\n", encoding="utf-8",
-                             errors="surrogateescape")
-        if list_path is not None:
-            list_path.write_bytes(os.fsencode(self.path_list()))
+        """Both files replaced atomically (a loader reading a list half written would skip
+        fewer files than it must), the plain list first."""
+        from contextlib import nullcontext
+
+        from ckptrescue.record.atomic import replacing
+
+        data = json.dumps(self.to_json(), indent=1, ensure_ascii=True, default=str) + "\n"
+        with replacing(json_path) as jfh, \
+                (replacing(list_path) if list_path is not None else nullcontext()) as lfh:
+            jfh.write(data.encode("utf-8", errors="surrogateescape"))
+            if lfh is not None:
+                lfh.write(os.fsencode(self.path_list()))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Quarantine:
