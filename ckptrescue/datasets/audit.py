@@ -323,14 +323,27 @@ def _state_audit(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
     state_path = Path(state) if state is not None else default_path(manifest)
     check_location(state_path, root, default=state is None)
     identity = state_identity(root, manifest, quick=quick, sample=sample, seed=seed)
+    existed = state_path.exists()
     store = AuditState.open(state_path, identity, restart=restart, default=state is None)
+    discard = False
     try:
         return _run(store, identity, root, manifest, quick=quick, jobs=jobs,
                     scheduler=scheduler, progress=progress, sample=sample, seed=seed,
                     cancel=cancel, started=started, follow_into=follow_into,
                     report_state=report_state)
+    except BaseException:
+        # a state this run made and that holds no hash (a manifest refused on import, a
+        # Ctrl-C before the first file) has nothing to resume: it is not left beside the
+        # manifest; one with hashes is kept for the rerun
+        try:
+            discard = not existed and store.hashed_nothing()
+        except Exception:  # noqa: BLE001 - a state that cannot be read is kept as it is
+            discard = False
+        raise
     finally:
         store.close()
+        if discard:
+            store.remove_files()
 
 
 def _quick_audit(root: Path, manifest: Path, *, restart: bool,

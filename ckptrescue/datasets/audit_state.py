@@ -256,6 +256,15 @@ class AuditState:
         finally:
             os.close(self._lock_fd)
 
+    def hashed_nothing(self) -> bool:
+        """No file was hashed into this state (nothing a rerun could resume)."""
+        return self.conn.execute("SELECT 1 FROM hashed LIMIT 1").fetchone() is None
+
+    def remove_files(self) -> None:
+        """Remove the state's files (after :meth:`close`)."""
+        for p in self.excluded():
+            p.unlink(missing_ok=True)
+
     def excluded(self) -> list[Path]:
         """The state's own files (never walked as part of DIR)."""
         return [self.path] + [Path(str(self.path) + s) for s in _SIDE_FILES]

@@ -501,3 +501,26 @@ def test_a_foreign_database_is_refused_and_an_old_state_replaced(small_tree, tmp
     conn.close()
     result = _audit_checked(root, manifest, state=old)
     assert result.ok and any("another kit version" in n for n in result.notes)
+
+
+def test_a_refused_manifest_leaves_no_state_beside_it(tmp_path: Path) -> None:
+    """A file that is no manifest is refused in one line, and the state database the audit
+    made for it (holding no hash, nothing to resume) is not left beside it; a state that was
+    there before is not removed."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a")
+    bad = tmp_path / "bad.sha256"
+    bad.write_text("not a manifest\n")
+    with pytest.raises(UsageError, match="not a sha256sum manifest"):
+        audit(data, bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.sha256", "data"]
+    good = tmp_path / "good.sha256"
+    build_manifest(data, good)
+    assert audit(data, good).ok
+    state = Path(str(good) + ".audit.sqlite")
+    assert state.is_file()
+    good.write_text("not a manifest\n")
+    with pytest.raises(UsageError, match="not a sha256sum manifest"):
+        audit(data, good)
+    assert state.is_file()
