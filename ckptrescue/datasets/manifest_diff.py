@@ -165,7 +165,8 @@ def _check_input(path: str) -> Path:
 
 def _load(conn: sqlite3.Connection, table: str, path: Path, side: str,
           result: ManifestDiffResult, cancel: Any) -> None:
-    bad = 0
+    bad = good = 0
+    first_bad: sha256sum_format.ManifestSyntaxError | None = None
     rows: list[tuple[bytes, str, int]] = []
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -174,11 +175,13 @@ def _load(conn: sqlite3.Connection, table: str, path: Path, side: str,
                 parsed = sha256sum_format.parse_line(line, lineno)
             except sha256sum_format.ManifestSyntaxError as exc:
                 bad += 1
+                first_bad = first_bad or exc
                 if bad <= BAD_LINES_MAX:
                     result.bad_lines.append(BadLine(side, lineno, exc.reason))
                 continue
             if parsed is None:
                 continue
+            good += 1
             rows.append((sha256sum_format.plain_name(parsed.name), parsed.sha256, lineno))
             if len(rows) >= INSERT_CHUNK:
                 conn.executemany(f"INSERT INTO {table} VALUES (?, ?, ?)", rows)
@@ -187,6 +190,9 @@ def _load(conn: sqlite3.Connection, table: str, path: Path, side: str,
                     raise KeyboardInterrupt
     if rows:
         conn.executemany(f"INSERT INTO {table} VALUES (?, ?, ?)", rows)
+    if first_bad is not None and not good:  # a foreign file, not a manifest with a torn line:
+        # refused as manifest audit and gate refuse it, not compared as an empty manifest
+        raise UsageError(f"{path}: not a sha256sum manifest: {first_bad}")
     result.bad_line_counts[side] = bad
 
 

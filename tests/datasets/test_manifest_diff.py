@@ -125,11 +125,15 @@ def test_torn_and_duplicate_lines_are_findings(two_versions, tmp_path: Path) -> 
         "the last line of a name listed twice is the one compared"
 
 
-@pytest.mark.parametrize("kind", ["fifo", "loop", "dir", "missing"])
+@pytest.mark.parametrize("kind", ["fifo", "loop", "dir", "missing", "foreign"])
 def test_hostile_inputs_are_one_line_errors(kind: str, tmp_path: Path, two_versions) -> None:
+    """... and a foreign file (no line in sha256sum format) is refused as manifest audit and
+    gate refuse it: it was compared as an empty manifest, every entry 'removed', exit 1."""
     _root, old, _new = two_versions
     bad = tmp_path / "bad"
-    if kind == "fifo":
+    if kind == "foreign":
+        bad.write_text("# Release notes\n\nNothing here is a manifest.\n")
+    elif kind == "fifo":
         os.mkfifo(bad)
     elif kind == "loop":
         os.symlink(tmp_path / "bad2", bad)
