@@ -105,7 +105,10 @@ def os_error_line(exc: OSError) -> str:
     is an expected failure of the environment, never an internal error."""
     import os
 
-    why = exc.strerror or str(exc) or type(exc).__name__
     paths = [os.fsdecode(p) if isinstance(p, bytes) else str(p)
              for p in (exc.filename, exc.filename2) if p is not None]
-    return f"{' -> '.join(paths)}: {why}" if paths else why
+    if paths:
+        return f"{' -> '.join(paths)}: {exc.strerror or exc}"
+    if exc.errno is not None and exc.strerror:  # a system call's error: its words say it
+        return exc.strerror  # ('No space left on device')
+    return f"{type(exc).__name__}: {exc}"  # a library's own (a bad gzip, a TLS failure)

@@ -78,11 +78,24 @@ def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True,
     return [hash_entry(root, e, formats=formats, checksums=checksums) for e in entries]
 
 
+def check_output(out: Path) -> None:
+    """OUT and its sidecar are files this build may replace (nothing, a regular file or a
+    link): found before an hour of hashing, not at the rename after it."""
+    from ckptrescue.errors import os_error_line
+    from ckptrescue.record.atomic import refuse_non_regular
+
+    for path in (out, sidecar_path(out)):
+        try:
+            refuse_non_regular(path)
+        except OSError as exc:
+            raise UsageError(f"{os_error_line(exc)}; -o names the manifest file to write "
+                             f"(and {sidecar_path(out).name} its sidecar)") from None
+
+
 def check_paths(root: Path, out: Path) -> None:
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")
-    if out.is_dir():  # found before an hour of hashing, not at the rename after it
-        raise UsageError(f"{out}: is a directory; -o names the manifest file to write")
+    check_output(out)
     real_root = os.path.realpath(root)
     real_out = os.path.realpath(out)
     if real_out == real_root or real_out.startswith(real_root.rstrip("/") + "/"):
@@ -114,6 +127,7 @@ def build_manifest(
     """
     checksums = normal_checksums(checksums)
     if is_s3(dir):
+        check_output(Path(out))
         from ckptrescue.datasets.s3dataset import build_manifest_s3
 
         return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,

@@ -48,10 +48,13 @@ def build(out: Path) -> SilentDrill:
     try:
         with imports_kept():
             import torch  # noqa: F401
-    except ImportError as exc:
-        baseline.rmdir()  # nothing was written: the same command runs again once it is there
-        raise UsageError("the silent drill writes torch checkpoints: install the [torch] "
-                         "extra") from exc
+    except BaseException as exc:  # nothing was written: the claim is given back, so that the
+        # same command runs again (torch installed, a CUDA library found, a Ctrl-C)
+        baseline.rmdir()
+        if isinstance(exc, ImportError):
+            raise UsageError("the silent drill writes torch checkpoints: install the [torch] "
+                             "extra") from exc
+        raise
     silent_data.write_version(baseline, silent_data.BASELINE_SEED)
     silent_data.write_version(current, silent_data.CURRENT_SEED, faults=silent_data.FAULTS)
     silent_run.write_run(run)

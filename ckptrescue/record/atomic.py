@@ -4,49 +4,103 @@ of the directory. A reader sees the old file or the new one, never a mix; a cras
 temp file of its own (``mkstemp``): two writers of one path never write into the same temp
 file, and the last rename wins whole. A write that fails removes its temp file.
 
+Only a regular file (or nothing) is ever replaced: a device, a pipe, a socket or a folder at
+the path is refused before anything is written (renaming over ``/dev/null`` as root would
+replace the machine's device node). A symbolic link at the path is replaced itself, never
+written through: an output never lands where a link points. An error of this module's own
+steps names the path asked for, not the temp file.
+
 :func:`replacing` streams (a manifest of millions of lines); :func:`write_atomic` writes bytes
 held in memory (a case file, a plan) through it."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+NOT_REGULAR = ("exists and is not a regular file (a device, a pipe or a socket): it is never "
+               "replaced")
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` (the file asked for) instead of the temp file."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
+def refuse_non_regular(path: Path) -> None:
+    """Raise (naming ``path``) unless ``path`` is a regular file, a symlink or absent."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a file where a folder of the path must be
+        raise _named(exc, path) from None
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    raise OSError(errno.EEXIST, NOT_REGULAR, str(path))
 
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str], *, mode: int = 0o644,
               durable: bool = True) -> Iterator[IO[bytes]]:
     """A new file (binary) for the new content of ``path``: when the block ends, it is
-    fsynced (``durable``) and renamed over ``path``; when the block raises, or the rename
-    fails (``path`` is a directory), it is removed and the error goes on. ``durable=False``
-    (a scratch case removed when its command ends) skips the ``fsync``s: still atomic for a
-    reader, not kept through a crash. Nested blocks replace the inner file first."""
+    fsynced (``durable``) and renamed over ``path``; when the block raises, or a step of the
+    write fails, it is removed and the error goes on (the block's own error unchanged; a
+    failed step's naming ``path``). ``durable=False`` (a scratch case removed when its command
+    ends, a metrics file) skips the ``fsync``s: still atomic for a reader, not kept through a
+    crash. Nested blocks check every path before any is written and replace the inner file
+    first; each file is replaced whole, but a failure between two renames leaves the inner
+    one new and the outer one old."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    refuse_non_regular(path)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            yield fh
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _named(exc, path) from None
+    fh = os.fdopen(fd, "wb")
+
+    def discard() -> None:
+        with contextlib.suppress(OSError):
+            fh.close()
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+    try:
+        yield fh
+    except BaseException:
+        discard()
+        raise
+    try:
+        fh.flush()
+        if durable:
+            os.fsync(fh.fileno())
+        fh.close()
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        discard()
+        if isinstance(exc, OSError):
+            raise _named(exc, path) from None
         raise
     if not durable:
         return
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        raise _named(exc, path.parent) from None
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True,

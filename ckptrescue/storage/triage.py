@@ -377,13 +377,18 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
            runner: SubprocessRunner | None = None) -> TriageResult:
     import psutil
 
-    if volume is not None and not os.path.exists(volume):
-        # a mistyped mount point would be answered "0 writers": a false all-clear
-        from ckptrescue.errors import EvidenceError
+    if volume is not None:
+        try:
+            os.stat(volume)
+        except OSError as exc:  # a mistyped mount point would be answered "0 writers": a
+            # false all-clear
+            from ckptrescue.errors import EvidenceError
 
-        raise EvidenceError(f"{os.fsdecode(volume)}: no such file or directory",
-                            hint="--volume names the mount point of the affected volume (or "
-                                 "its image or device)")
+            why = "no such file or directory" if isinstance(exc, FileNotFoundError) \
+                else (exc.strerror or str(exc))
+            raise EvidenceError(f"{os.fsdecode(volume)}: {why}",
+                                hint="--volume names the mount point of the affected volume "
+                                     "(or its image or device)") from None
     vol = os.path.realpath(volume) if volume is not None else None
     roots = volume_roots(vol) if vol is not None else []
     first: dict[int, int] = {}

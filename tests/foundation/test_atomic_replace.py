@@ -54,17 +54,73 @@ def test_two_writers_of_one_path_never_mix(tmp_path: Path) -> None:
     assert temps(tmp_path) == []
 
 
-def test_nested_blocks_replace_the_inner_file_first(tmp_path: Path) -> None:
+def test_nested_blocks_replace_the_inner_file_first(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A manifest's sidecar is renamed before the manifest (an audit joins a sidecar row to a
-    manifest line only when their SHA-256 agree): when the outer rename fails, the inner file
-    is in place and the outer one unchanged."""
+    manifest line only when their SHA-256 agree)."""
+    import os
+
+    renamed: list[str] = []
+    real_replace = os.replace
+
+    def replace(src: str, dst: str) -> None:
+        renamed.append(Path(dst).name)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with replacing(tmp_path / "m.sha256") as text, replacing(tmp_path / "m.sha256.jsonl") as side:
+        text.write(b"text\n")
+        side.write(b"{}\n")
+    assert renamed == ["m.sha256.jsonl", "m.sha256"]
+
+
+def test_every_path_is_checked_before_anything_is_written(tmp_path: Path) -> None:
+    """The outer path cannot take a file (a folder is there): refused before the inner file is
+    written, so neither changes."""
     outer = tmp_path / "out"
     outer.mkdir()
     inner = tmp_path / "out.jsonl"
-    with pytest.raises(IsADirectoryError), replacing(outer) as o, replacing(inner) as i:
+    inner.write_bytes(b"old\n")
+    with pytest.raises(IsADirectoryError) as err, replacing(outer) as o, \
+            replacing(inner) as i:
         o.write(b"text\n")
         i.write(b"{}\n")
-    assert inner.read_bytes() == b"{}\n" and outer.is_dir() and temps(tmp_path) == []
+    assert err.value.filename == str(outer)
+    assert inner.read_bytes() == b"old\n" and outer.is_dir() and temps(tmp_path) == []
+
+
+def test_a_device_a_pipe_or_a_link_is_never_replaced_through(tmp_path: Path) -> None:
+    """-o /dev/null as root once replaced the machine's /dev/null with a regular file (the
+    rename): a device or a pipe at the path is refused before anything is written. A symbolic
+    link at the path is replaced itself, never written through."""
+    import os
+
+    with pytest.raises(FileExistsError, match="not a regular file") as err:
+        write_atomic("/dev/null", b"x")
+    assert err.value.filename == "/dev/null" and Path("/dev/null").is_char_device()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(FileExistsError, match="not a regular file"):
+        write_atomic(fifo, b"x")
+    assert fifo.is_fifo()
+    target = tmp_path / "evidence.bin"
+    target.write_bytes(b"evidence\n")
+    link = tmp_path / "out.json"
+    link.symlink_to(target)
+    write_atomic(link, b"{}\n")
+    assert target.read_bytes() == b"evidence\n"
+    assert not link.is_symlink() and link.read_bytes() == b"{}\n"
+
+
+def test_an_error_names_the_path_asked_for_not_the_temp_file(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(NotADirectoryError) as err:
+        write_atomic(a_file / "p.json", b"{}")
+    assert err.value.filename == str(a_file / "p.json") and err.value.filename2 is None
+    with pytest.raises(FileNotFoundError) as err2:
+        write_atomic(tmp_path / "no-folder" / "p.json", b"{}")
+    assert err2.value.filename == str(tmp_path / "no-folder" / "p.json")
 
 
 def test_a_killed_writer_leaves_the_old_file(tmp_path: Path) -> None:
@@ -89,18 +145,52 @@ def test_manifest_build_refuses_a_folder_as_its_output_before_hashing(tmp_path: 
     out.mkdir()
     res = invoke("manifest", "build", str(data), "-o", str(out), "--no-progress")
     assert res.returncode == 2, res.stderr
-    assert res.stderr.strip() == (f"ckptrescue: error: {out}: is a directory; -o names the "
-                                  "manifest file to write")
+    assert res.stderr.strip() == (f"ckptrescue: error: {out}: Is a directory; -o names the "
+                                  "manifest file to write (and out.jsonl its sidecar)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]
 
 
-def test_a_manifest_whose_sidecar_cannot_be_placed_leaves_no_temp_files(tmp_path: Path) -> None:
+def test_a_manifest_whose_sidecar_cannot_be_placed_is_refused_before_hashing(
+        tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     (data / "a.bin").write_bytes(b"a")
     (tmp_path / "m.sha256.jsonl").mkdir()  # where the sidecar must go
     res = invoke("manifest", "build", str(data), "-o", str(tmp_path / "m.sha256"),
                  "--no-progress")
-    assert res.returncode == 4, res.stderr
-    assert "m.sha256.jsonl: Is a directory" in res.stderr.strip().splitlines()[-1]
-    assert temps(tmp_path) == [] and not (tmp_path / "m.sha256").exists()
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == (
+        f"ckptrescue: error: {tmp_path / 'm.sha256.jsonl'}: Is a directory; -o names the "
+        "manifest file to write (and m.sha256.jsonl its sidecar)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "m.sha256.jsonl"]
+
+
+def test_manifest_build_never_replaces_a_device(tmp_path: Path) -> None:
+    """-o /dev/null: refused in one line before anything is made (the rename at the end once
+    replaced the device node with the manifest, as root)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a")
+    res = invoke("manifest", "build", str(data), "-o", "/dev/null", "--no-progress")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("ckptrescue: error: /dev/null: exists and is not a regular")
+    assert Path("/dev/null").is_char_device() and not Path("/dev/null.jsonl").exists()
+
+
+def test_os_error_lines() -> None:
+    """What ``errors.os_error_line`` says: the path(s) and the reason; the reason alone for a
+    system call's error with no path; the type too for a library's own (it has no errno)."""
+    import errno
+    import gzip
+    import os
+
+    from ckptrescue.errors import os_error_line
+
+    assert os_error_line(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), "/x/f/p.json")) \
+        == "/x/f/p.json: Not a directory"
+    assert os_error_line(OSError(errno.EISDIR, "Is a directory", "a", None, "b")) \
+        == "a -> b: Is a directory"
+    assert os_error_line(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))) \
+        == "No space left on device"
+    assert os_error_line(gzip.BadGzipFile("Not a gzipped file (b'ab')")) \
+        == "BadGzipFile: Not a gzipped file (b'ab')"

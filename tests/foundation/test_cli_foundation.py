@@ -133,26 +133,29 @@ def test_usage_errors_exit_2_without_internal_error(argv: list[str]) -> None:
     assert "internal error" not in res.stderr and "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("argv", [
-    ["case", "new", "{file}"],  # escaped the case record's emptiness check as an internal error
-    ["case", "new", "{file}/case"],
-    ["manifest", "build", "{data}", "-o", "{file}/m.sha256"],  # escaped an action
-    ["dataset", "profile", "{data}", "-o", "{file}/p.json"],
+@pytest.mark.parametrize(("argv", "code"), [
+    (["case", "new", "{file}"], 4),  # escaped the case record's emptiness check
+    (["case", "new", "{file}/case"], 4),
+    (["manifest", "build", "{data}", "-o", "{file}/m.sha256"], 2),  # checked before hashing
+    (["dataset", "profile", "{data}", "-o", "{file}/p.json"], 4),  # escaped an action
 ])
-def test_a_path_the_system_refuses_is_one_line_naming_it(tmp_path: Path,
-                                                           argv: list[str]) -> None:
+def test_a_path_the_system_refuses_is_one_line_naming_it(tmp_path: Path, argv: list[str],
+                                                           code: int) -> None:
     """An operating-system error that reaches a command's edge (a file where a folder must be)
-    is one line naming the path and the reason, never an internal error or an exception's
-    repr (``FileExistsError: [Errno 17] ...``), and exits non-zero."""
+    is one line naming the path asked for and the reason, never an internal error, an
+    exception's repr (``FileExistsError: [Errno 17] ...``) or a temp file's name."""
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     data = tmp_path / "data"
     data.mkdir()
     (data / "shard-0.jsonl").write_text('{"text": "a"}\n')
-    res = run(*[a.format(file=a_file, data=data) for a in argv])
-    assert res.returncode == 4, res.stderr
+    given = [a.format(file=a_file, data=data) for a in argv]
+    res = run(*given)
+    assert res.returncode == code, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert lines[-1].startswith(f"ckptrescue: error: {a_file}"), res.stderr
+    named = next(a for a in given if a.startswith(str(a_file)))
+    assert lines[-1].startswith(f"ckptrescue: error: {named}: "), res.stderr
+    assert ".tmp" not in res.stderr
     assert "Not a directory" in lines[-1] or "File exists" in lines[-1], res.stderr
     assert "internal error" not in res.stderr and "Traceback" not in res.stderr
     assert "Error:" not in res.stderr and "[Errno" not in res.stderr

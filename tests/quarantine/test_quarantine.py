@@ -130,8 +130,9 @@ def test_a_malformed_list_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_a_list_that_cannot_be_placed_leaves_the_pair_as_it_was(tmp_path: Path) -> None:
-    """The list and its plain path list are replaced together or not at all: a loader never
-    reads a new JSON beside an old (or half-written) path list, and no temp file stays."""
+    """A path that cannot take the plain list is found before either file is written: the
+    JSON and the list stay as they were (a loader never reads a new JSON beside an old or
+    half-written path list), and no temp file stays."""
     old = build("/data", audits=[{"files": [{"path": "a.bin", "status": "corrupted"}]}])
     old.save(tmp_path / "q.json", tmp_path / "q.paths")
     before = (tmp_path / "q.json").read_bytes(), (tmp_path / "q.paths").read_bytes()

@@ -146,8 +146,9 @@ class Quarantine:
         return "".join(f"{p}\n" for p in sorted(self.files))
 
     def save(self, json_path: Path, list_path: Path | None = None) -> None:
-        """Both files replaced atomically (a loader reading a list half written would skip
-        fewer files than it must), the plain list first."""
+        """Each file replaced whole (a loader reading a list half written would skip fewer
+        files than it must); both paths are checked before either is written, and the plain
+        list is renamed first (:func:`record.atomic.replacing`)."""
         from contextlib import nullcontext
 
         from ckptrescue.record.atomic import replacing
