@@ -295,6 +295,7 @@ def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data
     with _parent(root, path, create=True) as (dirfd, name):
         if exclusive and _lexists_at(dirfd, name):
             raise FileExistsError(errno.EEXIST, f"{os.fsdecode(path)}: already exists")
+        _replaceable_at(dirfd, name, path)
         tmp = f".{name}.{os.getpid()}.partial"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      perms, dir_fd=dirfd)
@@ -313,6 +314,18 @@ def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data
 def write_text(root: str | os.PathLike[str], path: str | os.PathLike[str], text: str, *,
                exclusive: bool = False) -> None:
     write_bytes(root, path, text.encode("utf-8"), exclusive=exclusive)
+
+
+def _replaceable_at(dirfd: int, name: str, path: str | os.PathLike[str]) -> None:
+    """Refuse to rename over ``name`` unless it is absent, a regular file or a link: a rename
+    over a device node replaces the node itself (``-o /dev/null`` as root replaced the
+    machine's), over a FIFO or a socket what another program listens on."""
+    try:
+        mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise _not_a_file(path, mode)
 
 
 def _lexists_at(dirfd: int, name: str) -> bool:
@@ -345,6 +358,8 @@ def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
             _parent(root, dst, create=True) as (dfd, dname):
         if not replace and _lexists_at(dfd, dname):
             raise FileExistsError(errno.EEXIST, f"{os.fspath(dst)}: already exists")
+        if replace:
+            _replaceable_at(dfd, dname, dst)
         os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
 
 

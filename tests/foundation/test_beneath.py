@@ -139,3 +139,49 @@ def test_a_report_replaces_a_symlink_planted_at_its_name(case, tmp_path: Path) -
     assert not (out_dir / "report.md").is_symlink()
     assert (out_dir / "report.md").read_text().startswith("#")
     assert (outside / "precious").read_bytes() == b"evidence"
+
+
+def test_a_device_node_or_a_fifo_at_the_name_is_never_renamed_over(tmp_path: Path,
+                                                                   resolver: str) -> None:
+    """A write or a rename onto a device node replaced the node itself (``report -o
+    /dev/null`` as root replaced the machine's /dev/null with the report), onto a FIFO what
+    another program reads: both are refused before anything is written."""
+    root = tmp_path / "to"
+    root.mkdir()
+    os.mkfifo(root / "fifo")
+    targets = [root / "fifo"]
+    if os.geteuid() == 0:
+        os.mknod(root / "null", 0o666 | 0o020000, os.makedev(1, 3))  # a char device, as root
+        targets.append(root / "null")
+    with beneath.open_file(root, root / "f.partial", "xb") as fh:
+        fh.write(b"x")
+    for target in targets:
+        kind = target.lstat().st_mode
+        with pytest.raises(RefusedError, match=r"a FIFO|a device node"):
+            beneath.write_bytes(root, target, b"report")
+        with pytest.raises(RefusedError, match=r"a FIFO|a device node"):
+            beneath.rename(root, root / "f.partial", target)
+        assert target.lstat().st_mode == kind
+    assert sorted(os.listdir(root)) == sorted(["f.partial", *(t.name for t in targets)])
+
+
+@pytest.mark.privileged
+def test_report_to_dev_null_leaves_the_device_node(tmp_path: Path) -> None:
+    """``report CASE -o /dev/null`` in a private mount namespace whose /dev is a fresh tmpfs
+    (the machine's /dev is never at risk): the node is still the null device afterwards."""
+    import subprocess
+    import sys
+
+    from ckptrescue.record.case import Case
+
+    Case.create(tmp_path / "case", title="dev null")
+    exe = str(Path(sys.executable).with_name("ckptrescue"))
+    script = ("set -e; mount -t tmpfs none /dev; mknod -m 666 /dev/null c 1 3; "
+              "mknod -m 666 /dev/urandom c 1 9; ln -s /proc/self/fd /dev/fd; "
+              f"rc=0; {exe} report {tmp_path / 'case'} -o /dev/null --format md || rc=$?; "
+              "echo rc=$rc; stat -c %F /dev/null")
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip().splitlines()[-1] == "character special file", \
+        res.stdout + res.stderr
+    assert "rc=3" in res.stdout and "a device node" in res.stderr, res.stdout + res.stderr
