@@ -79,17 +79,19 @@ def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True,
 
 
 def check_output(out: Path) -> None:
-    """OUT and its sidecar are files this build may replace (nothing, a regular file or a
-    link): found before an hour of hashing, not at the rename after it."""
+    """OUT, its sidecar and its partial file are files this build may replace or append to
+    (nothing, a regular file or a link): found before an hour of hashing, not at the rename
+    after it (a FIFO at the partial file's name would block the build for good)."""
     from ckptrescue.errors import os_error_line
     from ckptrescue.record.atomic import refuse_non_regular
 
-    for path in (out, sidecar_path(out)):
+    for path in (out, sidecar_path(out), partial_path(out)):
         try:
             refuse_non_regular(path)
         except OSError as exc:
             raise UsageError(f"{os_error_line(exc)}; -o names the manifest file to write "
-                             f"(and {sidecar_path(out).name} its sidecar)") from None
+                             f"({sidecar_path(out).name} and {partial_path(out).name} go "
+                             "beside it)") from None
 
 
 def check_paths(root: Path, out: Path) -> None:

@@ -146,7 +146,7 @@ def test_manifest_build_refuses_a_folder_as_its_output_before_hashing(tmp_path: 
     res = invoke("manifest", "build", str(data), "-o", str(out), "--no-progress")
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (f"ckptrescue: error: {out}: Is a directory; -o names the "
-                                  "manifest file to write (and out.jsonl its sidecar)")
+                                  "manifest file to write (out.jsonl and out.partial.jsonl go beside it)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]
 
 
@@ -161,7 +161,7 @@ def test_a_manifest_whose_sidecar_cannot_be_placed_is_refused_before_hashing(
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (
         f"ckptrescue: error: {tmp_path / 'm.sha256.jsonl'}: Is a directory; -o names the "
-        "manifest file to write (and m.sha256.jsonl its sidecar)")
+        "manifest file to write (m.sha256.jsonl and m.sha256.partial.jsonl go beside it)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "m.sha256.jsonl"]
 
 
@@ -194,3 +194,20 @@ def test_os_error_lines() -> None:
         == "No space left on device"
     assert os_error_line(gzip.BadGzipFile("Not a gzipped file (b'ab')")) \
         == "BadGzipFile: Not a gzipped file (b'ab')"
+
+
+def test_a_fifo_at_the_partial_files_name_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """The partial file (the resume's record) is opened for appending: a FIFO there blocked
+    the build for good; it is refused before anything starts."""
+    import os
+
+    from cli_helpers import run_cli
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a")
+    os.mkfifo(tmp_path / "m.sha256.partial.jsonl")
+    res = run_cli("manifest", "build", str(data), "-o", str(tmp_path / "m.sha256"),
+                  "--no-progress", timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"ckptrescue: error: {tmp_path / 'm.sha256.partial.jsonl'}: ")
