@@ -401,6 +401,13 @@ def write_plan(result: ReassemblyResult, plan: Path, dest: Path | None) -> None:
         raise UsageError(f"{target}: inside the step being reassembled; choose --dest elsewhere")
     if target.exists():
         raise UsageError(f"{target}: exists already; the plan builds a new directory")
+    for above in target.parents:  # the first that is there must be a folder: a plan whose
+        # script's mkdir can only fail is refused now, not when the responder runs it
+        if above.exists() or above.is_symlink():
+            if not above.is_dir():
+                raise UsageError(f"{above}: not a directory; --dest names the folder the "
+                                 "step is copied into")
+            break
     entries = [r.to_json() for r in result.ranks]
     doc = {"schema": PLAN_SCHEMA, "step_dir": str(step), "family": result.family,
            "step": result.step, "world": result.world, "dest": str(target),

@@ -159,3 +159,17 @@ def test_plan_in_the_playbook(scattered: Path, tmp_path: Path) -> None:
     assert res.returncode in (0, 1), res.stderr
     assert "global_step3 can be reassembled" in json.loads(res.stdout)["answer"]
     assert (tmp_path / "plan.sh").is_file()
+
+
+def test_a_destination_under_a_file_is_refused_when_planned(scattered: Path,
+                                                            tmp_path: Path) -> None:
+    """--dest under a regular file: the plan's script could only fail at its mkdir, when the
+    responder runs it; the plan is refused now, and nothing is written."""
+    from ckptrescue.errors import UsageError
+
+    step = scattered / "checkpoint-3" / "global_step3"
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(UsageError, match="not a directory"):
+        reassemble(step, plan=tmp_path / "p.json", dest=a_file / "out")
+    assert not (tmp_path / "p.json").exists()
