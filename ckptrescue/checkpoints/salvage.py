@@ -293,6 +293,9 @@ def salvage(checkpoint: Path, out_dir: Path, *, fill_from: Path | None = None,
 
     checkpoint, out_dir = _checked_target(checkpoint, out_dir, case,
                                           allow_next_to_input=allow_next_to_input)
+    if fill_from is not None:  # a reference that is not there is said now, not only when a
+        # tensor needed filling (it passed unnoticed on an intact checkpoint)
+        discover([Path(fill_from)])
     found = discover([checkpoint])
     if len(found) != 1:
         raise UsageError(f"{checkpoint}: salvage takes exactly one checkpoint "

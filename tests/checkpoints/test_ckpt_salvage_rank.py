@@ -212,3 +212,17 @@ def test_stale_index_tensor_in_another_shard_is_found_not_lost(base, tmp_path):
         got.update(load_st(f))
     assert torch.equal(raw(got[name]), raw(load_st(ev / shards[1])[name]))
     assert tree_hash(ev) == before
+
+
+def test_a_fill_from_that_is_not_there_is_said_before_salvaging(base, tmp_path):
+    """--fill-from naming nothing passed unnoticed when no tensor needed filling (exit 0, the
+    reference never looked at): it is a one-line error before anything is written."""
+    from ckptrescue.checkpoints.salvage import salvage
+    from ckptrescue.errors import EvidenceError
+
+    ev = tmp_path / "evidence"
+    ev.mkdir()
+    intact = fx.copy(base["zip"], ev / "step_10.pt")
+    with pytest.raises(EvidenceError, match="no such file or directory"):
+        salvage(intact, tmp_path / "out", fill_from=tmp_path / "step_9.pt")
+    assert not (tmp_path / "out").exists()
