@@ -65,3 +65,8 @@ def test_quarantine_from_a_verify_json(tmp_path: Path) -> None:
                   "-o", str(root / "q.json")).returncode == 2  # never inside the dataset
     nothing = invoke("dataset", "quarantine", str(root), "-o", str(tmp_path / "q2.json"))
     assert nothing.returncode == 2 and "no audit or verify" in nothing.stderr
+    # a mistyped DIR: its list would name paths under a folder that is not there
+    typo = invoke("dataset", "quarantine", str(tmp_path / "dd"), "--verify",
+                  str(tmp_path / "verify.json"), "-o", str(tmp_path / "q3.json"))
+    assert typo.returncode == 2 and "not a directory" in typo.stderr, typo.stderr
+    assert not (tmp_path / "q3.json").exists()

@@ -60,6 +60,11 @@ WebDataset shard list and sample filter, a Hugging Face datasets filter (docs/da
         from ckptrescue.errors import UsageError
 
         root = Path(args["dir"])
+        if not root.is_dir():  # a mistyped DIR made a list of paths under a folder not there
+            from ckptrescue.errors import EvidenceError
+
+            raise EvidenceError(f"{root}: not a directory (DIR is the dataset the lists' "
+                                "paths are relative to)")
         out = Path(args["output"])
         paths = Path(args["paths"]) if args.get("paths") else out.with_suffix(".paths")
         from ckptrescue.actions.shared import refuse_unsafe_output
