@@ -112,3 +112,19 @@ def os_error_line(exc: OSError) -> str:
     if exc.errno is not None and exc.strerror:  # a system call's error: its words say it
         return exc.strerror  # ('No space left on device')
     return f"{type(exc).__name__}: {exc}"  # a library's own (a bad gzip, a TLS failure)
+
+
+def not_a_regular_file(path: str | bytes | object, mode: int) -> RefusedError:
+    """The refusal of a path the kit would open or replace that is not a regular file: a
+    device node (a write sends its bytes to the device; a rename replaces the node itself:
+    ``-o /dev/null`` as root once replaced the machine's), a FIFO (blocks the reader or the
+    writer for good), a socket or a folder."""
+    import os
+    import stat
+
+    what = ("a FIFO" if stat.S_ISFIFO(mode) else "a device node" if stat.S_ISBLK(mode)
+            or stat.S_ISCHR(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+    shown = os.fsdecode(path) if isinstance(path, bytes | str) else str(path)
+    return RefusedError(f"{shown}: {what}; the kit reads and writes only regular files (it "
+                        "never opens a device node or a FIFO, and never renames over one)")

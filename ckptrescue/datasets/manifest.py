@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 from ckptrescue.datasets import build_store
 from ckptrescue.datasets.build_store import BuildStore
@@ -78,26 +79,41 @@ def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True,
     return [hash_entry(root, e, formats=formats, checksums=checksums) for e in entries]
 
 
-def check_output(out: Path) -> None:
-    """OUT, its sidecar and its partial file are files this build may replace or append to
-    (nothing, a regular file or a link): found before an hour of hashing, not at the rename
-    after it (a FIFO at the partial file's name would block the build for good)."""
+def refuse_outputs(paths: Iterable[Path], *, says: str) -> None:
+    """Each of ``paths`` is a file the command may replace (nothing, a regular file or a
+    link): found before an hour of hashing, not at the rename after it. A device node, a
+    FIFO or a socket is the kit's refusal (exit 3); a folder or a path under a file, a usage
+    error that ``says`` what the paths are for."""
     from ckptrescue.errors import os_error_line
     from ckptrescue.record.atomic import refuse_non_regular
 
-    for path in (out, sidecar_path(out), partial_path(out)):
+    for path in paths:
         try:
             refuse_non_regular(path)
         except OSError as exc:
-            raise UsageError(f"{os_error_line(exc)}; -o names the manifest file to write "
-                             f"({sidecar_path(out).name} and {partial_path(out).name} go "
-                             "beside it)") from None
+            raise UsageError(f"{os_error_line(exc)}; {says}") from None
+
+
+def check_output(out: Path) -> None:
+    """OUT, its sidecar and its partial file (:func:`refuse_outputs`). The partial file is the
+    build's own record, appended to: a link there is refused (it would be followed, and the
+    file it points to emptied), and it is opened without following one
+    (:func:`_open_partial`)."""
+    from ckptrescue.errors import RefusedError
+
+    partial = partial_path(out)
+    refuse_outputs((out, sidecar_path(out), partial),
+                   says=f"-o names the manifest file to write ({sidecar_path(out).name} and "
+                        f"{partial.name} go beside it)")
+    if partial.is_symlink():
+        raise RefusedError(f"{partial}: a symbolic link where the build keeps its partial file; "
+                           "it is never followed: remove it, or choose another -o")
 
 
 def check_paths(root: Path, out: Path) -> None:
+    """DIR is a directory and OUT lies outside it."""
     if not root.is_dir():
         raise EvidenceError(f"{root}: not a directory")
-    check_output(out)
     real_root = os.path.realpath(root)
     real_out = os.path.realpath(out)
     if real_out == real_root or real_out.startswith(real_root.rstrip("/") + "/"):
@@ -106,6 +122,24 @@ def check_paths(root: Path, out: Path) -> None:
             hint="the dataset is evidence and is never written to: put the manifest elsewhere "
                  "(sha256sum -c works from DIR with a manifest anywhere)",
         )
+
+
+def _open_partial(partial: Path) -> BinaryIO:
+    """The partial file, opened for appending without following a link, and only when it is
+    a regular file (``O_NONBLOCK`` until that is proven: a FIFO swapped in never blocks)."""
+    import fcntl
+    import stat
+
+    from ckptrescue.errors import not_a_regular_file
+
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                 | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_a_regular_file(str(partial), mode)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return os.fdopen(fd, "ab")
 
 
 def build_manifest(
@@ -137,6 +171,7 @@ def build_manifest(
                                  checksums=checksums)
     root, out_path = Path(dir), Path(out)
     check_paths(root, out_path)
+    check_output(out_path)
     started = time.monotonic()
     jobs = jobs or default_jobs()
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +205,7 @@ def _build_local(store: BuildStore, root: Path, out_path: Path, *, jobs: int,
     writer = store.writer()
     chunk_files = (build_store.CLUSTER_CHUNK_FILES if scheduler
                    else build_store.HASH_CHUNK_FILES)
-    with partial.open("ab") as log:
+    with _open_partial(partial) as log:
         # a partial file with nothing usable is emptied; a usable one is appended to, so that a
         # second interruption still keeps everything finished so far
         if not resumed:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptrescue.datasets import sha256sum_format
-from ckptrescue.datasets.manifest import check_paths, hash_many
+from ckptrescue.datasets.manifest import check_paths, hash_many, refuse_outputs
 from ckptrescue.datasets.manifest_files import (
     ManifestEntry,
     UnreadableFile,
@@ -160,6 +160,10 @@ def update_manifest(
         raise UsageError(f"{dir}: manifest update works on local directories and s3:// "
                          "prefixes only")
     check_paths(root, out)
+    prev = prev_path(out)
+    refuse_outputs((out, sidecar_path(out), prev, sidecar_path(prev)),
+                   says="manifest update replaces MANIFEST and its sidecar, and keeps the old "
+                        f"pair as {prev.name} and {sidecar_path(prev).name}")
     side = require_manifest(out, "sizes and mtimes")
     started = time.monotonic()
     old = {e.rel: e for e in read_jsonl_entries(side)}
@@ -221,6 +225,7 @@ def _write_temp(target: Path, chunks: Iterable[bytes]) -> Path:
                 fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(name, 0o644)  # as manifest build leaves it (mkstemp's is 0600)
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
@@ -258,11 +263,18 @@ def replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:
                                         for e in entries)))
         temps.append(_write_temp(out, (sha256sum_format.format_line(e.sha256, e.rel)
                                        for e in entries)))
+        from ckptrescue.record.atomic import refuse_non_regular
+
         prev_tmp, prev_side_tmp, side_tmp, out_tmp = temps
-        os.replace(prev_tmp, prev)
-        os.replace(prev_side_tmp, sidecar_path(prev))
-        os.replace(side_tmp, side)
-        os.replace(out_tmp, out)
+        moves = [(prev_tmp, prev), (prev_side_tmp, sidecar_path(prev)), (side_tmp, side),
+                 (out_tmp, out)]
+        for _tmp, target in moves:  # checked before the run too; again before any rename
+            refuse_non_regular(target)
+        for tmp, target in moves:
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:  # the name asked for, not the temp file's
+                raise OSError(exc.errno, exc.strerror, str(target)) from None
         temps.clear()
         _fsync_dir(out.parent)
     finally:

@@ -10,6 +10,7 @@ same files on every machine, in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,8 @@ def build(out: Path) -> SilentDrill:
             import torch  # noqa: F401
     except BaseException as exc:  # nothing was written: the claim is given back, so that the
         # same command runs again (torch installed, a CUDA library found, a Ctrl-C)
-        baseline.rmdir()
+        with contextlib.suppress(OSError):
+            baseline.rmdir()
         if isinstance(exc, ImportError):
             raise UsageError("the silent drill writes torch checkpoints: install the [torch] "
                              "extra") from exc

@@ -218,12 +218,9 @@ def _refuse_alias(root: str | os.PathLike[str], path: str | os.PathLike[str], di
 
 
 def _not_a_file(path: str | os.PathLike[str], mode: int) -> RefusedError:
-    what = ("a FIFO" if stat.S_ISFIFO(mode) else "a device node" if stat.S_ISBLK(mode)
-            or stat.S_ISCHR(mode) else "a socket" if stat.S_ISSOCK(mode) else
-            "a directory" if stat.S_ISDIR(mode) else "not a regular file")
-    return RefusedError(f"{os.fsdecode(path)}: {what}; the kit reads and writes only regular "
-                        "files beneath its destination (a FIFO would block it, a device node "
-                        "would send its bytes to the device)")
+    from ckptrescue.errors import not_a_regular_file
+
+    return not_a_regular_file(os.fspath(path), mode)
 
 
 def _regular(fd: int, path: str | os.PathLike[str], flags: int) -> int:

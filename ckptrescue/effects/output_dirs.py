@@ -98,3 +98,15 @@ def refuse_aliasing(target: str | os.PathLike[str], *, evidence: Sequence[str],
     reason = context.writes_forbidden(os.fspath(target))
     if reason:
         raise RefusedError(f"{os.fspath(target)}: {reason}")
+    # the kit's own writers replace their outputs by a rename: a device node there (even the
+    # /dev/null a tool may write to), a FIFO or a socket is refused now, before the work
+    import stat
+
+    try:
+        mode = os.lstat(target).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        from ckptrescue.errors import not_a_regular_file
+
+        raise not_a_regular_file(os.fspath(target), mode)

@@ -1,14 +1,14 @@
 """Write a file atomically: a temp file beside it, ``fsync``, rename over the old one, ``fsync``
-of the directory. A reader sees the old file or the new one, never a mix; a crash leaves at most a
-``.NAME.*.tmp`` file, which ``case verify`` notes and the next write replaces. Each write has a
-temp file of its own (``mkstemp``): two writers of one path never write into the same temp
-file, and the last rename wins whole. A write that fails removes its temp file.
+of the directory. A reader sees the old file or the new one, never a mix; a crash leaves at most
+a ``.NAME.*.tmp`` file, which ``case verify`` notes. Each write has a temp file of its own
+(``mkstemp``): two writers of one path never write into the same temp file, and the last rename
+wins whole. A write that fails removes its temp file.
 
 Only a regular file (or nothing) is ever replaced: a device, a pipe, a socket or a folder at
-the path is refused before anything is written (renaming over ``/dev/null`` as root would
-replace the machine's device node). A symbolic link at the path is replaced itself, never
-written through: an output never lands where a link points. An error of this module's own
-steps names the path asked for, not the temp file.
+the path is refused before anything is written, and checked again before the rename (renaming
+over ``/dev/null`` as root would replace the machine's device node). A symbolic link at the
+path is replaced itself, never written through: an output never lands where a link points. An
+error of this module's own steps names the path asked for, not the temp file.
 
 :func:`replacing` streams (a manifest of millions of lines); :func:`write_atomic` writes bytes
 held in memory (a case file, a plan) through it."""
@@ -25,9 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-NOT_REGULAR = ("exists and is not a regular file (a device, a pipe or a socket): it is never "
-               "replaced")
-
 
 def _named(exc: OSError, path: Path) -> OSError:
     """``exc`` naming ``path`` (the file asked for) instead of the temp file."""
@@ -35,7 +32,11 @@ def _named(exc: OSError, path: Path) -> OSError:
 
 
 def refuse_non_regular(path: Path) -> None:
-    """Raise (naming ``path``) unless ``path`` is a regular file, a symlink or absent."""
+    """Return when ``path`` is a regular file, a symlink or absent; a folder there is an
+    ``IsADirectoryError``, a device node, a FIFO or a socket the kit's refusal (exit 3,
+    :func:`errors.not_a_regular_file`); an error reaching it names ``path``."""
+    from ckptrescue.errors import not_a_regular_file
+
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -46,7 +47,7 @@ def refuse_non_regular(path: Path) -> None:
         return
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    raise OSError(errno.EEXIST, NOT_REGULAR, str(path))
+    raise not_a_regular_file(str(path), mode)
 
 
 @contextlib.contextmanager
@@ -85,22 +86,23 @@ def replacing(path: str | os.PathLike[str], *, mode: int = 0o644,
             os.fsync(fh.fileno())
         fh.close()
         os.chmod(tmp, mode)
+        refuse_non_regular(path)  # again: a streaming write may have taken an hour
         os.replace(tmp, path)
     except BaseException as exc:
         discard()
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and exc.filename != str(path):
             raise _named(exc, path) from None
         raise
     if not durable:
         return
-    try:
+    # the file is in place: a folder that cannot be synced (a filesystem without directory
+    # fsync) makes the rename less durable, not the write wrong
+    with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    except OSError as exc:
-        raise _named(exc, path.parent) from None
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True,

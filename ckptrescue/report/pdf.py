@@ -78,6 +78,9 @@ def print_pdf(html: str, out: Path, *, runner: SubprocessRunner | None = None,
             lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
             why = lines[-1].strip() if lines else f"exit {result.returncode}"
             raise ToolFailedError(f"report: Chromium wrote no PDF ({why[:200]})")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(pdf, out)
+        from ckptrescue.effects import beneath
+
+        # as the other formats: a link planted at OUT (while Chromium printed) is replaced,
+        # never written through; a device node or a FIFO there is refused
+        beneath.write_bytes(out.parent, out.name, pdf.read_bytes())
     return out

@@ -380,12 +380,12 @@ def triage(*, case: Case, volume: str | Path | None = None, seconds: float = 3.0
     if volume is not None:
         try:
             os.stat(volume)
-        except OSError as exc:  # a mistyped mount point would be answered "0 writers": a
-            # false all-clear
+        except (OSError, ValueError) as exc:  # a mistyped mount point would be answered "0
+            # writers": a false all-clear (ValueError: a NUL in the name)
             from ckptrescue.errors import EvidenceError
 
             why = "no such file or directory" if isinstance(exc, FileNotFoundError) \
-                else (exc.strerror or str(exc))
+                else (getattr(exc, "strerror", None) or str(exc))
             raise EvidenceError(f"{os.fsdecode(volume)}: {why}",
                                 hint="--volume names the mount point of the affected volume "
                                      "(or its image or device)") from None

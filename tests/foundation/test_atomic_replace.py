@@ -95,12 +95,14 @@ def test_a_device_a_pipe_or_a_link_is_never_replaced_through(tmp_path: Path) -> 
     link at the path is replaced itself, never written through."""
     import os
 
-    with pytest.raises(FileExistsError, match="not a regular file") as err:
+    from ckptrescue.errors import RefusedError
+
+    with pytest.raises(RefusedError, match=r"^/dev/null: a device node; the kit reads and"):
         write_atomic("/dev/null", b"x")
-    assert err.value.filename == "/dev/null" and Path("/dev/null").is_char_device()
+    assert Path("/dev/null").is_char_device()
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(FileExistsError, match="not a regular file"):
+    with pytest.raises(RefusedError, match="a FIFO"):
         write_atomic(fifo, b"x")
     assert fifo.is_fifo()
     target = tmp_path / "evidence.bin"
@@ -172,8 +174,8 @@ def test_manifest_build_never_replaces_a_device(tmp_path: Path) -> None:
     data.mkdir()
     (data / "a.bin").write_bytes(b"a")
     res = invoke("manifest", "build", str(data), "-o", "/dev/null", "--no-progress")
-    assert res.returncode == 2, res.stderr
-    assert res.stderr.startswith("ckptrescue: error: /dev/null: exists and is not a regular")
+    assert res.returncode == 3, res.stderr  # the kit's refusal, as beneath's and the guard's
+    assert res.stderr.startswith("ckptrescue: error: /dev/null: a device node; "), res.stderr
     assert Path("/dev/null").is_char_device() and not Path("/dev/null.jsonl").exists()
 
 
@@ -209,5 +211,92 @@ def test_a_fifo_at_the_partial_files_name_is_refused_not_waited_on(tmp_path: Pat
     os.mkfifo(tmp_path / "m.sha256.partial.jsonl")
     res = run_cli("manifest", "build", str(data), "-o", str(tmp_path / "m.sha256"),
                   "--no-progress", timeout=60)
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.startswith(
+        f"ckptrescue: error: {tmp_path / 'm.sha256.partial.jsonl'}: a FIFO; "), res.stderr
+
+
+def test_a_link_at_the_partial_files_name_is_never_followed(tmp_path: Path) -> None:
+    """The partial file is appended to, and emptied when nothing in it can be resumed: a link
+    planted there made the build, as root, empty the file it pointed to and fill it with hash
+    lines. It is refused; and the file is opened without following one (O_NOFOLLOW)."""
+    import errno
+
+    from ckptrescue.datasets.manifest import _open_partial
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a")
+    victim = tmp_path / "victim"
+    victim.write_text("precious line\n")
+    (tmp_path / "m.sha256.partial.jsonl").symlink_to(victim)
+    res = invoke("manifest", "build", str(data), "-o", str(tmp_path / "m.sha256"),
+                 "--no-progress")
+    assert res.returncode == 3, res.stderr
+    assert "a symbolic link where the build keeps its partial file" in res.stderr
+    assert victim.read_text() == "precious line\n"
+    with pytest.raises(OSError) as err:  # the open itself, whatever the check before it saw
+        _open_partial(tmp_path / "m.sha256.partial.jsonl")
+    assert err.value.errno == errno.ELOOP
+    assert victim.read_text() == "precious line\n"
+
+
+def test_report_to_a_relative_path_lands_where_it_says(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """-o r2/report.md wrote r2/r2/report.md (the relative OUT read again under its own folder)
+    and printed r2/report.md; the checks looked at the one, the write went to the other."""
+    from ckptrescue.record.case import Case
+
+    Case.create(tmp_path / "case", title="relative")
+    (tmp_path / "r2").mkdir()
+    monkeypatch.chdir(tmp_path)
+    res = invoke("report", str(tmp_path / "case"), "--format", "md", "-o", "r2/report.md")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "r2" / "report.md").read_text().startswith("# Incident report")
+    assert not (tmp_path / "r2" / "r2").exists()
+    assert res.stdout.strip() == str(tmp_path / "r2" / "report.md")
+
+
+def test_manifest_update_checks_the_prev_pair_before_hashing(tmp_path: Path) -> None:
+    """manifest update keeps the old pair as MANIFEST.prev and .prev.jsonl: a FIFO there was
+    renamed over, and a folder failed only after hashing, naming a temp file."""
+    import os
+
+    from ckptrescue.datasets.manifest import build_manifest
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a")
+    manifest = tmp_path / "m.sha256"
+    build_manifest(data, manifest)
+    (data / "b.bin").write_bytes(b"b")
+    os.mkfifo(tmp_path / "m.sha256.prev")
+    res = invoke("manifest", "update", str(data), str(manifest), "--no-progress")
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.startswith(f"ckptrescue: error: {tmp_path / 'm.sha256.prev'}: a FIFO")
+    assert (tmp_path / "m.sha256.prev").is_fifo()
+    os.unlink(tmp_path / "m.sha256.prev")
+    (tmp_path / "m.sha256.prev.jsonl").mkdir()
+    res = invoke("manifest", "update", str(data), str(manifest), "--no-progress")
     assert res.returncode == 2, res.stderr
-    assert res.stderr.startswith(f"ckptrescue: error: {tmp_path / 'm.sha256.partial.jsonl'}: ")
+    assert res.stderr.startswith(
+        f"ckptrescue: error: {tmp_path / 'm.sha256.prev.jsonl'}: Is a directory; manifest "
+        "update replaces"), res.stderr
+    assert "b.bin" not in manifest.read_text() and temps(tmp_path) == []
+
+
+def test_a_profile_onto_a_fifo_is_refused_before_the_work(tmp_path: Path) -> None:
+    """dataset profile -o FIFO (or /dev/null) ran the whole profile, then failed at the write
+    with exit 4: the kit's writers refuse a device node, a FIFO or a socket up front."""
+    import os
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text('{"text": "a"}\n')
+    os.mkfifo(tmp_path / "p.json")
+    res = invoke("dataset", "profile", str(data), "-o", str(tmp_path / "p.json"))
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.strip() == (
+        f"ckptrescue: error: {tmp_path / 'p.json'}: a FIFO; the kit reads and writes only "
+        "regular files (it never opens a device node or a FIFO, and never renames over one)")
+    assert res.stdout == "" and (tmp_path / "p.json").is_fifo()
