@@ -269,8 +269,13 @@ def diff_manifests(old: str | os.PathLike[str], new: str | os.PathLike[str], *,
     old_p, new_p = _check_input(str(old)), _check_input(str(new))
     out = Path(output) if output else None
     if out is not None:
-        if out.exists() and not out.is_file():
-            raise UsageError(f"{out}: exists and is not a regular file")
+        from ckptrescue.datasets.manifest import refuse_outputs
+
+        # OUT and OUT.changes.jsonl, as every manifest writer checks them (a device node or a
+        # FIFO is the kit's refusal, exit 3; a folder, a usage error)
+        refuse_outputs((out, Path(str(out) + CHANGES_SUFFIX)),
+                       says=f"-o names the diff's manifest ({out.name}{CHANGES_SUFFIX} goes "
+                            "beside it)")
         for given in (old_p, new_p):
             if out.resolve() == given.resolve():
                 raise UsageError(f"{out}: is an input manifest; write the diff elsewhere")

@@ -300,3 +300,22 @@ def test_a_profile_onto_a_fifo_is_refused_before_the_work(tmp_path: Path) -> Non
         f"ckptrescue: error: {tmp_path / 'p.json'}: a FIFO; the kit reads and writes only "
         "regular files (it never opens a device node or a FIFO, and never renames over one)")
     assert res.stdout == "" and (tmp_path / "p.json").is_fifo()
+
+
+def test_manifest_diff_checks_both_outputs_as_the_other_writers(tmp_path: Path) -> None:
+    """OUT and OUT.changes.jsonl: a FIFO at the second was found only at its rename (after
+    the comparison); the same refusal and exit as every writer now, before the work."""
+    import os
+
+    from ckptrescue.datasets.manifest import build_manifest
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a")
+    build_manifest(data, tmp_path / "old.sha256")
+    os.mkfifo(tmp_path / "d.sha256.changes.jsonl")
+    res = invoke("manifest", "diff", str(tmp_path / "old.sha256"), str(tmp_path / "old.sha256"),
+                 "-o", str(tmp_path / "d.sha256"))
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.startswith(f"ckptrescue: error: {tmp_path / 'd.sha256.changes.jsonl'}: "
+                                 "a FIFO"), res.stderr
