@@ -126,5 +126,8 @@ def not_a_regular_file(path: str | bytes | object, mode: int) -> RefusedError:
             or stat.S_ISCHR(mode) else "a socket" if stat.S_ISSOCK(mode) else
             "a directory" if stat.S_ISDIR(mode) else "not a regular file")
     shown = os.fsdecode(path) if isinstance(path, bytes | str) else str(path)
+    if stat.S_ISDIR(mode):
+        return RefusedError(f"{shown}: a directory; the kit writes its output as a file here "
+                            "(name a file, inside the folder or elsewhere)")
     return RefusedError(f"{shown}: {what}; the kit reads and writes only regular files (it "
                         "never opens a device node or a FIFO, and never renames over one)")

@@ -162,9 +162,11 @@ class AuditState:
         """Open or create the state at ``path`` for ``identity``: resumed when it holds an
         unfinished run of the same audit (and not ``restart``), started over otherwise."""
         hint = "pass --state PATH (a writable place outside DIR)"
+        from ckptrescue.effects.files import open_own_file, same_file
+
         existed = path.exists()
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:  # never through a link, onto a device node or into a FIFO planted at the name
+            fd = open_own_file(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             where = "beside the manifest" if default else "at"
             raise UsageError(f"{path}: cannot write the audit state {where} it "
@@ -173,6 +175,10 @@ class AuditState:
                        hint="wait for it, or pass --state PATH")
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            if not same_file(fd, path):  # swapped between the checked open and SQLite's own
+                conn.close()
+                raise UsageError(f"{path}: changed while the audit opened it; not used",
+                                 hint=hint)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # the page cache stays bounded

@@ -73,8 +73,10 @@ class BuildStore:
             raise UsageError(f"{path}: the build's scratch database would be written inside "
                              f"{root}", hint="the dataset is evidence and is never written to: "
                                              "put the manifest outside DIR")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        from ckptrescue.effects.files import open_own_file, same_file
+
+        try:  # never through a link, onto a device node or into a FIFO planted at the name
+            fd = open_own_file(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise UsageError(f"{path}: cannot write the build's scratch database beside the "
                              f"manifest ({exc.strerror})",
@@ -87,14 +89,23 @@ class BuildStore:
             for suffix in _SIDE_FILES:
                 Path(str(path) + suffix).unlink(missing_ok=True)
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            if not same_file(fd, path):  # swapped between the checked open and SQLite's own
+                conn.close()
+                raise UsageError(f"{path}: changed while the build opened it; not used")
             conn.execute("PRAGMA journal_mode=OFF")  # scratch: the partial file is the record
             conn.execute("PRAGMA synchronous=OFF")
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             conn.execute("PRAGMA temp_store=FILE")
             conn.executescript(_TABLES)
         except BaseException:
+            try:  # removed only while the name is still the file opened (never a node or a
+                # link someone put there)
+                st, held = os.lstat(path), os.fstat(fd)
+                if (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
+                    _unlink(path)
+            except OSError:
+                pass
             os.close(fd)
-            _unlink(path)
             raise
         return cls(path, conn, fd)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ckptrescue.datasets import build_store
-from ckptrescue.datasets.build_store import BuildStore
+from ckptrescue.datasets.build_store import BuildStore, store_path
 from ckptrescue.datasets.detect import detect
 from ckptrescue.datasets.hashing import ReadPlan, hash_file
 from ckptrescue.datasets.manifest_files import (
@@ -102,12 +102,13 @@ def check_output(out: Path) -> None:
     from ckptrescue.errors import RefusedError
 
     partial = partial_path(out)
-    refuse_outputs((out, sidecar_path(out), partial),
-                   says=f"-o names the manifest file to write ({sidecar_path(out).name} and "
-                        f"{partial.name} go beside it)")
-    if partial.is_symlink():
-        raise RefusedError(f"{partial}: a symbolic link where the build keeps its partial file; "
-                           "it is never followed: remove it, or choose another -o")
+    refuse_outputs((out, sidecar_path(out), partial, store_path(out)),
+                   says=f"-o names the manifest file to write ({sidecar_path(out).name}, "
+                        f"{partial.name} and {store_path(out).name} go beside it)")
+    for own in (partial, store_path(out)):  # the build's own files: opened without following
+        if own.is_symlink():
+            raise RefusedError(f"{own}: a symbolic link where the build keeps its own file; it "
+                               "is never followed: remove it, or choose another -o")
 
 
 def check_paths(root: Path, out: Path) -> None:
@@ -125,21 +126,12 @@ def check_paths(root: Path, out: Path) -> None:
 
 
 def _open_partial(partial: Path) -> BinaryIO:
-    """The partial file, opened for appending without following a link, and only when it is
-    a regular file (``O_NONBLOCK`` until that is proven: a FIFO swapped in never blocks)."""
-    import fcntl
-    import stat
+    """The partial file, opened for reading and appending without following a link, and only
+    when it is a regular file with no other name (:func:`effects.files.open_own_file`)."""
+    from ckptrescue.effects.files import open_own_file
 
-    from ckptrescue.errors import not_a_regular_file
-
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-                 | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise not_a_regular_file(str(partial), mode)
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    return os.fdopen(fd, "ab")
+    return os.fdopen(open_own_file(partial, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644),
+                     "a+b")
 
 
 def build_manifest(
@@ -195,22 +187,27 @@ def _build_local(store: BuildStore, root: Path, out_path: Path, *, jobs: int,
     outputs written from one ordered scan. Nothing per file stays in Python."""
     skipped = store.load_walk(root, cancel)
     partial = partial_path(out_path)
-    resumed = store.resume_from(partial, checksums) if partial.exists() else 0
-    files_left, bytes_left = store.todo_totals()
-    result = StoredManifestResult(root=str(root), manifest_path=str(out_path),
-                                  sidecar_path=str(sidecar_path(out_path)), skipped=skipped,
-                                  resumed=resumed, jobs=jobs, scheduler=scheduler)
-    tracker = Tracker(files_left, bytes_left, progress, cancel=cancel)
-    root_b = os.fsencode(root)
-    writer = store.writer()
-    chunk_files = (build_store.CLUSTER_CHUNK_FILES if scheduler
-                   else build_store.HASH_CHUNK_FILES)
     with _open_partial(partial) as log:
+        # the resume reads through the descriptor just opened, never through whatever was put
+        # at the name during the walk (a link, a FIFO)
+        size = os.fstat(log.fileno()).st_size
+        resumed = store.resume_from(Path(f"/proc/self/fd/{log.fileno()}"), checksums) \
+            if size else 0
+        files_left, bytes_left = store.todo_totals()
+        result = StoredManifestResult(root=str(root), manifest_path=str(out_path),
+                                      sidecar_path=str(sidecar_path(out_path)),
+                                      skipped=skipped, resumed=resumed, jobs=jobs,
+                                      scheduler=scheduler)
+        tracker = Tracker(files_left, bytes_left, progress, cancel=cancel)
+        root_b = os.fsencode(root)
+        writer = store.writer()
+        chunk_files = (build_store.CLUSTER_CHUNK_FILES if scheduler
+                       else build_store.HASH_CHUNK_FILES)
         # a partial file with nothing usable is emptied; a usable one is appended to, so that a
         # second interruption still keeps everything finished so far
         if not resumed:
             log.truncate(0)
-        elif _ends_torn(partial):
+        elif os.pread(log.fileno(), 1, size - 1) != b"\n":  # torn by the interruption
             log.write(b"\n")
         for chunk in store.todo_chunks(chunk_files):
             for outcome in hash_many(root_b, chunk, jobs=jobs, scheduler=scheduler,
@@ -304,12 +301,3 @@ def normal_checksums(names: tuple[str, ...] | list[str] | None) -> tuple[str, ..
     checksum_hashers(out)  # unknown names and a missing awscrt fail here, before any work
     return out
 
-
-def _ends_torn(path: Path) -> bool:
-    """True when the file's last line lacks its newline (a write cut by the interruption)."""
-    with path.open("rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        if fh.tell() == 0:
-            return False
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) != b"\n"

@@ -160,10 +160,7 @@ def update_manifest(
         raise UsageError(f"{dir}: manifest update works on local directories and s3:// "
                          "prefixes only")
     check_paths(root, out)
-    prev = prev_path(out)
-    refuse_outputs((out, sidecar_path(out), prev, sidecar_path(prev)),
-                   says="manifest update replaces MANIFEST and its sidecar, and keeps the old "
-                        f"pair as {prev.name} and {sidecar_path(prev).name}")
+    check_update_outputs(out)
     side = require_manifest(out, "sizes and mtimes")
     started = time.monotonic()
     old = {e.rel: e for e in read_jsonl_entries(side)}
@@ -218,6 +215,10 @@ def finish_update(result: UpdateResult, keep: dict[bytes, ManifestEntry],
 
 def _write_temp(target: Path, chunks: Iterable[bytes]) -> Path:
     """Write ``chunks`` to a new temporary file beside ``target``, fsynced; returns its path."""
+    try:  # the mode of the file it replaces (a manifest kept 0600 stays so), else build's
+        mode = os.stat(target).st_mode & 0o7777
+    except OSError:
+        mode = 0o644
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -225,7 +226,7 @@ def _write_temp(target: Path, chunks: Iterable[bytes]) -> Path:
                 fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(name, 0o644)  # as manifest build leaves it (mkstemp's is 0600)
+        os.chmod(name, mode)
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
@@ -244,6 +245,15 @@ def _fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def check_update_outputs(out: Path) -> None:
+    """The four names an update replaces (MANIFEST, its sidecar, the .prev pair), checked
+    before any object or file is hashed (local and S3 alike)."""
+    prev = prev_path(out)
+    refuse_outputs((out, sidecar_path(out), prev, sidecar_path(prev)),
+                   says="manifest update replaces MANIFEST and its sidecar, and keeps the old "
+                        f"pair as {prev.name} and {sidecar_path(prev).name}")
 
 
 def replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:

@@ -37,3 +37,46 @@ def read_buffer(size: int) -> memoryview:
         return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
     except OSError as exc:  # ENOMEM: this process's memory, never the file's read error
         raise MemoryError(f"a read buffer of {size} bytes: {exc.strerror}") from exc
+
+
+def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+    """A file the kit keeps beside an output (a build's partial file or scratch database, an
+    audit's state), opened with ``flags`` (``O_CREAT`` and so on) without following a link and
+    without blocking on a FIFO: refused (the kit's refusal, exit 3) when the name is a link
+    (as root, a link planted there made the kit empty and overwrite the file it points to), a
+    device node, a FIFO, a socket, or a file with a second hard link (truncating it would empty
+    the other name too). Gives the descriptor, blocking again."""
+    import errno
+    import fcntl
+    import stat
+
+    from ckptrescue.errors import RefusedError, not_a_regular_file
+
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RefusedError(f"{shown}: a symbolic link where the kit keeps its own file; it "
+                               "is never followed: remove it, or write the output elsewhere") \
+                from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        if stat.S_ISREG(st.st_mode):
+            raise RefusedError(f"{shown}: has another hard link; the kit keeps its own files "
+                               "alone (writing it would change the other name too)")
+        raise not_a_regular_file(shown, st.st_mode)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def same_file(fd: int, path: str | os.PathLike[str]) -> bool:
+    """``path`` (followed) is the file open as ``fd``: what a library that opens by name (SQLite)
+    opened is the file that was checked."""
+    try:
+        st, held = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)

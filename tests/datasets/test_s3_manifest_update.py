@@ -123,3 +123,25 @@ def test_the_command_line_updates_a_prefix(server, tmp_path: Path) -> None:  # n
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["new"] == ["extra.bin"] and out["hashed"] == 1 and out["reused"] == len(NAMES)
+
+
+def test_an_update_checks_the_prev_pair_before_listing_the_bucket(server, tmp_path: Path,
+                                                                  monkeypatch) -> None:  # noqa: ANN001
+    """A FIFO at MANIFEST.prev was found only at the renames, after every changed object was
+    read; the four names are checked before the bucket is listed (as a local update does)."""
+    from ckptrescue.datasets import s3_manifest_update
+    from ckptrescue.errors import RefusedError
+
+    writer = server.writer_client()
+    _fill(writer, "upd2")
+    url, ep = "s3://upd2/ds/", server.endpoint_url
+    manifest = tmp_path / "ds.sha256"
+    build_manifest(url, manifest, endpoint_url=ep)
+    os.mkfifo(prev_path(manifest))
+    listed: list[str] = []
+    real = s3_manifest_update.list_objects
+    monkeypatch.setattr(s3_manifest_update, "list_objects",
+                        lambda *a, **k: listed.append("listed") or real(*a, **k))
+    with pytest.raises(RefusedError, match="a FIFO"):
+        update_manifest(url, manifest, endpoint_url=ep)
+    assert listed == [] and prev_path(manifest).is_fifo()

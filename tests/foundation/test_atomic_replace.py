@@ -148,7 +148,8 @@ def test_manifest_build_refuses_a_folder_as_its_output_before_hashing(tmp_path: 
     res = invoke("manifest", "build", str(data), "-o", str(out), "--no-progress")
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (f"ckptrescue: error: {out}: Is a directory; -o names the "
-                                  "manifest file to write (out.jsonl and out.partial.jsonl go beside it)")
+                                  "manifest file to write (out.jsonl, out.partial.jsonl and "
+                                  "out.build.sqlite go beside it)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]
 
 
@@ -163,7 +164,8 @@ def test_a_manifest_whose_sidecar_cannot_be_placed_is_refused_before_hashing(
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (
         f"ckptrescue: error: {tmp_path / 'm.sha256.jsonl'}: Is a directory; -o names the "
-        "manifest file to write (m.sha256.jsonl and m.sha256.partial.jsonl go beside it)")
+        "manifest file to write (m.sha256.jsonl, m.sha256.partial.jsonl and "
+        "m.sha256.build.sqlite go beside it)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "m.sha256.jsonl"]
 
 
@@ -220,9 +222,8 @@ def test_a_link_at_the_partial_files_name_is_never_followed(tmp_path: Path) -> N
     """The partial file is appended to, and emptied when nothing in it can be resumed: a link
     planted there made the build, as root, empty the file it pointed to and fill it with hash
     lines. It is refused; and the file is opened without following one (O_NOFOLLOW)."""
-    import errno
-
     from ckptrescue.datasets.manifest import _open_partial
+    from ckptrescue.errors import RefusedError
 
     data = tmp_path / "data"
     data.mkdir()
@@ -233,11 +234,10 @@ def test_a_link_at_the_partial_files_name_is_never_followed(tmp_path: Path) -> N
     res = invoke("manifest", "build", str(data), "-o", str(tmp_path / "m.sha256"),
                  "--no-progress")
     assert res.returncode == 3, res.stderr
-    assert "a symbolic link where the build keeps its partial file" in res.stderr
+    assert "a symbolic link where the build keeps its own file" in res.stderr
     assert victim.read_text() == "precious line\n"
-    with pytest.raises(OSError) as err:  # the open itself, whatever the check before it saw
-        _open_partial(tmp_path / "m.sha256.partial.jsonl")
-    assert err.value.errno == errno.ELOOP
+    with pytest.raises(RefusedError, match="a symbolic link"):  # the open itself (O_NOFOLLOW),
+        _open_partial(tmp_path / "m.sha256.partial.jsonl")  # whatever a check before it saw
     assert victim.read_text() == "precious line\n"
 
 
@@ -319,3 +319,52 @@ def test_manifest_diff_checks_both_outputs_as_the_other_writers(tmp_path: Path) 
     assert res.returncode == 3, res.stderr
     assert res.stderr.startswith(f"ckptrescue: error: {tmp_path / 'd.sha256.changes.jsonl'}: "
                                  "a FIFO"), res.stderr
+
+
+@pytest.mark.parametrize("name", ["m.sha256.build.sqlite", "m.sha256.audit.sqlite"])
+def test_a_link_at_a_scratch_or_state_database_is_never_followed(tmp_path: Path,
+                                                                   name: str) -> None:
+    """The build's scratch database and the audit's state sit beside the manifest and are
+    emptied or rewritten: a link planted there made the kit, as root, overwrite the file it
+    pointed to with SQLite pages; a FIFO there was deleted. Both are refused, and the
+    victim and the node stay."""
+    import os
+
+    from ckptrescue.datasets.manifest import build_manifest
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a")
+    manifest = tmp_path / "m.sha256"
+    if name.endswith(".audit.sqlite"):
+        build_manifest(data, manifest)
+        argv = ["manifest", "audit", str(data), str(manifest)]
+    else:
+        argv = ["manifest", "build", str(data), "-o", str(manifest), "--no-progress"]
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / name).symlink_to(victim)
+    res = invoke(*argv)
+    assert res.returncode in (2, 3), res.stderr
+    assert "a symbolic link" in res.stderr and victim.read_text() == "precious\n", res.stderr
+    (tmp_path / name).unlink()
+    os.mkfifo(tmp_path / name)
+    res = invoke(*argv)
+    assert res.returncode in (2, 3), res.stderr
+    assert "a FIFO" in res.stderr and (tmp_path / name).is_fifo(), res.stderr
+
+
+def test_an_own_file_with_a_second_name_is_refused(tmp_path: Path) -> None:
+    """Truncating the build's partial file would empty another name of the same file: a file
+    with a second hard link is refused, and both names keep their bytes."""
+    import os
+
+    from ckptrescue.effects.files import open_own_file
+    from ckptrescue.errors import RefusedError
+
+    other = tmp_path / "notes.txt"
+    other.write_text("kept\n")
+    os.link(other, tmp_path / "m.sha256.partial.jsonl")
+    with pytest.raises(RefusedError, match="another hard link"):
+        open_own_file(tmp_path / "m.sha256.partial.jsonl", os.O_RDWR | os.O_CREAT)
+    assert other.read_text() == "kept\n"
