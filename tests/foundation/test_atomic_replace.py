@@ -368,3 +368,26 @@ def test_an_own_file_with_a_second_name_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RefusedError, match="another hard link"):
         open_own_file(tmp_path / "m.sha256.partial.jsonl", os.O_RDWR | os.O_CREAT)
     assert other.read_text() == "kept\n"
+
+
+def test_a_link_at_the_watch_state_is_never_followed(tmp_path: Path) -> None:
+    """--state names a SQLite file the watch writes on every pass: a link there was followed
+    by SQLite (an empty target became the watch's database); it is refused like the build's
+    own files, and a file that is no watch state is refused in one line, not rewritten."""
+    from ckptrescue.datasets.watch.state import WatchState
+    from ckptrescue.errors import RefusedError, UsageError
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"")
+    (tmp_path / "state.sqlite").symlink_to(victim)
+    with pytest.raises(RefusedError, match="a symbolic link"):
+        WatchState(tmp_path / "state.sqlite", "/data")
+    assert victim.read_bytes() == b""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database, but kept\n" * 100)
+    with pytest.raises(UsageError, match="not a watch state"):
+        WatchState(notes, "/data")
+    assert notes.read_text() == "not a database, but kept\n" * 100
+    state = WatchState(tmp_path / "ok.sqlite", "/data")
+    state.close()
+    WatchState(tmp_path / "ok.sqlite", "/data").close()

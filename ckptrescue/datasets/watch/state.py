@@ -7,6 +7,7 @@ pass needs to skip unchanged files, so memory stays flat however large the tree 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -32,13 +33,29 @@ class Seen:
 
 class WatchState:
     def __init__(self, path: Path, source: str) -> None:
+        from ckptrescue.effects.files import open_own_file, same_file
         from ckptrescue.errors import UsageError
 
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        # used by one thread at a time (the engine runs a step in a worker thread)
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self.db.executescript(SCHEMA)
+        # never through a link, onto a device node or into a FIFO planted at the name; SQLite
+        # then opens it by name, and must have opened that file
+        self._fd = open_own_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            # used by one thread at a time (the engine runs a step in a worker thread)
+            self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            if not same_file(self._fd, path):
+                self.db.close()
+                raise UsageError(f"{path}: changed while the watch opened it; not used")
+            try:
+                self.db.executescript(SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                self.db.close()
+                raise UsageError(f"{path}: not a watch state ({exc}); refusing to overwrite it",
+                                 hint="give --state a new file") from None
+        except BaseException:
+            os.close(self._fd)
+            raise
         known = self.meta("source")
         if known is None:
             self.set_meta("source", source)
@@ -47,7 +64,10 @@ class WatchState:
                              hint="give each watched source its own --state file")
 
     def close(self) -> None:
-        self.db.close()
+        try:
+            self.db.close()
+        finally:
+            os.close(self._fd)
 
     def meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
