@@ -204,6 +204,9 @@ class RankOutput(StepOutputs):
 
 # ---- the resume checks ------------------------------------------------------------------
 
+NO_TORCH_FILE = "no torch file under it"  # a folder's entry (weights_only_globals)
+
+
 @dataclass
 class SafeGlobalsOutput(StepOutputs):
     """What the ``resume.safe_globals`` step records (each field: docs/step-outputs.md)."""
@@ -223,11 +226,13 @@ class SafeGlobalsOutput(StepOutputs):
 
     @property
     def ok(self) -> bool:
-        """Every file given loads with weights_only=True once the safe list is registered: a
-        file that is no torch file (or cannot be read), or a folder holding none, is not one
-        that loads (the exit said 0 for them: "no file torch.load reads")."""
-        return bool(self.files) and all(f.get("error") is None and f.get("loads_with_safe_list")
-                                        for f in self.files)
+        """Every torch file loads with weights_only=True once the safe list is registered, and
+        every file given is one: a file that is no torch file or cannot be read is not one that
+        loads (the exit said 0 for it). A folder holding no torch file needs nothing registered
+        (a DCP step's shards are not torch.load files): that is no failure."""
+        return bool(self.files) and all(
+            f.get("loads_with_safe_list") if f.get("error") is None
+            else f.get("error") == NO_TORCH_FILE for f in self.files)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from ckptrescue.checkpoints.formats import pickle_policy, pickle_scan, zipwalk
 from ckptrescue.checkpoints.formats.torch_legacy import TorchLegacyFormat
 from ckptrescue.checkpoints.formats.torch_zip import TorchZipFormat
 from ckptrescue.checkpoints.formats.torch_zip_view import inflate_small
+from ckptrescue.checkpoints.outputs import NO_TORCH_FILE
 from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 # modules torch._weights_only_unpickler refuses whatever is registered (_blocklisted_modules)
@@ -431,7 +432,7 @@ def needed_globals(paths: list[str | os.PathLike[str]]) -> SafeGlobalsResult:
         if p.is_dir() and not p.is_symlink():
             files = _candidates(p)
             if not files:
-                result.files.append(FileGlobals(path=str(p), error="no torch file under it"))
+                result.files.append(FileGlobals(path=str(p), error=NO_TORCH_FILE))
             result.files += [_one(f, lists) for f in files]
         else:
             result.files.append(_one(p, lists))
