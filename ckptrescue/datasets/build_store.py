@@ -23,6 +23,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from ckptrescue.datasets.audit_state import entry_chunks, lock_or_refuse, writes_inside
 from ckptrescue.datasets.manifest_files import ManifestEntry, read_jsonl_entries
@@ -144,7 +145,7 @@ class BuildStore:
         return skipped
 
     # -- the resume -----------------------------------------------------------------------------
-    def resume_from(self, partial: Path, checksums: tuple[str, ...]) -> int:
+    def resume_from(self, partial: Path | IO[bytes], checksums: tuple[str, ...]) -> int:
         """Take over the partial file's entries whose file still has the same size and mtime
         and whose recorded checksums cover ``checksums`` (the last line of a name counts);
         how many were taken over."""

@@ -191,8 +191,11 @@ def _build_local(store: BuildStore, root: Path, out_path: Path, *, jobs: int,
         # the resume reads through the descriptor just opened, never through whatever was put
         # at the name during the walk (a link, a FIFO)
         size = os.fstat(log.fileno()).st_size
-        resumed = store.resume_from(Path(f"/proc/self/fd/{log.fileno()}"), checksums) \
-            if size else 0
+        resumed = 0
+        if size:
+            with os.fdopen(os.dup(log.fileno()), "rb") as src:  # its own read offset
+                src.seek(0)
+                resumed = store.resume_from(src, checksums)
         files_left, bytes_left = store.todo_totals()
         result = StoredManifestResult(root=str(root), manifest_path=str(out_path),
                                       sidecar_path=str(sidecar_path(out_path)),

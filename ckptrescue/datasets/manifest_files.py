@@ -7,12 +7,13 @@ not import each other's internals.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import IO, Any, overload
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import Skipped, display, from_json_path, shown_path, to_json_path
@@ -207,9 +208,10 @@ def partial_path(manifest: str | os.PathLike[str]) -> Path:
     return Path(str(manifest) + PARTIAL_SUFFIX)
 
 
-def read_jsonl_entries(path: Path) -> Iterator[ManifestEntry]:
-    """Entries of a sidecar or partial file; a torn last line (interrupted write) is ignored."""
-    with path.open("rb") as fh:
+def read_jsonl_entries(path: Path | IO[bytes]) -> Iterator[ManifestEntry]:
+    """Entries of a sidecar or partial file (a path, or a file open for reading, read from
+    where it stands); a torn last line (interrupted write) is ignored."""
+    with (path.open("rb") if isinstance(path, Path) else contextlib.nullcontext(path)) as fh:
         for raw in fh:
             if not raw.endswith(b"\n"):
                 break

@@ -213,10 +213,10 @@ def finish_update(result: UpdateResult, keep: dict[bytes, ManifestEntry],
     return result
 
 
-def _write_temp(target: Path, chunks: Iterable[bytes]) -> Path:
+def _write_temp(target: Path, chunks: Iterable[bytes], *, mode_of: Path | None = None) -> Path:
     """Write ``chunks`` to a new temporary file beside ``target``, fsynced; returns its path."""
     try:  # the mode of the file it replaces (a manifest kept 0600 stays so), else build's
-        mode = os.stat(target).st_mode & 0o7777
+        mode = os.stat(mode_of or target).st_mode & 0o777
     except OSError:
         mode = 0o644
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -234,8 +234,9 @@ def _write_temp(target: Path, chunks: Iterable[bytes]) -> Path:
 
 
 def _copy_temp(source: Path, target: Path) -> Path:
+    """A copy of ``source`` beside ``target``, with ``source``'s mode."""
     with source.open("rb") as src:
-        return _write_temp(target, iter(lambda: src.read(1 << 20), b""))
+        return _write_temp(target, iter(lambda: src.read(1 << 20), b""), mode_of=source)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -129,8 +129,8 @@ def _check_room(dest: Path, image: Path, size: int) -> int:
 
 def _sidecar_check(path: Path, facts: JsonObject, image: Path, mapfile: Path) -> bool:
     """True when resuming. Refuses a mapfile/sidecar that belongs to another source."""
-    if path.exists():
-        old = json.loads(path.read_text())
+    if path.exists() or path.is_symlink():
+        old = _read_sidecar(path)
         for key in ("size", "sector_size", "serial", "wwid", "realpath", "loop_backing_file"):
             if old.get(key) != facts.get(key):
                 raise RefusedError(
@@ -142,8 +142,30 @@ def _sidecar_check(path: Path, facts: JsonObject, image: Path, mapfile: Path) ->
     if mapfile.exists() or image.exists():
         raise RefusedError(f"{image} or {mapfile} exists without a ckptrescue sidecar; "
                            "refusing to continue an unrelated rescue")
-    path.write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    from ckptrescue.record.atomic import write_atomic
+
+    # atomic (a crash never leaves a sidecar the next run cannot read), never through a link
+    # planted at the name, never onto a FIFO or a device node
+    write_atomic(path, (json.dumps(facts, indent=2, sort_keys=True) + "\n").encode())
     return False
+
+
+def _read_sidecar(path: Path) -> JsonObject:
+    """The sidecar of an earlier run, read without following a link and without blocking on a
+    FIFO put at its name; anything else than the kit's JSON object is refused in one line."""
+    from ckptrescue.effects.files import open_own_file
+
+    fd = open_own_file(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(1 << 20)
+    try:
+        old = json.loads(raw)
+    except ValueError:
+        old = None
+    if not isinstance(old, dict):
+        raise RefusedError(f"{path}: not a ckptrescue imaging sidecar; refusing to continue "
+                           "an unrelated rescue", hint="use another --dest")
+    return old
 
 
 def _run_with_progress(runner: SubprocessRunner, call: ToolCall, mapfile: Path,

@@ -78,10 +78,12 @@ def remember(path: Path) -> None:
     """Put ``path`` first in the recent list (best effort: a read-only home is not an error)."""
     target = state_file()
     entries = [str(path.resolve())] + [p for p in _remembered() if p != str(path.resolve())]
-    try:
+    from ckptrescue.errors import CkptRescueError
+    from ckptrescue.record.atomic import write_atomic
+
+    try:  # a temp file of its own, never written through a link at the name
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries[:MAX_RECENT], indent=1))
-        os.replace(tmp, target)
-    except OSError:
+        write_atomic(target, json.dumps(entries[:MAX_RECENT], indent=1).encode(),
+                     durable=False)
+    except (OSError, CkptRescueError):
         pass

@@ -354,20 +354,84 @@ def test_a_link_at_a_scratch_or_state_database_is_never_followed(tmp_path: Path,
     assert "a FIFO" in res.stderr and (tmp_path / name).is_fifo(), res.stderr
 
 
-def test_an_own_file_with_a_second_name_is_refused(tmp_path: Path) -> None:
-    """Truncating the build's partial file would empty another name of the same file: a file
-    with a second hard link is refused, and both names keep their bytes."""
+def test_an_own_file_with_a_second_name_gets_a_copy_of_its_own(tmp_path: Path) -> None:
+    """Truncating or appending to the build's partial file would change another name of the
+    same file (a backup made with cp -al): the name gets a copy of its own first, and the
+    other name keeps its bytes."""
     import os
 
     from ckptrescue.effects.files import open_own_file
-    from ckptrescue.errors import RefusedError
 
-    other = tmp_path / "notes.txt"
+    other = tmp_path / "backup.partial.jsonl"
     other.write_text("kept\n")
-    os.link(other, tmp_path / "m.sha256.partial.jsonl")
-    with pytest.raises(RefusedError, match="another hard link"):
-        open_own_file(tmp_path / "m.sha256.partial.jsonl", os.O_RDWR | os.O_CREAT)
-    assert other.read_text() == "kept\n"
+    own = tmp_path / "m.sha256.partial.jsonl"
+    os.link(other, own)
+    fd = open_own_file(own, os.O_RDWR | os.O_CREAT)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, b"new\n")
+    finally:
+        os.close(fd)
+    assert other.read_text() == "kept\n" and own.read_text() == "new\n"
+    assert own.stat().st_nlink == 1 and other.stat().st_nlink == 1
+
+
+@pytest.mark.privileged
+def test_a_build_resumes_without_proc(tmp_path: Path) -> None:
+    """The resume reads the partial file through the descriptor the build opened, not through
+    /proc/self/fd (which a chroot or a sandbox without /proc lacks): run where /proc is an
+    empty tmpfs, it takes over every entry."""
+    import shutil
+    import subprocess
+    import sys
+
+    from ckptrescue.datasets.manifest import build_manifest
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        (data / f"f{i}.bin").write_bytes(bytes([i]) * 4096)
+    build_manifest(data, tmp_path / "m.sha256")
+    shutil.copy(tmp_path / "m.sha256.jsonl", tmp_path / "m2.sha256.partial.jsonl")
+    code = ("import sys\n"
+            "from ckptrescue.datasets.manifest import build_manifest\n"
+            "print(build_manifest(sys.argv[1], sys.argv[2], jobs=1).resumed)\n")
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          'mount -t tmpfs none /proc && exec "$0" -c "$1" "$2" "$3"',
+                          sys.executable, code, str(data), str(tmp_path / "m2.sha256")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["3"], res.stdout + res.stderr
+
+
+def test_the_image_sidecar_is_never_read_or_written_through_a_link(tmp_path: Path) -> None:
+    """The imaging sidecar in the destination (which a rerun reads): a link planted at its
+    name was written through (the kit's own write; the guard judged ddrescue's), and a FIFO
+    there hung the rerun. Both are refused; the sidecar is written atomically."""
+    import json
+    import os
+
+    from ckptrescue.errors import RefusedError
+    from ckptrescue.storage.imaging import _sidecar_check
+
+    facts = {"size": 4096, "sector_size": 512}
+    outside = tmp_path / "outside.json"
+    sidecar = tmp_path / "dest" / "src.sidecar.json"
+    sidecar.parent.mkdir()
+    sidecar.symlink_to(outside)
+    with pytest.raises(RefusedError, match="a symbolic link"):
+        _sidecar_check(sidecar, facts, tmp_path / "dest" / "src.img",
+                       tmp_path / "dest" / "src.mapfile")
+    assert not outside.exists()
+    sidecar.unlink()
+    os.mkfifo(sidecar)
+    with pytest.raises(RefusedError, match="a FIFO"):
+        _sidecar_check(sidecar, facts, tmp_path / "dest" / "src.img",
+                       tmp_path / "dest" / "src.mapfile")
+    sidecar.unlink()
+    assert _sidecar_check(sidecar, facts, tmp_path / "dest" / "src.img",
+                          tmp_path / "dest" / "src.mapfile") is False
+    assert json.loads(sidecar.read_text()) == facts and not sidecar.is_symlink()
 
 
 def test_a_link_at_the_watch_state_is_never_followed(tmp_path: Path) -> None:
@@ -391,3 +455,23 @@ def test_a_link_at_the_watch_state_is_never_followed(tmp_path: Path) -> None:
     state = WatchState(tmp_path / "ok.sqlite", "/data")
     state.close()
     WatchState(tmp_path / "ok.sqlite", "/data").close()
+
+
+def test_the_tuis_recent_list_is_never_written_through_a_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TUI's list of recent cases (XDG_STATE_HOME) was written through a link at its
+    temp name, then renamed so that later reads followed the link too."""
+    from ckptrescue.record.case import Case
+    from ckptrescue.tui import recent
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    target = recent.state_file()
+    target.parent.mkdir(parents=True)
+    for name in (target, target.with_suffix(".tmp")):
+        name.symlink_to(victim)
+    Case.create(tmp_path / "case", title="recent")
+    recent.remember(tmp_path / "case")
+    assert victim.read_text() == "precious\n"
+    assert not target.is_symlink() and str(tmp_path / "case") in target.read_text()

@@ -37,31 +37,39 @@ class WatchState:
         from ckptrescue.errors import UsageError
 
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # never through a link, onto a device node or into a FIFO planted at the name; SQLite
-        # then opens it by name, and must have opened that file
-        self._fd = open_own_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+        hint = "give --state a new file"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # never through a link, onto a device node or into a FIFO planted at the name;
+            # SQLite then opens it by name, and must have opened that file
+            self._fd = open_own_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot keep the watch state here ({exc.strerror or exc})",
+                             hint=hint) from None
+        db: sqlite3.Connection | None = None
         try:
             # used by one thread at a time (the engine runs a step in a worker thread)
-            self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            self.db = db
             if not same_file(self._fd, path):
-                self.db.close()
-                raise UsageError(f"{path}: changed while the watch opened it; not used")
+                raise UsageError(f"{path}: changed while the watch opened it; not used",
+                                 hint=hint)
             try:
                 self.db.executescript(SCHEMA)
             except sqlite3.DatabaseError as exc:
-                self.db.close()
                 raise UsageError(f"{path}: not a watch state ({exc}); refusing to overwrite it",
-                                 hint="give --state a new file") from None
+                                 hint=hint) from None
+            known = self.meta("source")
+            if known is None:
+                self.set_meta("source", source)
+            elif known != source:
+                raise UsageError(f"{path}: this watch state belongs to {known}, not {source}",
+                                 hint="give each watched source its own --state file")
         except BaseException:
+            if db is not None:
+                db.close()
             os.close(self._fd)
             raise
-        known = self.meta("source")
-        if known is None:
-            self.set_meta("source", source)
-        elif known != source:
-            raise UsageError(f"{path}: this watch state belongs to {known}, not {source}",
-                             hint="give each watched source its own --state file")
 
     def close(self) -> None:
         try:
