@@ -396,6 +396,9 @@ def _one(path: Path, lists: list[ExactList]) -> FileGlobals:
     return out
 
 
+TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
+
+
 def _candidates(root: Path) -> list[Path]:
     """Files under a directory (no symlink followed, bounded), in name order."""
     found: list[Path] = []
@@ -406,11 +409,15 @@ def _candidates(root: Path) -> list[Path]:
             if name.endswith(".distcp"):
                 continue  # DCP shards: read item by item by DCP's reader, never torch.load
             try:
-                if stat.S_ISREG(p.lstat().st_mode) and (TorchZipFormat.detect(p)
-                                                        or TorchLegacyFormat.detect(p)):
-                    found.append(p)
-            except OSError:
+                regular = stat.S_ISREG(p.lstat().st_mode)
+            except OSError:  # there but unreadable: answered as such, never passed over
+                found.append(p)
                 continue
+            # a file named as torch.save names them is answered even when it does not read as
+            # one (torn, unreadable): a folder of damaged checkpoints is no folder without any
+            if regular and (name.endswith(TORCH_SUFFIXES) or TorchZipFormat.detect(p)
+                            or TorchLegacyFormat.detect(p)):
+                found.append(p)
             if len(found) >= MAX_FILES:
                 return found
     return found

@@ -193,7 +193,8 @@ def _build_local(store: BuildStore, root: Path, out_path: Path, *, jobs: int,
         size = os.fstat(log.fileno()).st_size
         resumed = 0
         if size:
-            with os.fdopen(os.dup(log.fileno()), "rb") as src:  # its own read offset
+            # a duplicate shares the offset with ``log``: harmless, its writes are O_APPEND
+            with os.fdopen(os.dup(log.fileno()), "rb") as src:
                 src.seek(0)
                 resumed = store.resume_from(src, checksums)
         files_left, bytes_left = store.todo_totals()

@@ -3,7 +3,6 @@ are read into."""
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 
@@ -42,12 +41,11 @@ def read_buffer(size: int) -> memoryview:
 
 def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
     """A file the kit keeps beside an output (a build's partial file or scratch database, an
-    audit's or a watch's state), opened with ``flags`` (``O_CREAT`` and so on) without
-    following a link and without blocking on a FIFO: refused (the kit's refusal, exit 3) when
-    the name is a link (as root, a link planted there made the kit empty and overwrite the file
-    it points to), a device node, a FIFO or a socket. A file with another hard link (a backup
-    made with ``cp -al``) is first given a copy of its own under the name, so that writing it
-    never changes the other name. Gives the descriptor, blocking again."""
+    audit's or a watch's state, an imaging sidecar), opened with ``flags`` (``O_CREAT`` and so
+    on) without following a link and without blocking on a FIFO: refused (the kit's refusal,
+    exit 3) when the name is a link (as root, a link planted there made the kit empty and
+    overwrite the file it points to), a device node, a FIFO or a socket. Gives the
+    descriptor, blocking again."""
     import errno
     import fcntl
     import stat
@@ -55,48 +53,29 @@ def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
     from ckptrescue.errors import RefusedError, not_a_regular_file
 
     shown = os.fspath(path)
-    for _attempt in range(3):
-        try:
-            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise RefusedError(f"{shown}: a symbolic link where the kit keeps its own "
-                                   "file; it is never followed: remove it, or write the output "
-                                   "elsewhere") from None
-            raise
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise not_a_regular_file(shown, st.st_mode)
-        if st.st_nlink <= 1:
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-            return fd
-        try:
-            _own_copy(fd, path, st.st_mode & 0o777)
-        finally:
-            os.close(fd)
-    raise RefusedError(f"{shown}: keeps getting another hard link; not used")
-
-
-def _own_copy(fd: int, path: str | os.PathLike[str], mode: int) -> None:
-    """Put a copy of the file open as ``fd`` under ``path`` (a new inode, renamed over the
-    name), leaving the file's other hard links as they are."""
-    import shutil
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp_fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                   dir=folder)
     try:
-        with os.fdopen(os.dup(fd), "rb") as src, os.fdopen(tmp_fd, "wb") as dst:
-            src.seek(0)
-            shutil.copyfileobj(src, dst, 1 << 20)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RefusedError(f"{shown}: a symbolic link where the kit keeps its own file; it "
+                               "is never followed: remove it, or write the output elsewhere") \
+                from None
         raise
+    st_mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(st_mode):
+        os.close(fd)
+        raise not_a_regular_file(shown, st_mode)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def read_own_file(path: str | os.PathLike[str], limit: int = 64 << 20) -> bytes:
+    """The bytes (at most ``limit``) of a small file the kit reads back (a sidecar, a mapfile,
+    a list of recent cases), opened as :func:`open_own_file` opens one: never through a link,
+    never blocking on a FIFO."""
+    fd = open_own_file(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(limit)
 
 
 def same_file(fd: int, path: str | os.PathLike[str]) -> bool:

@@ -150,14 +150,22 @@ def _sidecar_check(path: Path, facts: JsonObject, image: Path, mapfile: Path) ->
     return False
 
 
+def _read_own(path: Path) -> bytes:
+    """A sidecar or mapfile of an earlier run in the destination: never read through a link or
+    from a FIFO put at its name; a read error is one line naming it."""
+    from ckptrescue.effects.files import read_own_file
+
+    try:
+        return read_own_file(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})",
+                         hint="use another --dest") from None
+
+
 def _read_sidecar(path: Path) -> JsonObject:
     """The sidecar of an earlier run, read without following a link and without blocking on a
     FIFO put at its name; anything else than the kit's JSON object is refused in one line."""
-    from ckptrescue.effects.files import open_own_file
-
-    fd = open_own_file(path, os.O_RDONLY)
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read(1 << 20)
+    raw = _read_own(path)
     try:
         old = json.loads(raw)
     except ValueError:
@@ -268,7 +276,8 @@ def image(source: str | Path, *, case: Case, dest: str | Path | None = None, ret
         case.store_artifact_file(test_map, name=test_map.name, kind="ddrescue-test-map")
 
     resumed = _sidecar_check(sidecar, facts, img, mapf)
-    existing = ddrescue_mapfile.parse(mapf.read_text(), name=str(mapf)) if mapf.exists() else None
+    existing = ddrescue_mapfile.parse(_read_own(mapf).decode(errors="replace"),
+                                      name=str(mapf)) if os.path.lexists(mapf) else None
     already_done = (existing is not None and existing.current_status == "+"
                     and existing.domain_end >= size and img.exists()
                     and os.path.realpath(img) in {os.path.realpath(p)

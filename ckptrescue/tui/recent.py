@@ -37,9 +37,21 @@ def state_file() -> Path:
     return Path(base) / "ckptrescue" / "recent-cases.json"
 
 
+def _read_small(path: Path) -> bytes:
+    """A small file the start screen reads, never through a link or from a FIFO put at its
+    name (a FIFO there hung the start screen); unreadable is an ``OSError``."""
+    from ckptrescue.effects.files import read_own_file
+    from ckptrescue.errors import CkptRescueError
+
+    try:
+        return read_own_file(path, 4 << 20)
+    except CkptRescueError as exc:
+        raise OSError(str(exc)) from None
+
+
 def _read_case(path: Path) -> RecentCase | None:
     try:
-        manifest = json.loads((path / "case.json").read_text())
+        manifest = json.loads(_read_small(path / "case.json"))
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict):
@@ -50,7 +62,7 @@ def _read_case(path: Path) -> RecentCase | None:
 
 def _remembered() -> list[str]:
     try:
-        data = json.loads(state_file().read_text())
+        data = json.loads(_read_small(state_file()))
     except (OSError, ValueError):
         return []
     return [str(p) for p in data if isinstance(p, str)] if isinstance(data, list) else []

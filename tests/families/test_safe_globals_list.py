@@ -233,3 +233,9 @@ def test_nothing_to_load_is_never_exit_0(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     folder = invoke("resume", "safe-globals", str(tmp_path / "empty"))
     assert folder.returncode == 0, folder.stdout + folder.stderr
+    # a folder of damaged checkpoints is no folder without any: a torn .pt is answered, exit 1
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "step-1.pt").write_bytes(b"PK\x03\x04" + b"\x00" * 20)
+    torn = invoke("resume", "safe-globals", str(tmp_path / "run"))
+    assert torn.returncode == 1, torn.stdout + torn.stderr
+    assert "step-1.pt" in torn.stdout

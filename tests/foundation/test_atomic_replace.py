@@ -354,28 +354,6 @@ def test_a_link_at_a_scratch_or_state_database_is_never_followed(tmp_path: Path,
     assert "a FIFO" in res.stderr and (tmp_path / name).is_fifo(), res.stderr
 
 
-def test_an_own_file_with_a_second_name_gets_a_copy_of_its_own(tmp_path: Path) -> None:
-    """Truncating or appending to the build's partial file would change another name of the
-    same file (a backup made with cp -al): the name gets a copy of its own first, and the
-    other name keeps its bytes."""
-    import os
-
-    from ckptrescue.effects.files import open_own_file
-
-    other = tmp_path / "backup.partial.jsonl"
-    other.write_text("kept\n")
-    own = tmp_path / "m.sha256.partial.jsonl"
-    os.link(other, own)
-    fd = open_own_file(own, os.O_RDWR | os.O_CREAT)
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, b"new\n")
-    finally:
-        os.close(fd)
-    assert other.read_text() == "kept\n" and own.read_text() == "new\n"
-    assert own.stat().st_nlink == 1 and other.stat().st_nlink == 1
-
-
 @pytest.mark.privileged
 def test_a_build_resumes_without_proc(tmp_path: Path) -> None:
     """The resume reads the partial file through the descriptor the build opened, not through
@@ -475,3 +453,52 @@ def test_the_tuis_recent_list_is_never_written_through_a_link(
     recent.remember(tmp_path / "case")
     assert victim.read_text() == "precious\n"
     assert not target.is_symlink() and str(tmp_path / "case") in target.read_text()
+
+
+def test_the_start_screen_never_waits_on_a_fifo(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FIFO at the recent list's name, or at a case.json the start screen lists, hung the
+    TUI's start: both are passed over."""
+    import os
+    import threading
+
+    from ckptrescue.tui import recent
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    recent.state_file().parent.mkdir(parents=True)
+    os.mkfifo(recent.state_file())
+    (tmp_path / "cases" / "c1").mkdir(parents=True)
+    os.mkfifo(tmp_path / "cases" / "c1" / "case.json")
+    found: list[object] = []
+    worker = threading.Thread(target=lambda: found.append(recent.recent_cases(tmp_path / "cases")),
+                              daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "the start screen waited on a FIFO"
+    assert found == [[]]
+
+
+def test_the_imaging_mapfile_is_never_read_from_a_fifo(tmp_path: Path) -> None:
+    import os
+
+    from ckptrescue.errors import RefusedError
+    from ckptrescue.storage.imaging import _read_own
+
+    os.mkfifo(tmp_path / "src.map")
+    with pytest.raises(RefusedError, match="a FIFO"):
+        _read_own(tmp_path / "src.map")
+
+
+def test_another_programs_sqlite_is_no_watch_state(tmp_path: Path) -> None:
+    """A SQLite database whose meta table is not the watch's surfaced as a traceback
+    (OperationalError); it is one line, and the database is not used."""
+    import sqlite3
+
+    from ckptrescue.datasets.watch.state import WatchState
+    from ckptrescue.errors import UsageError
+
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE meta (name TEXT)")
+    with pytest.raises(UsageError, match="not a watch state"):
+        WatchState(other, "/data")

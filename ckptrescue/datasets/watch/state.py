@@ -59,10 +59,14 @@ class WatchState:
             except sqlite3.DatabaseError as exc:
                 raise UsageError(f"{path}: not a watch state ({exc}); refusing to overwrite it",
                                  hint=hint) from None
-            known = self.meta("source")
-            if known is None:
-                self.set_meta("source", source)
-            elif known != source:
+            try:
+                known = self.meta("source")
+                if known is None:
+                    self.set_meta("source", source)
+            except sqlite3.Error as exc:  # another program's SQLite database
+                raise UsageError(f"{path}: not a watch state ({exc}); not used", hint=hint) \
+                    from None
+            if known is not None and known != source:
                 raise UsageError(f"{path}: this watch state belongs to {known}, not {source}",
                                  hint="give each watched source its own --state file")
         except BaseException:
