@@ -399,6 +399,19 @@ def _one(path: Path, lists: list[ExactList]) -> FileGlobals:
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 
 
+def _torn_torch(path: Path) -> bool:
+    """A file named as torch.save names them that does not read as one, but starts as one
+    (a zip's local header, a pickle's protocol opcode) or cannot be read at all: a damaged
+    checkpoint, to answer, not to pass over (a venv's text ``.pth`` or a protobuf ``.ckpt``
+    starts otherwise)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return True
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
 def _candidates(root: Path) -> list[Path]:
     """Files under a directory (no symlink followed, bounded), in name order."""
     found: list[Path] = []
@@ -410,13 +423,15 @@ def _candidates(root: Path) -> list[Path]:
                 continue  # DCP shards: read item by item by DCP's reader, never torch.load
             try:
                 regular = stat.S_ISREG(p.lstat().st_mode)
-            except OSError:  # there but unreadable: answered as such, never passed over
-                found.append(p)
+            except FileNotFoundError:  # renamed away while listed (a live run): not there
                 continue
-            # a file named as torch.save names them is answered even when it does not read as
-            # one (torn, unreadable): a folder of damaged checkpoints is no folder without any
-            if regular and (name.endswith(TORCH_SUFFIXES) or TorchZipFormat.detect(p)
-                            or TorchLegacyFormat.detect(p)):
+            except OSError:  # there but unreadable: answered as such when named as one
+                regular = None
+            if regular is None:
+                if name.endswith(TORCH_SUFFIXES):
+                    found.append(p)
+            elif regular and (TorchZipFormat.detect(p) or TorchLegacyFormat.detect(p)
+                              or (name.endswith(TORCH_SUFFIXES) and _torn_torch(p))):
                 found.append(p)
             if len(found) >= MAX_FILES:
                 return found

@@ -127,7 +127,7 @@ def check_paths(root: Path, out: Path) -> None:
 
 def _open_partial(partial: Path) -> BinaryIO:
     """The partial file, opened for reading and appending without following a link, and only
-    when it is a regular file with no other name (:func:`effects.files.open_own_file`)."""
+    when it is a regular file (:func:`effects.files.open_own_file`)."""
     from ckptrescue.effects.files import open_own_file
 
     return os.fdopen(open_own_file(partial, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644),

@@ -69,13 +69,13 @@ def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
     return fd
 
 
-def read_own_file(path: str | os.PathLike[str], limit: int = 64 << 20) -> bytes:
-    """The bytes (at most ``limit``) of a small file the kit reads back (a sidecar, a mapfile,
-    a list of recent cases), opened as :func:`open_own_file` opens one: never through a link,
-    never blocking on a FIFO."""
+def read_own_file(path: str | os.PathLike[str]) -> bytes:
+    """The whole of a file the kit reads back (a sidecar, a ddrescue mapfile, which a disk with
+    a million bad areas makes tens of megabytes), opened as :func:`open_own_file` opens one:
+    never through a link, never blocking on a FIFO."""
     fd = open_own_file(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as fh:
-        return fh.read(limit)
+        return fh.read()
 
 
 def same_file(fd: int, path: str | os.PathLike[str]) -> bool:

@@ -151,15 +151,12 @@ def _sidecar_check(path: Path, facts: JsonObject, image: Path, mapfile: Path) ->
 
 
 def _read_own(path: Path) -> bytes:
-    """A sidecar or mapfile of an earlier run in the destination: never read through a link or
-    from a FIFO put at its name; a read error is one line naming it."""
+    """A sidecar or mapfile of an earlier run in the destination, whole: never read through a
+    link or from a FIFO put at its name (a read error is the destination's: exit 4, naming
+    it)."""
     from ckptrescue.effects.files import read_own_file
 
-    try:
-        return read_own_file(path)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})",
-                         hint="use another --dest") from None
+    return read_own_file(path)
 
 
 def _read_sidecar(path: Path) -> JsonObject:

@@ -37,16 +37,17 @@ def state_file() -> Path:
     return Path(base) / "ckptrescue" / "recent-cases.json"
 
 
-def _read_small(path: Path) -> bytes:
-    """A small file the start screen reads, never through a link or from a FIFO put at its
-    name (a FIFO there hung the start screen); unreadable is an ``OSError``."""
-    from ckptrescue.effects.files import read_own_file
-    from ckptrescue.errors import CkptRescueError
+def _read_small(path: Path, limit: int = 4 << 20) -> bytes:
+    """A small file the start screen reads (through a link, as ``Case.open`` does), never from
+    a FIFO or a device put at its name (a FIFO there hung the start screen); anything but a
+    regular file is an ``OSError``."""
+    import stat
 
-    try:
-        return read_own_file(path, 4 << 20)
-    except CkptRescueError as exc:
-        raise OSError(str(exc)) from None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return fh.read(limit)
 
 
 def _read_case(path: Path) -> RecentCase | None:
@@ -93,7 +94,9 @@ def remember(path: Path) -> None:
     from ckptrescue.errors import CkptRescueError
     from ckptrescue.record.atomic import write_atomic
 
-    try:  # a temp file of its own, never written through a link at the name
+    if target.is_symlink():  # kept by a dotfile manager: never written through, never
+        return  # replaced (it would lose the list it points to)
+    try:  # a temp file of its own
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, json.dumps(entries[:MAX_RECENT], indent=1).encode(),
                      durable=False)

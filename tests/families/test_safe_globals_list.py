@@ -239,3 +239,8 @@ def test_nothing_to_load_is_never_exit_0(tmp_path: Path) -> None:
     torn = invoke("resume", "safe-globals", str(tmp_path / "run"))
     assert torn.returncode == 1, torn.stdout + torn.stderr
     assert "step-1.pt" in torn.stdout
+    # named like one but starting otherwise (a venv's text .pth): passed over, as before
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv" / "distutils-precedence.pth").write_text("import os; x = 1\n")
+    text_pth = invoke("resume", "safe-globals", str(tmp_path / "venv"))
+    assert text_pth.returncode == 0, text_pth.stdout + text_pth.stderr

@@ -438,20 +438,29 @@ def test_a_link_at_the_watch_state_is_never_followed(tmp_path: Path) -> None:
 def test_the_tuis_recent_list_is_never_written_through_a_link(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The TUI's list of recent cases (XDG_STATE_HOME) was written through a link at its
-    temp name, then renamed so that later reads followed the link too."""
+    temp name. A list kept as a link (a dotfile manager) is read, and left alone: never
+    written through, never replaced by a list of one case."""
+    import json
+
     from ckptrescue.record.case import Case
     from ckptrescue.tui import recent
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    victim = tmp_path / "victim"
-    victim.write_text("precious\n")
+    Case.create(tmp_path / "old", title="old")
+    kept = tmp_path / "dotfiles" / "recent-cases.json"
+    kept.parent.mkdir()
+    kept.write_text(json.dumps([str(tmp_path / "old")]))
     target = recent.state_file()
     target.parent.mkdir(parents=True)
-    for name in (target, target.with_suffix(".tmp")):
-        name.symlink_to(victim)
+    target.symlink_to(kept)
+    target.with_suffix(".tmp").symlink_to(tmp_path / "victim")
     Case.create(tmp_path / "case", title="recent")
     recent.remember(tmp_path / "case")
-    assert victim.read_text() == "precious\n"
+    assert target.is_symlink() and json.loads(kept.read_text()) == [str(tmp_path / "old")]
+    assert not (tmp_path / "victim").exists()
+    assert [c.path for c in recent.recent_cases()] == [tmp_path / "old"]
+    target.unlink()
+    recent.remember(tmp_path / "case")
     assert not target.is_symlink() and str(tmp_path / "case") in target.read_text()
 
 
@@ -502,3 +511,11 @@ def test_another_programs_sqlite_is_no_watch_state(tmp_path: Path) -> None:
         db.execute("CREATE TABLE meta (name TEXT)")
     with pytest.raises(UsageError, match="not a watch state"):
         WatchState(other, "/data")
+    app = tmp_path / "app2.sqlite"  # any program's database: never given the watch's tables
+    with sqlite3.connect(app) as db:
+        db.execute("CREATE TABLE users (id INTEGER)")
+    with pytest.raises(UsageError, match="not a watch state"):
+        WatchState(app, "/data")
+    with sqlite3.connect(app) as db:
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+    assert names == {"users"}

@@ -55,7 +55,19 @@ class WatchState:
                 raise UsageError(f"{path}: changed while the watch opened it; not used",
                                  hint=hint)
             try:
-                self.db.executescript(SCHEMA)
+                tables = {r[0] for r in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if tables and not tables <= {"files", "meta"}:  # another program's database:
+                    # never given the watch's tables
+                    raise UsageError(f"{path}: not a watch state (it holds other tables); "
+                                     "not used", hint=hint)
+                db.executescript(SCHEMA)
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc):
+                    raise UsageError(f"{path}: another watch is using this state", hint=hint) \
+                        from None
+                raise UsageError(f"{path}: not a watch state ({exc}); not used",
+                                 hint=hint) from None
             except sqlite3.DatabaseError as exc:
                 raise UsageError(f"{path}: not a watch state ({exc}); refusing to overwrite it",
                                  hint=hint) from None
