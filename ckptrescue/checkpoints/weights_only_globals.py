@@ -401,15 +401,19 @@ TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 
 def _torn_torch(path: Path) -> bool:
     """A file named as torch.save names them that does not read as one, but starts as one
-    (a zip's local header, a pickle's protocol opcode) or cannot be read at all: a damaged
-    checkpoint, to answer, not to pass over (a venv's text ``.pth`` or a protobuf ``.ckpt``
-    starts otherwise)."""
+    (a zip's local header, a pickle's protocol opcode), is empty or zeroed, or cannot be read
+    at all: a damaged checkpoint, to answer, not to pass over (a venv's text ``.pth`` or a
+    protobuf ``.ckpt`` starts otherwise)."""
     try:
         with path.open("rb") as fh:
             head = fh.read(4)
+    except FileNotFoundError:  # gone since it was listed
+        return False
     except OSError:
         return True
-    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+    # empty or zeroed (a crash mid-save leaves these), or the start of a zip or a pickle
+    return (not head.strip(b"\x00") or head.startswith(b"PK\x03\x04")
+            or head[:1] == b"\x80")
 
 
 def _candidates(root: Path) -> list[Path]:
@@ -452,7 +456,8 @@ def needed_globals(paths: list[str | os.PathLike[str]]) -> SafeGlobalsResult:
     for given in paths:
         p = Path(given)
         if p.is_dir() and not p.is_symlink():
-            files = _candidates(p)
+            # a file rotated away while the folder was read (a live run) is not there
+            files = [f for f in _candidates(p) if os.path.lexists(f)]
             if not files:
                 result.files.append(FileGlobals(path=str(p), error=NO_TORCH_FILE))
             result.files += [_one(f, lists) for f in files]

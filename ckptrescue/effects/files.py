@@ -75,7 +75,10 @@ def read_own_file(path: str | os.PathLike[str]) -> bytes:
     never through a link, never blocking on a FIFO."""
     fd = open_own_file(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as fh:
-        return fh.read()
+        try:
+            return fh.read()
+        except OSError as exc:  # a read error (EIO) names the file, as an open error does
+            raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from None
 
 
 def same_file(fd: int, path: str | os.PathLike[str]) -> bool:

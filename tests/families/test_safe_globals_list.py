@@ -239,8 +239,30 @@ def test_nothing_to_load_is_never_exit_0(tmp_path: Path) -> None:
     torn = invoke("resume", "safe-globals", str(tmp_path / "run"))
     assert torn.returncode == 1, torn.stdout + torn.stderr
     assert "step-1.pt" in torn.stdout
+    # what a crash mid-save usually leaves: an empty .pt, a zeroed .ckpt
+    for name, body in (("empty.pt", b""), ("last.ckpt", b"\x00" * 4096)):
+        folder = tmp_path / f"crashed-{name}"
+        folder.mkdir()
+        (folder / name).write_bytes(body)
+        crashed = invoke("resume", "safe-globals", str(folder))
+        assert crashed.returncode == 1 and name in crashed.stdout, crashed.stdout
     # named like one but starting otherwise (a venv's text .pth): passed over, as before
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / "distutils-precedence.pth").write_text("import os; x = 1\n")
     text_pth = invoke("resume", "safe-globals", str(tmp_path / "venv"))
     assert text_pth.returncode == 0, text_pth.stdout + text_pth.stderr
+
+
+def test_a_file_rotated_away_while_the_folder_is_read_is_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live run rotates its checkpoints: a file listed, then removed before it is read, is
+    not there, and fails nothing."""
+    from ckptrescue.checkpoints import weights_only_globals as wog
+
+    (tmp_path / "run").mkdir()
+    listed = wog._candidates
+    monkeypatch.setattr(wog, "_candidates",
+                        lambda root: [*listed(root), root / "checkpoint-9" / "optimizer.pt"])
+    result = needed_globals([tmp_path / "run"])
+    assert [f.path for f in result.files] == [str(tmp_path / "run")]
+    assert result.files[0].error == "no torch file under it"

@@ -511,6 +511,15 @@ def test_another_programs_sqlite_is_no_watch_state(tmp_path: Path) -> None:
         db.execute("CREATE TABLE meta (name TEXT)")
     with pytest.raises(UsageError, match="not a watch state"):
         WatchState(other, "/data")
+    with sqlite3.connect(other) as db:  # refused untouched: not given a files table first
+        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master")} == {"meta"}
+    only_files = tmp_path / "files.sqlite"  # a common table name, other columns: not adopted
+    with sqlite3.connect(only_files) as db:
+        db.execute("CREATE TABLE files (id INTEGER, name TEXT)")
+    with pytest.raises(UsageError, match="not a watch state"):
+        WatchState(only_files, "/data")
+    with sqlite3.connect(only_files) as db:
+        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master")} == {"files"}
     app = tmp_path / "app2.sqlite"  # any program's database: never given the watch's tables
     with sqlite3.connect(app) as db:
         db.execute("CREATE TABLE users (id INTEGER)")

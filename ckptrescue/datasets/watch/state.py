@@ -20,6 +20,9 @@ CREATE TABLE IF NOT EXISTS files (
   status TEXT, problem TEXT, checked_at REAL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
+# the tables, and their columns in order, of a state SCHEMA made
+_OWN_TABLES = {"files": ["path", "size", "mtime_ns", "ino", "status", "problem", "checked_at"],
+               "meta": ["key", "value"]}
 
 
 @dataclass(frozen=True)
@@ -55,18 +58,19 @@ class WatchState:
                 raise UsageError(f"{path}: changed while the watch opened it; not used",
                                  hint=hint)
             try:
-                tables = {r[0] for r in db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if tables and not tables <= {"files", "meta"}:  # another program's database:
-                    # never given the watch's tables
-                    raise UsageError(f"{path}: not a watch state (it holds other tables); "
-                                     "not used", hint=hint)
+                tables = {r[0]: [c[1] for c in db.execute(f"PRAGMA table_info({r[0]!r})")]
+                          for r in db.execute(
+                              "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if tables and tables != _OWN_TABLES:  # another program's database (or a
+                    # part of one): never given the watch's tables
+                    raise UsageError(f"{path}: not a watch state (its tables are not the "
+                                     "watch's); not used", hint=hint)
                 db.executescript(SCHEMA)
             except sqlite3.OperationalError as exc:
                 if "locked" in str(exc):
                     raise UsageError(f"{path}: another watch is using this state", hint=hint) \
                         from None
-                raise UsageError(f"{path}: not a watch state ({exc}); not used",
+                raise UsageError(f"{path}: cannot use the watch state ({exc})",
                                  hint=hint) from None
             except sqlite3.DatabaseError as exc:
                 raise UsageError(f"{path}: not a watch state ({exc}); refusing to overwrite it",
