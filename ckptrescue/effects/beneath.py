@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import IO, Any
 
+from ckptrescue.effects.files import proven_regular
 from ckptrescue.errors import RefusedError
 from ckptrescue.guard.kernel import fd_mount_id as mount_id
 
@@ -223,20 +224,6 @@ def _not_a_file(path: str | os.PathLike[str], mode: int) -> RefusedError:
     return not_a_regular_file(os.fspath(path), mode)
 
 
-def _regular(fd: int, path: str | os.PathLike[str], flags: int) -> int:
-    """``fd`` once it is proven a regular file (opened ``O_NONBLOCK``, so that a FIFO swapped in
-    after the check never blocks the open), with ``O_NONBLOCK`` cleared again."""
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise _not_a_file(path, mode)
-    if not flags & os.O_NONBLOCK:
-        import fcntl
-
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    return fd
-
-
 def makedirs(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
     """``mkdir -p`` of ``path`` beneath ``root`` (``root`` itself is created as given)."""
     parts = parts_beneath(root, path)
@@ -259,7 +246,7 @@ def open_fd(root: str | os.PathLike[str], path: str | os.PathLike[str], flags: i
             else:
                 fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode,
                              dir_fd=dirfd)
-            return _regular(fd, path, flags)
+            return proven_regular(fd, path, flags)
         except FileExistsError:
             raise
         except OSError as exc:

@@ -47,10 +47,8 @@ def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
     overwrite the file it points to), a device node, a FIFO or a socket. Gives the
     descriptor, blocking again."""
     import errno
-    import fcntl
-    import stat
 
-    from ckptrescue.errors import RefusedError, not_a_regular_file
+    from ckptrescue.errors import RefusedError
 
     shown = os.fspath(path)
     try:
@@ -61,11 +59,24 @@ def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
                                "is never followed: remove it, or write the output elsewhere") \
                 from None
         raise
+    return proven_regular(fd, shown)
+
+
+def proven_regular(fd: int, shown: str | os.PathLike[str], flags: int = 0) -> int:
+    """``fd`` (opened ``O_NONBLOCK``, so that a FIFO never blocks the open) once it is proven a
+    regular file, blocking again unless ``flags`` asked for ``O_NONBLOCK``; closed and refused
+    (:func:`errors.not_a_regular_file`) otherwise."""
+    import fcntl
+    import stat
+
+    from ckptrescue.errors import not_a_regular_file
+
     st_mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(st_mode):
         os.close(fd)
-        raise not_a_regular_file(shown, st_mode)
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        raise not_a_regular_file(os.fspath(shown), st_mode)
+    if not flags & os.O_NONBLOCK:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return fd
 
 

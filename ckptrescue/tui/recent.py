@@ -41,12 +41,14 @@ def _read_small(path: Path, limit: int = 4 << 20) -> bytes:
     """A small file the start screen reads (through a link, as ``Case.open`` does), never from
     a FIFO or a device put at its name (a FIFO there hung the start screen); anything but a
     regular file is an ``OSError``."""
-    import stat
+    from ckptrescue.effects.files import proven_regular
+    from ckptrescue.errors import CkptRescueError
 
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = proven_regular(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), path)
+    except CkptRescueError as exc:
+        raise OSError(exc.message) from None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
         return fh.read(limit)
 
 
