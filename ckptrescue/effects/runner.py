@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
+# how long a loop a command marked for release (held open elsewhere) is waited for
+DETACH_WAIT_S = 5.0
 PR_SET_PDEATHSIG = 1
 _KEEP_ENV = ("PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "TERM")
 
@@ -377,12 +379,24 @@ class SubprocessRunner:
         identity a later detach must match) and which of the case's attachments the kernel no
         longer shows (``safety.detached``) — whatever the command's exit status or argv said."""
         assert self.case is not None
-        after = kernel.snapshot(self.zfs_pools if watch == "zfs" else None)
+        pools = self.zfs_pools if watch == "zfs" else None
+        after = kernel.snapshot(pools)
         argv = [str(a) for a in call.argv]
         for att in kernel.appeared(before, after, argv):
             self.case.log("safety.attached", {**att.to_json(), "argv": shown})
-        pools = self.zfs_pools if watch == "zfs" else None
-        for att in kernel.gone(self.attachments(), after, lambda: kernel.snapshot(pools)):
+        live = self.attachments()
+        pending = kernel.release_pending(live, before, after)
+        deadline = time.monotonic() + DETACH_WAIT_S
+        while pending and time.monotonic() < deadline:
+            time.sleep(0.02)  # a holder's close (a udev probe, another scan) is usually quick
+            after = kernel.snapshot(pools)
+            pending = [a for a in pending if kernel.still_there(a, after)]
+        for att in pending:
+            self.case.log("safety.detach_deferred", {
+                **att.to_json(), "argv": shown, "waited_s": DETACH_WAIT_S,
+                "why": "still held open elsewhere: the kernel detaches it when the last holder "
+                       "closes it"})
+        for att in kernel.gone(live, after, lambda: kernel.snapshot(pools)):
             self.case.log("safety.detached", {**att.to_json(), "argv": shown})
 
     def _record_confinement(self, confinement: confine.Confinement) -> None:

@@ -31,6 +31,7 @@ LOOP_GET_STATUS64 = 0x4C05
 BLKROGET = 0x125E
 _LOOP_INFO64 = struct.Struct("=QQQQQIIII64s64s32sQQ")
 LO_FLAGS_READ_ONLY = 1
+LO_FLAGS_AUTOCLEAR = 4  # set by LOOP_CLR_FD on a device still held open: released at last close
 SYS_BLOCK = "/sys/block"
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -195,6 +196,7 @@ class Loop:
     sizelimit: int
     readonly: bool  # LO_FLAGS_READ_ONLY: the kit's loops are all read-only
     backing_rdev: int = 0  # the backing inode's device number when it is a device node
+    autoclear: bool = False  # LO_FLAGS_AUTOCLEAR: released when its last holder closes it
 
 
 def loop_status(node: str, rdev: int | None = None) -> Loop | None:
@@ -212,7 +214,7 @@ def loop_status(node: str, rdev: int | None = None) -> Loop | None:
     return Loop(name=name, rdev=rdev, backing_dev=_decode_dev(f[0]), backing_ino=f[1],
                 file=backing or f[9].rstrip(b"\0").decode("utf-8", "replace"), offset=f[3],
                 sizelimit=f[4], readonly=bool(f[8] & LO_FLAGS_READ_ONLY),
-                backing_rdev=_decode_dev(f[2]))
+                backing_rdev=_decode_dev(f[2]), autoclear=bool(f[8] & LO_FLAGS_AUTOCLEAR))
 
 
 def _decode_dev(huge: int) -> int:
@@ -651,6 +653,23 @@ def still_there(att: Attachment, snap: Snapshot) -> bool:
         p = snap.pools.get(att.name)
         return p is not None and p.guid == att.get("guid")
     return False
+
+
+def release_pending(live: Iterable[Attachment], before: Snapshot,
+                    after: Snapshot) -> list[Attachment]:
+    """The recorded loops a command marked for release that the kernel still shows: ``losetup
+    -d`` of a device another process holds open (a udev probe, a scan of the loop devices, a
+    reader) exits 0 and only sets ``LO_FLAGS_AUTOCLEAR``; the kernel detaches it when the last
+    holder closes it."""
+    out: list[Attachment] = []
+    for att in live:
+        rdev = dev_parse(att.get("rdev") or "") if att.kind == "loop" else None
+        lo = after.loops.get(rdev) if rdev is not None else None
+        was = before.loops.get(rdev) if rdev is not None else None
+        if lo is not None and lo.autoclear and not (was is not None and was.autoclear) \
+                and still_there(att, after):
+            out.append(att)
+    return out
 
 
 def gone(live: Iterable[Attachment], snap: Snapshot,

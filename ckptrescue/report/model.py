@@ -288,7 +288,9 @@ def safety_table(records: list[JsonObject]) -> list[JsonObject]:
                                               "bubblewrap for every tool")
         if kind == "attachments":
             n, m = len(by.get("safety.attached", [])), len(by.get("safety.detached", []))
-            return ("yes" if n or m else "not exercised"), f"{n} attached, {m} released"
+            k = len(by.get("safety.detach_deferred", []))
+            held_open = f", {k} release(s) deferred (held open elsewhere)" if k else ""
+            return ("yes" if n or m else "not exercised"), f"{n} attached, {m} released{held_open}"
         if kind == "output-dirs":
             n = len(by.get("safety.output_dir", []))
             return ("yes" if n else "not exercised"), f"{n} output director(ies)"

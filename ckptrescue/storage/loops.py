@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptrescue.effects.runner import SubprocessRunner, ToolCall
+from ckptrescue.effects.runner import DETACH_WAIT_S, SubprocessRunner, ToolCall
 from ckptrescue.errors import EvidenceError, RefusedError, ToolFailedError
 from ckptrescue.storage import sysfs
 
@@ -177,27 +177,18 @@ def _detach(runner: SubprocessRunner, case: Case, loopdev: str, backing: str | N
         return [f"losetup -d {loopdev}: refused: {res.refused}"]
     if res.returncode != 0:
         return [f"losetup -d {loopdev}: {res.stderr.strip()[:200]}"]
-    return _detached(case, loopdev, backing)
+    return _detached(loopdev, backing)
 
 
-DETACH_WAIT_S = 5.0
-
-
-def _detached(case: Case, loopdev: str, backing: str | None) -> list[str]:
+def _detached(loopdev: str, backing: str | None) -> list[str]:
     """``losetup -d`` of a device something still holds open (a udev probe, a reader) only
     marks it for release when the last holder closes it: the kernel's state, not the exit
-    code, says whether it is gone. Waits up to ``DETACH_WAIT_S`` for it, then says it is not."""
-    import time
-
-    deadline = time.monotonic() + DETACH_WAIT_S
-    while sysfs.loop_backing_file(Path(loopdev).name) == backing:
-        if time.monotonic() > deadline:
-            case.log("storage.detach_deferred", {"device": loopdev, "backing_file": backing})
-            return [f"losetup -d {loopdev}: still attached to {backing} after "
-                    f"{DETACH_WAIT_S:g} s (held open elsewhere: the kernel releases it when the "
-                    "last holder closes it)"]
-        time.sleep(0.05)
-    return []
+    code, says whether it is gone (the runner has waited for it and recorded what it saw:
+    ``safety.detached`` or ``safety.detach_deferred``)."""
+    if sysfs.loop_backing_file(Path(loopdev).name) != backing:
+        return []
+    return [f"losetup -d {loopdev}: still attached to {backing} after {DETACH_WAIT_S:g} s "
+            "(held open elsewhere: the kernel releases it when the last holder closes it)"]
 
 
 def attach_slice(runner: SubprocessRunner, info: dict[str, Any], start: int, size: int,

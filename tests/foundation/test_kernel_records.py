@@ -12,11 +12,13 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ckptrescue.effects import runner as runner_mod
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.errors import UsageError
 from ckptrescue.record.case import Case
@@ -165,6 +167,52 @@ def test_a_real_attach_is_recorded_with_its_kernel_identity(scene: Scene) -> Non
         os.mknod(alias, 0o600 | stat.S_IFBLK, rdev)
     res = scene.run("losetup", "-d", alias)
     assert res.refused is None and res.returncode == 0, (res.refused, res.stderr)
+    assert scene.case.attachments() == []
+
+
+def test_a_detach_the_kernel_defers_is_waited_for_then_recorded(scene: Scene) -> None:
+    # another process holds the case's loop open as it is detached (a udev probe, a scan of the
+    # loop devices): losetup -d exits 0 and the kernel releases the device at the last close
+    res = scene.run("losetup", "--read-only", "--find", "--show", str(scene.evidence))
+    ours = res.stdout.strip()
+    holder = os.open(ours, os.O_RDONLY)
+    closer = threading.Timer(0.4, os.close, (holder,))
+    closer.start()
+    try:
+        res = scene.run("losetup", "-d", ours)
+    finally:
+        closer.join()
+    assert res.refused is None and res.returncode == 0, (res.refused, res.stderr)
+    assert not Path(f"/sys/block/{Path(ours).name}/loop/backing_file").exists()
+    assert [r["name"] for r in scene.records("safety.detached")] == [ours]
+    assert scene.records("safety.detach_deferred") == []
+    assert scene.case.attachments() == []
+
+
+def test_a_detach_still_held_after_the_wait_is_recorded_as_deferred(
+        scene: Scene, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_mod, "DETACH_WAIT_S", 0.3)
+    res = scene.run("losetup", "--read-only", "--find", "--show", str(scene.evidence))
+    ours = res.stdout.strip()
+    holder = os.open(ours, os.O_RDONLY)
+    try:
+        res = scene.run("losetup", "-d", ours)
+        assert res.refused is None and res.returncode == 0, (res.refused, res.stderr)
+        # the kernel still shows it: still the case's, and said to be waiting for its holder
+        (deferred,) = scene.records("safety.detach_deferred")
+        assert deferred["name"] == ours and "last holder" in deferred["why"]
+        assert scene.records("safety.detached") == []
+        assert [a["name"] for a in scene.case.attachments()] == [ours]
+        from ckptrescue.report import model as report_model
+        rows = report_model.build(scene.case)["safety_table"]
+        attach = next(r for r in rows if r["guarantee"].startswith("attachments"))
+        assert attach["note"] == "1 attached, 0 released, 1 release(s) deferred (held open " \
+            "elsewhere)"
+    finally:
+        os.close(holder)
+    # released at the last close: the next command that reads the kernel's state records it
+    assert scene.run("losetup", "-l").returncode == 0
+    assert [r["name"] for r in scene.records("safety.detached")] == [ours]
     assert scene.case.attachments() == []
 
 
