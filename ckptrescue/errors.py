@@ -114,6 +114,70 @@ def os_error_line(exc: OSError) -> str:
     return f"{type(exc).__name__}: {exc}"  # a library's own (a bad gzip, a TLS failure)
 
 
+def named(exc: OSError, path: str | bytes | object) -> OSError:
+    """``exc`` naming ``path`` when it names nothing: a write, flush, truncate or fsync on an
+    open file fails without a name (``No space left on device``), and the responder must learn
+    which file of the many a command writes could not be written."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    import os
+
+    shown = os.fsdecode(path) if isinstance(path, bytes | str) else str(path)
+    return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), shown)
+
+
+@contextmanager
+def naming(path: str | bytes | object) -> Iterator[None]:
+    """A block whose nameless operating-system errors name ``path`` (:func:`named`)."""
+    try:
+        yield
+    except OSError as exc:
+        out = named(exc, path)
+        if out is exc:
+            raise
+        raise out from exc
+
+
+def database_error(exc: Exception, path: str | object) -> Exception:
+    """A SQLite error of the kit's own database at ``path`` as the operating-system error it
+    stands for, naming the file: ``database or disk is full`` is ENOSPC; a ``disk I/O
+    error`` (which SQLite also gives when growing its WAL index fails on a full disk) is said
+    with SQLite's own name for it and the free space of the file's filesystem, never as a bare
+    "Input/output error" that a responder would take for a failing drive. Any other SQLite
+    error is returned as it is."""
+    import errno
+    import os
+
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(code, int):
+        return exc
+    primary = code & 0xFF  # the extended codes keep the primary one in the low byte
+    if primary == 13:  # SQLITE_FULL
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    if primary != 10:  # SQLITE_IOERR
+        return exc
+    said = f"disk I/O error ({getattr(exc, 'sqlite_errorname', '') or code})"
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(str(path))))
+        said += f"; its filesystem has {st.f_bavail * st.f_frsize} bytes free"
+    except OSError:
+        pass
+    return OSError(errno.EIO, said, str(path))
+
+
+@contextmanager
+def database(path: str | object) -> Iterator[None]:
+    """A block whose SQLite errors of the kit's database at ``path`` say what they are and
+    which file (:func:`database_error`)."""
+    try:
+        yield
+    except Exception as exc:
+        out = database_error(exc, path)
+        if out is exc:
+            raise
+        raise out from exc
+
+
 def not_a_regular_file(path: str | bytes | object, mode: int) -> RefusedError:
     """The refusal of a path the kit would open or replace that is not a regular file: a
     device node (a write sends its bytes to the device; a rename replaces the node itself:

@@ -523,13 +523,10 @@ def _write_torch_save(out_dir: Path, name: str, pickled: tuple[bytes, dict[str, 
     out_path = out_dir / name
     if beneath.lexists(out_dir, out_path):
         raise UsageError(f"{out_path}: already exists; choose a new OUT_DIR")
-    tmp = out_dir / f"{name}.partial"
-    with beneath.open_file(out_dir, tmp, "xb") as out:
+    # whole or not at all: a full disk or a read error leaves no file at OUT
+    with beneath.creating(out_dir, out_path) as out:
         torch_save_writer.write(out, pickled[0], pickled[1],
                                 lambda n, sink: _copy(sink, by_name[n]))
-        out.flush()
-        os.fsync(out.fileno())
-    beneath.rename(out_dir, tmp, out_path)
     return out_path
 
 
@@ -568,7 +565,7 @@ def _suspect_reasons(name: str, report: CheckpointReport) -> list[str]:
 
 
 def _write(out_path: Path, planned: list[_Planned], meta: dict[str, str]) -> None:
-    """One safetensors file of ``planned`` tensors, written to ``.partial`` then renamed."""
+    """One safetensors file of ``planned`` tensors (:func:`beneath.creating`: whole or absent)."""
     header: dict[str, Any] = {}
     pos = 0
     for p in planned:
@@ -578,15 +575,11 @@ def _write(out_path: Path, planned: list[_Planned], meta: dict[str, str]) -> Non
     header["__metadata__"] = meta
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    tmp = out_path.with_suffix(".partial")
-    with beneath.open_file(out_path.parent, tmp, "xb") as out:
+    with beneath.creating(out_path.parent, out_path) as out:  # whole or not at all
         out.write(len(text).to_bytes(8, "little"))
         out.write(text)
         for p in planned:
             _copy(out, p)
-        out.flush()
-        os.fsync(out.fileno())
-    beneath.rename(out_path.parent, tmp, out_path)
 
 
 class _Digest:

@@ -7,6 +7,7 @@ and the case keep everything so far)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -77,16 +78,19 @@ def watch(
                             "webhook": webhook, "endpoint_url": endpoint_url,
                             "prometheus_textfile": str(prometheus_textfile)
                             if prometheus_textfile else None}
-    collector = None
-    if not is_s3(source):
-        from ckptrescue.datasets.watch.local import ChangeCollector
+    from ckptrescue.datasets.watch.state import hold
 
-        collector = ChangeCollector(source)
+    held = hold(state, source)  # one watch per state for the whole run
+    collector = None
     done = 0
     bad = False
     last_full = 0.0
     changed: list[bytes] | None = None
     try:
+        if not is_s3(source):
+            from ckptrescue.datasets.watch.local import ChangeCollector
+
+            collector = ChangeCollector(source)
         while True:
             full = changed is None or time.monotonic() - last_full >= full_every
             args = {k: v for k, v in base.items() if v is not None}
@@ -127,6 +131,7 @@ def watch(
     finally:
         if collector is not None:
             collector.stop()
+        os.close(held)
     return int(ExitCode.FINDINGS if bad else ExitCode.OK)
 
 

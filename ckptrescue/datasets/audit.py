@@ -49,7 +49,7 @@ from ckptrescue.datasets.walk import (
     shown_path,
     to_json_path,
 )
-from ckptrescue.errors import EvidenceError, UsageError
+from ckptrescue.errors import EvidenceError, UsageError, database
 from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 from ckptrescue.stores.urls import is_s3
 
@@ -324,7 +324,21 @@ def _state_audit(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
     check_location(state_path, root, default=state is None)
     identity = state_identity(root, manifest, quick=quick, sample=sample, seed=seed)
     existed = state_path.exists()
-    store = AuditState.open(state_path, identity, restart=restart, default=state is None)
+    with database(state_path):  # its errors say which file (a full disk: ENOSPC)
+        return _audit_through(state_path, identity, root, manifest, existed=existed,
+                              default=state is None, quick=quick, jobs=jobs,
+                              scheduler=scheduler, progress=progress, sample=sample, seed=seed,
+                              restart=restart, cancel=cancel, started=started,
+                              follow_into=follow_into, report_state=report_state)
+
+
+def _audit_through(state_path: Path, identity: Identity, root: Path, manifest: Path, *,
+                   existed: bool, default: bool, quick: bool, jobs: int | None,
+                   scheduler: str | None, progress: ProgressFn | None,
+                   sample: str | float | None, seed: int, restart: bool,
+                   cancel: threading.Event | None, started: float, follow_into: list[str],
+                   report_state: bool) -> AuditResult:
+    store = AuditState.open(state_path, identity, restart=restart, default=default)
     discard = False
     try:
         return _run(store, identity, root, manifest, quick=quick, jobs=jobs,

@@ -50,7 +50,7 @@ from ckptrescue.datasets.manifest_files import (
     sidecar_path,
 )
 from ckptrescue.datasets.walk import FileEntry, Skipped, safe_relative, scan
-from ckptrescue.errors import UsageError
+from ckptrescue.errors import UsageError, database_error
 from ckptrescue.model import JsonObject
 
 SCHEMA = 2
@@ -173,10 +173,10 @@ class AuditState:
                              f"({exc.strerror})", hint=hint) from None
         lock_or_refuse(fd, f"{path}: another audit is using this state",
                        hint="wait for it, or pass --state PATH")
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             if not same_file(fd, path):  # swapped between the checked open and SQLite's own
-                conn.close()
                 raise UsageError(f"{path}: changed while the audit opened it; not used",
                                  hint=hint)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -185,13 +185,21 @@ class AuditState:
             conn.execute("PRAGMA temp_store=FILE")
             state = cls(path, conn, fd)
             state._start(identity, restart=restart, existed=existed)
-        except sqlite3.DatabaseError as exc:
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            if not existed and same_file(fd, path):  # a state this open made (a full disk
+                # failed it) is not left behind
+                for made in [path] + [Path(str(path) + s) for s in _SIDE_FILES]:
+                    made.unlink(missing_ok=True)
             os.close(fd)
+            if not isinstance(exc, sqlite3.DatabaseError):
+                raise
+            said = database_error(exc, path)  # a full disk is not a foreign database
+            if said is not exc:
+                raise said from exc
             raise UsageError(f"{path}: not an audit state this kit can use ({exc}); "
                              "refusing to overwrite it", hint=hint) from None
-        except BaseException:
-            os.close(fd)
-            raise
         return state
 
     def _start(self, identity: Identity, *, restart: bool, existed: bool) -> None:

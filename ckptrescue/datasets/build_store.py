@@ -84,6 +84,7 @@ class BuildStore:
                              hint="write the manifest to a writable directory") from None
         lock_or_refuse(fd, f"{out}: another manifest build is writing it now",
                        hint="wait for it, or write the manifest elsewhere")
+        conn: sqlite3.Connection | None = None
         try:
             # whatever a killed build left is scratch: start from an empty database
             os.ftruncate(fd, 0)
@@ -99,6 +100,8 @@ class BuildStore:
             conn.execute("PRAGMA temp_store=FILE")
             conn.executescript(_TABLES)
         except BaseException:
+            if conn is not None:  # (a full disk fails the first write of the schema)
+                conn.close()
             try:  # removed only while the name is still the file opened (never a node or a
                 # link someone put there)
                 st, held = os.lstat(path), os.fstat(fd)

@@ -13,6 +13,7 @@ the two outputs are written from one ordered scan of it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -45,7 +46,7 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, join
-from ckptrescue.errors import EvidenceError, UsageError
+from ckptrescue.errors import EvidenceError, UsageError, database
 from ckptrescue.stores.urls import is_s3
 
 # the records and file helpers live in manifest_files (shared with the S3 builder); these names
@@ -128,10 +129,11 @@ def check_paths(root: Path, out: Path) -> None:
 def _open_partial(partial: Path) -> BinaryIO:
     """The partial file, opened for reading and appending without following a link, and only
     when it is a regular file (:func:`effects.files.open_own_file`)."""
-    from ckptrescue.effects.files import open_own_file
+    from ckptrescue.effects.files import named_file, open_own_file
 
-    return os.fdopen(open_own_file(partial, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644),
-                     "a+b")
+    # its write errors (a full disk) name it
+    return named_file(open_own_file(partial, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644),
+                      "a+b", partial)
 
 
 def build_manifest(
@@ -167,12 +169,14 @@ def build_manifest(
     started = time.monotonic()
     jobs = jobs or default_jobs()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    store = BuildStore.create(out_path, root)
-    try:
-        result = _build_local(store, root, out_path, jobs=jobs, scheduler=scheduler,
-                              progress=progress, cancel=cancel, checksums=checksums)
-    finally:
-        store.remove()
+    # the scratch database's errors say what they are and which file (a full disk: ENOSPC)
+    with database(store_path(out_path)):
+        store = BuildStore.create(out_path, root)
+        try:
+            result = _build_local(store, root, out_path, jobs=jobs, scheduler=scheduler,
+                                  progress=progress, cancel=cancel, checksums=checksums)
+        finally:
+            store.remove()
     result.elapsed_s = time.monotonic() - started
     record_manifest(result)
     return result
@@ -238,7 +242,9 @@ def _build_local(store: BuildStore, root: Path, out_path: Path, *, jobs: int,
             counts[fmt] = counts.get(fmt, 0) + 1
             yield rel, sha256, line
 
-    write_output_rows(out_path, rows())
+    # closed here, while the store is open, whatever the write does (a full disk)
+    with contextlib.closing(rows()) as stream:
+        write_output_rows(out_path, stream)
     result.format_counts = counts
     result.entries = SidecarEntries(sidecar_path(out_path), result.files)  # type: ignore[assignment]
     partial.unlink()

@@ -249,10 +249,11 @@ def _changes(conn: sqlite3.Connection) -> Iterator[Change]:
 def _write(out: Path, conn: sqlite3.Connection) -> Path:
     """OUT (sha256sum lines of NEW's new entries) and OUT.changes.jsonl, each written to a
     temporary file, fsynced and moved into place."""
-    from ckptrescue.record.atomic import replacing
+    from ckptrescue.record.atomic import replacing_all
 
     changes = Path(str(out) + CHANGES_SUFFIX)
-    with replacing(out) as text, replacing(changes) as side:  # the changes renamed first
+    # neither renamed until both are whole; the changes first
+    with replacing_all(changes, out) as (side, text):
         for ch in _changes(conn):
             if ch.status != "removed" and ch.sha256:
                 text.write(sha256sum_format.format_line(ch.sha256, ch.rel))

@@ -18,7 +18,7 @@ from typing import IO, Any, overload
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import Skipped, display, from_json_path, shown_path, to_json_path
 from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
-from ckptrescue.record.atomic import replacing
+from ckptrescue.record.atomic import replacing_all
 
 SIDECAR_SUFFIX = ".jsonl"
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -222,8 +222,9 @@ def read_jsonl_entries(path: Path | IO[bytes]) -> Iterator[ManifestEntry]:
 
 
 def write_outputs(out: Path, entries: list[ManifestEntry]) -> None:
-    """OUT and its sidecar, each written atomically (the sidecar renamed first)."""
-    with replacing(out) as text, replacing(sidecar_path(out)) as side:
+    """OUT and its sidecar, each written atomically, neither renamed until both are whole (the
+    sidecar first)."""
+    with replacing_all(sidecar_path(out), out) as (side, text):
         for e in entries:
             text.write(sha256sum_format.format_line(e.sha256, e.rel))
             side.write(json.dumps(e.to_json()).encode() + b"\n")
@@ -303,8 +304,8 @@ class StoredManifestResult(ManifestResult):
 def write_output_rows(out: Path, rows: Iterable[tuple[bytes, str, bytes]]) -> None:
     """:func:`write_outputs` from a stream of (name, sha256, sidecar line without its newline)
     in name order: both files written in one pass, each fsynced and moved into place (the
-    sidecar first, as :func:`write_outputs` does: :func:`record.atomic.replacing`)."""
-    with replacing(out) as text, replacing(sidecar_path(out)) as side:
+    sidecar first, as :func:`write_outputs` does: :func:`record.atomic.replacing_all`)."""
+    with replacing_all(sidecar_path(out), out) as (side, text):
         for rel, sha256, line in rows:
             text.write(sha256sum_format.format_line(sha256, rel))
             side.write(line + b"\n")

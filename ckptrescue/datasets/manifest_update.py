@@ -33,7 +33,7 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, Skipped, display, shown_path, to_json_path, walk
-from ckptrescue.errors import UsageError
+from ckptrescue.errors import UsageError, naming
 from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 PREV_SUFFIX = ".prev"
@@ -219,13 +219,15 @@ def _write_temp(target: Path, chunks: Iterable[bytes], *, mode_of: Path | None =
         mode = os.stat(mode_of or target).st_mode & 0o777
     except OSError:
         mode = 0o644
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    from ckptrescue.effects.files import fsync, named_file
+
+    with naming(target):
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with named_file(fd, "wb", target) as fh:  # a full disk names the file it replaces
             for chunk in chunks:
                 fh.write(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
+            fsync(fh)
         os.chmod(name, mode)
     except BaseException:
         Path(name).unlink(missing_ok=True)

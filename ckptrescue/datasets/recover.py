@@ -49,7 +49,7 @@ from ckptrescue.datasets.walk import (
     to_json_path,
 )
 from ckptrescue.effects import beneath
-from ckptrescue.errors import CkptRescueError, RefusedError, UsageError
+from ckptrescue.errors import CkptRescueError, RefusedError, UsageError, os_error_line
 from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 
 _CHUNK = 1 << 20
@@ -553,15 +553,26 @@ def _copy_verified(item: Candidate, want: str, final: bytes, dest: Path) -> str:
         fd = beneath.open_fd(dest, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except RefusedError as exc:
         return exc.message
+    from ckptrescue.effects.files import fsync, named_file
+
+    shown = shown_path(str(dest), final)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        # the copy's own write errors name it (a full disk is the destination's failure, not
+        # the source's)
+        with named_file(fd, "wb", shown) as fh:
             writer = _HashingWriter(fh)
             try:
                 note = item.write_to(writer)  # type: ignore[arg-type]
-            except (OSError, CkptRescueError) as exc:
-                return f"could not read: {getattr(exc, 'message', None) or exc}"
-            fh.flush()
-            os.fsync(fh.fileno())
+            except OSError as exc:
+                if exc.filename == shown:
+                    return f"could not write the copy: {os_error_line(exc)}"
+                return f"could not read: {os_error_line(exc)}"
+            except CkptRescueError as exc:
+                return f"could not read: {exc.message}"
+            try:
+                fsync(fh)
+            except OSError as exc:
+                return f"could not write the copy: {os_error_line(exc)}"
         got = writer.digest.hexdigest()
         if got != want:
             return f"SHA-256 {got[:16]}... differs from the manifest" + (f" ({note})" if note else "")

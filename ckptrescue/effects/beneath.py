@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import IO, Any
 
-from ckptrescue.effects.files import proven_regular
-from ckptrescue.errors import RefusedError
+from ckptrescue.effects.files import fsync, named_file, proven_regular
+from ckptrescue.errors import RefusedError, naming
 from ckptrescue.guard.kernel import fd_mount_id as mount_id
 
 # linux/openat2.h
@@ -268,7 +268,9 @@ def open_file(root: str | os.PathLike[str], path: str | os.PathLike[str], mode: 
     if mode not in _MODES:
         raise ValueError(f"beneath.open_file: unsupported mode {mode!r}")
     fd = open_fd(root, path, _MODES[mode], perms, create_parents=create_parents)
-    return os.fdopen(fd, mode.replace("x", "w") if mode == "xb" else mode)
+    # its read, write and close errors (a full disk) name the file
+    return named_file(fd, mode.replace("x", "w") if mode == "xb" else mode,
+                      os.path.join(os.fspath(root), os.fspath(path)))
 
 
 def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data: bytes, *,
@@ -283,16 +285,51 @@ def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data
         tmp = f".{name}.{os.getpid()}.partial"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      perms, dir_fd=dirfd)
+        shown = os.path.join(os.fspath(root), os.fspath(path))
         try:
-            with os.fdopen(fd, "wb") as fh:
+            with named_file(fd, "wb", shown) as fh:  # a full disk names the file
                 fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+                fsync(fh)
+            with naming(shown):
+                os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dirfd)
             raise
+
+
+def _temp_name(name: str) -> str:
+    """A fresh hidden name beside ``name`` for its bytes until they are whole (a name too long
+    to extend gets a short one)."""
+    tag = os.urandom(4).hex()
+    tmp = f".{name}.{tag}.partial"
+    return tmp if len(os.fsencode(tmp)) <= 255 else f".ckptrescue-{tag}.partial"
+
+
+@contextlib.contextmanager
+def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
+             perms: int = 0o644) -> Iterator[IO[bytes]]:
+    """A new file at ``path`` beneath ``root``, written under a temporary name beside it and
+    renamed into place once flushed and synced: the name holds the whole file or nothing. On
+    any failure (a full disk, a read error of the source, Ctrl-C) the temporary file is
+    removed and ``path`` never appears; an existing ``path`` is refused (``FileExistsError``),
+    before and again at the rename. Errors name ``path``."""
+    shown = os.path.join(os.fspath(root), os.fspath(path))
+    rel = PurePosixPath(os.fspath(path))
+    tmp = rel.with_name(_temp_name(rel.name))
+    if lexists(root, path):
+        raise FileExistsError(errno.EEXIST, "File exists", shown)
+    fh = named_file(open_fd(root, tmp, _MODES["xb"], perms), "wb", shown)
+    try:
+        with fh:
+            yield fh
+            fsync(fh)
+        with naming(shown):
+            rename(root, tmp, path, replace=False)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            unlink(root, tmp, missing_ok=True)
+        raise
 
 
 def write_text(root: str | os.PathLike[str], path: str | os.PathLike[str], text: str, *,

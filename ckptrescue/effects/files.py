@@ -3,8 +3,12 @@ are read into."""
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
+from typing import Any, BinaryIO
+
+from ckptrescue.errors import naming
 
 NOATIME = getattr(os, "O_NOATIME", 0)
 
@@ -85,11 +89,8 @@ def read_own_file(path: str | os.PathLike[str]) -> bytes:
     a million bad areas makes tens of megabytes), opened as :func:`open_own_file` opens one:
     never through a link, never blocking on a FIFO."""
     fd = open_own_file(path, os.O_RDONLY)
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            return fh.read()
-        except OSError as exc:  # a read error (EIO) names the file, as an open error does
-            raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from None
+    with named_file(fd, "rb", path) as fh:  # a read error (EIO) names the file
+        return fh.read()
 
 
 def same_file(fd: int, path: str | os.PathLike[str]) -> bool:
@@ -100,3 +101,59 @@ def same_file(fd: int, path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
+class _NamedRaw(io.FileIO):
+    """A descriptor's raw file whose operating-system errors name the file (a write to a full
+    disk says which one). The buffered file over it calls these for every system call."""
+
+    shown: str = ""
+
+    def write(self, b: Any) -> int | None:
+        with naming(self.shown):
+            return super().write(b)
+
+    def readinto(self, b: Any) -> int | None:
+        with naming(self.shown):
+            return super().readinto(b)
+
+    def readall(self) -> bytes:
+        with naming(self.shown):
+            return super().readall()
+
+    def truncate(self, size: int | None = None) -> int:
+        with naming(self.shown):
+            return super().truncate(size)
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        with naming(self.shown):
+            return super().seek(pos, whence)
+
+    def close(self) -> None:
+        with naming(self.shown):
+            super().close()
+
+
+def named_file(fd: int, mode: str, shown: str | os.PathLike[str]) -> BinaryIO:
+    """``os.fdopen(fd, mode)`` (binary modes: ``rb``, ``wb``, ``ab``, ``r+b``, ``a+b``) whose
+    read, write, flush, truncate and close errors name ``shown``; :func:`fsync` does the same
+    for the sync. The file is a buffered file as ``open`` gives, its ``name`` the path."""
+    raw = _NamedRaw(fd, mode.replace("+", "").replace("b", "") + ("+" if "+" in mode else ""),
+                    closefd=True)
+    raw.shown = raw.name = os.fsdecode(shown)
+    buffered: BinaryIO
+    if "+" in mode:
+        buffered = io.BufferedRandom(raw)  # type: ignore[assignment]
+    elif "r" in mode:
+        buffered = io.BufferedReader(raw)  # type: ignore[assignment]
+    else:
+        buffered = io.BufferedWriter(raw)  # type: ignore[assignment]
+    return buffered
+
+
+def fsync(fh: BinaryIO) -> None:
+    """Flush ``fh`` and ``os.fsync`` it; an error (a full disk, EIO) names its file."""
+    fh.flush()
+    raw = getattr(fh, "raw", None)
+    with naming(getattr(raw, "shown", "") or getattr(fh, "name", "") or "?"):
+        os.fsync(fh.fileno())

@@ -50,6 +50,41 @@ def refuse_non_regular(path: Path) -> None:
     raise not_a_regular_file(str(path), mode)
 
 
+class _Temp:
+    """The temporary file that becomes ``path`` (:func:`replacing_all`)."""
+
+    def __init__(self, path: Path) -> None:
+        from ckptrescue.effects.files import named_file
+
+        self.path = path
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                            dir=path.parent)
+        except OSError as exc:
+            raise _named(exc, path) from None
+        self.fh = named_file(fd, "wb", path)  # a write to a full disk names the file
+
+    def finish(self, mode: int, durable: bool) -> None:
+        """Every byte written and (``durable``) synced; the file closed with its mode."""
+        self.fh.flush()
+        if durable:
+            os.fsync(self.fh.fileno())
+        self.fh.close()
+        os.chmod(self.tmp, mode)
+
+    def install(self) -> None:
+        refuse_non_regular(self.path)  # again: a streaming write may have taken an hour
+        os.replace(self.tmp, self.path)
+        self.tmp = ""
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.fh.close()
+        if self.tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp)
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str], *, mode: int = 0o644,
               durable: bool = True) -> Iterator[IO[bytes]]:
@@ -58,51 +93,55 @@ def replacing(path: str | os.PathLike[str], *, mode: int = 0o644,
     write fails, it is removed and the error goes on (the block's own error unchanged; a
     failed step's naming ``path``). ``durable=False`` (a scratch case removed when its command
     ends, a metrics file) skips the ``fsync``s: still atomic for a reader, not kept through a
-    crash. Nested blocks check every path before any is written and replace the inner file
-    first; each file is replaced whole, but a failure between two renames leaves the inner
-    one new and the outer one old."""
-    path = Path(path)
-    refuse_non_regular(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise _named(exc, path) from None
-    fh = os.fdopen(fd, "wb")
-
-    def discard() -> None:
-        with contextlib.suppress(OSError):
-            fh.close()
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-    try:
+    crash. Files that belong together (a manifest and its sidecar): :func:`replacing_all`."""
+    with replacing_all(path, mode=mode, durable=durable) as (fh,):
         yield fh
-    except BaseException:
-        discard()
-        raise
+
+
+@contextlib.contextmanager
+def replacing_all(*paths: str | os.PathLike[str], mode: int = 0o644,
+                  durable: bool = True) -> Iterator[tuple[IO[bytes], ...]]:
+    """:func:`replacing` for files that belong together (a manifest and its sidecar): every
+    path is checked before any is written, and none is renamed until every one is written
+    whole and synced, so that a full disk or an error in the block leaves all of them as they
+    were. They are then renamed in the order given; only a failure of a rename itself leaves
+    the earlier ones new."""
+    if not paths:
+        raise ValueError("replacing_all: no path")
+    temps: list[_Temp] = []
     try:
-        fh.flush()
-        if durable:
-            os.fsync(fh.fileno())
-        fh.close()
-        os.chmod(tmp, mode)
-        refuse_non_regular(path)  # again: a streaming write may have taken an hour
-        os.replace(tmp, path)
+        for p in paths:
+            refuse_non_regular(Path(p))
+        for p in paths:
+            temps.append(_Temp(Path(p)))
+        yield tuple(t.fh for t in temps)
+    except BaseException:
+        for t in temps:
+            t.discard()
+        raise
+    current = temps[0]
+    try:
+        for current in temps:
+            current.finish(mode, durable)
+        for current in temps:
+            current.install()
     except BaseException as exc:
-        discard()
-        if isinstance(exc, OSError) and exc.filename != str(path):
-            raise _named(exc, path) from None
+        for t in temps:
+            t.discard()
+        if isinstance(exc, OSError) and exc.filename != str(current.path):
+            raise _named(exc, current.path) from None
         raise
     if not durable:
         return
-    # the file is in place: a folder that cannot be synced (a filesystem without directory
-    # fsync) makes the rename less durable, not the write wrong
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    # the files are in place: a folder that cannot be synced (a filesystem without directory
+    # fsync) makes the renames less durable, not the writes wrong
+    for parent in dict.fromkeys(t.path.parent for t in temps):
+        with contextlib.suppress(OSError):
+            dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True,

@@ -216,6 +216,17 @@ class Case:
             raise CaseError(f"{root}: a case already exists here")
         if root.exists() and any(root.iterdir()):
             raise CaseError(f"{root}: directory is not empty; choose a new case directory")
+        made_root = not root.exists()
+        try:
+            return cls._create(root, title=title, examiner=examiner, durable=durable)
+        except BaseException:
+            # a creation that failed before its first record (a full disk) leaves nothing
+            # behind, so that the same command works once there is space
+            _undo_creation(root, made_root)
+            raise
+
+    @classmethod
+    def _create(cls, root: Path, *, title: str, examiner: str, durable: bool) -> Case:
         try:
             (root / ARTIFACTS).mkdir(parents=True, exist_ok=True)
             (root / "work").mkdir(exist_ok=True)
@@ -875,3 +886,27 @@ class ArtifactWriter:
                 {"sha256": self.sha256, "name": self.name, "kind": self.kind, "size": self.size},
                 artifacts=[self.sha256],
             )
+
+
+def _undo_creation(root: Path, made_root: bool) -> None:
+    """What :meth:`Case.create` made, removed when its log holds no record yet (nothing of
+    the case exists to keep); a log with its first record is a case, kept as it is."""
+    try:
+        if (root / AUDIT).stat().st_size > 0:
+            return
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return
+    for name in (MANIFEST, AUDIT, EVIDENCE, INDEX, lock.LOCK_NAME):
+        with contextlib.suppress(OSError):
+            (root / name).unlink()
+    with contextlib.suppress(OSError):
+        for tmp in root.glob(".*.tmp"):
+            tmp.unlink()
+    for name in (ARTIFACTS, "work"):
+        with contextlib.suppress(OSError):
+            (root / name).rmdir()  # only when empty
+    if made_root:
+        with contextlib.suppress(OSError):
+            root.rmdir()

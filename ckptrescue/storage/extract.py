@@ -80,12 +80,12 @@ def _copy(src: Path, dst: Path, dest_root: Path) -> str:
     h = hashlib.sha256()
     fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOATIME", 0) | os.O_NOFOLLOW)
     try:
-        with beneath.open_file(dest_root, dst, "xb") as out:
+        # the copy's name appears only once it is whole: a full disk or a read error of the
+        # source leaves nothing that looks extracted
+        with beneath.creating(dest_root, dst) as out:
             while block := os.read(fd, 1 << 20):
                 out.write(block)
                 h.update(block)
-            out.flush()
-            os.fsync(out.fileno())
     finally:
         os.close(fd)
     return h.hexdigest()

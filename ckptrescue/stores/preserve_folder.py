@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptrescue.effects import beneath
+from ckptrescue.effects.files import fsync
 from ckptrescue.errors import RefusedError
 from ckptrescue.stores.base import LocalWriteError, ObjectInfo, Store
 from ckptrescue.stores.preserve import PreservedObject, PreserveResult
@@ -50,8 +51,7 @@ class _Named:
 
 
 def _sync(fh: Any) -> None:
-    fh.flush()
-    os.fsync(fh.fileno())
+    fsync(fh)
 
 
 def _write_once(root: Path, tmp: Path, final: Path) -> None:

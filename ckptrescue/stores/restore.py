@@ -14,13 +14,13 @@ next to the file.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckptrescue.effects import beneath
+from ckptrescue.effects.files import fsync
 from ckptrescue.errors import RefusedError, UsageError
 from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 from ckptrescue.stores.base import ObjectInfo, Store, StoreOptions, open_store
@@ -140,8 +140,7 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
     partial = final.with_name(f"{final.name}.{obj.version or 'current'}.partial")
     with beneath.open_file(to, partial, "xb") as fh:
         fetched = store.fetch(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+        fsync(fh)  # its errors (a full disk) name the file, as its writes' do
     detail = dict(fetched.detail)
     status = {"match": "verified"}.get(fetched.status, fetched.status)
     if manifest_sha is not None:

@@ -234,3 +234,34 @@ def test_a_manifest_on_read_only_media_still_recovers(incident, tmp_path: Path) 
         assert tree_digest(root) == before
     finally:
         subprocess.run(["umount", str(media)], check=False, timeout=60)
+
+
+@pytest.mark.privileged
+def test_a_full_destination_is_said_as_such_never_as_an_unreadable_source(
+        incident, tmp_path: Path) -> None:
+    from fixtures.storage import small_tmpfs
+
+    root, manifest, snaps, good = incident
+    with small_tmpfs("256k") as mnt:
+        filler = mnt / "filler"
+        with open(filler, "wb", buffering=0) as fh:  # no room left at all
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+        to = mnt / "recovered"
+        result = recover(root, manifest=manifest, source=snaps, to=to)
+        assert not result.recovered
+        outcomes = [a.outcome for r in result.files for a in r.tried
+                    if not a.outcome.startswith(("size ", "not in this snapshot"))]
+        assert outcomes and all(o.startswith(f"could not write the copy: {to}/") and
+                                o.endswith(": No space left on device") for o in outcomes), \
+            outcomes
+        # nothing half written is left, under its name or a temporary one
+        assert [p for p in to.rglob("*") if p.is_file()] == []
+        filler.unlink()
+        result = recover(root, manifest=manifest, source=snaps, to=to)
+        assert result.ok and {r.rel.decode() for r in result.recovered} == DAMAGED
+        for rel in DAMAGED:
+            assert _sha(to / rel) == good[rel]

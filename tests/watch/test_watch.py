@@ -156,3 +156,42 @@ def test_a_missing_source_is_a_one_line_error_and_no_case_is_made(tmp_path: Path
                     "--state", str(tmp_path / "w.db"), "--passes", "1")
     assert result.returncode == 2 and "not a directory" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "case").exists()
+
+
+def test_a_second_watch_of_the_same_state_is_refused_before_its_first_pass(
+        tmp_path: Path) -> None:
+    from cli_helpers import invoke
+
+    root = tmp_path / "data"
+    _dataset(root)
+    before = tree_digest(root)
+    state = tmp_path / "w.db"
+    first = subprocess.Popen(
+        [EXE, "watch", str(root), "--case", str(tmp_path / "case-a"), "--state", str(state),
+         "--interval", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "full pass" not in (
+                first.stdout.readline() if first.poll() is None else "full pass"):
+            pass
+        assert first.poll() is None, first.communicate()
+        second = invoke("watch", str(root), "--case", str(tmp_path / "case-b"), "--state",
+                        str(state), "--passes", "1")
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert second.stderr.strip().splitlines()[0] == \
+            f"ckptrescue: error: {state}: another watch is using this state"
+        assert first.poll() is None  # the first watch goes on, untouched
+    finally:
+        os.killpg(first.pid, signal.SIGINT)
+        try:
+            first.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate()
+    assert first.returncode == 130
+    # released with the first watch: the same command now runs
+    again = invoke("watch", str(root), "--case", str(tmp_path / "case-b"), "--state",
+                   str(state), "--passes", "1")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert tree_digest(root) == before

@@ -3,12 +3,15 @@ per interval or per burst of inotify events, each a recorded step)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
+from typing import TypeVar
 
 from ckptrescue.datasets.outputs import WatchPassOutput
 from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
+
+T = TypeVar("T")
 
 
 class WatchPass(Action):
@@ -33,14 +36,10 @@ class WatchPass(Action):
     def run(self, ctx: StepContext, args: ActionArgs) -> Generator[Event, None, ActionResult]:
         from ckptrescue.datasets.watch.alerts import post_webhook, write_textfile
         from ckptrescue.datasets.watch.passes import run_pass
-        from ckptrescue.datasets.watch.state import WatchState
-        from ckptrescue.errors import UsageError
+        from ckptrescue.datasets.watch.state import WatchState, check_location
 
         source = str(args["source"])
-        state_path = Path(args["state"]).absolute()
-        if not source.startswith("s3:") and state_path.is_relative_to(
-                Path(source).absolute()):
-            raise UsageError(f"{state_path}: the watch state must live outside {source}")
+        state_path = check_location(Path(args["state"]), source)
         only = [p.encode("utf-8", "surrogateescape") for p in args["paths"]] \
             if args.get("paths") else None
         from ckptrescue.actions.shared import refuse_unsafe_output
@@ -50,9 +49,10 @@ class WatchPass(Action):
                 refuse_unsafe_output(ctx.case, str(target))
         state = WatchState(state_path, source)
         try:
-            result = yield from ctx.blocking(lambda p: run_pass(
+            # the state database's errors say which file (a full disk: ENOSPC)
+            result = yield from ctx.blocking(lambda p: _in_state(state_path, lambda: run_pass(
                 source, state, manifest=args.get("manifest"), only=only,
-                endpoint_url=args.get("endpoint_url") or None, cancel=ctx.cancel))
+                endpoint_url=args.get("endpoint_url") or None, cancel=ctx.cancel)))
             out = result.to_json()
             notes = []
             if args.get("prometheus_textfile"):
@@ -72,6 +72,13 @@ class WatchPass(Action):
         yield ctx.output(out["answer"])
         return ActionResult(status="findings" if result.findings else "ok",
                             findings=result.findings, outputs=out, summary=out["answer"])
+
+
+def _in_state(path: Path, work: Callable[[], T]) -> T:
+    from ckptrescue.errors import database
+
+    with database(path):
+        return work()
 
 
 ACTIONS = [WatchPass]

@@ -148,17 +148,15 @@ class Quarantine:
     def save(self, json_path: Path, list_path: Path | None = None) -> None:
         """Each file replaced whole (a loader reading a list half written would skip fewer
         files than it must); both paths are checked before either is written, and the plain
-        list is renamed first (:func:`record.atomic.replacing`)."""
-        from contextlib import nullcontext
-
-        from ckptrescue.record.atomic import replacing
+        list is renamed first, neither until both are whole (:func:`record.atomic.replacing_all`)."""
+        from ckptrescue.record.atomic import replacing_all
 
         data = json.dumps(self.to_json(), indent=1, ensure_ascii=True, default=str) + "\n"
-        with replacing(json_path) as jfh, \
-                (replacing(list_path) if list_path is not None else nullcontext()) as lfh:
-            jfh.write(data.encode("utf-8", errors="surrogateescape"))
-            if lfh is not None:
-                lfh.write(os.fsencode(self.path_list()))
+        paths = [p for p in (list_path, json_path) if p is not None]
+        with replacing_all(*paths) as files:  # neither renamed until both are whole
+            files[-1].write(data.encode("utf-8", errors="surrogateescape"))
+            if list_path is not None:
+                files[0].write(os.fsencode(self.path_list()))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Quarantine:

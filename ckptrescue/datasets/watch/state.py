@@ -34,6 +34,36 @@ class Seen:
     problem: str
 
 
+def check_location(path: Path, source: str) -> Path:
+    """``path`` made absolute, refused when it lies inside the watched source (evidence)."""
+    from ckptrescue.errors import UsageError
+
+    path = Path(path).absolute()
+    if not source.startswith("s3:") and path.is_relative_to(Path(source).absolute()):
+        raise UsageError(f"{path}: the watch state must live outside {source}")
+    return path
+
+
+def hold(path: Path, source: str) -> int:
+    """The descriptor of a whole watch run's exclusive lock on its state (created empty when
+    new): a second watch of the same state is refused before its first pass, never left to
+    meet the first in the middle of one (``database is locked``). Close it to release."""
+    from ckptrescue.datasets.audit_state import lock_or_refuse
+    from ckptrescue.effects.files import open_own_file
+    from ckptrescue.errors import UsageError
+
+    path = check_location(path, source)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = open_own_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot keep the watch state here ({exc.strerror or exc})",
+                         hint="give --state a new file") from None
+    lock_or_refuse(fd, f"{path}: another watch is using this state",
+                   hint="stop that watch, or give this one its own --state")
+    return fd
+
+
 class WatchState:
     def __init__(self, path: Path, source: str) -> None:
         from ckptrescue.effects.files import open_own_file, same_file
@@ -67,6 +97,7 @@ class WatchState:
                                      "watch's); not used", hint=hint)
                 db.executescript(SCHEMA)
             except sqlite3.OperationalError as exc:
+                _full_disk(exc, path)
                 if "locked" in str(exc):
                     raise UsageError(f"{path}: another watch is using this state", hint=hint) \
                         from None
@@ -80,6 +111,7 @@ class WatchState:
                 if known is None:
                     self.set_meta("source", source)
             except sqlite3.Error as exc:  # another program's SQLite database
+                _full_disk(exc, path)
                 raise UsageError(f"{path}: not a watch state ({exc}); not used", hint=hint) \
                     from None
             if known is not None and known != source:
@@ -133,3 +165,13 @@ class WatchState:
 
     def commit(self) -> None:
         self.db.execute("COMMIT")
+
+
+def _full_disk(exc: Exception, path: Path) -> None:
+    """Raise the operating-system error a SQLite error stands for (a full disk, EIO), naming
+    the state: it is not another program's database."""
+    from ckptrescue.errors import database_error
+
+    said = database_error(exc, path)
+    if said is not exc:
+        raise said from exc

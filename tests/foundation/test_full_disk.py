@@ -1,0 +1,189 @@
+"""A full disk under the kit's own outputs: whatever the point at which the space runs out, the
+error is one line naming the file that could not be written, no temporary file is left, files
+that belong together (a manifest and its sidecar) are both new or both as they were, nothing
+looks finished that is not, and the same command works once there is room. Real tmpfs mounts of
+a few hundred KiB; the point of failure is swept, never guessed."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+
+from ckptrescue.datasets.manifest import build_manifest
+from ckptrescue.effects import beneath
+from ckptrescue.record.atomic import replacing_all
+from ckptrescue.record.case import Case
+
+pytestmark = pytest.mark.privileged
+
+
+@pytest.fixture
+def mnt() -> Iterator[Path]:
+    from fixtures.storage import small_tmpfs
+
+    with small_tmpfs("256k") as where:
+        yield where
+
+
+def _leave(where: Path, free: int) -> None:
+    """Fill ``where`` so that about ``free`` bytes stay free (the filler is replaced)."""
+    filler = where / "filler"
+    filler.unlink(missing_ok=True)
+    st = os.statvfs(where)
+    with open(filler, "wb", buffering=0) as fh:
+        left = max(0, st.f_bavail * st.f_frsize - free)
+        try:
+            while left > 0:
+                left -= fh.write(b"\0" * min(left, 1 << 16))
+        except OSError:
+            pass
+
+
+def _dataset(root: Path) -> None:
+    """51 files from an integer generator: 50 small ones and one of 64 KiB."""
+    root.mkdir()
+    for i in range(50):
+        (root / f"shard {i:02d}.txt").write_bytes(bytes((i * 7 + j) % 251 for j in range(97 + i)))
+    (root / "big.bin").write_bytes(bytes((j * 31) % 256 for j in range(1 << 16)))
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_manifest_build_as_the_disk_fills_at_every_point(tmp_path: Path, mnt: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "src"
+    _dataset(src)
+    before = {p.name: _sha(p) for p in src.iterdir()}
+    reference = tmp_path / "ref.sha256"
+    build_manifest(src, reference, jobs=1)
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    out = mnt / "m.sha256"
+    failed: set[str] = set()
+    succeeded = 0
+    for free in range(0, 68 << 10, 4 << 10):
+        _leave(mnt, free)
+        try:
+            build_manifest(src, out, jobs=2)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            assert exc.filename and str(exc.filename).startswith(str(out)), exc
+            failed.add(str(exc.filename))
+            # nothing that looks finished: no manifest, no sidecar, no temporary file; the
+            # partial file of finished hashes is what the rerun resumes from
+            assert {p.name for p in mnt.iterdir()} <= {"filler", "m.sha256.partial.jsonl"}, \
+                (free, sorted(os.listdir(mnt)))
+            (mnt / "filler").unlink()
+            build_manifest(src, out, jobs=2)  # room again: the same build finishes
+        else:
+            succeeded += 1
+        assert {p.name for p in mnt.iterdir()} <= {"filler", "m.sha256", "m.sha256.jsonl"}
+        assert out.read_bytes() == reference.read_bytes(), free
+        assert (mnt / "m.sha256.jsonl").read_bytes() == \
+            (tmp_path / "ref.sha256.jsonl").read_bytes()
+        out.unlink()
+        (mnt / "m.sha256.jsonl").unlink()
+    assert failed and succeeded, (failed, succeeded)  # the sweep crossed the boundary
+    assert unraisable == []  # no generator or database left to be collected half closed
+    assert {p.name: _sha(p) for p in src.iterdir()} == before
+
+
+def test_manifest_build_through_the_cli_on_a_full_disk_is_one_line(tmp_path: Path,
+                                                                   mnt: Path) -> None:
+    src = tmp_path / "src"
+    _dataset(src)
+    _leave(mnt, 0)
+    res = run_cli("manifest", "build", str(src), "-o", str(mnt / "m.sha256"), "--no-progress")
+    assert res.returncode == 4, res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr  # no traceback, no "Exception ignored"
+    assert lines[0].startswith(f"ckptrescue: error: {mnt / 'm.sha256'}")
+    assert lines[0].endswith(": No space left on device")
+
+
+def test_a_report_that_does_not_fit_names_its_file_and_leaves_nothing(tmp_path: Path,
+                                                                      mnt: Path) -> None:
+    case = Case.create(tmp_path / "case", title="full disk")
+    _leave(mnt, 0)
+    res = run_cli("report", str(case.root), "-o", str(mnt / "r.html"))
+    assert res.returncode == 4, res.stdout + res.stderr
+    assert res.stderr.strip() == f"ckptrescue: error: {mnt / 'r.html'}: No space left on device"
+    assert sorted(os.listdir(mnt)) == ["filler"]
+
+
+def test_a_case_that_could_not_be_created_leaves_nothing_and_can_be_created_again(
+        mnt: Path) -> None:
+    _leave(mnt, 0)
+    res = run_cli("case", "new", str(mnt / "c"), "--title", "t")
+    assert res.returncode == 4 and "No space left on device" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert sorted(os.listdir(mnt)) == ["filler"]  # not a folder that blocks the next try
+    (mnt / "filler").unlink()
+    res = run_cli("case", "new", str(mnt / "c"), "--title", "t")
+    assert res.returncode == 0, res.stderr
+    assert Case.open(mnt / "c").verify().ok
+
+
+def test_files_that_belong_together_are_both_new_or_both_old(mnt: Path) -> None:
+    first, second = mnt / "m.sha256", mnt / "m.sha256.jsonl"
+    first.write_bytes(b"old manifest\n")
+    second.write_bytes(b"old sidecar\n")
+    _leave(mnt, 8 << 10)
+    with pytest.raises(OSError) as caught, replacing_all(second, first) as (side, text):
+        side.write(b"s" * (4 << 10))
+        text.write(b"m" * (64 << 10))  # does not fit
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(first)
+    assert first.read_bytes() == b"old manifest\n" and second.read_bytes() == b"old sidecar\n"
+    assert sorted(os.listdir(mnt)) == ["filler", "m.sha256", "m.sha256.jsonl"]
+
+
+def test_a_created_file_is_whole_or_absent(mnt: Path) -> None:
+    _leave(mnt, 8 << 10)
+    with pytest.raises(OSError) as caught, beneath.creating(mnt, mnt / "out" / "model.bin") as fh:
+        for _ in range(32):
+            fh.write(b"x" * (4 << 10))
+    assert caught.value.errno == errno.ENOSPC
+    assert caught.value.filename == str(mnt / "out" / "model.bin")
+    assert os.listdir(mnt / "out") == []  # neither the name nor its temporary file
+    (mnt / "filler").unlink()
+    with beneath.creating(mnt, mnt / "out" / "model.bin") as fh:
+        fh.write(b"whole")
+    assert (mnt / "out" / "model.bin").read_bytes() == b"whole"
+    with pytest.raises(FileExistsError), beneath.creating(mnt, mnt / "out" / "model.bin"):
+        pass
+    assert (mnt / "out" / "model.bin").read_bytes() == b"whole"
+
+
+def test_an_audit_state_that_does_not_fit_is_a_full_disk_not_a_foreign_database(
+        tmp_path: Path, mnt: Path) -> None:
+    src = tmp_path / "src"
+    _dataset(src)
+    manifest = tmp_path / "m.sha256"
+    build_manifest(src, manifest, jobs=1)
+    state = mnt / "audit.sqlite"
+    said = []
+    for free in (0, 16 << 10, 48 << 10):
+        _leave(mnt, free)
+        res = run_cli("manifest", "audit", str(src), str(manifest), "--state", str(state),
+                      "--no-progress")
+        assert res.returncode == 4, res.stdout + res.stderr
+        [line] = res.stderr.splitlines()
+        assert line.startswith(f"ckptrescue: error: {state}: "), line
+        assert "not an audit state" not in line and "Input/output error" not in line, line
+        said.append(line)
+        # a state the failed run made is not left behind (nothing in it to resume)
+        assert sorted(os.listdir(mnt)) == ["filler"]
+    assert any(line.endswith("No space left on device") for line in said), said
+    (mnt / "filler").unlink()
+    res = run_cli("manifest", "audit", str(src), str(manifest), "--state", str(state),
+                  "--no-progress")
+    assert res.returncode == 0, res.stdout + res.stderr
