@@ -7,7 +7,6 @@ and the case keep everything so far)."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -78,8 +77,12 @@ def watch(
                             "webhook": webhook, "endpoint_url": endpoint_url,
                             "prometheus_textfile": str(prometheus_textfile)
                             if prometheus_textfile else None}
-    from ckptrescue.datasets.watch.state import hold
+    from ckptrescue.actions.shared import refuse_unsafe_output
+    from ckptrescue.datasets.watch.state import check_location, hold, release
 
+    for target in (check_location(state, source), prometheus_textfile):
+        if target:  # judged before anything is created (the pass judges them again)
+            refuse_unsafe_output(case, str(target))
     held = hold(state, source)  # one watch per state for the whole run
     collector = None
     done = 0
@@ -131,7 +134,7 @@ def watch(
     finally:
         if collector is not None:
             collector.stop()
-        os.close(held)
+        release(held)
     return int(ExitCode.FINDINGS if bad else ExitCode.OK)
 
 

@@ -30,6 +30,7 @@ database: the rerun re-hashes those files.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -186,13 +187,17 @@ class AuditState:
             state = cls(path, conn, fd)
             state._start(identity, restart=restart, existed=existed)
         except BaseException as exc:
-            if conn is not None:
-                conn.close()
-            if not existed and same_file(fd, path):  # a state this open made (a full disk
-                # failed it) is not left behind
-                for made in [path] + [Path(str(path) + s) for s in _SIDE_FILES]:
-                    made.unlink(missing_ok=True)
-            os.close(fd)
+            try:
+                if conn is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
+                if not existed and same_file(fd, path):  # a state this open made (a full
+                    # disk failed it) is not left behind
+                    for made in [path] + [Path(str(path) + s) for s in _SIDE_FILES]:
+                        with contextlib.suppress(OSError):
+                            made.unlink(missing_ok=True)
+            finally:
+                os.close(fd)
             if not isinstance(exc, sqlite3.DatabaseError):
                 raise
             said = database_error(exc, path)  # a full disk is not a foreign database

@@ -36,7 +36,7 @@ from typing import Any
 
 from ckptrescue.datasets import sha256sum_format
 from ckptrescue.datasets.walk import display, to_json_path
-from ckptrescue.errors import UsageError
+from ckptrescue.errors import UsageError, database
 from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severity
 
 CHANGES_SUFFIX = ".changes.jsonl"
@@ -283,40 +283,42 @@ def diff_manifests(old: str | os.PathLike[str], new: str | os.PathLike[str], *,
     result = ManifestDiffResult(old=str(old), new=str(new))
     scratch_parent = out.parent if out is not None else None
     with tempfile.TemporaryDirectory(prefix=".manifest-diff-", dir=scratch_parent) as scratch:
-        conn = sqlite3.connect(Path(scratch) / "diff.sqlite", isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=OFF")
-            conn.execute("PRAGMA synchronous=OFF")
-            conn.execute("PRAGMA cache_size=-8192")
-            conn.executescript(_TABLES)
-            conn.execute("BEGIN")
-            size = old_p.stat().st_size + new_p.stat().st_size
-            _load(conn, "side_old", old_p, "old", result, cancel)
-            if progress:
-                progress(old_p.stat().st_size, size)
-            _load(conn, "side_new", new_p, "new", result, cancel)
-            if progress:
-                progress(size, size)
-            conn.execute("COMMIT")
-            _dedupe(conn, "old", result)
-            _dedupe(conn, "new", result)
-            conn.executescript(_COMPARE)
-            counts = dict.fromkeys(STATUSES, 0)
-            for status, n in conn.execute("SELECT status, COUNT(*) FROM changes GROUP BY status"):
-                counts[status] = n
-            counts["unchanged"] = conn.execute(
-                "SELECT COUNT(*) FROM new n JOIN old o ON o.rel = n.rel "
-                "AND o.sha256 = n.sha256").fetchone()[0]
-            result.counts = counts
-            for ch in _changes(conn):
-                if len(result.changes) >= LIST_MAX:
-                    break
-                result.changes.append(ch)
-            if out is not None:
-                changes = _write(out, conn)
-                result.output, result.changes_file = str(out), str(changes)
-        finally:
-            conn.close()
+        db = Path(scratch) / "diff.sqlite"
+        with database(db):  # its errors say which file (a full disk: ENOSPC)
+            conn = sqlite3.connect(db, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=OFF")
+                conn.execute("PRAGMA synchronous=OFF")
+                conn.execute("PRAGMA cache_size=-8192")
+                conn.executescript(_TABLES)
+                conn.execute("BEGIN")
+                size = old_p.stat().st_size + new_p.stat().st_size
+                _load(conn, "side_old", old_p, "old", result, cancel)
+                if progress:
+                    progress(old_p.stat().st_size, size)
+                _load(conn, "side_new", new_p, "new", result, cancel)
+                if progress:
+                    progress(size, size)
+                conn.execute("COMMIT")
+                _dedupe(conn, "old", result)
+                _dedupe(conn, "new", result)
+                conn.executescript(_COMPARE)
+                counts = dict.fromkeys(STATUSES, 0)
+                for status, n in conn.execute("SELECT status, COUNT(*) FROM changes GROUP BY status"):
+                    counts[status] = n
+                counts["unchanged"] = conn.execute(
+                    "SELECT COUNT(*) FROM new n JOIN old o ON o.rel = n.rel "
+                    "AND o.sha256 = n.sha256").fetchone()[0]
+                result.counts = counts
+                for ch in _changes(conn):
+                    if len(result.changes) >= LIST_MAX:
+                        break
+                    result.changes.append(ch)
+                if out is not None:
+                    changes = _write(out, conn)
+                    result.output, result.changes_file = str(out), str(changes)
+            finally:
+                conn.close()
     artifacts = []
     if result.output and result.changes_file:
         artifacts = [result.store(ArtifactData.of_file(result.output, name=Path(

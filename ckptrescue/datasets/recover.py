@@ -557,22 +557,28 @@ def _copy_verified(item: Candidate, want: str, final: bytes, dest: Path) -> str:
 
     shown = shown_path(str(dest), final)
     try:
-        # the copy's own write errors name it (a full disk is the destination's failure, not
-        # the source's)
-        with named_file(fd, "wb", shown) as fh:
-            writer = _HashingWriter(fh)
-            try:
-                note = item.write_to(writer)  # type: ignore[arg-type]
-            except OSError as exc:
-                if exc.filename == shown:
-                    return f"could not write the copy: {os_error_line(exc)}"
-                return f"could not read: {os_error_line(exc)}"
-            except CkptRescueError as exc:
-                return f"could not read: {exc.message}"
-            try:
-                fsync(fh)
-            except OSError as exc:
-                return f"could not write the copy: {os_error_line(exc)}"
+        # the copy's own errors name it, also those of the flush when the file closes: a full
+        # disk is the destination's failure, never said as the source's
+        read_error = ""
+        try:
+            with named_file(fd, "wb", shown) as fh:
+                writer = _HashingWriter(fh)
+                try:
+                    note = item.write_to(writer)  # type: ignore[arg-type]
+                except OSError as exc:
+                    if exc.filename == shown:
+                        raise
+                    read_error = os_error_line(exc)
+                except CkptRescueError as exc:
+                    read_error = exc.message
+                if not read_error:
+                    fsync(fh)
+        except OSError as exc:
+            if exc.filename != shown:
+                raise
+            return f"could not write the copy: {os_error_line(exc)}"
+        if read_error:
+            return f"could not read: {read_error}"
         got = writer.digest.hexdigest()
         if got != want:
             return f"SHA-256 {got[:16]}... differs from the manifest" + (f" ({note})" if note else "")

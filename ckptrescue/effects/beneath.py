@@ -30,7 +30,7 @@ from pathlib import PurePosixPath
 from typing import IO, Any
 
 from ckptrescue.effects.files import fsync, named_file, proven_regular
-from ckptrescue.errors import RefusedError, naming
+from ckptrescue.errors import RefusedError, named, naming
 from ckptrescue.guard.kernel import fd_mount_id as mount_id
 
 # linux/openat2.h
@@ -282,7 +282,7 @@ def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data
         if exclusive and _lexists_at(dirfd, name):
             raise FileExistsError(errno.EEXIST, f"{os.fsdecode(path)}: already exists")
         _replaceable_at(dirfd, name, path)
-        tmp = f".{name}.{os.getpid()}.partial"
+        tmp = _temp_name(name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      perms, dir_fd=dirfd)
         shown = os.path.join(os.fspath(root), os.fspath(path))
@@ -324,8 +324,12 @@ def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
         with fh:
             yield fh
             fsync(fh)
-        with naming(shown):
+        try:
             rename(root, tmp, path, replace=False)
+        except FileExistsError:  # made by someone else while this one was written
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), shown) from None
+        except OSError as exc:
+            raise named(exc, shown) from None
     except BaseException:
         with contextlib.suppress(OSError):
             unlink(root, tmp, missing_ok=True)

@@ -141,13 +141,15 @@ def named_file(fd: int, mode: str, shown: str | os.PathLike[str]) -> BinaryIO:
     raw = _NamedRaw(fd, mode.replace("+", "").replace("b", "") + ("+" if "+" in mode else ""),
                     closefd=True)
     raw.shown = raw.name = os.fsdecode(shown)
+    # the buffer ``open`` would choose: the filesystem's block size (large on ZFS, Lustre, NFS)
+    size = max(getattr(raw, "_blksize", 0) or 0, io.DEFAULT_BUFFER_SIZE)
     buffered: BinaryIO
     if "+" in mode:
-        buffered = io.BufferedRandom(raw)  # type: ignore[assignment]
+        buffered = io.BufferedRandom(raw, size)  # type: ignore[assignment]
     elif "r" in mode:
-        buffered = io.BufferedReader(raw)  # type: ignore[assignment]
+        buffered = io.BufferedReader(raw, size)  # type: ignore[assignment]
     else:
-        buffered = io.BufferedWriter(raw)  # type: ignore[assignment]
+        buffered = io.BufferedWriter(raw, size)  # type: ignore[assignment]
     return buffered
 
 

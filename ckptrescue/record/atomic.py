@@ -58,8 +58,9 @@ class _Temp:
 
         self.path = path
         try:
-            fd, self.tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                            dir=path.parent)
+            # (a name too long to extend gets a short temporary name, still ``.*.tmp``)
+            prefix = f".{path.name}." if len(os.fsencode(path.name)) <= 230 else ".ckptrescue-"
+            fd, self.tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
         except OSError as exc:
             raise _named(exc, path) from None
         self.fh = named_file(fd, "wb", path)  # a write to a full disk names the file

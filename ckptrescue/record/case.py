@@ -212,21 +212,10 @@ class Case:
         when it ends (a command run without ``--case``): the same records, hash chain and
         derived files, never ``fsync``ed (nothing of it outlives the process)."""
         root = Path(root)
-        if (root / MANIFEST).exists():
+        if _holds_records(root):
             raise CaseError(f"{root}: a case already exists here")
-        if root.exists() and any(root.iterdir()):
+        if root.exists() and not _left_by_a_failed_creation(root):
             raise CaseError(f"{root}: directory is not empty; choose a new case directory")
-        made_root = not root.exists()
-        try:
-            return cls._create(root, title=title, examiner=examiner, durable=durable)
-        except BaseException:
-            # a creation that failed before its first record (a full disk) leaves nothing
-            # behind, so that the same command works once there is space
-            _undo_creation(root, made_root)
-            raise
-
-    @classmethod
-    def _create(cls, root: Path, *, title: str, examiner: str, durable: bool) -> Case:
         try:
             (root / ARTIFACTS).mkdir(parents=True, exist_ok=True)
             (root / "work").mkdir(exist_ok=True)
@@ -247,8 +236,13 @@ class Case:
         case = cls(root)
         case._state.set_durable(durable)
         with case.writer():
-            if (root / MANIFEST).exists() or (root / AUDIT).exists():
+            if _holds_records(root):  # another creator got here first
                 raise CaseError(f"{root}: a case already exists here")
+            # what a creation that failed before its first record left (a full disk) is taken
+            # over, under the lock: the same command works once there is space
+            for name in (EVIDENCE, INDEX, *(p.name for p in leftovers(root))):
+                with contextlib.suppress(FileNotFoundError):
+                    (root / name).unlink()
             case._write_derived(root / MANIFEST, manifest)
             case.log("case.created", {"manifest": manifest})
             case._state.evidence_dirty = True
@@ -267,7 +261,7 @@ class Case:
     @classmethod
     def open_or_create(cls, root: Path | str, *, title: str = "") -> Case:
         root = Path(root)
-        if (root / MANIFEST).exists():
+        if _holds_records(root):
             return cls.open(root)
         return cls.create(root, title=title)
 
@@ -888,25 +882,35 @@ class ArtifactWriter:
             )
 
 
-def _undo_creation(root: Path, made_root: bool) -> None:
-    """What :meth:`Case.create` made, removed when its log holds no record yet (nothing of
-    the case exists to keep); a log with its first record is a case, kept as it is."""
+
+def _holds_records(root: Path) -> bool:
+    """Whether a case lives at ``root``: its log holds a record. (A log that cannot be asked
+    for another reason than its absence is that error, naming it: never created over.)"""
     try:
-        if (root / AUDIT).stat().st_size > 0:
-            return
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return
-    for name in (MANIFEST, AUDIT, EVIDENCE, INDEX, lock.LOCK_NAME):
-        with contextlib.suppress(OSError):
-            (root / name).unlink()
-    with contextlib.suppress(OSError):
-        for tmp in root.glob(".*.tmp"):
-            tmp.unlink()
-    for name in (ARTIFACTS, "work"):
-        with contextlib.suppress(OSError):
-            (root / name).rmdir()  # only when empty
-    if made_root:
-        with contextlib.suppress(OSError):
-            root.rmdir()
+        return os.lstat(root / AUDIT).st_size > 0
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _left_by_a_failed_creation(root: Path) -> bool:
+    """``root`` is empty, or holds only what a creation that failed before its first record
+    leaves (a full disk): the case's own files as regular files, its two folders empty, an
+    atomic write's temporary file."""
+    own = {MANIFEST, AUDIT, EVIDENCE, INDEX, lock.LOCK_NAME}
+
+    def empty(path: str) -> bool:
+        with os.scandir(path) as inside:
+            return not any(inside)
+
+    with os.scandir(root) as entries:  # (a file there: its error, naming it)
+        for entry in entries:
+            if entry.name in own and entry.is_file(follow_symlinks=False):
+                continue
+            if entry.name in (ARTIFACTS, "work") and entry.is_dir(follow_symlinks=False) \
+                    and empty(entry.path):
+                continue
+            if entry.name.startswith(".") and entry.name.endswith(".tmp") \
+                    and entry.is_file(follow_symlinks=False):
+                continue
+            return False
+    return True

@@ -288,8 +288,12 @@ def safety_table(records: list[JsonObject]) -> list[JsonObject]:
                                               "bubblewrap for every tool")
         if kind == "attachments":
             n, m = len(by.get("safety.attached", [])), len(by.get("safety.detached", []))
-            k = len(by.get("safety.detach_deferred", []))
-            held_open = f", {k} release(s) deferred (held open elsewhere)" if k else ""
+            def key(d: JsonObject) -> tuple[Any, ...]:
+                return d.get("kind"), d.get("name"), d.get("rdev"), d.get("backing_ino")
+
+            released = {key(d) for d in by.get("safety.detached", [])}
+            k = sum(key(d) not in released for d in by.get("safety.detach_deferred", []))
+            held_open = f", {k} release(s) deferred (still held open elsewhere)" if k else ""
             return ("yes" if n or m else "not exercised"), f"{n} attached, {m} released{held_open}"
         if kind == "output-dirs":
             n = len(by.get("safety.output_dir", []))

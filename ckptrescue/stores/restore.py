@@ -13,6 +13,7 @@ next to the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -138,9 +139,20 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
         raise RefusedError(f"{final}: already exists; restore never overwrites a file")
     beneath.makedirs(to, final.parent)
     partial = final.with_name(f"{final.name}.{obj.version or 'current'}.partial")
-    with beneath.open_file(to, partial, "xb") as fh:
-        fetched = store.fetch(obj, fh)
-        fsync(fh)  # its errors (a full disk) name the file, as its writes' do
+    try:
+        fh = beneath.open_file(to, partial, "xb")
+    except FileExistsError:  # never truncated: another restore may be writing it
+        raise RefusedError(f"{partial}: already exists: another restore of this version is "
+                           "writing it, or one was killed", hint="remove it once no restore "
+                           "runs, and restore again") from None
+    try:
+        with fh:
+            fetched = store.fetch(obj, fh)
+            fsync(fh)  # its errors (a full disk) name the file, as its writes' do
+    except BaseException:  # an incomplete download is never left to block the rerun
+        with contextlib.suppress(OSError):
+            beneath.unlink(to, partial, missing_ok=True)
+        raise
     detail = dict(fetched.detail)
     status = {"match": "verified"}.get(fetched.status, fetched.status)
     if manifest_sha is not None:
@@ -161,8 +173,8 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
         algorithm=fetched.algorithm, detail=detail, chosen_by=chosen_by,
         manifest_sha256=manifest_sha, object=fetched.object, codes=store.CODES)
     record = json.dumps(result.to_json(), indent=2, sort_keys=True).encode()
-    with beneath.open_file(to, dest.with_name(dest.name + ".restore.json"), "xb") as fh:
-        fh.write(record)
+    with beneath.creating(to, dest.with_name(dest.name + ".restore.json")) as fh:
+        fh.write(record)  # whole or absent
     name = store.RECORDS
     sha = result.store(ArtifactData.of_bytes(record, name=f"{name}-restore.json",
                                              kind=f"{name}.restore"))

@@ -265,3 +265,36 @@ def test_a_full_destination_is_said_as_such_never_as_an_unreadable_source(
         assert result.ok and {r.rel.decode() for r in result.recovered} == DAMAGED
         for rel in DAMAGED:
             assert _sha(to / rel) == good[rel]
+
+
+@pytest.mark.privileged
+def test_a_small_file_on_a_full_destination_is_a_row_not_a_failed_run(tmp_path: Path) -> None:
+    # a copy smaller than the write buffer fails only when its file closes (the flush)
+    from fixtures.storage import small_tmpfs
+
+    root = tmp_path / "data"
+    root.mkdir()
+    for i in range(3):
+        (root / f"f{i}.txt").write_bytes(bytes((i * 13 + j) % 251 for j in range(100 + i)))
+    manifest = tmp_path / "m.sha256"
+    build_manifest(root, manifest)
+    snaps = tmp_path / "snapshots"
+    shutil.copytree(root, snaps / "2024-01-01")
+    good = _sha(root / "f1.txt")
+    (root / "f1.txt").write_bytes(b"damaged")
+    with small_tmpfs("256k") as mnt:
+        with open(mnt / "filler", "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+        to = mnt / "r"
+        result = recover(root, manifest=manifest, source=snaps, to=to)
+        [row] = result.unrecovered
+        [tried] = row.tried
+        assert tried.outcome == f"could not write the copy: {to}/f1.txt: No space left on device"
+        assert [p for p in to.rglob("*") if p.is_file()] == []
+        (mnt / "filler").unlink()
+        result = recover(root, manifest=manifest, source=snaps, to=to)
+        assert result.ok and _sha(to / "f1.txt") == good

@@ -120,17 +120,32 @@ def test_a_report_that_does_not_fit_names_its_file_and_leaves_nothing(tmp_path: 
     assert sorted(os.listdir(mnt)) == ["filler"]
 
 
-def test_a_case_that_could_not_be_created_leaves_nothing_and_can_be_created_again(
-        mnt: Path) -> None:
+def test_a_case_that_could_not_be_created_can_be_created_again(mnt: Path) -> None:
     _leave(mnt, 0)
     res = run_cli("case", "new", str(mnt / "c"), "--title", "t")
     assert res.returncode == 4 and "No space left on device" in res.stderr
     assert "Traceback" not in res.stderr
-    assert sorted(os.listdir(mnt)) == ["filler"]  # not a folder that blocks the next try
+    assert (mnt / "c").is_dir()  # what it made before the space ran out: no case, no block
+    assert not (mnt / "c" / "audit.jsonl").exists() or \
+        (mnt / "c" / "audit.jsonl").stat().st_size == 0
     (mnt / "filler").unlink()
     res = run_cli("case", "new", str(mnt / "c"), "--title", "t")
     assert res.returncode == 0, res.stderr
-    assert Case.open(mnt / "c").verify().ok
+    report = Case.open(mnt / "c").verify()
+    assert report.ok and [r["action"] for r in report.chain.records] == ["case.created"]
+    res = run_cli("case", "new", str(mnt / "c"), "--title", "t")  # now it is a case
+    assert res.returncode == 2 and "a case already exists here" in res.stderr
+
+
+def test_a_folder_with_anything_else_in_it_is_still_refused(tmp_path: Path) -> None:
+    for leftover in ("notes.txt", "artifacts/x"):
+        root = tmp_path / leftover.replace("/", "-")
+        (root / leftover).parent.mkdir(parents=True, exist_ok=True)
+        (root / leftover).write_text("mine")
+        (root / "case.json").write_text("{}")
+        res = run_cli("case", "new", str(root), "--title", "t")
+        assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
+        assert (root / leftover).read_text() == "mine"
 
 
 def test_files_that_belong_together_are_both_new_or_both_old(mnt: Path) -> None:
@@ -186,4 +201,21 @@ def test_an_audit_state_that_does_not_fit_is_a_full_disk_not_a_foreign_database(
     (mnt / "filler").unlink()
     res = run_cli("manifest", "audit", str(src), str(manifest), "--state", str(state),
                   "--no-progress")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_watch_whose_state_does_not_fit_leaves_no_state(tmp_path: Path, mnt: Path) -> None:
+    src = tmp_path / "src"
+    _dataset(src)
+    state = mnt / "w.sqlite"
+    _leave(mnt, 0)
+    res = run_cli("watch", str(src), "--case", str(tmp_path / "case"), "--state", str(state),
+                  "--passes", "1")
+    assert res.returncode == 4, res.stdout + res.stderr
+    [line] = [x for x in res.stderr.splitlines() if x.startswith("ckptrescue: error:")]
+    assert line.startswith(f"ckptrescue: error: {state}"), line
+    assert sorted(os.listdir(mnt)) == ["filler"]
+    (mnt / "filler").unlink()
+    res = run_cli("watch", str(src), "--case", str(tmp_path / "case"), "--state", str(state),
+                  "--passes", "1")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -191,6 +191,8 @@ def test_a_detach_the_kernel_defers_is_waited_for_then_recorded(scene: Scene) ->
 
 def test_a_detach_still_held_after_the_wait_is_recorded_as_deferred(
         scene: Scene, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptrescue.report import model as report_model
+
     monkeypatch.setattr(runner_mod, "DETACH_WAIT_S", 0.3)
     res = scene.run("losetup", "--read-only", "--find", "--show", str(scene.evidence))
     ours = res.stdout.strip()
@@ -203,17 +205,19 @@ def test_a_detach_still_held_after_the_wait_is_recorded_as_deferred(
         assert deferred["name"] == ours and "last holder" in deferred["why"]
         assert scene.records("safety.detached") == []
         assert [a["name"] for a in scene.case.attachments()] == [ours]
-        from ckptrescue.report import model as report_model
         rows = report_model.build(scene.case)["safety_table"]
         attach = next(r for r in rows if r["guarantee"].startswith("attachments"))
-        assert attach["note"] == "1 attached, 0 released, 1 release(s) deferred (held open " \
-            "elsewhere)"
+        assert attach["note"] == "1 attached, 0 released, 1 release(s) deferred (still held " \
+            "open elsewhere)"
     finally:
         os.close(holder)
     # released at the last close: the next command that reads the kernel's state records it
     assert scene.run("losetup", "-l").returncode == 0
     assert [r["name"] for r in scene.records("safety.detached")] == [ours]
     assert scene.case.attachments() == []
+    rows = report_model.build(scene.case)["safety_table"]
+    attach = next(r for r in rows if r["guarantee"].startswith("attachments"))
+    assert attach["note"] == "1 attached, 1 released"
 
 
 def test_a_detach_needs_the_same_identity_not_the_same_name(scene: Scene) -> None:

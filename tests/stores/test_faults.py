@@ -171,3 +171,31 @@ def test_no_space_left_names_the_path_and_what_was_being_written(
         assert "No space left on device" in first and str(case) in first
         assert "preserved before it" in first and "Traceback" not in res.stderr
         assert Case.open(case).verify().ok
+
+
+@pytest.mark.privileged
+def test_a_restore_onto_a_full_disk_leaves_no_partial_to_block_the_rerun(
+        tmp_path: Path, bucket: str, motoserver: Any) -> None:
+    import os
+
+    from fixtures.storage import small_tmpfs
+
+    with small_tmpfs("448k") as mnt:
+        st = os.statvfs(mnt)
+        with open(mnt / "filler", "wb", buffering=0) as fh:  # 64 KiB left: the object is 203 KB
+            fh.write(b"\0" * (st.f_bavail * st.f_frsize - (64 << 10)))
+        to = mnt / "r"
+        argv = ("store", "restore", f"s3://{bucket}/run/obj-2.bin", "--to", str(to),
+                "--endpoint-url", motoserver.endpoint_url)
+        res = invoke(*argv)
+        assert res.returncode == 4, res.stdout + res.stderr
+        [line] = [x for x in res.stderr.splitlines() if x.startswith("ckptrescue: error:")]
+        assert line.startswith(f"ckptrescue: error: {to}/run/obj-2.bin.") and \
+            ".partial: No space left on device while writing" in line, line
+        assert "Traceback" not in res.stderr
+        assert [p for p in to.rglob("*") if p.is_file()] == []
+        (mnt / "filler").unlink()
+        res = invoke(*argv)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert (to / "run" / "obj-2.bin").read_bytes() == DATA["run/obj-2.bin"]
+        assert (to / "run" / "obj-2.bin.restore.json").is_file()

@@ -195,3 +195,18 @@ def test_a_second_watch_of_the_same_state_is_refused_before_its_first_pass(
                    str(state), "--passes", "1")
     assert again.returncode == 0, again.stdout + again.stderr
     assert tree_digest(root) == before
+
+
+def test_a_state_among_the_cases_records_is_refused_before_anything_is_made(
+        tmp_path: Path) -> None:
+    from cli_helpers import invoke
+
+    root = tmp_path / "data"
+    _dataset(root)
+    case = tmp_path / "case"
+    invoke("case", "new", str(case), "--title", "t")
+    state = case / "artifacts" / "sub" / "x.sqlite"
+    res = invoke("watch", str(root), "--case", str(case), "--state", str(state),
+                 "--passes", "1")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert not state.exists() and not state.parent.exists()

@@ -44,15 +44,27 @@ def check_location(path: Path, source: str) -> Path:
     return path
 
 
-def hold(path: Path, source: str) -> int:
-    """The descriptor of a whole watch run's exclusive lock on its state (created empty when
-    new): a second watch of the same state is refused before its first pass, never left to
-    meet the first in the middle of one (``database is locked``). Close it to release."""
+@dataclass(frozen=True)
+class Held:
+    """A whole watch run's exclusive lock on its state (:func:`hold`)."""
+
+    path: Path
+    fd: int
+    made: bool  # the state did not exist: made empty by the hold
+
+
+def hold(path: Path, source: str) -> Held:
+    """A whole watch run's exclusive lock on its state (created empty when new): a second
+    watch of the same state is refused before its first pass, never left to meet the first in
+    the middle of one (``database is locked``). The lock is ``flock``'s: advisory, and on NFS
+    the client's emulation with POSIX locks, which the kernel drops when any descriptor of the
+    file closes (the watch's passes open and close it). :func:`release` ends it."""
     from ckptrescue.datasets.audit_state import lock_or_refuse
     from ckptrescue.effects.files import open_own_file
     from ckptrescue.errors import UsageError
 
     path = check_location(path, source)
+    made = not os.path.lexists(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = open_own_file(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -61,7 +73,22 @@ def hold(path: Path, source: str) -> int:
                          hint="give --state a new file") from None
     lock_or_refuse(fd, f"{path}: another watch is using this state",
                    hint="stop that watch, or give this one its own --state")
-    return fd
+    return Held(path, fd, made)
+
+
+def release(held: Held) -> None:
+    """End the hold; a state it made that no pass wrote into (the first failed: a full disk)
+    is removed, as it held nothing."""
+    import contextlib
+
+    from ckptrescue.effects.files import same_file
+
+    try:
+        if held.made and os.fstat(held.fd).st_size == 0 and same_file(held.fd, held.path):
+            with contextlib.suppress(OSError):
+                held.path.unlink()
+    finally:
+        os.close(held.fd)
 
 
 class WatchState:

@@ -14,11 +14,13 @@ are rebuilt from their extents (read-only reads of the device, unreadable bytes 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckptrescue.checkpoints.formats.chunked import iter_chunks
+from ckptrescue.effects.files import named_file
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.model import Finding, Severity
 from ckptrescue.storage.filesystem import (
@@ -153,7 +155,9 @@ def rebuild_and_map(case: Case, runner: SubprocessRunner, dev: str, hits: list[R
         if size is None or not exts:
             continue
         out = work / f"{ino}-{Path(path).name}"
-        with open(dev, "rb", buffering=0) as src, open(out, "wb") as dst:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        with named_file(fd, "wb", out) as dst, open(dev, "rb", buffering=0) as src:
             dst.truncate(size)
             for e in exts:
                 if "Uninit" in e.flags:
