@@ -54,6 +54,7 @@ from ckptrescue.model import ArtifactData, Finding, JsonObject, Recorded, Severi
 
 _CHUNK = 1 << 20
 OK_OUTCOME = "matches the manifest; copied and verified"
+WRITE_FAILED = "could not write the copy"
 
 
 @dataclass(frozen=True)
@@ -532,6 +533,9 @@ def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource
         if outcome.startswith(OK_OUTCOME):
             row.recovered, row.source, row.sha256 = True, item.label, want.sha256
             return row
+        if outcome.startswith(WRITE_FAILED):  # the destination's failure: another version
+            row.reason = "the recovery directory could not be written"  # would meet it too
+            return row
     row.reason = ("no version matches the manifest" if row.tried
                   else "the source has no versions of this file")
     return row
@@ -540,6 +544,7 @@ def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource
 class _HashingWriter:
     def __init__(self, fh: IO[bytes]) -> None:
         self.fh = fh
+        self.name = getattr(fh, "name", None)  # what a store's write error names
         self.digest = hashlib.sha256()
 
     def write(self, data: bytes) -> int:
@@ -554,12 +559,13 @@ def _copy_verified(item: Candidate, want: str, final: bytes, dest: Path) -> str:
     except RefusedError as exc:
         return exc.message
     from ckptrescue.effects.files import fsync, named_file
+    from ckptrescue.stores.base import LocalWriteError
 
     shown = shown_path(str(dest), final)
     try:
         # the copy's own errors name it, also those of the flush when the file closes: a full
         # disk is the destination's failure, never said as the source's
-        read_error = ""
+        read_error = write_error = ""
         try:
             with named_file(fd, "wb", shown) as fh:
                 writer = _HashingWriter(fh)
@@ -569,14 +575,18 @@ def _copy_verified(item: Candidate, want: str, final: bytes, dest: Path) -> str:
                     if exc.filename == shown:
                         raise
                     read_error = os_error_line(exc)
+                except LocalWriteError as exc:  # a store's download, written into the copy
+                    write_error = exc.message
                 except CkptRescueError as exc:
                     read_error = exc.message
-                if not read_error:
+                if not (read_error or write_error):
                     fsync(fh)
         except OSError as exc:
             if exc.filename != shown:
                 raise
-            return f"could not write the copy: {os_error_line(exc)}"
+            return f"{WRITE_FAILED}: {os_error_line(exc)}"
+        if write_error:
+            return f"{WRITE_FAILED}: {write_error}"
         if read_error:
             return f"could not read: {read_error}"
         got = writer.digest.hexdigest()

@@ -239,12 +239,17 @@ class Case:
             if _holds_records(root):  # another creator got here first
                 raise CaseError(f"{root}: a case already exists here")
             # what a creation that failed before its first record left (a full disk) is taken
-            # over, under the lock: the same command works once there is space
-            for name in (EVIDENCE, INDEX, *(p.name for p in leftovers(root))):
-                with contextlib.suppress(FileNotFoundError):
-                    (root / name).unlink()
+            # over, under the lock, and said: the same command works once there is space
+            details: JsonObject = {"manifest": manifest}
+            earlier = _failed_manifest(root)
+            if earlier is not None:
+                details["took_over_a_failed_creation"] = {"case_json": earlier}
+            for tmp in leftovers(root):
+                if tmp.name.startswith(f".{MANIFEST}."):
+                    with contextlib.suppress(FileNotFoundError):
+                        tmp.unlink()
             case._write_derived(root / MANIFEST, manifest)
-            case.log("case.created", {"manifest": manifest})
+            case.log("case.created", details)
             case._state.evidence_dirty = True
         return case
 
@@ -256,6 +261,10 @@ class Case:
                 f"{root}: not a case directory (no {MANIFEST}/{AUDIT})",
                 hint="create one with: ckptrescue case new DIR",
             )
+        if not _holds_records(root) and _left_by_a_failed_creation(root):
+            raise CaseError(f"{root}: a case whose creation failed before its first record "
+                            "(a full disk?); nothing of it was kept",
+                            hint=f"run again: ckptrescue case new {root}")
         return cls(root)
 
     @classmethod
@@ -894,23 +903,40 @@ def _holds_records(root: Path) -> bool:
 
 def _left_by_a_failed_creation(root: Path) -> bool:
     """``root`` is empty, or holds only what a creation that failed before its first record
-    leaves (a full disk): the case's own files as regular files, its two folders empty, an
-    atomic write's temporary file."""
-    own = {MANIFEST, AUDIT, EVIDENCE, INDEX, lock.LOCK_NAME}
-
+    leaves (a full disk) and nothing else: the lock file, the two folders empty, this kit's
+    ``case.json``, an empty log, ``case.json``'s temporary file. A derived file (the index,
+    the evidence list) beside an empty log is a damaged case, never this."""
     def empty(path: str) -> bool:
         with os.scandir(path) as inside:
             return not any(inside)
 
     with os.scandir(root) as entries:  # (a file there: its error, naming it)
         for entry in entries:
-            if entry.name in own and entry.is_file(follow_symlinks=False):
+            name = entry.name
+            if not (entry.is_dir(follow_symlinks=False) if name in (ARTIFACTS, "work")
+                    else entry.is_file(follow_symlinks=False)):
+                return False
+            if name == lock.LOCK_NAME or (name.startswith(f".{MANIFEST}.")
+                                           and name.endswith(".tmp")):
                 continue
-            if entry.name in (ARTIFACTS, "work") and entry.is_dir(follow_symlinks=False) \
-                    and empty(entry.path):
+            if name in (ARTIFACTS, "work") and empty(entry.path):
                 continue
-            if entry.name.startswith(".") and entry.name.endswith(".tmp") \
-                    and entry.is_file(follow_symlinks=False):
+            if name == AUDIT and entry.stat(follow_symlinks=False).st_size == 0:
+                continue
+            if name == MANIFEST and _failed_manifest(root) is not None:
                 continue
             return False
     return True
+
+
+def _failed_manifest(root: Path) -> JsonObject | None:
+    """This kit's ``case.json`` at ``root`` (what a failed creation wrote), else None."""
+    try:
+        with open(root / MANIFEST, "rb") as fh:
+            data = json.loads(fh.read(1 << 16))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("tool") == "ckptrescue" \
+            and isinstance(data.get("id"), str):
+        return data
+    return None

@@ -263,6 +263,27 @@ SAFETY_GUARANTEES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _still_deferred(records: list[JsonObject]) -> set[Any]:
+    """The releases deferred (``safety.detach_deferred``) and not released since, by the
+    attachment's identity, in the order of the log (one loop device may be attached, deferred
+    and released again and again)."""
+    from ckptrescue.guard.kernel import Attachment
+
+    pending: set[Any] = set()
+    for r in sorted(records, key=lambda r: int(r.get("seq", 0))):
+        action = r.get("action")
+        if action not in ("safety.detach_deferred", "safety.detached"):
+            continue
+        att = Attachment.from_json(r.get("details") or {})
+        if att is None:
+            continue
+        if action == "safety.detach_deferred":
+            pending.add(att.key())
+        else:
+            pending.discard(att.key())
+    return pending
+
+
 def safety_table(records: list[JsonObject]) -> list[JsonObject]:
     """For each guarantee: enforced by the kernel, by construction or by the guard alone, and
     whether it held for this case (from its records: ``safety.kernel``, ``safety.attached``,
@@ -288,11 +309,7 @@ def safety_table(records: list[JsonObject]) -> list[JsonObject]:
                                               "bubblewrap for every tool")
         if kind == "attachments":
             n, m = len(by.get("safety.attached", [])), len(by.get("safety.detached", []))
-            def key(d: JsonObject) -> tuple[Any, ...]:
-                return d.get("kind"), d.get("name"), d.get("rdev"), d.get("backing_ino")
-
-            released = {key(d) for d in by.get("safety.detached", [])}
-            k = sum(key(d) not in released for d in by.get("safety.detach_deferred", []))
+            k = len(_still_deferred(records))
             held_open = f", {k} release(s) deferred (still held open elsewhere)" if k else ""
             return ("yes" if n or m else "not exercised"), f"{n} attached, {m} released{held_open}"
         if kind == "output-dirs":

@@ -123,6 +123,32 @@ def _choose(store: Store, key: str, version: str | None, manifest: Path | str | 
     return chosen or store.head(key, version), "version", None
 
 
+def _status(fetched: Any, manifest_sha: str | None) -> tuple[str, dict[str, Any]]:
+    """The restored copy's status (verified, unverifiable, mismatch…) and its details."""
+    detail = dict(fetched.detail)
+    status = {"match": "verified"}.get(fetched.status, fetched.status)
+    if manifest_sha is not None:
+        if fetched.sha256 == manifest_sha:
+            detail["manifest"] = "SHA-256 matches the known-good manifest"
+            if status == "unverifiable":
+                status = "verified"
+        else:
+            detail["manifest"] = f"SHA-256 {fetched.sha256} differs from the manifest"
+            status = "mismatch"
+    return status, detail
+
+
+def _place(to: Path, partial: Path, final: Path, unverified: Path, fetched: Any,
+           manifest_sha: str | None) -> Path:
+    """The downloaded ``partial`` renamed to ``final`` when it verifies, else ``.unverified``
+    (never over an existing file)."""
+    dest = final if _status(fetched, manifest_sha)[0] == "verified" else unverified
+    if beneath.lexists(to, dest):
+        raise RefusedError(f"{dest}: already exists; restore never overwrites a file")
+    beneath.rename(to, partial, dest, replace=False)
+    return dest
+
+
 def restore(url: str, to: Path | str, *, version: str | None = None,
             known_good_manifest: Path | str | None = None, evidence: Sequence[str] = (),
             options: StoreOptions | None = None, store: Store | None = None) -> RestoreResult:
@@ -135,8 +161,12 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
     store = store or open_store(target, options)
     obj, chosen_by, manifest_sha = _choose(store, target.key, version, known_good_manifest)
     final = to / safe_relative(target.key)
-    if beneath.lexists(to, final):
-        raise RefusedError(f"{final}: already exists; restore never overwrites a file")
+    unverified = final.with_name(final.name + ".unverified")
+    # every name this restore may write, refused before anything is fetched
+    for name in (final, unverified, *(d.with_name(d.name + ".restore.json")
+                                      for d in (final, unverified))):
+        if beneath.lexists(to, name):
+            raise RefusedError(f"{name}: already exists; restore never overwrites a file")
     beneath.makedirs(to, final.parent)
     partial = final.with_name(f"{final.name}.{obj.version or 'current'}.partial")
     try:
@@ -149,24 +179,12 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
         with fh:
             fetched = store.fetch(obj, fh)
             fsync(fh)  # its errors (a full disk) name the file, as its writes' do
-    except BaseException:  # an incomplete download is never left to block the rerun
+        dest = _place(to, partial, final, unverified, fetched, manifest_sha)
+    except BaseException:  # a download not placed is never left to block the rerun
         with contextlib.suppress(OSError):
             beneath.unlink(to, partial, missing_ok=True)
         raise
-    detail = dict(fetched.detail)
-    status = {"match": "verified"}.get(fetched.status, fetched.status)
-    if manifest_sha is not None:
-        if fetched.sha256 == manifest_sha:
-            detail["manifest"] = "SHA-256 matches the known-good manifest"
-            if status == "unverifiable":
-                status = "verified"
-        else:
-            detail["manifest"] = f"SHA-256 {fetched.sha256} differs from the manifest"
-            status = "mismatch"
-    dest = final if status == "verified" else final.with_name(final.name + ".unverified")
-    if beneath.lexists(to, dest):
-        raise RefusedError(f"{dest}: already exists; restore never overwrites a file")
-    beneath.rename(to, partial, dest, replace=False)
+    status, detail = _status(fetched, manifest_sha)
     result = RestoreResult(
         url=str(target), version=obj.version or fetched.object.get("version_id"),
         path=str(dest), status=status, size=fetched.size, sha256=fetched.sha256,

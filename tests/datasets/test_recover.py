@@ -298,3 +298,36 @@ def test_a_small_file_on_a_full_destination_is_a_row_not_a_failed_run(tmp_path: 
         (mnt / "filler").unlink()
         result = recover(root, manifest=manifest, source=snaps, to=to)
         assert result.ok and _sha(to / "f1.txt") == good
+
+
+@pytest.mark.privileged
+def test_a_full_destination_under_an_s3_download_is_the_destinations_failure(
+        tmp_path: Path) -> None:
+    # the store's download names the write it could not make; the other versions are not
+    # fetched in vain
+    from ckptrescue.datasets.recover import WRITE_FAILED
+    from ckptrescue.stores.s3.localserver import start_local_s3
+    from fixtures.storage import small_tmpfs
+
+    root = tmp_path / "data"
+    root.mkdir()
+    good = bytes((j * 7) % 251 for j in range(300_000))
+    (root / "big.bin").write_bytes(good)
+    manifest = tmp_path / "m.sha256"
+    build_manifest(root, manifest)
+    (root / "big.bin").write_bytes(b"damaged")
+    with start_local_s3() as server, small_tmpfs("256k") as mnt:
+        w = server.writer_client()
+        w.create_bucket(Bucket="backups")
+        w.put_bucket_versioning(Bucket="backups",
+                                VersioningConfiguration={"Status": "Enabled"})
+        for body in (good, good):  # two versions, both good
+            w.put_object(Bucket="backups", Key="ds/big.bin", Body=body)
+        result = recover(root, manifest=manifest, source="s3://backups/ds", to=mnt / "r",
+                         endpoint_url=server.endpoint_url)
+        [row] = result.unrecovered
+        [tried] = row.tried  # the second version was not fetched to meet the same full disk
+        assert tried.outcome.startswith(f"{WRITE_FAILED}: {mnt / 'r'}/big.bin: "), tried.outcome
+        assert "No space left on device" in tried.outcome
+        assert row.reason == "the recovery directory could not be written"
+        assert [p for p in (mnt / "r").rglob("*") if p.is_file()] == []

@@ -129,6 +129,13 @@ def test_a_case_that_could_not_be_created_can_be_created_again(mnt: Path) -> Non
     assert not (mnt / "c" / "audit.jsonl").exists() or \
         (mnt / "c" / "audit.jsonl").stat().st_size == 0
     (mnt / "filler").unlink()
+    # not a case to record into: a command with --case says so and writes nothing
+    res = run_cli("case", "verify", str(mnt / "c"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "creation failed before its first record" in res.stderr or \
+        "not a case directory" in res.stderr, res.stderr
+    assert not (mnt / "c" / "audit.jsonl").exists() or \
+        (mnt / "c" / "audit.jsonl").stat().st_size == 0
     res = run_cli("case", "new", str(mnt / "c"), "--title", "t")
     assert res.returncode == 0, res.stderr
     report = Case.open(mnt / "c").verify()
@@ -138,14 +145,47 @@ def test_a_case_that_could_not_be_created_can_be_created_again(mnt: Path) -> Non
 
 
 def test_a_folder_with_anything_else_in_it_is_still_refused(tmp_path: Path) -> None:
-    for leftover in ("notes.txt", "artifacts/x"):
+    # a user's own files, even named like the case's, are never taken over
+    for leftover in ("notes.txt", "artifacts/x", "index.jsonl", ".draft.tmp", "case.json"):
         root = tmp_path / leftover.replace("/", "-")
         (root / leftover).parent.mkdir(parents=True, exist_ok=True)
         (root / leftover).write_text("mine")
-        (root / "case.json").write_text("{}")
         res = run_cli("case", "new", str(root), "--title", "t")
-        assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
+        assert res.returncode == 2 and "not empty" in res.stderr, (leftover, res.stderr)
         assert (root / leftover).read_text() == "mine"
+
+
+def test_what_a_failed_creation_left_is_no_case_to_record_into(tmp_path: Path) -> None:
+    made = Case.create(tmp_path / "made", title="t")
+    root = tmp_path / "left"
+    for sub in ("artifacts", "work"):
+        (root / sub).mkdir(parents=True)
+    (root / "case.json").write_bytes((made.root / "case.json").read_bytes())
+    (root / "audit.jsonl").write_bytes(b"")
+    (root / ".writer.lock").write_bytes(b"")
+    res = run_cli("probe", str(made.root / "case.json"), "--case", str(root))
+    assert res.returncode == 2 and "creation failed before its first record" in res.stderr, \
+        res.stderr
+    assert (root / "audit.jsonl").stat().st_size == 0
+    res = run_cli("case", "new", str(root), "--title", "again")
+    assert res.returncode == 0, res.stderr
+    [created] = Case.open(root).records("case.created")
+    took_over = created["details"]["took_over_a_failed_creation"]["case_json"]
+    assert took_over["id"] == made.manifest["id"]  # what was there is said, not lost
+
+
+def test_a_damaged_case_with_an_empty_log_is_never_created_over(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    case = Case.create(root, title="the real one")
+    first = (root / "case.json").read_bytes()
+    (root / "audit.jsonl").write_bytes(b"")  # the log emptied: damage (or tampering)
+    for argv in (("case", "new", str(root), "--title", "attacker"),
+                 ("watch", str(tmp_path), "--case", str(root), "--passes", "1",
+                  "--state", str(tmp_path.parent / f"{tmp_path.name}-w.sqlite"))):
+        res = run_cli(*argv)
+        assert res.returncode != 0 and "Traceback" not in res.stderr, (argv, res.stderr)
+        assert (root / "case.json").read_bytes() == first
+    assert case.root == root
 
 
 def test_files_that_belong_together_are_both_new_or_both_old(mnt: Path) -> None:

@@ -73,6 +73,12 @@ def hold(path: Path, source: str) -> Held:
                          hint="give --state a new file") from None
     lock_or_refuse(fd, f"{path}: another watch is using this state",
                    hint="stop that watch, or give this one its own --state")
+    from ckptrescue.effects.files import same_file
+
+    if not same_file(fd, path):  # removed (by a watch ending) or replaced since the open
+        os.close(fd)
+        raise UsageError(f"{path}: changed while the watch took it; not used",
+                         hint="run the watch again")
     return Held(path, fd, made)
 
 
