@@ -18,6 +18,7 @@ once are refused. Disk: about the size of the sidecar plus the walk (~300 bytes 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -82,8 +83,7 @@ class BuildStore:
             raise UsageError(f"{path}: cannot write the build's scratch database beside the "
                              f"manifest ({exc.strerror})",
                              hint="write the manifest to a writable directory") from None
-        lock_or_refuse(fd, f"{out}: another manifest build is writing it now",
-                       hint="wait for it, or write the manifest elsewhere")
+        lock_or_refuse(fd, busy(out), hint=BUSY_HINT)
         conn: sqlite3.Connection | None = None
         try:
             # whatever a killed build left is scratch: start from an empty database
@@ -223,6 +223,39 @@ class DoneWriter:
                                   "line) VALUES (?, ?, ?, ?, ?)", self.pending)
             self.conn.execute("COMMIT")
             self.pending.clear()
+
+
+BUSY_HINT = "wait for it, or write the manifest elsewhere"
+
+
+def busy(out: Path) -> str:
+    return f"{out}: another manifest build or update is writing it now"
+
+
+@contextlib.contextmanager
+def writing(out: Path) -> Iterator[None]:
+    """The lock a build holds on its scratch database, held by a ``manifest update`` of
+    ``out`` for its whole run: a second writer of one manifest (a build, an update) is refused
+    before it hashes anything, never left to interleave its renames with the first's (a sidecar
+    of one run beside the manifest of the other). The lock file is removed at the end."""
+    from ckptrescue.effects.files import open_own_file, same_file
+
+    path = store_path(out)
+    try:
+        fd = open_own_file(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot take the manifest's lock beside it ({exc.strerror})",
+                         hint="write the manifest to a writable directory") from None
+    lock_or_refuse(fd, busy(out), hint=BUSY_HINT)
+    try:
+        yield
+    finally:
+        try:
+            if same_file(fd, path):
+                with contextlib.suppress(OSError):
+                    _unlink(path)
+        finally:
+            os.close(fd)
 
 
 def _unlink(path: Path) -> None:

@@ -148,19 +148,30 @@ def update_manifest(
 
     ``dir`` may be ``s3://bucket/prefix``: objects are compared by size and ETag
     (``s3_manifest_update``)."""
+    from ckptrescue.datasets.build_store import writing
     from ckptrescue.stores.urls import is_s3
 
     if is_s3(dir):
         from ckptrescue.datasets.s3_manifest_update import update_manifest_s3
 
-        return update_manifest_s3(str(dir), str(manifest), jobs=jobs, scheduler=scheduler,
-                                  progress=progress, endpoint_url=endpoint_url, cancel=cancel)
+        check_update_outputs(Path(manifest))
+        with writing(Path(manifest)):  # one writer of a manifest at a time
+            return update_manifest_s3(str(dir), str(manifest), jobs=jobs,
+                                      scheduler=scheduler, progress=progress,
+                                      endpoint_url=endpoint_url, cancel=cancel)
     root, out = Path(dir), Path(manifest)
     if "://" in str(dir):
         raise UsageError(f"{dir}: manifest update works on local directories and s3:// "
                          "prefixes only")
     check_paths(root, out)
     check_update_outputs(out)
+    with writing(out):  # one writer of a manifest at a time
+        return _update_local(root, out, jobs=jobs, scheduler=scheduler, progress=progress,
+                             cancel=cancel)
+
+
+def _update_local(root: Path, out: Path, *, jobs: int | None, scheduler: str | None,
+                  progress: ProgressFn | None, cancel: threading.Event | None) -> UpdateResult:
     side = require_manifest(out, "sizes and mtimes")
     started = time.monotonic()
     old = {e.rel: e for e in read_jsonl_entries(side)}

@@ -151,3 +151,35 @@ def test_cli(built) -> None:
     proc = invoke("manifest", "update", str(root), str(manifest), "--no-progress")
     assert proc.returncode == 0, proc.stderr
     assert "hashed 0 (0 new, 0 changed), reused 30" in proc.stdout
+
+
+def test_a_second_writer_of_one_manifest_is_refused_before_it_hashes(
+        built: tuple[Path, Path], tmp_path: Path, counted: list[bytes]) -> None:
+    # a build (or another update) of the same manifest holds its lock: an update that ran on
+    # beside it could rename its sidecar between the other's sidecar and manifest
+    from ckptrescue.datasets.build_store import BuildStore, store_path
+
+    root, manifest = built
+    (root / "new.bin").write_bytes(b"new")
+    before = manifest.read_bytes(), sidecar_path(manifest).read_bytes()
+    held = BuildStore.create(manifest, root)
+    try:
+        with pytest.raises(UsageError, match="another manifest build or update is writing it"):
+            update_manifest(root, manifest)
+        res = invoke("manifest", "update", str(root), str(manifest))
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr.startswith(f"ckptrescue: error: {manifest}: another manifest build "
+                                     "or update is writing it now")
+    finally:
+        held.remove()
+    assert counted == []  # nothing hashed
+    assert (manifest.read_bytes(), sidecar_path(manifest).read_bytes()) == before
+    assert not prev_path(manifest).exists()
+    # and while an update runs, a build of the same manifest is refused
+    from ckptrescue.datasets.build_store import writing
+
+    with writing(manifest), pytest.raises(UsageError, match="another manifest build or update"):
+        build_manifest(root, manifest, jobs=1)
+    assert not store_path(manifest).exists()
+    result = update_manifest(root, manifest)
+    assert result.new == [b"new.bin"]
