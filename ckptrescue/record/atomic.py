@@ -2,7 +2,8 @@
 of the directory. A reader sees the old file or the new one, never a mix; a crash leaves at most
 a ``.NAME.*.tmp`` file, which ``case verify`` notes. Each write has a temp file of its own
 (``mkstemp``): two writers of one path never write into the same temp file, and the last rename
-wins whole. A write that fails removes its temp file.
+wins whole; two writers of one set of files (:func:`replacing_all`) rename theirs under a lock
+on the folder, so the last set wins whole too. A write that fails removes its temp file.
 
 Only a regular file (or nothing) is ever replaced: a device, a pipe, a socket or a folder at
 the path is refused before anything is written, and checked again before the rename (renaming
@@ -87,6 +88,31 @@ class _Temp:
 
 
 @contextlib.contextmanager
+def _renaming_together(temps: list[_Temp]) -> Iterator[None]:
+    """Two writers of one set of files (two diffs to one OUT) each rename a whole set; held
+    while the renames run (a moment), an exclusive lock on the first file's folder keeps one
+    writer's renames from falling between the other's (a changes file of one run beside the
+    diff of the other). One file alone needs none. Best effort: a folder that cannot be
+    locked (some network filesystems) renames without it."""
+    if len(temps) < 2:
+        yield
+        return
+    import fcntl
+
+    try:
+        dfd = os.open(temps[0].path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(dfd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(dfd)
+
+
+@contextlib.contextmanager
 def replacing(path: str | os.PathLike[str], *, mode: int = 0o644,
               durable: bool = True) -> Iterator[IO[bytes]]:
     """A new file (binary) for the new content of ``path``: when the block ends, it is
@@ -124,8 +150,9 @@ def replacing_all(*paths: str | os.PathLike[str], mode: int = 0o644,
     try:
         for current in temps:
             current.finish(mode, durable)
-        for current in temps:
-            current.install()
+        with _renaming_together(temps):
+            for current in temps:
+                current.install()
     except BaseException as exc:
         for t in temps:
             t.discard()

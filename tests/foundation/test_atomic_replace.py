@@ -528,3 +528,41 @@ def test_another_programs_sqlite_is_no_watch_state(tmp_path: Path) -> None:
     with sqlite3.connect(app) as db:
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
     assert names == {"users"}
+
+
+def test_two_writers_of_one_pair_never_interleave_their_renames(tmp_path: Path) -> None:
+    # each writer's renames run under an exclusive lock on the folder: while another holds
+    # it (here: the test, as the other writer would), no file of the pair is replaced
+    import fcntl
+    import os
+    import threading
+
+    from ckptrescue.record.atomic import replacing_all
+
+    first, second = tmp_path / "d.sha256", tmp_path / "d.sha256.changes.jsonl"
+    first.write_bytes(b"old diff\n")
+    second.write_bytes(b"old changes\n")
+    dfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(dfd, fcntl.LOCK_EX)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with replacing_all(second, first) as (side, text):
+                side.write(b"new changes\n")
+                text.write(b"new diff\n")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        writer.join(0.5)
+        assert writer.is_alive()  # written whole, waiting to rename
+        assert (first.read_bytes(), second.read_bytes()) == (b"old diff\n", b"old changes\n")
+    finally:
+        fcntl.flock(dfd, fcntl.LOCK_UN)
+        os.close(dfd)
+        writer.join(10)
+    assert errors == []
+    assert (first.read_bytes(), second.read_bytes()) == (b"new diff\n", b"new changes\n")
