@@ -136,14 +136,24 @@ def check_location(state: Path, root: str | os.PathLike[str], *, default: bool) 
                               "--state PATH outside DIR")
 
 
-def lock_or_refuse(fd: int, busy: str, *, hint: str) -> None:
+def lock_or_refuse(fd: int, busy: str, *, hint: str, best_effort: bool = False) -> bool:
     """Take the exclusive lock on the open state file ``fd``; when another process holds it,
-    close ``fd`` and refuse with ``busy`` (a second writer never waits, never shares)."""
+    close ``fd`` and refuse with ``busy`` (a second writer never waits, never shares). A
+    filesystem that cannot lock at all (NFS without its lock daemon: ENOLCK) is that error,
+    said as such, or with ``best_effort`` no lock (False)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         os.close(fd)
         raise UsageError(busy, hint=hint) from None
+    except OSError as exc:
+        if best_effort:
+            return False
+        os.close(fd)
+        raise UsageError(f"{busy.split(': another ', 1)[0]}: cannot be locked here "
+                         f"({exc.strerror})",
+                         hint="keep it on a filesystem with file locks (a local disk)") from None
+    return True
 
 
 class AuditState:

@@ -246,7 +246,11 @@ def writing(out: Path) -> Iterator[None]:
     except OSError as exc:
         raise UsageError(f"{path}: cannot take the manifest's lock beside it ({exc.strerror})",
                          hint="write the manifest to a writable directory") from None
-    lock_or_refuse(fd, busy(out), hint=BUSY_HINT)
+    # (best effort: an update on a filesystem without locks ran without one before)
+    lock_or_refuse(fd, busy(out), hint=BUSY_HINT, best_effort=True)
+    if not same_file(fd, path):  # removed by a writer ending in between: not this lock's file
+        os.close(fd)
+        raise UsageError(busy(out), hint=BUSY_HINT)
     try:
         yield
     finally:

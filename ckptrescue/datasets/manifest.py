@@ -160,9 +160,10 @@ def build_manifest(
         check_output(Path(out))
         from ckptrescue.datasets.s3dataset import build_manifest_s3
 
-        return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,
-                                 progress=progress, endpoint_url=endpoint_url,
-                                 checksums=checksums)
+        with build_store.writing(Path(out)):  # one writer of a manifest at a time
+            return build_manifest_s3(str(dir), out, jobs=jobs, scheduler=scheduler,
+                                     progress=progress, endpoint_url=endpoint_url,
+                                     checksums=checksums)
     root, out_path = Path(dir), Path(out)
     check_paths(root, out_path)
     check_output(out_path)

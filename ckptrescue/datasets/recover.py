@@ -533,10 +533,14 @@ def _recover_one(rel: bytes, damage: str, want: Expected, origin: SnapshotSource
         if outcome.startswith(OK_OUTCOME):
             row.recovered, row.source, row.sha256 = True, item.label, want.sha256
             return row
-        if outcome.startswith(WRITE_FAILED):  # the destination's failure: another version
-            row.reason = "the recovery directory could not be written"  # would meet it too
+        # the destination's failure: a version of the manifest's size would meet it too (of
+        # an unknown size, a smaller one may still fit: tried)
+        if outcome.startswith(WRITE_FAILED) and want.size is not None:
+            row.reason = f"the recovery directory could not be written ({outcome})"
             return row
-    row.reason = ("no version matches the manifest" if row.tried
+    wrote = [a.outcome for a in row.tried if a.outcome.startswith(WRITE_FAILED)]
+    row.reason = (f"the recovery directory could not be written ({wrote[-1]})" if wrote
+                  else "no version matches the manifest" if row.tried
                   else "the source has no versions of this file")
     return row
 

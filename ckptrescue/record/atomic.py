@@ -87,17 +87,23 @@ class _Temp:
                 os.unlink(self.tmp)
 
 
+RENAME_LOCK_WAIT_S = 5.0  # a kit writer holds the folder's lock for its renames only
+
+
 @contextlib.contextmanager
 def _renaming_together(temps: list[_Temp]) -> Iterator[None]:
     """Two writers of one set of files (two diffs to one OUT) each rename a whole set; held
     while the renames run (a moment), an exclusive lock on the first file's folder keeps one
     writer's renames from falling between the other's (a changes file of one run beside the
-    diff of the other). One file alone needs none. Best effort: a folder that cannot be
-    locked (some network filesystems) renames without it."""
+    diff of the other). One file alone needs none. Best effort, never a wait without end: a
+    folder that cannot be locked (some network filesystems), or that something else holds
+    locked for longer than a kit writer ever does (a wrapper's ``flock DIR``), is renamed into
+    without it after :data:`RENAME_LOCK_WAIT_S`."""
     if len(temps) < 2:
         yield
         return
     import fcntl
+    import time
 
     try:
         dfd = os.open(temps[0].path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -105,8 +111,17 @@ def _renaming_together(temps: list[_Temp]) -> Iterator[None]:
         yield
         return
     try:
-        with contextlib.suppress(OSError):
-            fcntl.flock(dfd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + RENAME_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(dfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.01)
+            except OSError:
+                break
         yield
     finally:
         os.close(dfd)

@@ -360,8 +360,8 @@ class Case:
         if index.log_size != known:
             state.derived_checked = False  # another process wrote since: look again
         state.sealed = (self.root / SEAL).exists() or bool(index.of("case.sealed"))
-        if not (self.root / AUDIT).exists():
-            return  # a case being created
+        if not _holds_records(self.root):
+            return  # a case being created (or taken over from a failed creation)
         with contextlib.suppress(OSError):
             index.write_lines([])  # rewrites the index file when missing or not this index's
         if not (self.root / EVIDENCE).exists():
@@ -904,8 +904,9 @@ def _holds_records(root: Path) -> bool:
 def _left_by_a_failed_creation(root: Path) -> bool:
     """``root`` is empty, or holds only what a creation that failed before its first record
     leaves (a full disk) and nothing else: the lock file, the two folders empty, this kit's
-    ``case.json``, an empty log, ``case.json``'s temporary file. A derived file (the index,
-    the evidence list) beside an empty log is a damaged case, never this."""
+    ``case.json``, an empty log (and an empty index), ``case.json``'s temporary file. A derived
+    file with content (the index, the evidence list) beside an empty log is a damaged case,
+    never this."""
     def empty(path: str) -> bool:
         with os.scandir(path) as inside:
             return not any(inside)
@@ -921,7 +922,7 @@ def _left_by_a_failed_creation(root: Path) -> bool:
                 continue
             if name in (ARTIFACTS, "work") and empty(entry.path):
                 continue
-            if name == AUDIT and entry.stat(follow_symlinks=False).st_size == 0:
+            if name in (AUDIT, INDEX) and entry.stat(follow_symlinks=False).st_size == 0:
                 continue
             if name == MANIFEST and _failed_manifest(root) is not None:
                 continue

@@ -143,8 +143,9 @@ def _place(to: Path, partial: Path, final: Path, unverified: Path, fetched: Any,
     """The downloaded ``partial`` renamed to ``final`` when it verifies, else ``.unverified``
     (never over an existing file)."""
     dest = final if _status(fetched, manifest_sha)[0] == "verified" else unverified
-    if beneath.lexists(to, dest):
-        raise RefusedError(f"{dest}: already exists; restore never overwrites a file")
+    for name in (dest, dest.with_name(dest.name + ".restore.json")):
+        if beneath.lexists(to, name):
+            raise RefusedError(f"{name}: already exists; restore never overwrites a file")
     beneath.rename(to, partial, dest, replace=False)
     return dest
 
@@ -162,9 +163,9 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
     obj, chosen_by, manifest_sha = _choose(store, target.key, version, known_good_manifest)
     final = to / safe_relative(target.key)
     unverified = final.with_name(final.name + ".unverified")
-    # every name this restore may write, refused before anything is fetched
-    for name in (final, unverified, *(d.with_name(d.name + ".restore.json")
-                                      for d in (final, unverified))):
+    # the names a verified restore writes, refused before anything is fetched (an earlier
+    # .unverified copy does not stop a rerun of another version; _place checks the name taken)
+    for name in (final, final.with_name(final.name + ".restore.json")):
         if beneath.lexists(to, name):
             raise RefusedError(f"{name}: already exists; restore never overwrites a file")
     beneath.makedirs(to, final.parent)

@@ -183,3 +183,21 @@ def test_a_second_writer_of_one_manifest_is_refused_before_it_hashes(
     assert not store_path(manifest).exists()
     result = update_manifest(root, manifest)
     assert result.new == [b"new.bin"]
+
+
+def test_a_filesystem_without_file_locks(built: tuple[Path, Path],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # NFS without its lock daemon: flock fails with ENOLCK, which is not "busy"
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    root, manifest = built
+    (root / "new.bin").write_bytes(b"new")
+    assert update_manifest(root, manifest).new == [b"new.bin"]  # runs unlocked, as before
+    with pytest.raises(UsageError) as caught:
+        build_manifest(root, manifest, jobs=1)
+    assert caught.value.message == f"{manifest}: cannot be locked here (No locks available)"

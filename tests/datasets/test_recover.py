@@ -329,5 +329,5 @@ def test_a_full_destination_under_an_s3_download_is_the_destinations_failure(
         [tried] = row.tried  # the second version was not fetched to meet the same full disk
         assert tried.outcome.startswith(f"{WRITE_FAILED}: {mnt / 'r'}/big.bin: "), tried.outcome
         assert "No space left on device" in tried.outcome
-        assert row.reason == "the recovery directory could not be written"
+        assert row.reason == f"the recovery directory could not be written ({tried.outcome})"
         assert [p for p in (mnt / "r").rglob("*") if p.is_file()] == []

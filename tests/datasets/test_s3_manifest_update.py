@@ -145,3 +145,22 @@ def test_an_update_checks_the_prev_pair_before_listing_the_bucket(server, tmp_pa
     with pytest.raises(RefusedError, match="a FIFO"):
         update_manifest(url, manifest, endpoint_url=ep)
     assert listed == [] and prev_path(manifest).is_fifo()
+
+
+def test_one_writer_of_a_manifest_of_a_prefix_at_a_time(tmp_path: Path, server) -> None:  # noqa: ANN001
+    from ckptrescue.datasets.build_store import writing
+    from ckptrescue.errors import UsageError
+
+    writer = server.writer_client()
+    _fill(writer, "one")
+    url = "s3://one/ds"
+    out = tmp_path / "ds.sha256"
+    build_manifest(url, out, endpoint_url=server.endpoint_url)
+    before = out.read_bytes()
+    with writing(out):  # another build or update of this manifest is running
+        for run in (lambda: build_manifest(url, out, endpoint_url=server.endpoint_url),
+                    lambda: update_manifest(url, out, endpoint_url=server.endpoint_url)):
+            with pytest.raises(UsageError, match="another manifest build or update"):
+                run()
+    assert out.read_bytes() == before and not prev_path(out).exists()
+    assert update_manifest(url, out, endpoint_url=server.endpoint_url).files == len(NAMES)

@@ -163,6 +163,7 @@ def test_what_a_failed_creation_left_is_no_case_to_record_into(tmp_path: Path) -
     (root / "case.json").write_bytes((made.root / "case.json").read_bytes())
     (root / "audit.jsonl").write_bytes(b"")
     (root / ".writer.lock").write_bytes(b"")
+    (root / "index.jsonl").write_bytes(b"")  # (a second failed try leaves an empty index)
     res = run_cli("probe", str(made.root / "case.json"), "--case", str(root))
     assert res.returncode == 2 and "creation failed before its first record" in res.stderr, \
         res.stderr

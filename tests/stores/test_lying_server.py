@@ -148,3 +148,27 @@ def test_a_trickling_server_is_given_up_on_within_a_bound(
     assert "2 of 3 preserved, 1 failed" in res.stdout
     assert "trickles or stalled" in res.stdout + res.stderr, res.stdout + res.stderr
     assert Case.open(case).verify().ok
+
+
+def test_a_lied_restore_kept_as_unverified_does_not_stop_restoring_a_good_version(
+        tmp_path: Path, bucket: str, proxy: FaultProxy, motoserver: Any) -> None:
+    # the newest answer is a lie (kept as KEY.unverified); the responder restores an older
+    # version, which verifies, into the same folder
+    writer = motoserver.writer_client()
+    versions = [v["VersionId"] for v in writer.list_object_versions(
+        Bucket=bucket, Prefix=VICTIM)["Versions"] if v["Key"] == VICTIM]
+    writer.put_object(Bucket=bucket, Key=VICTIM, Body=DATA[VICTIM][::-1],
+                      ChecksumAlgorithm="SHA256")  # a newer version
+    to = tmp_path / "r"
+    proxy.rule = _on(VICTIM, _lie(bucket, "swap"))
+    first = invoke("store", "restore", f"s3://{bucket}/{VICTIM}", "--to", str(to),
+                   "--endpoint-url", proxy.endpoint_url)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert (to / "run" / "obj-1.bin.unverified").is_file()
+    proxy.rule = lambda *_: "pass"
+    again = invoke("store", "restore", f"s3://{bucket}/{VICTIM}", "--to", str(to),
+                   "--version", versions[0], "--endpoint-url", proxy.endpoint_url)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (to / "run" / "obj-1.bin").read_bytes() == DATA[VICTIM]
+    assert (to / "run" / "obj-1.bin.restore.json").is_file()
+    assert (to / "run" / "obj-1.bin.unverified.restore.json").is_file()

@@ -72,7 +72,7 @@ def hold(path: Path, source: str) -> Held:
         raise UsageError(f"{path}: cannot keep the watch state here ({exc.strerror or exc})",
                          hint="give --state a new file") from None
     lock_or_refuse(fd, f"{path}: another watch is using this state",
-                   hint="stop that watch, or give this one its own --state")
+                   hint="stop that watch, or give this one its own --state", best_effort=True)
     from ckptrescue.effects.files import same_file
 
     if not same_file(fd, path):  # removed (by a watch ending) or replaced since the open
