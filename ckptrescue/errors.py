@@ -7,9 +7,10 @@ into exit codes and one-line messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -127,15 +128,21 @@ def named(exc: OSError, path: str | bytes | object) -> OSError:
 
 
 @contextmanager
-def naming(path: str | bytes | object) -> Iterator[None]:
-    """A block whose nameless operating-system errors name ``path`` (:func:`named`)."""
+def _said_as(kind: type[Exception], say: Callable[[Any], Exception]) -> Iterator[None]:
+    """A block whose errors of ``kind`` are raised as ``say`` gives them back (the same one
+    when it has nothing to add)."""
     try:
         yield
-    except OSError as exc:
-        out = named(exc, path)
+    except kind as exc:
+        out = say(exc)
         if out is exc:
             raise
         raise out from exc
+
+
+def naming(path: str | bytes | object) -> AbstractContextManager[None]:
+    """A block whose nameless operating-system errors name ``path`` (:func:`named`)."""
+    return _said_as(OSError, lambda exc: named(exc, path))
 
 
 def database_error(exc: Exception, path: str | object) -> Exception:
@@ -165,17 +172,10 @@ def database_error(exc: Exception, path: str | object) -> Exception:
     return OSError(errno.EIO, said, str(path))
 
 
-@contextmanager
-def database(path: str | object) -> Iterator[None]:
+def database(path: str | object) -> AbstractContextManager[None]:
     """A block whose SQLite errors of the kit's database at ``path`` say what they are and
     which file (:func:`database_error`)."""
-    try:
-        yield
-    except Exception as exc:
-        out = database_error(exc, path)
-        if out is exc:
-            raise
-        raise out from exc
+    return _said_as(Exception, lambda exc: database_error(exc, path))
 
 
 def not_a_regular_file(path: str | bytes | object, mode: int) -> RefusedError:

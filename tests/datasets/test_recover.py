@@ -239,17 +239,12 @@ def test_a_manifest_on_read_only_media_still_recovers(incident, tmp_path: Path) 
 @pytest.mark.privileged
 def test_a_full_destination_is_said_as_such_never_as_an_unreadable_source(
         incident, tmp_path: Path) -> None:
-    from fixtures.storage import small_tmpfs
+    from fixtures.storage import fill, small_tmpfs
 
     root, manifest, snaps, good = incident
     with small_tmpfs("256k") as mnt:
         filler = mnt / "filler"
-        with open(filler, "wb", buffering=0) as fh:  # no room left at all
-            try:
-                while True:
-                    fh.write(b"\0" * 4096)
-            except OSError:
-                pass
+        fill(filler)  # no room left at all
         to = mnt / "recovered"
         result = recover(root, manifest=manifest, source=snaps, to=to)
         assert not result.recovered
@@ -270,7 +265,7 @@ def test_a_full_destination_is_said_as_such_never_as_an_unreadable_source(
 @pytest.mark.privileged
 def test_a_small_file_on_a_full_destination_is_a_row_not_a_failed_run(tmp_path: Path) -> None:
     # a copy smaller than the write buffer fails only when its file closes (the flush)
-    from fixtures.storage import small_tmpfs
+    from fixtures.storage import fill, small_tmpfs
 
     root = tmp_path / "data"
     root.mkdir()
@@ -283,12 +278,7 @@ def test_a_small_file_on_a_full_destination_is_a_row_not_a_failed_run(tmp_path: 
     good = _sha(root / "f1.txt")
     (root / "f1.txt").write_bytes(b"damaged")
     with small_tmpfs("256k") as mnt:
-        with open(mnt / "filler", "wb", buffering=0) as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 4096)
-            except OSError:
-                pass
+        fill(mnt / "filler")
         to = mnt / "r"
         result = recover(root, manifest=manifest, source=snaps, to=to)
         [row] = result.unrecovered

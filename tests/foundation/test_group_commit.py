@@ -21,12 +21,9 @@ from ckptrescue.record.case import Case
 
 def _fill(path: Path) -> None:
     """Write until the filesystem is full."""
-    with open(path, "wb", buffering=0) as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 4096)
-        except OSError:
-            pass
+    from fixtures.storage import fill
+
+    fill(path)
 
 
 def _on_disk(case: Case) -> list[str]:
