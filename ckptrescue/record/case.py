@@ -235,6 +235,19 @@ class Case:
         }
         case = cls(root)
         case._state.set_durable(durable)
+        try:
+            case._create_records(root, manifest)
+        except CaseWriteError as exc:
+            if _holds_records(root):  # created: a derived file failed after the first record
+                raise
+            # no case yet: what to do is run the same command again, not read a torn log
+            raise CaseWriteError(f"{root}: the case could not be created: {exc.message}",
+                                 hint="free space on its filesystem and run the same `case "
+                                      "new` again (it takes over what this one made)") from exc
+        return case
+
+    def _create_records(self, root: Path, manifest: JsonObject) -> None:
+        case = self
         with case.writer():
             if _holds_records(root):  # another creator got here first
                 raise CaseError(f"{root}: a case already exists here")
@@ -251,7 +264,6 @@ class Case:
             case._write_derived(root / MANIFEST, manifest)
             case.log("case.created", details)
             case._state.evidence_dirty = True
-        return case
 
     @classmethod
     def open(cls, root: Path | str) -> Case:

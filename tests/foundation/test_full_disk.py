@@ -125,6 +125,9 @@ def test_a_case_that_could_not_be_created_can_be_created_again(mnt: Path) -> Non
     res = run_cli("case", "new", str(mnt / "c"), "--title", "t")
     assert res.returncode == 4 and "No space left on device" in res.stderr
     assert "Traceback" not in res.stderr
+    # what to do next: the same command once there is room
+    assert "run the same `case new` again" in res.stderr or \
+        "while creating the case directory" in res.stderr, res.stderr
     assert (mnt / "c").is_dir()  # what it made before the space ran out: no case, no block
     assert not (mnt / "c" / "audit.jsonl").exists() or \
         (mnt / "c" / "audit.jsonl").stat().st_size == 0
