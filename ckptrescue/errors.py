@@ -115,15 +115,18 @@ def os_error_line(exc: OSError) -> str:
     return f"{type(exc).__name__}: {exc}"  # a library's own (a bad gzip, a TLS failure)
 
 
-def named(exc: OSError, path: str | bytes | object) -> OSError:
+def named(exc: OSError, path: str | bytes | object, *, replace: bool = False) -> OSError:
     """``exc`` naming ``path`` when it names nothing: a write, flush, truncate or fsync on an
     open file fails without a name (``No space left on device``), and the responder must learn
-    which file of the many a command writes could not be written."""
-    if exc.filename is not None or exc.errno is None:
-        return exc
+    which file of the many a command writes could not be written. ``replace``: naming ``path``
+    in place of the name it has (the file asked for, not the temporary file written)."""
     import os
 
     shown = os.fsdecode(path) if isinstance(path, bytes | str) else str(path)
+    if replace:
+        return OSError(exc.errno, exc.strerror or str(exc), shown)
+    if exc.filename is not None or exc.errno is None:
+        return exc
     return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), shown)
 
 
@@ -170,6 +173,15 @@ def database_error(exc: Exception, path: str | object) -> Exception:
     except OSError:
         pass
     return OSError(errno.EIO, said, str(path))
+
+
+def raise_if_system_error(exc: Exception, path: str | object) -> None:
+    """Raise the operating-system error a SQLite error of the kit's database at ``path``
+    stands for (a full disk, EIO: :func:`database_error`); return when it is another error (a
+    foreign or damaged database, for the caller to say)."""
+    said = database_error(exc, path)
+    if said is not exc:
+        raise said from exc
 
 
 def database(path: str | object) -> AbstractContextManager[None]:

@@ -61,10 +61,7 @@ def report(
         return
     from ckptrescue.effects import beneath
 
-    # OUT's own name beneath its folder (a relative OUT given whole was read under that folder
-    # again: -o r2/report.md wrote r2/r2/report.md); a name planted at OUT is replaced, not
-    # followed, and a device node or a FIFO there is refused
-    beneath.write_text(out.parent, out.name, text)
+    beneath.replace_output(out, text)
     say(str(out.absolute()))  # the result: where the report is
 
 

@@ -325,39 +325,26 @@ def _state_audit(root: Path, manifest: Path, *, quick: bool, jobs: int | None,
     identity = state_identity(root, manifest, quick=quick, sample=sample, seed=seed)
     existed = state_path.exists()
     with database(state_path):  # its errors say which file (a full disk: ENOSPC)
-        return _audit_through(state_path, identity, root, manifest, existed=existed,
-                              default=state is None, quick=quick, jobs=jobs,
-                              scheduler=scheduler, progress=progress, sample=sample, seed=seed,
-                              restart=restart, cancel=cancel, started=started,
-                              follow_into=follow_into, report_state=report_state)
-
-
-def _audit_through(state_path: Path, identity: Identity, root: Path, manifest: Path, *,
-                   existed: bool, default: bool, quick: bool, jobs: int | None,
-                   scheduler: str | None, progress: ProgressFn | None,
-                   sample: str | float | None, seed: int, restart: bool,
-                   cancel: threading.Event | None, started: float, follow_into: list[str],
-                   report_state: bool) -> AuditResult:
-    store = AuditState.open(state_path, identity, restart=restart, default=default)
-    discard = False
-    try:
-        return _run(store, identity, root, manifest, quick=quick, jobs=jobs,
-                    scheduler=scheduler, progress=progress, sample=sample, seed=seed,
-                    cancel=cancel, started=started, follow_into=follow_into,
-                    report_state=report_state)
-    except BaseException:
-        # a state this run made and that holds no hash (a manifest refused on import, a
-        # Ctrl-C before the first file) has nothing to resume: it is not left beside the
-        # manifest; one with hashes is kept for the rerun
+        store = AuditState.open(state_path, identity, restart=restart, default=state is None)
+        discard = False
         try:
-            discard = not existed and store.hashed_nothing()
-        except Exception:  # noqa: BLE001 - a state that cannot be read is kept as it is
-            discard = False
-        raise
-    finally:
-        store.close()
-        if discard:
-            store.remove_files()
+            return _run(store, identity, root, manifest, quick=quick, jobs=jobs,
+                        scheduler=scheduler, progress=progress, sample=sample, seed=seed,
+                        cancel=cancel, started=started, follow_into=follow_into,
+                        report_state=report_state)
+        except BaseException:
+            # a state this run made and that holds no hash (a manifest refused on import, a
+            # Ctrl-C before the first file) has nothing to resume: it is not left beside the
+            # manifest; one with hashes is kept for the rerun
+            try:
+                discard = not existed and store.hashed_nothing()
+            except Exception:  # noqa: BLE001 - a state that cannot be read is kept as it is
+                discard = False
+            raise
+        finally:
+            store.close()
+            if discard:
+                store.remove_files()
 
 
 def _quick_audit(root: Path, manifest: Path, *, restart: bool,

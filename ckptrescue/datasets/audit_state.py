@@ -51,7 +51,7 @@ from ckptrescue.datasets.manifest_files import (
     sidecar_path,
 )
 from ckptrescue.datasets.walk import FileEntry, Skipped, safe_relative, scan
-from ckptrescue.errors import UsageError, database_error
+from ckptrescue.errors import UsageError, raise_if_system_error
 from ckptrescue.model import JsonObject
 
 SCHEMA = 2
@@ -136,11 +136,12 @@ def check_location(state: Path, root: str | os.PathLike[str], *, default: bool) 
                               "--state PATH outside DIR")
 
 
-def lock_or_refuse(fd: int, busy: str, *, hint: str, best_effort: bool = False) -> bool:
+def lock_or_refuse(fd: int, busy: str, *, hint: str, name: str | os.PathLike[str],
+                   best_effort: bool = False) -> None:
     """Take the exclusive lock on the open state file ``fd``; when another process holds it,
     close ``fd`` and refuse with ``busy`` (a second writer never waits, never shares). A
     filesystem that cannot lock at all (NFS without its lock daemon: ENOLCK) is that error,
-    said as such, or with ``best_effort`` no lock (False)."""
+    said of ``name``, or with ``best_effort`` no lock."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -148,12 +149,10 @@ def lock_or_refuse(fd: int, busy: str, *, hint: str, best_effort: bool = False) 
         raise UsageError(busy, hint=hint) from None
     except OSError as exc:
         if best_effort:
-            return False
+            return
         os.close(fd)
-        raise UsageError(f"{busy.split(': another ', 1)[0]}: cannot be locked here "
-                         f"({exc.strerror})",
+        raise UsageError(f"{os.fspath(name)}: cannot be locked here ({exc.strerror})",
                          hint="keep it on a filesystem with file locks (a local disk)") from None
-    return True
 
 
 class AuditState:
@@ -183,7 +182,7 @@ class AuditState:
             raise UsageError(f"{path}: cannot write the audit state {where} it "
                              f"({exc.strerror})", hint=hint) from None
         lock_or_refuse(fd, f"{path}: another audit is using this state",
-                       hint="wait for it, or pass --state PATH")
+                       hint="wait for it, or pass --state PATH", name=path)
         conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -210,9 +209,7 @@ class AuditState:
                 os.close(fd)
             if not isinstance(exc, sqlite3.DatabaseError):
                 raise
-            said = database_error(exc, path)  # a full disk is not a foreign database
-            if said is not exc:
-                raise said from exc
+            raise_if_system_error(exc, path)  # a full disk is not a foreign database
             raise UsageError(f"{path}: not an audit state this kit can use ({exc}); "
                              "refusing to overwrite it", hint=hint) from None
         return state

@@ -83,7 +83,7 @@ class BuildStore:
             raise UsageError(f"{path}: cannot write the build's scratch database beside the "
                              f"manifest ({exc.strerror})",
                              hint="write the manifest to a writable directory") from None
-        lock_or_refuse(fd, busy(out), hint=BUSY_HINT)
+        lock_or_refuse(fd, busy(out), hint=BUSY_HINT, name=out)
         conn: sqlite3.Connection | None = None
         try:
             # whatever a killed build left is scratch: start from an empty database
@@ -247,7 +247,7 @@ def writing(out: Path) -> Iterator[None]:
         raise UsageError(f"{path}: cannot take the manifest's lock beside it ({exc.strerror})",
                          hint="write the manifest to a writable directory") from None
     # (best effort: an update on a filesystem without locks ran without one before)
-    lock_or_refuse(fd, busy(out), hint=BUSY_HINT, best_effort=True)
+    lock_or_refuse(fd, busy(out), hint=BUSY_HINT, name=out, best_effort=True)
     if not same_file(fd, path):  # removed by a writer ending in between: not this lock's file
         os.close(fd)
         raise UsageError(busy(out), hint=BUSY_HINT)

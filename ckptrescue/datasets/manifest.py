@@ -41,6 +41,7 @@ from ckptrescue.datasets.manifest_files import (
     partial_path,
     read_jsonl_entries,
     record_manifest,
+    refuse_outputs,
     sidecar_path,
     write_output_rows,
 )
@@ -78,21 +79,6 @@ def hash_entries(root: bytes, entries: list[FileEntry], formats: bool = True,
                  checksums: tuple[str, ...] = ()) -> list[ManifestEntry | UnreadableFile]:
     """Hash a batch sequentially (the unit of work sent to a cluster worker)."""
     return [hash_entry(root, e, formats=formats, checksums=checksums) for e in entries]
-
-
-def refuse_outputs(paths: Iterable[Path], *, says: str) -> None:
-    """Each of ``paths`` is a file the command may replace (nothing, a regular file or a
-    link): found before an hour of hashing, not at the rename after it. A device node, a
-    FIFO or a socket is the kit's refusal (exit 3); a folder or a path under a file, a usage
-    error that ``says`` what the paths are for."""
-    from ckptrescue.errors import os_error_line
-    from ckptrescue.record.atomic import refuse_non_regular
-
-    for path in paths:
-        try:
-            refuse_non_regular(path)
-        except OSError as exc:
-            raise UsageError(f"{os_error_line(exc)}; {says}") from None
 
 
 def check_output(out: Path) -> None:

@@ -270,7 +270,7 @@ def diff_manifests(old: str | os.PathLike[str], new: str | os.PathLike[str], *,
     old_p, new_p = _check_input(str(old)), _check_input(str(new))
     out = Path(output) if output else None
     if out is not None:
-        from ckptrescue.datasets.manifest import refuse_outputs
+        from ckptrescue.datasets.manifest_files import refuse_outputs
 
         # OUT and OUT.changes.jsonl, as every manifest writer checks them (a device node or a
         # FIFO is the kit's refusal, exit 3; a folder, a usage error)

@@ -221,6 +221,21 @@ def read_jsonl_entries(path: Path | IO[bytes]) -> Iterator[ManifestEntry]:
                 continue
 
 
+def refuse_outputs(paths: Iterable[Path], *, says: str) -> None:
+    """Each of ``paths`` is a file the command may replace (nothing, a regular file or a
+    link): found before an hour of hashing, not at the rename after it. A device node, a
+    FIFO or a socket is the kit's refusal (exit 3); a folder or a path under a file, a usage
+    error that ``says`` what the paths are for."""
+    from ckptrescue.errors import UsageError, os_error_line
+    from ckptrescue.record.atomic import refuse_non_regular
+
+    for path in paths:
+        try:
+            refuse_non_regular(path)
+        except OSError as exc:
+            raise UsageError(f"{os_error_line(exc)}; {says}") from None
+
+
 def write_outputs(out: Path, entries: list[ManifestEntry]) -> None:
     """OUT and its sidecar, each written atomically, neither renamed until both are whole (the
     sidecar first)."""

@@ -22,18 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptrescue.datasets import sha256sum_format
-from ckptrescue.datasets.manifest import check_paths, hash_many, refuse_outputs
+from ckptrescue.datasets.manifest import check_paths, hash_many
 from ckptrescue.datasets.manifest_files import (
     ManifestEntry,
     UnreadableFile,
     default_jobs,
     manifest_artifacts,
     read_jsonl_entries,
+    refuse_outputs,
     sidecar_path,
 )
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, Skipped, display, shown_path, to_json_path, walk
-from ckptrescue.errors import UsageError, naming
+from ckptrescue.errors import UsageError, named, naming
 from ckptrescue.model import Finding, JsonObject, Recorded, Severity
 
 PREV_SUFFIX = ".prev"
@@ -298,7 +299,7 @@ def replace_outputs(out: Path, entries: list[ManifestEntry]) -> None:
             try:
                 os.replace(tmp, target)
             except OSError as exc:  # the name asked for, not the temp file's
-                raise OSError(exc.errno, exc.strerror, str(target)) from None
+                raise named(exc, target, replace=True) from None
         temps.clear()
         _fsync_dir(out.parent)
     finally:

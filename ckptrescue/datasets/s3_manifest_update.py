@@ -23,7 +23,6 @@ from ckptrescue.datasets.manifest_files import (
 )
 from ckptrescue.datasets.manifest_update import (
     UpdateResult,
-    check_update_outputs,
     finish_update,
     prev_path,
     recorded_checksums,
@@ -48,7 +47,6 @@ def update_manifest_s3(url: str, manifest: str, *, jobs: int | None = None,
                        cancel: threading.Event | None = None) -> UpdateResult:
     url = normalise(url)
     out = Path(manifest)
-    check_update_outputs(out)  # before any object is listed or hashed
     side = require_manifest(out, "sizes and ETags")
     started = time.monotonic()
     old = {e.rel: e for e in read_jsonl_entries(side)}

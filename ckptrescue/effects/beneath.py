@@ -30,7 +30,7 @@ from pathlib import PurePosixPath
 from typing import IO, Any
 
 from ckptrescue.effects.files import fsync, named_file, proven_regular
-from ckptrescue.errors import RefusedError, named, naming
+from ckptrescue.errors import RefusedError, named, naming, not_a_regular_file
 from ckptrescue.guard.kernel import fd_mount_id as mount_id
 
 # linux/openat2.h
@@ -211,17 +211,11 @@ def _refuse_alias(root: str | os.PathLike[str], path: str | os.PathLike[str], di
     if crossed:
         raise _refuse_symlink(root, parts_beneath(root, path), OSError(errno.EXDEV, "mount"))
     if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
-        raise _not_a_file(path, st.st_mode)
+        raise not_a_regular_file(os.fspath(path), st.st_mode)
     writes = flags & (os.O_WRONLY | os.O_RDWR) and not flags & os.O_EXCL
     if writes and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
         raise RefusedError(f"{os.fsdecode(path)}: has {st.st_nlink} hard links; the kit never "
                            "writes through a name another file shares")
-
-
-def _not_a_file(path: str | os.PathLike[str], mode: int) -> RefusedError:
-    from ckptrescue.errors import not_a_regular_file
-
-    return not_a_regular_file(os.fspath(path), mode)
 
 
 def makedirs(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
@@ -298,6 +292,15 @@ def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data
             raise
 
 
+def replace_output(out: str | os.PathLike[str], data: bytes | str) -> None:
+    """An output file the responder named (``report -o OUT``): its own name beneath its folder
+    (:func:`write_bytes`; a relative OUT is not read under that folder again, where ``-o
+    r2/report.md`` once wrote ``r2/r2/report.md``), a name planted there replaced, never
+    followed, a device node or a FIFO refused."""
+    path = PurePosixPath(os.fspath(out))
+    write_bytes(path.parent, path.name, data.encode("utf-8") if isinstance(data, str) else data)
+
+
 def _temp_name(name: str) -> str:
     """A fresh hidden name beside ``name`` for its bytes until they are whole (a name too long
     to extend gets a short one)."""
@@ -350,7 +353,7 @@ def _replaceable_at(dirfd: int, name: str, path: str | os.PathLike[str]) -> None
     except FileNotFoundError:
         return
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise _not_a_file(path, mode)
+        raise not_a_regular_file(os.fspath(path), mode)
 
 
 def _lexists_at(dirfd: int, name: str) -> bool:

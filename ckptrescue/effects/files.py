@@ -8,7 +8,7 @@ import mmap
 import os
 from typing import Any, BinaryIO
 
-from ckptrescue.errors import naming
+from ckptrescue.errors import RefusedError, naming, not_a_regular_file
 
 NOATIME = getattr(os, "O_NOATIME", 0)
 
@@ -52,8 +52,6 @@ def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
     descriptor, blocking again."""
     import errno
 
-    from ckptrescue.errors import RefusedError
-
     shown = os.fspath(path)
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
@@ -72,8 +70,6 @@ def proven_regular(fd: int, shown: str | os.PathLike[str], flags: int = 0) -> in
     (:func:`errors.not_a_regular_file`) otherwise."""
     import fcntl
     import stat
-
-    from ckptrescue.errors import not_a_regular_file
 
     st_mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(st_mode):

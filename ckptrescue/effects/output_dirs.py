@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptrescue.errors import RefusedError
+from ckptrescue.errors import RefusedError, not_a_regular_file
 
 if TYPE_CHECKING:
     from ckptrescue.record.case import Case
@@ -100,13 +100,9 @@ def refuse_aliasing(target: str | os.PathLike[str], *, evidence: Sequence[str],
         raise RefusedError(f"{os.fspath(target)}: {reason}")
     # the kit's own writers replace their outputs by a rename: a device node there (even the
     # /dev/null a tool may write to), a FIFO or a socket is refused now, before the work
-    import stat
-
     try:
         mode = os.lstat(target).st_mode
     except (OSError, ValueError):
         return
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-        from ckptrescue.errors import not_a_regular_file
-
         raise not_a_regular_file(os.fspath(target), mode)

@@ -26,24 +26,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-
-def _named(exc: OSError, path: Path) -> OSError:
-    """``exc`` naming ``path`` (the file asked for) instead of the temp file."""
-    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+from ckptrescue.effects.files import fsync, named_file
+from ckptrescue.errors import named, not_a_regular_file
 
 
 def refuse_non_regular(path: Path) -> None:
     """Return when ``path`` is a regular file, a symlink or absent; a folder there is an
     ``IsADirectoryError``, a device node, a FIFO or a socket the kit's refusal (exit 3,
     :func:`errors.not_a_regular_file`); an error reaching it names ``path``."""
-    from ckptrescue.errors import not_a_regular_file
-
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     except OSError as exc:  # a file where a folder of the path must be
-        raise _named(exc, path) from None
+        raise named(exc, path, replace=True) from None
     if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
         return
     if stat.S_ISDIR(mode):
@@ -55,23 +51,20 @@ class _Temp:
     """The temporary file that becomes ``path`` (:func:`replacing_all`)."""
 
     def __init__(self, path: Path) -> None:
-        from ckptrescue.effects.files import named_file
-
         self.path = path
         try:
             # (a name too long to extend gets a short temporary name, still ``.*.tmp``)
             prefix = f".{path.name}." if len(os.fsencode(path.name)) <= 230 else ".ckptrescue-"
             fd, self.tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
         except OSError as exc:
-            raise _named(exc, path) from None
+            raise named(exc, path, replace=True) from None
         self.fh = named_file(fd, "wb", path)  # a write to a full disk names the file
 
     def finish(self, mode: int, durable: bool) -> None:
         """Every byte written and (``durable``) synced; the file closed with its mode."""
-        self.fh.flush()
         if durable:
-            os.fsync(self.fh.fileno())
-        self.fh.close()
+            fsync(self.fh)
+        self.fh.close()  # (flushed)
         os.chmod(self.tmp, mode)
 
     def install(self) -> None:
@@ -102,8 +95,7 @@ def _renaming_together(temps: list[_Temp]) -> Iterator[None]:
     if len(temps) < 2:
         yield
         return
-    import fcntl
-    import time
+    from ckptrescue.record.lock import flock_within
 
     try:
         dfd = os.open(temps[0].path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -111,17 +103,8 @@ def _renaming_together(temps: list[_Temp]) -> Iterator[None]:
         yield
         return
     try:
-        deadline = time.monotonic() + RENAME_LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(dfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.01)
-            except OSError:
-                break
+        with contextlib.suppress(OSError):  # (not locked: renamed without it)
+            flock_within(dfd, RENAME_LOCK_WAIT_S, poll=0.01)
         yield
     finally:
         os.close(dfd)
@@ -172,7 +155,7 @@ def replacing_all(*paths: str | os.PathLike[str], mode: int = 0o644,
         for t in temps:
             t.discard()
         if isinstance(exc, OSError) and exc.filename != str(current.path):
-            raise _named(exc, current.path) from None
+            raise named(exc, current.path, replace=True) from None
         raise
     if not durable:
         return

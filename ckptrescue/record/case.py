@@ -236,7 +236,7 @@ class Case:
         case = cls(root)
         case._state.set_durable(durable)
         try:
-            case._create_records(root, manifest)
+            case._create_records(manifest)
         except CaseWriteError as exc:
             if _holds_records(root):  # created: a derived file failed after the first record
                 raise
@@ -246,9 +246,9 @@ class Case:
                                       "new` again (it takes over what this one made)") from exc
         return case
 
-    def _create_records(self, root: Path, manifest: JsonObject) -> None:
-        case = self
-        with case.writer():
+    def _create_records(self, manifest: JsonObject) -> None:
+        root = self.root
+        with self.writer():
             if _holds_records(root):  # another creator got here first
                 raise CaseError(f"{root}: a case already exists here")
             # what a creation that failed before its first record left (a full disk) is taken
@@ -261,9 +261,9 @@ class Case:
                 if tmp.name.startswith(f".{MANIFEST}."):
                     with contextlib.suppress(FileNotFoundError):
                         tmp.unlink()
-            case._write_derived(root / MANIFEST, manifest)
-            case.log("case.created", details)
-            case._state.evidence_dirty = True
+            self._write_derived(root / MANIFEST, manifest)
+            self.log("case.created", details)
+            self._state.evidence_dirty = True
 
     @classmethod
     def open(cls, root: Path | str) -> Case:

@@ -87,6 +87,20 @@ def held(root: Path) -> bool:
         return _key(root) in _HELD
 
 
+def flock_within(fd: int, seconds: float, poll: float = 0.05) -> bool:
+    """The exclusive ``flock`` on ``fd``, tried until it is free or ``seconds`` have passed
+    (False); any other error of the lock (a filesystem without locks) is raised."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
+
+
 def acquire(root: Path, *, wait: float | None = None) -> None:
     """Take the case's writer lock (re-entrant within this process)."""
     key = _key(root)
@@ -105,20 +119,15 @@ def acquire(root: Path, *, wait: float | None = None) -> None:
                             hint="the kit writes only regular files of the case, never through "
                             "a symlink; remove it if nobody is writing into the case"
                             ) from exc
-        deadline = time.monotonic() + (wait_seconds() if wait is None else wait)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise _busy(Path(root)) from None
-                time.sleep(0.05)
-            except OSError as exc:
-                os.close(fd)
-                raise CaseError(f"{path}: cannot lock the case for writing "
-                                f"({exc.strerror or exc})") from exc
+        try:
+            locked = flock_within(fd, wait_seconds() if wait is None else wait)
+        except OSError as exc:
+            os.close(fd)
+            raise CaseError(f"{path}: cannot lock the case for writing "
+                            f"({exc.strerror or exc})") from exc
+        if not locked:
+            os.close(fd)
+            raise _busy(Path(root)) from None
         info = json.dumps({"pid": os.getpid(), "command": command_line(),
                            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         try:

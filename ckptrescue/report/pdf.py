@@ -82,5 +82,5 @@ def print_pdf(html: str, out: Path, *, runner: SubprocessRunner | None = None,
 
         # as the other formats: a link planted at OUT (while Chromium printed) is replaced,
         # never written through; a device node or a FIFO there is refused
-        beneath.write_bytes(out.parent, out.name, pdf.read_bytes())
+        beneath.replace_output(out, pdf.read_bytes())
     return out

@@ -149,6 +149,5 @@ def write(case: Case, out: Path, fmt: str = "html", *, runner: Any = None) -> Pa
     text = render(case, fmt)
     from ckptrescue.effects import beneath
 
-    beneath.write_text(out.parent, out.name, text)  # a name planted at OUT is replaced, not
-    # followed (its own name beneath its folder: a relative OUT is not read under it again)
+    beneath.replace_output(out, text)
     return out

@@ -129,7 +129,7 @@ def _check_room(dest: Path, image: Path, size: int) -> int:
 
 def _sidecar_check(path: Path, facts: JsonObject, image: Path, mapfile: Path) -> bool:
     """True when resuming. Refuses a mapfile/sidecar that belongs to another source."""
-    if path.exists() or path.is_symlink():
+    if os.path.lexists(path):
         old = _read_sidecar(path)
         for key in ("size", "sector_size", "serial", "wwid", "realpath", "loop_backing_file"):
             if old.get(key) != facts.get(key):

@@ -50,10 +50,6 @@ class _Named:
         return int(self.fh.write(data))
 
 
-def _sync(fh: Any) -> None:
-    fsync(fh)
-
-
 def _write_once(root: Path, tmp: Path, final: Path) -> None:
     beneath.makedirs(root, final.parent)
     if beneath.lexists(root, final):
@@ -141,7 +137,7 @@ class FolderDestination:
             with _local("creating a file for the incoming bytes", tmp, beneath.open_file,
                         self.dest, tmp, "xb") as fh:
                 fetched = self.store.fetch(obj, _Named(fh, tmp))
-                _local("syncing the incoming bytes", tmp, _sync, fh)
+                _local("syncing the incoming bytes", tmp, fsync, fh)
         except BaseException:
             beneath.unlink(self.dest, tmp, missing_ok=True)
             raise
@@ -174,4 +170,4 @@ class FolderDestination:
 
 def _append_synced(fh: Any, data: bytes) -> None:
     fh.write(data)
-    _sync(fh)
+    fsync(fh)

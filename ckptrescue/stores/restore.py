@@ -138,11 +138,10 @@ def _status(fetched: Any, manifest_sha: str | None) -> tuple[str, dict[str, Any]
     return status, detail
 
 
-def _place(to: Path, partial: Path, final: Path, unverified: Path, fetched: Any,
-           manifest_sha: str | None) -> Path:
+def _place(to: Path, partial: Path, final: Path, unverified: Path, status: str) -> Path:
     """The downloaded ``partial`` renamed to ``final`` when it verifies, else ``.unverified``
     (never over an existing file)."""
-    dest = final if _status(fetched, manifest_sha)[0] == "verified" else unverified
+    dest = final if status == "verified" else unverified
     for name in (dest, dest.with_name(dest.name + ".restore.json")):
         if beneath.lexists(to, name):
             raise RefusedError(f"{name}: already exists; restore never overwrites a file")
@@ -180,12 +179,12 @@ def restore(url: str, to: Path | str, *, version: str | None = None,
         with fh:
             fetched = store.fetch(obj, fh)
             fsync(fh)  # its errors (a full disk) name the file, as its writes' do
-        dest = _place(to, partial, final, unverified, fetched, manifest_sha)
+        status, detail = _status(fetched, manifest_sha)
+        dest = _place(to, partial, final, unverified, status)
     except BaseException:  # a download not placed is never left to block the rerun
         with contextlib.suppress(OSError):
             beneath.unlink(to, partial, missing_ok=True)
         raise
-    status, detail = _status(fetched, manifest_sha)
     result = RestoreResult(
         url=str(target), version=obj.version or fetched.object.get("version_id"),
         path=str(dest), status=status, size=fetched.size, sha256=fetched.sha256,

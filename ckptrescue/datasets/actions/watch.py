@@ -3,15 +3,12 @@ per interval or per burst of inotify events, each a recorded step)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
-from typing import TypeVar
 
 from ckptrescue.datasets.outputs import WatchPassOutput
 from ckptrescue.engine.action import Action, ActionArgs, ActionResult, ArgSpec, StepContext
 from ckptrescue.engine.events import Event
-
-T = TypeVar("T")
 
 
 class WatchPass(Action):
@@ -47,38 +44,34 @@ class WatchPass(Action):
         for target in (state_path, args.get("prometheus_textfile")):
             if target:
                 refuse_unsafe_output(ctx.case, str(target))
+        from ckptrescue.errors import database
+
         state = WatchState(state_path, source)
-        try:
-            # the state database's errors say which file (a full disk: ENOSPC)
-            result = yield from ctx.blocking(lambda p: _in_state(state_path, lambda: run_pass(
-                source, state, manifest=args.get("manifest"), only=only,
-                endpoint_url=args.get("endpoint_url") or None, cancel=ctx.cancel)))
-            out = result.to_json()
-            notes = []
-            if args.get("prometheus_textfile"):
-                write_textfile(Path(args["prometheus_textfile"]), state, result, source)
-            if args.get("webhook") and result.findings:
-                failed = post_webhook(str(args["webhook"]), {
-                    "source": source, "case": ctx.case.manifest.get("id"), **out,
-                    "findings": [f.to_json() for f in result.findings]})
-                if failed:
-                    notes.append(failed)
-            out["bad_total"] = state.bad()
-        finally:
-            state.close()
+        # the state database's errors say which file (a full disk: ENOSPC)
+        with database(state_path):
+            try:
+                result = yield from ctx.blocking(lambda p: run_pass(
+                    source, state, manifest=args.get("manifest"), only=only,
+                    endpoint_url=args.get("endpoint_url") or None, cancel=ctx.cancel))
+                out = result.to_json()
+                notes = []
+                if args.get("prometheus_textfile"):
+                    write_textfile(Path(args["prometheus_textfile"]), state, result, source)
+                if args.get("webhook") and result.findings:
+                    failed = post_webhook(str(args["webhook"]), {
+                        "source": source, "case": ctx.case.manifest.get("id"), **out,
+                        "findings": [f.to_json() for f in result.findings]})
+                    if failed:
+                        notes.append(failed)
+                out["bad_total"] = state.bad()
+            finally:
+                state.close()
         out["notes"] = notes
         for note in notes:
             yield ctx.output(f"note: {note}")
         yield ctx.output(out["answer"])
         return ActionResult(status="findings" if result.findings else "ok",
                             findings=result.findings, outputs=out, summary=out["answer"])
-
-
-def _in_state(path: Path, work: Callable[[], T]) -> T:
-    from ckptrescue.errors import database
-
-    with database(path):
-        return work()
 
 
 ACTIONS = [WatchPass]

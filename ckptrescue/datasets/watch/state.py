@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckptrescue.errors import raise_if_system_error
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
   path BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ino INTEGER,
@@ -72,7 +74,8 @@ def hold(path: Path, source: str) -> Held:
         raise UsageError(f"{path}: cannot keep the watch state here ({exc.strerror or exc})",
                          hint="give --state a new file") from None
     lock_or_refuse(fd, f"{path}: another watch is using this state",
-                   hint="stop that watch, or give this one its own --state", best_effort=True)
+                   hint="stop that watch, or give this one its own --state", name=path,
+                   best_effort=True)
     from ckptrescue.effects.files import same_file
 
     if not same_file(fd, path):  # removed (by a watch ending) or replaced since the open
@@ -130,7 +133,7 @@ class WatchState:
                                      "watch's); not used", hint=hint)
                 db.executescript(SCHEMA)
             except sqlite3.OperationalError as exc:
-                _full_disk(exc, path)
+                raise_if_system_error(exc, path)
                 if "locked" in str(exc):
                     raise UsageError(f"{path}: another watch is using this state", hint=hint) \
                         from None
@@ -144,7 +147,7 @@ class WatchState:
                 if known is None:
                     self.set_meta("source", source)
             except sqlite3.Error as exc:  # another program's SQLite database
-                _full_disk(exc, path)
+                raise_if_system_error(exc, path)
                 raise UsageError(f"{path}: not a watch state ({exc}); not used", hint=hint) \
                     from None
             if known is not None and known != source:
@@ -199,12 +202,3 @@ class WatchState:
     def commit(self) -> None:
         self.db.execute("COMMIT")
 
-
-def _full_disk(exc: Exception, path: Path) -> None:
-    """Raise the operating-system error a SQLite error stands for (a full disk, EIO), naming
-    the state: it is not another program's database."""
-    from ckptrescue.errors import database_error
-
-    said = database_error(exc, path)
-    if said is not exc:
-        raise said from exc
