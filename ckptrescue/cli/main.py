@@ -11,7 +11,6 @@ import gc
 import importlib
 import os
 import sys
-import traceback
 from typing import Annotated
 
 import typer
@@ -196,7 +195,7 @@ def _run(argv: list[str] | None) -> int:
             _error_line("ckptrescue: interrupted")
     except CkptRescueError as exc:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         _error_line(f"ckptrescue: error: {exc.message}")
         if exc.hint:
             _error_line(f"  hint: {exc.hint}")
@@ -216,15 +215,22 @@ def _run(argv: list[str] | None) -> int:
         code = int(ExitCode.USAGE)
     except OSError as exc:  # a path the system refused: an expected failure, one line
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         _error_line(f"ckptrescue: error: {os_error_line(exc)}")
         code = int(ExitCode.FAILURE)
     except Exception as exc:  # an internal failure: one line unless --debug
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         _error_line(f"ckptrescue: internal error: {type(exc).__name__}: {exc}")
         code = int(ExitCode.FAILURE)
     return code
+
+
+def _print_traceback() -> None:
+    """The traceback behind an error (``--debug``); its module is imported only then."""
+    import traceback
+
+    traceback.print_exc()
 
 
 def _error_line(text: str) -> None:

@@ -31,7 +31,6 @@ database: the rerun re-hashes those files.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -50,6 +49,7 @@ from ckptrescue.datasets.manifest_files import (
     read_jsonl_entries,
     sidecar_path,
 )
+from ckptrescue.datasets.scratch_db import entry_chunks, lock_or_refuse, writes_inside
 from ckptrescue.datasets.walk import FileEntry, Skipped, safe_relative, scan
 from ckptrescue.errors import UsageError, raise_if_system_error
 from ckptrescue.model import JsonObject
@@ -119,14 +119,6 @@ class Identity:
         return f"{self.root} (mode {self.mode}, manifest sha256 {self.manifest[:12]}...)"
 
 
-def writes_inside(path: Path, root: str | os.PathLike[str]) -> bool:
-    """A file written at ``path`` (its directory resolved; the name itself may be a link not
-    yet followed) would land in ``root`` (resolved) or below it."""
-    real_root = os.path.realpath(root)
-    real_path = os.path.join(os.path.realpath(path.parent), path.name)  # noqa: PTH118
-    return real_path == real_root or real_path.startswith(real_root.rstrip("/") + "/")
-
-
 def check_location(state: Path, root: str | os.PathLike[str], *, default: bool) -> None:
     """Refuse a state inside DIR (the dataset is evidence), with the way out."""
     if writes_inside(state, root):
@@ -134,25 +126,6 @@ def check_location(state: Path, root: str | os.PathLike[str], *, default: bool) 
         raise UsageError(f"{state}: the audit state would be written {why} ({root})",
                          hint="the dataset is evidence and is never written to: pass "
                               "--state PATH outside DIR")
-
-
-def lock_or_refuse(fd: int, busy: str, *, hint: str, name: str | os.PathLike[str],
-                   best_effort: bool = False) -> None:
-    """Take the exclusive lock on the open state file ``fd``; when another process holds it,
-    close ``fd`` and refuse with ``busy`` (a second writer never waits, never shares). A
-    filesystem that cannot lock at all (NFS without its lock daemon: ENOLCK) is that error,
-    said of ``name``, or with ``best_effort`` no lock."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UsageError(busy, hint=hint) from None
-    except OSError as exc:
-        if best_effort:
-            return
-        os.close(fd)
-        raise UsageError(f"{os.fspath(name)}: cannot be locked here ({exc.strerror})",
-                         hint="keep it on a filesystem with file locks (a local disk)") from None
 
 
 class AuditState:
@@ -669,24 +642,3 @@ def describe(path: str | os.PathLike[str]) -> JsonObject:
 
 
 __all__ = ["AuditState", "Identity", "check_location", "default_path", "describe", "manifest_id"]
-
-
-def entry_chunks(conn: sqlite3.Connection, sql: str, *, files: int,
-                 max_bytes: int) -> Iterator[list[FileEntry]]:
-    """Pages of ``sql`` (``SELECT rel, size, mtime_ns, inode ... WHERE rel > ? ... ORDER BY rel
-    LIMIT ?``) as FileEntry lists of at most ``files`` entries, cut after ``max_bytes``."""
-    after = b""
-    while True:
-        rows = conn.execute(sql, (after, files)).fetchall()
-        if not rows:
-            return
-        chunk: list[FileEntry] = []
-        nbytes = 0
-        for rel, size, mtime_ns, inode in rows:
-            chunk.append(FileEntry(bytes(rel), size, mtime_ns, inode))
-            nbytes += size
-            if nbytes >= max_bytes:
-                break
-        del rows
-        after = chunk[-1].rel
-        yield chunk

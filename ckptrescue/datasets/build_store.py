@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from ckptrescue.datasets.audit_state import entry_chunks, lock_or_refuse, writes_inside
 from ckptrescue.datasets.manifest_files import ManifestEntry, read_jsonl_entries
+from ckptrescue.datasets.scratch_db import entry_chunks, lock_or_refuse, writes_inside
 from ckptrescue.datasets.walk import FileEntry, Skipped, scan
 from ckptrescue.errors import UsageError
 

@@ -12,7 +12,7 @@ import os
 import re
 import struct
 
-from ckptrescue.checkpoints.formats.crc32c import masked_crc32c
+from ckptrescue.checkpoints.formats.crc32c import masked_crc32c_short
 from ckptrescue.datasets import format_heads
 
 HEAD_BYTES = 512
@@ -69,4 +69,4 @@ def looks_like_tfrecord(head: bytes) -> bool:
     if len(head) < 12:
         return False
     (crc,) = struct.unpack_from("<I", head, 8)
-    return masked_crc32c(head[:8]) == crc
+    return masked_crc32c_short(head[:8]) == crc

@@ -19,9 +19,7 @@ import json
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -45,6 +43,7 @@ from ckptrescue.datasets.manifest_files import (
     sidecar_path,
     write_output_rows,
 )
+from ckptrescue.datasets.ordered_pool import map_ordered
 from ckptrescue.datasets.progress import ProgressFn, Tracker
 from ckptrescue.datasets.walk import FileEntry, join
 from ckptrescue.errors import EvidenceError, UsageError, database
@@ -265,25 +264,16 @@ def hash_many(root: bytes, todo: list[FileEntry], *, jobs: int, scheduler: str |
     # a bounded window of in-flight groups keeps memory flat on trees of millions of files.
     from ckptrescue.datasets.cluster import batches
 
-    groups = iter(batches(todo, max_bytes=32 << 20, max_files=64))
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sha256") as pool:
-        pending: deque[Future[list[ManifestEntry | UnreadableFile]]] = deque()
-        for group in groups:
-            pending.append(pool.submit(_hash_group, root, group, tracker, formats, checksums,
-                                       prefetch))
-            if len(pending) >= jobs * 4:
-                break
-        while pending:
-            for item in pending.popleft().result():
-                tracker.add(files=1)
-                yield item
-            group = next(groups, None)
-            if group is not None:
-                pending.append(pool.submit(_hash_group, root, group, tracker, formats,
-                                           checksums, prefetch))
+    groups = batches(todo, max_bytes=32 << 20, max_files=64)
+    hash_group = functools.partial(_hash_group, root, tracker=tracker, formats=formats,
+                                   checksums=checksums, prefetch=prefetch)
+    for items in map_ordered(hash_group, groups, workers=jobs, window=jobs * 4, name="sha256"):
+        for item in items:
+            tracker.add(files=1)
+            yield item
 
 
-def _hash_group(root: bytes, group: list[FileEntry], tracker: Tracker, formats: bool,
+def _hash_group(root: bytes, group: list[FileEntry], *, tracker: Tracker, formats: bool,
                 checksums: tuple[str, ...], prefetch: bool | ReadPlan,
                 ) -> list[ManifestEntry | UnreadableFile]:
     return [hash_entry(root, e, tracker, formats=formats, checksums=checksums,

@@ -61,3 +61,38 @@ def test_crc32c_of_every_buffer_kind_equals_the_bytes_and_a_read_buffer_is_not_c
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20, peak
+
+
+def test_the_short_masked_crc32c_equals_the_extensions_for_every_length_it_takes() -> None:
+    import google_crc32c
+    import pytest
+
+    from ckptrescue.checkpoints.formats.crc32c import SHORT, mask, masked_crc32c_short
+
+    data = _bytes(SHORT)
+    for n in range(SHORT + 1):
+        for start in (0, 1):
+            piece = (data[start:] + data[:start])[:n]
+            assert masked_crc32c_short(piece) == mask(google_crc32c.value(piece)), n
+    assert masked_crc32c_short(b"\xff" * 8) == mask(google_crc32c.value(b"\xff" * 8))
+    with pytest.raises(ValueError):
+        masked_crc32c_short(bytes(SHORT + 1))
+
+
+def test_format_detection_does_not_load_the_crc32c_extension() -> None:
+    # a manifest build detects each file's format on its hashing threads: loading the
+    # extension there held the GIL in every thread (in a fresh process, as a build is)
+    import subprocess
+    import sys
+
+    code = ("import sys, struct\n"
+            "from ckptrescue.datasets.detect import detect\n"
+            "from ckptrescue.checkpoints.formats.crc32c import masked_crc32c_short\n"
+            "n = struct.pack('<Q', 5)\n"
+            "head = n + struct.pack('<I', masked_crc32c_short(n)) + b'hello' + bytes(4)\n"
+            "assert detect('shard-0', head) == 'tfrecord', detect('shard-0', head)\n"
+            "assert detect('shard-1', bytes(range(256)) * 2) == 'other'\n"
+            "print('google_crc32c' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"

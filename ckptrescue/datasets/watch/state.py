@@ -61,7 +61,7 @@ def hold(path: Path, source: str) -> Held:
     the middle of one (``database is locked``). The lock is ``flock``'s: advisory, and on NFS
     the client's emulation with POSIX locks, which the kernel drops when any descriptor of the
     file closes (the watch's passes open and close it). :func:`release` ends it."""
-    from ckptrescue.datasets.audit_state import lock_or_refuse
+    from ckptrescue.datasets.scratch_db import lock_or_refuse
     from ckptrescue.effects.files import open_own_file
     from ckptrescue.errors import UsageError
 
