@@ -79,8 +79,9 @@ def step_outputs() -> str:
     from ckptrescue.actions import registry
 
     lines = ["# Step outputs", "",
-             "Generated from the actions' output types (`ckptrescue/<wing>/outputs.py`,",
-             "`ckptrescue/engine/outputs.py`) by `docs/generate.py`; do not edit by hand.",
+             "Generated from the actions' output types (`ckptrescue/<wing>/outputs.py`, or its",
+             "modules in `outputs/`; `ckptrescue/engine/outputs.py`) by `docs/generate.py`; do",
+             "not edit by hand.",
              "Each action's steps store their outputs as a JSON artifact of this record type;",
              "playbooks refer to them as `${step_id.field}`, and the CLI, `answer.py`, the",
              "report and the TUI read them by type. Keys not listed are kept as they are.",

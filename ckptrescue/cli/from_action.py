@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.models import CommandInfo
 
 from ckptrescue.cli.options import CaseDirOpt, JsonOpt, OptionalCaseOpt
 from ckptrescue.cli.output import info, interrupted, show
@@ -230,7 +231,32 @@ def build(command: Command) -> Callable[..., int]:
 
 
 def add_command(app: typer.Typer, name: str, command: Command) -> None:
-    app.command(name, context_settings=dict(command.context_settings) or None)(build(command))
+    """``command`` as ``app``'s subcommand ``name``. Its callback is built (:func:`build`: the
+    action's module imported, its signature made) when typer makes the click command of it: a
+    command tree pruned to the one command a command line names (``cli.main._only_named``)
+    builds that one alone, not its module's every command."""
+    app.registered_commands.append(_Unbuilt(
+        command, name=name, context_settings=dict(command.context_settings) or None))
+
+
+class _Unbuilt(CommandInfo):
+    """What ``app.command(name)(build(command))`` registers, with the callback built when it is
+    first read (typer reads it only to make the click command)."""
+
+    def __init__(self, command: Command, **info: Any) -> None:
+        self._command = command
+        self._built: Callable[..., int] | None = None
+        super().__init__(**info)
+
+    @property  # type: ignore[override]
+    def callback(self) -> Callable[..., int]:
+        if self._built is None:
+            self._built = build(self._command)
+        return self._built
+
+    @callback.setter
+    def callback(self, value: Callable[..., int] | None) -> None:
+        self._built = value
 
 
 def add_group(app: typer.Typer, name: str, help: str) -> typer.Typer:

@@ -5,23 +5,27 @@ way. ``asides`` go to stderr beside the text; ``notes`` to stderr even with ``--
 
 from __future__ import annotations
 
-from ckptrescue.datasets.outputs import (
-    DatasetCompareOutput,
-    DatasetProfileOutput,
-    DatasetVerifyOutput,
-    GateOutput,
-    HubCacheOutput,
-    ManifestAuditOutput,
-    ManifestBuildOutput,
-    ManifestDiffOutput,
-    ManifestUpdateOutput,
-    QuarantineOutput,
-    RecoverOutput,
-    TrainStateOutput,
-)
+from typing import TYPE_CHECKING
+
 from ckptrescue.display import Shown
 from ckptrescue.errors import ExitCode
 from ckptrescue.model import JsonObject
+
+if TYPE_CHECKING:  # (each family of records is imported by the command that shows it)
+    from ckptrescue.datasets.outputs import (
+        DatasetCompareOutput,
+        DatasetProfileOutput,
+        DatasetVerifyOutput,
+        GateOutput,
+        HubCacheOutput,
+        ManifestAuditOutput,
+        ManifestBuildOutput,
+        ManifestDiffOutput,
+        ManifestUpdateOutput,
+        QuarantineOutput,
+        RecoverOutput,
+        TrainStateOutput,
+    )
 
 FINDINGS = int(ExitCode.FINDINGS)
 

@@ -171,7 +171,7 @@ def _other_domain_parts(case: Case, name_of: Any, held: Callable[[str], bool]) -
                     parts.append(f"s3 {name_of(key.key)}: last known-good version "
                                  f"{key.known_good}")
     if held(DATASETS):
-        parts += _dataset_parts(case)
+        parts += _dataset_parts(case, held)
     return parts
 
 
@@ -192,7 +192,11 @@ def _storage_parts(case: Case) -> list[str]:
     return parts
 
 
-def _dataset_parts(case: Case) -> list[str]:
+def _dataset_parts(case: Case, held: Callable[[str], bool]) -> list[str]:
+    from ckptrescue.datasets.outputs import module_of
+
+    if not held(module_of("TrainStateOutput")):  # the analysis records (and the comparison's)
+        return []
     from ckptrescue.datasets.outputs import DatasetCompareOutput, TrainStateOutput
 
     parts: list[str] = []

@@ -26,14 +26,14 @@ def capability_parts(case: Case, held: Callable[[str], bool] = lambda _module: T
     parts: list[str] = []
     datasets = held(DATASETS)
     if datasets:
-        from ckptrescue.datasets.outputs import ManifestDiffOutput
+        from ckptrescue.datasets.outputs import ManifestDiffOutput, module_of
 
         for diff in outputs_of(case, ManifestDiffOutput)[-1:]:
             if diff.differs or diff.bad_lines:
                 parts.append(f"manifest diff: {diff.answer}")
     if held(CHECKPOINTS):
         parts += _checkpoint_parts(case)
-    if datasets:
+    if datasets and held(module_of("HubCacheOutput")):
         from ckptrescue.datasets.outputs import HubCacheOutput
 
         for hub in outputs_of(case, HubCacheOutput)[-1:]:

@@ -110,19 +110,30 @@ def recorded_modules(case: Case) -> set[str] | None:
 
 
 CHECKPOINTS = "ckptrescue.checkpoints.outputs"
-DATASETS = "ckptrescue.datasets.outputs"
+DATASETS = "ckptrescue.datasets.outputs"  # a package: its records live in its modules
 STORAGE = "ckptrescue.storage.outputs"
 STORES = "ckptrescue.stores.outputs"
 
 
+def in_domain(module: str, domain: str) -> bool:
+    """Whether records that a ``step.finished`` says come from ``module`` may be records of
+    ``domain`` (one of the names above, or one module of a domain's package, e.g.
+    ``ckptrescue.datasets.outputs.analysis``): the same module, a module of the package
+    ``domain``, or the package itself, which cases written before the package was split name
+    for all of its records."""
+    return (module == domain or module.startswith(domain + ".")
+            or domain.startswith(module + "."))
+
+
 def domains_held(case: Case) -> Callable[[str], bool]:
-    """Whether the case may hold records of an output module (``CHECKPOINTS``, ...): exactly,
-    from the modules ``step.finished`` records name; for a case with older records, any module
-    may, unless all its records are checkpoint records (a probe's case). A reader skips, and
-    does not import, a domain whose records the case cannot hold."""
+    """Whether the case may hold records of an output domain (``CHECKPOINTS``, ...; or of one
+    module of a domain's package): exactly, from the modules ``step.finished`` records name
+    (:func:`in_domain`); for a case with older records, any module may, unless all its records
+    are checkpoint records (a probe's case). A reader skips, and does not import, a domain whose
+    records the case cannot hold."""
     modules = recorded_modules(case)
     if modules is not None:
-        return modules.__contains__
+        return lambda domain: any(in_domain(m, domain) for m in modules)
     others = holds_records_beyond(case, CHECKPOINTS)
     return lambda module: others or module == CHECKPOINTS
 
@@ -145,7 +156,7 @@ def holds_records_beyond(case: Case, module: str) -> bool:
     for name in recorded_types(case):
         kind = getattr(records, name, None)
         if not (isinstance(kind, type) and issubclass(kind, StepOutputs)
-                and kind.__module__ == module):
+                and in_domain(kind.__module__, module)):
             return True
     return False
 

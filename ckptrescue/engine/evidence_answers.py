@@ -124,7 +124,7 @@ def evidence_parts(case: Case, held: Callable[[str], bool] = lambda _module: Tru
                              "version: " + _named(stale)
                              + " (a download of the latest gets the bad copy)")
     if datasets:
-        from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput
+        from ckptrescue.datasets.outputs import DatasetVerifyOutput, ManifestAuditOutput, module_of
 
         for audit in outputs_of(case, ManifestAuditOutput)[-1:]:
             if (text := _audit(audit)) is not None:
@@ -148,7 +148,7 @@ def evidence_parts(case: Case, held: Callable[[str], bool] = lambda _module: Tru
         # "damaged"
         parts += [text for restored in outputs_of(case, S3RestoreOutput)
                   if (text := _restored(restored, case)) is not None]
-    if datasets:
+    if datasets and held(module_of("RecoverOutput")):
         from ckptrescue.datasets.outputs import RecoverOutput
 
         for recovered in outputs_of(case, RecoverOutput)[-1:]:

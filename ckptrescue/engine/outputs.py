@@ -1,7 +1,7 @@
 """Typed step outputs of the foundation's actions (confirm, exec, collect.logs, case.verify,
 report, drill.load): one record type per action, read by type, never by action-name strings.
 The wings keep theirs (``checkpoints/outputs.py``, ``storage/outputs.py``,
-``datasets/outputs.py``, ``stores/outputs.py``).
+``datasets/outputs/``, ``stores/outputs.py``).
 
 A step's outputs are stored as a JSON artifact (``engine.run``); each action names its record
 type (``Action.output_type``), and readers — the CLI's renderers, ``answer.py``, the report,

@@ -82,7 +82,8 @@ PROBE_IMPORTS = r"""
 import sys
 from ckptrescue.cli.main import run
 code = run(["probe", "--json", sys.argv[1]])
-print("exit", code, sorted(m for m in sys.modules if m.endswith(".outputs")), file=sys.stderr)
+print("exit", code, sorted(m for m in sys.modules if m.endswith(".outputs") or ".outputs." in m),
+      file=sys.stderr)
 """
 
 
@@ -118,10 +119,34 @@ def test_a_manifest_build_imports_no_other_domains_records(tmp_path: Path) -> No
                                  '"--no-progress", "--case", sys.argv[3]]')
     proc = subprocess.run([sys.executable, "-c", code, str(data), str(tmp_path / "m.sha256"),
                            str(tmp_path / "case")], capture_output=True, text=True, timeout=120)
-    assert proc.stderr.strip().endswith("exit 0 ['ckptrescue.datasets.outputs']"), proc.stderr
+    # the dataset wing's records of the manifest actions alone, not its other families
+    assert proc.stderr.strip().endswith(
+        "exit 0 ['ckptrescue.datasets.outputs', 'ckptrescue.datasets.outputs.manifests']"), \
+        proc.stderr
     case = Case.open(tmp_path / "case")
     (record,) = case.records("step.finished")
-    assert record["details"]["output_modules"] == ["ckptrescue.datasets.outputs"]
+    assert record["details"]["output_modules"] == ["ckptrescue.datasets.outputs.manifests"]
+
+
+def test_a_dataset_record_counts_for_its_domain_under_the_old_and_the_new_module(
+        tmp_path: Path) -> None:
+    """Cases written before the dataset records became a package name
+    ``ckptrescue.datasets.outputs``; newer ones its family module: both are the dataset
+    domain, and a module that only begins with the same letters is not."""
+    from ckptrescue.datasets.outputs import ManifestBuildOutput
+    from ckptrescue.engine.case_outputs import DATASETS, domains_held, outputs_of
+
+    for modules, held in ((["ckptrescue.datasets.outputs"], True),
+                          (["ckptrescue.datasets.outputs.manifests"], True),
+                          (["ckptrescue.datasets.outputsx"], False)):
+        case = Case.create(tmp_path / modules[0])
+        sha = case.store_artifact(json.dumps({"root": "/d", "files": 3}).encode(),
+                                  name="b.outputs.json", kind="result:x")
+        case.log("step.finished", {"run_key": "k", "step": "b", "action": "manifest.build",
+                                   "status": "ok", "output_type": "ManifestBuildOutput",
+                                   "output_modules": modules, "outputs_sha256": sha})
+        assert domains_held(case)(DATASETS) is held, modules
+        assert [o.files for o in outputs_of(case, ManifestBuildOutput)] == [3]
 
 
 def test_each_domain_s_part_comes_from_the_modules_its_records_name(tmp_path: Path) -> None:
@@ -149,3 +174,42 @@ def test_each_domain_s_part_comes_from_the_modules_its_records_name(tmp_path: Pa
     # a record that does not name its modules (an older case's): any domain may be held
     finished("x", "FutureOutput", None, {})  # type: ignore[arg-type]
     assert domains_held(case)("ckptrescue.stores.outputs")
+
+
+def test_a_dataset_family_is_read_when_the_case_names_it_or_the_whole_old_module(
+        tmp_path: Path) -> None:
+    """The answer reads the training-state records (the analysis family) of a case whose
+    ``step.finished`` names that family's module, or the one module older cases named; a case
+    whose records are all of another family does not import them."""
+    import subprocess
+    import sys
+
+    from ckptrescue.engine.answer import answer_line
+
+    state = {"findings": [{"code": "TS001", "title": "loss went to NaN at step 40"}]}
+    for n, modules in enumerate((["ckptrescue.datasets.outputs.analysis"],
+                                 ["ckptrescue.datasets.outputs"])):
+        case = Case.create(tmp_path / f"c{n}")
+        sha = case.store_artifact(json.dumps(state).encode(), name="t.outputs.json",
+                                  kind="result:x")
+        case.log("step.finished", {"run_key": "k", "step": "t", "action": "trainstate.check",
+                                   "status": "ok", "output_type": "TrainStateOutput",
+                                   "output_modules": modules, "outputs_sha256": sha})
+        assert answer_line(case) == ("training state: 1 finding(s) (TS001): loss went to NaN "
+                                     "at step 40"), modules
+    case = Case.create(tmp_path / "build")
+    sha = case.store_artifact(json.dumps({"root": "/d", "files": 1}).encode(),
+                              name="b.outputs.json", kind="result:x")
+    case.log("step.finished", {"run_key": "k", "step": "b", "action": "manifest.build",
+                               "status": "ok", "output_type": "ManifestBuildOutput",
+                               "output_modules": ["ckptrescue.datasets.outputs.manifests"],
+                               "outputs_sha256": sha})
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from ckptrescue.engine.answer import answer_line\n"
+            "from ckptrescue.record.case import Case\n"
+            "answer_line(Case.open(Path(sys.argv[1])))\n"
+            "print(sorted(m for m in sys.modules if '.outputs.' in m))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "build")],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    assert out.strip() == "['ckptrescue.datasets.outputs.manifests']"
