@@ -21,7 +21,6 @@ partial file for the rerun).
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import re
@@ -248,6 +247,8 @@ def _quiet_client_logs() -> Iterator[None]:
     if os.environ.get("CKPTRESCUE_DEBUG"):
         yield
         return
+    import logging  # (here: the local build's hashing pool groups files with ``batches``)
+
     # tornado.application and asyncio carry the tracebacks of the client's background tasks
     # (a result being fetched when the scheduler went away)
     names = ["distributed", "tornado.application", "asyncio",

@@ -1,5 +1,9 @@
 """Events the engine emits while it runs a plan (past tense, frozen).
 
+Each is emitted once and read where it arrives; nothing compares two events, so their equality
+is identity (``eq=False``): a generated ``__eq__`` and ``__hash__`` per class were two compiled
+methods each in every command's start-up, for nothing.
+
 The CLI prints them, the TUI posts them as messages, tests assert on them. No adapter computes a
 finding: findings arrive as :class:`FindingEmitted`.
 """
@@ -12,14 +16,14 @@ from typing import Any
 from ckptrescue.model import Finding
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Event:
     """Base: every event names the step it belongs to ('' for the run's own)."""
 
     step_id: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunStarted(Event):
     """A run of a playbook began: its name, run key and step ids."""
 
@@ -28,7 +32,7 @@ class RunStarted(Event):
     steps: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepStarted(Event):
     """A step began: its action and title."""
 
@@ -36,14 +40,14 @@ class StepStarted(Event):
     title: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepOutput(Event):
     """A line of text a step printed while it ran."""
 
     text: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepProgress(Event):
     """Progress of a long step; ``total`` may be None when unknown. Coalesce these in a UI."""
 
@@ -57,14 +61,14 @@ class StepProgress(Event):
     items_total: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FindingEmitted(Event):
     """A finding a step recorded."""
 
     finding: Finding | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GateReached(Event):
     """A step asked the examiner yes or no: ``answered`` is the answer, None when none came
     (the step then stops)."""
@@ -73,7 +77,7 @@ class GateReached(Event):
     answered: bool | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepSkipped(Event):
     """A step that did not run: finished by an earlier attempt, or its condition false or
     not evaluable."""
@@ -81,7 +85,7 @@ class StepSkipped(Event):
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepFinished(Event):
     """A step ended: its status, summary and outputs, or its error."""
 
@@ -96,7 +100,7 @@ class StepFinished(Event):
     partial: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunFinished(Event):
     """The run ended: its status, the one-line answer and the step that failed, if one did."""
 

@@ -4,6 +4,7 @@ top-level command a module registers must be routed to that module, and only tho
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import typer
 from cli_helpers import invoke
@@ -87,3 +88,28 @@ def test_a_named_top_level_command_is_the_only_one_made() -> None:
     assert shown.returncode == 0 and "Usage: ckptrescue image [OPTIONS]" in shown.stdout
     missing = invoke("salvage")
     assert missing.returncode == 2 and "Usage: ckptrescue salvage" in missing.stderr
+
+
+def test_a_command_builds_and_imports_only_what_it_runs(tmp_path: Path) -> None:
+    """``manifest build`` (the kit's start-up is a fixed cost of every build) makes its own
+    command alone: not the other seven of its module nor their action modules and records, and
+    it hashes without the modules only other commands use (logging, concurrent.futures, the
+    CRC32C extension)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.bin").write_bytes(bytes(range(256)) * 64)
+    code = ("import sys\n"
+            "from ckptrescue.cli.main import run\n"
+            "assert run(['manifest', 'build', sys.argv[1], '-o', sys.argv[2], '--jobs', '2',"
+            " '--no-progress']) == 0\n"
+            "mods = [m for m in sys.modules if m.startswith(('ckptrescue.datasets.actions.',"
+            " 'ckptrescue.datasets.outputs.')) or m in ('logging', 'concurrent.futures',"
+            " 'google_crc32c')]\n"
+            "print(sorted(mods))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(data), str(tmp_path / "m.sha256")],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    assert out.splitlines()[-1] == ("['ckptrescue.datasets.actions.manifests', "
+                                    "'ckptrescue.datasets.outputs.manifests']")
