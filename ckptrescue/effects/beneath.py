@@ -312,16 +312,60 @@ def _temp_name(name: str) -> str:
 @contextlib.contextmanager
 def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
              perms: int = 0o644) -> Iterator[IO[bytes]]:
-    """A new file at ``path`` beneath ``root``, written under a temporary name beside it and
-    renamed into place once flushed and synced: the name holds the whole file or nothing. On
-    any failure (a full disk, a read error of the source, Ctrl-C) the temporary file is
-    removed and ``path`` never appears; an existing ``path`` is refused (``FileExistsError``),
-    before and again at the rename. Errors name ``path``."""
+    """A new file at ``path`` beneath ``root`` that gets its name only when it is whole: on any
+    failure (a full disk, a read error of the source, Ctrl-C, and ``kill -9`` too) ``path``
+    never appears and nothing is left beside it. An existing ``path`` is refused
+    (``FileExistsError``), before and again when the name is given. Errors name ``path``.
+
+    The bytes go to an anonymous file in ``path``'s directory (``O_TMPFILE``), given its name
+    by a hard link once flushed and synced (``linkat``, which fails on a taken name): a killed
+    process leaves no file at all, since the kernel frees a file no name holds. Where the
+    filesystem has no anonymous files (NFS, some FUSE) or ``/proc`` is not mounted, a hidden
+    temporary name beside ``path`` is renamed (:func:`_rename_noreplace`), which a
+    ``kill -9`` leaves behind."""
     shown = os.path.join(os.fspath(root), os.fspath(path))
-    rel = PurePosixPath(os.fspath(path))
-    tmp = rel.with_name(_temp_name(rel.name))
     if lexists(root, path):
         raise FileExistsError(errno.EEXIST, "File exists", shown)
+    with _parent(root, path, create=True) as (dirfd, name):
+        fd = _anonymous_file(dirfd, perms, shown)
+        if fd is not None:
+            with named_file(fd, "wb", shown) as fh:
+                yield fh
+                fsync(fh)
+                _name_anonymous(fd, dirfd, name, shown)
+            return
+    yield from _creating_named(root, path, perms=perms, shown=shown)
+
+
+def _anonymous_file(dirfd: int, perms: int, shown: str) -> int | None:
+    """An unnamed regular file in the directory ``dirfd`` (None: this filesystem, or this
+    system, cannot make and then name one)."""
+    if not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, perms, dir_fd=dirfd)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS):
+            return None
+        raise named(exc, shown) from None
+
+
+def _name_anonymous(fd: int, dirfd: int, name: str, shown: str) -> None:
+    """Give the anonymous file ``fd`` the name ``name`` in ``dirfd``; a taken name is refused
+    (the link fails on it) and the file at it left as it is."""
+    try:
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dirfd, follow_symlinks=True)
+    except FileExistsError:  # made by someone else while this one was written
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), shown) from None
+    except OSError as exc:
+        raise named(exc, shown) from None
+
+
+def _creating_named(root: str | os.PathLike[str], path: str | os.PathLike[str], *, perms: int,
+                    shown: str) -> Iterator[IO[bytes]]:
+    """:func:`creating` through a hidden temporary name beside ``path``."""
+    rel = PurePosixPath(os.fspath(path))
+    tmp = rel.with_name(_temp_name(rel.name))
     fh = named_file(open_fd(root, tmp, _MODES["xb"], perms), "wb", shown)
     try:
         with fh:
@@ -381,14 +425,55 @@ def lstat(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> os.stat
 def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
            dst: str | os.PathLike[str], *, replace: bool = True) -> None:
     """``rename(src, dst)``, both beneath ``root``; ``replace=False`` refuses an existing
-    ``dst``."""
+    ``dst`` (:func:`_rename_noreplace`: no moment in which another writer's file at ``dst``
+    could be replaced)."""
     with _parent(root, src, create=False) as (sfd, sname), \
             _parent(root, dst, create=True) as (dfd, dname):
-        if not replace and _lexists_at(dfd, dname):
-            raise FileExistsError(errno.EEXIST, f"{os.fspath(dst)}: already exists")
-        if replace:
-            _replaceable_at(dfd, dname, dst)
+        if not replace:
+            if _lexists_at(dfd, dname):  # the common refusal, before any attempt
+                raise FileExistsError(errno.EEXIST, f"{os.fspath(dst)}: already exists")
+            _rename_noreplace(sfd, sname, dfd, dname, dst)
+            return
+        _replaceable_at(dfd, dname, dst)
         os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+
+
+RENAME_NOREPLACE = 1  # linux/fs.h
+# what a filesystem without RENAME_NOREPLACE (older NFS, some FUSE) or without hard links (vfat,
+# some FUSE) answers
+_CANNOT = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
+
+
+def _rename_noreplace(sfd: int, sname: str, dfd: int, dname: str,
+                      shown: str | os.PathLike[str]) -> None:
+    """Rename that refuses an existing ``dname`` in the same step as it renames: the kernel's
+    ``renameat2(RENAME_NOREPLACE)``; where the filesystem has no such rename, a hard link
+    (which fails on an existing name) and the removal of the old name; where it has neither (a
+    directory, vfat), a check and then the rename, the one way with a window. A name taken in
+    the meantime is ``FileExistsError``, and the file at it is left as it was."""
+    exists = FileExistsError(errno.EEXIST, f"{os.fspath(shown)}: already exists")
+    libc = _libc()
+    renameat2 = getattr(libc, "renameat2", None) if libc is not None else None
+    if renameat2 is not None:
+        if renameat2(sfd, os.fsencode(sname), dfd, os.fsencode(dname), RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise exists
+        if err not in _CANNOT:
+            raise OSError(err, os.strerror(err), os.fspath(shown))
+    try:
+        os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+    except FileExistsError:
+        raise exists from None
+    except OSError as exc:
+        if exc.errno not in _CANNOT:
+            raise
+        if _lexists_at(dfd, dname):
+            raise exists from None
+        os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+        return
+    os.unlink(sname, dir_fd=sfd)
 
 
 def link(root: str | os.PathLike[str], src: str | os.PathLike[str],
