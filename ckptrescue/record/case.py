@@ -61,6 +61,10 @@ AUDIT = "audit.jsonl"
 EVIDENCE = "evidence.json"
 ARTIFACTS = "artifacts"
 SEAL = "seal.json"
+# present while a case is being created, from before its case.json is written until its first
+# record is in the log: what a creation that failed (a full disk) left is told apart by it from a
+# case whose log was emptied later (damage), which looks the same otherwise
+CREATING = ".creating"
 _CHUNK = 1 << 20
 _LOCAL_KINDS = {"file", "directory", "block-device", "image", "mount"}
 # records that must be on disk before the kit goes on (what it attached, what it began imaging,
@@ -219,6 +223,8 @@ class Case:
         try:
             (root / ARTIFACTS).mkdir(parents=True, exist_ok=True)
             (root / "work").mkdir(exist_ok=True)
+            os.close(os.open(root / CREATING, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o644))
         except OSError as exc:
             raise CaseWriteError(f"{root}: {exc.strerror or exc} while creating the case "
                                  "directory") from exc
@@ -244,6 +250,8 @@ class Case:
             raise CaseWriteError(f"{root}: the case could not be created: {exc.message}",
                                  hint="free space on its filesystem and run the same `case "
                                       "new` again (it takes over what this one made)") from exc
+        with contextlib.suppress(FileNotFoundError):  # the first record is in the log
+            os.unlink(root / CREATING)
         return case
 
     def _create_records(self, manifest: JsonObject) -> None:
@@ -373,7 +381,17 @@ class Case:
             state.derived_checked = False  # another process wrote since: look again
         state.sealed = (self.root / SEAL).exists() or bool(index.of("case.sealed"))
         if not _holds_records(self.root):
-            return  # a case being created (or taken over from a failed creation)
+            if (self.root / CREATING).is_file():
+                return  # a case being created (or taken over from a failed creation)
+            # its case.json says it was created, and its log holds nothing: never written into
+            # (a first record here would begin a new chain that hides the loss)
+            raise CaseError(f"{self.root}: the case's log ({AUDIT}) holds no records, though "
+                            f"its {MANIFEST} says it was created: the log was emptied or cut "
+                            "short; nothing is written into it",
+                            hint=f"ckptrescue case verify {self.root}; keep this folder as it "
+                                 "is and record into a new case")
+        with contextlib.suppress(FileNotFoundError):  # a creation killed after its first record
+            os.unlink(self.root / CREATING)
         with contextlib.suppress(OSError):
             index.write_lines([])  # rewrites the index file when missing or not this index's
         if not (self.root / EVIDENCE).exists():
@@ -651,6 +669,12 @@ class Case:
         if created is not None and manifest != _details(created).get("manifest"):
             report.problems.append(f"{MANIFEST} differs from the manifest recorded in record seq "
                                    f"{created['seq']} (case.created): it was edited")
+        if created is None and not log_problem:
+            # a case's log begins with its case.created record; the kit never leaves one without
+            # it (a creation that failed before it is no case: Case.open refuses it)
+            what = "holds no records" if not chain.records else "has no case.created record"
+            report.problems.append(f"{AUDIT} {what}, though {MANIFEST} says a case was created "
+                                   "here: the log was emptied or cut short")
         if chain.ok:
             self._verify_evidence(chain, report, derived[EVIDENCE])
             self._verify_seal(chain, report, derived[SEAL])
@@ -915,24 +939,29 @@ def _holds_records(root: Path) -> bool:
 
 def _left_by_a_failed_creation(root: Path) -> bool:
     """``root`` is empty, or holds only what a creation that failed before its first record
-    leaves (a full disk) and nothing else: the lock file, the two folders empty, this kit's
-    ``case.json``, an empty log (and an empty index), ``case.json``'s temporary file. A derived
-    file with content (the index, the evidence list) beside an empty log is a damaged case,
-    never this."""
+    leaves (a full disk) and nothing else: the lock file, the two folders empty and, beside
+    the :data:`CREATING` mark that such a creation leaves, this kit's ``case.json``, an empty
+    log (and an empty index), ``case.json``'s temporary file. The same files without the mark
+    are a case whose log was emptied (damage), and a derived file with content beside an empty
+    log is one too: never this."""
     def empty(path: str) -> bool:
         with os.scandir(path) as inside:
             return not any(inside)
 
+    marked = os.path.isfile(root / CREATING) and not os.path.islink(root / CREATING)
     with os.scandir(root) as entries:  # (a file there: its error, naming it)
         for entry in entries:
             name = entry.name
             if not (entry.is_dir(follow_symlinks=False) if name in (ARTIFACTS, "work")
                     else entry.is_file(follow_symlinks=False)):
                 return False
-            if name == lock.LOCK_NAME or (name.startswith(f".{MANIFEST}.")
-                                           and name.endswith(".tmp")):
+            if name in (lock.LOCK_NAME, CREATING):
                 continue
             if name in (ARTIFACTS, "work") and empty(entry.path):
+                continue
+            if not marked:
+                return False
+            if name.startswith(f".{MANIFEST}.") and name.endswith(".tmp"):
                 continue
             if name in (AUDIT, INDEX) and entry.stat(follow_symlinks=False).st_size == 0:
                 continue

@@ -167,6 +167,7 @@ def test_what_a_failed_creation_left_is_no_case_to_record_into(tmp_path: Path) -
     (root / "audit.jsonl").write_bytes(b"")
     (root / ".writer.lock").write_bytes(b"")
     (root / "index.jsonl").write_bytes(b"")  # (a second failed try leaves an empty index)
+    (root / ".creating").write_bytes(b"")  # the mark a creation keeps until its first record
     res = run_cli("probe", str(made.root / "case.json"), "--case", str(root))
     assert res.returncode == 2 and "creation failed before its first record" in res.stderr, \
         res.stderr
@@ -190,6 +191,31 @@ def test_a_damaged_case_with_an_empty_log_is_never_created_over(tmp_path: Path) 
         assert res.returncode != 0 and "Traceback" not in res.stderr, (argv, res.stderr)
         assert (root / "case.json").read_bytes() == first
     assert case.root == root
+
+
+def test_a_case_whose_log_was_emptied_and_derived_files_removed_is_damage(
+        tmp_path: Path) -> None:
+    """Without its derived files, a case whose log was emptied holds what a failed creation
+    leaves (case.json, an empty log), except the creation's mark: it is reported as damaged,
+    never created over, and nothing is recorded into it (a first record would begin a new chain
+    that hides the loss)."""
+    root = tmp_path / "c"
+    Case.create(root, title="the real one")
+    assert not (root / ".creating").exists()  # gone with the first record
+    first = (root / "case.json").read_bytes()
+    (root / "audit.jsonl").write_bytes(b"")
+    for derived in ("index.jsonl", "evidence.json"):
+        (root / derived).unlink()
+    res = run_cli("case", "verify", str(root))
+    assert res.returncode == 1 and "audit.jsonl holds no records" in res.stdout + res.stderr
+    res = run_cli("case", "new", str(root), "--title", "again")
+    assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
+    (tmp_path / "x.txt").write_text("x")
+    res = run_cli("probe", str(tmp_path / "x.txt"), "--case", str(root))
+    assert res.returncode == 2 and "holds no records" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert (root / "audit.jsonl").stat().st_size == 0
+    assert (root / "case.json").read_bytes() == first
 
 
 def test_files_that_belong_together_are_both_new_or_both_old(mnt: Path) -> None:
