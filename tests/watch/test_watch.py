@@ -197,6 +197,63 @@ def test_a_second_watch_of_the_same_state_is_refused_before_its_first_pass(
     assert tree_digest(root) == before
 
 
+WATCH_PLAYBOOK = """schema: 1
+name: watch-once
+title: One watch pass
+parameters:
+  - {name: source, type: directory, description: "The watched tree"}
+  - {name: state, type: string, description: "The watch state"}
+steps:
+  - id: pass
+    action: watch.pass
+    with: {source: $source, state: $state}
+"""
+
+
+def test_a_playbook_s_watch_pass_holds_its_state_for_the_pass(tmp_path: Path) -> None:
+    """A playbook's ``watch.pass`` step takes the state's hold for its pass: while a ``watch``
+    holds the state, the step is refused before it starts (the watch goes on, its state
+    untouched by the step); alone, it runs and lets the hold go, so the watch can start."""
+    from cli_helpers import invoke
+
+    root = tmp_path / "data"
+    _dataset(root)
+    state = tmp_path / "w.db"
+    book = tmp_path / "watch-once.yaml"
+    book.write_text(WATCH_PLAYBOOK)
+    argv = ("playbook", "run", str(book), "-p", f"source={root}", "-p", f"state={state}")
+    first = subprocess.Popen(
+        [EXE, "watch", str(root), "--case", str(tmp_path / "case-a"), "--state", str(state),
+         "--interval", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "full pass" not in (
+                first.stdout.readline() if first.poll() is None else "full pass"):
+            pass
+        assert first.poll() is None, first.communicate()
+        before = state.read_bytes()
+        res = invoke(*argv, "--case", str(tmp_path / "case-b"))
+        assert res.returncode != 0, res.stdout + res.stderr
+        assert "another watch is using this state" in res.stdout + res.stderr, \
+            res.stdout + res.stderr
+        assert "database is locked" not in res.stdout + res.stderr
+        assert state.read_bytes() == before
+        assert first.poll() is None
+    finally:
+        os.killpg(first.pid, signal.SIGINT)
+        try:
+            first.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate()
+    res = invoke(*argv, "--case", str(tmp_path / "case-c"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    again = invoke("watch", str(root), "--case", str(tmp_path / "case-d"), "--state",
+                   str(state), "--passes", "1")
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
 def test_a_state_among_the_cases_records_is_refused_before_anything_is_made(
         tmp_path: Path) -> None:
     from cli_helpers import invoke

@@ -44,28 +44,31 @@ class WatchPass(Action):
         for target in (state_path, args.get("prometheus_textfile")):
             if target:
                 refuse_unsafe_output(ctx.case, str(target))
+        from ckptrescue.datasets.watch.state import held_for_a_pass
         from ckptrescue.errors import database
 
-        state = WatchState(state_path, source)
+        # one watch per state: the caller's hold (a watch run's), else one for this pass;
         # the state database's errors say which file (a full disk: ENOSPC)
-        with database(state_path):
-            try:
-                result = yield from ctx.blocking(lambda p: run_pass(
-                    source, state, manifest=args.get("manifest"), only=only,
-                    endpoint_url=args.get("endpoint_url") or None, cancel=ctx.cancel))
-                out = result.to_json()
-                notes = []
-                if args.get("prometheus_textfile"):
-                    write_textfile(Path(args["prometheus_textfile"]), state, result, source)
-                if args.get("webhook") and result.findings:
-                    failed = post_webhook(str(args["webhook"]), {
-                        "source": source, "case": ctx.case.manifest.get("id"), **out,
-                        "findings": [f.to_json() for f in result.findings]})
-                    if failed:
-                        notes.append(failed)
-                out["bad_total"] = state.bad()
-            finally:
-                state.close()
+        with held_for_a_pass(state_path, source):
+            state = WatchState(state_path, source)
+            with database(state_path):
+                try:
+                    result = yield from ctx.blocking(lambda p: run_pass(
+                        source, state, manifest=args.get("manifest"), only=only,
+                        endpoint_url=args.get("endpoint_url") or None, cancel=ctx.cancel))
+                    out = result.to_json()
+                    notes = []
+                    if args.get("prometheus_textfile"):
+                        write_textfile(Path(args["prometheus_textfile"]), state, result, source)
+                    if args.get("webhook") and result.findings:
+                        failed = post_webhook(str(args["webhook"]), {
+                            "source": source, "case": ctx.case.manifest.get("id"), **out,
+                            "findings": [f.to_json() for f in result.findings]})
+                        if failed:
+                            notes.append(failed)
+                    out["bad_total"] = state.bad()
+                finally:
+                    state.close()
         out["notes"] = notes
         for note in notes:
             yield ctx.output(f"note: {note}")

@@ -7,8 +7,10 @@ pass needs to skip unchanged files, so memory stays flat however large the tree 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -82,22 +84,58 @@ def hold(path: Path, source: str) -> Held:
         os.close(fd)
         raise UsageError(f"{path}: changed while the watch took it; not used",
                          hint="run the watch again")
-    return Held(path, fd, made)
+    held = Held(path, fd, made)
+    with _HELD_LOCK:
+        _HELD[_identity(fd)] = held
+    return held
 
 
 def release(held: Held) -> None:
     """End the hold; a state it made that no pass wrote into (the first failed: a full disk)
     is removed, as it held nothing."""
-    import contextlib
-
     from ckptrescue.effects.files import same_file
 
     try:
+        with _HELD_LOCK:
+            _HELD.pop(_identity(held.fd), None)
         if held.made and os.fstat(held.fd).st_size == 0 and same_file(held.fd, held.path):
             with contextlib.suppress(OSError):
                 held.path.unlink()
     finally:
         os.close(held.fd)
+
+
+# the states this process holds (a ``watch`` run holds its state for all its passes), by file
+_HELD: dict[tuple[int, int], Held] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+@contextlib.contextmanager
+def held_for_a_pass(path: Path, source: str) -> Iterator[None]:
+    """One pass's hold of its state: the one this process already has (a ``watch`` run holds
+    its state from before its first pass to its end), else a hold for this pass alone (a
+    playbook's ``watch.pass`` step), so that a pass never meets another watch's in the same
+    state (``database is locked``, or counters of two passes mixed): it is refused before it
+    starts, as a second ``watch`` is."""
+    try:
+        st = os.stat(check_location(path, source))
+    except FileNotFoundError:
+        st = None
+    with _HELD_LOCK:
+        ours = st is not None and (st.st_dev, st.st_ino) in _HELD
+    if ours:
+        yield
+        return
+    held = hold(path, source)
+    try:
+        yield
+    finally:
+        release(held)
 
 
 class WatchState:
