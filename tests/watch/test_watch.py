@@ -3,6 +3,7 @@ deltas), findings in the case, a webhook and Prometheus textfile metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -158,16 +160,12 @@ def test_a_missing_source_is_a_one_line_error_and_no_case_is_made(tmp_path: Path
     assert "Traceback" not in result.stderr and not (tmp_path / "case").exists()
 
 
-def test_a_second_watch_of_the_same_state_is_refused_before_its_first_pass(
-        tmp_path: Path) -> None:
-    from cli_helpers import invoke
-
-    root = tmp_path / "data"
-    _dataset(root)
-    before = tree_digest(root)
-    state = tmp_path / "w.db"
+@contextlib.contextmanager
+def _watching(root: Path, state: Path, case: Path) -> Iterator[subprocess.Popen[str]]:
+    """A ``watch`` of ``root`` running (its first pass done) until the block ends, then
+    stopped with Ctrl-C (exit 130)."""
     first = subprocess.Popen(
-        [EXE, "watch", str(root), "--case", str(tmp_path / "case-a"), "--state", str(state),
+        [EXE, "watch", str(root), "--case", str(case), "--state", str(state),
          "--interval", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -176,12 +174,7 @@ def test_a_second_watch_of_the_same_state_is_refused_before_its_first_pass(
                 first.stdout.readline() if first.poll() is None else "full pass"):
             pass
         assert first.poll() is None, first.communicate()
-        second = invoke("watch", str(root), "--case", str(tmp_path / "case-b"), "--state",
-                        str(state), "--passes", "1")
-        assert second.returncode == 2, second.stdout + second.stderr
-        assert second.stderr.strip().splitlines()[0] == \
-            f"ckptrescue: error: {state}: another watch is using this state"
-        assert first.poll() is None  # the first watch goes on, untouched
+        yield first
     finally:
         os.killpg(first.pid, signal.SIGINT)
         try:
@@ -190,6 +183,23 @@ def test_a_second_watch_of_the_same_state_is_refused_before_its_first_pass(
             os.killpg(first.pid, signal.SIGKILL)
             first.communicate()
     assert first.returncode == 130
+
+
+def test_a_second_watch_of_the_same_state_is_refused_before_its_first_pass(
+        tmp_path: Path) -> None:
+    from cli_helpers import invoke
+
+    root = tmp_path / "data"
+    _dataset(root)
+    before = tree_digest(root)
+    state = tmp_path / "w.db"
+    with _watching(root, state, tmp_path / "case-a") as first:
+        second = invoke("watch", str(root), "--case", str(tmp_path / "case-b"), "--state",
+                        str(state), "--passes", "1")
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert second.stderr.strip().splitlines()[0] == \
+            f"ckptrescue: error: {state}: another watch is using this state"
+        assert first.poll() is None  # the first watch goes on, untouched
     # released with the first watch: the same command now runs
     again = invoke("watch", str(root), "--case", str(tmp_path / "case-b"), "--state",
                    str(state), "--passes", "1")
@@ -222,16 +232,7 @@ def test_a_playbook_s_watch_pass_holds_its_state_for_the_pass(tmp_path: Path) ->
     book = tmp_path / "watch-once.yaml"
     book.write_text(WATCH_PLAYBOOK)
     argv = ("playbook", "run", str(book), "-p", f"source={root}", "-p", f"state={state}")
-    first = subprocess.Popen(
-        [EXE, "watch", str(root), "--case", str(tmp_path / "case-a"), "--state", str(state),
-         "--interval", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "full pass" not in (
-                first.stdout.readline() if first.poll() is None else "full pass"):
-            pass
-        assert first.poll() is None, first.communicate()
+    with _watching(root, state, tmp_path / "case-a") as first:
         before = state.read_bytes()
         res = invoke(*argv, "--case", str(tmp_path / "case-b"))
         assert res.returncode != 0, res.stdout + res.stderr
@@ -240,13 +241,6 @@ def test_a_playbook_s_watch_pass_holds_its_state_for_the_pass(tmp_path: Path) ->
         assert "database is locked" not in res.stdout + res.stderr
         assert state.read_bytes() == before
         assert first.poll() is None
-    finally:
-        os.killpg(first.pid, signal.SIGINT)
-        try:
-            first.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.communicate()
     res = invoke(*argv, "--case", str(tmp_path / "case-c"))
     assert res.returncode == 0, res.stdout + res.stderr
     again = invoke("watch", str(root), "--case", str(tmp_path / "case-d"), "--state",
