@@ -13,7 +13,6 @@ further item is started, and the threads are waited for: each ends after its cur
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +26,8 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, windo
                 name: str = "worker") -> Iterator[R]:
     """``fn(item)`` for each item, on up to ``workers`` threads named ``name_N``, yielded in
     order; at most ``window`` items (at least ``workers``) are given out before their results
-    are taken."""
+    are taken. An error of ``items`` itself is raised after the results of the items before
+    it."""
     window = max(window, workers, 1)
     tasks: queue.SimpleQueue[tuple[int, T] | None] = queue.SimpleQueue()
     results: dict[int, tuple[bool, Any]] = {}
@@ -40,26 +40,51 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, windo
                 continue  # the caller stopped: what is still queued is not started
             index, item = task
             try:
-                outcome: tuple[bool, Any] = (True, fn(item))
+                outcome: tuple[bool, Any] | None = (True, fn(item))
             except BaseException as exc:  # noqa: BLE001 - raised again in the caller, in order
                 outcome = (False, exc)
             with ready:
                 results[index] = outcome
                 ready.notify()
+            outcome = None  # (an exception kept here would keep its frames alive)
 
     source = iter(items)
-    first = list(itertools.islice(source, window))
-    # the threads start before there is work: each then waits in ``tasks.get`` (the GIL
-    # released), and the second starts at once instead of after the first's Python-level
-    # work (up to a switch interval, 5 ms, later: the end of the build waits for it)
-    threads = [threading.Thread(target=work, name=f"{name}_{n}", daemon=True)
-               for n in range(min(workers, len(first)))]
-    for thread in threads:
-        thread.start()
-    for given, item in enumerate(first):
+    source_error: BaseException | None = None
+    given = 0
+    started: list[threading.Thread] = []
+    _end = object()
+
+    def pull() -> Any:
+        """The next item, or ``_end`` once ``items`` has no more (or failed: kept to raise
+        after the results of the items before it)."""
+        nonlocal source_error
+        if source_error is not None:
+            return _end
+        try:
+            return next(source, _end)
+        except BaseException as exc:  # noqa: BLE001 - raised after the results before it
+            source_error = exc
+            return _end
+
+    def give(item: Any) -> None:
+        nonlocal given
         tasks.put((given, item))
-    given = len(first)
+        given += 1
+
     try:
+        first: list[Any] = []
+        while len(first) < window and (item := pull()) is not _end:
+            first.append(item)
+        # the threads start before there is work: each then waits in ``tasks.get`` (the GIL
+        # released), and the second starts at once instead of after the first's Python-level
+        # work (up to a switch interval, 5 ms, later: the end of the build waits for it)
+        for n in range(min(workers, len(first))):
+            thread = threading.Thread(target=work, name=f"{name}_{n}", daemon=True)
+            thread.start()
+            started.append(thread)
+        for item in first:
+            give(item)
+        del first
         taken = 0
         while taken < given:
             with ready:
@@ -68,15 +93,22 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, windo
                 ok, value = results.pop(taken)
             taken += 1
             if not ok:
-                raise value
-            for item in source:  # one more in flight for the one taken
-                tasks.put((given, item))
-                given += 1
-                break
+                try:
+                    raise value
+                finally:
+                    value = None
+            if (item := pull()) is not _end:  # one more in flight for the one taken
+                give(item)
             yield value
+        if source_error is not None:
+            try:
+                raise source_error
+            finally:
+                source_error = None
     finally:
         stopping.set()
-        for _ in threads:
+        for _ in started:
             tasks.put(None)
-        for thread in threads:
+        for thread in started:
             thread.join()
+        results.clear()

@@ -338,16 +338,40 @@ def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
 
 
 def _anonymous_file(dirfd: int, perms: int, shown: str) -> int | None:
-    """An unnamed regular file in the directory ``dirfd`` (None: this filesystem, or this
-    system, cannot make and then name one)."""
-    if not os.path.isdir("/proc/self/fd"):
-        return None
+    """An unnamed regular file in the directory ``dirfd`` with the mode a named one would get
+    (``perms`` less the umask: kernels before 6.2 left the umask off on some filesystems);
+    None: this filesystem (EOPNOTSUPP: NFS, FUSE, vfat; EISDIR: a kernel before 3.11) cannot
+    make one, or this process's ``/proc`` cannot name it (absent, or another pid namespace's)."""
     try:
-        return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, perms, dir_fd=dirfd)
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, perms, dir_fd=dirfd)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS):
             return None
         raise named(exc, shown) from None
+    try:
+        own, seen = os.fstat(fd), os.stat(f"/proc/self/fd/{fd}")
+        if (own.st_dev, own.st_ino) != (seen.st_dev, seen.st_ino):
+            os.close(fd)
+            return None
+        umask = _umask()
+        if umask is not None:
+            os.fchmod(fd, perms & ~umask)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _umask() -> int | None:
+    """This process's umask, read without changing it (``/proc/self/status``, Linux 4.7+)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _name_anonymous(fd: int, dirfd: int, name: str, shown: str) -> None:
@@ -439,9 +463,10 @@ def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
 
 
 RENAME_NOREPLACE = 1  # linux/fs.h
-# what a filesystem without RENAME_NOREPLACE (older NFS, some FUSE) or without hard links (vfat,
-# some FUSE) answers
-_CANNOT = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
+# what a filesystem without RENAME_NOREPLACE answers (older NFS, some FUSE), and one without hard
+# links (vfat, some FUSE; a directory, too)
+_NO_NOREPLACE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP}
+_NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
 def _rename_noreplace(sfd: int, sname: str, dfd: int, dname: str,
@@ -460,20 +485,25 @@ def _rename_noreplace(sfd: int, sname: str, dfd: int, dname: str,
         err = ctypes.get_errno()
         if err == errno.EEXIST:
             raise exists
-        if err not in _CANNOT:
+        if err not in _NO_NOREPLACE:
             raise OSError(err, os.strerror(err), os.fspath(shown))
     try:
         os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
     except FileExistsError:
         raise exists from None
     except OSError as exc:
-        if exc.errno not in _CANNOT:
+        if exc.errno not in _NO_LINKS:
             raise
         if _lexists_at(dfd, dname):
             raise exists from None
         os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
         return
-    os.unlink(sname, dir_fd=sfd)
+    try:
+        os.unlink(sname, dir_fd=sfd)
+    except BaseException:  # not renamed after all: the new name (ours, just made) goes again
+        with contextlib.suppress(OSError):
+            os.unlink(dname, dir_fd=dfd)
+        raise
 
 
 def link(root: str | os.PathLike[str], src: str | os.PathLike[str],

@@ -155,6 +155,7 @@ class _State:
         self.sealed = False
         self.evidence_dirty = False
         self.derived_checked = False
+        self.creating = False  # this process is creating the case (Case.create)
         self.audit.listeners.append(self.written)
 
     def set_durable(self, durable: bool) -> None:
@@ -163,6 +164,9 @@ class _State:
     def written(self, placed: list[Appended]) -> None:
         """After each write of the log: index the records (the index is derived: a failure to
         write it is repaired by the next writer)."""
+        if self.creating:  # the first record is in the log: the case exists
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / CREATING)
         lines = self.index.extend([(p.record, p.offset, p.length) for p in placed])
         try:
             self.index.write_lines(lines)
@@ -241,6 +245,7 @@ class Case:
         }
         case = cls(root)
         case._state.set_durable(durable)
+        case._state.creating = True
         try:
             case._create_records(manifest)
         except CaseWriteError as exc:
@@ -250,14 +255,16 @@ class Case:
             raise CaseWriteError(f"{root}: the case could not be created: {exc.message}",
                                  hint="free space on its filesystem and run the same `case "
                                       "new` again (it takes over what this one made)") from exc
-        with contextlib.suppress(FileNotFoundError):  # the first record is in the log
-            os.unlink(root / CREATING)
+        finally:
+            case._state.creating = False
         return case
 
     def _create_records(self, manifest: JsonObject) -> None:
         root = self.root
         with self.writer():
             if _holds_records(root):  # another creator got here first
+                with contextlib.suppress(FileNotFoundError):  # (the mark this one made)
+                    os.unlink(root / CREATING)
                 raise CaseError(f"{root}: a case already exists here")
             # what a creation that failed before its first record left (a full disk) is taken
             # over, under the lock, and said: the same command works once there is space
@@ -381,13 +388,14 @@ class Case:
             state.derived_checked = False  # another process wrote since: look again
         state.sealed = (self.root / SEAL).exists() or bool(index.of("case.sealed"))
         if not _holds_records(self.root):
-            if (self.root / CREATING).is_file():
-                return  # a case being created (or taken over from a failed creation)
+            if state.creating:
+                return  # this process is creating the case (or taking over a failed creation)
             # its case.json says it was created, and its log holds nothing: never written into
             # (a first record here would begin a new chain that hides the loss)
             raise CaseError(f"{self.root}: the case's log ({AUDIT}) holds no records, though "
                             f"its {MANIFEST} says it was created: the log was emptied or cut "
-                            "short; nothing is written into it",
+                            "short (or a `case new` of a version before 2026-12 failed here); "
+                            "nothing is written into it",
                             hint=f"ckptrescue case verify {self.root}; keep this folder as it "
                                  "is and record into a new case")
         with contextlib.suppress(FileNotFoundError):  # a creation killed after its first record
@@ -674,7 +682,9 @@ class Case:
             # it (a creation that failed before it is no case: Case.open refuses it)
             what = "holds no records" if not chain.records else "has no case.created record"
             report.problems.append(f"{AUDIT} {what}, though {MANIFEST} says a case was created "
-                                   "here: the log was emptied or cut short")
+                                   "here: the log was emptied or cut short (or, with no "
+                                   "records at all, a `case new` of a version before 2026-12 "
+                                   "failed here)")
         if chain.ok:
             self._verify_evidence(chain, report, derived[EVIDENCE])
             self._verify_seal(chain, report, derived[SEAL])

@@ -80,3 +80,38 @@ def test_stopping_early_starts_nothing_more_and_leaves_no_thread_behind() -> Non
     assert sorted(started) == [0, 1, 2]
     assert not [t for t in set(threading.enumerate()) - before
                 if t.name.startswith("pooltest") and t.is_alive()]
+
+
+def test_an_error_of_the_items_themselves_comes_after_the_results_before_it() -> None:
+    def items() -> Iterator[int]:
+        yield from range(5)
+        raise OSError("the listing failed")
+
+    got: list[int] = []
+    with pytest.raises(OSError, match="the listing failed"):
+        for r in map_ordered(lambda i: i * 10, items(), workers=1, window=2):
+            got.append(r)
+    assert got == [0, 10, 20, 30, 40]
+
+
+def test_threads_that_cannot_all_start_leave_none_behind(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's thread limit reached while the pool starts (a container's pids limit):
+    the error is raised, and the threads that did start are stopped and joined."""
+    real = threading.Thread.start
+    calls: list[str] = []
+
+    def start(self: threading.Thread) -> None:
+        calls.append(self.name)
+        if len(calls) == 3:
+            raise RuntimeError("can't start new thread")
+        real(self)
+
+    before = set(threading.enumerate())
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        list(map_ordered(lambda i: i, range(10), workers=4, window=8, name="limited"))
+    monkeypatch.undo()
+    assert calls[:2] == ["limited_0", "limited_1"]
+    assert not [t for t in set(threading.enumerate()) - before
+                if t.name.startswith("limited") and t.is_alive()]

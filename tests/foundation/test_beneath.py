@@ -292,3 +292,25 @@ def test_a_created_file_never_replaces_one_made_while_it_was_written(
         fh.write(b"ours")
     assert (root / "other.bin").read_bytes() == b"ours"
     assert (root / "other.bin").stat().st_mode & 0o777 == 0o600
+
+
+UMASK_WRITER = r"""
+import os, sys
+from ckptrescue.effects import beneath
+if sys.argv[2] == "named":
+    beneath._anonymous_file = lambda *a: None
+os.umask(0o077)
+with beneath.creating(sys.argv[1], "model.bin") as fh:
+    fh.write(b"x")
+print(oct(os.stat(os.path.join(sys.argv[1], "model.bin")).st_mode & 0o777))
+"""
+
+
+@pytest.mark.parametrize("way", ["anonymous", "named"])
+def test_a_created_file_has_the_mode_the_umask_allows(tmp_path: Path, way: str) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", UMASK_WRITER, str(tmp_path), way],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "0o600"

@@ -218,6 +218,38 @@ def test_a_case_whose_log_was_emptied_and_derived_files_removed_is_damage(
     assert (root / "case.json").read_bytes() == first
 
 
+def test_a_creation_that_fails_after_its_first_record_leaves_no_mark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills after ``case.created`` is in the log (its derived evidence list does not
+    fit): the case exists, and the creation's mark is gone with the first record, so a later
+    emptied log is still damage, never a failed creation to take over or to write into."""
+    import ckptrescue.record.case as case_module
+    from ckptrescue.record.audit import CaseWriteError
+
+    real = case_module.write_json_atomic
+
+    def full(path: Path, data: object, **kw: object) -> None:
+        if Path(path).name == "evidence.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(case_module, "write_json_atomic", full)
+    root = tmp_path / "c"
+    with pytest.raises(CaseWriteError):
+        Case.create(root, title="t")
+    monkeypatch.undo()
+    assert not (root / ".creating").exists()
+    assert [r["action"] for r in Case.open(root).records()] == ["case.created"]
+    (root / "audit.jsonl").write_bytes(b"")
+    (root / "index.jsonl").unlink()
+    res = run_cli("case", "new", str(root), "--title", "again")
+    assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
+    (tmp_path / "x.txt").write_text("x")
+    res = run_cli("probe", str(tmp_path / "x.txt"), "--case", str(root))
+    assert res.returncode == 2 and "holds no records" in res.stderr, res.stderr
+    assert (root / "audit.jsonl").stat().st_size == 0
+
+
 def test_files_that_belong_together_are_both_new_or_both_old(mnt: Path) -> None:
     first, second = mnt / "m.sha256", mnt / "m.sha256.jsonl"
     first.write_bytes(b"old manifest\n")

@@ -261,3 +261,27 @@ def test_a_state_among_the_cases_records_is_refused_before_anything_is_made(
                  "--passes", "1")
     assert res.returncode == 3, res.stdout + res.stderr
     assert not state.exists() and not state.parent.exists()
+
+
+def test_a_pass_s_own_hold_is_not_lent_to_another_pass_in_the_process(tmp_path: Path) -> None:
+    """Two passes in one process (two TUI runs, a library's threads) on one state: the second
+    is refused by the lock, as from another process; only a watch run's hold is shared with
+    its own passes."""
+    from ckptrescue.datasets.watch.state import held_for_a_pass, hold, release
+    from ckptrescue.errors import UsageError
+
+    src = tmp_path / "data"
+    src.mkdir()
+    state = tmp_path / "w.db"
+    with held_for_a_pass(state, str(src)):
+        with pytest.raises(UsageError, match="another watch is using this state"), \
+                held_for_a_pass(state, str(src)):
+            pass
+        assert state.exists()  # the refused pass removed nothing
+    (tmp_path / "alias").symlink_to(tmp_path)
+    run = hold(state, str(src))  # a watch run's hold: its passes share it, however spelled
+    try:
+        with held_for_a_pass(tmp_path / "alias" / "w.db", str(src)):
+            pass
+    finally:
+        release(run)

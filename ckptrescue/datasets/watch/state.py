@@ -62,7 +62,16 @@ def hold(path: Path, source: str) -> Held:
     watch of the same state is refused before its first pass, never left to meet the first in
     the middle of one (``database is locked``). The lock is ``flock``'s: advisory, and on NFS
     the client's emulation with POSIX locks, which the kernel drops when any descriptor of the
-    file closes (the watch's passes open and close it). :func:`release` ends it."""
+    file closes (the watch's passes open and close it). :func:`release` ends it. The run's
+    passes (:func:`held_for_a_pass`) find it as this process's."""
+    held = _take(path, source)
+    with _HELD_LOCK:
+        _HELD[_identity(held.fd)] = held
+    return held
+
+
+def _take(path: Path, source: str) -> Held:
+    """The state's exclusive lock (:func:`hold`), not registered as the run's."""
     from ckptrescue.datasets.scratch_db import lock_or_refuse
     from ckptrescue.effects.files import open_own_file
     from ckptrescue.errors import UsageError
@@ -84,10 +93,7 @@ def hold(path: Path, source: str) -> Held:
         os.close(fd)
         raise UsageError(f"{path}: changed while the watch took it; not used",
                          hint="run the watch again")
-    held = Held(path, fd, made)
-    with _HELD_LOCK:
-        _HELD[_identity(fd)] = held
-    return held
+    return Held(path, fd, made)
 
 
 def release(held: Held) -> None:
@@ -97,7 +103,8 @@ def release(held: Held) -> None:
 
     try:
         with _HELD_LOCK:
-            _HELD.pop(_identity(held.fd), None)
+            if _HELD.get(_identity(held.fd)) is held:
+                del _HELD[_identity(held.fd)]
         if held.made and os.fstat(held.fd).st_size == 0 and same_file(held.fd, held.path):
             with contextlib.suppress(OSError):
                 held.path.unlink()
@@ -105,7 +112,8 @@ def release(held: Held) -> None:
         os.close(held.fd)
 
 
-# the states this process holds (a ``watch`` run holds its state for all its passes), by file
+# the states a ``watch`` run of this process holds for all its passes, by file (a pass's own
+# hold is not here: a second pass in the same process is refused by the lock itself)
 _HELD: dict[tuple[int, int], Held] = {}
 _HELD_LOCK = threading.Lock()
 
@@ -124,14 +132,14 @@ def held_for_a_pass(path: Path, source: str) -> Iterator[None]:
     starts, as a second ``watch`` is."""
     try:
         st = os.stat(check_location(path, source))
-    except FileNotFoundError:
+    except OSError:  # (absent; any other error is hold's to say, naming the state)
         st = None
     with _HELD_LOCK:
         ours = st is not None and (st.st_dev, st.st_ino) in _HELD
     if ours:
         yield
         return
-    held = hold(path, source)
+    held = _take(path, source)
     try:
         yield
     finally:
