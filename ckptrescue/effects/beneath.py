@@ -15,7 +15,10 @@ refused before anything is opened.
 Renames and hard links work between parent descriptors (``renameat``/``linkat``), which never
 follow the last component: a symlink planted at a file's own name is replaced, not written
 through. :func:`write_bytes` writes a temporary file and renames it, so a pre-existing hard
-link at the name is replaced, not written through.
+link at the name is replaced, not written through. :func:`creating` (a new file, whole or
+absent) writes an anonymous file and links it into place once synced, so a killed writer leaves
+nothing; a rename that must not replace refuses a taken name in the same step
+(``renameat2(RENAME_NOREPLACE)``).
 """
 
 from __future__ import annotations
