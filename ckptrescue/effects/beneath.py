@@ -335,7 +335,7 @@ def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
             with named_file(fd, "wb", shown) as fh:
                 yield fh
                 fsync(fh)
-                _name_anonymous(fd, dirfd, name, shown)
+                _name_anonymous(fd, dirfd, name, shown, perms)
             return
     yield from _creating_named(root, path, perms=perms, shown=shown)
 
@@ -346,7 +346,8 @@ def _anonymous_file(dirfd: int, perms: int, shown: str) -> int | None:
     None: this filesystem (EOPNOTSUPP: NFS, FUSE, vfat; EISDIR: a kernel before 3.11) cannot
     make one, or this process's ``/proc`` cannot name it (absent, or another pid namespace's)."""
     try:
-        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, perms, dir_fd=dirfd)
+        # (read-write: where it cannot be linked after all, its bytes are copied out)
+        fd = os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, perms, dir_fd=dirfd)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS):
             return None
@@ -377,15 +378,52 @@ def _umask() -> int | None:
     return None
 
 
-def _name_anonymous(fd: int, dirfd: int, name: str, shown: str) -> None:
+# what a link through /proc answers where something forbids it after all (an LSM, a sandboxing
+# kernel): the bytes are then copied out rather than lost
+_LINK_REFUSED = {errno.EPERM, errno.EACCES, errno.ENOENT, errno.EXDEV, errno.ENOTSUP,
+                 errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+def _name_anonymous(fd: int, dirfd: int, name: str, shown: str, perms: int) -> None:
     """Give the anonymous file ``fd`` the name ``name`` in ``dirfd``; a taken name is refused
-    (the link fails on it) and the file at it left as it is."""
+    (the link fails on it) and the file at it left as it is. Where the link is refused, the
+    bytes written go to a hidden temporary name, renamed into place (:func:`_copy_out`)."""
     try:
         os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dirfd, follow_symlinks=True)
     except FileExistsError:  # made by someone else while this one was written
         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), shown) from None
     except OSError as exc:
-        raise named(exc, shown) from None
+        if exc.errno not in _LINK_REFUSED:
+            raise named(exc, shown) from None
+        _copy_out(fd, dirfd, name, shown, perms)
+
+
+def _copy_out(fd: int, dirfd: int, name: str, shown: str, perms: int) -> None:
+    """The anonymous file's bytes under a hidden temporary name beside ``name``, synced, then
+    renamed to ``name`` (refused when taken); the temporary name is removed on any failure."""
+    tmp = _temp_name(name)
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      perms, dir_fd=dirfd)
+        try:
+            offset = 0
+            while chunk := os.pread(fd, 1 << 20, offset):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+                offset += len(chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        _rename_noreplace(dirfd, tmp, dirfd, name, shown)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dirfd)
+        if isinstance(exc, FileExistsError):  # made by someone else while this one was written
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), shown) from None
+        if isinstance(exc, OSError):
+            raise named(exc, shown) from None
+        raise
 
 
 def _creating_named(root: str | os.PathLike[str], path: str | os.PathLike[str], *, perms: int,

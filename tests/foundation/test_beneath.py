@@ -314,3 +314,31 @@ def test_a_created_file_has_the_mode_the_umask_allows(tmp_path: Path, way: str) 
     out = subprocess.run([sys.executable, "-c", UMASK_WRITER, str(tmp_path), way],
                          capture_output=True, text=True, check=True, timeout=60).stdout
     assert out.strip() == "0o600"
+
+
+def test_a_file_whose_link_through_proc_is_refused_is_copied_into_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A security module or a sandboxing kernel refuses the link through /proc after the
+    bytes are written: they are not lost, they reach the name through a copy, and nothing else
+    is left; a name taken meanwhile is still refused."""
+    real = os.link
+
+    def refuse_proc(src: str, *a: object, **k: object) -> None:
+        if str(src).startswith("/proc/self/fd/"):
+            raise PermissionError(1, "Operation not permitted")
+        real(src, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(beneath.os, "link", refuse_proc)
+    root = tmp_path / "dest"
+    data = bytes(range(256)) * 9000  # more than one copy chunk
+    with beneath.creating(root, "out/model.bin", perms=0o600) as fh:
+        fh.write(data)
+    assert (root / "out" / "model.bin").read_bytes() == data
+    assert (root / "out" / "model.bin").stat().st_mode & 0o777 == 0o600
+    assert os.listdir(root / "out") == ["model.bin"]
+    with pytest.raises(FileExistsError) as caught, beneath.creating(root, "other.bin") as fh:
+        fh.write(b"ours")
+        (root / "other.bin").write_bytes(b"another writer's")
+    assert caught.value.filename == str(root / "other.bin")
+    assert (root / "other.bin").read_bytes() == b"another writer's"
+    assert sorted(os.listdir(root)) == ["other.bin", "out"]
