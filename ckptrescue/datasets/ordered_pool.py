@@ -28,7 +28,8 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, windo
     order; at most ``window`` items (at least ``workers``) are given out before their results
     are taken. An error of ``items`` itself is raised after the results of the items before
     it."""
-    window = max(window, workers, 1)
+    workers = max(workers, 1)
+    window = max(window, workers)
     tasks: queue.SimpleQueue[tuple[int, T] | None] = queue.SimpleQueue()
     results: dict[int, tuple[bool, Any]] = {}
     ready = threading.Condition()
@@ -62,7 +63,7 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, windo
             return _end
         try:
             return next(source, _end)
-        except BaseException as exc:  # noqa: BLE001 - raised after the results before it
+        except Exception as exc:  # raised after the results before it (Ctrl-C: at once)
             source_error = exc
             return _end
 
@@ -80,8 +81,8 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, windo
         # work (up to a switch interval, 5 ms, later: the end of the build waits for it)
         for n in range(min(workers, len(first))):
             thread = threading.Thread(target=work, name=f"{name}_{n}", daemon=True)
-            thread.start()
-            started.append(thread)
+            started.append(thread)  # (before start: an interrupt in start() may follow the
+            thread.start()          # thread's own start, and it is stopped like the others)
         for item in first:
             give(item)
         del first
@@ -110,5 +111,6 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, windo
         for _ in started:
             tasks.put(None)
         for thread in started:
-            thread.join()
+            if thread.ident is not None:  # (one whose start failed never ran)
+                thread.join()
         results.clear()

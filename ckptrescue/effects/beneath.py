@@ -358,12 +358,22 @@ def _anonymous_file(dirfd: int, perms: int, shown: str) -> int | None:
             os.close(fd)
             return None
         umask = _umask()
-        if umask is not None:
-            os.fchmod(fd, perms & ~umask)
+        if umask is not None and not _default_acl(dirfd):  # (an ACL's mode is the kernel's)
+            os.fchmod(fd, stat.S_IMODE(own.st_mode) & ~umask)  # only ever narrowed
     except OSError:
         os.close(fd)
         return None
     return fd
+
+
+def _default_acl(dirfd: int) -> bool:
+    """Whether the directory has a default POSIX ACL (then the umask plays no part in a new
+    file's mode)."""
+    try:
+        os.getxattr(dirfd, "system.posix_acl_default")
+    except OSError:
+        return False
+    return True
 
 
 def _umask() -> int | None:
@@ -506,7 +516,8 @@ def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
 RENAME_NOREPLACE = 1  # linux/fs.h
 # what a filesystem without RENAME_NOREPLACE answers (older NFS, some FUSE), and one without hard
 # links (vfat, some FUSE; a directory, too)
-_NO_NOREPLACE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP}
+_NO_NOREPLACE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP,
+                 errno.EPERM}  # (EPERM: a seccomp filter that does not know renameat2)
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
@@ -541,9 +552,14 @@ def _rename_noreplace(sfd: int, sname: str, dfd: int, dname: str,
         return
     try:
         os.unlink(sname, dir_fd=sfd)
-    except BaseException:  # not renamed after all: the new name (ours, just made) goes again
+    except FileNotFoundError:
+        pass  # the old name is gone already: the file has the new one alone
+    except BaseException:  # not renamed after all: the new name goes again, if still ours
         with contextlib.suppress(OSError):
-            os.unlink(dname, dir_fd=dfd)
+            old = os.stat(sname, dir_fd=sfd, follow_symlinks=False)
+            new = os.stat(dname, dir_fd=dfd, follow_symlinks=False)
+            if (old.st_dev, old.st_ino) == (new.st_dev, new.st_ino):
+                os.unlink(dname, dir_fd=dfd)
         raise
 
 

@@ -61,6 +61,10 @@ AUDIT = "audit.jsonl"
 EVIDENCE = "evidence.json"
 ARTIFACTS = "artifacts"
 SEAL = "seal.json"
+class CaseExistsError(CaseError):
+    """A case already lives where a new one was to be created."""
+
+
 # present while a case is being created, from before its case.json is written until its first
 # record is in the log: what a creation that failed (a full disk) left is told apart by it from a
 # case whose log was emptied later (damage), which looks the same otherwise
@@ -164,9 +168,6 @@ class _State:
     def written(self, placed: list[Appended]) -> None:
         """After each write of the log: index the records (the index is derived: a failure to
         write it is repaired by the next writer)."""
-        if self.creating:  # the first record is in the log: the case exists
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.root / CREATING)
         lines = self.index.extend([(p.record, p.offset, p.length) for p in placed])
         try:
             self.index.write_lines(lines)
@@ -221,14 +222,12 @@ class Case:
         derived files, never ``fsync``ed (nothing of it outlives the process)."""
         root = Path(root)
         if _holds_records(root):
-            raise CaseError(f"{root}: a case already exists here")
+            raise CaseExistsError(f"{root}: a case already exists here")
         if root.exists() and not _left_by_a_failed_creation(root):
             raise CaseError(f"{root}: directory is not empty; choose a new case directory")
         try:
             (root / ARTIFACTS).mkdir(parents=True, exist_ok=True)
             (root / "work").mkdir(exist_ok=True)
-            os.close(os.open(root / CREATING, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o644))
         except OSError as exc:
             raise CaseWriteError(f"{root}: {exc.strerror or exc} while creating the case "
                                  "directory") from exc
@@ -263,9 +262,15 @@ class Case:
         root = self.root
         with self.writer():
             if _holds_records(root):  # another creator got here first
-                with contextlib.suppress(FileNotFoundError):  # (the mark this one made)
-                    os.unlink(root / CREATING)
-                raise CaseError(f"{root}: a case already exists here")
+                raise CaseExistsError(f"{root}: a case already exists here")
+            # the mark, under the lock and before case.json: until the first record is in the
+            # log, what is here is a creation's (taken over by the same command if it fails)
+            try:
+                os.close(os.open(root / CREATING, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o644))
+            except OSError as exc:
+                raise CaseWriteError(f"{root}: {exc.strerror or exc} while creating the case "
+                                     "directory") from exc
             # what a creation that failed before its first record left (a full disk) is taken
             # over, under the lock, and said: the same command works once there is space
             details: JsonObject = {"manifest": manifest}
@@ -277,7 +282,19 @@ class Case:
                     with contextlib.suppress(FileNotFoundError):
                         tmp.unlink()
             self._write_derived(root / MANIFEST, manifest)
-            self.log("case.created", details)
+            try:
+                self.log("case.created", details)
+                self._state.audit.flush(sync=True)  # the first record, written and synced now
+            except BaseException:
+                # not (wholly, durably) in the log: back to the empty log this creation began
+                # from (its index entry too), and the mark stays, so that the same `case new`
+                # takes the folder over
+                for name in (AUDIT, INDEX):
+                    with contextlib.suppress(OSError):
+                        os.truncate(root / name, 0)
+                raise
+            with contextlib.suppress(FileNotFoundError):  # the case exists
+                os.unlink(root / CREATING)
             self._state.evidence_dirty = True
 
     @classmethod
@@ -296,10 +313,17 @@ class Case:
 
     @classmethod
     def open_or_create(cls, root: Path | str, *, title: str = "") -> Case:
+        """The case at ``root``, made when there is none: a folder that holds a case (or a
+        damaged one: its writer then says so) is opened, an empty one (or a failed creation's)
+        is created, and a creator that loses the race to another opens the winner's case."""
         root = Path(root)
-        if _holds_records(root):
+        if _holds_records(root) or ((root / MANIFEST).is_file()
+                                    and not _left_by_a_failed_creation(root)):
             return cls.open(root)
-        return cls.create(root, title=title)
+        try:
+            return cls.create(root, title=title)
+        except CaseExistsError:
+            return cls.open(root)
 
     # -- properties -----------------------------------------------------------------------------
     @property

@@ -115,3 +115,21 @@ def test_threads_that_cannot_all_start_leave_none_behind(
     assert calls[:2] == ["limited_0", "limited_1"]
     assert not [t for t in set(threading.enumerate()) - before
                 if t.name.startswith("limited") and t.is_alive()]
+
+
+def test_an_interrupt_in_the_items_is_raised_at_once() -> None:
+    """Ctrl-C while the items are being listed stops the map at once, not after the items
+    already in flight (an error of the items waits for the results before it)."""
+    def items() -> Iterator[int]:
+        yield from range(3)
+        raise KeyboardInterrupt
+
+    got: list[int] = []
+    with pytest.raises(KeyboardInterrupt):
+        for r in map_ordered(lambda i: i, items(), workers=1, window=2):
+            got.append(r)
+    assert got == [0]
+
+
+def test_no_workers_asked_is_one() -> None:
+    assert list(map_ordered(lambda i: i + 1, range(3), workers=0, window=0)) == [1, 2, 3]

@@ -342,3 +342,36 @@ def test_a_file_whose_link_through_proc_is_refused_is_copied_into_place(
     assert caught.value.filename == str(root / "other.bin")
     assert (root / "other.bin").read_bytes() == b"another writer's"
     assert sorted(os.listdir(root)) == ["other.bin", "out"]
+
+
+ACL_WRITER = r"""
+import os, struct, sys
+from ckptrescue.effects import beneath
+folder = sys.argv[1]
+entries = ((0x01, 6), (0x04, 6), (0x10, 6), (0x20, 4))  # user::rw- group::rw- mask::rw- other::r--
+os.setxattr(folder, "system.posix_acl_default", struct.pack("<I", 2) + b"".join(
+    struct.pack("<HHI", tag, perm, 0xFFFFFFFF) for tag, perm in entries))
+os.umask(0o077)
+os.close(os.open(os.path.join(folder, "named"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+with beneath.creating(folder, "created") as fh:
+    fh.write(b"x")
+print(*(oct(os.stat(os.path.join(folder, n)).st_mode & 0o777) for n in ("named", "created")))
+"""
+
+
+def test_a_folder_s_default_acl_gives_a_created_file_the_mode_a_named_one_gets(
+        tmp_path: Path) -> None:
+    """In a folder with a default ACL the kernel takes the mode from the ACL, never from the
+    umask: the anonymous file is not narrowed to the umask there."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    proc = subprocess.run([sys.executable, "-c", ACL_WRITER, str(folder)],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and "Operation not supported" in proc.stderr:
+        pytest.skip("this filesystem has no POSIX ACLs")
+    assert proc.returncode == 0, proc.stderr
+    named, created = proc.stdout.split()
+    assert created == named == "0o644"

@@ -250,6 +250,58 @@ def test_a_creation_that_fails_after_its_first_record_leaves_no_mark(
     assert (root / "audit.jsonl").stat().st_size == 0
 
 
+@pytest.mark.parametrize("fault", ["torn write", "failed sync"])
+def test_a_first_record_that_is_not_wholly_in_the_log_is_no_case(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """The disk fills in the middle of ``case.created`` (a torn line), or the log's sync
+    fails (NFS writeback, EIO): the log goes back to empty and the creation's mark stays, so
+    the folder is a failed creation, which the same ``case new`` takes over."""
+    import ckptrescue.record.audit as audit_module
+    from ckptrescue.record.audit import CaseWriteError
+
+    def is_log(fd: int) -> bool:
+        return os.readlink(f"/proc/self/fd/{fd}").endswith("audit.jsonl")
+
+    real_write, real_fsync = audit_module.os.write, audit_module.os.fsync
+
+    def torn(fd: int, data: bytes) -> int:
+        if is_log(fd):
+            real_write(fd, bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    def unsynced(fd: int) -> None:
+        if is_log(fd):
+            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+        real_fsync(fd)
+
+    if fault == "torn write":
+        monkeypatch.setattr(audit_module.os, "write", torn)
+    else:
+        monkeypatch.setattr(audit_module.os, "fsync", unsynced)
+    root = tmp_path / "c"
+    with pytest.raises(CaseWriteError) as caught:
+        Case.create(root, title="t")
+    monkeypatch.undo()
+    assert "the case could not be created" in caught.value.message
+    assert (root / "audit.jsonl").stat().st_size == 0 and (root / ".creating").exists()
+    assert not (root / "index.jsonl").exists() or (root / "index.jsonl").stat().st_size == 0
+    res = run_cli("case", "new", str(root), "--title", "again")
+    assert res.returncode == 0, res.stderr
+    assert [r["action"] for r in Case.open(root).records()] == ["case.created"]
+    assert not (root / ".creating").exists()
+
+
+def test_open_or_create_opens_a_damaged_case_and_its_writer_refuses(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    Case.create(root, title="t")
+    (root / "audit.jsonl").write_bytes(b"")
+    case = Case.open_or_create(root)  # not "directory is not empty": the case is there
+    with pytest.raises(Exception, match="holds no records"):
+        case.log("note", {"text": "x"})
+    assert (root / "audit.jsonl").stat().st_size == 0
+
+
 def test_files_that_belong_together_are_both_new_or_both_old(mnt: Path) -> None:
     first, second = mnt / "m.sha256", mnt / "m.sha256.jsonl"
     first.write_bytes(b"old manifest\n")
