@@ -277,6 +277,13 @@ class AuditLog:
             finally:
                 self._close()
 
+    def forget(self) -> None:
+        """Forget what this writer wrote and has not synced: its caller took the log back to
+        what it was before (a case's first record that did not reach the disk whole)."""
+        with self._mutex:
+            self._close()
+            self._unsynced = False
+
     def _close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -30,6 +30,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import threading
 import weakref
@@ -224,6 +225,8 @@ class Case:
         if _holds_records(root):
             raise CaseExistsError(f"{root}: a case already exists here")
         if root.exists() and not _left_by_a_failed_creation(root):
+            if _holds_records(root):  # another creator's first record, since the check above
+                raise CaseExistsError(f"{root}: a case already exists here")
             raise CaseError(f"{root}: directory is not empty; choose a new case directory")
         try:
             (root / ARTIFACTS).mkdir(parents=True, exist_ok=True)
@@ -252,8 +255,8 @@ class Case:
                 raise
             # no case yet: what to do is run the same command again, not read a torn log
             raise CaseWriteError(f"{root}: the case could not be created: {exc.message}",
-                                 hint="free space on its filesystem and run the same `case "
-                                      "new` again (it takes over what this one made)") from exc
+                                 hint="free space on its filesystem and run the same command "
+                                      "again (it takes over what this one made)") from exc
         finally:
             case._state.creating = False
         return case
@@ -281,19 +284,29 @@ class Case:
                 if tmp.name.startswith(f".{MANIFEST}."):
                     with contextlib.suppress(FileNotFoundError):
                         tmp.unlink()
+            # a failed creation's torn first line (its rollback did not happen: a crash)
+            _empty_beside(root, AUDIT, durable=self._state.durable)
             self._write_derived(root / MANIFEST, manifest)
             try:
                 self.log("case.created", details)
                 self._state.audit.flush(sync=True)  # the first record, written and synced now
-            except BaseException:
+            except CaseWriteError as exc:
+                cause = exc.__cause__
+                if not isinstance(cause, OSError):  # (the log changed under this writer: not
+                    raise                           # this creation's bytes to take back)
                 # not (wholly, durably) in the log: back to the empty log this creation began
-                # from (its index entry too), and the mark stays, so that the same `case new`
+                # from (its index entry too), and the mark stays, so that the same command
                 # takes the folder over
-                for name in (AUDIT, INDEX):
-                    with contextlib.suppress(OSError):
-                        os.truncate(root / name, 0)
-                raise
-            with contextlib.suppress(FileNotFoundError):  # the case exists
+                try:
+                    _empty_beside(root, AUDIT, durable=self._state.durable)
+                    _empty_beside(root, INDEX, durable=False)
+                except OSError:
+                    raise exc from cause
+                self._state.audit.forget()  # (nothing of it is to be synced again)
+                raise CaseWriteError(f"{root / AUDIT}: {cause.strerror or cause} while writing "
+                                     "the case's first record; the log was taken back to "
+                                     "empty") from cause
+            with contextlib.suppress(OSError):  # the case exists (a later writer removes it)
                 os.unlink(root / CREATING)
             self._state.evidence_dirty = True
 
@@ -306,9 +319,7 @@ class Case:
                 hint="create one with: ckptrescue case new DIR",
             )
         if not _holds_records(root) and _left_by_a_failed_creation(root):
-            raise CaseError(f"{root}: a case whose creation failed before its first record "
-                            "(a full disk?); nothing of it was kept",
-                            hint=f"run again: ckptrescue case new {root}")
+            raise _failed_creation(root)
         return cls(root)
 
     @classmethod
@@ -317,7 +328,7 @@ class Case:
         damaged one: its writer then says so) is opened, an empty one (or a failed creation's)
         is created, and a creator that loses the race to another opens the winner's case."""
         root = Path(root)
-        if _holds_records(root) or ((root / MANIFEST).is_file()
+        if _holds_records(root) or ((root / MANIFEST).is_file() and (root / AUDIT).is_file()
                                     and not _left_by_a_failed_creation(root)):
             return cls.open(root)
         try:
@@ -414,6 +425,8 @@ class Case:
         if not _holds_records(self.root):
             if state.creating:
                 return  # this process is creating the case (or taking over a failed creation)
+            if _left_by_a_failed_creation(self.root):  # (it failed while this one waited)
+                raise _failed_creation(self.root)
             # its case.json says it was created, and its log holds nothing: never written into
             # (a first record here would begin a new chain that hides the loss)
             raise CaseError(f"{self.root}: the case's log ({AUDIT}) holds no records, though "
@@ -422,8 +435,9 @@ class Case:
                             "nothing is written into it",
                             hint=f"ckptrescue case verify {self.root}; keep this folder as it "
                                  "is and record into a new case")
-        with contextlib.suppress(FileNotFoundError):  # a creation killed after its first record
-            os.unlink(self.root / CREATING)
+        if index.of("case.created"):  # a creation killed after its first record: its mark
+            with contextlib.suppress(OSError):
+                os.unlink(self.root / CREATING)
         with contextlib.suppress(OSError):
             index.write_lines([])  # rewrites the index file when missing or not this index's
         if not (self.root / EVIDENCE).exists():
@@ -964,11 +978,48 @@ class ArtifactWriter:
 
 def _holds_records(root: Path) -> bool:
     """Whether a case lives at ``root``: its log holds a record. (A log that cannot be asked
-    for another reason than its absence is that error, naming it: never created over.)"""
+    for another reason than its absence is that error, naming it: never created over.) Beside
+    a creation's :data:`CREATING` mark only a whole line counts: a first record torn by a full
+    disk or a crash is no case."""
     try:
-        return os.lstat(root / AUDIT).st_size > 0
+        size = os.lstat(root / AUDIT).st_size
     except (FileNotFoundError, NotADirectoryError):
         return False
+    if not size or not os.path.lexists(root / CREATING):
+        return bool(size)
+    try:
+        fd = os.open(root / AUDIT, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        return b"\n" in os.pread(fd, 1 << 16, 0)
+    finally:
+        os.close(fd)
+
+
+def _empty_beside(root: Path, name: str, *, durable: bool) -> None:
+    """Cut the case file ``name`` back to empty through its own descriptor (never through a
+    link planted at the name); synced when ``durable``. Absent: nothing to do."""
+    try:
+        fd = os.open(root / name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(root / name))
+        if os.fstat(fd).st_size:
+            os.ftruncate(fd, 0)
+            if durable:
+                os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _failed_creation(root: Path) -> CaseError:
+    return CaseError(f"{root}: a case whose creation failed before its first record (a full "
+                     "disk?); nothing of it was kept",
+                     hint=f"run again: ckptrescue case new {root} (or the command that made "
+                          "it)")
 
 
 def _left_by_a_failed_creation(root: Path) -> bool:
@@ -998,6 +1049,8 @@ def _left_by_a_failed_creation(root: Path) -> bool:
             if name.startswith(f".{MANIFEST}.") and name.endswith(".tmp"):
                 continue
             if name in (AUDIT, INDEX) and entry.stat(follow_symlinks=False).st_size == 0:
+                continue
+            if name == AUDIT and not _holds_records(root):  # a torn first line, no record
                 continue
             if name == MANIFEST and _failed_manifest(root) is not None:
                 continue

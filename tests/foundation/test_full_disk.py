@@ -126,7 +126,7 @@ def test_a_case_that_could_not_be_created_can_be_created_again(mnt: Path) -> Non
     assert res.returncode == 4 and "No space left on device" in res.stderr
     assert "Traceback" not in res.stderr
     # what to do next: the same command once there is room
-    assert "run the same `case new` again" in res.stderr or \
+    assert "run the same command again" in res.stderr or \
         "while creating the case directory" in res.stderr, res.stderr
     assert (mnt / "c").is_dir()  # what it made before the space ran out: no case, no block
     assert not (mnt / "c" / "audit.jsonl").exists() or \
@@ -250,13 +250,16 @@ def test_a_creation_that_fails_after_its_first_record_leaves_no_mark(
     assert (root / "audit.jsonl").stat().st_size == 0
 
 
-@pytest.mark.parametrize("fault", ["torn write", "failed sync"])
+@pytest.mark.parametrize("fault", ["torn write", "failed sync", "torn, not taken back"])
 def test_a_first_record_that_is_not_wholly_in_the_log_is_no_case(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
     """The disk fills in the middle of ``case.created`` (a torn line), or the log's sync
     fails (NFS writeback, EIO): the log goes back to empty and the creation's mark stays, so
-    the folder is a failed creation, which the same ``case new`` takes over."""
+    the folder is a failed creation, which the same ``case new`` takes over. Where the log
+    cannot be taken back (or a crash came first), the torn line beside the mark is no case
+    either, and the takeover cuts it."""
     import ckptrescue.record.audit as audit_module
+    import ckptrescue.record.case as case_module
     from ckptrescue.record.audit import CaseWriteError
 
     def is_log(fd: int) -> bool:
@@ -270,21 +273,40 @@ def test_a_first_record_that_is_not_wholly_in_the_log_is_no_case(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    def unsynced(fd: int) -> None:
-        if is_log(fd):
+    failed: list[int] = []
+
+    def unsynced(fd: int) -> None:  # the first record's sync fails (a later one works)
+        if is_log(fd) and not failed:
+            failed.append(fd)
             raise OSError(errno.EDQUOT, "Disk quota exceeded")
         real_fsync(fd)
 
-    if fault == "torn write":
-        monkeypatch.setattr(audit_module.os, "write", torn)
-    else:
+    real_empty = case_module._empty_beside
+
+    def cannot_take_back(at: Path, name: str, **kw: bool) -> None:
+        if (at / name).exists() and (at / name).stat().st_size:  # (the torn line: not cut)
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_empty(at, name, **kw)
+
+    if fault == "failed sync":
         monkeypatch.setattr(audit_module.os, "fsync", unsynced)
+    else:
+        monkeypatch.setattr(audit_module.os, "write", torn)
+    if fault == "torn, not taken back":
+        monkeypatch.setattr(case_module, "_empty_beside", cannot_take_back)
     root = tmp_path / "c"
     with pytest.raises(CaseWriteError) as caught:
         Case.create(root, title="t")
     monkeypatch.undo()
     assert "the case could not be created" in caught.value.message
-    assert (root / "audit.jsonl").stat().st_size == 0 and (root / ".creating").exists()
+    assert (root / ".creating").exists()
+    if fault == "torn, not taken back":
+        assert (root / "audit.jsonl").stat().st_size > 0
+        res = run_cli("probe", str(root / "case.json"), "--case", str(root))
+        assert res.returncode == 2 and "creation failed before its first record" in res.stderr
+    else:
+        assert "the log was taken back to empty" in caught.value.message
+        assert (root / "audit.jsonl").stat().st_size == 0
     assert not (root / "index.jsonl").exists() or (root / "index.jsonl").stat().st_size == 0
     res = run_cli("case", "new", str(root), "--title", "again")
     assert res.returncode == 0, res.stderr
