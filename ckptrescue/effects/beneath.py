@@ -17,8 +17,10 @@ follow the last component: a symlink planted at a file's own name is replaced, n
 through. :func:`write_bytes` writes a temporary file and renames it, so a pre-existing hard
 link at the name is replaced, not written through. :func:`creating` (a new file, whole or
 absent) writes an anonymous file and links it into place once synced, so a killed writer leaves
-nothing; a rename that must not replace refuses a taken name in the same step
-(``renameat2(RENAME_NOREPLACE)``).
+nothing where the filesystem has anonymous files (else a hidden ``.partial`` file is left); a
+rename that must not replace refuses a taken name in the same step with
+``renameat2(RENAME_NOREPLACE)`` where the kernel and filesystem have it
+(:func:`_rename_noreplace` for the fallbacks).
 """
 
 from __future__ import annotations
@@ -317,8 +319,9 @@ def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
              perms: int = 0o644) -> Iterator[IO[bytes]]:
     """A new file at ``path`` beneath ``root`` that gets its name only when it is whole: on any
     failure (a full disk, a read error of the source, Ctrl-C, and ``kill -9`` too) ``path``
-    never appears and nothing is left beside it. An existing ``path`` is refused
-    (``FileExistsError``), before and again when the name is given. Errors name ``path``.
+    never appears, and nothing is left beside it (but for ``kill -9`` on the fallback below).
+    An existing ``path`` is refused (``FileExistsError``), before and again when the name is
+    given. Errors name ``path``.
 
     The bytes go to an anonymous file in ``path``'s directory (``O_TMPFILE``), given its name
     by a hard link once flushed and synced (``linkat``, which fails on a taken name): a killed
@@ -327,9 +330,9 @@ def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
     temporary name beside ``path`` is renamed (:func:`_rename_noreplace`), which a
     ``kill -9`` leaves behind."""
     shown = os.path.join(os.fspath(root), os.fspath(path))
-    if lexists(root, path):
-        raise FileExistsError(errno.EEXIST, "File exists", shown)
     with _parent(root, path, create=True) as (dirfd, name):
+        if _lexists_at(dirfd, name):
+            raise FileExistsError(errno.EEXIST, "File exists", shown)
         fd = _anonymous_file(dirfd, perms, shown)
         if fd is not None:
             with named_file(fd, "wb", shown) as fh:

@@ -55,17 +55,19 @@ from ckptrescue.record.audit import (
     well_formed,
 )
 from ckptrescue.record.index import INDEX, INDEXED, RecordIndex, check_file
-from ckptrescue.record.regular import is_sha256, kind_of, read_regular, sha256_regular
+from ckptrescue.record.regular import (
+    is_sha256,
+    kind_of,
+    open_regular,
+    read_regular,
+    sha256_regular,
+)
 
 MANIFEST = "case.json"
 AUDIT = "audit.jsonl"
 EVIDENCE = "evidence.json"
 ARTIFACTS = "artifacts"
 SEAL = "seal.json"
-class CaseExistsError(CaseError):
-    """A case already lives where a new one was to be created."""
-
-
 # present while a case is being created, from before its case.json is written until its first
 # record is in the log: what a creation that failed (a full disk) left is told apart by it from a
 # case whose log was emptied later (damage), which looks the same otherwise
@@ -140,6 +142,10 @@ class VerifyReport:
             "problems": self.all_problems,
             "notes": self.chain.notes + self.notes,
         }
+
+
+class CaseExistsError(CaseError):
+    """A case already lives where a new one was to be created."""
 
 
 class ArtifactChangedError(CaseError):
@@ -269,8 +275,7 @@ class Case:
             # the mark, under the lock and before case.json: until the first record is in the
             # log, what is here is a creation's (taken over by the same command if it fails)
             try:
-                os.close(os.open(root / CREATING, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-                                 | os.O_CLOEXEC, 0o644))
+                os.close(open_regular(root / CREATING, os.O_WRONLY | os.O_CREAT))
             except OSError as exc:
                 raise CaseWriteError(f"{root}: {exc.strerror or exc} while creating the case "
                                      "directory") from exc
@@ -435,9 +440,6 @@ class Case:
                             "nothing is written into it",
                             hint=f"ckptrescue case verify {self.root}; keep this folder as it "
                                  "is and record into a new case")
-        if index.of("case.created"):  # a creation killed after its first record: its mark
-            with contextlib.suppress(OSError):
-                os.unlink(self.root / CREATING)
         with contextlib.suppress(OSError):
             index.write_lines([])  # rewrites the index file when missing or not this index's
         if not (self.root / EVIDENCE).exists():
@@ -448,6 +450,9 @@ class Case:
         if state.derived_checked:
             return
         state.derived_checked = True
+        if index.of("case.created"):  # a creation killed after its first record: its mark
+            with contextlib.suppress(OSError):
+                os.unlink(self.root / CREATING)
         logged = [e.to_json() for e in self.evidence()]
         try:
             current = json.loads(read_regular(self.root / EVIDENCE))
@@ -987,8 +992,13 @@ def _holds_records(root: Path) -> bool:
         return False
     if not size or not os.path.lexists(root / CREATING):
         return bool(size)
+    return _whole_line(root)
+
+
+def _whole_line(root: Path) -> bool:
+    """Whether the log begins with a whole line (an unreadable log counts as one)."""
     try:
-        fd = os.open(root / AUDIT, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(root / AUDIT)
     except OSError:
         return True
     try:
@@ -1001,13 +1011,11 @@ def _empty_beside(root: Path, name: str, *, durable: bool) -> None:
     """Cut the case file ``name`` back to empty through its own descriptor (never through a
     link planted at the name); synced when ``durable``. Absent: nothing to do."""
     try:
-        fd = os.open(root / name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(root / name, os.O_WRONLY)
     except FileNotFoundError:
         return
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(root / name))
-        if os.fstat(fd).st_size:
+        if os.lseek(fd, 0, os.SEEK_END):
             os.ftruncate(fd, 0)
             if durable:
                 os.fsync(fd)
@@ -1033,7 +1041,10 @@ def _left_by_a_failed_creation(root: Path) -> bool:
         with os.scandir(path) as inside:
             return not any(inside)
 
-    marked = os.path.isfile(root / CREATING) and not os.path.islink(root / CREATING)
+    try:
+        marked = stat.S_ISREG(os.lstat(root / CREATING).st_mode)
+    except (FileNotFoundError, NotADirectoryError):  # (a file at root: the scan names it)
+        marked = False
     with os.scandir(root) as entries:  # (a file there: its error, naming it)
         for entry in entries:
             name = entry.name
@@ -1050,7 +1061,7 @@ def _left_by_a_failed_creation(root: Path) -> bool:
                 continue
             if name in (AUDIT, INDEX) and entry.stat(follow_symlinks=False).st_size == 0:
                 continue
-            if name == AUDIT and not _holds_records(root):  # a torn first line, no record
+            if name == AUDIT and not _whole_line(root):  # a torn first line, no record
                 continue
             if name == MANIFEST and _failed_manifest(root) is not None:
                 continue

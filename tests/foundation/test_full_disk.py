@@ -7,7 +7,6 @@ a few hundred KiB; the point of failure is swept, never guessed."""
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from ckptrescue.datasets.manifest import build_manifest
 from ckptrescue.effects import beneath
 from ckptrescue.record.atomic import replacing_all
 from ckptrescue.record.case import Case
+from fixtures.storage import sha256
 
 pytestmark = pytest.mark.privileged
 
@@ -54,15 +54,11 @@ def _dataset(root: Path) -> None:
     (root / "big.bin").write_bytes(bytes((j * 31) % 256 for j in range(1 << 16)))
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def test_manifest_build_as_the_disk_fills_at_every_point(tmp_path: Path, mnt: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "src"
     _dataset(src)
-    before = {p.name: _sha(p) for p in src.iterdir()}
+    before = {p.name: sha256(p) for p in src.iterdir()}
     reference = tmp_path / "ref.sha256"
     build_manifest(src, reference, jobs=1)
     unraisable: list[object] = []
@@ -94,7 +90,7 @@ def test_manifest_build_as_the_disk_fills_at_every_point(tmp_path: Path, mnt: Pa
         (mnt / "m.sha256.jsonl").unlink()
     assert failed and succeeded, (failed, succeeded)  # the sweep crossed the boundary
     assert unraisable == []  # no generator or database left to be collected half closed
-    assert {p.name: _sha(p) for p in src.iterdir()} == before
+    assert {p.name: sha256(p) for p in src.iterdir()} == before
 
 
 def test_manifest_build_through_the_cli_on_a_full_disk_is_one_line(tmp_path: Path,
@@ -181,7 +177,7 @@ def test_what_a_failed_creation_left_is_no_case_to_record_into(tmp_path: Path) -
 
 def test_a_damaged_case_with_an_empty_log_is_never_created_over(tmp_path: Path) -> None:
     root = tmp_path / "c"
-    case = Case.create(root, title="the real one")
+    Case.create(root, title="the real one")
     first = (root / "case.json").read_bytes()
     (root / "audit.jsonl").write_bytes(b"")  # the log emptied: damage (or tampering)
     for argv in (("case", "new", str(root), "--title", "attacker"),
@@ -190,7 +186,18 @@ def test_a_damaged_case_with_an_empty_log_is_never_created_over(tmp_path: Path) 
         res = run_cli(*argv)
         assert res.returncode != 0 and "Traceback" not in res.stderr, (argv, res.stderr)
         assert (root / "case.json").read_bytes() == first
-    assert case.root == root
+
+
+def _refused_as_damage(root: Path, tmp_path: Path) -> None:
+    """A case whose log was emptied: case new refuses the folder, and a command that would
+    record into it refuses too, writing nothing."""
+    res = run_cli("case", "new", str(root), "--title", "again")
+    assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
+    (tmp_path / "x.txt").write_text("x")
+    res = run_cli("probe", str(tmp_path / "x.txt"), "--case", str(root))
+    assert res.returncode == 2 and "holds no records" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert (root / "audit.jsonl").stat().st_size == 0
 
 
 def test_a_case_whose_log_was_emptied_and_derived_files_removed_is_damage(
@@ -208,13 +215,7 @@ def test_a_case_whose_log_was_emptied_and_derived_files_removed_is_damage(
         (root / derived).unlink()
     res = run_cli("case", "verify", str(root))
     assert res.returncode == 1 and "audit.jsonl holds no records" in res.stdout + res.stderr
-    res = run_cli("case", "new", str(root), "--title", "again")
-    assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
-    (tmp_path / "x.txt").write_text("x")
-    res = run_cli("probe", str(tmp_path / "x.txt"), "--case", str(root))
-    assert res.returncode == 2 and "holds no records" in res.stderr, res.stderr
-    assert "Traceback" not in res.stderr
-    assert (root / "audit.jsonl").stat().st_size == 0
+    _refused_as_damage(root, tmp_path)
     assert (root / "case.json").read_bytes() == first
 
 
@@ -242,12 +243,7 @@ def test_a_creation_that_fails_after_its_first_record_leaves_no_mark(
     assert [r["action"] for r in Case.open(root).records()] == ["case.created"]
     (root / "audit.jsonl").write_bytes(b"")
     (root / "index.jsonl").unlink()
-    res = run_cli("case", "new", str(root), "--title", "again")
-    assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
-    (tmp_path / "x.txt").write_text("x")
-    res = run_cli("probe", str(tmp_path / "x.txt"), "--case", str(root))
-    assert res.returncode == 2 and "holds no records" in res.stderr, res.stderr
-    assert (root / "audit.jsonl").stat().st_size == 0
+    _refused_as_damage(root, tmp_path)
 
 
 @pytest.mark.parametrize("fault", ["torn write", "failed sync", "torn, not taken back"])

@@ -17,13 +17,7 @@ from cli_helpers import run_cli
 
 from ckptrescue.record.audit import CaseWriteError
 from ckptrescue.record.case import Case
-
-
-def _fill(path: Path) -> None:
-    """Write until the filesystem is full."""
-    from fixtures.storage import fill
-
-    fill(path)
+from fixtures.storage import fill
 
 
 def _on_disk(case: Case) -> list[str]:
@@ -138,7 +132,7 @@ def test_no_space_left_through_the_cli_is_one_line(tmp_path: Path) -> None:
     target.write_bytes(len(header).to_bytes(8, "little") + header + data)
     with small_tmpfs("192k") as mnt:
         case = Case.create(mnt / "c")
-        _fill(mnt / "filler")
+        fill(mnt / "filler")
         res = run_cli("probe", str(target), "--case", str(case.root))
         assert res.returncode == 4, res.stderr
         assert "Traceback" not in res.stderr

@@ -169,10 +169,9 @@ def _watching(root: Path, state: Path, case: Path) -> Iterator[subprocess.Popen[
          "--interval", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "full pass" not in (
-                first.stdout.readline() if first.poll() is None else "full pass"):
-            pass
+        for line in first.stdout:  # (its end, too, ends the wait)
+            if "full pass" in line:
+                break
         assert first.poll() is None, first.communicate()
         yield first
     finally:

@@ -55,6 +55,7 @@ class Held:
     path: Path
     fd: int
     made: bool  # the state did not exist: made empty by the hold
+    identity: tuple[int, int]  # the file held (device, inode)
 
 
 def hold(path: Path, source: str) -> Held:
@@ -66,7 +67,7 @@ def hold(path: Path, source: str) -> Held:
     passes (:func:`held_for_a_pass`) find it as this process's."""
     held = _take(path, source)
     with _HELD_LOCK:
-        _HELD[_identity(held.fd)] = held
+        _HELD[held.identity] = held
     return held
 
 
@@ -93,7 +94,8 @@ def _take(path: Path, source: str) -> Held:
         os.close(fd)
         raise UsageError(f"{path}: changed while the watch took it; not used",
                          hint="run the watch again")
-    return Held(path, fd, made)
+    st = os.fstat(fd)
+    return Held(path, fd, made, (st.st_dev, st.st_ino))
 
 
 def release(held: Held) -> None:
@@ -103,8 +105,8 @@ def release(held: Held) -> None:
 
     try:
         with _HELD_LOCK:
-            if _HELD.get(_identity(held.fd)) is held:
-                del _HELD[_identity(held.fd)]
+            if _HELD.get(held.identity) is held:
+                del _HELD[held.identity]
         if held.made and os.fstat(held.fd).st_size == 0 and same_file(held.fd, held.path):
             with contextlib.suppress(OSError):
                 held.path.unlink()
@@ -116,11 +118,6 @@ def release(held: Held) -> None:
 # hold is not here: a second pass in the same process is refused by the lock itself)
 _HELD: dict[tuple[int, int], Held] = {}
 _HELD_LOCK = threading.Lock()
-
-
-def _identity(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino
 
 
 @contextlib.contextmanager
