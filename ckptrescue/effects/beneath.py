@@ -20,7 +20,8 @@ absent) writes an anonymous file and links it into place once synced, so a kille
 nothing where the filesystem has anonymous files (else a hidden ``.partial`` file is left); a
 rename that must not replace refuses a taken name in the same step with
 ``renameat2(RENAME_NOREPLACE)`` where the kernel and filesystem have it
-(:func:`_rename_noreplace` for the fallbacks).
+(:func:`_rename_noreplace` for the fallbacks). Once a name is given (a link, a rename), its
+folder is synced, so the name outlives a power loss as the synced bytes do.
 """
 
 from __future__ import annotations
@@ -295,6 +296,7 @@ def write_bytes(root: str | os.PathLike[str], path: str | os.PathLike[str], data
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dirfd)
             raise
+        _sync_folder(dirfd)
 
 
 def replace_output(out: str | os.PathLike[str], data: bytes | str) -> None:
@@ -339,8 +341,18 @@ def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
                 yield fh
                 fsync(fh)
                 _name_anonymous(fd, dirfd, name, shown, perms)
+            _sync_folder(dirfd)
             return
     yield from _creating_named(root, path, perms=perms, shown=shown)
+
+
+def _sync_folder(dirfd: int) -> None:
+    """``fsync`` the folder ``dirfd`` after a name was given in it, so that the name outlives a
+    power loss as the file's synced bytes do (an anonymous file whose link is lost is freed).
+    A folder that cannot be synced (a filesystem without directory ``fsync``) makes the name
+    less durable, not the write wrong: its error is not the caller's (as record.atomic)."""
+    with contextlib.suppress(OSError):
+        os.fsync(dirfd)
 
 
 def _anonymous_file(dirfd: int, perms: int, shown: str) -> int | None:
@@ -511,9 +523,12 @@ def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
             if _lexists_at(dfd, dname):  # the common refusal, before any attempt
                 raise FileExistsError(errno.EEXIST, f"{os.fspath(dst)}: already exists")
             _rename_noreplace(sfd, sname, dfd, dname, dst)
-            return
-        _replaceable_at(dfd, dname, dst)
-        os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+        else:
+            _replaceable_at(dfd, dname, dst)
+            os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+        _sync_folder(dfd)
+        if not os.path.samestat(os.fstat(sfd), os.fstat(dfd)):
+            _sync_folder(sfd)  # (the old name's removal, too)
 
 
 RENAME_NOREPLACE = 1  # linux/fs.h

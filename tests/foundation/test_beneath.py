@@ -241,6 +241,66 @@ def test_a_folder_is_renamed_to_a_free_name_and_refused_at_a_taken_one(
     assert (root / "final" / "x").read_bytes() == b"x"
 
 
+def _folder_syncs(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str, *,
+                  fail: bool = False) -> list[bool]:
+    """For each ``fsync`` of ``folder``: whether ``name`` was in it at that moment (``fail``:
+    each one fails as a filesystem without directory fsync, or a dying disk, would)."""
+    import errno
+    import stat
+
+    real = os.fsync
+    seen: list[bool] = []
+
+    def spy(fd: int) -> None:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) and os.path.samestat(st, os.stat(folder)):
+            seen.append(name in os.listdir(folder))
+            if fail:
+                raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return seen
+
+
+@pytest.mark.parametrize("way", ["anonymous", "named", "write_bytes", "rename"])
+def test_a_name_once_given_is_synced_in_its_folder(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   way: str) -> None:
+    """The bytes are synced before the name is given; then the folder, so that the name
+    outlives a power loss too (an anonymous file whose link never reached the disk is freed
+    on the next mount: a salvaged file the case records would be gone)."""
+    root = tmp_path / "out"
+    (root / "d").mkdir(parents=True)
+    seen = _folder_syncs(monkeypatch, root / "d", "f")
+    if way == "named":
+        monkeypatch.setattr(beneath, "_anonymous_file", lambda *a: None)
+    if way == "write_bytes":
+        beneath.write_bytes(root, "d/f", b"ours")
+    elif way == "rename":
+        (root / "tmp").write_bytes(b"ours")
+        beneath.rename(root, "tmp", "d/f", replace=False)
+    else:
+        with beneath.creating(root, "d/f") as fh:
+            fh.write(b"ours")
+    assert (root / "d" / "f").read_bytes() == b"ours"
+    assert True in seen  # synced with the name in it
+
+
+def test_a_folder_that_cannot_be_synced_keeps_the_file_and_no_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name is given and the bytes are synced: a folder sync that fails makes the name
+    less durable, not the write wrong, so the file stays and the caller is not told it
+    failed (a retry would find its own file and refuse it)."""
+    root = tmp_path / "out"
+    root.mkdir()
+    seen = _folder_syncs(monkeypatch, root, "f", fail=True)
+    with beneath.creating(root, "f") as fh:
+        fh.write(b"ours")
+    assert seen == [True] and (root / "f").read_bytes() == b"ours"
+    assert os.listdir(root) == ["f"]
+
+
 KILLED_WRITER = r"""
 import os, signal, sys
 from ckptrescue.effects import beneath

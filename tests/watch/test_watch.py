@@ -149,6 +149,14 @@ def test_the_state_may_not_live_inside_the_source(tmp_path: Path) -> None:
                     str(root / "state.db"), "--passes", "1")
     assert result.returncode == 2 and "outside" in result.stderr
     assert not (root / "state.db").exists()
+    # the same folder reached through a link outside it: the folders are resolved
+    (tmp_path / "elsewhere").symlink_to(root / "sub")
+    (root / "sub").mkdir()
+    before = tree_digest(root)
+    result = invoke("watch", str(root), "--case", str(tmp_path / "case2"), "--state",
+                    str(tmp_path / "elsewhere" / "state.db"), "--passes", "1")
+    assert result.returncode == 2 and "outside" in result.stderr
+    assert tree_digest(root) == before
 
 
 def test_a_missing_source_is_a_one_line_error_and_no_case_is_made(tmp_path: Path) -> None:

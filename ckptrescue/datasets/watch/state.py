@@ -39,11 +39,13 @@ class Seen:
 
 
 def check_location(path: Path, source: str) -> Path:
-    """``path`` made absolute, refused when it lies inside the watched source (evidence)."""
+    """``path`` made absolute, refused when it would be written inside the watched source
+    (evidence), by its name or through a link on the way (the folders resolved)."""
+    from ckptrescue.datasets.scratch_db import writes_inside
     from ckptrescue.errors import UsageError
 
     path = Path(path).absolute()
-    if not source.startswith("s3:") and path.is_relative_to(Path(source).absolute()):
+    if not source.startswith("s3:") and writes_inside(path, source):
         raise UsageError(f"{path}: the watch state must live outside {source}")
     return path
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckptrescue.checkpoints.formats.chunked import iter_chunks
-from ckptrescue.effects.files import named_file
+from ckptrescue.effects.files import named_file, open_own_file
 from ckptrescue.effects.runner import SubprocessRunner, ToolCall
 from ckptrescue.model import Finding, Severity
 from ckptrescue.storage.filesystem import (
@@ -155,8 +155,7 @@ def rebuild_and_map(case: Case, runner: SubprocessRunner, dev: str, hits: list[R
         if size is None or not exts:
             continue
         out = work / f"{ino}-{Path(path).name}"
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = open_own_file(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # (a FIFO never blocks)
         with named_file(fd, "wb", out) as dst, open(dev, "rb", buffering=0) as src:
             dst.truncate(size)
             for e in exts:

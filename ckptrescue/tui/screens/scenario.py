@@ -62,11 +62,14 @@ class ScenarioScreen(Screen[None]):
         scenario = next(s for s in SCENARIOS if s.key == key)
         return scenario.playbook, scenario.hint
 
+    _described = ""  # the option the right pane shows (its first highlight repeats on_mount's)
+
     def _describe(self, option_id: str) -> None:
         from ckptrescue.playbook import load
 
-        if not option_id:
+        if not option_id or option_id == self._described:
             return
+        self._described = option_id
         name, hint = self._playbook_name(option_id)
         try:
             book = load.load_file(load.resolve(name))
