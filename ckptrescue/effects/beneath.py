@@ -20,8 +20,10 @@ absent) writes an anonymous file and links it into place once synced, so a kille
 nothing where the filesystem has anonymous files (else a hidden ``.partial`` file is left); a
 rename that must not replace refuses a taken name in the same step with
 ``renameat2(RENAME_NOREPLACE)`` where the kernel and filesystem have it
-(:func:`_rename_noreplace` for the fallbacks). Once a name is given (a link, a rename), its
-folder is synced, so the name outlives a power loss as the synced bytes do.
+(:func:`_rename_noreplace` for the fallbacks). Once :func:`creating`, :func:`write_bytes` or
+:func:`rename` gives a name, and once a folder is made on the way to one, the folder that holds
+it is synced, so the name outlives a power loss as the synced bytes do (:func:`link`,
+:func:`open_file` and :func:`unlink` do not sync).
 """
 
 from __future__ import annotations
@@ -158,8 +160,12 @@ def _walk_dirs(rootfd: int, root: str | os.PathLike[str], dirs: list[str],
             except FileNotFoundError:
                 if not create:
                     raise
-                with contextlib.suppress(FileExistsError):
+                try:
                     os.mkdir(name, 0o755, dir_fd=cur)
+                except FileExistsError:
+                    pass
+                else:
+                    _sync_folder(cur)  # the new folder's own name, as a file's (below)
                 try:
                     nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
                 except OSError as exc:
@@ -330,7 +336,8 @@ def creating(root: str | os.PathLike[str], path: str | os.PathLike[str], *,
     process leaves no file at all, since the kernel frees a file no name holds. Where the
     filesystem has no anonymous files (NFS, some FUSE) or ``/proc`` is not mounted, a hidden
     temporary name beside ``path`` is renamed (:func:`_rename_noreplace`), which a
-    ``kill -9`` leaves behind."""
+    ``kill -9`` leaves behind. Once named, the folder is synced; a Ctrl-C during that sync
+    leaves the whole file at its name."""
     shown = os.path.join(os.fspath(root), os.fspath(path))
     with _parent(root, path, create=True) as (dirfd, name):
         if _lexists_at(dirfd, name):
@@ -519,6 +526,10 @@ def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
     could be replaced)."""
     with _parent(root, src, create=False) as (sfd, sname), \
             _parent(root, dst, create=True) as (dfd, dname):
+        try:  # (asked before the rename: nothing after it may fail a rename that happened)
+            same = os.path.samestat(os.fstat(sfd), os.fstat(dfd))
+        except OSError:
+            same = False
         if not replace:
             if _lexists_at(dfd, dname):  # the common refusal, before any attempt
                 raise FileExistsError(errno.EEXIST, f"{os.fspath(dst)}: already exists")
@@ -527,7 +538,7 @@ def rename(root: str | os.PathLike[str], src: str | os.PathLike[str],
             _replaceable_at(dfd, dname, dst)
             os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
         _sync_folder(dfd)
-        if not os.path.samestat(os.fstat(sfd), os.fstat(dfd)):
+        if not same:
             _sync_folder(sfd)  # (the old name's removal, too)
 
 

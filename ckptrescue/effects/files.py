@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import mmap
 import os
+import stat
 from typing import Any, BinaryIO
 
 from ckptrescue.errors import RefusedError, naming, not_a_regular_file
@@ -60,6 +61,13 @@ def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
             raise RefusedError(f"{shown}: a symbolic link where the kit keeps its own file; it "
                                "is never followed: remove it, or write the output elsewhere") \
                 from None
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader opened to write, a socket
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                mode = stat.S_IFREG
+            if not stat.S_ISREG(mode):
+                raise not_a_regular_file(shown, mode) from None
         raise
     return proven_regular(fd, shown)
 

@@ -218,6 +218,28 @@ def test_a_fifo_at_the_partial_files_name_is_refused_not_waited_on(tmp_path: Pat
         f"ckptrescue: error: {tmp_path / 'm.sha256.partial.jsonl'}: a FIFO; "), res.stderr
 
 
+def test_an_own_file_opened_to_write_over_a_fifo_or_a_socket_is_the_kit_s_refusal(
+        tmp_path: Path) -> None:
+    """Opened write-only without a reader, a FIFO answers ENXIO at the open (before the
+    descriptor can be proven regular), as a socket does: still the kit's refusal naming what
+    is there (exit 3), never a bare 'No such device or address'."""
+    import os
+    import socket
+
+    from ckptrescue.effects.files import open_own_file
+    from ckptrescue.errors import RefusedError
+
+    os.mkfifo(tmp_path / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    try:
+        for name, what in (("fifo", "a FIFO"), ("sock", "a socket")):
+            with pytest.raises(RefusedError, match=f"{name}: {what}"):
+                open_own_file(tmp_path / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    finally:
+        sock.close()
+
+
 def test_a_link_at_the_partial_files_name_is_never_followed(tmp_path: Path) -> None:
     """The partial file is appended to, and emptied when nothing in it can be resumed: a link
     planted there made the build, as root, empty the file it pointed to and fill it with hash

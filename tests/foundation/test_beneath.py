@@ -273,8 +273,11 @@ def test_a_name_once_given_is_synced_in_its_folder(tmp_path: Path,
     root = tmp_path / "out"
     (root / "d").mkdir(parents=True)
     seen = _folder_syncs(monkeypatch, root / "d", "f")
-    if way == "named":
-        monkeypatch.setattr(beneath, "_anonymous_file", lambda *a: None)
+    made: list[int | None] = []
+    real_anonymous = beneath._anonymous_file  # noqa: SLF001
+    monkeypatch.setattr(beneath, "_anonymous_file",
+                        (lambda *a: None) if way == "named"
+                        else lambda *a: made.append(real_anonymous(*a)) or made[-1])
     if way == "write_bytes":
         beneath.write_bytes(root, "d/f", b"ours")
     elif way == "rename":
@@ -285,6 +288,42 @@ def test_a_name_once_given_is_synced_in_its_folder(tmp_path: Path,
             fh.write(b"ours")
     assert (root / "d" / "f").read_bytes() == b"ours"
     assert True in seen  # synced with the name in it
+    if way == "anonymous":
+        assert made and made[0] is not None  # (not the named fallback after all)
+
+
+def test_a_folder_made_on_the_way_is_synced_in_its_parent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file in a folder that did not exist: the folder's own name is synced in its parent
+    too, or a power loss takes the folder and the file with it."""
+    root = tmp_path / "out"
+    root.mkdir()
+    seen = _folder_syncs(monkeypatch, root, "new")
+    with beneath.creating(root, "new/f") as fh:
+        fh.write(b"ours")
+    assert seen == [True] and (root / "new" / "f").read_bytes() == b"ours"
+
+
+def test_a_rename_that_happened_is_never_reported_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the rename asks of its folders is asked before it: a folder that cannot be
+    examined after the rename (a stale NFS handle) does not turn a placed file into an
+    error (a restore would then remove nothing and refuse its own rerun)."""
+    import errno
+
+    root = tmp_path / "out"
+    (root / "d").mkdir(parents=True)
+    (root / "tmp").write_bytes(b"ours")
+    real = os.fstat
+
+    def stale_after_rename(fd: int) -> os.stat_result:
+        if (root / "d" / "f").exists():
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fstat", stale_after_rename)
+    beneath.rename(root, "tmp", "d/f", replace=False)
+    assert (root / "d" / "f").read_bytes() == b"ours"
 
 
 def test_a_folder_that_cannot_be_synced_keeps_the_file_and_no_error(

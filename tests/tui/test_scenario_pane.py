@@ -8,18 +8,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tui_testlib import drive, wait_for
 
 from ckptrescue.record.case import Case
 
 
-def test_the_pane_follows_the_highlight(tmp_path: Path) -> None:
+def test_the_pane_follows_the_highlight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from textual.widgets import Static
 
+    from ckptrescue.playbook import load
     from ckptrescue.tui.app import make_app
     from ckptrescue.tui.scenarios import SCENARIOS
     from ckptrescue.tui.screens.scenario import ScenarioScreen
 
+    loaded: list[str] = []
+    real = load.load_file
+
+    def counting(path: Path) -> Any:
+        loaded.append(path.stem)
+        return real(path)
+
+    monkeypatch.setattr(load, "load_file", counting)
     app = make_app(Case.create(tmp_path / "case", title="t"))
     seen: list[str] = []
 
@@ -30,6 +40,8 @@ def test_the_pane_follows_the_highlight(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ScenarioScreen), 10, "scenarios")
         await wait_for(pilot, lambda: "Proposed playbook" in pane(), 10, "the first description")
         seen.append(pane())
+        await pilot.pause()
+        assert loaded == [SCENARIOS[0].playbook]  # the mount's; its first highlight loads none
         for key in ("down", "up"):
             before = pane()
             await pilot.press(key)
@@ -44,3 +56,4 @@ def test_the_pane_follows_the_highlight(tmp_path: Path) -> None:
     assert seen[1].startswith(second.hint)
     assert f"Proposed playbook: {second.playbook}" in seen[1]
     assert seen[2] == seen[0]
+    assert loaded == [first.playbook, second.playbook, first.playbook]
