@@ -17,7 +17,9 @@ DCP's ``CheckpointException`` derives from BaseException, hence the broad catch 
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from ckptrescue.checkpoints.formats.pickle_scan import unique_names
@@ -146,8 +148,31 @@ def _load(req: dict[str, Any]) -> Any:
     if loader == "dcp":
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-        return _load_state_dict_from_keys(checkpoint_id=path)
+        with _metadata_admitting(req.get("hook_globals", ())):
+            return _load_state_dict_from_keys(checkpoint_id=path)
     raise ValueError(f"unknown loader {loader}")
+
+
+@contextlib.contextmanager
+def _metadata_admitting(names: Any) -> Iterator[None]:
+    """While DCP's reader unpickles ``.metadata`` (``FileSystemReader.read_metadata``), and
+    then only, the hook admits ``names`` (:func:`boundary.admitting`)."""
+    if not names:
+        yield
+        return
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    real = FileSystemReader.read_metadata
+
+    def read_metadata(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with boundary.admitting(names):
+            return real(self, *args, **kwargs)
+
+    FileSystemReader.read_metadata = read_metadata  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FileSystemReader.read_metadata = real  # type: ignore[method-assign]
 
 
 def _load_family(req: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +195,7 @@ def _load_family(req: dict[str, Any]) -> dict[str, Any]:
         acc = {"tensors": 0, "nonfinite": 0}
         try:
             obj = _load({"loader": member["loader"], "path": member["path"],
-                         "files": [member["path"]]})
+                         "files": [member["path"]], "hook_globals": req.get("hook_globals", [])})
             _count(obj, acc)
             del obj
             results.append({"rank": member["rank"], "path": member["path"], "ok": True, **acc})

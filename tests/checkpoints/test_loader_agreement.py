@@ -74,8 +74,9 @@ def load(kind, path):
                 with zipfile.ZipFile(path) as z:
                     z.extractall(d)
             else:
-                with tarfile.open(path) as t:
-                    t.extractall(d, filter="data")
+                with tarfile.open(path) as t:  # (extraction filters: Python 3.11.4 and later)
+                    t.extractall(d, **({"filter": "data"} if hasattr(tarfile, "data_filter")
+                                       else {}))
             files = sorted(os.path.relpath(os.path.join(r, f), d)
                            for r, _, fs in os.walk(d) for f in fs)
             for rel in files:

@@ -23,6 +23,7 @@ OPT1 = "zero_pp_rank_1_mp_rank_00_optim_states.pt"
 MODEL = "mp_rank_00_model_states.pt"
 
 EDIT = """
+import fixtures.families  # (enum members pickled by value on every interpreter, as its writers)
 import sys, torch
 obj = torch.load(sys.argv[1], weights_only=False)
 flat = obj["optimizer_state_dict"]["single_partition_of_fp32_groups"][0]

@@ -277,7 +277,8 @@ class Family:
                              findings=list(report.findings), checksums=checksums,
                              records=list(report.tensors), files=list(report.files),
                              format=report.format,
-                             scalars={"unsafe_globals": report.extra.get("unsafe_globals", [])})
+                             scalars={"unsafe_globals": report.extra.get("unsafe_globals", []),
+                                      "member_lookups": report.extra.get("member_lookups", [])})
 
     @classmethod
     def check(cls, layout: StepLayout, summaries: list[MemberSummary]) -> list[Finding]:
@@ -422,6 +423,9 @@ class Family:
         }
         unsafe = sorted({g for s in summaries for g in s.scalars.get("unsafe_globals", [])})
         report.extra["unsafe_globals"] = unsafe
+        lookups = sorted({m for s in summaries for m in s.scalars.get("member_lookups", [])})
+        if lookups:  # (a DCP member's enums by name: its sandboxed load admits getattr)
+            report.extra["member_lookups"] = lookups
         tensormap.finalize(report, verdicts)
         return report
 

@@ -264,10 +264,15 @@ def _judge_metadata(scan: pickle_scan.PickleScan, meta_path: Path, report: Check
     """The globals of ``.metadata``. DCP's reader unpickles it with pickle.load (no
     weights_only): it resolves and calls every global, so one off the exact list is unsafe; a
     name one edit from a listed one is a damaged name it cannot resolve (unreadable). Globals
-    named before a parse error count: the unpickler resolved them before it stopped."""
+    named before a parse error count: the unpickler resolved them before it stopped.
+    ``builtins.getattr`` is the exception where its every call looks up a member of a listed
+    enum by name (how Python 3.11.0-x pickled enum members; pickle_policy.ENUM_MEMBERS)."""
     verdicts = []
+    members = scan.getattr_only_for_members()  # enum members pickled by name (Python 3.11.0-x)
     off_list = scan.unsafe_globals(lambda g: _allowed(g) or pickle_policy.extra_allowed(
-        g, options.extra_allowed))
+        g, options.extra_allowed) or (members and g == "builtins.getattr"))
+    if members:
+        report.extra["member_lookups"] = sorted(set(scan.member_lookups))
     unsafe, damaged = pickle_policy.resolved_off_list(off_list, scan.dotted)
     unsafe += [f"copyreg._extension_registry[{c}]" for c in scan.ext_codes]
     report.extra["unsafe_globals"] = unsafe

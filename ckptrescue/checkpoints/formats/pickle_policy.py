@@ -84,6 +84,28 @@ DCP_ALLOWED_EXACT = {
     "pathlib.Path", "pathlib.PurePosixPath", "pathlib.WindowsPath", "pathlib.PureWindowsPath",
 } | _TORCH_LAYOUTS | _TORCH_MEMORY_FORMATS
 
+# The enum classes of the exact DCP list and their members (torch 2.13 source). Python 3.11.0
+# to 3.11.x pickled an enum member by name, ``getattr(Class, 'MEMBER')`` (Debian 12's 3.11.2
+# does: every ``.metadata`` it writes names ``builtins.getattr``); later versions pickle it by
+# value, ``Class(value)``. A ``getattr`` call whose arguments are exactly a class below and one
+# of its member names is the member (:func:`enum_member`); any other is ``getattr`` itself.
+_MEM_FORMATS = {"TORCH_CONTIGUOUS_FORMAT": 0, "TORCH_CHANNELS_LAST": 1, "TORCH_PRESERVE_FORMAT": 2}
+ENUM_MEMBERS: dict[str, dict[str, int]] = {
+    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING": _MEM_FORMATS,
+    "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING": _MEM_FORMATS,
+    "torch.distributed.checkpoint.planner.WriteItemType": {"TENSOR": 1, "SHARD": 2,
+                                                           "BYTE_IO": 3},
+    "torch.distributed.checkpoint.planner.LoadItemType": {"TENSOR": 1, "BYTE_IO": 2},
+}
+
+
+def enum_member(cls_qualname: str, name: object) -> int | None:
+    """The value of member ``name`` of the listed enum class ``cls_qualname``; None when the
+    class is not listed or has no such member (``getattr`` would then reach any attribute)."""
+    members = ENUM_MEMBERS.get(cls_qualname)
+    return members.get(name) if members is not None and type(name) is str else None
+
+
 # What a global that is not on an exact list can do: these run programs, open the network,
 # evaluate code, import or unpickle more, or reach arbitrary attributes. Any component of the
 # qualified name (dotted attribute paths included) is checked.

@@ -33,6 +33,7 @@ from ckptrescue.checkpoints.formats.pickle_policy import (  # noqa: F401 - re-ex
     ALLOWED_EXACT,
     DANGEROUS_MODULES,
     DCP_ALLOWED_EXACT,
+    ENUM_MEMBERS,
     REBUILD_FUNCTIONS,
     STANDALONE_ALLOWED,
     TORCH_CLASSES,
@@ -41,6 +42,7 @@ from ckptrescue.checkpoints.formats.pickle_policy import (  # noqa: F401 - re-ex
     accelerate_rng_allowed,
     dangerous,
     dcp_allowed,
+    enum_member,
     exact_allowed_globals,
     standalone_allowed,
     weights_only_allowed,
@@ -228,6 +230,19 @@ class PickleScan:
     refusals: list[tuple[int, str]] = field(default_factory=list)  # the loader's rules (PK011)
     # storage keys referenced with different types: (key, first dtype, later dtype) (PK012)
     storage_conflicts: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    # enum members pickled by name (``getattr(Class, 'MEMBER')``, pickle_policy.ENUM_MEMBERS),
+    # each scanned as the member itself; ``getattr_calls`` counts every call of getattr
+    member_lookups: list[str] = field(default_factory=list)
+    getattr_calls: int = 0
+    getattr_refs: int = 0  # times the getattr global reached the stack (named, memo GET, DUP)
+
+    def getattr_only_for_members(self) -> bool:
+        """Every appearance of ``builtins.getattr`` in the pickle (there is one at least) is
+        the function of a call that looks up a member of a listed enum class by its name: never
+        an argument, a value or a state, never called otherwise. For an unpickler that resolves
+        every global (``pickle.load``), ``getattr`` then reaches nothing else."""
+        n = len(self.member_lookups)
+        return 0 < n == self.getattr_calls == self.getattr_refs
 
     def unsafe_globals(self, allowed: Any = weights_only_allowed) -> list[str]:
         """Globals not on the exact list ``allowed``; an attribute path (``GLOBAL 'torch.x
@@ -318,6 +333,9 @@ class _Interpreter:
         self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
         self.globals: list[str] = []
+        self.member_lookups: list[str] = []
+        self.getattr_calls = 0
+        self.getattr_refs = 0  # each time the getattr global reaches the stack (named, GET, DUP)
         self.raw: list[tuple[str, str]] = []
         self.dotted: set[str] = set()
         self.prefs: list[PersistentRef] = []
@@ -363,6 +381,8 @@ class _Interpreter:
             module = _IMPORT_MAPPING.get(module, module)
         qual = f"{module}.{name}"
         self.globals.append(qual)
+        if qual == "builtins.getattr":
+            self.getattr_refs += 1
         if "." in name:
             self.dotted.add(qual)
         if (module, name) in self.overrides:  # a BUILD rewrote this attribute: find_class
@@ -380,13 +400,23 @@ class _Interpreter:
                     if type(key) is str:
                         self.overrides[(target.qualname, key)] = value
 
-    def call(self, func: Any, args: Any) -> Any:
+    def call(self, func: Any, args: Any, *, newobj: bool = False) -> Any:
+        """``func(*args)``, inert (``newobj``: ``func.__new__(func, *args)``, which a function
+        such as ``getattr`` fails)."""
         if not isinstance(args, tuple):
             raise TypeError("argument list must be a tuple")
         if not _is_stub(func):
             raise TypeError(f"{type(func).__name__} object is not callable")
         why = self.rules.on_call(func, args) if self.rules is not None else None
         self.refuse(why)
+        if isinstance(func, Global) and func.qualname == "builtins.getattr":
+            self.getattr_calls += 1
+            owner = args[0] if len(args) == 2 and isinstance(args[0], Global) \
+                and not newobj else None
+            value = enum_member(owner.qualname, args[1]) if owner is not None else None
+            if owner is not None and value is not None:  # a member by name: the member
+                self.member_lookups.append(f"{owner.qualname}.{args[1]}")
+                return Call(owner, (value,))
         if isinstance(func, Global):
             out = _reduce(func, args)
             if why and isinstance(out, TensorRef):
@@ -435,7 +465,10 @@ class _Interpreter:
         elif name == "POP_MARK":
             self.pop_mark()
         elif name == "DUP":
-            self.push(self.top())
+            top = self.top()
+            if top.__class__ is Global and top.qualname == "builtins.getattr":
+                self.getattr_refs += 1
+            self.push(top)
         else:
             n = int(name[-1])
             if len(st) < n:
@@ -498,7 +531,10 @@ class _Interpreter:
         if name in ("GET", "BINGET", "LONG_BINGET"):
             if arg not in self.memo:
                 raise KeyError(f"Memo value not found at index {arg}")
-            self.push(self.memo[arg])
+            value = self.memo[arg]
+            if value.__class__ is Global and value.qualname == "builtins.getattr":
+                self.getattr_refs += 1
+            self.push(value)
         elif name == "MEMOIZE":
             self.memo[len(self.memo)] = self.top()
         else:
@@ -546,7 +582,7 @@ class _Interpreter:
                 raise TypeError(f"{name} class argument isn't a type object")
             if not isinstance(args, tuple) or not isinstance(kwargs, dict):
                 raise TypeError(f"{name} expected an arg tuple")
-            self.push(self.call(cls, args))
+            self.push(self.call(cls, args, newobj=True))
 
     def op_build(self, name: str, arg: Any) -> None:
         """BUILD: state set on the object below (a global's rewrite recorded)."""
@@ -754,7 +790,9 @@ def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: 
                       error_position=None if error_pos is None else error_pos + start,
                       limit=limit, frame_violations=[(p + start, m) for p, m in src.violations],
                       ext_codes=it.ext_codes, rewrites=it.rewrites,
-                      refusals=[(p + start, m) for p, m in it.refusals])
+                      refusals=[(p + start, m) for p, m in it.refusals],
+                      member_lookups=it.member_lookups, getattr_calls=it.getattr_calls,
+                      getattr_refs=it.getattr_refs)
     if src.violations:
         other = "memory" if mode == "stream" else "stream"
         alt = _interpret(raw, other, encoding, ext_registered)[0]
@@ -764,6 +802,9 @@ def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: 
         scan.dotted |= alt.dotted
         scan.ext_codes += alt.ext_codes
         scan.rewrites += alt.rewrites
+        if alt.getattr_refs and not (
+                0 < len(alt.member_lookups) == alt.getattr_calls == alt.getattr_refs):
+            scan.getattr_refs += 1  # (either reading may be the unpickler's: both must hold)
     if stream is not None:
         try:
             stream.seek(base + scan.end)

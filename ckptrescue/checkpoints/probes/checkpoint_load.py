@@ -91,8 +91,10 @@ def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
         report.findings.append(finding("LD004", f"real load skipped: {why}",
                                        evidence=report.path))
         return
-    outcome = run_child("torch_load", {"path": report.path, "loader": loader,
-                                       "files": report.files},
+    request: dict[str, object] = {"path": report.path, "loader": loader, "files": report.files}
+    if report.extra.get("member_lookups"):  # enum members by name, and getattr for nothing else
+        request["hook_globals"] = ["builtins.getattr", "__builtin__.getattr"]
+    outcome = run_child("torch_load", request,
                         case=case, memory_mb=memory_mb, timeout_s=timeout_s,
                         inputs=[report.path, *report.files])
     record_outcome(report, outcome, loader, memory_mb=memory_mb, timeout_s=timeout_s)
