@@ -291,8 +291,19 @@ def test_exact_lists_have_no_prefixes_and_classify_danger():
                  "subprocess.check_call", "builtins.exec", "builtins.eval", "socket.socket",
                  "runpy._run_code", "importlib.import_module", "pty.spawn", "torch.load",
                  "torch.distributed.checkpoint.filesystem.os.system",
-                 "torch.distributed.checkpoint.filesystem.pickle.loads", "builtins.getattr"):
+                 "torch.distributed.checkpoint.filesystem.pickle.loads", "builtins.getattr",
+                 # a dangerous module reached as another module's attribute
+                 "torch.serialization.os", "torch.serialization.sys", "numpy.os"):
         assert pickle_scan.dangerous(name), name
+    # no name on an exact list (a family's extra list neither) is a module of that kind
+    from ckptrescue.checkpoints.families import families
+
+    listed = set(pickle_scan.exact_allowed_globals()) | set(pickle_scan.STANDALONE_ALLOWED) \
+        | set(pickle_scan.ACCELERATE_RNG_ALLOWED)
+    for fam in families():
+        listed |= set(getattr(fam, "allowed_globals", ()) or ())
+    assert len(listed) > 100
+    assert not [n for n in listed if n.rsplit(".", 1)[-1] in pickle_scan.DANGEROUS_MODULES]
     for name in ("torch.distributed.checkpoint.metadata.Metadatx", "__main__.Config",
                  "builtins.set", "numpy.core.multiarray._reconstruct"):
         assert not pickle_scan.dangerous(name), name

@@ -167,6 +167,19 @@ def test_a_payload_is_never_safe(kind: str, tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_a_dangerous_module_reached_as_an_attribute_is_never_to_register(tmp_path: Path) -> None:
+    """``torch.serialization.os`` is the ``os`` module: registering it would hand torch.load
+    the module, so it is never to register (SG003), not a name merely on no list (SG002)."""
+    from fixtures import malicious as mal
+
+    path = mal.torch_zip(tmp_path / "mod.pt", mal.glob("torch.serialization", "os"))
+    result = needed_globals([path])
+    statuses = {n["global"]: n["status"] for n in result.to_json()["not_safe"]}
+    assert statuses == {"torch.serialization.os": "dangerous"}
+    codes = {f.code for f in result.findings()}
+    assert "SG003" in codes and "SG002" not in codes
+
+
 def test_cli_case_report_and_hostile_paths(tmp_path: Path) -> None:
     pytest.importorskip("deepspeed")
     step = built("deepspeed") / "zero1" / "global_step2"

@@ -163,7 +163,9 @@ def dangerous(qualname: str) -> bool:
         return parts[1] in _DANGEROUS_BUILTINS or len(parts) > 2
     if any(p in DANGEROUS_MODULES for p in parts[:-1]):
         return True
-    return parts[-1] in _DANGEROUS_NAMES or parts[-1] in _DANGEROUS_BUILTINS
+    # a dangerous module re-exported as an attribute (``torch.serialization.os`` is ``os``)
+    return parts[-1] in DANGEROUS_MODULES or parts[-1] in _DANGEROUS_NAMES \
+        or parts[-1] in _DANGEROUS_BUILTINS
 
 
 def extra_allowed(qualname: str, names: frozenset[str]) -> bool:
