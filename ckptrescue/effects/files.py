@@ -63,11 +63,11 @@ def open_own_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
                 from None
         if exc.errno == errno.ENXIO:  # a FIFO without a reader opened to write, a socket
             try:
-                mode = os.lstat(path).st_mode
+                found = os.lstat(path).st_mode
             except OSError:
-                mode = stat.S_IFREG
-            if not stat.S_ISREG(mode):
-                raise not_a_regular_file(shown, mode) from None
+                found = stat.S_IFREG
+            if not stat.S_ISREG(found):
+                raise not_a_regular_file(shown, found) from None
         raise
     return proven_regular(fd, shown)
 

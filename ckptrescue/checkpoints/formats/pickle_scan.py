@@ -241,8 +241,7 @@ class PickleScan:
         the function of a call that looks up a member of a listed enum class by its name: never
         an argument, a value or a state, never called otherwise. For an unpickler that resolves
         every global (``pickle.load``), ``getattr`` then reaches nothing else."""
-        n = len(self.member_lookups)
-        return 0 < n == self.getattr_calls == self.getattr_refs
+        return _members_only(self.member_lookups, self.getattr_calls, self.getattr_refs)
 
     def unsafe_globals(self, allowed: Any = weights_only_allowed) -> list[str]:
         """Globals not on the exact list ``allowed``; an attribute path (``GLOBAL 'torch.x
@@ -533,7 +532,7 @@ class _Interpreter:
                 raise KeyError(f"Memo value not found at index {arg}")
             value = self.memo[arg]
             if value.__class__ is Global and value.qualname == "builtins.getattr":
-                self.getattr_refs += 1
+                self.getattr_refs += 1  # (inline: a memo GET is the commonest opcode)
             self.push(value)
         elif name == "MEMOIZE":
             self.memo[len(self.memo)] = self.top()
@@ -734,6 +733,12 @@ def _build(target: Any, state: Any) -> None:
         raise AttributeError(f"{type(target).__name__} object has no attribute '__dict__'")
 
 
+def _members_only(lookups: list[str], calls: int, refs: int) -> bool:
+    """Every appearance of getattr (``refs``) is the function of a call (``calls``) that looks
+    up an enum member (``lookups``), and there is one at least."""
+    return 0 < len(lookups) == calls == refs
+
+
 def _read_all(data: bytes | io.BufferedIOBase | Any) -> tuple[bytes, Any, int]:
     if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data), None, 0
@@ -802,8 +807,8 @@ def scan_pickle(data: bytes | io.BufferedIOBase | Any, *, start: int = 0, mode: 
         scan.dotted |= alt.dotted
         scan.ext_codes += alt.ext_codes
         scan.rewrites += alt.rewrites
-        if alt.getattr_refs and not (
-                0 < len(alt.member_lookups) == alt.getattr_calls == alt.getattr_refs):
+        if alt.getattr_refs and not _members_only(alt.member_lookups, alt.getattr_calls,
+                                                  alt.getattr_refs):
             scan.getattr_refs += 1  # (either reading may be the unpickler's: both must hold)
     if stream is not None:
         try:

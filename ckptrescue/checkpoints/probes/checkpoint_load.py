@@ -91,13 +91,20 @@ def load_in_sandbox(report: CheckpointReport, *, case: Case | None = None,
         report.findings.append(finding("LD004", f"real load skipped: {why}",
                                        evidence=report.path))
         return
-    request: dict[str, object] = {"path": report.path, "loader": loader, "files": report.files}
-    if report.extra.get("member_lookups"):  # enum members by name, and getattr for nothing else
-        request["hook_globals"] = ["builtins.getattr", "__builtin__.getattr"]
-    outcome = run_child("torch_load", request,
+    outcome = run_child("torch_load", {"path": report.path, "loader": loader,
+                                       "files": report.files, **hook_globals(report)},
                         case=case, memory_mb=memory_mb, timeout_s=timeout_s,
                         inputs=[report.path, *report.files])
     record_outcome(report, outcome, loader, memory_mb=memory_mb, timeout_s=timeout_s)
+
+
+def hook_globals(report: CheckpointReport) -> dict[str, list[str]]:
+    """The request's ``hook_globals`` (``sandbox_children/boundary.admitting``): ``getattr``,
+    by either of its names, where the static scan of a DCP ``.metadata`` proved its every use an
+    enum member looked up by name (``report.extra["member_lookups"]``); none otherwise."""
+    if not report.extra.get("member_lookups"):
+        return {}
+    return {"hook_globals": ["builtins.getattr", "__builtin__.getattr"]}
 
 
 def family_of(report: CheckpointReport) -> type | None:

@@ -27,6 +27,7 @@ from ckptrescue.checkpoints.probes.checkpoint_load import (
     LOADERS,
     budget,
     disagree,
+    hook_globals,
     record_outcome,
     within,
 )
@@ -80,10 +81,8 @@ def load_family_step(report: CheckpointReport, family: type, *, case: Case | Non
     timeout_s = timeout_s if timeout_s is not None else auto_time
     files = [m["path"] for m in members]
     request = {"path": str(root), "loader": "family", "files": files, "members": members,
-               "allowed_globals": sorted(getattr(family, "allowed_globals", frozenset()))}
-    if report.extra.get("member_lookups"):  # DCP .metadata's enum members by name: the hook
-        # admits getattr while it is read, torch never does
-        request["hook_globals"] = ["builtins.getattr", "__builtin__.getattr"]
+               "allowed_globals": sorted(getattr(family, "allowed_globals", frozenset())),
+               **hook_globals(report)}  # (the hook's alone: torch never gets getattr)
     outcome = run_child("torch_load", request, case=case, memory_mb=memory_mb,
                         timeout_s=timeout_s, inputs=[str(root), *files])
     res = outcome.result or {}
